@@ -1,0 +1,98 @@
+"""The model artifact: one self-contained `.keras` file.
+
+A Keras v3 `.keras` file is a zip (config, weights, assets such as the
+TextVectorization vocabulary). We add one member, `disttrain.json`, with what a
+server or the aggregator needs to know without guessing: task, label names,
+input spec, the initial-weights fingerprint and how the model was trained.
+Keras ignores the extra member, so the file still loads anywhere.
+
+Keras is imported lazily: the copier uses this package without TensorFlow.
+"""
+
+import hashlib
+import json
+import os
+import zipfile
+
+import numpy as np
+
+from disttrain_contract.atomic import atomic_path
+from disttrain_contract.errors import ContractError
+
+META_MEMBER = "disttrain.json"
+
+
+def weights_fingerprint(weights):
+    """sha256 over a list of arrays (shapes, dtypes and bytes, in order)."""
+    digest = hashlib.sha256()
+    for array in weights:
+        array = np.ascontiguousarray(array)
+        digest.update(f"{array.dtype.str}{array.shape}".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def save_model(model, path, meta):
+    """Save `model` with `meta` atomically: readers see the old file or the new one."""
+    with atomic_path(path) as tmp:
+        tmp_keras = tmp + ".keras"  # Keras insists on the extension
+        try:
+            model.save(tmp_keras)
+            with zipfile.ZipFile(tmp_keras, "a") as archive:
+                archive.writestr(META_MEMBER, json.dumps(meta, indent=2, sort_keys=True))
+            with open(tmp_keras, "rb") as fh:
+                os.fsync(fh.fileno())
+            os.replace(tmp_keras, tmp)
+        finally:
+            if os.path.exists(tmp_keras):
+                os.unlink(tmp_keras)
+
+
+def read_meta(path):
+    try:
+        with zipfile.ZipFile(path) as archive:
+            return json.loads(archive.read(META_MEMBER))
+    except FileNotFoundError:
+        raise ContractError(f"no model at {path}") from None
+    except KeyError:
+        raise ContractError(f"{path} is not a disttrain model (no {META_MEMBER} inside)") from None
+    except (zipfile.BadZipFile, OSError, ValueError) as err:
+        raise ContractError(f"{path} is not a readable model file: {err}") from None
+
+
+def load_model(path):
+    """Load a model artifact in Keras safe mode (no arbitrary code): (model, meta)."""
+    meta = read_meta(path)
+    import keras
+
+    try:
+        model = keras.models.load_model(path, compile=False, safe_mode=True)
+    except Exception as err:  # Keras raises a zoo of types for a bad file
+        raise ContractError(f"cannot load model {path}: {type(err).__name__}: {err}") from None
+    return model, meta
+
+
+def decode_image(data, height, width, channels):
+    """Decode encoded image bytes (PNG, JPEG, ...) with OpenCV and resize.
+
+    Returns uint8 [height, width, channels]. The copier (images:DIR) and the
+    server call this same function, so training and serving see the same pixels."""
+    import cv2
+
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    flag = cv2.IMREAD_GRAYSCALE if channels == 1 else cv2.IMREAD_COLOR
+    image = cv2.imdecode(buffer, flag) if buffer.size else None
+    if image is None:
+        raise ContractError("not a decodable image (corrupt or unsupported format)")
+    return resize_image(image, height, width, channels)
+
+
+def resize_image(image, height, width, channels):
+    import cv2
+
+    if channels == 3 and image.ndim == 3:
+        image = cv2.cvtColor(image, cv2.COLOR_BGR2RGB)
+    if image.shape[:2] != (height, width):
+        shrinking = image.shape[0] > height or image.shape[1] > width
+        image = cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
+    return image.reshape(height, width, channels).astype(np.uint8)

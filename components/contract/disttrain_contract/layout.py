@@ -1,0 +1,69 @@
+"""What lives where in the shared working directory.
+
+    WORKDIR/
+      data/                      written by the copier
+        manifest.json            task, source, shards (count + sha256), labels, test split, seed
+        vocab.txt                text tasks: the shared vocabulary, one token per line
+        shard-00000.jsonl        text shard: one {"text", "label"} object per line
+        shard-00000.x.npy/.y.npy array shard (images): pixels uint8 [n,h,w,c], labels int64 [n]
+        test.jsonl | test.x.npy/.y.npy   the held-out split, same formats
+        _SUCCESS                 marker: the copier finished
+      train/                     written by the trainers
+        worker-00000/
+          checkpoints/           one checkpoint per epoch (resume after a restart)
+          tensorboard/           TensorBoard event files
+          metrics.json           per-epoch loss, accuracy, examples/s, wall time
+          model.keras            the worker's model (multiworker: chief only)
+          _SUCCESS               marker: this worker finished (JSON: init hash, example count ...)
+      final/                     written by the aggregator
+        model.keras              the model the server serves
+        report.json              per-worker and final held-out metrics
+        report.png               the same as bar and curve plots
+        _SUCCESS                 marker: the aggregator published a model
+"""
+
+import os
+
+MARKER = "_SUCCESS"
+WORKDIR_ENV = "DISTTRAIN_WORKDIR"
+
+
+def default_workdir():
+    return os.environ.get(WORKDIR_ENV, "workdir")
+
+
+class Workdir:
+    """Paths inside one working directory. Pure path arithmetic, no I/O."""
+
+    def __init__(self, root):
+        self.root = os.path.abspath(os.fspath(root))
+
+    # copier
+    @property
+    def data(self):
+        return os.path.join(self.root, "data")
+
+    # trainer
+    @property
+    def train(self):
+        return os.path.join(self.root, "train")
+
+    def worker(self, index, train_dir=None):
+        return os.path.join(train_dir or self.train, worker_dirname(index))
+
+    # aggregator
+    @property
+    def final(self):
+        return os.path.join(self.root, "final")
+
+    @property
+    def final_model(self):
+        return os.path.join(self.final, "model.keras")
+
+
+def worker_dirname(index):
+    return f"worker-{int(index):05d}"
+
+
+def marker_path(directory):
+    return os.path.join(directory, MARKER)

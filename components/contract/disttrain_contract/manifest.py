@@ -1,0 +1,167 @@
+"""The dataset the copier hands to the trainers: manifest.json plus shard files.
+
+Two storage formats, chosen by the task:
+  * "jsonl" (text): one {"text": str, "label": int} object per line;
+  * "npy" (images): NAME.x.npy (uint8 [n, h, w, c]) and NAME.y.npy (int64 [n]).
+Both are read without pickle (np.load(allow_pickle=False), json).
+"""
+
+import dataclasses
+import json
+import os
+import re
+
+import numpy as np
+
+from disttrain_contract.atomic import atomic_write_json, sha256_file
+from disttrain_contract.errors import ContractError
+
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+VOCAB = "vocab.txt"
+TASKS = ("text", "image")
+
+
+def shard_name(index):
+    return f"shard-{int(index):05d}"
+
+
+def split_files(name, storage):
+    """File names that make up one split (a shard or the test split)."""
+    if storage == "jsonl":
+        return [f"{name}.jsonl"]
+    return [f"{name}.x.npy", f"{name}.y.npy"]
+
+
+@dataclasses.dataclass
+class SplitInfo:
+    name: str
+    examples: int
+    sha256: dict  # file name -> hex digest
+
+    def to_json(self):
+        return dataclasses.asdict(self)
+
+
+@dataclasses.dataclass
+class Manifest:
+    task: str
+    source: str
+    seed: int
+    test_fraction: float
+    labels: list
+    input: dict  # {"kind": "text"} or {"kind": "image", "height": h, "width": w, "channels": c}
+    storage: str
+    shards: list  # [SplitInfo]
+    test: SplitInfo
+    vocab: dict = None  # {"file": "vocab.txt", "sha256": ..., "size": n} for text
+    format_version: int = FORMAT_VERSION
+
+    @property
+    def n_shards(self):
+        return len(self.shards)
+
+    @property
+    def train_examples(self):
+        return sum(s.examples for s in self.shards)
+
+    def to_json(self):
+        out = dataclasses.asdict(self)
+        out["n_shards"] = self.n_shards
+        out["train_examples"] = self.train_examples
+        return out
+
+    def write(self, data_dir):
+        atomic_write_json(os.path.join(data_dir, MANIFEST), self.to_json())
+
+    @classmethod
+    def read(cls, data_dir):
+        path = os.path.join(data_dir, MANIFEST)
+        try:
+            with open(path) as fh:
+                raw = json.load(fh)
+        except FileNotFoundError:
+            raise ContractError(f"no dataset manifest at {path}; run the copier first") from None
+        except (OSError, ValueError) as err:
+            raise ContractError(f"dataset manifest {path} is unreadable: {err}") from None
+        try:
+            if raw.get("format_version") != FORMAT_VERSION:
+                raise ValueError(f"format_version {raw.get('format_version')!r}, expected {FORMAT_VERSION}")
+            fields = {f.name for f in dataclasses.fields(cls)}
+            kwargs = {k: v for k, v in raw.items() if k in fields}
+            kwargs["shards"] = [SplitInfo(**s) for s in raw["shards"]]
+            kwargs["test"] = SplitInfo(**raw["test"])
+            manifest = cls(**kwargs)
+            if manifest.task not in TASKS:
+                raise ValueError(f"unknown task {manifest.task!r}")
+            if not manifest.shards:
+                raise ValueError("no shards")
+        except (KeyError, TypeError, ValueError) as err:
+            raise ContractError(f"dataset manifest {path} is malformed: {err}") from None
+        return manifest
+
+    def shard(self, index):
+        if not 0 <= index < self.n_shards:
+            raise ContractError(
+                f"worker index {index} has no shard: the dataset has {self.n_shards} shards (0..{self.n_shards - 1})"
+            )
+        return self.shards[index]
+
+
+def verify_split(data_dir, split):
+    """Check every file of a split against the manifest's sha256."""
+    for fname, expected in split.sha256.items():
+        path = os.path.join(data_dir, fname)
+        if not os.path.exists(path):
+            raise ContractError(f"{path} is missing (listed in the manifest)")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise ContractError(f"{path} is corrupt: sha256 {actual[:12]}... does not match the manifest's {expected[:12]}...")
+
+
+def read_split(data_dir, manifest, split, verify=True):
+    """Load one split into memory: (x, y). Text x is a list of str."""
+    if verify:
+        verify_split(data_dir, split)
+    try:
+        if manifest.storage == "jsonl":
+            texts, labels = [], []
+            for text, label in iter_split_text(os.path.join(data_dir, f"{split.name}.jsonl")):
+                texts.append(text)
+                labels.append(label)
+            x, y = texts, np.asarray(labels, dtype=np.int64)
+        else:
+            x = np.load(os.path.join(data_dir, f"{split.name}.x.npy"), allow_pickle=False)
+            y = np.load(os.path.join(data_dir, f"{split.name}.y.npy"), allow_pickle=False)
+    except (OSError, ValueError, KeyError) as err:
+        raise ContractError(f"cannot read split {split.name!r} in {data_dir}: {err}") from None
+    if len(x) != split.examples or len(y) != split.examples:
+        raise ContractError(f"split {split.name!r} has {len(y)} examples, the manifest says {split.examples}")
+    return x, y
+
+
+def iter_split_text(path):
+    with open(path, encoding="utf-8") as fh:
+        for line in fh:
+            record = json.loads(line)
+            yield record["text"], int(record["label"])
+
+
+def read_vocab(data_dir, manifest):
+    if not manifest.vocab:
+        raise ContractError("this dataset has no vocabulary (not a text task)")
+    path = os.path.join(data_dir, manifest.vocab["file"])
+    if sha256_file(path) != manifest.vocab["sha256"]:
+        raise ContractError(f"{path} does not match the manifest's sha256")
+    with open(path, encoding="utf-8") as fh:
+        return [line.rstrip("\n") for line in fh]
+
+
+# Text standardisation, identical to Keras TextVectorization's default
+# ("lower_and_strip_punctuation" then split on whitespace), so that the vocabulary
+# the copier counts is exactly the tokens the model will see.
+_PUNCTUATION = re.compile(r'[!"#$%&()\*\+,\-\./:;<=>?@\[\\\]^_`{|}~\']')
+
+
+def tokenize(text):
+    return _PUNCTUATION.sub("", text.lower()).split()

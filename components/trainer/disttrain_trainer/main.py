@@ -1,0 +1,303 @@
+"""disttrain-trainer: train one worker on its shard.
+
+    disttrain-trainer --worker-index 0 --workers 2 --epochs 5 --workdir workdir
+    disttrain-trainer --strategy multiworker --workers 2 --worker-index 1 ...
+
+Two strategies:
+  average      each worker trains alone on its shard, starting from the same
+               initial weights (drawn from --seed); the aggregator averages them.
+  multiworker  synchronous data parallelism with MultiWorkerMirroredStrategy:
+               gradients are all-reduced every step; the chief (index 0) writes
+               the model.
+
+Why a custom training loop: Keras 3's model.fit fails under
+MultiWorkerMirroredStrategy (keras-team/keras#20585, "PerReplica ... to a
+Tensor"). A loop around strategy.run works with Keras 3, keeps one code path
+for both strategies (the average strategy simply uses TensorFlow's default,
+single-replica strategy) and makes checkpoint/resume explicit.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+
+from disttrain_contract import ContractError, Workdir, atomic_write_json, default_workdir, run_cli, wait_for_marker, write_marker
+from disttrain_contract.artifact import save_model, weights_fingerprint
+from disttrain_contract.manifest import Manifest, read_split, read_vocab
+from disttrain_trainer.cluster import build_tf_config, default_host_pattern, parse_tf_config
+
+
+def parse_args(argv=None):
+    env_index = os.environ.get("JOB_COMPLETION_INDEX")
+    p = argparse.ArgumentParser(
+        prog="disttrain-trainer",
+        description="Train one worker on its shard (stage 2 of disttrain).",
+        epilog="Multiworker addresses: TF_CONFIG is used as given when set; otherwise it is built from --workers, "
+        "--worker-index and --host-pattern ({job}-{index}.{service}:{port} when --service is set, else "
+        "127.0.0.1:{index_port} = base port + index).",
+    )
+    p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
+    p.add_argument("--data", help="the copier's output (default WORKDIR/data)")
+    p.add_argument("--out", "--savemodel", dest="out", help="where worker directories go (default WORKDIR/train)")
+    p.add_argument("--strategy", choices=("average", "multiworker"), default="average", help="default: average")
+    p.add_argument("--epochs", "--epoch", dest="epochs", type=int, default=5, help="default 5")
+    p.add_argument("--batch", type=int, default=64, help="examples per step per worker (default 64)")
+    p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate (default 0.001)")
+    p.add_argument("--seed", type=int, default=42, help="seed of the shared initial weights (default 42)")
+    p.add_argument("--workers", type=int, default=None, help="number of workers (default: the dataset's shard count)")
+    p.add_argument("--worker-index", type=int, default=int(env_index) if env_index and env_index.isdigit() else None,
+                   help="this worker's index (default $JOB_COMPLETION_INDEX, else 0)")
+    p.add_argument("--host-pattern", help="multiworker: address of worker i (see below)")
+    p.add_argument("--job", default=os.environ.get("DISTTRAIN_JOB", ""), help="multiworker on Kubernetes: the Indexed Job's name")
+    p.add_argument("--service", default=os.environ.get("DISTTRAIN_SERVICE", ""), help="multiworker on Kubernetes: the headless Service's name")
+    p.add_argument("--port", type=int, default=12345, help="multiworker: base port (default 12345)")
+    p.add_argument("--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)")
+    p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (default 0 = TensorFlow decides)")
+    args = p.parse_args(argv)
+    for name in ("epochs", "batch"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name} must be >= 1")
+    if args.learning_rate <= 0:
+        p.error("--learning-rate must be > 0")
+    if args.workers is not None and args.workers < 1:
+        p.error("--workers must be >= 1")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    workdir = Workdir(args.workdir)
+    data_dir = args.data or workdir.data
+    train_dir = args.out or workdir.train
+
+    # -------------------------------------------------------------- the data contract
+    wait_for_marker(data_dir, args.wait_timeout, "the copier's dataset")
+    manifest = Manifest.read(data_dir)
+    workers = args.workers or manifest.n_shards
+    index = args.worker_index or 0
+
+    # ---------------------------------------------------------- distributed setup
+    # multiworker: TF_CONFIG names every worker and this one's index; TensorFlow
+    # connects them when the strategy is created (it waits for all of them).
+    tf_config = os.environ.get("TF_CONFIG")
+    if args.strategy == "multiworker":
+        try:
+            if tf_config:
+                workers, index = parse_tf_config(tf_config)
+            else:
+                pattern = args.host_pattern or default_host_pattern(args.service)
+                tf_config = json.dumps(build_tf_config(workers, index, pattern, args.job, args.service, args.port))
+                os.environ["TF_CONFIG"] = tf_config
+        except ValueError as err:
+            raise ContractError(str(err)) from None
+    else:
+        os.environ.pop("TF_CONFIG", None)  # a stray TF_CONFIG must not turn the default strategy distributed
+    if workers != manifest.n_shards:
+        raise ContractError(f"{workers} workers but the dataset has {manifest.n_shards} shards; run the copier with --n-shards {workers}")
+    shard = manifest.shard(index)
+    is_chief = index == 0
+    worker_dir = workdir.worker(index, train_dir)
+    tag = f"worker {index}/{workers}"
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    if args.strategy == "multiworker":
+        print(f"{tag}: joining the cluster {json.loads(tf_config)['cluster']['worker']} ...", flush=True)
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    else:
+        strategy = tf.distribute.get_strategy()  # the default: one replica, no communication
+    replicas = strategy.num_replicas_in_sync
+
+    # ------------------------------------------------------------------- data
+    x_train, y_train = read_split(data_dir, manifest, shard)
+    x_test, y_test = read_split(data_dir, manifest, manifest.test)
+    vocabulary = read_vocab(data_dir, manifest) if manifest.task == "text" else None
+    if manifest.task == "text":  # strings go in as a [n, 1] column, as the model expects
+        x_train, x_test = np.asarray(x_train, dtype=object)[:, None], np.asarray(x_test, dtype=object)[:, None]
+    # every worker takes the same number of steps (a collective step needs all of them)
+    largest_shard = max(s.examples for s in manifest.shards)
+    steps_per_epoch = -(-(largest_shard if args.strategy == "multiworker" else shard.examples) // args.batch)
+
+    def dataset_fn(_input_context):
+        # each worker already has its own shard on disk: no auto-sharding, just shuffle and batch
+        ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
+        ds = ds.shuffle(len(y_train), seed=args.seed + index, reshuffle_each_iteration=True)
+        return ds.repeat().batch(args.batch).prefetch(2)
+
+    dist_dataset = strategy.distribute_datasets_from_function(dataset_fn)
+
+    # ------------------------------------------------ model from the shared seed
+    keras.utils.set_random_seed(args.seed)
+    from disttrain_trainer.models import build_model
+
+    with strategy.scope():
+        model = build_model(manifest, vocabulary)
+        optimizer = keras.optimizers.Adam(learning_rate=args.learning_rate)
+        optimizer.build(model.trainable_variables)
+        epoch_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+    init_sha = weights_fingerprint(model.get_weights())
+
+    # ------------------------------------------------- checkpoints and resume
+    # multiworker: every worker must take part in saving, but only the chief's
+    # copy is kept; on a restart every worker restores the chief's copy.
+    checkpoint_dir = os.path.join(workdir.worker(0, train_dir) if args.strategy == "multiworker" else worker_dir, "checkpoints")
+    write_dir = checkpoint_dir if is_chief or args.strategy == "average" else os.path.join(worker_dir, "scratch-checkpoints")
+    run_config = {
+        "strategy": args.strategy, "seed": args.seed, "workers": workers, "batch": args.batch,
+        "learning_rate": args.learning_rate, "init_weights_sha256": init_sha,
+        "dataset": [s.sha256 for s in manifest.shards],
+    }
+    check_run_config(checkpoint_dir, run_config, write=is_chief or args.strategy == "average")
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_counter)
+    manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=2)
+    latest = tf.train.latest_checkpoint(checkpoint_dir)
+    if latest:
+        checkpoint.restore(latest).expect_partial()
+        print(f"{tag}: resumed from {latest} after epoch {int(epoch_counter.numpy())}", flush=True)
+    start_epoch = int(epoch_counter.numpy())
+    metrics_path = os.path.join(worker_dir, "metrics.json")
+    history = [m for m in load_json(metrics_path, []) if m["epoch"] <= start_epoch]
+
+    # ------------------------------------------------------------- train step
+    @tf.function
+    def train_step(iterator):
+        def step_fn(x, y):
+            with tf.GradientTape() as tape:
+                probs = model(x, training=True)
+                per_example = keras.losses.sparse_categorical_crossentropy(y, probs)
+                loss = tf.nn.compute_average_loss(per_example)  # / global batch: gradients add up across replicas
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probs, axis=-1), y), tf.float32))
+            return tf.reduce_sum(per_example), correct, tf.cast(tf.shape(y)[0], tf.float32)
+
+        per_replica = strategy.run(step_fn, args=next(iterator))
+        return [strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for v in per_replica]
+
+    def evaluate(x, y, batch=512):
+        loss_sum, correct = 0.0, 0
+        for i in range(0, len(y), batch):
+            probs = model(tf.constant(x[i : i + batch]), training=False).numpy()
+            loss_sum += float(keras.losses.sparse_categorical_crossentropy(y[i : i + batch], probs).numpy().sum())
+            correct += int((probs.argmax(-1) == y[i : i + batch]).sum())
+        return loss_sum / len(y), correct / len(y)
+
+    # -------------------------------------------------------------- the loop
+    os.makedirs(worker_dir, exist_ok=True)
+    summaries = tf.summary.create_file_writer(os.path.join(worker_dir, "tensorboard"))
+    iterator = iter(dist_dataset)
+    print(
+        f"{tag}: {args.strategy}, {manifest.task} task, shard {shard.examples} examples, {steps_per_epoch} steps/epoch "
+        f"x batch {args.batch} x {replicas} replica(s), epochs {start_epoch + 1}..{args.epochs}, init {init_sha[:12]}",
+        flush=True,
+    )
+    for epoch in range(start_epoch + 1, args.epochs + 1):
+        started = time.monotonic()
+        bar = ProgressBar(f"{tag} epoch {epoch}/{args.epochs}", steps_per_epoch)
+        loss_sum = correct = seen = 0.0
+        for step in range(steps_per_epoch):
+            step_loss, step_correct, step_seen = (float(v) for v in train_step(iterator))
+            loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + step_seen
+            bar.update(step + 1, loss=loss_sum / seen, accuracy=correct / seen)
+        wall = time.monotonic() - started
+        test_loss, test_accuracy = evaluate(x_test, y_test)
+        record = {
+            "epoch": epoch, "loss": loss_sum / seen, "accuracy": correct / seen, "examples": int(seen),
+            "examples_per_sec": seen / wall, "wall_time_sec": wall,
+            "test_loss": test_loss, "test_accuracy": test_accuracy,
+        }
+        history.append(record)
+        bar.finish(
+            f"{tag} epoch {epoch}/{args.epochs}: loss {record['loss']:.4f} acc {record['accuracy']:.4f} "
+            f"test_acc {test_accuracy:.4f} {record['examples_per_sec']:,.0f} ex/s {wall:.1f}s"
+        )
+        with summaries.as_default(step=epoch):
+            for key in ("loss", "accuracy", "examples_per_sec", "test_loss", "test_accuracy"):
+                tf.summary.scalar(key, record[key])
+        summaries.flush()
+        epoch_counter.assign(epoch)
+        manager.save(checkpoint_number=epoch)
+        atomic_write_json(metrics_path, history)
+
+    # --------------------------------------------------------- the artifacts
+    if args.strategy == "multiworker" and not is_chief:
+        shutil.rmtree(write_dir, ignore_errors=True)  # the scratch copy is never read
+    model_file = None
+    if is_chief or args.strategy == "average":
+        model_file = "model.keras"
+        save_model(model, os.path.join(worker_dir, model_file), {
+            "task": manifest.task, "labels": manifest.labels, "input": manifest.input,
+            "init_weights_sha256": init_sha, "strategy": args.strategy, "seed": args.seed,
+            "worker_index": index, "workers": workers, "epochs": args.epochs,
+            "examples": manifest.train_examples if args.strategy == "multiworker" else shard.examples,
+            "vocab_sha256": manifest.vocab["sha256"] if manifest.vocab else None,
+        })
+    write_marker(
+        worker_dir, "trainer", worker_index=index, workers=workers, strategy=args.strategy, epochs=args.epochs,
+        init_weights_sha256=init_sha, examples=shard.examples, model=model_file,
+        final_test_accuracy=history[-1]["test_accuracy"] if history else None,
+    )
+    print(f"{tag}: done -> {worker_dir}", flush=True)
+    return 0
+
+
+def check_run_config(checkpoint_dir, config, write):
+    """Refuse to resume checkpoints that belong to a different run."""
+    path = os.path.join(checkpoint_dir, "run.json")
+    previous = load_json(path, None)
+    if previous is not None and previous != config:
+        changed = sorted(k for k in config if previous.get(k) != config[k])
+        raise ContractError(
+            f"the checkpoints in {checkpoint_dir} are from a different run (changed: {', '.join(changed)}); "
+            "delete that directory or use another --out"
+        )
+    if previous is None and write:
+        atomic_write_json(path, config)
+
+
+def load_json(path, default):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError) as err:
+        raise ContractError(f"{path} is unreadable: {err}") from None
+
+
+class ProgressBar:
+    """A bar on a terminal; one line per epoch otherwise (logs, kubectl logs)."""
+
+    def __init__(self, label, total):
+        self.label, self.total, self.tty = label, total, sys.stdout.isatty()
+        self.last = 0.0
+
+    def update(self, done, **values):
+        now = time.monotonic()
+        if not self.tty or (now - self.last < 0.1 and done < self.total):
+            return
+        self.last = now
+        width = 30
+        filled = int(width * done / self.total)
+        stats = " ".join(f"{k} {v:.4f}" for k, v in values.items())
+        print(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {stats}", end="", flush=True)
+
+    def finish(self, line):
+        print(("\r\033[K" if self.tty else "") + line, flush=True)
+
+
+def cli():
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()
