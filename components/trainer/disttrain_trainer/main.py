@@ -26,6 +26,7 @@ import time
 
 from disttrain_contract import ContractError, Workdir, atomic_write_json, default_workdir, run_cli, wait_for_marker, write_marker
 from disttrain_contract.artifact import save_model, weights_fingerprint
+from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
 from disttrain_trainer.cluster import build_tf_config, default_host_pattern, parse_tf_config
 
@@ -104,7 +105,6 @@ def main(argv=None):
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
-    import numpy as np
     import tensorflow as tf
 
     if args.threads:
@@ -121,8 +121,7 @@ def main(argv=None):
     x_train, y_train = read_split(data_dir, manifest, shard)
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     vocabulary = read_vocab(data_dir, manifest) if manifest.task == "text" else None
-    if manifest.task == "text":  # strings go in as a [n, 1] column, as the model expects
-        x_train, x_test = np.asarray(x_train, dtype=object)[:, None], np.asarray(x_test, dtype=object)[:, None]
+    x_train, x_test = as_model_input(manifest.task, x_train), as_model_input(manifest.task, x_test)
     # every worker takes the same number of steps (a collective step needs all of them)
     largest_shard = max(s.examples for s in manifest.shards)
     steps_per_epoch = -(-(largest_shard if args.strategy == "multiworker" else shard.examples) // args.batch)
@@ -183,14 +182,6 @@ def main(argv=None):
         per_replica = strategy.run(step_fn, args=next(iterator))
         return [strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for v in per_replica]
 
-    def evaluate(x, y, batch=512):
-        loss_sum, correct = 0.0, 0
-        for i in range(0, len(y), batch):
-            probs = model(tf.constant(x[i : i + batch]), training=False).numpy()
-            loss_sum += float(keras.losses.sparse_categorical_crossentropy(y[i : i + batch], probs).numpy().sum())
-            correct += int((probs.argmax(-1) == y[i : i + batch]).sum())
-        return loss_sum / len(y), correct / len(y)
-
     # -------------------------------------------------------------- the loop
     os.makedirs(worker_dir, exist_ok=True)
     summaries = tf.summary.create_file_writer(os.path.join(worker_dir, "tensorboard"))
@@ -209,7 +200,7 @@ def main(argv=None):
             loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + step_seen
             bar.update(step + 1, loss=loss_sum / seen, accuracy=correct / seen)
         wall = time.monotonic() - started
-        test_loss, test_accuracy = evaluate(x_test, y_test)
+        test_loss, test_accuracy = evaluate(model, x_test, y_test)
         record = {
             "epoch": epoch, "loss": loss_sum / seen, "accuracy": correct / seen, "examples": int(seen),
             "examples_per_sec": seen / wall, "wall_time_sec": wall,
