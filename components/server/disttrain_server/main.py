@@ -1,0 +1,145 @@
+"""disttrain-server: serve the final model with gunicorn.
+
+    disttrain-server --workdir workdir --port 8080
+
+Runs gunicorn in-process through its Python API. There is deliberately no
+preload: the master process never imports TensorFlow. Each worker builds the
+Flask app after the fork and loads the model in post_worker_init, so the first
+request does not pay for it; a model published later is picked up by every
+worker on its own (see model_store).
+"""
+
+import argparse
+import logging
+import os
+import sys
+
+from gunicorn.app.base import BaseApplication
+
+from disttrain_contract import ContractError, Workdir, default_workdir, run_cli
+from disttrain_server.api import STORE_KEY
+from disttrain_server.app import create_app
+from disttrain_server.errors import ModelUnavailable
+
+# OpenCV's decompression-bomb guard defaults to 2^30 pixels (GBs of RAM for a
+# few-KB PNG). It is read once, when cv2 loads, so it must be in the environment
+# before the workers import it; an operator's own setting wins.
+MAX_IMAGE_PIXELS = 40_000_000
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(
+        prog="disttrain-server",
+        description="Serve the final model (stage 4 of disttrain): a web demo at / and a TensorFlow-Serving-shaped "
+        "JSON API (GET /v1/models/NAME, GET /v1/models/NAME/metadata, POST /v1/models/NAME:predict), "
+        "plus /healthz, /readyz, /report and /openapi.json.",
+        epilog="A model published later at --model (the aggregator replaces the file atomically) is loaded without a "
+        "restart; until a model exists the server runs and /readyz answers 503.",
+    )
+    p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
+    p.add_argument("--model", help="the model file to serve (default WORKDIR/final/model.keras)")
+    p.add_argument("--model-name", default="disttrain", help="the NAME in /v1/models/NAME (default disttrain)")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
+    p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
+    p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes, each with its own model copy (default 2)")
+    p.add_argument("--threads", type=int, default=1, help="threads per worker (default 1)")
+    p.add_argument("--max-upload-mb", type=float, default=8, help="largest request body in MB; larger is a 413 (default 8)")
+    p.add_argument("--max-text-chars", type=int, default=10000, help="longest text instance in characters (default 10000)")
+    p.add_argument("--max-instances", type=int, default=256, help="most instances in one predict request (default 256)")
+    p.add_argument("--reload-interval", type=float, default=5, help="seconds between checks for a newly published model (default 5)")
+    args = p.parse_args(argv)
+    if not 0 <= args.port <= 65535:
+        p.error(f"--port must be between 0 and 65535, got {args.port}")
+    for flag in ("workers", "threads", "max_text_chars", "max_instances"):
+        if getattr(args, flag) < 1:
+            p.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    if args.max_upload_mb <= 0 or args.reload_interval < 0:
+        p.error("--max-upload-mb must be positive and --reload-interval not negative")
+    if "/" in args.model_name or ":" in args.model_name or not args.model_name:
+        p.error(f"--model-name must be non-empty without '/' or ':', got {args.model_name!r}")
+    return args
+
+
+def app_config(args):
+    return {
+        "MODEL_PATH": os.path.abspath(args.model or Workdir(args.workdir).final_model),
+        "MODEL_NAME": args.model_name,
+        "MAX_CONTENT_LENGTH": int(args.max_upload_mb * 1024 * 1024),
+        "MAX_TEXT_CHARS": args.max_text_chars,
+        "MAX_INSTANCES": args.max_instances,
+        "RELOAD_INTERVAL": args.reload_interval,
+    }
+
+
+def post_worker_init(worker):
+    """Load the model in the freshly forked worker, before it accepts requests."""
+    try:
+        worker.wsgi.extensions[STORE_KEY].get()
+    except ModelUnavailable as err:
+        worker.log.warning("worker %s starts without a model: %s", worker.pid, err.reason)
+
+
+def when_ready(server):
+    for listener in server.LISTENERS:
+        host, port = listener.sock.getsockname()[:2]
+        host = f"[{host}]" if ":" in host else host
+        print(f"disttrain-server: serving {server.app.app_config['MODEL_NAME']!r} at http://{host}:{port}/", flush=True)
+
+
+class ServerApplication(BaseApplication):
+    """gunicorn's documented way to embed it: options in, our own app factory out."""
+
+    def __init__(self, app_config, options):
+        self.app_config = app_config
+        self.options = options
+        super().__init__()
+
+    def load_config(self):
+        for key, value in self.options.items():
+            self.cfg.set(key, value)
+
+    def load(self):
+        # Runs in each worker (no preload). Our loggers (model loads and reloads)
+        # go where gunicorn's error log goes, at its level.
+        gunicorn_log = logging.getLogger("gunicorn.error")
+        package_log = logging.getLogger("disttrain_server")
+        package_log.handlers[:] = gunicorn_log.handlers
+        package_log.setLevel(gunicorn_log.level)
+        return create_app(self.app_config)
+
+
+def gunicorn_options(args):
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    return {
+        "bind": [f"{host}:{args.port}"],
+        "workers": args.workers,
+        "threads": args.threads,  # > 1 makes gunicorn use its gthread worker
+        "preload_app": False,  # TensorFlow must never be imported before the fork
+        "timeout": 120,  # a worker loading TensorFlow and a model on a busy node is slow, not stuck
+        "graceful_timeout": 10,
+        "accesslog": "-",
+        "proc_name": "disttrain-server",
+        "control_socket_disable": True,  # gunicorn's shared ~/.gunicorn control socket would clash between servers
+        "post_worker_init": post_worker_init,
+        "when_ready": when_ready,
+    }
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    config = app_config(args)
+    os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(MAX_IMAGE_PIXELS))
+    if not os.path.exists(config["MODEL_PATH"]):
+        print(f"disttrain-server: no model at {config['MODEL_PATH']} yet; /readyz answers 503 until one is published", file=sys.stderr)
+    elif not os.path.isfile(config["MODEL_PATH"]):
+        raise ContractError(f"--model {config['MODEL_PATH']} is not a file")
+    ServerApplication(config, gunicorn_options(args)).run()
+    return 0
+
+
+def cli():
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,127 @@
+"""The model this process serves, loaded lazily and reloaded when a new one is published.
+
+The aggregator publishes WORKDIR/final/model.keras with os.replace, so a new
+model is a new inode at the same path. Each request may ask the store for the
+model; at most every `reload_interval` seconds that costs one os.stat, and only
+a changed (inode, mtime_ns, size) triggers a load. Everything else is a plain
+attribute read, so the request path stays cheap.
+
+TensorFlow is imported only when a model is loaded: gunicorn forks its workers
+from a master that must never have touched TensorFlow (it is not fork-safe).
+"""
+
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from disttrain_contract import ContractError
+from disttrain_contract.artifact import load_model
+from disttrain_server.errors import ModelUnavailable
+
+log = logging.getLogger(__name__)
+
+INPUT_KINDS = ("text", "image")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    model: object
+    meta: dict
+    path: str
+    key: tuple  # (st_ino, st_mtime_ns, st_size) of the file it was loaded from
+
+    @property
+    def version(self):
+        """The API version: the file's mtime in whole seconds (grows with each publication)."""
+        return self.key[1] // 1_000_000_000
+
+    @property
+    def labels(self):
+        return self.meta["labels"]
+
+    @property
+    def input_spec(self):
+        return self.meta["input"]
+
+    def predict(self, batch):
+        """Softmax probabilities [n, n_labels] as float64 for a batch built by instances.to_batch."""
+        import tensorflow as tf
+
+        # Calling the model (not model.predict) is what works for string inputs in Keras 3.
+        return self.model(tf.constant(batch), training=False).numpy().astype(np.float64)
+
+
+def _check_meta(meta, path):
+    """Refuse a model the API could not describe, at load time instead of on every request."""
+    spec = meta.get("input") if isinstance(meta, dict) else None
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    if not isinstance(spec, dict) or spec.get("kind") not in INPUT_KINDS:
+        raise ContractError(f"{path}: disttrain.json has no usable input spec (kind must be one of {INPUT_KINDS})")
+    if spec["kind"] == "image" and not all(isinstance(spec.get(k), int) and spec[k] > 0 for k in ("height", "width", "channels")):
+        raise ContractError(f"{path}: image input spec needs positive integer height, width and channels")
+    if not isinstance(labels, list) or not labels:
+        raise ContractError(f"{path}: disttrain.json has no label names")
+
+
+class ModelStore:
+    """Holds one LoadedModel per process; thread-safe (gunicorn --threads)."""
+
+    def __init__(self, path, reload_interval=5.0, clock=time.monotonic):
+        self.path = os.path.abspath(os.fspath(path))
+        self.reload_interval = float(reload_interval)
+        self._clock = clock
+        self._lock = threading.Lock()  # one thread checks and loads at a time
+        self._current = None
+        self._error = "not loaded yet"
+        self._failed_key = None  # a broken file is reported once, not reloaded every interval
+        self._next_check = float("-inf")
+
+    def get(self):
+        """The current model, after checking for a newly published one if it is time to.
+
+        Raises ModelUnavailable (-> 503) while no model could be loaded."""
+        if self._clock() >= self._next_check:
+            # While one thread reloads, the others keep answering with the model
+            # they have; only when there is none yet do they wait for the load.
+            if self._lock.acquire(blocking=self._current is None):
+                try:
+                    if self._clock() >= self._next_check:
+                        self._refresh()
+                        self._next_check = self._clock() + self.reload_interval
+                finally:
+                    self._lock.release()
+        current = self._current
+        if current is None:
+            raise ModelUnavailable(self._error)
+        return current
+
+    def _refresh(self):
+        try:
+            st = os.stat(self.path)
+        except OSError as err:
+            # Keep serving what is loaded: a model in memory stays valid even if
+            # its file went away; the aggregator never deletes, it replaces.
+            self._error = f"no model at {self.path} ({err.strerror})"
+            return
+        key = (st.st_ino, st.st_mtime_ns, st.st_size)
+        current = self._current
+        if (current is not None and current.key == key) or key == self._failed_key:
+            return
+        started = time.monotonic()
+        try:
+            model, meta = load_model(self.path)
+            _check_meta(meta, self.path)
+        except ContractError as err:
+            # A half-copied or foreign file: report it, keep the previous model.
+            self._failed_key, self._error = key, str(err)
+            log.warning("cannot load %s: %s%s", self.path, err, "; still serving the previous model" if current else "")
+            return
+        # If the file was replaced again between stat and load we loaded the newer
+        # one under the older key; the next check then just loads it once more.
+        self._current = LoadedModel(model=model, meta=meta, path=self.path, key=key)
+        self._failed_key, self._error = None, None
+        log.info("loaded %s (version %d, %s input) in %.1fs", self.path, self._current.version, meta["input"]["kind"], time.monotonic() - started)

@@ -1,0 +1,105 @@
+// The demo page calls the same JSON API as any other client: POST /v1/models/NAME:predict.
+(function () {
+  "use strict";
+
+  const app = document.getElementById("app");
+  const button = document.getElementById("predict");
+  const result = document.getElementById("result");
+  if (!button) return; // no model yet: the page only shows why
+
+  const name = app.dataset.modelName;
+  const labels = JSON.parse(app.dataset.labels);
+  const review = document.getElementById("review");
+  const imageInput = document.getElementById("image");
+  const preview = document.getElementById("preview");
+
+  function percent(p) {
+    return (100 * p).toFixed(1) + "%";
+  }
+
+  function element(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text; // never innerHTML: labels and errors are data
+    return node;
+  }
+
+  function showError(message) {
+    result.replaceChildren(element("p", "error", message));
+  }
+
+  function showProbabilities(probs) {
+    const order = probs.map((p, i) => i).sort((a, b) => probs[b] - probs[a]);
+    const best = order[0];
+    const rows = order.map((i) => {
+      const row = element("div", i === best ? "row best" : "row");
+      const fill = element("div", "fill");
+      fill.style.width = percent(probs[i]); // CSSOM, allowed by the page's CSP
+      const track = element("div", "track");
+      track.append(fill);
+      row.append(element("span", "label", labels[i]), track, element("span", "value", percent(probs[i])));
+      return row;
+    });
+    result.replaceChildren(element("p", "headline", labels[best] + ": " + percent(probs[best])), ...rows);
+  }
+
+  function readAsBase64(file) {
+    return new Promise((resolve, reject) => {
+      const reader = new FileReader();
+      reader.onload = () => resolve(String(reader.result).replace(/^data:[^,]*,/, ""));
+      reader.onerror = () => reject(new Error("could not read " + file.name));
+      reader.readAsDataURL(file);
+    });
+  }
+
+  async function instance() {
+    if (review) return review.value; // the server says if it is empty or too long
+    const file = imageInput.files[0];
+    if (!file) throw new Error("choose an image file first");
+    return { b64: await readAsBase64(file) };
+  }
+
+  async function refreshVersion() {
+    // A newly published model may have been picked up since the page was rendered.
+    const response = await fetch("/v1/models/" + encodeURIComponent(name));
+    const status = (await response.json()).model_version_status[0];
+    const version = document.getElementById("version");
+    if (version && status.state === "AVAILABLE") version.textContent = status.version;
+  }
+
+  async function predict() {
+    button.disabled = true;
+    result.replaceChildren(element("p", "muted", "Predicting…"));
+    try {
+      const response = await fetch("/v1/models/" + encodeURIComponent(name) + ":predict", {
+        method: "POST",
+        headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ instances: [await instance()] }),
+      });
+      const body = await response.json().catch(() => ({}));
+      if (!response.ok) throw new Error(body.error || "HTTP " + response.status);
+      showProbabilities(body.predictions[0]);
+      refreshVersion().catch(() => {});
+    } catch (err) {
+      showError(err.message);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  button.addEventListener("click", predict);
+  if (review) {
+    review.addEventListener("keydown", (event) => {
+      if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) predict();
+    });
+  }
+  if (imageInput) {
+    imageInput.addEventListener("change", () => {
+      const file = imageInput.files[0];
+      if (preview.src) URL.revokeObjectURL(preview.src);
+      preview.hidden = !file;
+      if (file) preview.src = URL.createObjectURL(file);
+      result.replaceChildren();
+    });
+  }
+})();
