@@ -1,0 +1,306 @@
+{{/*
+Names, labels and the pieces every disttrain pod shares.
+*/}}
+
+{{/* Chart name, overridable. */}}
+{{- define "disttrain.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Fully qualified app name: <release>-<chart> unless the release name already contains the chart name. */}}
+{{- define "disttrain.fullname" -}}
+{{- if .Values.fullnameOverride -}}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- $name := default .Chart.Name .Values.nameOverride -}}
+{{- if contains $name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* <fullname>-<suffix>, kept within 63 characters (a DNS label). */}}
+{{- define "disttrain.componentName" -}}
+{{- $ctx := index . 0 -}}
+{{- $suffix := index . 1 -}}
+{{- $base := include "disttrain.fullname" $ctx | trunc (int (sub 62 (len $suffix))) | trimSuffix "-" -}}
+{{- printf "%s-%s" $base $suffix -}}
+{{- end -}}
+
+{{/*
+Name of a stage's Job: <fullname>-<stage>-r<revision>.
+
+Why the revision is in the name: a Job's pod template is immutable, so a
+`helm upgrade` that changed anything in it (args, image, resources) would fail
+if it patched the old Job. With the revision in the name every upgrade creates
+fresh Jobs (a new training run) and Helm deletes the previous revision's Jobs.
+We did not use hooks with `before-hook-creation`: hooks are not part of the
+release (no `helm status`, no ownership, no `--wait` on them) and would run the
+stages one after the other from Helm's side, while here everything is created
+at once and the stages order themselves through the markers.
+Six characters are kept free for the "-<index>" an Indexed Job appends to its
+pods' hostnames (which must stay within 63 characters).
+*/}}
+{{- define "disttrain.jobName" -}}
+{{- $ctx := index . 0 -}}
+{{- $stage := index . 1 -}}
+{{- $suffix := printf "%s-r%d" $stage (int $ctx.Release.Revision) -}}
+{{- $base := include "disttrain.fullname" $ctx | trunc (int (sub 56 (len $suffix))) | trimSuffix "-" -}}
+{{- printf "%s-%s" $base $suffix -}}
+{{- end -}}
+
+{{- define "disttrain.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* Selector labels: stable over upgrades (Deployment and Service selectors are immutable). */}}
+{{- define "disttrain.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "disttrain.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* Common labels of every resource. */}}
+{{- define "disttrain.labels" -}}
+helm.sh/chart: {{ include "disttrain.chart" . }}
+{{ include "disttrain.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: disttrain
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Labels of one component: (list $ "trainer"). */}}
+{{- define "disttrain.componentLabels" -}}
+{{- $ctx := index . 0 -}}
+{{ include "disttrain.labels" $ctx }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{- define "disttrain.componentSelectorLabels" -}}
+{{- $ctx := index . 0 -}}
+{{ include "disttrain.selectorLabels" $ctx }}
+app.kubernetes.io/component: {{ index . 1 }}
+{{- end -}}
+
+{{/* Pod labels of a stage's Job: component labels plus the run (revision). */}}
+{{- define "disttrain.runLabels" -}}
+{{- $ctx := index . 0 -}}
+{{ include "disttrain.componentLabels" . }}
+disttrain.io/run: {{ printf "r%d" (int $ctx.Release.Revision) | quote }}
+{{- end -}}
+
+{{- define "disttrain.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "disttrain.fullname" .) .Values.serviceAccount.name -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.name -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Image of a component: (list $ .Values.trainer.image). */}}
+{{- define "disttrain.image" -}}
+{{- $ctx := index . 0 -}}
+{{- $img := index . 1 -}}
+{{- $tag := $img.tag | default $ctx.Values.image.tag | default $ctx.Chart.AppVersion -}}
+{{- if $ctx.Values.image.registry -}}
+{{- printf "%s/%s:%s" (trimSuffix "/" $ctx.Values.image.registry) $img.repository (toString $tag) -}}
+{{- else -}}
+{{- printf "%s:%s" $img.repository (toString $tag) -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "disttrain.pullPolicy" -}}
+{{- $ctx := index . 0 -}}
+{{- (index . 1).pullPolicy | default $ctx.Values.image.pullPolicy -}}
+{{- end -}}
+
+{{/* Names of the shared pieces. */}}
+{{- define "disttrain.claimName" -}}
+{{- if .Values.storage.existingClaim -}}
+{{- .Values.storage.existingClaim -}}
+{{- else -}}
+{{- include "disttrain.componentName" (list . "workdir") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* PersistentVolumes are cluster-scoped: the namespace is part of the name. */}}
+{{- define "disttrain.pvName" -}}
+{{- printf "%s-%s-workdir" (include "disttrain.fullname" .) .Release.Namespace | trunc 253 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "disttrain.trainerServiceName" -}}
+{{- include "disttrain.componentName" (list . "workers") -}}
+{{- end -}}
+
+{{- define "disttrain.serverName" -}}
+{{- include "disttrain.componentName" (list . "server") -}}
+{{- end -}}
+
+{{- define "disttrain.nfsServerName" -}}
+{{- include "disttrain.componentName" (list . "nfs") -}}
+{{- end -}}
+
+{{/* This revision's working directory on the shared volume. */}}
+{{- define "disttrain.workdir" -}}
+{{- printf "%s/run-%d" (trimSuffix "/" .Values.storage.mountPath) (int .Release.Revision) -}}
+{{- end -}}
+
+{{/* Cache of downloaded samples: shared by all runs. */}}
+{{- define "disttrain.cacheDir" -}}
+{{- printf "%s/.cache" (trimSuffix "/" .Values.storage.mountPath) -}}
+{{- end -}}
+
+{{/*
+Checks the schema cannot express with a clear message (and repeats the
+important ones, for `--skip-schema-validation`). Included by every template
+that depends on the storage choice.
+*/}}
+{{- define "disttrain.validate" -}}
+{{- $s := .Values.storage -}}
+{{- $sources := 0 -}}
+{{- if $s.existingClaim }}{{ $sources = add1 $sources }}{{ end -}}
+{{- if $s.nfs.server }}{{ $sources = add1 $sources }}{{ end -}}
+{{- if .Values.nfsServer.enabled }}{{ $sources = add1 $sources }}{{ end -}}
+{{- if and (eq (int $sources) 0) (not $s.storageClass) -}}
+{{- fail "disttrain: no storage configured for the shared workdir: set one of storage.storageClass (an RWX class, or \"-\" for no class), storage.existingClaim, storage.nfs.server or nfsServer.enabled=true" -}}
+{{- end -}}
+{{- if gt (int $sources) 1 -}}
+{{- fail "disttrain: choose one shared volume: storage.existingClaim, storage.nfs.server and nfsServer.enabled exclude each other" -}}
+{{- end -}}
+{{- if lt (int .Values.workers) 1 -}}
+{{- fail (printf "disttrain: workers must be >= 1, got %v" .Values.workers) -}}
+{{- end -}}
+{{- if and (ne $s.accessMode "ReadWriteMany") (gt (int .Values.workers) 1) -}}
+{{- fail (printf "disttrain: storage.accessMode %s cannot be shared by %d workers on different nodes: use ReadWriteMany (or workers=1)" $s.accessMode (int .Values.workers)) -}}
+{{- end -}}
+{{- if not (has .Values.strategy (list "average" "multiworker")) -}}
+{{- fail (printf "disttrain: unknown strategy %q: use average or multiworker" .Values.strategy) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Pod-level settings every disttrain pod shares. */}}
+{{- define "disttrain.podCommon" -}}
+serviceAccountName: {{ include "disttrain.serviceAccountName" . }}
+automountServiceAccountToken: false
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+
+{{/* Scheduling of a stage's pods: (list $ .Values.copier). */}}
+{{- define "disttrain.scheduling" -}}
+{{- $ctx := index . 0 -}}
+{{- $stage := index . 1 -}}
+{{- with ($stage.nodeSelector | default $ctx.Values.nodeSelector) }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($stage.tolerations | default $ctx.Values.tolerations) }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($stage.affinity | default $ctx.Values.affinity) }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Volumes every disttrain pod mounts: the shared workdir and a scratch /tmp. */}}
+{{- define "disttrain.volumes" -}}
+- name: workdir
+  persistentVolumeClaim:
+    claimName: {{ include "disttrain.claimName" . }}
+- name: tmp
+  emptyDir:
+    sizeLimit: {{ .Values.tmpSizeLimit }}
+{{- end -}}
+
+{{- define "disttrain.volumeMounts" -}}
+- name: workdir
+  mountPath: {{ .Values.storage.mountPath }}
+- name: tmp
+  mountPath: /tmp
+{{- end -}}
+
+{{/* Environment of every disttrain container (read-only root: everything writable is /tmp or the workdir). */}}
+{{- define "disttrain.env" -}}
+- name: HOME
+  value: /tmp
+- name: MPLCONFIGDIR
+  value: /tmp
+- name: PYTHONUNBUFFERED
+  value: "1"
+- name: DISTTRAIN_WORKDIR
+  value: {{ include "disttrain.workdir" . | quote }}
+- name: DISTTRAIN_CACHE
+  value: {{ include "disttrain.cacheDir" . | quote }}
+{{- end -}}
+
+{{/*
+An init container that waits for marker files on the shared volume, with the
+component's own image and its python (no shell or busybox needed):
+(list $ "name" .Values.trainer.image timeoutSeconds "what" (list paths...)).
+Exits 0 once every path exists, 3 on timeout (like the stages' StageTimeout).
+*/}}
+{{- define "disttrain.waitContainer" -}}
+{{- $ctx := index . 0 -}}
+{{- $image := index . 2 -}}
+- name: {{ index . 1 }}
+  image: {{ include "disttrain.image" (list $ctx $image) | quote }}
+  imagePullPolicy: {{ include "disttrain.pullPolicy" (list $ctx $image) }}
+  command:
+    - python
+    - -c
+    - |
+      import os, sys, time
+      timeout, poll, what = float(sys.argv[1]), float(sys.argv[2]), sys.argv[3]
+      paths = sys.argv[4:]
+      deadline = time.monotonic() + timeout
+      print(f"waiting up to {timeout:g}s for {what}: {len(paths)} marker(s), e.g. {paths[0]}", flush=True)
+      while True:
+          missing = [p for p in paths if not os.path.exists(p)]
+          if not missing:
+              print(f"{what}: ready", flush=True)
+              sys.exit(0)
+          if time.monotonic() >= deadline:
+              print(f"timed out after {timeout:g}s waiting for {what}; still missing: {', '.join(missing)}", file=sys.stderr, flush=True)
+              sys.exit(3)
+          time.sleep(max(0.0, min(poll, deadline - time.monotonic())))
+    - {{ index . 3 | int | toString | quote }}
+    - {{ $ctx.Values.waitContainer.pollSeconds | toString | quote }}
+    - {{ index . 4 | quote }}
+    {{- range (index . 5) }}
+    - {{ . | quote }}
+    {{- end }}
+  env:
+    {{- include "disttrain.env" $ctx | nindent 4 }}
+  securityContext:
+    {{- toYaml $ctx.Values.containerSecurityContext | nindent 4 }}
+  resources:
+    {{- toYaml $ctx.Values.waitContainer.resources | nindent 4 }}
+  volumeMounts:
+    {{- include "disttrain.volumeMounts" $ctx | nindent 4 }}
+{{- end -}}
+
+{{/* Marker paths (contract: disttrain_contract/layout.py). */}}
+{{- define "disttrain.dataMarker" -}}
+{{- printf "%s/data/_SUCCESS" (include "disttrain.workdir" .) -}}
+{{- end -}}
+
+{{- define "disttrain.finalMarker" -}}
+{{- printf "%s/final/_SUCCESS" (include "disttrain.workdir" .) -}}
+{{- end -}}
+
+{{- define "disttrain.workerMarkers" -}}
+{{- $wd := include "disttrain.workdir" . -}}
+{{- range $i := until (int .Values.workers) }}
+- {{ printf "%s/train/worker-%05d/_SUCCESS" $wd $i }}
+{{- end }}
+{{- end -}}
