@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Build the disttrain images (`make images`): disttrain-<component>:<tag> for each component.
+#
+#   docker/build-images.sh [component ...]        # default: copier trainer aggregator server
+#
+# Env:
+#   DISTTRAIN_IMAGE_TAG   tag of the images (default latest)
+#   DISTTRAIN_IMAGE_MODE  online | local | auto (default auto)
+#     online: plain `docker build` of components/<name>/Dockerfile (base python:3.11-slim from
+#             the registry, dependencies from PyPI inside the build): what a user does.
+#     local:  no registry, no PyPI inside the build: the base image is made with debootstrap
+#             (docker/make-base-image.sh), the wheels are downloaded on the host into
+#             build/wheels (docker/download-wheels.sh) and installed with --no-index.
+#     auto:   online if python:3.11-slim is present or can be pulled, else local.
+#   DISTTRAIN_BASE_IMAGE  base image of the local mode (default disttrain-base:bookworm)
+# Logs go to build/logs/<component>.log. Both modes use the same Dockerfiles.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+TAG=${DISTTRAIN_IMAGE_TAG:-latest}
+MODE=${DISTTRAIN_IMAGE_MODE:-auto}
+ONLINE_BASE=python:3.11-slim
+components=("$@")
+[ ${#components[@]} -gt 0 ] || components=(copier trainer aggregator server)
+
+if [ "$MODE" = auto ]; then
+    if docker image inspect "$ONLINE_BASE" >/dev/null 2>&1 || timeout 60 docker pull -q "$ONLINE_BASE" >/dev/null 2>&1; then
+        MODE=online
+    else
+        MODE=local
+    fi
+fi
+
+build_args=()
+case "$MODE" in
+    online) ;;
+    local)
+        export DISTTRAIN_BASE_IMAGE=${DISTTRAIN_BASE_IMAGE:-disttrain-base:bookworm}
+        docker/make-base-image.sh
+        docker/download-wheels.sh
+        # --network none: the local build needs no network at all.
+        build_args=(--network none --build-arg "BASE_IMAGE=$DISTTRAIN_BASE_IMAGE"
+                    --build-arg "PIP_INSTALL_ARGS=--no-index --find-links /tmp/wheels")
+        ;;
+    *) echo "DISTTRAIN_IMAGE_MODE must be online, local or auto, not '$MODE'" >&2; exit 2 ;;
+esac
+
+mkdir -p build/logs
+for c in "${components[@]}"; do
+    [ -f "components/$c/Dockerfile" ] || { echo "no components/$c/Dockerfile" >&2; exit 2; }
+    start=$SECONDS
+    printf 'building disttrain-%s:%s (%s) ... ' "$c" "$TAG" "$MODE"
+    if ! docker build "${build_args[@]}" -f "components/$c/Dockerfile" -t "disttrain-$c:$TAG" . > "build/logs/$c.log" 2>&1; then
+        echo "FAILED"; tail -n 40 "build/logs/$c.log" >&2
+        echo "(full log: build/logs/$c.log)" >&2
+        exit 1
+    fi
+    echo "done in $((SECONDS - start))s"
+done
+docker image ls --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E "^disttrain-($(IFS='|'; echo "${components[*]}")):$TAG\b" || true

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Make `docker` usable on this machine (used by `make test-images` and CI):
+# installs Debian's docker.io and debootstrap when missing, and starts dockerd in the
+# background when no daemon answers, then waits until `docker info` works.
+#
+# Env: DOCKERD_LOG (default /tmp/disttrain-dockerd.log), DOCKERD_WAIT seconds (default 90).
+# The daemon is started with --bridge=none: the images are built with --network none and
+# the containers run with --network none or host, so no bridge network is needed.
+set -euo pipefail
+LOG=${DOCKERD_LOG:-/tmp/disttrain-dockerd.log}
+WAIT=${DOCKERD_WAIT:-90}
+
+missing=()
+command -v dockerd >/dev/null || missing+=(docker.io)
+command -v debootstrap >/dev/null || missing+=(debootstrap)
+if [ ${#missing[@]} -gt 0 ]; then
+    [ "$(id -u)" = 0 ] || { echo "need root to install ${missing[*]}" >&2; exit 1; }
+    echo "installing ${missing[*]} ..."
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -q >/dev/null
+    apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+
+if docker info >/dev/null 2>&1; then
+    exit 0
+fi
+[ "$(id -u)" = 0 ] || { echo "no docker daemon answers and only root can start one" >&2; exit 1; }
+echo "starting dockerd (log: $LOG) ..."
+nohup dockerd --bridge=none >"$LOG" 2>&1 </dev/null &
+for _ in $(seq "$WAIT"); do
+    if docker info >/dev/null 2>&1; then
+        echo "dockerd is up"
+        exit 0
+    fi
+    sleep 1
+done
+echo "dockerd did not come up within ${WAIT}s; its log:" >&2
+tail -n 30 "$LOG" >&2
+exit 1

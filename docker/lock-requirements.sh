@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Regenerate docker/requirements/<component>.txt: the full, exactly pinned dependency set of
+# each image (transitive dependencies included), resolved for Linux x86_64 / CPython 3.11.
+#
+#   docker/lock-requirements.sh [component ...]     # default: copier trainer aggregator server
+#
+# The direct dependencies are the component's pyproject.toml `dependencies` with the pins of
+# the root requirements.txt (docker/locks.py). Run it after changing requirements.txt or a
+# component's dependencies; tests/images/test_locks.py fails while a lock disagrees.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+components=("$@")
+[ ${#components[@]} -gt 0 ] || components=(copier trainer aggregator server)
+# Wheels that run on glibc 2.36 (Debian bookworm, the base images' libc) on x86_64.
+platforms=(--platform linux_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux2010_x86_64)
+for i in $(seq 5 36); do platforms+=(--platform "manylinux_2_${i}_x86_64"); done
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+for c in "${components[@]}"; do
+    "$PY" docker/locks.py direct "$c" > "$tmp/$c.in"
+    echo "resolving $c ..." >&2
+    "$PY" -m pip install --quiet --dry-run --ignore-installed --only-binary=:all: "${platforms[@]}" \
+        --python-version 3.11 --implementation cp --abi cp311 --target "$tmp/t" \
+        --report "$tmp/$c.json" -r "$tmp/$c.in" >&2
+    "$PY" docker/locks.py write "$c" "$tmp/$c.json"
+    echo "  docker/requirements/$c.txt: $(grep -vc '^#' "docker/requirements/$c.txt") packages" >&2
+done
