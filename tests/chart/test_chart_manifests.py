@@ -1,0 +1,508 @@
+"""The rendered manifests: valid Kubernetes objects for 1.29..1.35, and what the values promise."""
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from chartlib import (
+    KUBE_VERSIONS,
+    NAMESPACE,
+    OLD_KUBE_VERSIONS,
+    RELEASE,
+    VARIANTS,
+    arg,
+    containers,
+    find,
+    is_nfs_server,
+    load_values,
+    main_container,
+    one,
+    pod_spec,
+    render,
+    stage_of,
+    workloads,
+)
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)")
+
+STAGES = ("copier", "trainer", "aggregator", "server")
+
+
+# ------------------------------------------------------------------ validity
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS + OLD_KUBE_VERSIONS)
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_manifests_validate_strictly(variant, kube):
+    docs = render(variant, kube_version=kube)
+    assert docs
+    for doc in docs:
+        try:
+            kubernetes_validate.validate(doc, kube, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{variant} @ {kube}: {doc['kind']}/{doc['metadata']['name']}: {err.message} at {list(err.path)}")
+
+
+def test_validator_is_strict_enough_to_catch_a_field_from_the_future(tmp_path):
+    """Sanity check of the validator itself: the 1.29 trainer Job does not fit 1.27 (no backoffLimitPerIndex there)."""
+    job = one(render(kube_version="1.29.0"), "Job", "trainer")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, "1.27.0", strict=True)
+    bad = dict(job, spec=dict(job["spec"], completionz=3))
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(bad, "1.29.0", strict=True)
+
+
+def test_kubernetes_validate_cli_accepts_the_default_rendering(tmp_path):
+    path = tmp_path / "manifests.yaml"
+    from chartlib import _render
+
+    path.write_text(_render("defaults", (), "1.29.0", None, ()))
+    out = subprocess.run(
+        [sys.executable, "-m", "kubernetes_validate", "--strict", "--kubernetes-version", "1.29.0", "--quiet", str(path)],
+        capture_output=True, text=True,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+# -------------------------------------------------------------- the trainers
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_workers_reach_completions_parallelism_shards_and_markers(variant):
+    docs = render(variant)
+    workers = load_values(variant)["workers"]
+    job = one(docs, "Job", "trainer")
+    assert job["spec"]["completionMode"] == "Indexed"
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == workers
+    trainer = main_container(docs, "trainer")
+    assert arg(trainer, "--workers") == str(workers)
+    assert "--worker-index" not in trainer["args"]  # from $JOB_COMPLETION_INDEX
+    assert arg(main_container(docs, "copier"), "--n-shards") == str(workers)
+    assert arg(main_container(docs, "aggregator"), "--expect") == str(workers)
+    aggregator = one(docs, "Job", "aggregator")
+    (wait,) = pod_spec(aggregator)["initContainers"]
+    markers = [a for a in wait["command"] if a.endswith("/_SUCCESS")]
+    assert markers == [f"/workdir/run-1/train/worker-{i:05d}/_SUCCESS" for i in range(workers)]
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_headless_service_gives_workers_their_tf_config_names(variant):
+    docs = render(variant)
+    job = one(docs, "Job", "trainer")
+    services = [s for s in find(docs, "Service") if s["spec"].get("clusterIP") == "None"]
+    assert len(services) == 1
+    service = services[0]
+    spec = pod_spec(job)
+    # worker i is <job>-<i>.<service>: hostname <job>-<i> (Indexed Job) + subdomain <service>
+    assert spec["subdomain"] == service["metadata"]["name"]
+    trainer = main_container(docs, "trainer")
+    assert arg(trainer, "--job") == job["metadata"]["name"]
+    assert arg(trainer, "--service") == service["metadata"]["name"]
+    assert arg(trainer, "--port") == str(service["spec"]["ports"][0]["port"])
+    assert service["spec"]["publishNotReadyAddresses"] is True
+    selector = service["spec"]["selector"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= labels.items()
+    workers = load_values(variant)["workers"]
+    assert len(f"{job['metadata']['name']}-{workers - 1}") <= 63  # a pod hostname is a DNS label
+
+
+def test_long_names_keep_hostnames_within_63_characters():
+    docs = render(sets=("fullnameOverride=" + "x" * 70, "workers=1000"))
+    for doc in docs:
+        assert len(doc["metadata"]["name"]) <= (253 if doc["kind"] == "PersistentVolume" else 63), doc["metadata"]["name"]
+    job = one(docs, "Job", "trainer")
+    assert len(f"{job['metadata']['name']}-999") <= 63
+
+
+@pytest.mark.parametrize(
+    "sets, strategy, epochs, batch",
+    [
+        ((), "average", "5", "64"),
+        (("strategy=multiworker", "epochs=3", "batch=100"), "multiworker", "3", "100"),
+        (("epochs=12", "batch=7", "learningRate=0.0003"), "average", "12", "7"),
+    ],
+)
+def test_epochs_batch_strategy_reach_the_trainer(sets, strategy, epochs, batch):
+    trainer = main_container(render(sets=sets), "trainer")
+    assert arg(trainer, "--strategy") == strategy
+    assert arg(trainer, "--epochs") == epochs
+    assert arg(trainer, "--batch") == batch
+    if "learningRate=0.0003" in sets:
+        assert float(arg(trainer, "--learning-rate")) == 0.0003
+
+
+def test_multiworker_opens_the_collective_port_and_the_policy_guards_it():
+    docs = render("multiworker")
+    trainer = main_container(docs, "trainer")
+    assert trainer["ports"] == [{"name": "collective", "containerPort": 12345, "protocol": "TCP"}]
+    policy = one(docs, "NetworkPolicy")
+    job = one(docs, "Job", "trainer")
+    trainer_labels = job["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= trainer_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    (rule,) = policy["spec"]["ingress"]
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"}  # only pods of this namespace, and only trainers
+    assert peer["podSelector"]["matchLabels"].items() <= trainer_labels.items()
+    for other in ("copier", "aggregator"):
+        labels = one(docs, "Job", other)["spec"]["template"]["metadata"]["labels"]
+        assert not peer["podSelector"]["matchLabels"].items() <= labels.items()
+    assert rule["ports"] == [{"protocol": "TCP", "port": 12345}]
+
+
+def test_network_policy_can_be_disabled():
+    assert not find(render(sets=("networkPolicy.enabled=false",)), "NetworkPolicy")
+
+
+@pytest.mark.parametrize("kube", ["1.29.0", "1.33.0", "1.35.0"])
+def test_trainer_failure_handling_on_new_clusters(kube):
+    spec = one(render(kube_version=kube), "Job", "trainer")["spec"]
+    assert spec["backoffLimitPerIndex"] == 3
+    assert spec["maxFailedIndexes"] == 0
+    assert spec["podReplacementPolicy"] == "Failed"
+    assert "backoffLimit" not in spec
+    rules = spec["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert rules[1]["action"] == "FailJob" and rules[1]["onExitCodes"]["values"] == [2]
+    assert pod_spec({"kind": "Job", "spec": spec})["restartPolicy"] == "Never"  # required by both features
+    assert spec["activeDeadlineSeconds"] == 86400
+
+
+@pytest.mark.parametrize("kube, failure_policy", [("1.25.0", False), ("1.26.0", True), ("1.28.0", True)])
+def test_trainer_failure_handling_on_older_clusters(kube, failure_policy):
+    spec = one(render(kube_version=kube), "Job", "trainer")["spec"]
+    assert "backoffLimitPerIndex" not in spec and "podReplacementPolicy" not in spec and "maxFailedIndexes" not in spec
+    assert spec["backoffLimit"] == 6
+    assert ("podFailurePolicy" in spec) == failure_policy
+
+
+def test_job_deadlines_and_ttl_come_from_values():
+    docs = render("external-nfs", sets=("trainer.activeDeadlineSeconds=1234", "copier.activeDeadlineSeconds=99"))
+    assert one(docs, "Job", "trainer")["spec"]["activeDeadlineSeconds"] == 1234
+    assert one(docs, "Job", "copier")["spec"]["activeDeadlineSeconds"] == 99
+    for stage in ("copier", "trainer", "aggregator"):
+        assert one(docs, "Job", stage)["spec"]["ttlSecondsAfterFinished"] == 3600
+    for job in find(render(), "Job"):
+        assert "ttlSecondsAfterFinished" not in job["spec"]  # null = keep
+
+
+def test_workers_prefer_different_nodes():
+    spec = pod_spec(one(render("eight-workers"), "Job", "trainer"))
+    (term,) = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+    assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
+    assert term["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "trainer"
+    assert "affinity" not in pod_spec(one(render("one-worker"), "Job", "trainer"))
+    off = pod_spec(one(render(sets=("trainer.spreadWorkers=false",)), "Job", "trainer"))
+    assert "affinity" not in off
+
+
+def test_user_affinity_is_kept_and_spread_added():
+    docs = render(sets=("affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=gpu",
+                        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists"))
+    trainer = pod_spec(one(docs, "Job", "trainer"))["affinity"]
+    assert "nodeAffinity" in trainer and "podAntiAffinity" in trainer
+    copier = pod_spec(one(docs, "Job", "copier"))["affinity"]
+    assert "nodeAffinity" in copier and "podAntiAffinity" not in copier
+
+
+# -------------------------------------------------------------- ordering and runs
+
+
+def test_every_stage_waits_for_the_previous_marker_of_this_run():
+    docs = render()
+    waits = {}
+    for doc in workloads(docs):
+        for c in pod_spec(doc).get("initContainers", []):
+            waits[stage_of(doc)] = [a for a in c["command"] if a.endswith("_SUCCESS")]
+            assert c["command"][:2] == ["python", "-c"]
+            assert c["image"] == next(x["image"] for x in pod_spec(doc)["containers"])  # the stage's own image
+    assert waits == {
+        "trainer": ["/workdir/run-1/data/_SUCCESS"],
+        "aggregator": ["/workdir/run-1/train/worker-00000/_SUCCESS", "/workdir/run-1/train/worker-00001/_SUCCESS"],
+        "server": ["/workdir/run-1/final/_SUCCESS"],
+    }
+    assert "initContainers" not in pod_spec(one(docs, "Job", "copier"))
+
+
+def test_wait_timeouts_come_from_values():
+    docs = render(sets=("trainer.waitTimeoutSeconds=111", "aggregator.waitTimeoutSeconds=222", "server.waitTimeoutSeconds=333"))
+    got = {}
+    for doc in workloads(docs):
+        for c in pod_spec(doc).get("initContainers", []):
+            got[stage_of(doc)] = c["command"][3]
+    assert got == {"trainer": "111", "aggregator": "222", "server": "333"}
+    assert arg(main_container(docs, "trainer"), "--wait-timeout") == "111"
+    assert arg(main_container(docs, "aggregator"), "--timeout") == "222"
+
+
+def test_jobs_and_workdir_carry_the_revision():
+    docs = render()
+    for stage in ("copier", "trainer", "aggregator"):
+        job = one(docs, "Job", stage)
+        assert job["metadata"]["name"] == f"{RELEASE}-disttrain-{stage}-r1"
+        assert job["spec"]["template"]["metadata"]["labels"]["disttrain.io/run"] == "r1"
+    for stage in STAGES:
+        c = main_container(docs, stage)
+        assert arg(c, "--workdir") == "/workdir/run-1"
+        assert {"name": "DISTTRAIN_WORKDIR", "value": "/workdir/run-1"} in c["env"]
+    assert arg(main_container(docs, "copier"), "--cache-dir") == "/workdir/.cache"  # shared by all runs
+    assert arg(main_container(docs, "server"), "--model") == "/workdir/run-1/final/model.keras"
+    assert arg(main_container(docs, "aggregator"), "--savefile") == "/workdir/run-1/final/model.keras"
+    deployment = one(docs, "Deployment", "server")
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0  # the old model serves until the new is ready
+
+
+# -------------------------------------------------------------------- storage
+
+
+def claim_of(docs):
+    names = set()
+    for doc in workloads(docs):
+        if is_nfs_server(doc):
+            continue
+        for v in pod_spec(doc)["volumes"]:
+            if "persistentVolumeClaim" in v:
+                names.add(v["persistentVolumeClaim"]["claimName"])
+    (name,) = names
+    return name
+
+
+def test_storage_class_reaches_the_claim():
+    docs = render(sets=("storage.size=33Gi",))
+    pvc = one(docs, "PersistentVolumeClaim")
+    assert pvc["spec"]["storageClassName"] == "nfs-client"
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "33Gi"
+    assert claim_of(docs) == pvc["metadata"]["name"]
+    assert not find(docs, "PersistentVolume")
+
+
+def test_dash_storage_class_means_no_class():
+    pvc = one(render("no-class"), "PersistentVolumeClaim")
+    assert pvc["spec"]["storageClassName"] == ""
+    assert pvc["spec"]["resources"]["requests"]["storage"] == "5Gi"
+
+
+def test_one_worker_may_use_read_write_once():
+    pvc = one(render("one-worker"), "PersistentVolumeClaim")
+    assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert pvc["spec"]["storageClassName"] == "standard"
+
+
+def test_existing_claim_is_used_and_nothing_is_created():
+    docs = render("existing-claim")
+    assert not find(docs, "PersistentVolumeClaim") and not find(docs, "PersistentVolume")
+    assert claim_of(docs) == "my-shared-claim"
+
+
+def test_external_nfs_makes_a_static_volume_bound_to_the_claim():
+    docs = render("external-nfs", sets=("storage.size=7Gi",))
+    pv = one(docs, "PersistentVolume")
+    pvc = one(docs, "PersistentVolumeClaim")
+    assert pv["spec"]["nfs"] == {"server": "10.0.0.5", "path": "/exports/disttrain"}
+    assert pv["spec"]["mountOptions"] == ["nfsvers=4.1", "hard"]
+    assert pv["spec"]["capacity"]["storage"] == pvc["spec"]["resources"]["requests"]["storage"] == "7Gi"
+    assert pv["spec"]["accessModes"] == pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pv["spec"]["storageClassName"] == pvc["spec"]["storageClassName"] == ""
+    assert pvc["spec"]["volumeName"] == pv["metadata"]["name"]
+    assert pv["spec"]["claimRef"] == {"namespace": NAMESPACE, "name": pvc["metadata"]["name"]}
+    assert NAMESPACE in pv["metadata"]["name"]  # cluster-scoped: unique per namespace
+    assert claim_of(docs) == pvc["metadata"]["name"]
+    assert not [d for d in docs if is_nfs_server(d)]
+
+
+def test_in_chart_nfs_server_is_off_by_default():
+    for variant in VARIANTS:
+        if variant != "nfs-server":
+            assert not [d for d in render(variant) if is_nfs_server(d)], variant
+
+
+def test_in_chart_nfs_server_backs_the_volume():
+    docs = render("nfs-server")
+    deployment = one([d for d in docs if is_nfs_server(d)], "Deployment")
+    service = one([d for d in docs if is_nfs_server(d)], "Service")
+    pv = one(docs, "PersistentVolume")
+    assert pv["spec"]["nfs"] == {"server": "10.96.200.10", "path": "/"}
+    assert service["spec"]["clusterIP"] == "10.96.200.10"
+    assert {p["port"] for p in service["spec"]["ports"]} == {2049, 20048, 111}
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    (server,) = pod_spec(deployment)["containers"]
+    assert server["securityContext"] == {"privileged": True}
+    export = one(docs, "PersistentVolumeClaim", "nfs-export")
+    assert export["spec"]["accessModes"] == ["ReadWriteOnce"]
+    # without a fixed ClusterIP the nodes mount it by its cluster DNS name
+    pv = one(render("nfs-server", sets=("nfsServer.service.clusterIP=",)), "PersistentVolume")
+    assert pv["spec"]["nfs"]["server"] == f"{RELEASE}-disttrain-nfs.{NAMESPACE}.svc.cluster.local"
+
+
+# -------------------------------------------------------------------- security
+
+
+HARDENED = {
+    "runAsNonRoot": True,
+    "readOnlyRootFilesystem": True,
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_container_is_hardened_and_bounded(variant):
+    docs = render(variant)
+    seen = set()
+    for doc in workloads(docs):
+        spec = pod_spec(doc)
+        assert spec["automountServiceAccountToken"] is False, doc["metadata"]["name"]
+        if is_nfs_server(doc):
+            continue  # the opted-in privileged pod, checked below
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] == 10001
+        assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+        for c in containers(spec):
+            where = f"{doc['kind']}/{doc['metadata']['name']}/{c['name']}"
+            seen.add(c["name"])
+            for key, value in HARDENED.items():
+                assert c["securityContext"].get(key) == value, f"{where}: securityContext.{key}"
+            assert c["securityContext"].get("privileged") is not True, where
+            for kind in ("requests", "limits"):
+                assert {"cpu", "memory"} <= set(c["resources"].get(kind, {})), f"{where}: resources.{kind}"
+            mounts = {m["mountPath"]: m["name"] for m in c["volumeMounts"]}
+            assert mounts.get("/tmp") == "tmp", where
+            env = {e["name"]: e.get("value") for e in c.get("env", [])}
+            assert env.get("HOME") == "/tmp" and env.get("MPLCONFIGDIR") == "/tmp", where
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        assert "emptyDir" in volumes["tmp"]
+    assert {"copier", "trainer", "aggregator", "server", "test", "wait-for-copier", "wait-for-trainers", "wait-for-model"} <= seen
+
+
+def test_only_the_nfs_server_is_privileged_and_it_says_so():
+    docs = render("nfs-server")
+    privileged = [
+        (doc["metadata"]["name"], c["name"])
+        for doc in workloads(docs)
+        for c in containers(pod_spec(doc))
+        if c.get("securityContext", {}).get("privileged")
+    ]
+    assert privileged == [(f"{RELEASE}-disttrain-nfs", "nfs-server")]
+    values = (pod_spec.__globals__["CHART"] / "values.yaml").read_text()
+    assert "ONLY privileged pod" in values
+    assert "PRIVILEGED" in (pod_spec.__globals__["CHART"] / "templates" / "NOTES.txt").read_text()
+
+
+def test_service_account_mounts_no_token():
+    docs = render()
+    sa = one(docs, "ServiceAccount")
+    assert sa["automountServiceAccountToken"] is False
+    for doc in workloads(docs):
+        assert pod_spec(doc)["serviceAccountName"] == sa["metadata"]["name"]
+
+
+def test_resources_per_stage_come_from_values():
+    docs = render(sets=("trainer.resources.limits.memory=9Gi", "copier.resources.requests.cpu=3", "server.resources.limits.cpu=5"))
+    assert main_container(docs, "trainer")["resources"]["limits"]["memory"] == "9Gi"
+    assert main_container(docs, "copier")["resources"]["requests"]["cpu"] == 3
+    assert main_container(docs, "server")["resources"]["limits"]["cpu"] == 5
+
+
+# -------------------------------------------------------------------- server
+
+
+@pytest.mark.parametrize(
+    "variant, kind",
+    [("defaults", "LoadBalancer"), ("multiworker", "ClusterIP"), ("existing-claim", "NodePort"), ("no-class", "LoadBalancer")],
+)
+def test_server_service_type_follows_values(variant, kind):
+    docs = render(variant)
+    service = one(docs, "Service", "server")
+    assert service["spec"]["type"] == kind
+    deployment = one(docs, "Deployment", "server")
+    assert service["spec"]["selector"].items() <= deployment["spec"]["template"]["metadata"]["labels"].items()
+    port = service["spec"]["ports"][0]
+    assert port["targetPort"] == "http"
+    if variant == "existing-claim":
+        assert port["nodePort"] == 30080
+    if variant == "no-class":
+        assert service["spec"]["loadBalancerSourceRanges"] == ["203.0.113.0/24"]
+    else:
+        assert "loadBalancerSourceRanges" not in service["spec"]
+
+
+def test_server_probes_and_args():
+    docs = render(sets=("server.modelName=imdb", "server.port=9000"))
+    server = main_container(docs, "server")
+    assert server["readinessProbe"]["httpGet"]["path"] == "/readyz"
+    assert server["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert server["ports"][0]["containerPort"] == 9000
+    assert arg(server, "--port") == "9000" and arg(server, "--host") == "0.0.0.0"
+    assert arg(server, "--model-name") == "imdb"
+
+
+def test_helm_test_pod_checks_readyz_and_predict_on_the_service():
+    docs = render(sets=("server.modelName=imdb", "server.service.port=8081"))
+    pod = one(docs, "Pod")
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    (c,) = pod_spec(pod)["containers"]
+    assert c["image"] == main_container(docs, "server")["image"]
+    script, url, name = c["command"][2], c["command"][3], c["command"][4]
+    assert "/readyz" in script and ":predict" in script
+    service = one(docs, "Service", "server")
+    assert url == f"http://{service['metadata']['name']}.{NAMESPACE}:8081"
+    assert name == "imdb"
+    assert not find(render(sets=("tests.enabled=false",)), "Pod")
+
+
+# -------------------------------------------------------------------- images, labels
+
+
+def test_images_default_to_app_version_under_the_registry():
+    import yaml
+
+    app_version = yaml.safe_load((pod_spec.__globals__["CHART"] / "Chart.yaml").read_text())["appVersion"]
+    docs = render()
+    for stage in STAGES:
+        assert main_container(docs, stage)["image"] == f"disttrain-{stage}:{app_version}"
+        assert main_container(docs, stage)["imagePullPolicy"] == "IfNotPresent"
+    docs = render("nfs-server", sets=("trainer.image.tag=canary", "server.image.pullPolicy=Always"))
+    assert main_container(docs, "copier")["image"] == "registry.example.com/disttrain/disttrain-copier:1.2.3"
+    assert main_container(docs, "trainer")["image"] == "registry.example.com/disttrain/disttrain-trainer:canary"
+    assert main_container(docs, "server")["imagePullPolicy"] == "Always"
+    for doc in workloads(docs):
+        if not is_nfs_server(doc):
+            assert pod_spec(doc)["imagePullSecrets"] == [{"name": "regcred"}]
+            assert pod_spec(doc)["nodeSelector"] == {"kubernetes.io/os": "linux"}
+            assert pod_spec(doc)["tolerations"][0]["key"] == "dedicated"
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_resource_has_the_standard_labels(variant):
+    for doc in render(variant):
+        labels = doc["metadata"]["labels"]
+        assert labels["app.kubernetes.io/name"] == "disttrain"
+        assert labels["app.kubernetes.io/instance"] == RELEASE
+        assert labels["app.kubernetes.io/managed-by"] == "Helm"
+        assert re.fullmatch(r"disttrain-\d+\.\d+\.\d+.*", labels["helm.sh/chart"])
+        if doc["kind"] in ("Job", "Deployment", "Pod"):
+            assert labels.get("app.kubernetes.io/component")
+
+
+def test_notes_tell_how_to_follow_read_and_open():
+    from chartlib import CHART, helm
+
+    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x")
+    notes = out.stdout.split("NOTES:", 1)[1]
+    for needle in (
+        "kubectl logs -n ml -f job/dt-disttrain-copier-r1",
+        "job-name=dt-disttrain-trainer-r1",
+        "kubectl logs -n ml -f job/dt-disttrain-aggregator-r1",
+        "/workdir/run-1/final/report.json",
+        "/report",
+        "kubectl port-forward -n ml svc/dt-disttrain-server",
+        "loadBalancer.ingress",
+        "helm test",
+    ):
+        assert needle in notes, needle
