@@ -20,7 +20,7 @@ import time
 
 import numpy as np
 
-from disttrain_contract import ContractError, Workdir, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, write_marker
+from disttrain_contract import ContractError, StageTimeout, Workdir, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, write_marker
 from disttrain_contract.artifact import load_model, save_model
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.layout import marker_path, worker_dirname
@@ -82,7 +82,7 @@ def wait_for_workers(train_dir, expect, timeout):
             return [read_marker(d) for d in dirs], dirs
         if time.monotonic() >= deadline:
             names = ", ".join(marker_path(d) for d in missing)
-            raise ContractError(
+            raise StageTimeout(
                 f"timed out after {timeout:g}s: {len(missing)} of {expect} workers did not finish (missing {names})"
             )
         if not announced:

@@ -1,0 +1,55 @@
+# disttrain: `make demo` runs the whole pipeline on this machine, `make test` runs every test.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+COMPONENTS := contract copier trainer aggregator server
+
+# make demo variables
+TASK ?= movie-reviews
+WORKERS ?= 2
+EPOCHS ?= 5
+BATCH ?= 64
+STRATEGY ?= average
+PORT ?= 8080
+WORKDIR ?= workdir/demo
+
+.PHONY: help venv demo pipeline test test-fast browser-deps clean
+
+help:
+	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
+	@echo "              variables: TASK=movie-reviews|digits WORKERS=2 EPOCHS=5 BATCH=64 STRATEGY=average|multiworker PORT=8080"
+	@echo "make test     every test (unit, integration, resume, server, browser, chart)"
+	@echo "make clean    remove the virtualenv and working directories"
+
+# The virtualenv is rebuilt when a pin or a component's metadata changes.
+$(BIN)/.installed: requirements.txt requirements-dev.txt $(foreach c,$(COMPONENTS),components/$(c)/pyproject.toml)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -r requirements.txt -r requirements-dev.txt
+	$(BIN)/pip install --quiet --no-deps $(foreach c,$(COMPONENTS),-e components/$(c))
+	touch $@
+
+venv: $(BIN)/.installed
+
+demo: venv
+	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) PORT=$(PORT) \
+	  WORKDIR=$(WORKDIR) BIN=$(BIN) scripts/run-local.sh
+
+# the same as demo without the server (used to measure the README's table)
+pipeline: venv
+	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) \
+	  WORKDIR=$(WORKDIR) BIN=$(BIN) SERVE=0 scripts/run-local.sh
+
+# Debian's Chromium for the browser test (Playwright drives it; never `playwright install`).
+browser-deps:
+	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
+
+test: venv browser-deps
+	$(BIN)/python -m pytest tests -q
+
+test-fast: venv
+	$(BIN)/python -m pytest tests -q -m "not slow"
+
+clean:
+	rm -rf $(VENV) workdir

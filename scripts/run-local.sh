@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Run the whole disttrain pipeline on this machine, one process per stage:
+#   copier -> WORKERS trainer processes -> aggregator -> server (foreground).
+# The same programs the containers run; the "shared volume" is a local folder.
+# Configuration comes from the environment (the Makefile passes its variables).
+set -euo pipefail
+
+TASK=${TASK:-movie-reviews}        # movie-reviews | digits, or set SOURCE directly
+WORKERS=${WORKERS:-2}
+EPOCHS=${EPOCHS:-5}
+BATCH=${BATCH:-64}
+STRATEGY=${STRATEGY:-average}      # average | multiworker
+SEED=${SEED:-42}
+HOST=${HOST:-127.0.0.1}
+PORT=${PORT:-8080}
+WORKDIR=${WORKDIR:-workdir/demo}
+SERVE=${SERVE:-1}                  # 0: stop after the aggregator
+BIN=${BIN:-.venv/bin}
+TRAINER_PORT=${TRAINER_PORT:-23456}  # multiworker: worker i listens on TRAINER_PORT + i
+
+case "$TASK" in
+  movie-reviews) SOURCE=${SOURCE:-sample:movie-reviews} ;;
+  digits)        SOURCE=${SOURCE:-sample:digits} ;;
+  *) [ -n "${SOURCE:-}" ] || { echo "unknown TASK=$TASK (movie-reviews | digits), or set SOURCE=" >&2; exit 2; } ;;
+esac
+
+# A fresh run: old markers must not satisfy this run's stages.
+rm -rf "$WORKDIR/data" "$WORKDIR/train" "$WORKDIR/final"
+mkdir -p "$WORKDIR/logs"
+started=$(date +%s)
+
+echo "== copier: $SOURCE -> $WORKERS shards"
+"$BIN/disttrain-copier" --source "$SOURCE" --n-shards "$WORKERS" --workdir "$WORKDIR"
+
+echo "== trainer: $WORKERS workers, $STRATEGY, $EPOCHS epochs, batch $BATCH (logs in $WORKDIR/logs)"
+pids=()
+for ((i = 0; i < WORKERS; i++)); do
+  # TensorFlow's start-up chatter goes to the log file; our one line per epoch comes through.
+  "$BIN/disttrain-trainer" --workdir "$WORKDIR" --worker-index "$i" --workers "$WORKERS" --epochs "$EPOCHS" \
+    --batch "$BATCH" --strategy "$STRATEGY" --seed "$SEED" --port "$TRAINER_PORT" \
+    > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered "^worker") 2>&1 &
+  pids+=($!)
+done
+for pid in "${pids[@]}"; do
+  wait "$pid" || { echo "a trainer failed; see $WORKDIR/logs" >&2; kill "${pids[@]}" 2>/dev/null || true; exit 1; }
+done
+
+echo "== aggregator"
+"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" 2> "$WORKDIR/logs/aggregator.err"
+echo "pipeline wall time: $(( $(date +%s) - started ))s; report: $WORKDIR/final/report.json, plots: $WORKDIR/final/report.png"
+
+if [ "$SERVE" = 1 ]; then
+  echo "== server: open http://$HOST:$PORT/ (Ctrl-C to stop)"
+  exec "$BIN/disttrain-server" --workdir "$WORKDIR" --host "$HOST" --port "$PORT"
+fi

@@ -1,0 +1,94 @@
+"""The real pipeline, stage by stage in separate processes: copier -> 2 trainers -> aggregator.
+
+Both strategies (multiworker really runs two TensorFlow processes talking over
+loopback), on movie reviews and on digits, compared with one worker trained on
+all the data."""
+
+import json
+import os
+
+import pytest
+
+from stages import run_pipeline, stage
+
+pytestmark = pytest.mark.slow
+
+# source -> (epochs, batch, the accuracy of always predicting the majority class + a clear margin)
+TASKS = {
+    "sample:movie-reviews": (4, 64, 0.58 + 0.10),
+    "sample:digits": (20, 32, 0.10 + 0.70),
+}
+_baselines = {}
+
+
+def baseline(source, tmp_path_factory):
+    """Held-out accuracy of 1 worker on all the training data (computed once per source)."""
+    if source not in _baselines:
+        epochs, batch, _ = TASKS[source]
+        report = run_pipeline(str(tmp_path_factory.mktemp("baseline")), source, 1, "average", epochs, batch)
+        _baselines[source] = report["final"]["test_accuracy"]
+    return _baselines[source]
+
+
+@pytest.mark.parametrize("strategy", ["average", "multiworker"])
+@pytest.mark.parametrize("source", list(TASKS))
+def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strategy):
+    epochs, batch, well_above_chance = TASKS[source]
+    report = run_pipeline(str(tmp_path), source, 2, strategy, epochs, batch)
+    final = report["final"]["test_accuracy"]
+    one_worker = baseline(source, tmp_path_factory)
+    print(f"{source} {strategy}: final {final:.4f}, 1-worker baseline {one_worker:.4f}, "
+          f"workers {[round(w['test_accuracy'], 4) for w in report['workers']]}")
+
+    assert final > well_above_chance
+    assert abs(final - one_worker) <= 0.02, f"final {final:.4f} vs 1-worker {one_worker:.4f}"
+    assert report["strategy"] == strategy and report["epochs"] == epochs
+    manifest = json.load(open(tmp_path / "data" / "manifest.json"))
+    assert report["final"]["examples"] == manifest["train_examples"]
+    assert report["test_examples"] == manifest["test"]["examples"]
+    if strategy == "average":
+        assert [w["examples"] for w in report["workers"]] == [s["examples"] for s in manifest["shards"]]
+    else:  # one synchronised model, written by the chief only
+        assert len(report["workers"]) == 1
+        assert not (tmp_path / "train" / "worker-00001" / "model.keras").exists()
+    for i in range(2):
+        metrics = json.load(open(tmp_path / "train" / f"worker-{i:05d}" / "metrics.json"))
+        assert [m["epoch"] for m in metrics] == list(range(1, epochs + 1))
+        assert metrics[-1]["loss"] < metrics[0]["loss"]
+        assert all(m["examples_per_sec"] > 0 and m["wall_time_sec"] > 0 for m in metrics)
+        assert os.listdir(tmp_path / "train" / f"worker-{i:05d}" / "tensorboard")
+    assert (tmp_path / "final" / "report.png").stat().st_size > 10_000
+    assert (tmp_path / "final" / "_SUCCESS").exists()
+
+
+def test_workers_from_different_seeds_are_refused(tmp_path):
+    stage("copier", "--source", "sample:digits", "--n-shards", "2", "--workdir", tmp_path)
+    for index, seed in ((0, 1), (1, 2)):
+        stage("trainer", "--workdir", tmp_path, "--worker-index", index, "--epochs", 1, "--seed", seed)
+    result = stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 5, check=False)
+    assert result.returncode != 0
+    assert "did not start from the same initial weights" in result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "final" / "model.keras").exists()
+
+
+def test_aggregator_times_out_naming_the_missing_worker(tmp_path):
+    stage("copier", "--source", "sample:digits", "--n-shards", "2", "--workdir", tmp_path)
+    stage("trainer", "--workdir", tmp_path, "--worker-index", 0, "--epochs", 1)
+    result = stage("aggregator", "--workdir", tmp_path, "--timeout", 2, check=False)
+    assert result.returncode == 3
+    assert "1 of 2 workers did not finish" in result.stderr and "worker-00001/_SUCCESS" in result.stderr
+    assert not (tmp_path / "final").exists()
+
+
+def test_trainer_without_a_dataset_times_out_clearly(tmp_path):
+    result = stage("trainer", "--workdir", tmp_path, "--wait-timeout", 1, check=False)
+    assert result.returncode == 3
+    assert "waiting for the copier's dataset" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_trainer_refuses_a_worker_index_without_a_shard(tmp_path):
+    stage("copier", "--source", "sample:digits", "--n-shards", "2", "--workdir", tmp_path)
+    result = stage("trainer", "--workdir", tmp_path, "--worker-index", 2, "--epochs", 1, check=False)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "worker index 2 has no shard" in result.stderr

@@ -1,0 +1,85 @@
+"""kill -9 a trainer mid-training, start it again: it resumes from its last
+checkpoint instead of epoch 0, and the pipeline finishes."""
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from stages import free_port_block, stage, start_stage
+
+pytestmark = pytest.mark.slow
+
+
+def wait_for_epochs(metrics_path, n, proc, timeout=300):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, "the trainer exited before it could be killed"
+        try:
+            if len(json.load(open(metrics_path))) >= n:
+                return
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"{metrics_path} never reached {n} epochs")
+
+
+def epochs_in(metrics_path):
+    return [m["epoch"] for m in json.load(open(metrics_path))]
+
+
+def test_average_worker_killed_mid_training_resumes(tmp_path):
+    epochs = 6
+    stage("copier", "--source", "sample:movie-reviews", "--n-shards", "2", "--workdir", tmp_path)
+    # small batches make an epoch last a few seconds, so the kill lands mid-epoch
+    args = ["--workdir", tmp_path, "--epochs", epochs, "--batch", 8]
+    other = start_stage("trainer", *args, "--worker-index", 1, log=tmp_path / "w1.log")
+    victim = start_stage("trainer", *args, "--worker-index", 0, log=tmp_path / "w0-first.log")
+    metrics = tmp_path / "train" / "worker-00000" / "metrics.json"
+    wait_for_epochs(metrics, 2, victim)
+    time.sleep(0.5)  # into the next epoch
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(timeout=30)
+    done_before = epochs_in(metrics)
+    assert 2 <= len(done_before) < epochs
+
+    restarted = start_stage("trainer", *args, "--worker-index", 0, log=tmp_path / "w0-second.log")
+    assert restarted.wait(timeout=600) == 0 and other.wait(timeout=600) == 0
+    log = open(tmp_path / "w0-second.log").read()
+    assert f"after epoch {len(done_before)}" in log
+    assert f"epochs {len(done_before) + 1}..{epochs}" in log  # finished epochs were not redone
+    assert "epoch 1/" not in log
+    assert epochs_in(metrics) == list(range(1, epochs + 1))
+
+    stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 30)
+    report = json.load(open(tmp_path / "final" / "report.json"))
+    assert report["final"]["test_accuracy"] > 0.68
+    # nothing half-written is left under a final name or as a temporary
+    leftovers = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files if ".tmp-" in f]
+    assert leftovers == []
+
+
+def test_multiworker_group_restarts_from_the_chief_checkpoint(tmp_path):
+    epochs = 5
+    stage("copier", "--source", "sample:movie-reviews", "--n-shards", "2", "--workdir", tmp_path)
+    port = free_port_block(2)
+    args = ["--workdir", tmp_path, "--epochs", epochs, "--batch", 16, "--strategy", "multiworker", "--port", port]
+    group = [start_stage("trainer", *args, "--worker-index", i, log=tmp_path / f"w{i}-first.log") for i in range(2)]
+    metrics = tmp_path / "train" / "worker-00000" / "metrics.json"
+    wait_for_epochs(metrics, 2, group[0])
+    group[1].send_signal(signal.SIGKILL)  # one worker dies: the synchronous group cannot go on
+    assert group[0].wait(timeout=300) != 0  # the survivor fails (UnavailableError) instead of hanging
+    done_before = len(epochs_in(metrics))
+    assert 2 <= done_before < epochs
+
+    port = free_port_block(2)
+    args[-1] = port
+    group = [start_stage("trainer", *args, "--worker-index", i, log=tmp_path / f"w{i}-second.log") for i in range(2)]
+    assert [p.wait(timeout=600) for p in group] == [0, 0]
+    for i in range(2):
+        assert f"after epoch {done_before}" in open(tmp_path / f"w{i}-second.log").read()
+    assert epochs_in(metrics) == list(range(1, epochs + 1))
+    stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 30)
+    assert json.load(open(tmp_path / "final" / "report.json"))["final"]["test_accuracy"] > 0.68

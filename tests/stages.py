@@ -1,0 +1,69 @@
+"""Shared test helpers: run the real stage programs as separate processes."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+BIN = os.path.dirname(sys.executable)  # the venv's console scripts: disttrain-copier, ...
+
+
+def stage(name, *args, check=True, timeout=600, env=None):
+    """Run `disttrain-<name> args...`; return the CompletedProcess (text)."""
+    result = subprocess.run(
+        [os.path.join(BIN, f"disttrain-{name}"), *map(str, args)],
+        capture_output=True, text=True, timeout=timeout, env=env,
+    )
+    if check and result.returncode != 0:
+        raise AssertionError(f"disttrain-{name} {' '.join(map(str, args))} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+    return result
+
+
+def start_stage(name, *args, log=None, env=None):
+    out = open(log, "w") if log else subprocess.DEVNULL
+    return subprocess.Popen([os.path.join(BIN, f"disttrain-{name}"), *map(str, args)], stdout=out, stderr=subprocess.STDOUT, env=env)
+
+
+def free_port_block(n):
+    """A base port such that base..base+n-1 are free on 127.0.0.1 right now."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            base = s.getsockname()[1]
+        if base + n > 65535:
+            continue
+        try:
+            socks = []
+            for p in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", p))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+    raise RuntimeError("no free port block")
+
+
+def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=64, seed=42, extra_trainer_args=()):
+    """copier -> `workers` trainer processes in parallel -> aggregator; returns report.json."""
+    stage("copier", "--source", source, "--n-shards", workers, "--workdir", workdir)
+    port = free_port_block(workers)
+    procs = [
+        start_stage("trainer", "--workdir", workdir, "--worker-index", i, "--workers", workers, "--epochs", epochs,
+                    "--batch", batch, "--strategy", strategy, "--seed", seed, "--port", port, *extra_trainer_args,
+                    log=os.path.join(workdir, f"worker-{i}.log"))
+        for i in range(workers)
+    ]
+    for i, proc in enumerate(procs):
+        if proc.wait(timeout=900) != 0:
+            for p in procs:
+                p.kill()
+            raise AssertionError(f"trainer {i} failed:\n" + open(os.path.join(workdir, f"worker-{i}.log")).read()[-3000:])
+    stage("aggregator", "--workdir", workdir, "--expect", workers, "--timeout", 60)
+    with open(os.path.join(workdir, "final", "report.json")) as fh:
+        return json.load(fh)
+
