@@ -56,10 +56,10 @@ def readyz():
     return {"status": "ready", "model": current_app.config["MODEL_NAME"], "version": str(loaded.version)}
 
 
-@bp.get("/v1/models/<model_name:name>")
-def model_status(name):
+@bp.get("/v1/models/<model_name:model_name>")
+def model_status(model_name):
     try:
-        loaded = served_model(name)
+        loaded = served_model(model_name)
     except ModelUnavailable as err:
         entry = {"version": "0", "state": "UNKNOWN", "status": {"error_code": "UNAVAILABLE", "error_message": err.reason}}
     else:
@@ -67,18 +67,18 @@ def model_status(name):
     return {"model_version_status": [entry]}
 
 
-@bp.get("/v1/models/<model_name:name>/metadata")
-def model_metadata(name):
-    loaded = served_model(name)
+@bp.get("/v1/models/<model_name:model_name>/metadata")
+def model_metadata(model_name):
+    loaded = served_model(model_name)
     return {
-        "model_spec": {"name": name, "version": str(loaded.version)},
+        "model_spec": {"name": model_name, "version": str(loaded.version)},
         "metadata": {"task": loaded.meta.get("task", loaded.input_spec["kind"]), "labels": loaded.labels, "input": loaded.input_spec, "limits": limits()},
     }
 
 
-@bp.post("/v1/models/<model_name:name>:predict")
-def predict(name):
-    loaded = served_model(name)
+@bp.post("/v1/models/<model_name:model_name>:predict")
+def predict(model_name):
+    loaded = served_model(model_name)
     # Read the body ourselves instead of request.get_json(): its errors are HTML-ish
     # prose and it insists on a Content-Type, which TF Serving clients do not always send.
     instances = read_instances(request.get_data(cache=False), current_app.config["MAX_INSTANCES"])

@@ -1,0 +1,58 @@
+"""Session-wide real models for the server tests: trained once (~10 s each), shared by every test."""
+
+import numpy as np
+import pytest
+
+from disttrain_contract.artifact import load_model, save_model
+from server.serving import make_client, train_sample_model
+
+
+@pytest.fixture(scope="session")
+def text_model(tmp_path_factory):
+    return train_sample_model(tmp_path_factory.mktemp("movie-reviews"), "sample:movie-reviews", epochs=2)
+
+
+@pytest.fixture(scope="session")
+def digits_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("digits")
+    train_sample_model(root, "sample:digits", epochs=2)
+    return root
+
+
+@pytest.fixture(scope="session")
+def image_model(digits_root):
+    return str(digits_root / "train" / "worker-00000" / "model.keras")
+
+
+@pytest.fixture(scope="session")
+def digits_test(digits_root):
+    """The held-out digit images (uint8 [n, 8, 8, 1]) and their labels."""
+    return np.load(digits_root / "data" / "test.x.npy"), np.load(digits_root / "data" / "test.y.npy")
+
+
+@pytest.fixture(scope="session")
+def flipped_text_model(text_model, tmp_path_factory):
+    """The text model with its two output units swapped: a different model that calls every review the opposite."""
+    model, meta = load_model(text_model)
+    output = model.get_layer("probabilities")
+    output.set_weights([w[..., ::-1] for w in output.get_weights()])
+    path = str(tmp_path_factory.mktemp("flipped") / "model.keras")
+    save_model(model, path, meta)
+    return path
+
+
+@pytest.fixture(scope="session")
+def text_client(text_model, tmp_path_factory):
+    return make_client(text_model, tmp_path_factory.mktemp("text-workdir"))
+
+
+@pytest.fixture(scope="session")
+def image_client(image_model, tmp_path_factory):
+    return make_client(image_model, tmp_path_factory.mktemp("image-workdir"))
+
+
+@pytest.fixture
+def empty_client(tmp_path):
+    """A server whose model has not been published yet."""
+    return make_client(None, tmp_path)
+

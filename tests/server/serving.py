@@ -1,0 +1,115 @@
+"""Helpers shared by tests/server and tests/browser (imported as `server.serving`).
+
+Real models from the real copier and trainer, and a real gunicorn server
+started as a separate process, the way it runs in production.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from disttrain_contract import Workdir
+from disttrain_server import create_app
+from stages import free_port_block, stage, start_stage
+
+POSITIVE = "a wonderful, moving, brilliant film; one of the best of the year"
+NEGATIVE = "a dull, boring, awful mess; one of the worst films of the year, a total waste of time"
+
+
+def train_sample_model(root, source, epochs=2):
+    """copier (one shard) + trainer worker 0 on a built-in sample; returns the model path."""
+    stage("copier", "--source", source, "--n-shards", 1, "--workdir", root)
+    stage("trainer", "--workdir", root, "--worker-index", 0, "--epochs", epochs)
+    return os.path.join(Workdir(root).worker(0), "model.keras")
+
+
+def publish(model, workdir, mtime=None):
+    """Publish `model` as WORKDIR/final/model.keras the way the aggregator does (new inode, os.replace)."""
+    target = Workdir(workdir).final_model
+    os.makedirs(os.path.dirname(target), exist_ok=True)
+    tmp = target + ".tmp"
+    shutil.copyfile(model, tmp)
+    if mtime is not None:
+        os.utime(tmp, (mtime, mtime))
+    os.replace(tmp, target)
+    return target
+
+
+def make_client(model, workdir, **config):
+    """A Flask test client serving `model` published into `workdir` (or nothing if model is None)."""
+    if model is not None:
+        publish(model, workdir)
+    app = create_app({"MODEL_PATH": Workdir(workdir).final_model, "TESTING": True, **config})
+    return app.test_client()
+
+
+def predict_url(name="disttrain"):
+    return f"/v1/models/{name}:predict"
+
+
+def error_of(response, status):
+    """Assert the status and that the body is our JSON error; return its message."""
+    assert response.status_code == status, response.get_data(as_text=True)
+    assert response.is_json, response.content_type
+    body = response.get_json()
+    assert set(body) == {"error"} and body["error"]
+    return body["error"]
+
+
+def http(method, url, body=None, timeout=30):
+    """(status, parsed JSON or text) without raising on 4xx/5xx."""
+    data = json.dumps(body).encode() if body is not None and not isinstance(body, bytes) else body
+    request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, raw, kind = response.status, response.read(), response.headers.get_content_type()
+    except urllib.error.HTTPError as err:
+        status, raw, kind = err.code, err.read(), err.headers.get_content_type()
+    return status, json.loads(raw) if kind == "application/json" else raw.decode()
+
+
+@contextlib.contextmanager
+def running_server(workdir, *args, ready_timeout=120):
+    """Start `disttrain-server` on a free loopback port, wait for /readyz, yield its base URL; always stop it."""
+    port = free_port_block(1)
+    log = os.path.join(workdir, f"server-{port}.log")
+    proc = start_stage("server", "--workdir", workdir, "--host", "127.0.0.1", "--port", port, *args, log=log)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + ready_timeout
+        while True:
+            if proc.poll() is not None:
+                raise AssertionError(f"disttrain-server exited {proc.returncode}:\n{_tail(log)}")
+            try:
+                if http("GET", base + "/readyz", timeout=5)[0] == 200:
+                    break
+            except OSError:
+                pass  # not listening yet
+            if time.monotonic() > deadline:
+                raise AssertionError(f"disttrain-server not ready after {ready_timeout}s:\n{_tail(log)}")
+            time.sleep(0.5)
+        yield base, proc, log
+    finally:
+        stop(proc)
+
+
+def stop(proc, timeout=30):
+    """SIGTERM (gunicorn's graceful shutdown), SIGKILL if it does not exit in time; returns the exit code."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+    return proc.returncode
+
+
+def _tail(path, chars=3000):
+    with open(path, errors="replace") as fh:
+        return fh.read()[-chars:]
