@@ -1,0 +1,300 @@
+"""Drift between the chart and the code it runs.
+
+* Every stage container's args, in every rendered variant, are accepted by that
+  component's real argument parser (disttrain_<stage>.main.parse_args) and mean
+  what the values say.
+* The wait-for-marker init containers' python is run here against a temporary
+  directory: it waits for exactly the contract's marker files.
+* The helm-test pod's python is run here against a local stand-in server whose
+  request handling is the real server's (disttrain_server.instances).
+"""
+
+import http.server
+import importlib
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from chartlib import ROOT, VARIANTS, arg, containers, is_nfs_server, load_values, main_container, one, pod_spec, render, stage_of, workloads
+
+STAGES = ("copier", "trainer", "aggregator", "server")
+
+
+def import_main(stage):
+    """disttrain_<stage>.main, from the installed package or else from components/<stage>."""
+    name = f"disttrain_{stage}.main"
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name not in (f"disttrain_{stage}", name):
+            raise
+    for component in ("contract", stage):
+        path = str(ROOT / "components" / component)
+        if path not in sys.path:
+            sys.path.insert(0, path)
+    return importlib.import_module(name)
+
+
+def parse(stage, args, monkeypatch, env=None):
+    module = import_main(stage)
+    for key in ("JOB_COMPLETION_INDEX", "DISTTRAIN_JOB", "DISTTRAIN_SERVICE", "DISTTRAIN_WORKDIR"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in (env or {}).items():
+        monkeypatch.setenv(key, value)
+    try:
+        return module.parse_args(list(args))
+    except SystemExit as exit:
+        pytest.fail(f"disttrain-{stage} rejects the chart's args {args} (exit {exit.code})")
+
+
+@pytest.mark.parametrize("stage", STAGES)
+def test_every_parser_is_importable(stage):
+    assert callable(import_main(stage).parse_args)
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_rendered_args_are_accepted_by_the_real_clis(variant, monkeypatch):
+    docs = render(variant)
+    values = load_values(variant)
+    seen = set()
+    for doc in workloads(docs):
+        if is_nfs_server(doc):
+            continue
+        for c in pod_spec(doc)["containers"]:
+            if c["name"] not in STAGES:
+                continue
+            assert "command" not in c, f"{c['name']}: the image ENTRYPOINT is the CLI; pass only args"
+            env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
+            if c["name"] == "trainer":
+                env["JOB_COMPLETION_INDEX"] = "1"  # set by the Indexed Job
+            parsed = parse(c["name"], c["args"], monkeypatch, env)
+            seen.add(c["name"])
+            check_meaning(c["name"], parsed, values, docs)
+    assert seen == set(STAGES)
+
+
+def check_meaning(stage, parsed, values, docs):
+    """The parsed options say what the values say."""
+    assert parsed.workdir == "/workdir/run-1"
+    workers = values["workers"]
+    if stage == "copier":
+        assert parsed.n_shards == workers
+        assert parsed.source == values["data"]["source"]
+        assert parsed.test_fraction == pytest.approx(float(values["data"]["testFraction"]))
+        assert parsed.cache_dir == "/workdir/.cache"
+    elif stage == "trainer":
+        assert parsed.workers == workers
+        assert parsed.worker_index == 1  # from $JOB_COMPLETION_INDEX
+        assert (parsed.strategy, parsed.epochs, parsed.batch) == (values["strategy"], values["epochs"], values["batch"])
+        assert parsed.learning_rate == pytest.approx(float(values["learningRate"]))
+        job = one(docs, "Job", "trainer")
+        assert parsed.job == job["metadata"]["name"]
+        assert parsed.service == pod_spec(job)["subdomain"]
+        assert parsed.port == values["trainer"]["port"]
+        if values["strategy"] == "multiworker":
+            # the addresses the trainer will put into TF_CONFIG
+            from disttrain_trainer.cluster import build_tf_config, default_host_pattern
+
+            config = build_tf_config(workers, 1, default_host_pattern(parsed.service), parsed.job, parsed.service, parsed.port)
+            assert config["cluster"]["worker"][1] == f"{job['metadata']['name']}-1.{parsed.service}:{parsed.port}"
+    elif stage == "aggregator":
+        assert parsed.expect == workers
+        assert parsed.dir == "/workdir/run-1/train"
+        assert parsed.savefile == "/workdir/run-1/final/model.keras"
+    elif stage == "server":
+        assert parsed.model == "/workdir/run-1/final/model.keras"
+        assert parsed.host == "0.0.0.0"
+        assert parsed.port == values["server"]["port"]
+        assert parsed.model_name == values["server"]["modelName"]
+
+
+def test_worker_index_is_left_to_the_indexed_job(monkeypatch):
+    trainer = main_container(render(), "trainer")
+    assert parse("trainer", trainer["args"], monkeypatch, {"JOB_COMPLETION_INDEX": "0"}).worker_index == 0
+    assert parse("trainer", trainer["args"], monkeypatch, {"JOB_COMPLETION_INDEX": "7"}).worker_index == 7
+
+
+def test_markers_are_the_contracts():
+    sys.path.insert(0, str(ROOT / "components" / "contract"))
+    from disttrain_contract.layout import Workdir, marker_path
+
+    wd = Workdir("/workdir/run-1")
+    docs = render("eight-workers")
+    waits = {stage_of(d): c["command"] for d in workloads(docs) for c in pod_spec(d).get("initContainers", [])}
+    assert waits["trainer"][6:] == [marker_path(wd.data)]
+    assert waits["aggregator"][6:] == [marker_path(wd.worker(i)) for i in range(8)]
+    assert waits["server"][6:] == [marker_path(wd.final)]
+    assert arg(main_container(docs, "server"), "--model") == wd.final_model
+
+
+# ------------------------------------------------------------ the init containers' python
+
+
+def wait_command(stage, tmp_path, timeout=None, poll="0.05"):
+    docs = render()
+    (doc,) = [d for d in workloads(docs) if stage_of(d) == stage and d["kind"] in ("Job", "Deployment")]
+    (c,) = pod_spec(doc)["initContainers"]
+    command = list(c["command"])
+    assert command[:2] == ["python", "-c"]
+    if timeout is not None:
+        command[3] = timeout
+    command[4] = poll
+    paths = [str(tmp_path / p.removeprefix("/workdir/")) for p in command[6:]]
+    return [sys.executable] + command[1:6] + paths, [pathlib.Path(p) for p in paths]
+
+
+def touch(path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("{}")
+
+
+@pytest.mark.parametrize("stage", ["trainer", "aggregator", "server"])
+def test_wait_container_passes_once_every_marker_exists(stage, tmp_path):
+    command, markers = wait_command(stage, tmp_path)
+    for m in markers:
+        touch(m)
+    out = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 0, out.stderr
+    assert "ready" in out.stdout
+
+
+def test_wait_container_times_out_with_exit_3_naming_what_is_missing(tmp_path):
+    command, markers = wait_command("aggregator", tmp_path, timeout="0.3")
+    touch(markers[0])
+    out = subprocess.run(command, capture_output=True, text=True, timeout=30)
+    assert out.returncode == 3
+    assert str(markers[1]) in out.stderr and str(markers[0]) not in out.stderr
+    assert "timed out" in out.stderr
+
+
+def test_wait_container_waits_for_a_marker_that_comes_later(tmp_path):
+    command, (marker,) = wait_command("trainer", tmp_path, timeout="20")
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    assert proc.poll() is None  # still waiting
+    touch(marker)
+    assert proc.wait(timeout=20) == 0
+
+
+# ------------------------------------------------------------ the helm test pod's python
+
+
+class StandIn(http.server.BaseHTTPRequestHandler):
+    """/readyz and :predict, answering as the real server does; the body goes through its real parser."""
+
+    spec = {"kind": "text"}
+    labels = ["negative", "positive"]
+    ready_after = 0.0
+    started = 0.0
+    probabilities = None
+    received = []
+
+    def log_message(self, *args):
+        pass
+
+    def reply(self, code, body):
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def do_GET(self):
+        if self.path == "/readyz":
+            if time.monotonic() - self.started < self.ready_after:
+                return self.reply(503, {"status": "unavailable"})
+            return self.reply(200, {"status": "ready"})
+        self.reply(404, {"error": "not found"})
+
+    def do_POST(self):
+        if self.path != "/v1/models/disttrain:predict":
+            return self.reply(404, {"error": f"unknown path {self.path}"})
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        from disttrain_server.errors import ApiError
+        from disttrain_server.instances import read_instances, to_batch
+
+        try:
+            batch = to_batch(read_instances(body, 64), self.spec, 10000)
+        except ApiError as err:
+            return self.reply(422, {"error": str(err)})
+        type(self).received.append(batch)
+        n = len(self.labels)
+        self.reply(200, {"predictions": [self.probabilities or [1.0 / n] * n for _ in range(len(batch))]})
+
+
+@pytest.fixture
+def stand_in():
+    import_main("server")
+    StandIn.received = []
+    StandIn.started = time.monotonic()
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    for key, value in (("spec", {"kind": "text"}), ("labels", ["negative", "positive"]), ("ready_after", 0.0), ("probabilities", None)):
+        setattr(StandIn, key, value)
+
+
+def run_test_pod(server, tmp_path, manifest=None, timeout="10"):
+    pod = one(render(), "Pod")
+    (c,) = pod_spec(pod)["containers"]
+    command = list(c["command"])
+    assert command[:2] == ["python", "-c"]
+    command[2 + 1] = f"http://127.0.0.1:{server.server_address[1]}"  # the Service URL, here
+    command[2 + 3] = timeout
+    manifest_path = tmp_path / "manifest.json"
+    if manifest is not None:
+        manifest_path.write_text(json.dumps(manifest))
+    command[2 + 4] = str(manifest_path)
+    return subprocess.run([sys.executable] + command[1:], capture_output=True, text=True, timeout=60)
+
+
+def test_helm_test_predicts_a_text(stand_in, tmp_path):
+    out = run_test_pod(stand_in, tmp_path, {"task": "text", "labels": ["negative", "positive"], "input": {"kind": "text"}})
+    assert out.returncode == 0, out.stdout + out.stderr
+    (batch,) = StandIn.received
+    assert batch.shape == (1, 1) and "moving" in batch[0, 0]
+    assert "OK" in out.stdout
+
+
+def test_helm_test_predicts_a_blank_image(stand_in, tmp_path):
+    spec = {"kind": "image", "height": 8, "width": 8, "channels": 1}
+    StandIn.spec = spec
+    StandIn.labels = [str(i) for i in range(10)]
+    out = run_test_pod(stand_in, tmp_path, {"task": "image", "labels": StandIn.labels, "input": spec})
+    assert out.returncode == 0, out.stdout + out.stderr
+    (batch,) = StandIn.received
+    assert batch.shape == (1, 8, 8, 1)
+
+
+def test_helm_test_waits_for_readyz(stand_in, tmp_path):
+    StandIn.ready_after = 1.0
+    out = run_test_pod(stand_in, tmp_path, {"task": "text", "labels": ["n", "p"]})
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
+def test_helm_test_fails_when_never_ready(stand_in, tmp_path):
+    StandIn.ready_after = 3600
+    out = run_test_pod(stand_in, tmp_path, {"task": "text", "labels": ["n", "p"]}, timeout="1")
+    assert out.returncode != 0 and "not ready" in out.stderr
+
+
+def test_helm_test_fails_on_a_wrong_answer(stand_in, tmp_path):
+    StandIn.probabilities = [0.9, 0.9]
+    out = run_test_pod(stand_in, tmp_path, {"task": "text", "labels": ["n", "p"]})
+    assert out.returncode != 0 and "sum to 1" in out.stderr
+
+
+def test_helm_test_reports_a_rejected_request(stand_in, tmp_path):
+    StandIn.spec = {"kind": "image", "height": 8, "width": 8, "channels": 1}
+    out = run_test_pod(stand_in, tmp_path, {"task": "text", "labels": ["n", "p"]})  # manifest and model disagree
+    assert out.returncode != 0 and "HTTP 422" in out.stderr
