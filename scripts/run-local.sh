@@ -7,7 +7,7 @@ set -euo pipefail
 
 TASK=${TASK:-movie-reviews}        # movie-reviews | digits, or set SOURCE directly
 WORKERS=${WORKERS:-2}
-EPOCHS=${EPOCHS:-5}
+EPOCHS=${EPOCHS:-}                 # default per task: movie-reviews 5, digits 20
 BATCH=${BATCH:-64}
 STRATEGY=${STRATEGY:-average}      # average | multiworker
 SEED=${SEED:-42}
@@ -19,9 +19,10 @@ BIN=${BIN:-.venv/bin}
 TRAINER_PORT=${TRAINER_PORT:-23456}  # multiworker: worker i listens on TRAINER_PORT + i
 
 case "$TASK" in
-  movie-reviews) SOURCE=${SOURCE:-sample:movie-reviews} ;;
-  digits)        SOURCE=${SOURCE:-sample:digits} ;;
-  *) [ -n "${SOURCE:-}" ] || { echo "unknown TASK=$TASK (movie-reviews | digits), or set SOURCE=" >&2; exit 2; } ;;
+  movie-reviews) SOURCE=${SOURCE:-sample:movie-reviews}; EPOCHS=${EPOCHS:-5} ;;
+  digits)        SOURCE=${SOURCE:-sample:digits}; EPOCHS=${EPOCHS:-20} ;;
+  *) [ -n "${SOURCE:-}" ] || { echo "unknown TASK=$TASK (movie-reviews | digits), or set SOURCE=" >&2; exit 2; }
+     EPOCHS=${EPOCHS:-5} ;;
 esac
 
 # A fresh run: old markers must not satisfy this run's stages.

@@ -1,0 +1,52 @@
+#!/usr/bin/env python3
+"""Measure the README's results table: the demo pipeline (scripts/run-local.sh,
+without the server) for each task, with 2 workers in both strategies and the
+1-worker baseline on all the data. Prints a markdown table; writes the raw
+numbers to results/demo-results.json."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+RUNS = [(task, workers, strategy) for task in ("movie-reviews", "digits")
+        for workers, strategy in ((1, "average"), (2, "average"), (2, "multiworker"))]
+
+
+def run(task, workers, strategy):
+    workdir = os.path.join(ROOT, "workdir", "results", f"{task}-{workers}-{strategy}")
+    env = dict(os.environ, TASK=task, WORKERS=str(workers), STRATEGY=strategy, WORKDIR=workdir, SERVE="0",
+               BIN=os.path.join(ROOT, ".venv", "bin"))
+    started = time.monotonic()
+    subprocess.run([os.path.join(ROOT, "scripts", "run-local.sh")], env=env, check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL)
+    wall = time.monotonic() - started
+    with open(os.path.join(workdir, "final", "report.json")) as fh:
+        report = json.load(fh)
+    return {"task": task, "workers": workers, "strategy": strategy, "pipeline_wall_sec": round(wall, 1),
+            "training_wall_sec": round(report["training_wall_time_sec"], 1), "epochs": report["epochs"],
+            "worker_accuracy": [round(w["test_accuracy"], 4) for w in report["workers"]],
+            "final_accuracy": round(report["final"]["test_accuracy"], 4), "test_examples": report["test_examples"]}
+
+
+def main():
+    rows = []
+    for task, workers, strategy in RUNS:
+        print(f"running {task} workers={workers} {strategy} ...", file=sys.stderr, flush=True)
+        rows.append(run(task, workers, strategy))
+    os.makedirs(os.path.join(ROOT, "results"), exist_ok=True)
+    with open(os.path.join(ROOT, "results", "demo-results.json"), "w") as fh:
+        json.dump(rows, fh, indent=2)
+    baseline = {r["task"]: r["final_accuracy"] for r in rows if r["workers"] == 1}
+    print("| task | workers | strategy | epochs | per-worker held-out acc. | final acc. | 1-worker baseline | training s | pipeline s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        per_worker = ", ".join(f"{a:.3f}" for a in r["worker_accuracy"]) if r["strategy"] == "average" else "(one synchronised model)"
+        print(f"| {r['task']} | {r['workers']} | {r['strategy']} | {r['epochs']} | {per_worker} | {r['final_accuracy']:.3f} "
+              f"| {baseline[r['task']]:.3f} | {r['training_wall_sec']} | {r['pipeline_wall_sec']} |")
+
+
+if __name__ == "__main__":
+    main()
