@@ -41,18 +41,20 @@ DEFAULT_KUBE = "1.33.0"
 
 
 @functools.lru_cache(maxsize=None)
-def helm_path():
+def helm_path(major=4):
+    """helm from tests/chart/get_helm.sh: Helm 4 (PATH or pinned), or the pinned Helm 3."""
     env = dict(os.environ, PYTHON=sys.executable)
     out = subprocess.run(
-        ["sh", str(ROOT / "tests" / "chart" / "get_helm.sh")], env=env, capture_output=True, text=True, timeout=300
+        ["sh", str(ROOT / "tests" / "chart" / "get_helm.sh"), str(major)],
+        env=env, capture_output=True, text=True, timeout=300,
     )
     if out.returncode != 0:
-        raise RuntimeError(f"tests/chart/get_helm.sh failed:\n{out.stderr}")
+        raise RuntimeError(f"tests/chart/get_helm.sh {major} failed:\n{out.stderr}")
     return out.stdout.strip().splitlines()[-1]
 
 
-def helm(*args, check=True):
-    out = subprocess.run([helm_path(), *args], capture_output=True, text=True, timeout=120)
+def helm(*args, check=True, major=4):
+    out = subprocess.run([helm_path(major), *args], capture_output=True, text=True, timeout=120)
     if check and out.returncode != 0:
         raise AssertionError(f"helm {' '.join(args)} failed ({out.returncode}):\n{out.stderr}")
     return out
@@ -84,10 +86,10 @@ def render(variant="defaults", sets=(), kube_version=DEFAULT_KUBE, show_only=Non
     return [d for d in yaml.safe_load_all(text) if d]
 
 
-def render_error(variant=None, sets=(), extra=()):
+def render_error(variant=None, sets=(), extra=(), major=4):
     """stderr of a rendering that must fail."""
     args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE] + values_args(variant, sets=sets) + list(extra)
-    out = helm(*args, check=False)
+    out = helm(*args, check=False, major=major)
     assert out.returncode != 0, f"helm template {args} should have failed; it rendered:\n{out.stdout[:2000]}"
     return out.stderr
 

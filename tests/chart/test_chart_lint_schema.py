@@ -24,11 +24,15 @@ def test_every_ci_values_file_is_a_tested_variant():
     assert sorted(p.name for p in CI_VALUES.glob("*.yaml")) == sorted(VARIANTS.values())
 
 
+STORAGE_FIELDS = ("storage.storageClass", "storage.existingClaim", "storage.nfs.server", "nfsServer.enabled")
+
+
 def test_lint_of_bare_defaults_says_storage_is_missing():
     # No StorageClass fits every cluster (it must offer ReadWriteMany), so the user must choose.
     out = helm("lint", "--strict", str(CHART), check=False)
     assert out.returncode != 0
-    for field in ("/storage/storageClass", "/storage/existingClaim", "/storage/nfs/server", "/nfsServer/enabled"):
+    assert "no storage configured" in out.stdout + out.stderr
+    for field in STORAGE_FIELDS:
         assert field in out.stdout + out.stderr
 
 
@@ -61,7 +65,7 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
     [
         (["workers=0"], ["/workers", "minimum"]),
         (["workers=-3"], ["/workers", "minimum"]),
-        (["workers=2", "storage.accessMode=ReadWriteOnce"], ["/storage/accessMode", "ReadWriteMany", "/workers"]),
+        (["workers=2", "storage.accessMode=ReadWriteOnce"], ["storage.accessMode ReadWriteOnce cannot be shared", "ReadWriteMany", "workers=1"]),
         (["storage.accessMode=ReadWriteOncePod", "workers=1"], ["/storage/accessMode"]),
         (["strategy=allreduce"], ["/strategy", "average", "multiworker"]),
         (["epochs=0"], ["/epochs"]),
@@ -79,9 +83,11 @@ def test_schema_rejects_nonsense(sets, expected):
         assert part in err, f"{part!r} not in:\n{err}"
 
 
-def test_schema_rejects_no_storage_naming_every_choice():
-    err = render_error()
-    for field in ("/storage/storageClass", "/storage/existingClaim", "/storage/nfs/server", "/nfsServer/enabled"):
+@pytest.mark.parametrize("sets", [(), ("storage.storageClass=",), ("nfsServer.enabled=false", "storage.nfs.server=")])
+def test_schema_rejects_no_storage_naming_every_choice(sets):
+    err = render_error(sets=sets)
+    assert "no storage configured" in err
+    for field in STORAGE_FIELDS:
         assert field in err, err
 
 
