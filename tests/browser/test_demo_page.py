@@ -2,10 +2,13 @@
 
 import os
 import re
+import time
 
+import cv2
+import numpy as np
 import pytest
 
-from server.serving import NEGATIVE, POSITIVE, publish, running_server, train_sample_model
+from server.serving import NEGATIVE, POSITIVE, http, publish, running_server, train_sample_model
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -14,11 +17,17 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM
 
 
 @pytest.fixture(scope="module")
-def demo_url(tmp_path_factory):
+def demo(tmp_path_factory):
+    """(base URL, workdir) of a gunicorn-served movie-review model; one server for the whole module."""
     workdir = tmp_path_factory.mktemp("demo")
-    publish(train_sample_model(workdir, "sample:movie-reviews", epochs=2), workdir)
-    with running_server(workdir, "--workers", "1") as (base, _proc, _log):
-        yield base
+    publish(train_sample_model(workdir / "text", "sample:movie-reviews", epochs=2), workdir)
+    with running_server(workdir, "--workers", "1", "--reload-interval", "1") as (base, _proc, _log):
+        yield base, workdir
+
+
+@pytest.fixture(scope="module")
+def demo_url(demo):
+    return demo[0]
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +42,14 @@ def page(demo_url):
             yield page
         finally:
             browser.close()
+
+
+def screenshot(page, tmp_path_factory, name):
+    """Saved for a human to look at (the path is printed; run pytest -s to see it)."""
+    shot = tmp_path_factory.mktemp("screenshots") / name
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"screenshot: {shot}")
+    assert shot.stat().st_size > 10_000
 
 
 def predicted_percent(page, review):
@@ -58,10 +75,7 @@ def test_review_gets_a_probability(page, demo_url, tmp_path_factory):
     assert label == "positive" and percent > 50.0
     assert page.locator("#result .row").count() == 2  # one bar per label
 
-    shot = tmp_path_factory.mktemp("screenshots") / "demo-page.png"
-    page.screenshot(path=str(shot), full_page=True)
-    print(f"screenshot: {shot}")
-    assert shot.stat().st_size > 10_000
+    screenshot(page, tmp_path_factory, "text-demo.png")
 
     assert predicted_percent(page, NEGATIVE)[0] == "negative"
     assert outside == []
@@ -73,3 +87,35 @@ def test_empty_review_shows_the_servers_error(page, demo_url):
     page.click("#predict")
     page.wait_for_selector("#result .error")
     assert "empty or only whitespace" in page.inner_text("#result .error")
+
+
+def test_image_page_after_an_image_model_is_published(page, demo, tmp_path_factory):
+    """Hot reload in the real server turns the page into an upload form; the file goes through as b64."""
+    base, workdir = demo
+    digits = workdir / "digits"
+    train_sample_model(digits, "sample:digits", epochs=2)
+    version = int(http("GET", base + "/readyz")[1]["version"])
+    publish(digits / "train" / "worker-00000" / "model.keras", workdir, mtime=version + 10)
+    deadline = time.monotonic() + 60
+    while http("GET", base + "/readyz")[1].get("version") != str(version + 10):
+        assert time.monotonic() < deadline, "the server did not pick up the image model"
+        time.sleep(0.5)
+
+    image, label = np.load(digits / "data" / "test.x.npy")[0], int(np.load(digits / "data" / "test.y.npy")[0])
+    png = tmp_path_factory.mktemp("upload") / f"digit-{label}.png"
+    cv2.imwrite(str(png), cv2.resize(image, (64, 64), interpolation=cv2.INTER_NEAREST))
+
+    page.goto(base + "/")
+    assert page.inner_text("#version") == str(version + 10)
+    page.set_input_files("#image", str(png))
+    page.click("#predict")
+    page.wait_for_selector("#result .headline")
+    headline = page.inner_text("#result .headline")
+    assert re.fullmatch(r"\d: \d+(\.\d+)?%", headline.strip()), headline
+    assert page.locator("#result .row").count() == 10
+    screenshot(page, tmp_path_factory, "image-demo.png")
+
+    page.set_input_files("#image", {"name": "broken.png", "mimeType": "image/png", "buffer": b"\x89PNG\r\n\x1a\n broken"})
+    page.click("#predict")
+    page.wait_for_selector("#result .error")
+    assert "not a decodable image" in page.inner_text("#result .error")

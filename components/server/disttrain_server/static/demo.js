@@ -64,7 +64,10 @@
     const response = await fetch("/v1/models/" + encodeURIComponent(name));
     const status = (await response.json()).model_version_status[0];
     const version = document.getElementById("version");
-    if (version && status.state === "AVAILABLE") version.textContent = status.version;
+    if (!version || status.state !== "AVAILABLE" || version.textContent === status.version) return;
+    version.textContent = status.version;
+    const published = new Date(Number(status.version) * 1000).toISOString(); // 2026-01-31T12:34:56.000Z
+    document.getElementById("published").textContent = published.slice(0, 16).replace("T", " ") + " UTC";
   }
 
   async function predict() {
