@@ -80,6 +80,16 @@ def _render(variant, sets, kube_version, show_only, extra):
     return helm(*args).stdout
 
 
+def prerender(variants, kube_versions, workers=4):
+    """Fill the rendering cache in parallel (helm's start-up dominates each rendering)."""
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        jobs = [pool.submit(_render, v, (), k, None, ()) for v in variants for k in kube_versions]
+        for job in jobs:
+            job.result()
+
+
 def render(variant="defaults", sets=(), kube_version=DEFAULT_KUBE, show_only=None, extra=()):
     """The manifests of one rendering, as a list of dicts (hooks such as the test pod included)."""
     text = _render(variant, tuple(sets), kube_version, show_only, tuple(extra))

@@ -20,6 +20,7 @@ from chartlib import (
     main_container,
     one,
     pod_spec,
+    prerender,
     render,
     stage_of,
     workloads,
@@ -28,6 +29,11 @@ from chartlib import (
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)")
 
 STAGES = ("copier", "trainer", "aggregator", "server")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _rendered_in_parallel():
+    prerender(sorted(VARIANTS), KUBE_VERSIONS + OLD_KUBE_VERSIONS)
 
 
 # ------------------------------------------------------------------ validity
