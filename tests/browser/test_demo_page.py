@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from server.serving import NEGATIVE, POSITIVE, http, publish, running_server, train_sample_model
+from server.serving import NEGATIVE, POSITIVE, http, publish, running_server, sample_model, worker_model
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM
 def demo(tmp_path_factory):
     """(base URL, workdir) of a gunicorn-served movie-review model; one server for the whole module."""
     workdir = tmp_path_factory.mktemp("demo")
-    publish(train_sample_model(workdir / "text", "sample:movie-reviews", epochs=2), workdir)
+    publish(worker_model(sample_model(tmp_path_factory, "sample:movie-reviews")), workdir)
     with running_server(workdir, "--workers", "1", "--reload-interval", "1") as (base, _proc, _log):
         yield base, workdir
 
@@ -92,10 +92,9 @@ def test_empty_review_shows_the_servers_error(page, demo_url):
 def test_image_page_after_an_image_model_is_published(page, demo, tmp_path_factory):
     """Hot reload in the real server turns the page into an upload form; the file goes through as b64."""
     base, workdir = demo
-    digits = workdir / "digits"
-    train_sample_model(digits, "sample:digits", epochs=2)
+    digits = sample_model(tmp_path_factory, "sample:digits")
     version = int(http("GET", base + "/readyz")[1]["version"])
-    publish(digits / "train" / "worker-00000" / "model.keras", workdir, mtime=version + 10)
+    publish(worker_model(digits), workdir, mtime=version + 10)
     deadline = time.monotonic() + 60
     while http("GET", base + "/readyz")[1].get("version") != str(version + 10):
         assert time.monotonic() < deadline, "the server did not pick up the image model"

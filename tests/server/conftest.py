@@ -4,24 +4,22 @@ import numpy as np
 import pytest
 
 from disttrain_contract.artifact import load_model, save_model
-from server.serving import make_client, train_sample_model
+from server.serving import make_client, sample_model, worker_model
 
 
 @pytest.fixture(scope="session")
 def text_model(tmp_path_factory):
-    return train_sample_model(tmp_path_factory.mktemp("movie-reviews"), "sample:movie-reviews", epochs=2)
+    return worker_model(sample_model(tmp_path_factory, "sample:movie-reviews"))
 
 
 @pytest.fixture(scope="session")
 def digits_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("digits")
-    train_sample_model(root, "sample:digits", epochs=2)
-    return root
+    return sample_model(tmp_path_factory, "sample:digits")
 
 
 @pytest.fixture(scope="session")
 def image_model(digits_root):
-    return str(digits_root / "train" / "worker-00000" / "model.keras")
+    return worker_model(digits_root)
 
 
 @pytest.fixture(scope="session")

@@ -21,10 +21,19 @@ POSITIVE = "a wonderful, moving, brilliant film; one of the best of the year"
 NEGATIVE = "a dull, boring, awful mess; one of the worst films of the year, a total waste of time"
 
 
-def train_sample_model(root, source, epochs=2):
-    """copier (one shard) + trainer worker 0 on a built-in sample; returns the model path."""
-    stage("copier", "--source", source, "--n-shards", 1, "--workdir", root)
-    stage("trainer", "--workdir", root, "--worker-index", 0, "--epochs", epochs)
+def sample_model(tmp_path_factory, source, epochs=2):
+    """copier (one shard) + trainer worker 0 on a built-in sample; returns the workdir it trained in.
+
+    Trained once per test session, shared by tests/server and tests/browser:
+    the cache lives in the session's base temp dir."""
+    root = tmp_path_factory.getbasetemp() / "sample-models" / f"{source.replace(':', '-')}-{epochs}-epochs"
+    if not os.path.exists(worker_model(root)):
+        stage("copier", "--source", source, "--n-shards", 1, "--workdir", root)
+        stage("trainer", "--workdir", root, "--worker-index", 0, "--epochs", epochs)
+    return root
+
+
+def worker_model(root):
     return os.path.join(Workdir(root).worker(0), "model.keras")
 
 

@@ -1,7 +1,6 @@
-"""The real thing: `disttrain-server` under gunicorn with two worker processes."""
+"""The real thing: `disttrain-server` under gunicorn with two worker processes, one server for the whole story."""
 
 import base64
-import os
 import time
 
 import cv2
@@ -10,47 +9,50 @@ import numpy as np
 from server.serving import NEGATIVE, POSITIVE, http, publish, running_server, stop
 
 
-def test_gunicorn_serves_reloads_and_stops_cleanly(text_model, flipped_text_model, tmp_path):
+def wait_until_all_workers_answer(url, body, is_fresh, timeout=90):
+    """Poll until several answers in a row come from the new model: every worker has reloaded."""
+    deadline, fresh = time.monotonic() + timeout, 0
+    while fresh < 6:
+        assert time.monotonic() < deadline, "workers did not pick up the new model"
+        status, answer = http("POST", url, body)
+        fresh = fresh + 1 if is_fresh(status, answer) else 0
+        time.sleep(0.2)
+
+
+def test_gunicorn_serves_reloads_refuses_bad_input_and_stops_cleanly(text_model, flipped_text_model, image_model, tmp_path):
     publish(text_model, tmp_path)
     with running_server(tmp_path, "--workers", "2", "--reload-interval", "1") as (base, proc, log):
+        url = base + "/v1/models/disttrain:predict"
         with open(log) as fh:
             assert f"serving 'disttrain' at {base}/" in fh.read()
         # No preload: TensorFlow lives in the workers only, never in the forking master.
         with open(f"/proc/{proc.pid}/maps") as fh:
             assert "tensorflow" not in fh.read()
 
-        status, body = http("POST", base + "/v1/models/disttrain:predict", {"instances": [POSITIVE, NEGATIVE]})
+        status, body = http("POST", url, {"instances": [POSITIVE, NEGATIVE]})
         assert status == 200
         (positive, negative) = body["predictions"]
         assert positive[1] > 0.5 > negative[1]
         assert http("GET", base + "/healthz") == (200, {"status": "ok"})
-        status, body = http("POST", base + "/v1/models/disttrain:predict", b"{oops")
+        status, body = http("POST", url, b"{oops")
         assert status == 400 and "not valid JSON" in body["error"]
 
         # A new publication reaches every worker without a restart.
-        old_version = http("GET", base + "/readyz")[1]["version"]
-        publish(flipped_text_model, tmp_path, mtime=int(old_version) + 10)
-        deadline, fresh = time.monotonic() + 90, 0
-        while fresh < 6:  # six fresh answers in a row: both workers have reloaded
-            assert time.monotonic() < deadline, "workers did not pick up the new model"
-            status, body = http("POST", base + "/v1/models/disttrain:predict", {"instances": [POSITIVE]})
-            fresh = fresh + 1 if status == 200 and body["predictions"][0][1] < 0.5 else 0
-            time.sleep(0.2)
-        assert http("GET", base + "/readyz")[1]["version"] == str(int(old_version) + 10)
+        version = int(http("GET", base + "/readyz")[1]["version"])
+        publish(flipped_text_model, tmp_path, mtime=version + 10)
+        wait_until_all_workers_answer(url, {"instances": [POSITIVE]}, lambda s, b: s == 200 and b["predictions"][0][1] < 0.5)
+        assert http("GET", base + "/readyz")[1]["version"] == str(version + 10)
 
-        assert stop(proc) == 0  # SIGTERM: graceful shutdown, exit status 0
-
-
-def test_gunicorn_refuses_decompression_bombs_and_big_bodies(image_model, tmp_path):
-    publish(image_model, tmp_path)
-    # 8000x8000 pixels = 64 M > the server's 40 M OPENCV_IO_MAX_IMAGE_PIXELS, in a ~60 KB PNG
-    ok, bomb = cv2.imencode(".png", np.zeros((8000, 8000), dtype=np.uint8))
-    with running_server(tmp_path, "--workers", "1", "--max-upload-mb", "1") as (base, proc, log):
-        url = base + "/v1/models/disttrain:predict"
+        # Even a different kind of model: the digits image model.
+        publish(image_model, tmp_path, mtime=version + 20)
+        pixels = np.zeros((8, 8)).tolist()
+        wait_until_all_workers_answer(url, {"instances": [pixels] * 10}, lambda s, b: s == 200 and len(b["predictions"][0]) == 10)
+        # 8000x8000 = 64 M pixels > the server's 40 M OPENCV_IO_MAX_IMAGE_PIXELS, in a ~60 KB PNG
+        ok, bomb = cv2.imencode(".png", np.zeros((8000, 8000), dtype=np.uint8))
         status, body = http("POST", url, {"instances": [{"b64": base64.b64encode(bomb.tobytes()).decode()}]})
         assert status == 422 and "not a decodable image" in body["error"]
-        status, body = http("POST", url, {"instances": [np.zeros((8, 8)).tolist()] * 10})
-        assert status == 200 and len(body["predictions"]) == 10
-        # 1.5 MB > 1 MB: the server reads the excess before answering, so the client gets the 413, not a reset
-        status, body = http("POST", url, b'{"instances": ["' + b"x" * (1536 * 1024) + b'"]}')
-        assert status == 413 and "1048576 byte limit" in body["error"]
+        # 9 MB > 8 MB: the server reads the excess before answering, so the client gets the 413, not a reset
+        status, body = http("POST", url, b'{"instances": [{"b64": "' + b"A" * (9 * 1024 * 1024) + b'"}]}')
+        assert status == 413 and "8388608 byte limit" in body["error"]
+
+        assert stop(proc) == 0  # SIGTERM: graceful shutdown, exit status 0
