@@ -144,19 +144,21 @@ def main(argv=None):
     # ---------------------------------------------------------------- evaluate
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     x_test = as_model_input(manifest.task, x_test)
+    def held_out(model):
+        return {f"test_{key}": value for key, value in evaluate(model, manifest.task, x_test, y_test, manifest.seed).items()}
+
     rows = []
     for model, marker in zip(models, markers):
-        loss, accuracy = evaluate(model, x_test, y_test)
         rows.append({"name": f"worker {marker['worker_index']}" if strategy == "average" else "chief (synchronised)",
                      "worker_index": marker["worker_index"],
                      "examples": marker["examples"] if strategy == "average" else manifest.train_examples,
-                     "test_accuracy": accuracy, "test_loss": loss})
+                     **held_out(model)})
 
     # ----------------------------------------------------------------- combine
     final = models[0]  # multiworker: the chief's model as is
     if strategy == "average":  # same architecture, so worker 0's model can carry the average
         final.set_weights(average_weights([m.get_weights() for m in models], [m["examples"] for m in markers]))
-    final_loss, final_accuracy = evaluate(final, x_test, y_test)
+    final_metrics = held_out(final)
     histories = [load_metrics(d) for d in worker_dirs]
     report = {
         "strategy": strategy,
@@ -167,7 +169,7 @@ def main(argv=None):
         "split_seed": manifest.seed,
         "init_weights_sha256": markers[0]["init_weights_sha256"],
         "workers": rows,
-        "final": {"test_accuracy": final_accuracy, "test_loss": final_loss, "examples": manifest.train_examples},
+        "final": {"examples": manifest.train_examples, **final_metrics},
         "test_examples": manifest.test.examples,
         "epochs": markers[0]["epochs"],
         "training_wall_time_sec": max((sum(e["wall_time_sec"] for e in h) for h in histories), default=None),
@@ -183,7 +185,7 @@ def main(argv=None):
     plot_report(report, histories, os.path.join(final_dir, "report.png"))
     save_model(final, savefile, meta)
     write_marker(final_dir, "aggregator", model=os.path.basename(savefile), strategy=strategy,
-                 test_accuracy=final_accuracy)
+                 test_accuracy=final_metrics["test_accuracy"])
     print_table(report)
     print(f"aggregator: published {savefile} (report: {os.path.join(final_dir, 'report.json')})")
     return 0
@@ -198,15 +200,22 @@ def load_metrics(worker_dir):
 
 
 def print_table(report):
-    out = sys.stdout
-    print(f"\n{'model':<24}{'examples':>10}{'test acc':>10}{'test loss':>11}", file=out)
-    print("-" * 55, file=out)
-    for row in report["workers"]:
-        print(f"{row['name']:<24}{row['examples']:>10}{row['test_accuracy']:>10.4f}{row['test_loss']:>11.4f}", file=out)
-    final = report["final"]
-    label = "final (averaged)" if report["strategy"] == "average" else "final (promoted)"
-    print(f"{label:<24}{final['examples']:>10}{final['test_accuracy']:>10.4f}{final['test_loss']:>11.4f}", file=out)
-    print(f"held-out examples: {report['test_examples']}\n", file=out)
+    """The report as a table: loss for classifiers; retrieval distances for faces."""
+    columns = [("test_accuracy", "test acc" if report["task"] != "faces" else "top-1")]
+    if report["task"] == "faces":
+        columns += [("test_same_person_distance", "same dist"), ("test_different_person_distance", "other dist")]
+    else:
+        columns += [("test_loss", "test loss")]
+    final_label = "final (averaged)" if report["strategy"] == "average" else "final (promoted)"
+    rows = [(r["name"], r) for r in report["workers"]] + [(final_label, report["final"])]
+    print(f"\n{'model':<24}{'examples':>10}" + "".join(f"{title:>12}" for _, title in columns))
+    print("-" * (34 + 12 * len(columns)))
+    for name, row in rows:
+        print(f"{name:<24}{row['examples']:>10}" + "".join(f"{row[key]:>12.4f}" for key, _ in columns))
+    held_out = f"{report['test_examples']} held-out examples"
+    if report["task"] == "faces":
+        held_out += f" of {report['final']['test_people']} people never seen in training"
+    print(held_out + "\n")
 
 
 def plot_report(report, histories, path):
@@ -229,7 +238,7 @@ def plot_report(report, histories, path):
     for x, v in enumerate(values):
         bars.text(x, v, f"{v:.3f}", ha="center", va="bottom")
     bars.set_ylim(0, 1.05)
-    bars.set_ylabel("held-out accuracy")
+    bars.set_ylabel("held-out top-1 retrieval" if report["task"] == "faces" else "held-out accuracy")
     bars.set_title(f"{report['task']} / {report['strategy']}")
     for i, history in enumerate(histories):
         if history:

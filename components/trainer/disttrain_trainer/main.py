@@ -48,6 +48,9 @@ def parse_args(argv=None):
     p.add_argument("--batch", type=int, default=64, help="examples per step per worker (default 64)")
     p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate (default 0.001)")
     p.add_argument("--seed", type=int, default=42, help="seed of the shared initial weights (default 42)")
+    p.add_argument("--embedding-size", type=int, default=64, help="faces: embedding dimensions (default 64)")
+    p.add_argument("--margin", type=float, default=0.2, help="faces: triplet-loss margin (default 0.2)")
+    p.add_argument("--views", type=int, default=2, help="faces: views per person in a batch (default 2)")
     p.add_argument("--workers", type=int, default=None, help="number of workers (default: the dataset's shard count)")
     p.add_argument("--worker-index", type=int, default=int(env_index) if env_index and env_index.isdigit() else None,
                    help="this worker's index (default $JOB_COMPLETION_INDEX, else 0)")
@@ -58,11 +61,11 @@ def parse_args(argv=None):
     p.add_argument("--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (default 0 = TensorFlow decides)")
     args = p.parse_args(argv)
-    for name in ("epochs", "batch"):
+    for name in ("epochs", "batch", "embedding_size", "views"):
         if getattr(args, name) < 1:
-            p.error(f"--{name} must be >= 1")
-    if args.learning_rate <= 0:
-        p.error("--learning-rate must be > 0")
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    if args.learning_rate <= 0 or args.margin <= 0:
+        p.error("--learning-rate and --margin must be > 0")
     if args.workers is not None and args.workers < 1:
         p.error("--workers must be >= 1")
     return args
@@ -123,11 +126,21 @@ def main(argv=None):
     vocabulary = read_vocab(data_dir, manifest) if manifest.task == "text" else None
     x_train, x_test = as_model_input(manifest.task, x_train), as_model_input(manifest.task, x_test)
     # every worker takes the same number of steps (a collective step needs all of them)
+    # (faces: an epoch shows every photo `--views` times, each time differently augmented)
     largest_shard = max(s.examples for s in manifest.shards)
-    steps_per_epoch = -(-(largest_shard if args.strategy == "multiworker" else shard.examples) // args.batch)
+    images_per_epoch = (largest_shard if args.strategy == "multiworker" else shard.examples) * (
+        args.views if manifest.task == "faces" else 1)
+    steps_per_epoch = -(-images_per_epoch // args.batch)
 
     def dataset_fn(_input_context):
-        # each worker already has its own shard on disk: no auto-sharding, just shuffle and batch
+        # each worker already has its own shard on disk: no auto-sharding
+        if manifest.task == "faces":  # people x augmented views, for in-batch triplet mining
+            spec = manifest.input
+            return tf.data.Dataset.from_generator(
+                lambda: view_batches(x_train, y_train, args.batch, args.views, args.seed + index),
+                output_signature=(tf.TensorSpec([None, spec["height"], spec["width"], spec["channels"]], tf.uint8),
+                                  tf.TensorSpec([None], tf.int64)),
+            ).prefetch(2)
         ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
         ds = ds.shuffle(len(y_train), seed=args.seed + index, reshuffle_each_iteration=True)
         return ds.repeat().batch(args.batch).prefetch(2)
@@ -137,9 +150,10 @@ def main(argv=None):
     # ------------------------------------------------ model from the shared seed
     keras.utils.set_random_seed(args.seed)
     from disttrain_trainer.models import build_model
+    from disttrain_trainer.triplets import semi_hard_triplet_loss, view_batches
 
     with strategy.scope():
-        model = build_model(manifest, vocabulary)
+        model = build_model(manifest, vocabulary, args.embedding_size)
         optimizer = keras.optimizers.Adam(learning_rate=args.learning_rate)
         optimizer.build(model.trainable_variables)
         epoch_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
@@ -152,7 +166,7 @@ def main(argv=None):
     write_dir = checkpoint_dir if is_chief or args.strategy == "average" else os.path.join(worker_dir, "scratch-checkpoints")
     run_config = {
         "strategy": args.strategy, "seed": args.seed, "workers": workers, "batch": args.batch,
-        "learning_rate": args.learning_rate, "init_weights_sha256": init_sha,
+        "learning_rate": args.learning_rate, "init_weights_sha256": init_sha, "margin": args.margin,
         "dataset": [s.sha256 for s in manifest.shards],
     }
     check_run_config(checkpoint_dir, run_config, write=is_chief or args.strategy == "average")
@@ -167,17 +181,22 @@ def main(argv=None):
     history = [m for m in load_json(metrics_path, []) if m["epoch"] <= start_epoch]
 
     # ------------------------------------------------------------- train step
+    def loss_and_hits(y, outputs):
+        """Per-example loss and per-example "right" (the class; faces: the nearest view is the same person)."""
+        if manifest.task == "faces":
+            return semi_hard_triplet_loss(y, outputs, args.margin)
+        per_example = keras.losses.sparse_categorical_crossentropy(y, outputs)
+        return per_example, tf.cast(tf.equal(tf.argmax(outputs, axis=-1), y), tf.float32)
+
     @tf.function
     def train_step(iterator):
         def step_fn(x, y):
             with tf.GradientTape() as tape:
-                probs = model(x, training=True)
-                per_example = keras.losses.sparse_categorical_crossentropy(y, probs)
+                per_example, hits = loss_and_hits(y, model(x, training=True))
                 loss = tf.nn.compute_average_loss(per_example)  # / global batch: gradients add up across replicas
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            correct = tf.reduce_sum(tf.cast(tf.equal(tf.argmax(probs, axis=-1), y), tf.float32))
-            return tf.reduce_sum(per_example), correct, tf.cast(tf.shape(y)[0], tf.float32)
+            return tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.shape(y)[0], tf.float32)
 
         per_replica = strategy.run(step_fn, args=next(iterator))
         return [strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for v in per_replica]
@@ -200,11 +219,12 @@ def main(argv=None):
             loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + step_seen
             bar.update(step + 1, loss=loss_sum / seen, accuracy=correct / seen)
         wall = time.monotonic() - started
-        test_loss, test_accuracy = evaluate(model, x_test, y_test)
+        held_out = evaluate(model, manifest.task, x_test, y_test, seed=manifest.seed)
+        test_accuracy = held_out["accuracy"]
         record = {
             "epoch": epoch, "loss": loss_sum / seen, "accuracy": correct / seen, "examples": int(seen),
             "examples_per_sec": seen / wall, "wall_time_sec": wall,
-            "test_loss": test_loss, "test_accuracy": test_accuracy,
+            **{f"test_{key}": value for key, value in held_out.items()},
         }
         history.append(record)
         bar.finish(
@@ -212,8 +232,9 @@ def main(argv=None):
             f"test_acc {test_accuracy:.4f} {record['examples_per_sec']:,.0f} ex/s {wall:.1f}s"
         )
         with summaries.as_default(step=epoch):
-            for key in ("loss", "accuracy", "examples_per_sec", "test_loss", "test_accuracy"):
-                tf.summary.scalar(key, record[key])
+            for key, value in record.items():
+                if key != "epoch":
+                    tf.summary.scalar(key, value)
         summaries.flush()
         epoch_counter.assign(epoch)
         manager.save(checkpoint_number=epoch)
@@ -231,6 +252,7 @@ def main(argv=None):
             "worker_index": index, "workers": workers, "epochs": args.epochs,
             "examples": manifest.train_examples if args.strategy == "multiworker" else shard.examples,
             "vocab_sha256": manifest.vocab["sha256"] if manifest.vocab else None,
+            **({"embedding_size": args.embedding_size, "margin": args.margin} if manifest.task == "faces" else {}),
         })
     write_marker(
         worker_dir, "trainer", worker_index=index, workers=workers, strategy=args.strategy, epochs=args.epochs,

@@ -1,10 +1,11 @@
 """The models, one small builder per task.
 
-Both take raw inputs, so the saved artifact is all a server needs:
+All take raw inputs, so the saved artifact is all a server needs:
   * text: a batch of strings [n, 1]; TextVectorization (with the copier's
     vocabulary) turns them into bag-of-words vectors inside the model;
   * image: uint8 pixels [n, h, w, c]; scaling to [0, 1] happens inside.
-Both end in a softmax over the label names, so every task predicts the same way.
+Classifiers end in a softmax over the label names; the face model ends in an
+L2-normalised embedding (see triplets.py for how it is trained).
 """
 
 import keras
@@ -37,7 +38,25 @@ def build_image_model(height, width, channels, n_labels, dropout=0.3):
     return keras.Model(inputs, outputs, name="image_cnn")
 
 
-def build_model(manifest, vocabulary=None):
+def build_face_model(height, width, channels, embedding_size=64):
+    """A face crop -> an L2-normalised embedding (FaceNet-style): distances between
+    embeddings compare faces."""
+    inputs = keras.Input(shape=(height, width, channels), dtype="uint8", name="face")
+    x = keras.layers.Rescaling(1.0 / 255.0, name="scale")(inputs)
+    for filters in (32, 64, 128):
+        x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv{filters}a")(x)
+        x = keras.layers.Conv2D(filters, 3, padding="same", activation="relu", name=f"conv{filters}b")(x)
+        x = keras.layers.MaxPooling2D(name=f"pool{filters}")(x)
+    x = keras.layers.GlobalAveragePooling2D(name="pool")(x)
+    x = keras.layers.Dense(embedding_size, name="embedding")(x)
+    outputs = keras.layers.UnitNormalization(name="l2_normalise")(x)
+    return keras.Model(inputs, outputs, name="face_embedding")
+
+
+def build_model(manifest, vocabulary=None, embedding_size=64):
+    if manifest.task == "faces":
+        spec = manifest.input
+        return build_face_model(spec["height"], spec["width"], spec["channels"], embedding_size)
     if manifest.task == "text":
         return build_text_model(vocabulary, len(manifest.labels))
     spec = manifest.input
