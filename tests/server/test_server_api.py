@@ -124,6 +124,13 @@ def test_unknown_route_is_404_json(text_client):
     assert "no such endpoint: GET /v2/nothing" in error_of(text_client.get("/v2/nothing"), 404)
 
 
+def test_a_bug_is_a_json_500_without_internals(tmp_path):
+    client = make_client(None, tmp_path)
+    client.application.add_url_rule("/boom", view_func=lambda: 1 / 0)
+    message = error_of(client.get("/boom"), 500)
+    assert "internal error" in message and "ZeroDivision" not in message
+
+
 def test_report_is_404_json_until_the_aggregator_writes_one(text_client):
     assert "no report.json" in error_of(text_client.get("/report"), 404)
 

@@ -1,0 +1,47 @@
+"""disttrain-server's command line: defaults, validation, and the gunicorn settings it implies."""
+
+import os
+
+import pytest
+
+from disttrain_server.main import app_config, gunicorn_options, parse_args
+
+
+def test_defaults_follow_the_workdir_layout(monkeypatch, tmp_path):
+    monkeypatch.setenv("DISTTRAIN_WORKDIR", str(tmp_path))
+    args = parse_args([])
+    config = app_config(args)
+    assert config["MODEL_PATH"] == os.path.join(str(tmp_path), "final", "model.keras")
+    assert config["MODEL_NAME"] == "disttrain"
+    assert config["MAX_CONTENT_LENGTH"] == 8 * 1024 * 1024
+    assert (config["MAX_TEXT_CHARS"], config["MAX_INSTANCES"], config["RELOAD_INTERVAL"]) == (10_000, 256, 5)
+    options = gunicorn_options(args)
+    assert options["bind"] == ["127.0.0.1:8080"] and (options["workers"], options["threads"]) == (2, 1)
+    assert options["preload_app"] is False  # TensorFlow must not be loaded before the fork
+
+
+def test_explicit_flags(tmp_path):
+    args = parse_args(["--model", str(tmp_path / "m.keras"), "--model-name", "reviews", "--host", "::1", "--port", "9000",
+                       "--workers", "3", "--threads", "4", "--max-upload-mb", "0.5", "--max-text-chars", "50",
+                       "--max-instances", "7", "--reload-interval", "0"])
+    config = app_config(args)
+    assert config["MODEL_PATH"] == str(tmp_path / "m.keras") and config["MODEL_NAME"] == "reviews"
+    assert config["MAX_CONTENT_LENGTH"] == 512 * 1024
+    assert gunicorn_options(args)["bind"] == ["[::1]:9000"]
+
+
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--workers", "0"], "--workers must be at least 1"),
+        (["--port", "70000"], "--port must be between 0 and 65535"),
+        (["--max-instances", "0"], "--max-instances must be at least 1"),
+        (["--max-upload-mb", "0"], "--max-upload-mb must be positive"),
+        (["--model-name", "a:b"], "--model-name must be non-empty without '/' or ':'"),
+    ],
+)
+def test_bad_flags_exit_2_with_a_message(capsys, argv, words):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    assert exit_info.value.code == 2
+    assert words in capsys.readouterr().err
