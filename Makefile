@@ -9,7 +9,7 @@ COMPONENTS := contract copier trainer aggregator server
 TASK ?= movie-reviews
 WORKERS ?= 2
 EPOCHS ?=
-BATCH ?= 64
+BATCH ?=
 STRATEGY ?= average
 PORT ?= 8080
 WORKDIR ?= workdir/demo
@@ -18,7 +18,7 @@ WORKDIR ?= workdir/demo
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
-	@echo "              variables: TASK=movie-reviews|digits WORKERS=2 EPOCHS=(5 text, 20 digits) BATCH=64 STRATEGY=average|multiworker PORT=8080"
+	@echo "              variables: TASK=movie-reviews|digits|faces WORKERS=2 EPOCHS BATCH STRATEGY=average|multiworker PORT=8080 "
 	@echo "make test     every test (unit, integration, resume, server, browser, chart)"
 	@echo "make clean    remove the virtualenv and working directories"
 

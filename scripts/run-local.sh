@@ -5,10 +5,10 @@
 # Configuration comes from the environment (the Makefile passes its variables).
 set -euo pipefail
 
-TASK=${TASK:-movie-reviews}        # movie-reviews | digits, or set SOURCE directly
+TASK=${TASK:-movie-reviews}        # movie-reviews | digits | faces, or set SOURCE directly
 WORKERS=${WORKERS:-2}
-EPOCHS=${EPOCHS:-}                 # default per task: movie-reviews 5, digits 20
-BATCH=${BATCH:-64}
+EPOCHS=${EPOCHS:-}                 # default per task: movie-reviews 5, digits 20, faces 30
+BATCH=${BATCH:-}                   # default per task: 64, faces 32 (people x 2 views)
 STRATEGY=${STRATEGY:-average}      # average | multiworker
 SEED=${SEED:-42}
 HOST=${HOST:-127.0.0.1}
@@ -19,10 +19,11 @@ BIN=${BIN:-.venv/bin}
 TRAINER_PORT=${TRAINER_PORT:-23456}  # multiworker: worker i listens on TRAINER_PORT + i
 
 case "$TASK" in
-  movie-reviews) SOURCE=${SOURCE:-sample:movie-reviews}; EPOCHS=${EPOCHS:-5} ;;
-  digits)        SOURCE=${SOURCE:-sample:digits}; EPOCHS=${EPOCHS:-20} ;;
-  *) [ -n "${SOURCE:-}" ] || { echo "unknown TASK=$TASK (movie-reviews | digits), or set SOURCE=" >&2; exit 2; }
-     EPOCHS=${EPOCHS:-5} ;;
+  movie-reviews) SOURCE=${SOURCE:-sample:movie-reviews}; EPOCHS=${EPOCHS:-5}; BATCH=${BATCH:-64} ;;
+  digits)        SOURCE=${SOURCE:-sample:digits}; EPOCHS=${EPOCHS:-20}; BATCH=${BATCH:-64} ;;
+  faces)         SOURCE=${SOURCE:-sample:faces}; EPOCHS=${EPOCHS:-30}; BATCH=${BATCH:-32} ;;
+  *) [ -n "${SOURCE:-}" ] || { echo "unknown TASK=$TASK (movie-reviews | digits | faces), or set SOURCE=" >&2; exit 2; }
+     EPOCHS=${EPOCHS:-5}; BATCH=${BATCH:-64} ;;
 esac
 
 # A fresh run: old markers must not satisfy this run's stages.

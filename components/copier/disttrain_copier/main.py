@@ -229,7 +229,8 @@ def main(argv=None):
     sizes = ", ".join(str(s.examples) for s in manifest.shards)
     print(
         f"copier: {manifest.train_examples} training examples in {manifest.n_shards} shards ({sizes}), "
-        f"{manifest.test.examples} held out; task {manifest.task}, labels {manifest.labels} -> {out_dir}"
+        f"{manifest.test.examples} held out; task {manifest.task}, {len(manifest.labels)} labels "
+        f"({', '.join(manifest.labels[:5])}{', ...' if len(manifest.labels) > 5 else ''}) -> {out_dir}"
     )
     return 0
 
