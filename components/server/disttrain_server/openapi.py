@@ -7,6 +7,21 @@ schemas for a text model accept only strings, for an image model only
 """
 
 ERROR = {"$ref": "#/components/schemas/Error"}
+STRING = {"type": "string"}
+INTEGER = {"type": "integer"}
+
+
+def _object(**properties):
+    """An object schema whose listed properties are all required (others are allowed)."""
+    return {"type": "object", "required": list(properties), "properties": properties}
+
+
+def _array(items):
+    return {"type": "array", "items": items}
+
+
+def _enum(*values):
+    return {"type": "string", "enum": list(values)}
 
 
 def _response(description, schema=ERROR):
@@ -166,74 +181,29 @@ def build_spec(name, limits, input_spec=None):
         },
         "components": {
             "schemas": {
-                "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
-                "Health": {"type": "object", "required": ["status"], "properties": {"status": {"type": "string", "enum": ["ok"]}}},
-                "Ready": {
-                    "type": "object",
-                    "required": ["status", "model", "version"],
-                    "properties": {"status": {"type": "string", "enum": ["ready"]}, "model": {"type": "string"}, "version": {"type": "string"}},
-                },
-                "NotReady": {
-                    "type": "object",
-                    "required": ["status", "reason"],
-                    "properties": {"status": {"type": "string", "enum": ["unavailable"]}, "reason": {"type": "string"}},
-                },
-                "ModelStatus": {
-                    "type": "object",
-                    "required": ["model_version_status"],
-                    "properties": {
-                        "model_version_status": {
-                            "type": "array",
-                            "items": {
-                                "type": "object",
-                                "required": ["version", "state", "status"],
-                                "properties": {
-                                    "version": {"type": "string"},
-                                    "state": {"type": "string", "enum": ["AVAILABLE", "UNKNOWN"]},
-                                    "status": {
-                                        "type": "object",
-                                        "required": ["error_code", "error_message"],
-                                        "properties": {"error_code": {"type": "string"}, "error_message": {"type": "string"}},
-                                    },
-                                },
-                            },
-                        }
-                    },
-                },
-                "Metadata": {
-                    "type": "object",
-                    "required": ["model_spec", "metadata"],
-                    "properties": {
-                        "model_spec": {
-                            "type": "object",
-                            "required": ["name", "version"],
-                            "properties": {"name": {"type": "string"}, "version": {"type": "string"}},
-                        },
-                        "metadata": {
-                            "type": "object",
-                            "required": ["task", "labels", "input", "limits"],
-                            "properties": {
-                                "task": {"type": "string"},
-                                "labels": {"type": "array", "items": {"type": "string"}},
-                                "input": {"type": "object", "required": ["kind"], "properties": {"kind": {"type": "string", "enum": ["text", "image"]}}},
-                                "limits": {
-                                    "type": "object",
-                                    "properties": {k: {"type": "integer"} for k in ("max_instances", "max_text_chars", "max_upload_bytes")},
-                                },
-                            },
-                        },
-                    },
-                },
-                "Predictions": {
-                    "type": "object",
-                    "required": ["predictions"],
-                    "properties": {
-                        "predictions": {
-                            "type": "array",
-                            "items": {"type": "array", "items": {"type": "number", "minimum": 0, "maximum": 1}},
-                        }
-                    },
-                },
+                "Error": _object(error=STRING),
+                "Health": _object(status=_enum("ok")),
+                "Ready": _object(status=_enum("ready"), model=STRING, version=STRING),
+                "NotReady": _object(status=_enum("unavailable"), reason=STRING),
+                "ModelStatus": _object(
+                    model_version_status=_array(
+                        _object(
+                            version=STRING,
+                            state=_enum("AVAILABLE", "UNKNOWN"),
+                            status=_object(error_code=STRING, error_message=STRING),
+                        )
+                    )
+                ),
+                "Metadata": _object(
+                    model_spec=_object(name=STRING, version=STRING),
+                    metadata=_object(
+                        task=STRING,
+                        labels=_array(STRING),
+                        input=_object(kind=_enum("text", "image")),  # plus height, width, channels for images
+                        limits=_object(max_instances=INTEGER, max_text_chars=INTEGER, max_upload_bytes=INTEGER),
+                    ),
+                ),
+                "Predictions": _object(predictions=_array(_array({"type": "number", "minimum": 0, "maximum": 1}))),
             }
         },
     }
