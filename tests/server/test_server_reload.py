@@ -1,10 +1,13 @@
 """Hot reload: a newly published model is served without a restart; a broken one never replaces a good one."""
 
+import json
 import os
+import zipfile
 
 import pytest
 
 from disttrain_contract import Workdir
+from disttrain_contract.artifact import META_MEMBER
 from disttrain_server.errors import ModelUnavailable
 from disttrain_server.model_store import ModelStore
 from server.serving import POSITIVE, make_client, predict_url, publish
@@ -91,3 +94,28 @@ def test_unloadable_model_at_start_is_503_with_the_reason(tmp_path):
     response = client.get("/readyz")
     assert response.status_code == 503
     assert "not a disttrain model" in response.get_json()["reason"]
+
+
+def with_meta(model, path, **changes):
+    """A copy of `model` whose disttrain.json has `changes` (the weights are untouched)."""
+    with zipfile.ZipFile(model) as source, zipfile.ZipFile(path, "w") as target:
+        for item in source.infolist():
+            data = source.read(item)
+            if item.filename == META_MEMBER:
+                data = json.dumps({**json.loads(data), **changes})
+            target.writestr(item, data)
+    return path
+
+
+@pytest.mark.parametrize(
+    "changes, words",
+    [
+        ({"task": "faces"}, "task 'faces' is not served"),
+        ({"labels": ["a", "b", "c"]}, "the model has 2 outputs but disttrain.json names 3 labels"),
+        ({"input": {"kind": "audio"}}, "no usable input spec"),
+    ],
+)
+def test_model_the_api_cannot_describe_is_refused_with_the_reason(text_model, tmp_path, changes, words):
+    client = make_client(with_meta(text_model, tmp_path / "odd.keras", **changes), tmp_path)
+    response = client.get("/readyz")
+    assert response.status_code == 503 and words in response.get_json()["reason"]

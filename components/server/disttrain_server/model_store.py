@@ -25,6 +25,9 @@ from disttrain_server.errors import ModelUnavailable
 log = logging.getLogger(__name__)
 
 INPUT_KINDS = ("text", "image")
+# Classifiers (softmax over meta["labels"]); an embedding model such as the
+# faces task's has no label probabilities to serve and is refused by name.
+SERVED_TASKS = ("text", "image")
 
 
 @dataclass(frozen=True)
@@ -55,16 +58,22 @@ class LoadedModel:
         return self.model(tf.constant(batch), training=False).numpy().astype(np.float64)
 
 
-def _check_meta(meta, path):
+def _check_artifact(model, meta, path):
     """Refuse a model the API could not describe, at load time instead of on every request."""
-    spec = meta.get("input") if isinstance(meta, dict) else None
-    labels = meta.get("labels") if isinstance(meta, dict) else None
+    if not isinstance(meta, dict):
+        raise ContractError(f"{path}: disttrain.json is not a JSON object")
+    spec, labels = meta.get("input"), meta.get("labels")
+    if meta.get("task") not in SERVED_TASKS:
+        raise ContractError(f"{path}: task {meta.get('task')!r} is not served; this server serves classifiers ({', '.join(SERVED_TASKS)})")
     if not isinstance(spec, dict) or spec.get("kind") not in INPUT_KINDS:
         raise ContractError(f"{path}: disttrain.json has no usable input spec (kind must be one of {INPUT_KINDS})")
     if spec["kind"] == "image" and not all(isinstance(spec.get(k), int) and spec[k] > 0 for k in ("height", "width", "channels")):
         raise ContractError(f"{path}: image input spec needs positive integer height, width and channels")
     if not isinstance(labels, list) or not labels:
         raise ContractError(f"{path}: disttrain.json has no label names")
+    outputs = getattr(model, "output_shape", (None,))[-1]
+    if outputs != len(labels):
+        raise ContractError(f"{path}: the model has {outputs} outputs but disttrain.json names {len(labels)} labels")
 
 
 class ModelStore:
@@ -114,7 +123,7 @@ class ModelStore:
         started = time.monotonic()
         try:
             model, meta = load_model(self.path)
-            _check_meta(meta, self.path)
+            _check_artifact(model, meta, self.path)
         except ContractError as err:
             # A half-copied or foreign file: report it, keep the previous model.
             self._failed_key, self._error = key, str(err)
