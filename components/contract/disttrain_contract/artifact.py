@@ -79,12 +79,23 @@ def decode_image(data, height, width, channels):
     server call this same function, so training and serving see the same pixels."""
     import cv2
 
-    buffer = np.frombuffer(data, dtype=np.uint8)
     flag = cv2.IMREAD_GRAYSCALE if channels == 1 else cv2.IMREAD_COLOR
-    image = cv2.imdecode(buffer, flag) if buffer.size else None
+    return resize_image(imdecode(data, flag), height, width, channels)
+
+
+def imdecode(data, flag):
+    """cv2.imdecode that raises ContractError for anything it cannot decode
+    (corrupt data, an unknown format, more pixels than OPENCV_IO_MAX_IMAGE_PIXELS)."""
+    import cv2
+
+    buffer = np.frombuffer(data, dtype=np.uint8)
+    try:
+        image = cv2.imdecode(buffer, flag) if buffer.size else None
+    except cv2.error as err:
+        raise ContractError(f"cannot decode the image: {str(err).strip().splitlines()[-1]}") from None
     if image is None:
         raise ContractError("not a decodable image (corrupt or unsupported format)")
-    return resize_image(image, height, width, channels)
+    return image
 
 
 def resize_image(image, height, width, channels):

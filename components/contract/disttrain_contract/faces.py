@@ -79,11 +79,9 @@ def decode_photo(data):
     """Encoded image bytes -> BGR uint8 array (ContractError if it is not an image)."""
     import cv2
 
-    buffer = np.frombuffer(data, dtype=np.uint8)
-    image = cv2.imdecode(buffer, cv2.IMREAD_COLOR) if buffer.size else None
-    if image is None:
-        raise ContractError("not a decodable image (corrupt or unsupported format)")
-    return image
+    from disttrain_contract.artifact import imdecode
+
+    return imdecode(data, cv2.IMREAD_COLOR)
 
 
 def augment(face, rng):
