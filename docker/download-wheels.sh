@@ -26,7 +26,7 @@ fi
 platforms=(--platform linux_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux2010_x86_64)
 for i in $(seq 5 36); do platforms+=(--platform "manylinux_2_${i}_x86_64"); done
 echo "downloading $(wc -l < "$req") wheels into $DEST ..."
-"$PY" -m pip download --quiet --no-deps --only-binary=:all: "${platforms[@]}" \
+"$PY" -m pip download -qq --no-deps --only-binary=:all: "${platforms[@]}" \
     --python-version 3.11 --implementation cp --abi cp311 -d "$DEST" -r "$req"
 echo "$want" > "$DEST/.stamp"
 du -sh "$DEST"

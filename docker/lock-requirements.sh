@@ -21,7 +21,7 @@ trap 'rm -rf "$tmp"' EXIT
 for c in "${components[@]}"; do
     "$PY" docker/locks.py direct "$c" > "$tmp/$c.in"
     echo "resolving $c ..." >&2
-    "$PY" -m pip install --quiet --dry-run --ignore-installed --only-binary=:all: "${platforms[@]}" \
+    "$PY" -m pip install -qq --dry-run --ignore-installed --only-binary=:all: "${platforms[@]}" \
         --python-version 3.11 --implementation cp --abi cp311 --target "$tmp/t" \
         --report "$tmp/$c.json" -r "$tmp/$c.in" >&2
     "$PY" docker/locks.py write "$c" "$tmp/$c.json"

@@ -72,7 +72,7 @@ def test_image_is_lean(component):
         "bad = [t for t in ('gcc', 'cc', 'make', 'curl') if shutil.which(t)]; "
         "bad += ['pip'] if importlib.util.find_spec('pip') else []; "
         f"bad += ['tensorflow'] if {component == 'copier'} and importlib.util.find_spec('tensorflow') else []; "
-        "sys.exit(' '.join(bad))"
+        "sys.exit(' '.join(bad) or None)"
     )
     docker("run", "--rm", "--network", "none", *READ_ONLY, "--entrypoint", "python3", image(component), "-c", script)
 
@@ -142,7 +142,7 @@ def pipeline(tmp_path_factory):
         port = free_port()
         server = f"{PREFIX}-server"
         subprocess.run(
-            stages.args("server", "server", "host") + ["--host", "127.0.0.1", "--port", str(port), "--workdir", "/workdir"],
+            stages.args("server", "server", "host", "--detach") + ["--host", "127.0.0.1", "--port", str(port), "--workdir", "/workdir"],
             check=True, capture_output=True, timeout=120,
         )
         ready = wait_ready(server, f"http://127.0.0.1:{port}/readyz", timeout=300)
