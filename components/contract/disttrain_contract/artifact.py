@@ -92,7 +92,9 @@ def imdecode(data, flag):
     try:
         image = cv2.imdecode(buffer, flag) if buffer.size else None
     except cv2.error as err:
-        raise ContractError(f"cannot decode the image: {str(err).strip().splitlines()[-1]}") from None
+        if "MAX_IMAGE_PIXELS" in str(err):
+            raise ContractError("not a decodable image: it has more pixels than the limit (OPENCV_IO_MAX_IMAGE_PIXELS)") from None
+        raise ContractError(f"not a decodable image: {str(err).strip().splitlines()[-1]}") from None
     if image is None:
         raise ContractError("not a decodable image (corrupt or unsupported format)")
     return image
