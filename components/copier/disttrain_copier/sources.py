@@ -16,6 +16,7 @@ import pickle
 import subprocess
 import sys
 import zipfile
+import zlib
 from typing import Callable, Iterator, Optional
 
 import numpy as np
@@ -119,14 +120,18 @@ def csv_text(path):
     """A CSV with a header naming `text` and `label` columns. Two streaming passes:
     the first finds the label set and checks every row, the second yields."""
     labels = set()
+    line = 1
     with _open_text(path) as fh:
-        reader = csv.DictReader(fh)
-        if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
-            raise ContractError(f"{path}: the CSV header must name 'text' and 'label' columns, got {reader.fieldnames}")
-        for line, row in enumerate(reader, start=2):
-            if row["text"] is None or row["label"] is None or not row["label"].strip():
-                raise ContractError(f"{path}:{line}: row has no text or no label")
-            labels.add(row["label"].strip())
+        try:
+            reader = csv.DictReader(fh)
+            if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
+                raise ContractError(f"{path}: the CSV header must name 'text' and 'label' columns, got {reader.fieldnames}")
+            for line, row in enumerate(reader, start=2):
+                if row["text"] is None or row["label"] is None or not row["label"].strip():
+                    raise ContractError(f"{path}:{line}: row has no text or no label")
+                labels.add(row["label"].strip())
+        except (UnicodeDecodeError, csv.Error) as err:  # not UTF-8 text, or not CSV
+            raise ContractError(f"{path}: not a readable UTF-8 CSV file (near line {line + 1}): {err}") from None
     if len(labels) < 2:
         raise ContractError(f"{path}: need at least 2 distinct labels, found {sorted(labels)}")
     names = sorted(labels, key=lambda v: (0, int(v), v) if v.lstrip("-").isdigit() else (1, 0, v))
@@ -274,16 +279,19 @@ def npz_arrays(path):
     row_bytes = int(np.prod(row_shape)) * x_dtype.itemsize
 
     def stream():
-        with zipfile.ZipFile(path) as arc, arc.open("x.npy") as fh:
-            _read_npy_header(fh)
-            for label in y:
-                row = fh.read(row_bytes)
-                if len(row) != row_bytes:
-                    raise ContractError(f"{path}: x is truncated")
-                pixels = np.frombuffer(row, dtype=x_dtype).reshape(row_shape)
-                if x_dtype.kind == "f" and pixels.max(initial=0) <= 1.0:
-                    pixels = pixels * 255.0  # float images in [0, 1]
-                yield np.clip(pixels, 0, 255).astype(np.uint8), int(label)
+        try:
+            with zipfile.ZipFile(path) as arc, arc.open("x.npy") as fh:
+                _read_npy_header(fh)
+                for label in y:
+                    row = fh.read(row_bytes)
+                    if len(row) != row_bytes:
+                        raise ContractError(f"{path}: x is truncated")
+                    pixels = np.frombuffer(row, dtype=x_dtype).reshape(row_shape)
+                    if x_dtype.kind == "f" and pixels.max(initial=0) <= 1.0:
+                        pixels = pixels * 255.0  # float images in [0, 1]
+                    yield np.clip(pixels, 0, 255).astype(np.uint8), int(label)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:  # a corrupt member shows only when read
+            raise ContractError(f"{path}: x.npy is corrupt: {err}") from None
 
     spec = {"kind": "image", "height": height, "width": width, "channels": channels}
     return Dataset("image", names, spec, int(x_shape[0]), stream)
