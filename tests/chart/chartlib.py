@@ -31,6 +31,7 @@ VARIANTS = {
     "no-class": "no-class-values.yaml",
     "external-nfs": "external-nfs-values.yaml",
     "nfs-server": "nfs-server-values.yaml",
+    "faces": "faces-values.yaml",
 }
 
 # Kubernetes versions the manifests are validated against (kubernetes-validate's schemas).
