@@ -13,6 +13,7 @@
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -20,7 +21,7 @@ import time
 
 import numpy as np
 
-from disttrain_contract import ContractError, StageTimeout, Workdir, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, write_marker
+from disttrain_contract import ContractError, StageTimeout, Workdir, atomic_path, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, write_marker
 from disttrain_contract.artifact import load_model, save_model
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.layout import marker_path, worker_dirname
@@ -181,9 +182,15 @@ def main(argv=None):
                 aggregated_from=[r["worker_index"] for r in rows] if strategy == "average" else [0])
     meta.pop("worker_index", None)
     os.makedirs(final_dir, exist_ok=True)
-    atomic_write_json(os.path.join(final_dir, "report.json"), report)
-    plot_report(report, histories, os.path.join(final_dir, "report.png"))
-    save_model(final, savefile, meta)
+    # The report is renamed into place only after the model is (both atomically): a full
+    # disk while writing the model leaves no new report next to the old model, and no
+    # temporary behind.
+    with contextlib.ExitStack() as publish:
+        report_tmp, png_tmp = (publish.enter_context(atomic_path(os.path.join(final_dir, name)))
+                               for name in ("report.json", "report.png"))
+        atomic_write_json(report_tmp, report)
+        plot_report(report, histories, png_tmp)
+        save_model(final, savefile, meta)
     write_marker(final_dir, "aggregator", model=os.path.basename(savefile), strategy=strategy,
                  test_accuracy=final_metrics["test_accuracy"])
     print_table(report)
