@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from disttrain_contract.artifact import load_model, save_model
-from server.serving import make_client, sample_model, worker_model
+from server.serving import faces_model, make_client, sample_model, worker_model
 
 
 @pytest.fixture(scope="session")
@@ -54,3 +54,20 @@ def empty_client(tmp_path):
     """A server whose model has not been published yet."""
     return make_client(None, tmp_path)
 
+
+
+@pytest.fixture(scope="session")
+def face_model(tmp_path_factory):
+    return faces_model(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def other_face_model(face_model, tmp_path_factory):
+    """The face model with noise on its embedding layer: a new version whose distances differ."""
+    model, meta = load_model(face_model)
+    layer = model.get_layer("embedding")
+    rng = np.random.default_rng(0)
+    layer.set_weights([w + rng.normal(0, 0.5 * w.std(), w.shape).astype(w.dtype) for w in layer.get_weights()])
+    path = str(tmp_path_factory.mktemp("other-faces") / "model.keras")
+    save_model(model, path, meta)
+    return path

@@ -33,6 +33,18 @@ def sample_model(tmp_path_factory, source, epochs=2):
     return root
 
 
+def faces_model(tmp_path_factory, epochs=30):
+    """The faces task through the whole pipeline (copier, one trainer, aggregator): the published
+    WORKDIR/final/model.keras, an embedding model of 32x32 face crops. Once per session (~30-60 s)."""
+    root = tmp_path_factory.getbasetemp() / "sample-models" / f"faces-{epochs}-epochs"
+    model = Workdir(root).final_model
+    if not os.path.exists(model):
+        stage("copier", "--source", "sample:faces", "--n-shards", 1, "--workdir", root)
+        stage("trainer", "--workdir", root, "--worker-index", 0, "--epochs", epochs, "--batch", 32)
+        stage("aggregator", "--workdir", root)
+    return model
+
+
 def worker_model(root):
     return os.path.join(Workdir(root).worker(0), "model.keras")
 
@@ -53,7 +65,7 @@ def make_client(model, workdir, **config):
     """A Flask test client serving `model` published into `workdir` (or nothing if model is None)."""
     if model is not None:
         publish(model, workdir)
-    app = create_app({"MODEL_PATH": Workdir(workdir).final_model, "TESTING": True, **config})
+    app = create_app({"MODEL_PATH": Workdir(workdir).final_model, "GALLERY_DIR": os.path.join(workdir, "gallery"), "TESTING": True, **config})
     return app.test_client()
 
 

@@ -110,7 +110,8 @@ def with_meta(model, path, **changes):
 @pytest.mark.parametrize(
     "changes, words",
     [
-        ({"task": "faces"}, "task 'faces' is not served"),
+        ({"task": "regression"}, "task 'regression' is not served"),
+        ({"task": "faces", "embedding_size": 2}, "a faces model must take 32x32x1 face crops"),
         ({"labels": ["a", "b", "c"]}, "the model has 2 outputs but disttrain.json names 3 labels"),
         ({"input": {"kind": "audio"}}, "no usable input spec"),
     ],

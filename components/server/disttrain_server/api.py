@@ -70,10 +70,11 @@ def model_status(model_name):
 @bp.get("/v1/models/<model_name:model_name>/metadata")
 def model_metadata(model_name):
     loaded = served_model(model_name)
-    return {
-        "model_spec": {"name": model_name, "version": str(loaded.version)},
-        "metadata": {"task": loaded.meta.get("task", loaded.input_spec["kind"]), "labels": loaded.labels, "input": loaded.input_spec, "limits": limits()},
-    }
+    metadata = {"task": loaded.task, "labels": loaded.labels, "input": loaded.input_spec, "limits": limits()}
+    if loaded.is_faces:
+        # :predict answers embeddings of face crops; :search takes whole photos.
+        metadata["embedding_size"] = loaded.meta["embedding_size"]
+    return {"model_spec": {"name": model_name, "version": str(loaded.version)}, "metadata": metadata}
 
 
 @bp.post("/v1/models/<model_name:model_name>:predict")
@@ -98,7 +99,8 @@ def report():
 @bp.get("/openapi.json")
 def openapi():
     try:
-        input_spec = model_store().get().input_spec
+        loaded = model_store().get()
+        input_spec, task = loaded.input_spec, loaded.task
     except ModelUnavailable:
-        input_spec = None  # describe both instance kinds until we know which one applies
-    return build_spec(current_app.config["MODEL_NAME"], limits(), input_spec)
+        input_spec, task = None, None  # describe both instance kinds until we know which one applies
+    return build_spec(current_app.config["MODEL_NAME"], limits(), input_spec, task)

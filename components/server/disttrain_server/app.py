@@ -4,11 +4,14 @@
 body limit (Werkzeug answers 413 past it, which our handler turns into JSON).
 """
 
+import os
+
 from flask import Flask
 
 from disttrain_contract import Workdir, default_workdir
-from disttrain_server import api, web
+from disttrain_server import api, faces, web
 from disttrain_server.errors import register_error_handlers
+from disttrain_server.gallery import Gallery
 from disttrain_server.model_store import ModelStore
 
 DEFAULT_CONFIG = {
@@ -18,6 +21,9 @@ DEFAULT_CONFIG = {
     "MAX_TEXT_CHARS": 10_000,
     "MAX_INSTANCES": 256,
     "RELOAD_INTERVAL": 5.0,
+    "GALLERY_DIR": None,  # None: WORKDIR/gallery
+    "GALLERY_SEED": None,  # a folder of photos to enrol at start-up (skipping those already enrolled)
+    "TOP_K": 3,  # matches a face search returns unless the request asks for another k
 }
 
 
@@ -29,8 +35,15 @@ def create_app(config=None):
     model_path = app.config["MODEL_PATH"] or Workdir(default_workdir()).final_model
     # One store per process: each gunicorn worker loads its own copy after the fork.
     app.extensions[api.STORE_KEY] = ModelStore(model_path, app.config["RELOAD_INTERVAL"])
+    gallery = Gallery(app.config["GALLERY_DIR"] or os.path.join(Workdir(default_workdir()).root, "gallery"))
+    app.extensions[faces.GALLERY_KEY] = gallery
+    if app.config["GALLERY_SEED"]:
+        # Every worker runs this after the fork (no TensorFlow needed: faces are embedded
+        # lazily); seeding is idempotent and locked, so the first one does the work.
+        gallery.seed(app.config["GALLERY_SEED"])
     app.url_map.converters["model_name"] = api.ModelNameConverter  # before the routes that use it
     register_error_handlers(app)
     app.register_blueprint(api.bp)
+    app.register_blueprint(faces.bp)
     app.register_blueprint(web.bp)
     return app

@@ -24,10 +24,10 @@ INSTANCE_KEYS = ("instances", "inputs")
 _WHITESPACE = re.compile(rb"\s+")
 
 
-def read_instances(body, max_instances):
-    """The list of instances in a raw request body (bytes)."""
+def read_json_object(body, example):
+    """The JSON object in a raw request body (bytes); 400 naming `example` (the expected shape) if it is not one."""
     if not body.strip():
-        raise ApiError(400, 'request body is empty; send JSON like {"instances": [...]}')
+        raise ApiError(400, f"request body is empty; send JSON like {example}")
     try:
         payload = json.loads(body)
     except ValueError as err:  # includes UnicodeDecodeError for non-UTF bodies
@@ -35,7 +35,13 @@ def read_instances(body, max_instances):
     except RecursionError:
         raise ApiError(400, "request body is not usable JSON: nested too deeply") from None
     if not isinstance(payload, dict):
-        raise ApiError(400, f'request body must be a JSON object like {{"instances": [...]}}, got {json_type(payload)}')
+        raise ApiError(400, f"request body must be a JSON object like {example}, got {json_type(payload)}")
+    return payload
+
+
+def read_instances(body, max_instances):
+    """The list of instances in a raw request body (bytes)."""
+    payload = read_json_object(body, '{"instances": [...]}')
     keys = [key for key in INSTANCE_KEYS if key in payload]
     if not keys:
         raise ApiError(400, 'missing "instances": send {"instances": [...]} (or TF Serving\'s {"inputs": [...]})')
@@ -90,14 +96,7 @@ def _encoded_image(index, instance, shape):
     """TF Serving's binary convention: {"b64": "<base64 of an encoded image file>"}."""
     if set(instance) != {"b64"}:
         raise ApiError(422, f'instance {index}: an image object must have exactly one key "b64", got keys {sorted(instance)}')
-    encoded = instance["b64"]
-    if not isinstance(encoded, str):
-        raise ApiError(422, f'instance {index}: "b64" must be a string of base64, got {json_type(encoded)}')
-    try:
-        # Line breaks are common in base64 from other tools (MIME wraps at 76 columns).
-        data = base64.b64decode(_WHITESPACE.sub(b"", encoded.encode("ascii")), validate=True)
-    except (UnicodeEncodeError, binascii.Error) as err:
-        raise ApiError(422, f'instance {index}: "b64" is not valid base64 ({err})') from None
+    data = decode_b64(instance["b64"], f"instance {index}: ")
     import cv2
 
     try:
@@ -106,6 +105,17 @@ def _encoded_image(index, instance, shape):
         raise ApiError(422, f"instance {index}: {err}") from None
     except cv2.error:  # decode_image lets OpenCV's own refusals through (e.g. over OPENCV_IO_MAX_IMAGE_PIXELS)
         raise ApiError(422, f"instance {index}: not a decodable image (OpenCV refused it: too large or malformed)") from None
+
+
+def decode_b64(encoded, where=""):
+    """The bytes of a "b64" string; 422 naming `where` (a message prefix) if it is not base64."""
+    if not isinstance(encoded, str):
+        raise ApiError(422, f'{where}"b64" must be a string of base64, got {json_type(encoded)}')
+    try:
+        # Line breaks are common in base64 from other tools (MIME wraps at 76 columns).
+        return base64.b64decode(_WHITESPACE.sub(b"", encoded.encode("ascii")), validate=True)
+    except (UnicodeEncodeError, binascii.Error) as err:
+        raise ApiError(422, f'{where}"b64" is not valid base64 ({err})') from None
 
 
 def _pixels(index, instance, shape):

@@ -20,6 +20,7 @@ from disttrain_contract import ContractError, Workdir, default_workdir, run_cli
 from disttrain_server.api import STORE_KEY
 from disttrain_server.app import create_app
 from disttrain_server.errors import ModelUnavailable
+from disttrain_server.faces import MAX_TOP_K
 
 # OpenCV's decompression-bomb guard defaults to 2^30 pixels (GBs of RAM for a
 # few-KB PNG). It is read once, when cv2 loads, so it must be in the environment
@@ -47,6 +48,10 @@ def parse_args(argv=None):
     p.add_argument("--max-text-chars", type=int, default=10000, help="longest text instance in characters (default 10000)")
     p.add_argument("--max-instances", type=int, default=256, help="most instances in one predict request (default 256)")
     p.add_argument("--reload-interval", type=float, default=5, help="seconds between checks for a newly published model (default 5)")
+    p.add_argument("--gallery", help="folder of enrolled faces for face search, shared by all workers (default WORKDIR/gallery)")
+    p.add_argument("--gallery-seed", help="enrol the photos in this folder at start-up unless already enrolled: one sub-folder "
+                   "per person, or files named PERSON.jpg/.png")
+    p.add_argument("--top-k", type=int, default=3, help=f"matches a face search returns unless it asks for k (default 3, at most {MAX_TOP_K})")
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error(f"--port must be between 0 and 65535, got {args.port}")
@@ -55,6 +60,10 @@ def parse_args(argv=None):
             p.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     if args.max_upload_mb <= 0 or args.reload_interval < 0:
         p.error("--max-upload-mb must be positive and --reload-interval not negative")
+    if not 1 <= args.top_k <= MAX_TOP_K:
+        p.error(f"--top-k must be between 1 and {MAX_TOP_K}, got {args.top_k}")
+    if args.gallery_seed and not os.path.isdir(args.gallery_seed):
+        p.error(f"--gallery-seed {args.gallery_seed} is not a directory")
     if "/" in args.model_name or ":" in args.model_name or not args.model_name:
         p.error(f"--model-name must be non-empty without '/' or ':', got {args.model_name!r}")
     return args
@@ -68,6 +77,9 @@ def app_config(args):
         "MAX_TEXT_CHARS": args.max_text_chars,
         "MAX_INSTANCES": args.max_instances,
         "RELOAD_INTERVAL": args.reload_interval,
+        "GALLERY_DIR": os.path.abspath(args.gallery or os.path.join(Workdir(args.workdir).root, "gallery")),
+        "GALLERY_SEED": args.gallery_seed and os.path.abspath(args.gallery_seed),
+        "TOP_K": args.top_k,
     }
 
 
@@ -118,6 +130,8 @@ def gunicorn_options(args):
         "timeout": 120,  # a worker loading TensorFlow and a model on a busy node is slow, not stuck
         "graceful_timeout": 10,
         "accesslog": "-",
+        # gunicorn's default format plus the worker's pid: which process answered (the gallery is per-process memory over shared files)
+        "access_log_format": '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" pid=%(p)s',
         "proc_name": "disttrain-server",
         "control_socket_disable": True,  # gunicorn's shared ~/.gunicorn control socket would clash between servers
         "post_worker_init": post_worker_init,

@@ -25,9 +25,11 @@ from disttrain_server.errors import ModelUnavailable
 log = logging.getLogger(__name__)
 
 INPUT_KINDS = ("text", "image")
-# Classifiers (softmax over meta["labels"]); an embedding model such as the
-# faces task's has no label probabilities to serve and is refused by name.
-SERVED_TASKS = ("text", "image")
+# Classifiers (softmax over meta["labels"]) and the faces task's embedding
+# model (L2-normalised vectors of meta["embedding_size"], compared by distance).
+CLASSIFIER_TASKS = ("text", "image")
+EMBEDDING_TASKS = ("faces",)
+SERVED_TASKS = CLASSIFIER_TASKS + EMBEDDING_TASKS
 
 
 @dataclass(frozen=True)
@@ -43,15 +45,31 @@ class LoadedModel:
         return self.key[1] // 1_000_000_000
 
     @property
+    def task(self):
+        return self.meta.get("task", self.input_spec["kind"])
+
+    @property
+    def is_faces(self):
+        return self.task in EMBEDDING_TASKS
+
+    @property
+    def cache_key(self):
+        """Names this model's gallery embeddings (see gallery): mtime_ns and size, which every
+        process and NFS client sees the same, unlike a version in whole seconds."""
+        return f"{self.key[1]}-{self.key[2]}"
+
+    @property
     def labels(self):
-        return self.meta["labels"]
+        # A faces model's meta lists the training people, but its outputs are not over them.
+        return [] if self.is_faces else self.meta["labels"]
 
     @property
     def input_spec(self):
         return self.meta["input"]
 
     def predict(self, batch):
-        """Softmax probabilities [n, n_labels] as float64 for a batch built by instances.to_batch."""
+        """Softmax probabilities [n, n_labels] (faces: embeddings [n, embedding_size]) as float64
+        for a batch built by instances.to_batch."""
         import tensorflow as tf
 
         # Calling the model (not model.predict) is what works for string inputs in Keras 3.
@@ -69,11 +87,27 @@ def _check_artifact(model, meta, path):
         raise ContractError(f"{path}: disttrain.json has no usable input spec (kind must be one of {INPUT_KINDS})")
     if spec["kind"] == "image" and not all(isinstance(spec.get(k), int) and spec[k] > 0 for k in ("height", "width", "channels")):
         raise ContractError(f"{path}: image input spec needs positive integer height, width and channels")
+    outputs = getattr(model, "output_shape", (None,))[-1]
+    if meta["task"] in EMBEDDING_TASKS:
+        _check_face_model(meta, spec, outputs, path)
+        return
     if not isinstance(labels, list) or not labels:
         raise ContractError(f"{path}: disttrain.json has no label names")
-    outputs = getattr(model, "output_shape", (None,))[-1]
     if outputs != len(labels):
         raise ContractError(f"{path}: the model has {outputs} outputs but disttrain.json names {len(labels)} labels")
+
+
+def _check_face_model(meta, spec, outputs, path):
+    """The gallery crops faces with disttrain_contract.faces, so the model must take exactly those crops."""
+    from disttrain_contract.faces import FACE_SIZE
+
+    if spec["kind"] != "image" or (spec["height"], spec["width"], spec["channels"]) != (FACE_SIZE, FACE_SIZE, 1):
+        raise ContractError(f"{path}: a faces model must take {FACE_SIZE}x{FACE_SIZE}x1 face crops, its input is {spec}")
+    size = meta.get("embedding_size")
+    if not isinstance(size, int) or size < 1:
+        raise ContractError(f"{path}: a faces model's disttrain.json needs a positive integer embedding_size")
+    if outputs != size:
+        raise ContractError(f"{path}: the model has {outputs} outputs but disttrain.json says embedding_size {size}")
 
 
 class ModelStore:
@@ -133,4 +167,4 @@ class ModelStore:
         # one under the older key; the next check then just loads it once more.
         self._current = LoadedModel(model=model, meta=meta, path=self.path, key=key)
         self._failed_key, self._error = None, None
-        log.info("loaded %s (version %d, %s input) in %.1fs", self.path, self._current.version, meta["input"]["kind"], time.monotonic() - started)
+        log.info("loaded %s (version %d, %s task) in %.1fs", self.path, self._current.version, meta["task"], time.monotonic() - started)

@@ -63,8 +63,93 @@ def _image_instances(spec):
     return [b64, *shapes]
 
 
-def build_spec(name, limits, input_spec=None):
-    """`limits`: max_instances, max_text_chars, max_upload_bytes; `input_spec`: the model's, if loaded."""
+def _photo_body(example, **fields):
+    """A photo upload: multipart (a browser form) or JSON with TF Serving's {"b64": ...}."""
+    form = {"image": {"type": "string", "format": "binary", "description": "The photo file (PNG, JPEG, ...)."}}
+    form.update({key: {"type": "string", "description": schema["description"]} for key, schema in fields.items()})
+    b64 = {
+        "type": "object",
+        "required": ["b64"],
+        "additionalProperties": False,
+        "properties": {"b64": {"type": "string", "format": "byte", "description": "base64 of the photo file."}},
+    }
+    required = ["image"] + [key for key, schema in fields.items() if schema.pop("required", False)]
+    return {
+        "required": True,
+        "content": {
+            "multipart/form-data": {"schema": {"type": "object", "required": required, "properties": form}},
+            "application/json": {"schema": {"type": "object", "required": required, "properties": {"image": b64, **fields}}, "example": example},
+        },
+    }
+
+
+def _gallery_paths(limits, model_name, unknown_model):
+    entry_id = {"name": "entry_id", "in": "path", "required": True, "schema": STRING, "description": "A gallery entry's id."}
+    no_entry = _response("No gallery entry with this id.")
+    upload = f"The photo goes through the same face detector as the training photos; the largest face is used. The body may be at most {limits['max_upload_bytes']} bytes."
+    return {
+        "/v1/models/{model_name}:search": {
+            "post": {
+                "summary": "The enrolled people nearest to the face in a photo (faces models).",
+                "description": f"{upload} The photo is not stored. Matches are sorted by Euclidean distance between embeddings, "
+                "nearest first (the same person is typically below 0.5, different people around 1). An empty gallery answers 200 "
+                "with no matches and a note.",
+                "parameters": [model_name],
+                "requestBody": _photo_body(
+                    {"image": {"b64": "/9j/4AAQSkZJRg..."}, "k": 3},
+                    k={"type": "integer", "minimum": 1, "maximum": 100, "description": "How many matches (default --top-k)."},
+                ),
+                "responses": {
+                    "200": _response("The face used and the nearest entries.", {"$ref": "#/components/schemas/SearchResult"}),
+                    "400": _response("Not a search request: no image field, or a body that is not a JSON object."),
+                    "404": unknown_model,
+                    "409": _response("The served model is not a faces model."),
+                    "413": _response("Body over the upload limit."),
+                    "422": _response("Unusable content: not base64, not a decodable image, no face found, k out of range."),
+                    "503": _response("No model is loaded."),
+                },
+            }
+        },
+        "/v1/gallery": {
+            "get": {
+                "summary": "The enrolled people, oldest first.",
+                "responses": {"200": _response("The gallery.", {"$ref": "#/components/schemas/Gallery"})},
+            },
+            "post": {
+                "summary": "Enrol a person from a photo.",
+                "description": f"{upload} The face is embedded once now (and once per newly published model), never per search.",
+                "requestBody": _photo_body(
+                    {"name": "Ada Lovelace", "image": {"b64": "/9j/4AAQSkZJRg..."}},
+                    name={"type": "string", "minLength": 1, "maxLength": 100, "required": True, "description": "The person's name (1 to 100 characters)."},
+                ),
+                "responses": {
+                    "201": _response("The new entry; `note` says if the photo had several faces.", {"$ref": "#/components/schemas/GalleryEntry"}),
+                    "400": _response("No image or no name field, or a body that is not a JSON object."),
+                    "413": _response("Body over the upload limit."),
+                    "422": _response("Unusable content: an empty or too long name, not base64, not a decodable image, no face found."),
+                    "503": _response("The gallery folder cannot be written."),
+                },
+            },
+        },
+        "/v1/gallery/{entry_id}": {
+            "delete": {
+                "summary": "Remove an entry (its crop, thumbnail and embeddings).",
+                "parameters": [entry_id],
+                "responses": {"200": _response("The removed entry.", _object(deleted={"$ref": "#/components/schemas/GalleryEntry"})), "404": no_entry},
+            }
+        },
+        "/v1/gallery/{entry_id}/thumbnail.png": {
+            "get": {
+                "summary": "A small colour picture of the entry's face.",
+                "parameters": [entry_id],
+                "responses": {"200": {"description": "PNG image.", "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}}}, "404": no_entry},
+            }
+        },
+    }
+
+
+def build_spec(name, limits, input_spec=None, task=None):
+    """`limits`: max_instances, max_text_chars, max_upload_bytes; `input_spec` and `task`: the model's, if loaded."""
     kind = input_spec["kind"] if input_spec else None
     variants = []
     if kind in ("text", None):
@@ -81,6 +166,12 @@ def build_spec(name, limits, input_spec=None):
         "description": f"The served model's name: {name!r}. Any other name is a 404.",
     }
     unknown_model = _response("Unknown model name.")
+    if task == "faces":
+        predict_summary = "Embeddings of face crops (faces models)."
+        predict_200 = "One embedding (L2-normalised) per face crop; compare by Euclidean distance. For whole photos use :search."
+    else:
+        predict_summary = "Class probabilities for a batch of instances."
+        predict_200 = "One row of probabilities per instance, in label order (see metadata)."
     return {
         "openapi": "3.0.3",
         "info": {
@@ -128,7 +219,7 @@ def build_spec(name, limits, input_spec=None):
             },
             "/v1/models/{model_name}:predict": {
                 "post": {
-                    "summary": "Class probabilities for a batch of instances.",
+                    "summary": predict_summary,
                     "description": "Text models take strings; image models take {\"b64\": ...} (an encoded image file) "
                     "or pixel arrays [height][width][channels] (or [height][width] for one channel). "
                     f"The request body may be at most {limits['max_upload_bytes']} bytes.",
@@ -148,7 +239,7 @@ def build_spec(name, limits, input_spec=None):
                         },
                     },
                     "responses": {
-                        "200": _response("One row of probabilities per instance, in label order (see metadata).", {"$ref": "#/components/schemas/Predictions"}),
+                        "200": _response(predict_200, {"$ref": "#/components/schemas/Predictions"}),
                         "400": _response("Not a predict request: empty or invalid JSON, not an object, no instance list, empty list."),
                         "404": unknown_model,
                         "413": _response("Body over the upload limit, or more instances than allowed."),
@@ -157,6 +248,7 @@ def build_spec(name, limits, input_spec=None):
                     },
                 }
             },
+            **_gallery_paths(limits, model_name, unknown_model),
             "/report": {
                 "get": {
                     "summary": "The aggregator's report.json (per-worker and final held-out metrics).",
@@ -203,7 +295,24 @@ def build_spec(name, limits, input_spec=None):
                         limits=_object(max_instances=INTEGER, max_text_chars=INTEGER, max_upload_bytes=INTEGER),
                     ),
                 ),
-                "Predictions": _object(predictions=_array(_array({"type": "number", "minimum": 0, "maximum": 1}))),
+                # Probabilities for a classifier; embedding components (-1..1) for a faces model.
+                "Predictions": _object(predictions=_array(_array({"type": "number", "minimum": -1 if task == "faces" else 0, "maximum": 1}))),
+                "GalleryEntry": {
+                    **_object(id=STRING, name=STRING, box=_array(INTEGER), faces_found=INTEGER, created=STRING, thumbnail=STRING),
+                    "description": "box is [x, y, width, height] of the face in the enrolled photo; thumbnail is its URL path; "
+                    "source is 'api' or 'seed:<file>'; note (on enrolment) says if the photo had several faces.",
+                },
+                "Gallery": _object(count=INTEGER, entries=_array({"$ref": "#/components/schemas/GalleryEntry"})),
+                "SearchResult": {
+                    **_object(
+                        model_spec=_object(name=STRING, version=STRING),
+                        face=_object(box=_array(INTEGER)),
+                        faces_found=INTEGER,
+                        matches=_array(_object(name=STRING, id=STRING, distance={"type": "number", "minimum": 0})),
+                    ),
+                    "description": "face.box is [x, y, width, height] of the face used (the largest); note appears when "
+                    "several faces were found or the gallery is empty.",
+                },
             }
         },
     }
