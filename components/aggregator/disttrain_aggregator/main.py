@@ -92,6 +92,19 @@ def wait_for_workers(train_dir, expect, timeout):
         time.sleep(1.0)
 
 
+# what every trainer's marker records (disttrain_trainer.main writes them)
+TRAINER_MARKER_FIELDS = ("worker_index", "workers", "strategy", "epochs", "init_weights_sha256", "examples")
+
+
+def check_markers(markers, dirs):
+    """A marker that parses but is not a whole trainer's marker is refused, not a KeyError later."""
+    for d, marker in zip(dirs, markers):
+        missing = [k for k in TRAINER_MARKER_FIELDS if k not in marker] if isinstance(marker, dict) else ["everything"]
+        if missing:
+            raise ContractError(f"{marker_path(d)} is not a trainer's marker (missing {', '.join(missing)}); "
+                                "was that worker trained by another version of disttrain-trainer?")
+
+
 def check_compatible(markers, metas, models, expect):
     """Every reason the workers' models cannot be combined, as one clear error."""
     strategies = {m["strategy"] for m in markers}
@@ -100,7 +113,7 @@ def check_compatible(markers, metas, models, expect):
     sizes = {m["workers"] for m in markers}
     if sizes != {expect}:
         raise ContractError(f"workers were started for {sorted(sizes)} workers, expected {expect}")
-    hashes = {m["init_weights_sha256"] for m in markers} | {meta["init_weights_sha256"] for meta in metas}
+    hashes = {m["init_weights_sha256"] for m in markers} | {meta.get("init_weights_sha256") for meta in metas}
     if len(hashes) != 1:
         detail = ", ".join(f"worker {m['worker_index']}: {m['init_weights_sha256'][:12]}" for m in markers)
         raise ContractError(
@@ -127,6 +140,7 @@ def main(argv=None):
     manifest = Manifest.read(data_dir)
     expect = args.expect or manifest.n_shards
     markers, worker_dirs = wait_for_workers(train_dir, expect, args.timeout)
+    check_markers(markers, worker_dirs)
     strategy = markers[0]["strategy"]
     print(f"aggregator: {expect} workers finished ({strategy}); loading models ...", flush=True)
 
