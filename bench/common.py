@@ -1,0 +1,234 @@
+"""Shared helpers for the benchmarks: machine facts, child processes with peak RSS, result files.
+
+Every benchmark writes bench/results/<name>.json:
+  {"benchmark", "quick", "provisional", "note", "machine": {"before": ..., "after": ...}, "config", "results"}
+"""
+
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import metadata
+
+BENCH = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(BENCH)
+RESULTS = os.path.join(BENCH, "results")
+# the venv's console scripts (disttrain-copier, ...): the python running the benchmark is the venv's
+BIN = os.environ.get("BENCH_BIN") or os.path.dirname(sys.executable)
+QUICK = os.environ.get("BENCH_QUICK", "0") not in ("", "0")
+# a load average above this before or after a benchmark marks its numbers provisional
+BUSY_LOAD = float(os.environ.get("BENCH_BUSY_LOAD", "0.5"))
+
+
+def reps(full, quick=1):
+    """Repetitions: BENCH_REPS overrides; BENCH_QUICK=1 uses `quick`."""
+    if os.environ.get("BENCH_REPS"):
+        return int(os.environ["BENCH_REPS"])
+    return quick if QUICK else full
+
+
+def median(values):
+    values = [v for v in values if v is not None]
+    return statistics.median(values) if values else None
+
+
+def _versions():
+    out = {"python": platform.python_version()}
+    for dist in ("tensorflow-cpu", "tensorflow", "keras", "numpy", "flask", "gunicorn", "werkzeug", "matplotlib"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _cpu_model():
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def _git_commit():
+    try:
+        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        return None
+
+
+def _busy_processes(n=5):
+    """The top CPU users right now (to say what else was running)."""
+    try:
+        out = subprocess.run(["ps", "-eo", "pcpu,comm", "--sort=-pcpu", "--no-headers"], capture_output=True, text=True).stdout
+        return [line.strip() for line in out.splitlines()[:n]]
+    except OSError:
+        return []
+
+
+def machine_snapshot():
+    with open("/proc/meminfo") as fh:
+        mem = {line.split(":")[0]: int(line.split()[1]) for line in fh if line.split(":")[0] in ("MemTotal", "MemAvailable")}
+    return {
+        "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
+        "mem_available_mb": mem.get("MemAvailable", 0) // 1024,
+        "top_cpu_processes": _busy_processes(),
+    }
+
+
+def machine_facts():
+    return {
+        "nproc": os.cpu_count(),
+        "cpu": _cpu_model(),
+        "mem_total_mb": None if not os.path.exists("/proc/meminfo") else int(open("/proc/meminfo").readline().split()[1]) // 1024,
+        "kernel": platform.release(),
+        "versions": _versions(),
+        "git_commit": _git_commit(),
+    }
+
+
+class Bench:
+    """with Bench("name", config) as b: ... b.results = {...}  -> writes results/name.json"""
+
+    def __init__(self, name, config=None):
+        self.name, self.config, self.results, self.notes = name, config or {}, {}, []
+
+    def __enter__(self):
+        self.started = time.monotonic()
+        self.before = machine_snapshot()
+        print(f"[{self.name}] start {self.before['time_utc']} load {self.before['loadavg_1_5_15']} quick={QUICK}", file=sys.stderr, flush=True)
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None:
+            return False
+        after = machine_snapshot()
+        busy = max(self.before["loadavg_1_5_15"][0], after["loadavg_1_5_15"][0]) > BUSY_LOAD
+        provisional = QUICK or busy
+        why = []
+        if QUICK:
+            why.append("reduced repetitions (BENCH_QUICK=1)")
+        if busy:
+            why.append(f"machine busy: 1-min load average {self.before['loadavg_1_5_15'][0]} before, "
+                       f"{after['loadavg_1_5_15'][0]} after, on {os.cpu_count()} cores")
+        doc = {
+            "benchmark": self.name,
+            "quick": QUICK,
+            "provisional": provisional,
+            "provisional_reason": "; ".join(why) or None,
+            "notes": self.notes,
+            "duration_sec": round(time.monotonic() - self.started, 1),
+            "machine": {**machine_facts(), "before": self.before, "after": after},
+            "config": self.config,
+            "results": self.results,
+        }
+        os.makedirs(RESULTS, exist_ok=True)
+        path = os.path.join(RESULTS, f"{self.name}.json")
+        with open(path + ".tmp", "w") as fh:
+            json.dump(doc, fh, indent=1)
+        os.replace(path + ".tmp", path)
+        print(f"[{self.name}] done in {doc['duration_sec']}s -> {os.path.relpath(path, ROOT)}", file=sys.stderr, flush=True)
+        return False
+
+
+def run_measured(cmd, log=None, env=None, cwd=None, timeout=1800):
+    """Run cmd; return {"rc", "wall_sec", "max_rss_mb", "user_sec", "sys_sec"} of that child (os.wait4)."""
+    # Peak RSS comes from /usr/bin/time (%M): a child forked from this Python process would
+    # inherit this process's high-water mark in its own ru_maxrss; time's child starts from time's.
+    out = open(log, "w") if log else subprocess.DEVNULL
+    fd, time_file = tempfile.mkstemp(prefix="bench-time-")
+    os.close(fd)
+    started = time.monotonic()
+    proc = subprocess.Popen(["/usr/bin/time", "-o", time_file, "-f", "%M %U %S", *[str(c) for c in cmd]],
+                            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    deadline = started + timeout
+    peak = {"RssAnon": 0, "RssFile": 0}
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            break
+        for key, kb in _rss_parts(_first_child(proc.pid)).items():
+            peak[key] = max(peak[key], kb)
+        time.sleep(0.02)
+    wall = time.monotonic() - started
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if log:
+        out.close()
+    # max_rss_mb: the kernel's peak resident set (ru_maxrss; includes touched pages of memory-mapped
+    # files); peak_anon_mb / peak_file_mb: sampled every 20 ms from /proc/PID/status (heap vs file pages)
+    try:
+        with open(time_file) as fh:
+            max_rss_kb, user, system = fh.read().split()[-3:]
+        max_rss_mb, user, system = int(max_rss_kb) / 1024, float(user), float(system)
+    except (OSError, ValueError):
+        max_rss_mb, user, system = None, usage.ru_utime, usage.ru_stime
+    finally:
+        os.remove(time_file)
+    return {"rc": proc.returncode, "wall_sec": wall, "max_rss_mb": max_rss_mb,
+            "peak_anon_mb": peak["RssAnon"] / 1024, "peak_file_mb": peak["RssFile"] / 1024,
+            "user_sec": user, "sys_sec": system}
+
+
+def _first_child(pid):
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            kids = fh.read().split()
+        return int(kids[0]) if kids else pid
+    except OSError:
+        return pid
+
+
+def _rss_parts(pid):
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in fh) if k in ("RssAnon", "RssFile")}
+    except (OSError, ValueError):
+        return {}
+
+
+def start(cmd, log, env=None):
+    return subprocess.Popen([str(c) for c in cmd], stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
+
+
+def wait_measured(proc, timeout=1800):
+    """Wait for a Popen child; return its wall-clock-free rusage (rc, max_rss_mb, cpu)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        if time.monotonic() > deadline:
+            proc.kill()
+            pid, status, usage = os.wait4(proc.pid, 0)
+            break
+        time.sleep(0.05)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return {"rc": proc.returncode, "max_rss_mb": usage.ru_maxrss / 1024, "user_sec": usage.ru_utime, "sys_sec": usage.ru_stime}
+
+
+def tmpdir(prefix):
+    base = os.environ.get("BENCH_TMP") or tempfile.gettempdir()
+    return tempfile.mkdtemp(prefix=f"disttrain-bench-{prefix}-", dir=base)
+
+
+def tail(path, n=3000):
+    try:
+        with open(path) as fh:
+            return fh.read()[-n:]
+    except OSError:
+        return ""
+
+
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # stages.free_port_block

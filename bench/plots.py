@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""PNG plots from bench/results/*.json (matplotlib, Agg):
+  scaling.png        seconds per epoch and speedup, 1 vs 2 workers, both strategies, both tasks
+  latency.png        p50/p95/p99 latency and requests/s per concurrency, per server
+  training_curves.png held-out accuracy per epoch for each worker vs the final model (2 workers, average)
+"""
+
+import json
+import os
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
+
+from common import BENCH, RESULTS  # noqa: E402
+
+PLOTS = os.path.join(BENCH, "plots")
+COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "disttrain": "#4C72B0", "flask-dev": "#C44E52", "in-process": "#55A868"}
+
+
+def load(name):
+    path = os.path.join(RESULTS, f"{name}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def subtitle(doc):
+    load_before = doc["machine"]["before"]["loadavg_1_5_15"][0]
+    load_after = doc["machine"]["after"]["loadavg_1_5_15"][0]
+    tag = "PROVISIONAL: " if doc["provisional"] else ""
+    return f"{tag}{doc['machine']['nproc']} cores, load avg {load_before} -> {load_after}, {doc['machine']['before']['time_utc'][:16]}Z"
+
+
+def scaling(doc):
+    rows = doc["results"]["summary"]
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.8), squeeze=False)
+    for ax, task in zip(axes[0], tasks):
+        labels, values, colors, notes = [], [], [], []
+        for r in (r for r in rows if r["task"] == task):
+            labels.append(f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}\n{r['strategy']}")
+            values.append(r["sec_per_epoch"])
+            colors.append(COLORS[r["strategy"]])
+            notes.append(f"{r['sec_per_epoch']:.{2 if r['sec_per_epoch'] >= 1 else 3}f}s\nx{r['speedup_vs_1_worker_same_strategy']:.2f}\nacc {r['final_accuracy']:.3f}")
+        bars = ax.bar(labels, values, color=colors)
+        for bar, note in zip(bars, notes):
+            ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=9,
+                        xytext=(0, 2), textcoords="offset points")
+        ax.set_ylim(0, max(values) * 1.45)
+        ax.set_ylabel("seconds per epoch (steady state, lower is better)")
+        r0 = next(r for r in rows if r["task"] == task)
+        ax.set_title(f"{task}: {r0['epochs']} epochs, batch 64/worker, --threads 1")
+        ax.grid(axis="y", alpha=0.3)
+    fig.suptitle("Training: 1 vs 2 workers on the same data (label: s/epoch, speedup vs 1 worker same strategy, final acc.)\n"
+                 + subtitle(doc), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def latency(doc):
+    rows = doc["results"]["summary"]
+    targets = list(dict.fromkeys(r["target"] for r in rows))
+    conc = sorted(set(r["concurrency"] for r in rows))
+    fig, axes = plt.subplots(1, len(conc) + 1, figsize=(4.3 * (len(conc) + 1), 4.6))
+    pcts = ("p50_ms", "p95_ms", "p99_ms")
+    width = 0.8 / len(targets)
+    for ax, c in zip(axes, conc):
+        for t_i, target in enumerate(targets):
+            r = next(r for r in rows if r["target"] == target and r["concurrency"] == c)
+            xs = [p + (t_i - (len(targets) - 1) / 2) * width for p in range(len(pcts))]
+            bars = ax.bar(xs, [r[p] for p in pcts], width, label=target, color=COLORS.get(target))
+            for bar, p in zip(bars, pcts):
+                ax.annotate(f"{r[p]:.0f}" if r[p] >= 10 else f"{r[p]:.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                            ha="center", va="bottom", fontsize=7)
+        ax.set_yscale("log")
+        ax.set_xticks(range(len(pcts)), [p[:3] for p in pcts])
+        ax.set_title(f"concurrency {c}")
+        ax.set_ylabel("latency ms (log scale)")
+        ax.grid(axis="y", alpha=0.3, which="both")
+    axes[0].legend(fontsize=8)
+    ax = axes[-1]
+    for target in targets:
+        ys = [next(r for r in rows if r["target"] == target and r["concurrency"] == c)["requests_per_sec"] for c in conc]
+        ax.plot(conc, ys, marker="o", label=target, color=COLORS.get(target))
+        for c, y in zip(conc, ys):
+            ax.annotate(f"{y:.0f}", (c, y), xytext=(3, 3), textcoords="offset points", fontsize=8)
+    ax.set_xscale("log", base=2)
+    ax.set_xticks(conc, [str(c) for c in conc])
+    ax.set_yscale("log")
+    ax.set_xlabel("concurrency")
+    ax.set_ylabel("requests/s (log scale)")
+    ax.set_title("throughput")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.suptitle("Single-instance :predict on loopback (movie-reviews model)\n" + subtitle(doc), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def curves(doc):
+    runs = [r for r in doc["results"]["runs"] if r["workers"] == 2 and r["strategy"] == "average" and r["rep"] == 0]
+    fig, axes = plt.subplots(1, len(runs), figsize=(6 * len(runs), 4.4), squeeze=False)
+    for ax, r in zip(axes[0], runs):
+        epochs = range(1, r["epochs"] + 1)
+        for i, curve in enumerate(r["curves"]):
+            ax.plot(epochs, curve, marker=".", label=f"worker {i}, its half of the data (last epoch {curve[-1]:.3f})")
+        ax.axhline(r["final_accuracy"], color="black", linestyle="--", label=f"final averaged model {r['final_accuracy']:.3f}")
+        one = next((x for x in doc["results"]["runs"] if x["task"] == r["task"] and x["workers"] == 1
+                    and x["strategy"] == "average" and x["rep"] == 0), None)
+        if one:
+            ax.plot(epochs, one["curves"][0], color="gray", alpha=0.6, label=f"1 worker, all data ({one['final_accuracy']:.3f})")
+        ax.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+        ax.set_xlabel("epoch")
+        ax.set_ylabel("held-out accuracy")
+        ax.set_title(f"{r['task']}: 2 workers, average strategy")
+        lo = min(min(min(c) for c in r["curves"]), r["final_accuracy"])
+        ax.set_ylim(max(0, lo - 0.02), 1.0 if r["task"] == "digits" else min(1.0, max(max(max(c) for c in r["curves"]), r["final_accuracy"]) + 0.05))
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle("Held-out accuracy per epoch for each worker vs the final (averaged) model\n" + subtitle(doc), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def main():
+    os.makedirs(PLOTS, exist_ok=True)
+    made = []
+    for name, source, fn in (("scaling", "train_scaling", scaling), ("latency", "server", latency),
+                             ("training_curves", "train_scaling", curves)):
+        doc = load(source)
+        if doc is None:
+            continue
+        fig = fn(doc)
+        path = os.path.join(PLOTS, f"{name}.png")
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        made.append(os.path.relpath(path, BENCH))
+    print("plots: " + ", ".join(made))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""Markdown tables from bench/results/*.json, written into bench/README.md between the
+`<!-- results:begin -->` and `<!-- results:end -->` markers (the text around them is kept).
+Also printed. `python bench/report.py --print` only prints."""
+
+import json
+import os
+import sys
+
+from common import BENCH, RESULTS
+
+BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
+
+
+def load(name):
+    path = os.path.join(RESULTS, f"{name}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return json.load(fh)
+
+
+def f(v, digits=1):
+    if v is None:
+        return "-"
+    return f"{v:,.{digits}f}"
+
+
+def header(doc, title):
+    m = doc["machine"]
+    v = m["versions"]
+    status = f"**PROVISIONAL** ({doc['provisional_reason']})" if doc["provisional"] else "final"
+    return (f"### {title}\n\n"
+            f"{status}. Measured {m['before']['time_utc']} on {m['nproc']} cores ({m['cpu']}), 1-min load average "
+            f"{m['before']['loadavg_1_5_15'][0]} before, {m['after']['loadavg_1_5_15'][0]} after; took {doc['duration_sec']:.0f} s; "
+            f"TensorFlow {v.get('tensorflow-cpu') or v.get('tensorflow')}, Keras {v.get('keras')}, Python {v['python']}, "
+            f"commit {m['git_commit']}. Raw: `bench/results/{doc['benchmark']}.json`.\n")
+
+
+def training(doc):
+    out = [header(doc, "Training: 1 vs 2 workers (`bench/train_scaling.py`)")]
+    out.append("Same data and epochs for every row of a task (batch 64 per worker, `--threads 1` per worker); "
+               f"median of {doc['config']['repetitions']} repetition(s). s/epoch = steady state (epochs 2..; the slowest worker); "
+               "examples/s over all workers; speedup = the 1-worker s/epoch of the same strategy / this row's.\n")
+    out.append("| task | workers | strategy | steps/epoch | s/epoch | 1st epoch s | examples/s | step ms | speedup | process wall s | final acc. |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in doc["results"]["summary"]:
+        out.append(f"| {r['task']} | {r['workers']} | {r['strategy']} | {r['steps_per_epoch']} | {f(r['sec_per_epoch'], 2)} | "
+                   f"{f(r['first_epoch_sec'], 2)} | {f(r['examples_per_sec'], 0)} | {f(r['step_ms'], 1)} | "
+                   f"{f(r['speedup_vs_1_worker_same_strategy'], 2)}x | {f(r['process_wall_sec'], 1)} | {f(r['final_accuracy'], 3)} |")
+    probes = doc["results"].get("collective") or {}
+    if any(probes.values()):
+        out.append("\nPer-step cost of the collective (`bench/collective.py`: 2 processes, MultiWorkerMirroredStrategy on loopback, "
+                   "`--threads 1`; median of 50 calls) next to the measured step times:\n")
+        out.append("| task | parameters | gradients MB | all-reduce gradients ms | all-reduce 1 scalar ms | same reduce, no cluster ms "
+                   "| step ms, 1 worker average | step ms, 2 workers multiworker |")
+        out.append("|---|---|---|---|---|---|---|---|")
+        rows = doc["results"]["summary"]
+        for task, p in probes.items():
+            if not p:
+                continue
+            s1 = next(r for r in rows if r["task"] == task and r["workers"] == 1 and r["strategy"] == "average")
+            s2 = next(r for r in rows if r["task"] == task and r["workers"] == 2 and r["strategy"] == "multiworker")
+            out.append(f"| {task} | {p['params']:,} | {f(p['gradient_mb'], 2)} | {f(p['allreduce_gradients_ms'], 2)} | "
+                       f"{f(p['allreduce_scalar_ms'], 2)} | {f(p['local_reduce_gradients_ms'], 2)} | {f(s1['step_ms'], 1)} | {f(s2['step_ms'], 1)} |")
+    return "\n".join(out)
+
+
+def server(doc):
+    res = doc["results"]
+    out = [header(doc, "Serving: single-instance `:predict` (`bench/server_bench.py`)")]
+    out.append(f"Loopback, {doc['config']['requests_per_point']} requests or {doc['config']['time_limit_sec']:.0f} s per point, "
+               f"median of {doc['config']['repetitions']} repetition(s). disttrain = `disttrain-server` {doc['config']['disttrain_server']}; "
+               "flask-dev = `bench/flask_baseline.py` (Flask development server, `model.predict` per request, like the originals); "
+               "in-process = the model called directly from threads (no HTTP: the ceiling). The load generator is Python "
+               "threads on the same 2 cores (its CPU seconds are in the last column).\n")
+    out.append("| concurrency | server | requests/s | p50 ms | p95 ms | p99 ms | requests (errors) | client CPU s |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for r in res["summary"]:
+        out.append(f"| {r['concurrency']} | {r['target']} | {f(r['requests_per_sec'], 1)} | {f(r['p50_ms'], 1)} | {f(r['p95_ms'], 1)} | "
+                   f"{f(r['p99_ms'], 1)} | {r['requests']} ({r['errors']}) | {f(r['client_cpu_sec'], 1)} |")
+    cvp = res["call_vs_predict_batch1"]
+    out.append(f"\nOne call, batch 1, in-process (p50): `model(tf.constant(x))` {f(cvp['model_call_p50_ms'], 2)} ms vs "
+               f"`model.predict(tf.constant(x))` {f(cvp['model_predict_p50_ms'], 2)} ms. "
+               f"`model.predict(np.array([[text]]))` (the originals' call) in Keras {doc['machine']['versions'].get('keras')}: "
+               f"{res['numpy_string_predict']}.\n")
+    out.append("Batching (in-process, one `model(...)` call for B instances, p50):\n")
+    out.append("| batch | ms per call | ms per instance | instances/s |")
+    out.append("|---|---|---|---|")
+    for b in res["batching"]:
+        out.append(f"| {b['batch']} | {f(b['call_ms'], 2)} | {f(b['per_instance_ms'], 3)} | {f(b['instances_per_sec'], 0)} |")
+    return "\n".join(out)
+
+
+def copier(doc):
+    out = [header(doc, "copier: ~1 GB `npz:` input (`bench/copier_bench.py`)")]
+    c = doc["config"]
+    out.append(f"{c['rows']:,} random uint8 images {'x'.join(map(str, c['row_shape']))}, 2 shards + 20 % test split; `cp` of the same "
+               f"file; the copier on a 1 % input ({c['small_rows']:,} rows) for comparison. Median of {c['repetitions']} repetition(s); "
+               "warm page cache. Max RSS = `/usr/bin/time` %M; anon / file = peak RssAnon / RssFile sampled every 20 ms "
+               "(the shards are written through memory-mapped .npy files, whose pages are file pages).\n")
+    out.append("| program | input MB | output MB | wall s | MB/s | max RSS MB | peak anon MB | peak file MB | CPU s |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for r in doc["results"]["summary"]:
+        out.append(f"| {r['name']} | {f(r['input_mb'], 0)} | {f(r['output_mb'], 0)} | {f(r['wall_sec'], 1)} | {f(r['mb_per_sec'], 1)} | "
+                   f"{f(r['max_rss_mb'], 0)} | {f(r['peak_anon_mb'], 0)} | {f(r['peak_file_mb'], 0)} | {f(r['user_sec'] + r['sys_sec'], 1)} |")
+    return "\n".join(out)
+
+
+def aggregator(doc):
+    res = doc["results"]
+    one = res["one_model"]
+    out = [header(doc, "aggregator: average 8 models (`bench/aggregator_bench.py`)")]
+    out.append(f"8 movie-reviews workers x 1 epoch. One model: {one.get('params', 0):,} parameters = {f(one.get('weights_mb'), 1)} MB "
+               f"of float32 weights; the `.keras` file is {f(one['model_file_mb'], 1)} MB (weights, optimizer-free, plus the vocabulary). "
+               f"The baseline row is one process loading and evaluating a single model (TensorFlow's own footprint). "
+               f"Median of {doc['config']['repetitions']} repetition(s).\n")
+    out.append("| run | wall s | max RSS MB | peak anon MB | CPU s |")
+    out.append("|---|---|---|---|---|")
+    for r in res["summary"]:
+        out.append(f"| {r['name']} | {f(r['wall_sec'], 1)} | {f(r['max_rss_mb'], 0)} | {f(r['peak_anon_mb'], 0)} | {f(r['user_sec'] + r['sys_sec'], 1)} |")
+    out.append(f"\nThe 8 models add {f(res['extra_rss_for_8_models_mb'], 0)} MB of peak RSS over one "
+               f"({f(res['extra_rss_for_8_models_mb'] / 7, 0)} MB per extra model, vs {f(one.get('weights_mb'), 1)} MB of weights each). "
+               f"Final accuracy of the 8-way average: {f(res['final_accuracy'], 3)} "
+               f"(workers {min(res['worker_accuracy']):.3f}-{max(res['worker_accuracy']):.3f}).")
+    return "\n".join(out)
+
+
+def main():
+    parts = []
+    for name, fn in (("train_scaling", training), ("server", server), ("copier", copier), ("aggregator", aggregator)):
+        doc = load(name)
+        if doc is not None:
+            parts.append(fn(doc))
+    text = "\n\n".join(parts)
+    print(text)
+    if "--print" in sys.argv:
+        return
+    readme = os.path.join(BENCH, "README.md")
+    with open(readme) as fh:
+        current = fh.read()
+    if BEGIN not in current or END not in current:
+        raise SystemExit(f"{readme} has no {BEGIN} ... {END} markers")
+    head, rest = current.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    with open(readme + ".tmp", "w") as fh:
+        fh.write(f"{head}{BEGIN}\n{text}\n{END}{tail}")
+    os.replace(readme + ".tmp", readme)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,300 @@
+#!/usr/bin/env python3
+"""Serving: requests/s and latency percentiles for single-instance :predict calls.
+
+Three targets, same model, same request bodies:
+  disttrain  disttrain-server (gunicorn, --workers 2 --threads 1, the defaults), calls model(tf.constant(batch))
+  flask-dev  bench/flask_baseline.py: Flask's development server + model.predict per request (the originals)
+  in-process the model called directly in one process, no HTTP (the ceiling), threads as concurrency
+The load generator (this process) runs on loopback: C threads, each with its own connection,
+share a bounded request count and a time limit; at C = 1, 8, 32. Each repetition runs every
+(concurrency, target) pair in turn. The client shares the 2 cores with the server; its CPU use is recorded.
+
+Batching: in-process latency of one model call for batch 1, 8, 32 (per-call and per-instance), to
+say whether batching concurrent requests into one call would help.
+"""
+
+import argparse
+import http.client
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import numpy as np
+
+from common import BIN, QUICK, Bench, median, reps, run_measured, tail, tmpdir
+from stages import free_port_block
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PATH = "/v1/models/disttrain:predict"
+TEXTS = [
+    "a moving, beautifully acted film with a script that never talks down to its audience",
+    "tedious, overlong and badly written; the jokes fall flat",
+    "an uneven but often charming comedy",
+    "the worst movie of the year",
+    "a triumph of style over substance, but what style",
+    "it is hard to care about any of these characters",
+    "funny, warm and surprisingly wise",
+    "a mess from start to finish",
+]
+CONCURRENCY = (1, 8, 32)
+
+
+def percentiles(lat_ms):
+    if not lat_ms:
+        return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "mean_ms": None}
+    a = np.asarray(lat_ms)
+    return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)),
+            "p99_ms": float(np.percentile(a, 99)), "mean_ms": float(a.mean())}
+
+
+def run_load(call_factory, concurrency, n_requests, time_limit):
+    """C threads share n_requests (stop early at time_limit). call_factory() -> call(i) per thread."""
+    lock = threading.Lock()
+    state = {"left": n_requests, "errors": 0, "error": None}
+    latencies = []
+    deadline = time.monotonic() + time_limit
+
+    def worker():
+        call = call_factory()
+        mine = []
+        while time.monotonic() < deadline:
+            with lock:
+                if state["left"] <= 0:
+                    break
+                state["left"] -= 1
+                i = state["left"]
+            t = time.perf_counter()
+            try:
+                call(i)
+                mine.append((time.perf_counter() - t) * 1000)
+            except Exception as err:  # noqa: BLE001 - counted and reported
+                with lock:
+                    state["errors"] += 1
+                    state["error"] = repr(err)[:300]
+        with lock:
+            latencies.extend(mine)
+
+    cpu0 = resource.getrusage(resource.RUSAGE_SELF)
+    started = time.perf_counter()
+    threads = [threading.Thread(target=worker) for _ in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - started
+    cpu1 = resource.getrusage(resource.RUSAGE_SELF)
+    client_cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
+    return {"concurrency": concurrency, "requests": len(latencies), "errors": state["errors"], "last_error": state["error"],
+            "wall_sec": wall, "requests_per_sec": len(latencies) / wall, "hit_time_limit": time.monotonic() >= deadline,
+            "client_cpu_sec": client_cpu, **percentiles(latencies)}
+
+
+def http_factory(port):
+    bodies = [json.dumps({"instances": [t]}).encode() for t in TEXTS]
+
+    def factory():
+        conn = [None]
+
+        def call(i):
+            if conn[0] is None:
+                conn[0] = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            c = conn[0]
+            try:
+                c.request("POST", PATH, body=bodies[i % len(bodies)], headers={"Content-Type": "application/json"})
+                resp = c.getresponse()
+                data = resp.read()
+            except (http.client.HTTPException, OSError):
+                c.close()
+                conn[0] = None
+                raise
+            if resp.will_close:  # gunicorn sync workers and the Flask dev server close after each response
+                c.close()
+                conn[0] = None
+            if resp.status != 200:
+                raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
+            if b"predictions" not in data:
+                raise RuntimeError(f"unexpected body {data[:200]!r}")
+        return call
+    return factory
+
+
+def wait_http(url, timeout=180, proc=None, log=None):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise SystemExit(f"{url}: the server exited {proc.returncode}:\n{tail(log)}")
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.5)
+    raise SystemExit(f"{url} not ready after {timeout}s:\n{tail(log)}")
+
+
+# ------------------------------------------------------------ the in-process child
+def inprocess(args):
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import tensorflow as tf
+
+    model = keras.models.load_model(args.model, compile=False)
+    out = {}
+    # 1. what the originals did
+    try:
+        model.predict(np.array([[TEXTS[0]]]), verbose=0)
+        out["numpy_string_predict"] = "works"
+    except Exception as err:  # noqa: BLE001 - the point is to record it
+        out["numpy_string_predict"] = f"fails: {type(err).__name__}: {str(err).splitlines()[0][:300]}"
+
+    def timed(fn, n):
+        for _ in range(20):
+            fn()
+        ts = []
+        for _ in range(n):
+            t = time.perf_counter()
+            fn()
+            ts.append((time.perf_counter() - t) * 1000)
+        return ts
+
+    n = args.iters
+    # 2. per-call cost: model(...) (what disttrain-server does) vs model.predict (the baseline)
+    # (interleaved: one call of each in turn, so a change in the machine's load hits both)
+    batch1 = tf.constant([[TEXTS[0]]])
+    for _ in range(20):
+        model(batch1, training=False).numpy()
+        model.predict(batch1, verbose=0)
+    call, predict = [], []
+    for _ in range(max(20, n // 5)):
+        t = time.perf_counter()
+        model(batch1, training=False).numpy()
+        call.append((time.perf_counter() - t) * 1000)
+        t = time.perf_counter()
+        model.predict(batch1, verbose=0)
+        predict.append((time.perf_counter() - t) * 1000)
+    out["call_batch1_ms"], out["predict_batch1_ms"] = percentiles(call), percentiles(predict)
+    # 3. batching: one call for B instances
+    out["batching"] = []
+    for b in (1, 8, 32):
+        x = tf.constant([[TEXTS[i % len(TEXTS)]] for i in range(b)])
+        p = percentiles(timed(lambda: model(x, training=False).numpy(), n))
+        out["batching"].append({"batch": b, "call_ms": p["p50_ms"], "per_instance_ms": p["p50_ms"] / b,
+                                "instances_per_sec": 1000 * b / p["p50_ms"]})
+    # 4. the ceiling at each concurrency: C threads calling the model directly
+    inputs = [tf.constant([[t]]) for t in TEXTS]
+
+    def factory():
+        return lambda i: model(inputs[i % len(inputs)], training=False).numpy()
+
+    out["load"] = [run_load(factory, c, args.requests, args.time_limit) for c in CONCURRENCY]
+    print("RESULT " + json.dumps(out), flush=True)
+
+
+# ------------------------------------------------------------------------ main
+def prepare_model(base):
+    steps = [["copier", "--source", "sample:movie-reviews", "--n-shards", 1, "--workdir", base],
+             ["trainer", "--workdir", base, "--worker-index", 0, "--workers", 1, "--epochs", 2],
+             ["aggregator", "--workdir", base, "--expect", 1, "--timeout", 60]]
+    for s in steps:
+        log = os.path.join(base, f"{s[0]}.log")
+        r = run_measured([os.path.join(BIN, f"disttrain-{s[0]}"), *s[1:]], log=log)
+        if r["rc"]:
+            raise SystemExit(f"{s[0]} failed:\n{tail(log)}")
+    return os.path.join(base, "final", "model.keras")
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--inprocess-child", action="store_true")
+    p.add_argument("--model")
+    p.add_argument("--requests", type=int, default=300 if QUICK else 2000)
+    p.add_argument("--time-limit", type=float, default=30 if QUICK else 60)
+    p.add_argument("--iters", type=int, default=100 if QUICK else 300)
+    args = p.parse_args()
+    if args.inprocess_child:
+        return inprocess(args)
+
+    n = reps(full=3, quick=1)
+    base = tmpdir("server")
+    config = {"concurrency": CONCURRENCY, "requests_per_point": args.requests, "time_limit_sec": args.time_limit,
+              "repetitions": n, "disttrain_server": "--workers 2 --threads 1 (defaults)",
+              "flask_dev": "bench/flask_baseline.py (Flask development server, threaded, model.predict per request)",
+              "model": "movie-reviews text model (1 worker, 2 epochs)", "instances_per_request": 1}
+    procs = []
+    with Bench("server", config) as bench:
+        try:
+            model = prepare_model(base)
+            port_d, port_f = free_port_block(1), None
+            log_d = os.path.join(base, "disttrain-server.log")
+            procs.append(subprocess.Popen([os.path.join(BIN, "disttrain-server"), "--workdir", base, "--port", port_d,
+                                           "--workers", 2, "--threads", 1], stdout=open(log_d, "w"), stderr=subprocess.STDOUT))
+            wait_http(f"http://127.0.0.1:{port_d}/readyz", proc=procs[-1], log=log_d)
+            port_f = free_port_block(1)
+            log_f = os.path.join(base, "flask.log")
+            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "flask_baseline.py"), model, str(port_f)],
+                                          stdout=open(log_f, "w"), stderr=subprocess.STDOUT))
+            wait_http(f"http://127.0.0.1:{port_f}/healthz", proc=procs[-1], log=log_f)
+            targets = {"disttrain": http_factory(port_d), "flask-dev": http_factory(port_f)}
+            for name, factory in targets.items():  # warm up: both gunicorn workers load the model lazily
+                w = run_load(factory, 4, 40, 120)
+                if w["errors"]:
+                    raise SystemExit(f"{name} warm-up failed: {w['last_error']}")
+            runs, children = [], []
+            for rep in range(n):
+                for c in CONCURRENCY:
+                    for name, factory in targets.items():
+                        r = run_load(factory, c, args.requests, args.time_limit)
+                        r.update(target=name, rep=rep)
+                        runs.append(r)
+                        print(f"  rep {rep + 1}/{n} c={c:<2} {name:<10} {r['requests_per_sec']:7.1f} req/s  p50 {r['p50_ms']:7.1f}  "
+                              f"p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}", file=sys.stderr, flush=True)
+                # the in-process ceiling and the batching probe, in a child (no HTTP servers busy meanwhile)
+                log_i = os.path.join(base, f"inprocess-{rep}.log")
+                r = run_measured([sys.executable, os.path.abspath(__file__), "--inprocess-child", "--model", model,
+                                  "--requests", args.requests, "--time-limit", args.time_limit, "--iters", args.iters], log=log_i)
+                child = next((json.loads(line[7:]) for line in tail(log_i, 10**6).splitlines() if line.startswith("RESULT ")), None)
+                if child is None:
+                    raise SystemExit(f"in-process child failed:\n{tail(log_i)}")
+                children.append(child)
+                for r in child["load"]:
+                    runs.append({**r, "target": "in-process", "rep": rep})
+                    print(f"  rep {rep + 1}/{n} c={r['concurrency']:<2} in-process {r['requests_per_sec']:7.1f} req/s  "
+                          f"p50 {r['p50_ms']:7.1f}  p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms", file=sys.stderr, flush=True)
+        finally:
+            for proc in procs:
+                proc.terminate()
+            for proc in procs:
+                try:
+                    proc.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+            if not os.environ.get("BENCH_KEEP"):
+                shutil.rmtree(base, ignore_errors=True)
+        summary = []
+        for c in CONCURRENCY:
+            for name in ("disttrain", "flask-dev", "in-process"):
+                rs = [r for r in runs if r["target"] == name and r["concurrency"] == c]
+                summary.append({"target": name, "concurrency": c, "reps": len(rs),
+                                "requests": sum(r["requests"] for r in rs), "errors": sum(r["errors"] for r in rs),
+                                **{k: median([r[k] for r in rs]) for k in ("requests_per_sec", "p50_ms", "p95_ms", "p99_ms", "client_cpu_sec", "wall_sec")}})
+        batching = [{"batch": b["batch"], **{k: median([ch["batching"][i][k] for ch in children])
+                                             for k in ("call_ms", "per_instance_ms", "instances_per_sec")}}
+                    for i, b in enumerate(children[0]["batching"])]
+        bench.results = {
+            "summary": summary, "batching": batching,
+            "call_vs_predict_batch1": {"model_call_p50_ms": median([ch["call_batch1_ms"]["p50_ms"] for ch in children]),
+                                       "model_predict_p50_ms": median([ch["predict_batch1_ms"]["p50_ms"] for ch in children])},
+            "numpy_string_predict": children[0]["numpy_string_predict"],
+            "runs": runs,
+        }
+
+
+if __name__ == "__main__":
+    main()
