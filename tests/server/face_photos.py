@@ -72,3 +72,13 @@ def write_seed(folder, people):
         for i, photo in enumerate(photos):
             cv2.imwrite(os.path.join(folder, person, f"{i}.png"), photo)
     return folder
+
+
+if __name__ == "__main__":
+    # A demo --gallery-seed folder: python tests/server/face_photos.py DIR [N]
+    import sys
+
+    target, count = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 10
+    people = {f"lfw-{i:03d}": [photo] for i, photo in enumerate(lfw_photos()[:count])}
+    write_seed(target, {**people, "Eileen_Collins": [astronaut()]})
+    print(f"{target}: {len(people) + 1} people")

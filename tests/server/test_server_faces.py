@@ -1,11 +1,14 @@
 """Face search on the real faces model (trained once per session by the real pipeline) and the real detector."""
 
 import io
+import json
 import os
 
 import cv2
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from disttrain_contract.evaluation import pairwise_distances, predict
 from disttrain_contract.artifact import load_model
@@ -226,3 +229,27 @@ def test_seed_folder_enrols_once(face_model, tmp_path):
     shifted = np.roll(astronaut(), (20, -30), axis=(0, 1))
     assert search(again, shifted)["matches"][0]["name"] == "Eileen Collins"
     assert [m["name"] for m in search(again, other_view(photos[9]))["matches"][:2]] == ["lfw-009", "lfw-009"]
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
+    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.sampled_from(["b64", "image", "name", "k"]) | st.text(max_size=5), children, max_size=3),
+    max_leaves=30,
+)
+photo_bodies = st.one_of(
+    json_values.map(lambda value: json.dumps(value).encode()),
+    st.fixed_dictionaries({"image": json_values | st.fixed_dictionaries({"b64": st.text(max_size=40) | st.just(b64(blank(40, 40))["b64"])})},
+                          optional={"k": json_values, "name": json_values}).map(lambda value: json.dumps(value).encode()),
+    st.binary(max_size=64),
+)
+
+
+@pytest.mark.parametrize("path, method", [(SEARCH, "post"), ("/v1/gallery", "post")])
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=photo_bodies)
+def test_any_body_gets_json_and_a_documented_status(face_client, path, method, body):
+    spec_path = path.replace("disttrain", "{model_name}")
+    documented = face_client.get("/openapi.json").get_json()["paths"][spec_path][method]["responses"]
+    response = face_client.open(path, method=method.upper(), data=body, content_type="application/json")
+    assert response.status_code < 500, response.get_data(as_text=True)
+    assert str(response.status_code) in documented and response.get_json()["error"]
