@@ -65,7 +65,10 @@ def latency(doc):
     rows = doc["results"]["summary"]
     targets = list(dict.fromkeys(r["target"] for r in rows))
     conc = sorted(set(r["concurrency"] for r in rows))
-    fig, axes = plt.subplots(1, len(conc) + 1, figsize=(4.3 * (len(conc) + 1), 4.6))
+    cols = 2
+    nrows = -(-(len(conc) + 1) // cols)
+    fig, grid = plt.subplots(nrows, cols, figsize=(11, 4.2 * nrows))
+    axes = list(grid.flat)
     pcts = ("p50_ms", "p95_ms", "p99_ms")
     width = 0.8 / len(targets)
     for ax, c in zip(axes, conc):
@@ -75,14 +78,16 @@ def latency(doc):
             bars = ax.bar(xs, [r[p] for p in pcts], width, label=target, color=COLORS.get(target))
             for bar, p in zip(bars, pcts):
                 ax.annotate(f"{r[p]:.0f}" if r[p] >= 10 else f"{r[p]:.1f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                            ha="center", va="bottom", fontsize=7)
+                            ha="center", va="bottom", fontsize=8)
         ax.set_yscale("log")
         ax.set_xticks(range(len(pcts)), [p[:3] for p in pcts])
         ax.set_title(f"concurrency {c}")
         ax.set_ylabel("latency ms (log scale)")
         ax.grid(axis="y", alpha=0.3, which="both")
     axes[0].legend(fontsize=8)
-    ax = axes[-1]
+    for extra in axes[len(conc) + 1:]:
+        extra.axis("off")
+    ax = axes[len(conc)]
     for target in targets:
         ys = [next(r for r in rows if r["target"] == target and r["concurrency"] == c)["requests_per_sec"] for c in conc]
         ax.plot(conc, ys, marker="o", label=target, color=COLORS.get(target))

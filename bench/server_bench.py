@@ -233,8 +233,8 @@ def main():
             model = prepare_model(base)
             port_d, port_f = free_port_block(1), None
             log_d = os.path.join(base, "disttrain-server.log")
-            procs.append(subprocess.Popen([os.path.join(BIN, "disttrain-server"), "--workdir", base, "--port", port_d,
-                                           "--workers", 2, "--threads", 1], stdout=open(log_d, "w"), stderr=subprocess.STDOUT))
+            procs.append(subprocess.Popen([os.path.join(BIN, "disttrain-server"), "--workdir", base, "--port", str(port_d),
+                                           "--workers", "2", "--threads", "1"], stdout=open(log_d, "w"), stderr=subprocess.STDOUT))
             wait_http(f"http://127.0.0.1:{port_d}/readyz", proc=procs[-1], log=log_d)
             port_f = free_port_block(1)
             log_f = os.path.join(base, "flask.log")
