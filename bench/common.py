@@ -149,21 +149,14 @@ def run_measured(cmd, log=None, env=None, cwd=None, timeout=1800):
     started = time.monotonic()
     proc = subprocess.Popen(["/usr/bin/time", "-o", time_file, "-f", "%M %U %S", *[str(c) for c in cmd]],
                             stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
-    deadline = started + timeout
     peak = {"RssAnon": 0, "RssFile": 0}
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if time.monotonic() > deadline:
-            proc.kill()
-            pid, status, usage = os.wait4(proc.pid, 0)
-            break
+
+    def sample():
         for key, kb in _rss_parts(_first_child(proc.pid)).items():
             peak[key] = max(peak[key], kb)
-        time.sleep(0.02)
+
+    status, usage = _wait(proc, timeout, sample)
     wall = time.monotonic() - started
-    proc.returncode = os.waitstatus_to_exitcode(status)
     if log:
         out.close()
     # max_rss_mb: the kernel's peak resident set (ru_maxrss; includes touched pages of memory-mapped
@@ -202,8 +195,8 @@ def start(cmd, log, env=None):
     return subprocess.Popen([str(c) for c in cmd], stdout=open(log, "w"), stderr=subprocess.STDOUT, env=env)
 
 
-def wait_measured(proc, timeout=1800):
-    """Wait for a Popen child; return its wall-clock-free rusage (rc, max_rss_mb, cpu)."""
+def _wait(proc, timeout, on_tick=None, tick=0.02):
+    """Wait for proc (killed after timeout seconds), calling on_tick meanwhile; return (status, rusage)."""
     deadline = time.monotonic() + timeout
     while True:
         pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
@@ -213,9 +206,27 @@ def wait_measured(proc, timeout=1800):
             proc.kill()
             pid, status, usage = os.wait4(proc.pid, 0)
             break
-        time.sleep(0.05)
+        if on_tick:
+            on_tick()
+        time.sleep(tick)
     proc.returncode = os.waitstatus_to_exitcode(status)
+    return status, usage
+
+
+def wait_measured(proc, timeout=1800):
+    """Wait for a Popen child; return rc, CPU seconds and ru_maxrss (which starts from this process's
+    own RSS at fork: fine for TensorFlow children far larger than this small process)."""
+    _, usage = _wait(proc, timeout, tick=0.05)
     return {"rc": proc.returncode, "max_rss_mb": usage.ru_maxrss / 1024, "user_sec": usage.ru_utime, "sys_sec": usage.ru_stime}
+
+
+def load_result(name):
+    """bench/results/NAME.json, or None."""
+    path = os.path.join(RESULTS, f"{name}.json")
+    if not os.path.exists(path):
+        return None
+    with open(path) as fh:
+        return json.load(fh)
 
 
 def tmpdir(prefix):

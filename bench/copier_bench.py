@@ -42,6 +42,8 @@ def write_npz(path, rows, seed=0, chunk=16384):
 
 
 def du(path):
+    if os.path.isfile(path):
+        return os.path.getsize(path)
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, files in os.walk(path) for f in files)
 
 

@@ -5,7 +5,6 @@
   training_curves.png held-out accuracy per epoch for each worker vs the final model (2 workers, average)
 """
 
-import json
 import os
 
 import matplotlib
@@ -14,18 +13,10 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-from common import BENCH, RESULTS  # noqa: E402
+from common import BENCH, load_result  # noqa: E402
 
 PLOTS = os.path.join(BENCH, "plots")
 COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "disttrain": "#4C72B0", "flask-dev": "#C44E52", "in-process": "#55A868"}
-
-
-def load(name):
-    path = os.path.join(RESULTS, f"{name}.json")
-    if not os.path.exists(path):
-        return None
-    with open(path) as fh:
-        return json.load(fh)
 
 
 def subtitle(doc):
@@ -136,7 +127,7 @@ def main():
     made = []
     for name, source, fn in (("scaling", "train_scaling", scaling), ("latency", "server", latency),
                              ("training_curves", "train_scaling", curves)):
-        doc = load(source)
+        doc = load_result(source)
         if doc is None:
             continue
         fig = fn(doc)
