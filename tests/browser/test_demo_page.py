@@ -1,6 +1,5 @@
 """The demo page in a real browser (Debian's chromium via Playwright) against a real gunicorn server."""
 
-import os
 import re
 import time
 
@@ -8,12 +7,11 @@ import cv2
 import numpy as np
 import pytest
 
+from browser.chromium import chromium_page, needs_chromium
 from server.serving import NEGATIVE, POSITIVE, http, publish, running_server, sample_model, worker_model
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is not installed (apt-get install chromium)")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -32,16 +30,8 @@ def demo_url(demo):
 
 @pytest.fixture(scope="module")
 def page(demo_url):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 900, "height": 700})
-            page.set_default_timeout(30_000)
-            yield page
-        finally:
-            browser.close()
+    with chromium_page() as page:
+        yield page
 
 
 def screenshot(page, tmp_path_factory, name):

@@ -1,18 +1,15 @@
 """The face page in a real browser (Debian's chromium via Playwright) against a real gunicorn server."""
 
-import os
-
 import cv2
 import pytest
 
+from browser.chromium import chromium_page, needs_chromium
 from server.face_photos import astronaut, b64, lfw_photos, other_view
 from server.serving import faces_model, http, publish, running_server
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 ENROLLED = {"Ada": 8, "Grace": 27, "Alan": 44, "Edsger": 61}  # name -> sample photo
 
-pytestmark = pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is not installed (apt-get install chromium)")
+pytestmark = needs_chromium
 
 
 @pytest.fixture(scope="module")
@@ -28,16 +25,8 @@ def faces_demo(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def page(faces_demo):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 900, "height": 900})
-            page.set_default_timeout(30_000)
-            yield page
-        finally:
-            browser.close()
+    with chromium_page(height=900) as page:
+        yield page
 
 
 def photo_file(folder, name, image):

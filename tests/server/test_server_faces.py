@@ -14,6 +14,7 @@ from disttrain_contract.evaluation import pairwise_distances, predict
 from disttrain_contract.artifact import load_model
 from disttrain_contract.faces import augment, find_face
 from disttrain_server import create_app
+from server import fuzz
 from server.face_photos import astronaut, b64, blank, lfw_photos, other_view, png, side_by_side, write_seed
 from server.serving import error_of, make_client, predict_url, publish
 
@@ -231,11 +232,7 @@ def test_seed_folder_enrols_once(face_model, tmp_path):
     assert [m["name"] for m in search(again, other_view(photos[9]))["matches"][:2]] == ["lfw-009", "lfw-009"]
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.sampled_from(["b64", "image", "name", "k"]) | st.text(max_size=5), children, max_size=3),
-    max_leaves=30,
-)
+json_values = fuzz.json_values(["b64", "image", "name", "k"], max_leaves=30, max_list=5)
 photo_bodies = st.one_of(
     json_values.map(lambda value: json.dumps(value).encode()),
     st.fixed_dictionaries({"image": json_values | st.fixed_dictionaries({"b64": st.text(max_size=40) | st.just(b64(blank(40, 40))["b64"])})},

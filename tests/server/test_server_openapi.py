@@ -7,6 +7,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from server import fuzz
 from server.serving import predict_url
 
 PREDICT_PATH = "/v1/models/{model_name}:predict"
@@ -45,11 +46,7 @@ def test_spec_follows_the_loaded_model_and_limits(text_client, image_client, emp
     assert len(instance_schema(empty_client)["items"]["anyOf"]) == 4  # no model yet: text or any image form
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=9) | st.dictionaries(st.sampled_from(["b64", "instances", "inputs", "x"]) | st.text(max_size=5), children, max_size=3),
-    max_leaves=80,
-)
+json_values = fuzz.json_values(["b64", "instances", "inputs", "x"])
 bodies = st.one_of(
     json_values.map(lambda value: json.dumps(value).encode()),
     json_values.map(lambda value: json.dumps({"instances": value}).encode()),
