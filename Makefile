@@ -14,12 +14,17 @@ STRATEGY ?= average
 PORT ?= 8080
 WORKDIR ?= workdir/demo
 
-.PHONY: help venv demo pipeline test test-fast browser-deps clean
+.PHONY: help venv demo pipeline test test-faults test-images images push bench browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
 	@echo "              variables: TASK=movie-reviews|digits|faces WORKERS=2 EPOCHS BATCH STRATEGY=average|multiworker PORT=8080 "
-	@echo "make test     every test (unit, integration, resume, server, browser, chart)"
+	@echo "make test         every test (unit, integration, resume, faces, server, browser, chart)"
+	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk"
+	@echo "make test-images  build the four images and run the pipeline with docker run only (starts dockerd)"
+	@echo "make images       build disttrain-{copier,trainer,aggregator,server}:$(TAG)"
+	@echo "make push REGISTRY=registry.example.com/team   tag and push them"
+	@echo "make bench        benchmarks -> bench/results/*.json, bench/*.png, bench/README.md"
 	@echo "make clean    remove the virtualenv and working directories"
 
 # The virtualenv is rebuilt when a pin or a component's metadata changes.
@@ -45,11 +50,26 @@ pipeline: venv
 browser-deps:
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
 
+# tests/images runs only under `make test-images`; the fault tests only under `make test-faults`.
 test: venv browser-deps
-	$(BIN)/python -m pytest tests -q
+	$(BIN)/python -m pytest tests -q -m "not faults"
 
-test-fast: venv
-	$(BIN)/python -m pytest tests -q -m "not slow"
+test-faults: venv
+	$(BIN)/python -m pytest tests/faults -q -m faults
+
+TAG ?= latest
+images:
+	DISTTRAIN_IMAGE_TAG=$(TAG) bash docker/build-images.sh
+
+push:
+	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com/team [TAG=latest]"; exit 2; }
+	REGISTRY=$(REGISTRY) DISTTRAIN_IMAGE_TAG=$(TAG) bash docker/push-images.sh
+
+test-images: venv
+	PYTHON=$(BIN)/python DISTTRAIN_IMAGE_TAG=$(TAG) bash docker/test-images.sh
+
+bench: venv
+	PATH=$(CURDIR)/$(BIN):$$PATH bash bench/run_all.sh
 
 clean:
 	rm -rf $(VENV) workdir
