@@ -250,3 +250,11 @@ def test_any_body_gets_json_and_a_documented_status(face_client, path, method, b
     response = face_client.open(path, method=method.upper(), data=body, content_type="application/json")
     assert response.status_code < 500, response.get_data(as_text=True)
     assert str(response.status_code) in documented and response.get_json()["error"]
+
+
+def test_unwritable_gallery_is_503_and_reads_still_work(face_model, tmp_path):
+    (tmp_path / "a-file").write_text("not a folder")  # root ignores permissions; a file in the path stops anyone
+    client = make_client(face_model, tmp_path, GALLERY_DIR=str(tmp_path / "a-file" / "gallery"))
+    assert "cannot store the entry" in error_of(client.post("/v1/gallery", json={"name": "Ada", "image": b64(lfw_photos()[0])}), 503)
+    assert client.get("/v1/gallery").get_json() == {"count": 0, "entries": []}
+    assert search(client, lfw_photos()[0])["matches"] == []

@@ -141,7 +141,10 @@ def enrol():
 
 @bp.delete("/v1/gallery/<entry_id>")
 def delete(entry_id):
-    entry = gallery().delete(entry_id)
+    try:
+        entry = gallery().delete(entry_id)
+    except ContractError as err:
+        raise ApiError(503, f"cannot change the gallery: {err}") from None
     if entry is None:
         raise ApiError(404, f"no gallery entry {entry_id!r}")
     return {"deleted": public(entry)}

@@ -98,7 +98,7 @@ def _png(array):
 def _stat_key(path):
     try:
         st = os.stat(path)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_size)
 
@@ -154,7 +154,7 @@ class Gallery:
         try:
             with open(self.index_path, encoding="utf-8") as fh:
                 return json.load(fh)["entries"]
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []  # nothing enrolled yet; the folder is created by the first write
         except (ValueError, KeyError, TypeError) as err:
             raise ContractError(f"{self.index_path} is not a gallery index: {err}") from None

@@ -135,7 +135,11 @@ def _gallery_paths(limits, model_name, unknown_model):
             "delete": {
                 "summary": "Remove an entry (its crop, thumbnail and embeddings).",
                 "parameters": [entry_id],
-                "responses": {"200": _response("The removed entry.", _object(deleted={"$ref": "#/components/schemas/GalleryEntry"})), "404": no_entry},
+                "responses": {
+                    "200": _response("The removed entry.", _object(deleted={"$ref": "#/components/schemas/GalleryEntry"})),
+                    "404": no_entry,
+                    "503": _response("The gallery folder cannot be written."),
+                },
             }
         },
         "/v1/gallery/{entry_id}/thumbnail.png": {
