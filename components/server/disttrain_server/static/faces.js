@@ -80,7 +80,7 @@
       item.append(element("span", "rank", String(rank + 1)), thumb, text);
       list.append(item);
     });
-    matches.replaceChildren(element("p", "hint", "Nearest first (distance: below ~0.5 is likely the same person)"), list);
+    matches.replaceChildren(element("p", "hint", "Nearest first: the smaller the distance, the more alike"), list);
   }
 
   async function search() {
