@@ -67,3 +67,14 @@ def pytest_terminal_summary(terminalreporter):
         if path:
             with open(path, "w") as fh:
                 json.dump(MEASUREMENTS, fh, indent=2, sort_keys=True, default=str)
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory):
+    """A workdir with a published final model, trained by the real pipeline:
+    copier (1 shard) -> trainer (2 epochs) -> aggregator."""
+    work = tmp_path_factory.mktemp("served")
+    stage("copier", "--source", "sample:movie-reviews", "--n-shards", 1, "--workdir", work)
+    stage("trainer", "--workdir", work, "--epochs", 2)
+    stage("aggregator", "--workdir", work, "--timeout", 60)
+    return work

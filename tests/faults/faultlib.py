@@ -94,13 +94,13 @@ def check_complete(path):
 
 
 def tf_checkpoint_state(path):
-    """The checkpoint prefixes a TensorFlow `checkpoint` state file names (a text proto)."""
+    """(latest, all) checkpoint prefixes a TensorFlow `checkpoint` state file names (a text proto)."""
     with open(path) as fh:
         text = fh.read()
-    entries = re.findall(r'^(model_checkpoint_path|all_model_checkpoint_paths): "([^"]+)"$', text, re.M)
-    if not text.endswith("\n") or not any(key == "model_checkpoint_path" for key, _ in entries):
+    latest = re.findall(r'^model_checkpoint_path: "([^"]+)"$', text, re.M)
+    if not text.endswith("\n") or len(latest) != 1:
         raise Incomplete(f"not a whole checkpoint state file: {text!r}")
-    return {value for _, value in entries}
+    return latest[0], set(re.findall(r'^all_model_checkpoint_paths: "([^"]+)"$', text, re.M))
 
 
 def tf_index_complete(path):
@@ -137,6 +137,7 @@ class Watcher(threading.Thread):
         self.our_temps = set()  # our temporary names seen (as relative paths)
         self.tf_temps = set()
         self.tf_index_in_flight = 0  # times an unreferenced, not yet complete .index was seen
+        self.tf_stale_references = 0  # times `checkpoint` named an older checkpoint already deleted
         self.errors = []  # exceptions of the watcher itself
         self._seen = {}
         self._start = time.monotonic()
@@ -212,7 +213,7 @@ class Watcher(threading.Thread):
             self.tf_temps.add(rel_dir)
             return
         names = set(filenames)
-        referenced = set()
+        latest, referenced = None, set()
         for name in sorted(names):
             rel = os.path.normpath(os.path.join(rel_dir, name))
             path = os.path.join(dirpath, name)
@@ -222,7 +223,7 @@ class Watcher(threading.Thread):
                 self.tf_temps.add(rel)
             elif name == "checkpoint":
                 try:
-                    referenced = tf_checkpoint_state(path)
+                    latest, referenced = tf_checkpoint_state(path)
                 except FileNotFoundError:
                     continue
                 except Incomplete as err:
@@ -231,29 +232,42 @@ class Watcher(threading.Thread):
                 self.checked["tf-checkpoint-state"] = self.checked.get("tf-checkpoint-state", 0) + 1
             elif name == "run.json":
                 self._check(path, rel)
-        for prefix in referenced:
-            index = os.path.join(dirpath, prefix + ".index")
-            data = os.path.join(dirpath, prefix + ".data-00000-of-00001")
+        if latest is not None and not self._tf_checkpoint_whole(dirpath, latest):
+            # what a restore reads (tf.train.latest_checkpoint) must be whole, always; unless a newer
+            # save replaced the state file since we read it (then that one is checked next scan)
             try:
-                if not tf_index_complete(index):
-                    self._violation(os.path.join(rel_dir, prefix + ".index"), "named by `checkpoint` but incomplete")
-                elif not os.path.exists(data):
-                    raise FileNotFoundError(data)
-                else:
-                    self.checked["tf-checkpoint"] = self.checked.get("tf-checkpoint", 0) + 1
-            except FileNotFoundError:
-                # pruned (max_to_keep) after we read the state file? then the state file no longer names it
-                try:
-                    still = prefix in tf_checkpoint_state(os.path.join(dirpath, "checkpoint"))
-                except (FileNotFoundError, Incomplete):
-                    still = False
-                if still and not os.path.exists(index) or still and not os.path.exists(data):
-                    self._violation(os.path.join(rel_dir, prefix), "named by `checkpoint` but its files are missing")
-        for name in names - {p + ".index" for p in referenced}:
+                still_latest = tf_checkpoint_state(os.path.join(dirpath, "checkpoint"))[0] == latest
+            except (FileNotFoundError, Incomplete):
+                still_latest = True
+            if still_latest and not self._tf_checkpoint_whole(dirpath, latest):
+                self._violation(os.path.join(rel_dir, latest), "the latest checkpoint named by `checkpoint` is not whole")
+        for prefix in referenced - {latest}:
+            # older ones: CheckpointManager records the state naming them, then deletes the oldest
+            # (max_to_keep), then records the state again, so a deleted one can be named for a moment
+            whole = self._tf_checkpoint_whole(dirpath, prefix)
+            if whole is None:
+                self.tf_stale_references += 1
+            elif whole is False:
+                self._violation(os.path.join(rel_dir, prefix), "a checkpoint named by `checkpoint` is incomplete")
+        for name in names - {p + ".index" for p in referenced | {latest} if p}:
             if name.endswith(".index"):
                 with contextlib.suppress(FileNotFoundError):
                     if not tf_index_complete(os.path.join(dirpath, name)):
                         self.tf_index_in_flight += 1
+
+    def _tf_checkpoint_whole(self, dirpath, prefix):
+        """True: index complete and data present; False: torn; None: (being) deleted."""
+        index = os.path.join(dirpath, prefix + ".index")
+        data = os.path.join(dirpath, prefix + ".data-00000-of-00001")
+        try:
+            if not tf_index_complete(index):
+                return False if os.path.exists(index) else None
+        except FileNotFoundError:
+            return None
+        if not os.path.exists(data):
+            return None
+        self.checked["tf-checkpoint"] = self.checked.get("tf-checkpoint", 0) + 1
+        return True
 
     def summary(self):
         return {
@@ -263,6 +277,7 @@ class Watcher(threading.Thread):
             "our_temporaries_seen": len(self.our_temps),
             "tf_temporaries_seen": sorted(self.tf_temps),
             "tf_index_writes_in_flight_seen": self.tf_index_in_flight,
+            "tf_deleted_checkpoints_still_named_seen": self.tf_stale_references,
         }
 
     def assert_clean(self):
