@@ -31,22 +31,25 @@ def scaling(doc):
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     fig, axes = plt.subplots(1, len(tasks), figsize=(6 * len(tasks), 4.8), squeeze=False)
     for ax, task in zip(axes[0], tasks):
-        labels, values, colors, notes = [], [], [], []
+        labels, values, colors, notes, spread = [], [], [], [], [[], []]
         for r in (r for r in rows if r["task"] == task):
+            spread[0].append(r["sec_per_epoch"] - min(r["sec_per_epoch_all"]))
+            spread[1].append(max(r["sec_per_epoch_all"]) - r["sec_per_epoch"])
             labels.append(f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}\n{r['strategy']}")
             values.append(r["sec_per_epoch"])
             colors.append(COLORS[r["strategy"]])
             notes.append(f"{r['sec_per_epoch']:.{2 if r['sec_per_epoch'] >= 1 else 3}f}s\nx{r['speedup_vs_1_worker_same_strategy']:.2f}\nacc {r['final_accuracy']:.3f}")
-        bars = ax.bar(labels, values, color=colors)
-        for bar, note in zip(bars, notes):
-            ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom", fontsize=9,
+        bars = ax.bar(labels, values, color=colors, yerr=spread, capsize=4, ecolor="#444444")
+        for bar, note, up in zip(bars, notes, spread[1]):
+            ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height() + up), ha="center", va="bottom", fontsize=9,
                         xytext=(0, 2), textcoords="offset points")
-        ax.set_ylim(0, max(values) * 1.45)
+        ax.set_ylim(0, max(v + u for v, u in zip(values, spread[1])) * 1.45)
         ax.set_ylabel("seconds per epoch (steady state, lower is better)")
         r0 = next(r for r in rows if r["task"] == task)
         ax.set_title(f"{task}: {r0['epochs']} epochs, batch 64/worker, --threads 1")
         ax.grid(axis="y", alpha=0.3)
-    fig.suptitle("Training: 1 vs 2 workers on the same data (label: s/epoch, speedup vs 1 worker same strategy, final acc.)\n"
+    fig.suptitle("Training: 1 vs 2 workers on the same data (bar: median s/epoch, whiskers: min-max over repetitions;\n"
+                 "label: s/epoch, speedup vs 1 worker of the same strategy, final held-out accuracy)\n"
                  + subtitle(doc), fontsize=10)
     fig.tight_layout()
     return fig

@@ -31,14 +31,14 @@ def header(doc, title):
 def training(doc):
     out = [header(doc, "Training: 1 vs 2 workers (`bench/train_scaling.py`)")]
     out.append("Same data and epochs for every row of a task (batch 64 per worker, `--threads 1` per worker); "
-               f"median of {doc['config']['repetitions']} repetition(s). s/epoch = steady state (epochs 2..; the slowest worker); "
+               f"median of {doc['config']['repetitions']} repetition(s). s/epoch = steady state (each worker's median of epochs 2.., the slower worker's); "
                "examples/s over all workers; speedup = the 1-worker s/epoch of the same strategy / this row's.\n")
-    out.append("| task | workers | strategy | steps/epoch | s/epoch | 1st epoch s | examples/s | step ms | speedup | process wall s | final acc. |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    out.append("| task | workers | strategy | steps/epoch | s/epoch | 1st epoch s | examples/s | step ms | speedup | process wall s | CPU s (all workers) | final acc. |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in doc["results"]["summary"]:
         out.append(f"| {r['task']} | {r['workers']} | {r['strategy']} | {r['steps_per_epoch']} | {f(r['sec_per_epoch'], 2)} | "
                    f"{f(r['first_epoch_sec'], 2)} | {f(r['examples_per_sec'], 0)} | {f(r['step_ms'], 1)} | "
-                   f"{f(r['speedup_vs_1_worker_same_strategy'], 2)}x | {f(r['process_wall_sec'], 1)} | {f(r['final_accuracy'], 3)} |")
+                   f"{f(r['speedup_vs_1_worker_same_strategy'], 2)}x | {f(r['process_wall_sec'], 1)} | {f(r.get('cpu_sec'), 1)} | {f(r['final_accuracy'], 3)} |")
     probes = doc["results"].get("collective") or {}
     if any(probes.values()):
         out.append("\nPer-step cost of the collective (`bench/collective.py`: 2 processes, MultiWorkerMirroredStrategy on loopback, "

@@ -8,7 +8,7 @@
 # Run it on an otherwise idle machine: every result records the load average before and after.
 set -euo pipefail
 cd "$(dirname "$0")"
-PY=${PYTHON:-../.venv/bin/python}
+PY=${BENCH_PYTHON:-../.venv/bin/python}   # the venv (make venv); BENCH_PYTHON overrides
 ONLY=${BENCH_ONLY:-train server copier aggregator}
 mkdir -p results plots logs
 declare -A SCRIPT=([train]=train_scaling.py [server]=server_bench.py [copier]=copier_bench.py [aggregator]=aggregator_bench.py)

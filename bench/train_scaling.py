@@ -8,10 +8,11 @@ The copier runs once per task and shard count; each run trains into its own --ou
 aggregated into its own --savefile, so the held-out split is the same for every row of a task.
 
 Reported per configuration (median over repetitions):
-  seconds per epoch  (steady state: epochs 2.., the slowest worker of each epoch; epoch 1 separately,
-                      it includes tf.function tracing), examples/s over all workers, step time,
+  seconds per epoch  (steady state: the median of epochs 2.. of each worker, the slower worker's; epoch 1
+                      separately, it includes tf.function tracing), examples/s over all workers, step time,
   speedup (1-worker sec/epoch / 2-worker sec/epoch, same strategy), process wall time (start-up,
-  cluster join, training, saving), the held-out accuracy of the final model.
+  cluster join, training, saving), CPU seconds of all trainer processes (less sensitive than wall
+  time to other load on the machine), the held-out accuracy of the final model.
 Then a collective-cost probe (collective.py): the per-step all-reduce of the gradients and of a scalar.
 """
 
@@ -75,14 +76,17 @@ def train_once(base, task, workers, strategy, rep, epochs):
     per_worker_examples = [m[-1]["examples"] for m in metrics]
     total_examples = per_worker_examples[0] if strategy == "multiworker" else sum(per_worker_examples)
     steps = per_worker_examples[0] // (BATCH * (workers if strategy == "multiworker" else 1))
-    epoch_wall = [max(m[e]["wall_time_sec"] for m in metrics) for e in range(epochs)]
-    steady = median(epoch_wall[1:]) if epochs > 1 else epoch_wall[0]
+    # average: the workers are not in step (one may be evaluating while the other trains), so each
+    # worker's own steady epoch time, and the slower worker's; multiworker: they are in step anyway
+    walls = [[e["wall_time_sec"] for e in m] for m in metrics]
+    steady = max(median(w[1:]) if epochs > 1 else w[0] for w in walls)
+    cpu = [u["user_sec"] + u["sys_sec"] for u in usage]
     return {
         "task": task, "workers": workers, "strategy": strategy, "rep": rep, "epochs": epochs, "batch_per_worker": BATCH,
         "steps_per_epoch": steps, "examples_per_epoch": total_examples,
-        "first_epoch_sec": epoch_wall[0], "sec_per_epoch": steady, "epoch_wall_sec": epoch_wall,
+        "first_epoch_sec": max(w[0] for w in walls), "sec_per_epoch": steady, "epoch_wall_sec": walls,
         "examples_per_sec": total_examples / steady, "step_ms": steady / steps * 1000,
-        "process_wall_sec": wall, "worker_cpu_sec": [u["user_sec"] + u["sys_sec"] for u in usage],
+        "process_wall_sec": wall, "worker_cpu_sec": cpu, "cpu_sec": sum(cpu),
         "worker_max_rss_mb": [u["max_rss_mb"] for u in usage],
         "final_accuracy": report["final"]["test_accuracy"],
         "worker_accuracy": [w["test_accuracy"] for w in report["workers"]],
@@ -116,7 +120,7 @@ def summarise(runs):
             rows.append({"task": task, "workers": workers, "strategy": strategy, "reps": len(rs), "epochs": rs[0]["epochs"],
                          "steps_per_epoch": rs[0]["steps_per_epoch"], "examples_per_epoch": rs[0]["examples_per_epoch"],
                          **{k: median([r[k] for r in rs]) for k in ("sec_per_epoch", "first_epoch_sec", "examples_per_sec",
-                                                                   "step_ms", "process_wall_sec", "final_accuracy")},
+                                                                   "step_ms", "process_wall_sec", "cpu_sec", "final_accuracy")},
                          "sec_per_epoch_all": [round(r["sec_per_epoch"], 3) for r in rs]})
     for row in rows:
         one = next(r for r in rows if r["task"] == row["task"] and r["strategy"] == row["strategy"] and r["workers"] == 1)
@@ -153,7 +157,7 @@ def main():
         for r in runs:
             r.pop("run_dir")
         bench.results = {"summary": summarise(runs), "collective": probes, "runs": runs}
-        bench.notes.append("sec_per_epoch: median of epochs 2.. (epoch 1 includes tf.function tracing), slowest worker per epoch; "
+        bench.notes.append("sec_per_epoch: each worker's median of epochs 2.. (epoch 1 includes tf.function tracing), the slower worker's; "
                            "excludes the per-epoch held-out evaluation and checkpointing. process_wall_sec: trainer processes "
                            "start to exit (TensorFlow import, cluster join, all epochs, evaluation, saving).")
 
