@@ -52,6 +52,12 @@ echo "== aggregator"
 echo "pipeline wall time: $(( $(date +%s) - started ))s; report: $WORKDIR/final/report.json, plots: $WORKDIR/final/report.png"
 
 if [ "$SERVE" = 1 ]; then
+  server_args=(--workdir "$WORKDIR" --host "$HOST" --port "$PORT")
+  if [ "$TASK" = faces ]; then
+    # a gallery to search: 10 photos of sample people (the test suite's photo maker) and the astronaut
+    "$BIN/python" tests/server/face_photos.py "$WORKDIR/people" 10
+    server_args+=(--gallery-seed "$WORKDIR/people")
+  fi
   echo "== server: open http://$HOST:$PORT/ (Ctrl-C to stop)"
-  exec "$BIN/disttrain-server" --workdir "$WORKDIR" --host "$HOST" --port "$PORT"
+  exec "$BIN/disttrain-server" "${server_args[@]}"
 fi
