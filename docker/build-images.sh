@@ -10,7 +10,7 @@
 #             the registry, dependencies from PyPI inside the build): what a user does.
 #     local:  no registry, no PyPI inside the build: the base image is made with debootstrap
 #             (docker/make-base-image.sh), the wheels are downloaded on the host into
-#             build/wheels (docker/download-wheels.sh) and installed with --no-index.
+#             docker/wheels (docker/download-wheels.sh) and installed with --no-index.
 #     auto:   online if python:3.11-slim is present or can be pulled, else local.
 #   DISTTRAIN_BASE_IMAGE  base image of the local mode (default disttrain-base:bookworm)
 # Logs go to build/logs/<component>.log. Both modes use the same Dockerfiles.
@@ -47,7 +47,7 @@ esac
 
 # A digest of everything an image is built from (its Dockerfile, lock, sources, the base image
 # and build arguments): an image already labelled with it is not rebuilt, which saves sending
-# the build context (with build/wheels, ~0.5 GB) to the daemon again. DISTTRAIN_FORCE_BUILD=1 rebuilds.
+# the build context (with docker/wheels, ~0.5 GB) to the daemon again. DISTTRAIN_FORCE_BUILD=1 rebuilds.
 inputs_digest() {
     local c=$1 base
     base=$(docker image inspect -f '{{.Id}}' "${DISTTRAIN_BASE_IMAGE:-python:3.11-slim}" 2>/dev/null || echo pull)

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Download, on the host, every wheel the images install, into build/wheels/ (the folder the
+# Download, on the host, every wheel the images install, into docker/wheels/ (the folder the
 # Dockerfiles COPY from; it is absent or empty for a normal online build). Used by the local
 # (offline) image build: `docker build --build-arg PIP_INSTALL_ARGS="--no-index --find-links /tmp/wheels"`.
 #
-#   docker/download-wheels.sh     # skips the download when build/wheels already matches the locks
+#   docker/download-wheels.sh     # skips the download when docker/wheels already matches the locks
 #
 # Contents: the union of docker/requirements/*.txt (exact pins, Linux x86_64, CPython 3.11),
 # the build backend of the disttrain packages (setuptools, already in the locks) and the
@@ -11,7 +11,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-DEST=${DISTTRAIN_WHEELS:-build/wheels}
+DEST=docker/wheels
 mkdir -p "$DEST"
 
 req=$(mktemp)
