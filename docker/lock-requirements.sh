@@ -6,7 +6,7 @@
 #
 # The direct dependencies are the component's pyproject.toml `dependencies` with the pins of
 # the root requirements.txt (docker/locks.py). Run it after changing requirements.txt or a
-# component's dependencies; tests/images/test_locks.py fails while a lock disagrees.
+# component's dependencies; tests/images/test_image_sources.py fails while a lock disagrees.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}

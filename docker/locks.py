@@ -3,7 +3,7 @@
     python3 docker/locks.py direct COMPONENT          # the pinned direct dependencies, one a line
     python3 docker/locks.py write COMPONENT REPORT    # a lock from `pip install --dry-run --report`
 
-Used by docker/lock-requirements.sh and tests/images/test_locks.py. A component's direct
+Used by docker/lock-requirements.sh and tests/images/test_image_sources.py. A component's direct
 dependencies are its pyproject.toml `dependencies` (minus the disttrain-* packages, which the
 Dockerfiles install from source) with the exact pins of the root requirements.txt.
 """

@@ -142,7 +142,7 @@ def pipeline(tmp_path_factory):
         port = free_port()
         server = f"{PREFIX}-server"
         subprocess.run(
-            stages.args("server", "server", "host", "--detach") + ["--host", "127.0.0.1", "--port", str(port), "--workdir", "/workdir"],
+            stages.args("server", "server", "host", "--detach", "--init") + ["--host", "127.0.0.1", "--port", str(port), "--workdir", "/workdir"],
             check=True, capture_output=True, timeout=120,
         )
         ready = wait_ready(server, f"http://127.0.0.1:{port}/readyz", timeout=300)
@@ -204,7 +204,8 @@ def test_server_predicts(pipeline):
 
 
 def test_server_healthcheck_turns_healthy(pipeline):
-    """The image's own HEALTHCHECK (python urllib against /healthz on the server's --port)."""
+    """The image's own HEALTHCHECK (python urllib against /healthz on the server's --port; the
+    server runs under `--init`, so it is not PID 1)."""
     deadline = time.monotonic() + 90
     status = ""
     while time.monotonic() < deadline:

@@ -1,4 +1,5 @@
-"""The image dependency locks and Dockerfiles agree with the pins (no Docker needed)."""
+"""What the images are built from, checked without Docker: the dependency locks agree with the
+pins, the Dockerfiles follow the conventions, the server HEALTHCHECK finds the port."""
 
 import importlib.util
 import os
@@ -7,9 +8,17 @@ import re
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-spec = importlib.util.spec_from_file_location("disttrain_docker_locks", os.path.join(ROOT, "docker", "locks.py"))
-locks = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(locks)
+
+
+def load(name, filename):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(ROOT, "docker", filename))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+locks = load("disttrain_docker_locks", "locks.py")
+healthcheck = load("disttrain_docker_healthcheck", "server-healthcheck.py")
 
 
 @pytest.mark.parametrize("component", locks.COMPONENTS)
@@ -40,3 +49,16 @@ def test_dockerfile_conventions(component):
         assert env in text
     assert all("--no-cache-dir" in line for line in re.findall(r"pip (?:install|download)[^\n]*", text))
     assert ("HEALTHCHECK" in text) == (component == "server")
+
+
+@pytest.mark.parametrize(
+    "argv, port",
+    [
+        (["/opt/venv/bin/python3", "/opt/disttrain/app/bin/disttrain-server", "--host", "0.0.0.0", "--port", "9000"], 9000),
+        (["python3", "disttrain-server", "--port=7001"], 7001),
+        (["python3", "disttrain-server", "--workdir", "/workdir"], 8080),
+        ([], 8080),
+    ],
+)
+def test_healthcheck_reads_the_servers_port(argv, port):
+    assert healthcheck.server_port(argv) == port
