@@ -65,10 +65,12 @@ def server(doc):
                "flask-dev = `bench/flask_baseline.py` (Flask development server, `model.predict` per request, like the originals); "
                "in-process = the model called directly from threads (no HTTP: the ceiling). The load generator is Python "
                "threads on the same 2 cores (its CPU seconds are in the last column).\n")
-    out.append("| concurrency | server | requests/s | p50 ms | p95 ms | p99 ms | requests (errors) | client CPU s |")
-    out.append("|---|---|---|---|---|---|---|---|")
+    out.append("| concurrency | server | requests/s | requests/s min-max | p50 ms | p95 ms | p99 ms | requests (errors) | client CPU s |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
     for r in res["summary"]:
-        out.append(f"| {r['concurrency']} | {r['target']} | {f(r['requests_per_sec'], 1)} | {f(r['p50_ms'], 1)} | {f(r['p95_ms'], 1)} | "
+        rps = [x["requests_per_sec"] for x in res["runs"] if x["target"] == r["target"] and x["concurrency"] == r["concurrency"]]
+        out.append(f"| {r['concurrency']} | {r['target']} | {f(r['requests_per_sec'], 1)} | {f(min(rps), 0)}-{f(max(rps), 0)} | "
+                   f"{f(r['p50_ms'], 1)} | {f(r['p95_ms'], 1)} | "
                    f"{f(r['p99_ms'], 1)} | {r['requests']} ({r['errors']}) | {f(r['client_cpu_sec'], 1)} |")
     cvp = res["call_vs_predict_batch1"]
     out.append(f"\nOne call, batch 1, in-process (p50): `model(tf.constant(x))` {f(cvp['model_call_p50_ms'], 2)} ms vs "

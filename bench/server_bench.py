@@ -251,7 +251,7 @@ def main():
                 for c in CONCURRENCY:
                     for name, factory in targets.items():
                         r = run_load(factory, c, args.requests, args.time_limit)
-                        r.update(target=name, rep=rep)
+                        r.update(target=name, rep=rep, loadavg_1min=os.getloadavg()[0])
                         runs.append(r)
                         print(f"  rep {rep + 1}/{n} c={c:<2} {name:<10} {r['requests_per_sec']:7.1f} req/s  p50 {r['p50_ms']:7.1f}  "
                               f"p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}", file=sys.stderr, flush=True)
@@ -283,7 +283,8 @@ def main():
                 rs = [r for r in runs if r["target"] == name and r["concurrency"] == c]
                 summary.append({"target": name, "concurrency": c, "reps": len(rs),
                                 "requests": sum(r["requests"] for r in rs), "errors": sum(r["errors"] for r in rs),
-                                **{k: median([r[k] for r in rs]) for k in ("requests_per_sec", "p50_ms", "p95_ms", "p99_ms", "client_cpu_sec", "wall_sec")}})
+                                **{k: median([r[k] for r in rs]) for k in ("requests_per_sec", "p50_ms", "p95_ms", "p99_ms", "client_cpu_sec", "wall_sec")},
+                                "requests_per_sec_all": [round(r["requests_per_sec"], 1) for r in rs]})
         batching = [{"batch": b["batch"], **{k: median([ch["batching"][i][k] for ch in children])
                                              for k in ("call_ms", "per_instance_ms", "instances_per_sec")}}
                     for i, b in enumerate(children[0]["batching"])]

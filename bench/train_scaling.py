@@ -92,7 +92,7 @@ def train_once(base, task, workers, strategy, rep, epochs):
         "worker_accuracy": [w["test_accuracy"] for w in report["workers"]],
         "test_examples": report["test_examples"],
         "curves": [[e["test_accuracy"] for e in m] for m in metrics],
-        "run_dir": run_dir,
+        "run_dir": run_dir, "loadavg_1min_after": os.getloadavg()[0],
     }
 
 
