@@ -57,6 +57,22 @@ def training(doc):
     return "\n".join(out)
 
 
+def sweep(doc):
+    out = [header(doc, "Why: multiworker against the batch per worker (`bench/batch_sweep.py`)")]
+    c = doc["config"]
+    out.append(f"{c['task']}, {c['epochs']} epochs, `multiworker`, `--threads 1`; 1 worker vs 2 workers at the same batch per worker "
+               f"(the 2 workers take half the steps, each with an all-reduce). Median of {c['repetitions']} repetition(s).\n")
+    out.append("| batch/worker | 1 worker: steps/epoch | step ms | s/epoch | 2 workers: steps/epoch | step ms | s/epoch | speedup "
+               "| extra ms per step | CPU s 1 / 2 workers | final acc. 1 / 2 workers |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in doc["results"]["summary"]:
+        a, b = r["w1"], r["w2"]
+        out.append(f"| {r['batch_per_worker']} | {a['steps_per_epoch']:.0f} | {f(a['step_ms'], 1)} | {f(a['sec_per_epoch'], 2)} | "
+                   f"{b['steps_per_epoch']:.0f} | {f(b['step_ms'], 1)} | {f(b['sec_per_epoch'], 2)} | {f(r['speedup'], 2)}x | "
+                   f"{f(r['step_overhead_ms'], 1)} | {f(a.get('cpu_sec'), 1)} / {f(b.get('cpu_sec'), 1)} | {f(a['final_accuracy'], 3)} / {f(b['final_accuracy'], 3)} |")
+    return "\n".join(out)
+
+
 def server(doc):
     res = doc["results"]
     out = [header(doc, "Serving: single-instance `:predict` (`bench/server_bench.py`)")]
@@ -122,7 +138,7 @@ def aggregator(doc):
 
 def main():
     parts = []
-    for name, fn in (("train_scaling", training), ("server", server), ("copier", copier), ("aggregator", aggregator)):
+    for name, fn in (("train_scaling", training), ("batch_sweep", sweep), ("server", server), ("copier", copier), ("aggregator", aggregator)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))

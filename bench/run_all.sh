@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
 # Every benchmark, then the plots and the tables in bench/README.md. One command:
-#   bash bench/run_all.sh                  full run (3 repetitions each; about 35-45 min on an idle 2-core machine)
+#   bash bench/run_all.sh                  full run (3 repetitions each; about 45-60 min on a 2-core machine)
 #   BENCH_QUICK=1 bash bench/run_all.sh    1 repetition, fewer requests (provisional numbers; about 15 min)
-# Also: BENCH_REPS=N (repetitions), BENCH_ONLY="train server copier aggregator" (a subset),
+# Also: BENCH_REPS=N (repetitions), BENCH_ONLY="train sweep server copier aggregator" (a subset),
 # BENCH_COPIER_MB (copier input size, default 1024), BENCH_TMP (scratch dir, default $TMPDIR or /tmp),
 # BENCH_KEEP=1 (keep the scratch dirs), BENCH_BUSY_LOAD (load average above which results are provisional, 0.5).
 # Run it on an otherwise idle machine: every result records the load average before and after.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${BENCH_PYTHON:-../.venv/bin/python}   # the venv (make venv); BENCH_PYTHON overrides
-ONLY=${BENCH_ONLY:-train server copier aggregator}
+ONLY=${BENCH_ONLY:-train sweep server copier aggregator}
 mkdir -p results plots logs
-declare -A SCRIPT=([train]=train_scaling.py [server]=server_bench.py [copier]=copier_bench.py [aggregator]=aggregator_bench.py)
+declare -A SCRIPT=([train]=train_scaling.py [sweep]=batch_sweep.py [server]=server_bench.py [copier]=copier_bench.py [aggregator]=aggregator_bench.py)
 for name in $ONLY; do
   started=$(date +%s)
   echo "== $name (log: bench/logs/$name.log)"

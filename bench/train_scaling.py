@@ -41,9 +41,9 @@ def copier(base, task, workers):
     return workdir
 
 
-def train_once(base, task, workers, strategy, rep, epochs):
+def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH):
     workdir = copier(base, task, workers)
-    run_dir = os.path.join(workdir, "runs", f"{strategy}-r{rep}")
+    run_dir = os.path.join(workdir, "runs", f"{strategy}-r{rep}" + ("" if batch == BATCH else f"-b{batch}"))
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     out = os.path.join(run_dir, "train")
@@ -52,7 +52,7 @@ def train_once(base, task, workers, strategy, rep, epochs):
 
     started = time.monotonic()
     procs = [start([os.path.join(BIN, "disttrain-trainer"), "--workdir", workdir, "--out", out, "--worker-index", i,
-                    "--workers", workers, "--epochs", epochs, "--batch", BATCH, "--strategy", strategy, "--seed", 42,
+                    "--workers", workers, "--epochs", epochs, "--batch", batch, "--strategy", strategy, "--seed", 42,
                     "--port", port, "--threads", 1], os.path.join(run_dir, f"worker-{i}.log"))
              for i in range(workers)]
     usage = [wait_measured(p) for p in procs]
@@ -75,14 +75,14 @@ def train_once(base, task, workers, strategy, rep, epochs):
     # multiworker = the chief's count, which is already the sum over replicas
     per_worker_examples = [m[-1]["examples"] for m in metrics]
     total_examples = per_worker_examples[0] if strategy == "multiworker" else sum(per_worker_examples)
-    steps = per_worker_examples[0] // (BATCH * (workers if strategy == "multiworker" else 1))
+    steps = per_worker_examples[0] // (batch * (workers if strategy == "multiworker" else 1))
     # average: the workers are not in step (one may be evaluating while the other trains), so each
     # worker's own steady epoch time, and the slower worker's; multiworker: they are in step anyway
     walls = [[e["wall_time_sec"] for e in m] for m in metrics]
     steady = max(median(w[1:]) if epochs > 1 else w[0] for w in walls)
     cpu = [u["user_sec"] + u["sys_sec"] for u in usage]
     return {
-        "task": task, "workers": workers, "strategy": strategy, "rep": rep, "epochs": epochs, "batch_per_worker": BATCH,
+        "task": task, "workers": workers, "strategy": strategy, "rep": rep, "epochs": epochs, "batch_per_worker": batch,
         "steps_per_epoch": steps, "examples_per_epoch": total_examples,
         "first_epoch_sec": max(w[0] for w in walls), "sec_per_epoch": steady, "epoch_wall_sec": walls,
         "examples_per_sec": total_examples / steady, "step_ms": steady / steps * 1000,
