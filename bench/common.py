@@ -115,7 +115,7 @@ class Bench:
         provisional = QUICK or busy
         why = []
         if QUICK:
-            why.append("reduced repetitions (BENCH_QUICK=1)")
+            why.append("quick mode, BENCH_QUICK=1")
         if busy:
             why.append(f"machine busy: 1-min load average {self.before['loadavg_1_5_15'][0]} before, "
                        f"{after['loadavg_1_5_15'][0]} after, on {os.cpu_count()} cores")
