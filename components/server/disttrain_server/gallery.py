@@ -263,7 +263,7 @@ class Gallery:
     def _read_cache(self, model):
         """{id: embedding} from this model's cache file ({} if there is none yet)."""
         try:
-            with np.load(self.cache_path(model)) as npz:
+            with np.load(self.cache_path(model), allow_pickle=False) as npz:
                 return dict(zip(npz["ids"].tolist(), npz["embeddings"]))
         except FileNotFoundError:
             return {}
