@@ -33,8 +33,8 @@ def scaling(doc):
     for ax, task in zip(axes[0], tasks):
         labels, values, colors, notes, spread = [], [], [], [], [[], []]
         for r in (r for r in rows if r["task"] == task):
-            spread[0].append(r["sec_per_epoch"] - min(r["sec_per_epoch_all"]))
-            spread[1].append(max(r["sec_per_epoch_all"]) - r["sec_per_epoch"])
+            spread[0].append(max(0.0, r["sec_per_epoch"] - min(r["sec_per_epoch_all"])))
+            spread[1].append(max(0.0, max(r["sec_per_epoch_all"]) - r["sec_per_epoch"]))
             labels.append(f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}\n{r['strategy']}")
             values.append(r["sec_per_epoch"])
             colors.append(COLORS[r["strategy"]])
@@ -78,7 +78,6 @@ def latency(doc):
         ax.set_title(f"concurrency {c}")
         ax.set_ylabel("latency ms (log scale)")
         ax.grid(axis="y", alpha=0.3, which="both")
-    axes[0].legend(fontsize=8)
     for extra in axes[len(conc) + 1:]:
         extra.axis("off")
     ax = axes[len(conc)]
@@ -92,9 +91,13 @@ def latency(doc):
     ax.set_yscale("log")
     ax.set_xlabel("concurrency")
     ax.set_ylabel("requests/s (log scale)")
-    ax.set_title("throughput")
+    ax.set_title("throughput (colours as in every panel)")
     ax.grid(alpha=0.3, which="both")
     ax.legend(fontsize=8)
+    plain = matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}")
+    for panel in axes[: len(conc) + 1]:  # plain numbers on the log axes, not 3x10^1
+        panel.yaxis.set_major_formatter(plain)
+        panel.yaxis.set_minor_formatter(plain if panel.get_ylim()[1] / panel.get_ylim()[0] < 20 else matplotlib.ticker.NullFormatter())
     fig.suptitle("Single-instance :predict on loopback (movie-reviews model)\n" + subtitle(doc), fontsize=10)
     fig.tight_layout()
     return fig
