@@ -112,31 +112,43 @@ class TextShards:
 
 
 class ArrayShards:
-    """Preallocated .npy files (memory-mapped) filled row by row."""
+    """.npy files whose size is known up front: the header first, then rows
+    appended through a buffered file, so memory stays flat however large the
+    input (a memory map would keep every written page resident)."""
 
     storage = "npy"
 
     def __init__(self, out_dir, sizes, spec):
         shape = (spec["height"], spec["width"], spec["channels"])
-        self.x, self.y = {}, {}
+        self.files = {}
         for name, n in sizes.items():
             x_path, y_path = (os.path.join(out_dir, f) for f in split_files(name, "npy"))
-            self.x[name] = np.lib.format.open_memmap(x_path, mode="w+", dtype=np.uint8, shape=(n, *shape))
-            self.y[name] = np.lib.format.open_memmap(y_path, mode="w+", dtype=np.int64, shape=(n,))
+            self.files[name] = (self._open(x_path, np.uint8, (n, *shape)), self._open(y_path, np.int64, (n,)))
+        self.sizes = dict(sizes)
         self.counts = collections.Counter()
 
+    @staticmethod
+    def _open(path, dtype, shape):
+        fh = open(path, "wb", buffering=1 << 20)
+        header = {"descr": np.lib.format.dtype_to_descr(np.dtype(dtype)), "fortran_order": False, "shape": shape}
+        np.lib.format.write_array_header_1_0(fh, header)
+        return fh
+
     def add(self, name, x, y):
-        row = self.counts[name]
-        self.x[name][row] = x
-        self.y[name][row] = y
+        x_file, y_file = self.files[name]
+        x_file.write(np.ascontiguousarray(x, dtype=np.uint8).tobytes())
+        y_file.write(np.int64(y).tobytes())
         self.counts[name] += 1
 
     def close(self):
-        for arrays in (self.x, self.y):
-            for array in arrays.values():
-                array.flush()
-                del array
-        self.x = self.y = None
+        for handles in self.files.values():
+            for fh in handles:
+                fh.flush()
+                os.fsync(fh.fileno())
+                fh.close()
+        short = {name: (self.counts[name], n) for name, n in self.sizes.items() if self.counts[name] != n}
+        if short:  # the headers promised these row counts
+            raise ContractError(f"the source yielded a different number of examples than announced: {short}")
 
 
 def copy(args):
