@@ -196,10 +196,11 @@ def main(argv=None):
                 loss = tf.nn.compute_average_loss(per_example)  # / global batch: gradients add up across replicas
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.shape(y)[0], tf.float32)
+            # loss sum, hits, examples in one vector: one collective per step for the metrics, not three
+            return tf.stack([tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.shape(y)[0], tf.float32)])
 
         per_replica = strategy.run(step_fn, args=next(iterator))
-        return [strategy.reduce(tf.distribute.ReduceOp.SUM, v, axis=None) for v in per_replica]
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
 
     # -------------------------------------------------------------- the loop
     os.makedirs(worker_dir, exist_ok=True)
@@ -215,7 +216,7 @@ def main(argv=None):
         bar = ProgressBar(f"{tag} epoch {epoch}/{args.epochs}", steps_per_epoch)
         loss_sum = correct = seen = 0.0
         for step in range(steps_per_epoch):
-            step_loss, step_correct, step_seen = (float(v) for v in train_step(iterator))
+            step_loss, step_correct, step_seen = train_step(iterator).numpy().tolist()
             loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + step_seen
             bar.update(step + 1, loss=loss_sum / seen, accuracy=correct / seen)
         wall = time.monotonic() - started
