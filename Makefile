@@ -14,7 +14,7 @@ STRATEGY ?= average
 PORT ?= 8080
 WORKDIR ?= workdir/demo
 
-.PHONY: help venv demo pipeline test test-faults test-images images push bench browser-deps clean
+.PHONY: help venv demo pipeline test test-faults test-images images push bench bench-quick browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
@@ -69,7 +69,11 @@ test-images: venv
 	PYTHON=$(BIN)/python DISTTRAIN_IMAGE_TAG=$(TAG) bash docker/test-images.sh
 
 bench: venv
-	PATH=$(CURDIR)/$(BIN):$$PATH bash bench/run_all.sh
+	bash bench/run_all.sh
+
+# one repetition, fewer requests: provisional numbers in about 8 minutes
+bench-quick: venv
+	BENCH_QUICK=1 bash bench/run_all.sh
 
 clean:
 	rm -rf $(VENV) workdir
