@@ -72,6 +72,17 @@ def atomic_write_json(path, obj):
     atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
+def read_json(path, default=None, what=None):
+    """The JSON at `path`; `default` if there is no file; ContractError if it is unreadable."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return default
+    except (OSError, ValueError) as err:
+        raise ContractError(f"{what or path} is unreadable: {err}") from None
+
+
 def sha256_file(path, chunk=1 << 20):
     digest = hashlib.sha256()
     with open(path, "rb") as fh:

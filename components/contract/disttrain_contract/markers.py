@@ -5,13 +5,12 @@ under its final name. The next stage waits for the marker, never for the
 artifacts themselves, so it cannot start on half of them.
 """
 
-import json
 import socket
 import sys
 import time
 
-from disttrain_contract.atomic import atomic_write_json
-from disttrain_contract.errors import ContractError, StageTimeout
+from disttrain_contract.atomic import atomic_write_json, read_json
+from disttrain_contract.errors import StageTimeout
 from disttrain_contract.layout import marker_path
 
 
@@ -24,13 +23,7 @@ def write_marker(directory, stage, **info):
 
 def read_marker(directory):
     path = marker_path(directory)
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as err:
-        raise ContractError(f"marker {path} is unreadable: {err}") from None
+    return read_json(path, None, what=f"marker {path}")
 
 
 def wait_for_marker(directory, timeout, what, poll=1.0, log=sys.stderr):

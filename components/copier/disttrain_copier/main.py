@@ -146,8 +146,11 @@ class ArrayShards:
                 fh.flush()
                 os.fsync(fh.fileno())
                 fh.close()
+
+    def check_complete(self):
+        """The headers promised these row counts; a source that yields fewer is an error."""
         short = {name: (self.counts[name], n) for name, n in self.sizes.items() if self.counts[name] != n}
-        if short:  # the headers promised these row counts
+        if short:
             raise ContractError(f"the source yielded a different number of examples than announced: {short}")
 
 
@@ -194,6 +197,8 @@ def copy(args):
                 progress.step()
         finally:
             shards.close()
+        if isinstance(shards, ArrayShards):
+            shards.check_complete()
         progress.report()
         _check_sizes(shards.counts, names)
 

@@ -24,7 +24,7 @@ import shutil
 import sys
 import time
 
-from disttrain_contract import ContractError, Workdir, atomic_write_json, default_workdir, run_cli, wait_for_marker, write_marker
+from disttrain_contract import ContractError, Workdir, atomic_write_json, read_json, default_workdir, run_cli, wait_for_marker, write_marker
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
@@ -178,7 +178,7 @@ def main(argv=None):
         print(f"{tag}: resumed from {latest} after epoch {int(epoch_counter.numpy())}", flush=True)
     start_epoch = int(epoch_counter.numpy())
     metrics_path = os.path.join(worker_dir, "metrics.json")
-    history = [m for m in load_json(metrics_path, []) if m["epoch"] <= start_epoch]
+    history = [m for m in read_json(metrics_path, []) if m["epoch"] <= start_epoch]
 
     # ------------------------------------------------------------- train step
     def loss_and_hits(y, outputs):
@@ -267,7 +267,7 @@ def main(argv=None):
 def check_run_config(checkpoint_dir, config, write):
     """Refuse to resume checkpoints that belong to a different run."""
     path = os.path.join(checkpoint_dir, "run.json")
-    previous = load_json(path, None)
+    previous = read_json(path, None)
     if previous is not None and previous != config:
         changed = sorted(k for k in config if previous.get(k) != config[k])
         raise ContractError(
@@ -276,16 +276,6 @@ def check_run_config(checkpoint_dir, config, write):
         )
     if previous is None and write:
         atomic_write_json(path, config)
-
-
-def load_json(path, default):
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except FileNotFoundError:
-        return default
-    except (OSError, ValueError) as err:
-        raise ContractError(f"{path} is unreadable: {err}") from None
 
 
 class ProgressBar:
