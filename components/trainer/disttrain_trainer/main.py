@@ -242,8 +242,12 @@ def main(argv=None):
         atomic_write_json(metrics_path, history)
 
     # --------------------------------------------------------- the artifacts
-    if args.strategy == "multiworker" and not is_chief:
-        shutil.rmtree(write_dir, ignore_errors=True)  # the scratch copy is never read
+    if args.strategy == "multiworker" and not is_chief and os.path.isdir(write_dir):
+        # The scratch copy is never read. Rename it out of the way first, so that nobody
+        # scanning the volume sees a checkpoint index naming files that are being deleted.
+        doomed = f"{write_dir}.tmp-{os.getpid()}"
+        os.replace(write_dir, doomed)
+        shutil.rmtree(doomed, ignore_errors=True)
     model_file = None
     if is_chief or args.strategy == "average":
         model_file = "model.keras"
