@@ -77,9 +77,10 @@ def wait_for_workers(train_dir, expect, timeout):
     dirs = [os.path.join(train_dir, worker_dirname(i)) for i in range(expect)]
     announced = False
     while True:
-        missing = [d for d in dirs if read_marker(d) is None]
+        markers = [read_marker(d) for d in dirs]
+        missing = [d for d, marker in zip(dirs, markers) if marker is None]
         if not missing:
-            return [read_marker(d) for d in dirs], dirs
+            return markers, dirs
         if time.monotonic() >= deadline:
             names = ", ".join(marker_path(d) for d in missing)
             raise StageTimeout(
