@@ -20,10 +20,10 @@ import time
 
 import numpy as np
 
-from disttrain_contract import ContractError, StageTimeout, Workdir, atomic_path, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, write_marker
+from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, run_cli, wait_for_marker, wait_for_markers, write_marker
 from disttrain_contract.artifact import load_model, save_model
 from disttrain_contract.evaluation import as_model_input, evaluate
-from disttrain_contract.layout import marker_path, worker_dirname
+from disttrain_contract.layout import marker_path
 from disttrain_contract.manifest import Manifest, read_split
 
 
@@ -70,26 +70,6 @@ def average_weights(weight_lists, example_counts):
         else:
             averaged.append(first.copy())
     return averaged
-
-
-def wait_for_workers(train_dir, expect, timeout):
-    deadline = time.monotonic() + timeout
-    dirs = [os.path.join(train_dir, worker_dirname(i)) for i in range(expect)]
-    announced = False
-    while True:
-        markers = [read_marker(d) for d in dirs]
-        missing = [d for d, marker in zip(dirs, markers) if marker is None]
-        if not missing:
-            return markers, dirs
-        if time.monotonic() >= deadline:
-            names = ", ".join(marker_path(d) for d in missing)
-            raise StageTimeout(
-                f"timed out after {timeout:g}s: {len(missing)} of {expect} workers did not finish (missing {names})"
-            )
-        if not announced:
-            print(f"aggregator: waiting up to {timeout:g}s for {len(missing)} of {expect} workers ...", flush=True)
-            announced = True
-        time.sleep(1.0)
 
 
 # what every trainer's marker records (disttrain_trainer.main writes them)
@@ -139,7 +119,8 @@ def main(argv=None):
     wait_for_marker(data_dir, args.timeout, "the copier's dataset")
     manifest = Manifest.read(data_dir)
     expect = args.expect or manifest.n_shards
-    markers, worker_dirs = wait_for_workers(train_dir, expect, args.timeout)
+    worker_dirs = [workdir.worker(i, train_dir) for i in range(expect)]
+    markers = wait_for_markers(worker_dirs, args.timeout, "workers")
     check_markers(markers, worker_dirs)
     strategy = markers[0]["strategy"]
     print(f"aggregator: {expect} workers finished ({strategy}); loading models ...", flush=True)

@@ -32,19 +32,39 @@ def wait_for_marker(directory, timeout, what, poll=1.0, log=sys.stderr):
     Raises StageTimeout naming the stage and the path after `timeout` seconds
     (0 means: check once, do not wait)."""
     path = marker_path(directory)
+    return _wait([directory], timeout, poll, log,
+                 waiting=lambda missing: f"waiting up to {timeout:g}s for {what} ({path}) ...",
+                 timed_out=lambda missing: f"timed out after {timeout:g}s waiting for {what} (no marker at {path}); "
+                                           "did the previous stage run and succeed?")[0]
+
+
+def wait_for_markers(directories, timeout, what="workers", poll=1.0, log=sys.stderr):
+    """Block until every one of `directories` has its marker; return their contents, in order.
+
+    One deadline for all of them. Raises StageTimeout after `timeout` seconds (0 means:
+    check once) saying how many did not finish and naming each missing marker:
+    "1 of 2 workers did not finish (missing .../worker-00001/_SUCCESS)"."""
+    total = len(directories)
+    return _wait(directories, timeout, poll, log,
+                 waiting=lambda missing: f"waiting up to {timeout:g}s for {len(missing)} of {total} {what} ...",
+                 timed_out=lambda missing: f"timed out after {timeout:g}s: {len(missing)} of {total} {what} did not finish "
+                                           f"(missing {', '.join(marker_path(d) for d in missing)})")
+
+
+def _wait(directories, timeout, poll, log, waiting, timed_out):
+    """The one polling loop: read every marker (each once per round) until none is missing
+    or the deadline passes. `waiting(missing)` is announced once (when `log` is not None),
+    `timed_out(missing)` is the StageTimeout's message."""
     deadline = time.monotonic() + timeout
     announced = False
     while True:
-        marker = read_marker(directory)
-        if marker is not None:
-            return marker
+        markers = [read_marker(d) for d in directories]
+        missing = [d for d, marker in zip(directories, markers) if marker is None]
+        if not missing:
+            return markers
         if time.monotonic() >= deadline:
-            raise StageTimeout(
-                f"timed out after {timeout:g}s waiting for {what} (no marker at {path}); "
-                f"did the previous stage run and succeed?"
-            )
+            raise StageTimeout(timed_out(missing))
         if not announced and log is not None:
-            print(f"waiting up to {timeout:g}s for {what} ({path}) ...", file=log, flush=True)
+            print(waiting(missing), file=log, flush=True)
             announced = True
         time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
-
