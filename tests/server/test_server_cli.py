@@ -31,6 +31,7 @@ def test_explicit_flags(tmp_path):
     assert (config["GALLERY_DIR"], config["GALLERY_SEED"], config["TOP_K"]) == (str(tmp_path / "people"), str(tmp_path), 5)
     assert config["MODEL_PATH"] == str(tmp_path / "m.keras") and config["MODEL_NAME"] == "reviews"
     assert config["MAX_CONTENT_LENGTH"] == 512 * 1024
+    assert (config["MAX_BATCH_SIZE"], config["BATCH_TIMEOUT_MS"]) == (32, 0)
     assert gunicorn_options(args)["bind"] == ["[::1]:9000"]
 
 
@@ -41,6 +42,8 @@ def test_explicit_flags(tmp_path):
         (["--port", "70000"], "--port must be between 0 and 65535"),
         (["--max-instances", "0"], "--max-instances must be at least 1"),
         (["--max-upload-mb", "0"], "--max-upload-mb must be positive"),
+        (["--max-batch-size", "0"], "--max-batch-size must be at least 1"),
+        (["--batch-timeout-ms", "-1"], "--batch-timeout-ms not negative"),
         (["--model-name", "a:b"], "--model-name must be non-empty without '/' or ':'"),
         (["--top-k", "0"], "--top-k must be between 1 and 100"),
         (["--gallery-seed", "/nonexistent/seed"], "--gallery-seed /nonexistent/seed is not a directory"),

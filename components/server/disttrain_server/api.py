@@ -53,7 +53,12 @@ def readyz():
         loaded = model_store().get()
     except ModelUnavailable as err:
         return {"status": "unavailable", "reason": err.reason}, 503
-    return {"status": "ready", "model": current_app.config["MODEL_NAME"], "version": str(loaded.version)}
+    ready = {"status": "ready", "model": current_app.config["MODEL_NAME"], "version": str(loaded.version)}
+    if loaded.batcher:
+        # This worker process's batching so far: requests per model call is what it saves.
+        b = loaded.batcher
+        ready["batching"] = {"max_batch_size": b.max_batch_size, "model_calls": b.calls, "requests": b.requests, "instances": b.instances}
+    return ready
 
 
 @bp.get("/v1/models/<model_name:model_name>")

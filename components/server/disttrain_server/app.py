@@ -21,6 +21,8 @@ DEFAULT_CONFIG = {
     "MAX_TEXT_CHARS": 10_000,
     "MAX_INSTANCES": 256,
     "RELOAD_INTERVAL": 5.0,
+    "MAX_BATCH_SIZE": 32,  # concurrent predict calls of one process share a model call of up to this many instances; 1 = off
+    "BATCH_TIMEOUT_MS": 0.0,  # how long a batch waits for more requests; 0 = never waits, takes what is queued
     "GALLERY_DIR": None,  # None: WORKDIR/gallery
     "GALLERY_SEED": None,  # a folder of photos to enrol at start-up (skipping those already enrolled)
     "TOP_K": 3,  # matches a face search returns unless the request asks for another k
@@ -34,7 +36,10 @@ def create_app(config=None):
     app.json.sort_keys = False  # keep responses in the order TF Serving writes them
     model_path = app.config["MODEL_PATH"] or Workdir(default_workdir()).final_model
     # One store per process: each gunicorn worker loads its own copy after the fork.
-    app.extensions[api.STORE_KEY] = ModelStore(model_path, app.config["RELOAD_INTERVAL"])
+    app.extensions[api.STORE_KEY] = ModelStore(
+        model_path, app.config["RELOAD_INTERVAL"],
+        max_batch_size=app.config["MAX_BATCH_SIZE"], batch_timeout=app.config["BATCH_TIMEOUT_MS"] / 1000,
+    )
     gallery = Gallery(app.config["GALLERY_DIR"] or os.path.join(Workdir(default_workdir()).root, "gallery"))
     app.extensions[faces.GALLERY_KEY] = gallery
     if app.config["GALLERY_SEED"]:

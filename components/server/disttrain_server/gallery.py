@@ -34,7 +34,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from disttrain_contract import ContractError, atomic_path, atomic_write_bytes, atomic_write_json
-from disttrain_contract.evaluation import pairwise_distances, predict
+from disttrain_contract.evaluation import pairwise_distances
 from disttrain_contract.faces import decode_photo, find_face
 
 log = logging.getLogger(__name__)
@@ -258,7 +258,7 @@ class Gallery:
     # -- embeddings
     def _embed(self, model, crops):
         self.embedded += len(crops)
-        return predict(model.model, np.stack(crops)).astype(np.float32)
+        return model.predict(np.stack(crops)).astype(np.float32)
 
     def _read_cache(self, model):
         """{id: embedding} from this model's cache file ({} if there is none yet)."""
@@ -328,7 +328,7 @@ class Gallery:
         entries, matrix = self.vectors(model)
         if not entries:
             return []
-        query = predict(model.model, crop[None]).astype(np.float32)
+        query = model.predict(crop[None]).astype(np.float32)
         distances = pairwise_distances(query.astype(np.float64), matrix.astype(np.float64))[0]
         order = np.argsort(distances, kind="stable")[:k]
         return [{"name": entries[i]["name"], "id": entries[i]["id"], "distance": round(float(distances[i]), 4)} for i in order]

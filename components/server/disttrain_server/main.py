@@ -47,6 +47,10 @@ def parse_args(argv=None):
     p.add_argument("--max-upload-mb", type=float, default=8, help="largest request body in MB; larger is a 413 (default 8)")
     p.add_argument("--max-text-chars", type=int, default=10000, help="longest text instance in characters (default 10000)")
     p.add_argument("--max-instances", type=int, default=256, help="most instances in one predict request (default 256)")
+    p.add_argument("--max-batch-size", type=int, default=32, help="concurrent predict requests of one worker (its --threads) share "
+                   "one model call of up to this many instances; 1 turns batching off (default 32)")
+    p.add_argument("--batch-timeout-ms", type=float, default=0, help="how long a batch waits for more requests; 0 never waits: a lone "
+                   "request runs at once and batches form from requests that queue during a model call (default 0)")
     p.add_argument("--reload-interval", type=float, default=5, help="seconds between checks for a newly published model (default 5)")
     p.add_argument("--gallery", help="folder of enrolled faces for face search, shared by all workers (default WORKDIR/gallery)")
     p.add_argument("--gallery-seed", help="enrol the photos in this folder at start-up unless already enrolled: one sub-folder "
@@ -55,11 +59,11 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error(f"--port must be between 0 and 65535, got {args.port}")
-    for flag in ("workers", "threads", "max_text_chars", "max_instances"):
+    for flag in ("workers", "threads", "max_text_chars", "max_instances", "max_batch_size"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
-    if args.max_upload_mb <= 0 or args.reload_interval < 0:
-        p.error("--max-upload-mb must be positive and --reload-interval not negative")
+    if args.max_upload_mb <= 0 or args.reload_interval < 0 or args.batch_timeout_ms < 0:
+        p.error("--max-upload-mb must be positive, --reload-interval and --batch-timeout-ms not negative")
     if not 1 <= args.top_k <= MAX_TOP_K:
         p.error(f"--top-k must be between 1 and {MAX_TOP_K}, got {args.top_k}")
     if args.gallery_seed and not os.path.isdir(args.gallery_seed):
@@ -77,6 +81,8 @@ def app_config(args):
         "MAX_TEXT_CHARS": args.max_text_chars,
         "MAX_INSTANCES": args.max_instances,
         "RELOAD_INTERVAL": args.reload_interval,
+        "MAX_BATCH_SIZE": args.max_batch_size,
+        "BATCH_TIMEOUT_MS": args.batch_timeout_ms,
         "GALLERY_DIR": os.path.abspath(args.gallery or os.path.join(Workdir(args.workdir).root, "gallery")),
         "GALLERY_SEED": args.gallery_seed and os.path.abspath(args.gallery_seed),
         "TOP_K": args.top_k,

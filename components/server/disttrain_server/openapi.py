@@ -16,6 +16,10 @@ def _object(**properties):
     return {"type": "object", "required": list(properties), "properties": properties}
 
 
+def _with_optional(schema, **properties):
+    return {**schema, "properties": {**schema["properties"], **properties}}
+
+
 def _array(items):
     return {"type": "array", "items": items}
 
@@ -279,7 +283,11 @@ def build_spec(name, limits, input_spec=None, task=None):
             "schemas": {
                 "Error": _object(error=STRING),
                 "Health": _object(status=_enum("ok")),
-                "Ready": _object(status=_enum("ready"), model=STRING, version=STRING),
+                "Ready": _with_optional(
+                    _object(status=_enum("ready"), model=STRING, version=STRING),
+                    # present when micro-batching is on: this worker process's counts so far
+                    batching=_object(max_batch_size=INTEGER, model_calls=INTEGER, requests=INTEGER, instances=INTEGER),
+                ),
                 "NotReady": _object(status=_enum("unavailable"), reason=STRING),
                 "ModelStatus": _object(
                     model_version_status=_array(
