@@ -78,8 +78,9 @@ def server(doc):
     out = [header(doc, "Serving: single-instance `:predict` (`bench/server_bench.py`)")]
     out.append(f"Loopback, {doc['config']['requests_per_point']} requests or {doc['config']['time_limit_sec']:.0f} s per point, "
                f"median of {doc['config']['repetitions']} repetition(s). disttrain = `disttrain-server` {doc['config']['disttrain_server']}; "
+               f"disttrain-nobatch = `disttrain-server {doc['config'].get('disttrain_nobatch', '')}` (no micro-batching); "
                "flask-dev = `bench/flask_baseline.py` (Flask development server, `model.predict` per request, like the originals); "
-               "in-process = the model called directly from threads of one process (no HTTP: the ceiling for one process). "
+               "in-process = the server's compiled model called directly from threads of one process (no HTTP: the ceiling for one process). "
                "The load generator is Python threads on the same 2 cores (its CPU seconds are in the last column). "
                "Fewer requests than asked = the time cap was hit.\n")
     out.append("| concurrency | server | requests/s | requests/s min-max | p50 ms | p95 ms | p99 ms | requests (errors) | client CPU s |")
@@ -94,11 +95,13 @@ def server(doc):
                f"`model.predict(tf.constant(x))` {f(cvp['model_predict_p50_ms'], 2)} ms. "
                f"`model.predict(np.array([[text]]))` (the originals' call) in Keras {doc['machine']['versions'].get('keras')}: "
                f"{res['numpy_string_predict']}.\n")
-    out.append("Batching (in-process, one `model(...)` call for B instances, p50):\n")
-    out.append("| batch | ms per call | ms per instance | instances/s |")
-    out.append("|---|---|---|---|")
+    out.append("One call for B instances, in-process, p50: eager Keras `model(tf.constant(x))` against the compiled graph "
+               "the server uses (`disttrain_server.model_store.compiled_call`):\n")
+    out.append("| batch | eager ms per call | eager ms per instance | compiled ms per call | compiled ms per instance | compiled instances/s |")
+    out.append("|---|---|---|---|---|---|")
     for b in res["batching"]:
-        out.append(f"| {b['batch']} | {f(b['call_ms'], 2)} | {f(b['per_instance_ms'], 3)} | {f(b['instances_per_sec'], 0)} |")
+        out.append(f"| {b['batch']} | {f(b['eager_call_ms'], 2)} | {f(b['eager_per_instance_ms'], 3)} | {f(b['compiled_call_ms'], 2)} | "
+                   f"{f(b['compiled_per_instance_ms'], 3)} | {f(b['compiled_instances_per_sec'], 0)} |")
     return "\n".join(out)
 
 

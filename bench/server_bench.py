@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """Serving: requests/s and latency percentiles for single-instance :predict calls.
 
-Three targets, same model, same request bodies:
-  disttrain  disttrain-server (gunicorn, --workers 2 --threads 1, the defaults), calls model(tf.constant(batch))
-  flask-dev  bench/flask_baseline.py: Flask's development server + model.predict per request (the originals)
-  in-process the model called directly in one process, no HTTP (the ceiling), threads as concurrency
+Four targets, same model, same request bodies:
+  disttrain          disttrain-server with its defaults (gunicorn, 2 workers x 8 threads, compiled model,
+                     micro-batching up to 32 instances per model call, no batch timeout)
+  disttrain-nobatch  the same server with --max-batch-size 1: every request makes its own model call
+  flask-dev          bench/flask_baseline.py: Flask's development server + model.predict per request (the originals)
+  in-process         the server's compiled model called directly in one process, no HTTP (the ceiling),
+                     threads as concurrency
 The load generator (this process) runs on loopback: C threads, each with its own connection,
 share a bounded request count and a time limit; at C = 1, 8, 32. Each repetition runs every
 (concurrency, target) pair in turn. The client shares the 2 cores with the server; its CPU use is recorded.
 
-Batching: in-process latency of one model call for batch 1, 8, 32 (per-call and per-instance), to
-say whether batching concurrent requests into one call would help.
+Per call: in-process latency of one model call for batch 1, 8, 32, eager Keras against the compiled
+graph the server uses: why batching and compiling help.
 """
 
 import argparse
@@ -43,6 +46,9 @@ TEXTS = [
     "a mess from start to finish",
 ]
 CONCURRENCY = (1, 8, 32)
+SERVER_ARGS = ["--workers", "2", "--threads", "8", "--max-batch-size", "32", "--batch-timeout-ms", "0"]
+NOBATCH_ARGS = ["--max-batch-size", "1"]
+TARGETS = ("disttrain", "disttrain-nobatch", "flask-dev", "in-process")
 
 
 def percentiles(lat_ms):
@@ -145,7 +151,10 @@ def inprocess(args):
     import keras
     import tensorflow as tf
 
+    from disttrain_server.model_store import compiled_call
+
     model = keras.models.load_model(args.model, compile=False)
+    compiled = compiled_call(model)  # exactly what disttrain-server calls
     out = {}
     # 1. what the originals did
     try:
@@ -180,18 +189,20 @@ def inprocess(args):
         model.predict(batch1, verbose=0)
         predict.append((time.perf_counter() - t) * 1000)
     out["call_batch1_ms"], out["predict_batch1_ms"] = percentiles(call), percentiles(predict)
-    # 3. batching: one call for B instances
+    # 3. batching: one call for B instances, eager Keras and the server's compiled graph
     out["batching"] = []
     for b in (1, 8, 32):
-        x = tf.constant([[TEXTS[i % len(TEXTS)]] for i in range(b)])
-        p = percentiles(timed(lambda: model(x, training=False).numpy(), n))
-        out["batching"].append({"batch": b, "call_ms": p["p50_ms"], "per_instance_ms": p["p50_ms"] / b,
-                                "instances_per_sec": 1000 * b / p["p50_ms"]})
-    # 4. the ceiling at each concurrency: C threads calling the model directly
-    inputs = [tf.constant([[t]]) for t in TEXTS]
+        x = np.array([[TEXTS[i % len(TEXTS)]] for i in range(b)], dtype=object)
+        row = {"batch": b}
+        for name, fn in (("eager", lambda: model(tf.constant(x), training=False).numpy()), ("compiled", lambda: compiled(x))):
+            p50 = percentiles(timed(fn, n))["p50_ms"]
+            row.update({f"{name}_call_ms": p50, f"{name}_per_instance_ms": p50 / b, f"{name}_instances_per_sec": 1000 * b / p50})
+        out["batching"].append(row)
+    # 4. the ceiling at each concurrency: C threads calling the compiled model directly
+    inputs = [np.array([[t]], dtype=object) for t in TEXTS]
 
     def factory():
-        return lambda i: model(inputs[i % len(inputs)], training=False).numpy()
+        return lambda i: compiled(inputs[i % len(inputs)])
 
     out["load"] = [run_load(factory, c, args.requests, args.time_limit) for c in CONCURRENCY]
     print("RESULT " + json.dumps(out), flush=True)
@@ -224,24 +235,26 @@ def main():
     n = reps(full=3, quick=1)
     base = tmpdir("server")
     config = {"concurrency": CONCURRENCY, "requests_per_point": args.requests, "time_limit_sec": args.time_limit,
-              "repetitions": n, "disttrain_server": "--workers 2 --threads 1 (defaults)",
+              "repetitions": n, "disttrain_server": " ".join(SERVER_ARGS) + " (the defaults)",
+              "disttrain_nobatch": " ".join(SERVER_ARGS + NOBATCH_ARGS),
               "flask_dev": "bench/flask_baseline.py (Flask development server, threaded, model.predict per request)",
               "model": "movie-reviews text model (1 worker, 2 epochs)", "instances_per_request": 1}
     procs = []
     with Bench("server", config) as bench:
         try:
             model = prepare_model(base)
-            port_d, port_f = free_port_block(1), None
-            log_d = os.path.join(base, "disttrain-server.log")
-            procs.append(subprocess.Popen([os.path.join(BIN, "disttrain-server"), "--workdir", base, "--port", str(port_d),
-                                           "--workers", "2", "--threads", "1"], stdout=open(log_d, "w"), stderr=subprocess.STDOUT))
-            wait_http(f"http://127.0.0.1:{port_d}/readyz", proc=procs[-1], log=log_d)
-            port_f = free_port_block(1)
-            log_f = os.path.join(base, "flask.log")
-            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "flask_baseline.py"), model, str(port_f)],
-                                          stdout=open(log_f, "w"), stderr=subprocess.STDOUT))
-            wait_http(f"http://127.0.0.1:{port_f}/healthz", proc=procs[-1], log=log_f)
-            targets = {"disttrain": http_factory(port_d), "flask-dev": http_factory(port_f)}
+            targets = {}
+            for name, extra in (("disttrain", []), ("disttrain-nobatch", NOBATCH_ARGS)):
+                port, log = free_port_block(1), os.path.join(base, f"{name}.log")
+                procs.append(subprocess.Popen([os.path.join(BIN, "disttrain-server"), "--workdir", base, "--port", str(port),
+                                               *SERVER_ARGS, *extra], stdout=open(log, "w"), stderr=subprocess.STDOUT))
+                wait_http(f"http://127.0.0.1:{port}/readyz", proc=procs[-1], log=log)
+                targets[name] = http_factory(port)
+            port, log = free_port_block(1), os.path.join(base, "flask.log")
+            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "flask_baseline.py"), model, str(port)],
+                                          stdout=open(log, "w"), stderr=subprocess.STDOUT))
+            wait_http(f"http://127.0.0.1:{port}/healthz", proc=procs[-1], log=log)
+            targets["flask-dev"] = http_factory(port)
             for name, factory in targets.items():  # warm up: both gunicorn workers load the model lazily
                 w = run_load(factory, 4, 40, 120)
                 if w["errors"]:
@@ -253,7 +266,7 @@ def main():
                         r = run_load(factory, c, args.requests, args.time_limit)
                         r.update(target=name, rep=rep, loadavg_1min=os.getloadavg()[0])
                         runs.append(r)
-                        print(f"  rep {rep + 1}/{n} c={c:<2} {name:<10} {r['requests_per_sec']:7.1f} req/s  p50 {r['p50_ms']:7.1f}  "
+                        print(f"  rep {rep + 1}/{n} c={c:<2} {name:<17} {r['requests_per_sec']:7.1f} req/s  p50 {r['p50_ms']:7.1f}  "
                               f"p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}", file=sys.stderr, flush=True)
                 # the in-process ceiling and the batching probe, in a child (no HTTP servers busy meanwhile)
                 log_i = os.path.join(base, f"inprocess-{rep}.log")
@@ -265,7 +278,7 @@ def main():
                 children.append(child)
                 for r in child["load"]:
                     runs.append({**r, "target": "in-process", "rep": rep})
-                    print(f"  rep {rep + 1}/{n} c={r['concurrency']:<2} in-process {r['requests_per_sec']:7.1f} req/s  "
+                    print(f"  rep {rep + 1}/{n} c={r['concurrency']:<2} {'in-process':<17} {r['requests_per_sec']:7.1f} req/s  "
                           f"p50 {r['p50_ms']:7.1f}  p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms", file=sys.stderr, flush=True)
         finally:
             for proc in procs:
@@ -279,14 +292,13 @@ def main():
                 shutil.rmtree(base, ignore_errors=True)
         summary = []
         for c in CONCURRENCY:
-            for name in ("disttrain", "flask-dev", "in-process"):
+            for name in TARGETS:
                 rs = [r for r in runs if r["target"] == name and r["concurrency"] == c]
                 summary.append({"target": name, "concurrency": c, "reps": len(rs),
                                 "requests": sum(r["requests"] for r in rs), "errors": sum(r["errors"] for r in rs),
                                 **{k: median([r[k] for r in rs]) for k in ("requests_per_sec", "p50_ms", "p95_ms", "p99_ms", "client_cpu_sec", "wall_sec")},
                                 "requests_per_sec_all": [round(r["requests_per_sec"], 1) for r in rs]})
-        batching = [{"batch": b["batch"], **{k: median([ch["batching"][i][k] for ch in children])
-                                             for k in ("call_ms", "per_instance_ms", "instances_per_sec")}}
+        batching = [{"batch": b["batch"], **{k: median([ch["batching"][i][k] for ch in children]) for k in b if k != "batch"}}
                     for i, b in enumerate(children[0]["batching"])]
         bench.results = {
             "summary": summary, "batching": batching,

@@ -18,7 +18,7 @@ def test_defaults_follow_the_workdir_layout(monkeypatch, tmp_path):
     assert config["GALLERY_DIR"] == os.path.join(str(tmp_path), "gallery")
     assert config["GALLERY_SEED"] is None and config["TOP_K"] == 3
     options = gunicorn_options(args)
-    assert options["bind"] == ["127.0.0.1:8080"] and (options["workers"], options["threads"]) == (2, 1)
+    assert options["bind"] == ["127.0.0.1:8080"] and (options["workers"], options["threads"]) == (2, 8)
     assert options["preload_app"] is False  # TensorFlow must not be loaded before the fork
 
 

@@ -43,7 +43,8 @@ def parse_args(argv=None):
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes, each with its own model copy (default 2)")
-    p.add_argument("--threads", type=int, default=1, help="threads per worker (default 1)")
+    p.add_argument("--threads", type=int, default=8, help="threads per worker; its concurrent predict calls share "
+                   "model calls (see --max-batch-size) (default 8)")
     p.add_argument("--max-upload-mb", type=float, default=8, help="largest request body in MB; larger is a 413 (default 8)")
     p.add_argument("--max-text-chars", type=int, default=10000, help="longest text instance in characters (default 10000)")
     p.add_argument("--max-instances", type=int, default=256, help="most instances in one predict request (default 256)")
