@@ -3,17 +3,23 @@
     disttrain-aggregator --expect 2 --workdir workdir
 
 1. wait for every worker's marker (one overall --timeout);
-2. check the workers belong together: same strategy, same initial-weights
-   hash (recorded by each trainer from the shared seed), same architecture;
+2. check the markers belong together: same strategy, same worker count, same
+   initial-weights hash (recorded by each trainer from the shared seed);
    refuse otherwise -- averaging unrelated networks gives garbage;
-3. average: weighted mean of every weight array, weights = shard sizes;
+3. one worker model at a time: load it, check it against its marker and the
+   first model (initial weights, architecture, vocabulary), evaluate it on the
+   held-out split, add its weights to a running weighted sum, drop it -- so the
+   memory held is one worker model besides the first and the sum, for any count;
+4. average: weighted mean of every weight array, weights = shard sizes;
    multiworker: the workers are already in sync, the chief's model is promoted;
-4. evaluate every worker model and the result on the held-out split;
-5. publish final/model.keras (atomically), report.json, report.png, _SUCCESS.
+5. evaluate the result; publish final/model.keras (atomically), report.json,
+   report.png, _SUCCESS -- only after every check passed, so bad input
+   publishes nothing.
 """
 
 import argparse
 import contextlib
+import gc
 import json
 import os
 import time
@@ -47,29 +53,39 @@ def parse_args(argv=None):
     return args
 
 
-def average_weights(weight_lists, example_counts):
-    """Layer-by-layer mean of several models' weights, weighted by example count.
+class WeightedSum:
+    """The example-weighted mean of several models' weights, one model at a time:
+    add(weights, examples) per model, then mean().
 
-    Float arrays are averaged in float64 and cast back; integer arrays (such as
-    a dropout layer's random-generator state) are not parameters and are taken
-    from the first model."""
-    if len(weight_lists) != len(example_counts) or not weight_lists:
-        raise ValueError("need one example count per model, and at least one model")
-    counts = np.asarray(example_counts, dtype=np.float64)
-    if np.any(counts <= 0):
-        raise ValueError(f"example counts must be positive, got {example_counts}")
-    shares = counts / counts.sum()
-    averaged = []
-    for arrays in zip(*weight_lists, strict=True):
-        first = arrays[0]
-        if any(a.shape != first.shape for a in arrays):
-            raise ValueError(f"weight shapes differ: {[a.shape for a in arrays]}")
-        if np.issubdtype(first.dtype, np.floating):
-            mean = sum(share * a.astype(np.float64) for share, a in zip(shares, arrays))
-            averaged.append(mean.astype(first.dtype))
+    Float arrays are summed in float64 (examples * a float32 weight is exact there)
+    and the mean is cast back to their dtype; integer arrays (such as a dropout
+    layer's random-generator state) are not parameters and are taken from the
+    first model."""
+
+    def __init__(self):
+        self.sums, self.dtypes, self.examples = None, None, 0
+
+    def add(self, weights, examples):
+        if not examples > 0:
+            raise ValueError(f"example counts must be positive, got {examples}")
+        if self.sums is None:
+            self.dtypes = [w.dtype for w in weights]
+            self.sums = [w.astype(np.float64) * examples if np.issubdtype(w.dtype, np.floating) else w.copy() for w in weights]
         else:
-            averaged.append(first.copy())
-    return averaged
+            if len(weights) != len(self.sums):
+                raise ValueError(f"weight lists differ: {len(weights)} arrays, the first model has {len(self.sums)}")
+            for i, (total, w) in enumerate(zip(self.sums, weights)):
+                if w.shape != total.shape:
+                    raise ValueError(f"weight shapes differ: array {i} is {w.shape}, the first model's is {total.shape}")
+                if np.issubdtype(total.dtype, np.floating):
+                    total += w.astype(np.float64) * examples
+        self.examples += examples
+
+    def mean(self):
+        if self.sums is None:
+            raise ValueError("no model was added")
+        return [(total / self.examples).astype(dtype) if np.issubdtype(dtype, np.floating) else total.copy()
+                for total, dtype in zip(self.sums, self.dtypes)]
 
 
 # what every trainer's marker records (disttrain_trainer.main writes them)
@@ -85,26 +101,42 @@ def check_markers(markers, dirs):
                                 "was that worker trained by another version of disttrain-trainer?")
 
 
-def check_compatible(markers, metas, models, expect):
-    """Every reason the workers' models cannot be combined, as one clear error."""
+def check_compatible(markers, expect):
+    """Every reason the workers cannot be combined that their markers show, as one clear
+    error, before any model is loaded."""
     strategies = {m["strategy"] for m in markers}
     if len(strategies) != 1:
         raise ContractError(f"workers used different strategies: {sorted(strategies)}")
     sizes = {m["workers"] for m in markers}
     if sizes != {expect}:
         raise ContractError(f"workers were started for {sorted(sizes)} workers, expected {expect}")
-    hashes = {m["init_weights_sha256"] for m in markers} | {meta.get("init_weights_sha256") for meta in metas}
-    if len(hashes) != 1:
-        detail = ", ".join(f"worker {m['worker_index']}: {m['init_weights_sha256'][:12]}" for m in markers)
-        raise ContractError(
-            f"the workers did not start from the same initial weights ({detail}); averaging models from different "
-            "initialisations gives a useless model -- start every worker with the same --seed"
-        )
-    architectures = {json.dumps(model.get_config(), sort_keys=True, default=str) for model in models}
-    if len(architectures) != 1:
+    if len({m["init_weights_sha256"] for m in markers}) != 1:
+        raise different_initial_weights(", ".join(f"worker {m['worker_index']}: {m['init_weights_sha256'][:12]}" for m in markers))
+
+
+def different_initial_weights(detail):
+    return ContractError(
+        f"the workers did not start from the same initial weights ({detail}); averaging models from different "
+        "initialisations gives a useless model -- start every worker with the same --seed"
+    )
+
+
+def model_signature(model, meta):
+    """What must be the same in every worker's model for them to be combined."""
+    return {"init_weights_sha256": meta.get("init_weights_sha256"),
+            "architecture": json.dumps(model.get_config(), sort_keys=True, default=str),
+            "vocab_sha256": meta.get("vocab_sha256")}
+
+
+def check_model(marker, signature, first):
+    """One worker model's signature against its marker (which check_compatible found equal
+    to every other marker) and against the first model's (`first`; None for the first)."""
+    if signature["init_weights_sha256"] != marker["init_weights_sha256"]:
+        raise different_initial_weights(f"worker {marker['worker_index']}: marker {marker['init_weights_sha256'][:12]}, "
+                                        f"model {str(signature['init_weights_sha256'])[:12]}")
+    if first is not None and signature["architecture"] != first["architecture"]:
         raise ContractError("the worker models have different architectures")
-    vocabs = {meta.get("vocab_sha256") for meta in metas}
-    if len(vocabs) != 1:
+    if first is not None and signature["vocab_sha256"] != first["vocab_sha256"]:
         raise ContractError("the worker models were trained with different vocabularies")
 
 
@@ -122,38 +154,49 @@ def main(argv=None):
     worker_dirs = [workdir.worker(i, train_dir) for i in range(expect)]
     markers = wait_for_markers(worker_dirs, args.timeout, "workers")
     check_markers(markers, worker_dirs)
+    check_compatible(markers, expect)
     strategy = markers[0]["strategy"]
     print(f"aggregator: {expect} workers finished ({strategy}); loading models ...", flush=True)
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # multiworker: one synchronised model, written by the chief; average: one per worker
-    model_dirs = [worker_dirs[0]] if strategy == "multiworker" else worker_dirs
-    loaded = []
-    for d, marker in zip(worker_dirs, markers):
-        if d in model_dirs:
-            if not marker.get("model"):
-                raise ContractError(f"{marker_path(d)} names no model; the worker did not save one")
-            loaded.append(load_model(os.path.join(d, marker["model"])))
-    models, metas = [m for m, _ in loaded], [meta for _, meta in loaded]
-    check_compatible(markers, metas, models, expect)
-
-    # ---------------------------------------------------------------- evaluate
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     x_test = as_model_input(manifest.task, x_test)
     def held_out(model):
         return {f"test_{key}": value for key, value in evaluate(model, manifest.task, x_test, y_test, manifest.seed).items()}
 
-    rows = []
-    for model, marker in zip(models, markers):
+    # ------------------------------- check, evaluate, sum: one model at a time
+    # Holding every worker model at once costs memory in proportion to the worker count;
+    # streaming holds one worker model, plus the first (it carries the result: same
+    # architecture) and the float64 running sum. Nothing is published until the loop is
+    # through, so a bad model anywhere still leaves no partial output.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    # multiworker: one synchronised model, written by the chief; average: one per worker
+    streamed = markers[:1] if strategy == "multiworker" else markers
+    rows, weighted_sum = [], WeightedSum()
+    final = final_meta = first_signature = None
+    for d, marker in zip(worker_dirs, streamed):
+        if not marker.get("model"):
+            raise ContractError(f"{marker_path(d)} names no model; the worker did not save one")
+        model, meta = load_model(os.path.join(d, marker["model"]))
+        signature = model_signature(model, meta)
+        check_model(marker, signature, first_signature)
         rows.append({"name": f"worker {marker['worker_index']}" if strategy == "average" else "chief (synchronised)",
                      "worker_index": marker["worker_index"],
                      "examples": marker["examples"] if strategy == "average" else manifest.train_examples,
                      **held_out(model)})
+        if strategy == "average":
+            weighted_sum.add(model.get_weights(), marker["examples"])
+        if final is None:  # multiworker: the chief's model as is
+            final, final_meta, first_signature = model, meta, signature
+        del model, meta  # before the next load_model, not after it
+        # Keras layers reference each other, so the dropped model waits for the cycle
+        # collector; the young generations hold it (a full collection would also walk
+        # TensorFlow's long-lived objects, ~0.2 s per model for the same memory)
+        gc.collect(1)
 
     # ----------------------------------------------------------------- combine
-    final = models[0]  # multiworker: the chief's model as is
     if strategy == "average":  # same architecture, so worker 0's model can carry the average
-        final.set_weights(average_weights([m.get_weights() for m in models], [m["examples"] for m in markers]))
+        final.set_weights(weighted_sum.mean())
+    del weighted_sum  # float64: twice a model's weights, not needed while publishing
     final_metrics = held_out(final)
     histories = [load_metrics(d) for d in worker_dirs]
     report = {
@@ -161,7 +204,7 @@ def main(argv=None):
         "task": manifest.task,
         "labels": manifest.labels,
         "source": manifest.source,
-        "seed": metas[0].get("seed"),
+        "seed": final_meta.get("seed"),
         "split_seed": manifest.seed,
         "init_weights_sha256": markers[0]["init_weights_sha256"],
         "workers": rows,
@@ -173,7 +216,7 @@ def main(argv=None):
     }
 
     # ----------------------------------------------------------------- publish
-    meta = dict(metas[0], strategy=strategy, workers=expect, examples=manifest.train_examples,
+    meta = dict(final_meta, strategy=strategy, workers=expect, examples=manifest.train_examples,
                 aggregated_from=[r["worker_index"] for r in rows] if strategy == "average" else [0])
     meta.pop("worker_index", None)
     os.makedirs(final_dir, exist_ok=True)
