@@ -7,6 +7,7 @@ Every benchmark writes bench/results/<name>.json:
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -20,8 +21,10 @@ RESULTS = os.path.join(BENCH, "results")
 # the venv's console scripts (disttrain-copier, ...): the python running the benchmark is the venv's
 BIN = os.environ.get("BENCH_BIN") or os.path.dirname(sys.executable)
 QUICK = os.environ.get("BENCH_QUICK", "0") not in ("", "0")
-# a load average above this before or after a benchmark marks its numbers provisional
-BUSY_LOAD = float(os.environ.get("BENCH_BUSY_LOAD", "0.5"))
+# Other processes' CPU use during a benchmark above this many cores (on average) marks its
+# numbers provisional. (The load average cannot say it: the benchmark's own trainers and
+# servers are most of it.)
+BUSY_CPU = float(os.environ.get("BENCH_BUSY_CPU", "0.1"))
 
 
 def reps(full, quick=1):
@@ -73,6 +76,22 @@ def _busy_processes(n=5):
         return []
 
 
+def _machine_cpu_sec():
+    """CPU seconds every process on the machine has used since boot (user, nice, system, irq, softirq)."""
+    with open("/proc/stat") as fh:
+        fields = [int(v) for v in fh.readline().split()[1:8]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+def _own_cpu_sec():
+    """CPU seconds of this process and of its children that have been waited for (servers and
+    stages a benchmark starts are always stopped and waited for inside it)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    children = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
 def machine_snapshot():
     with open("/proc/meminfo") as fh:
         mem = {line.split(":")[0]: int(line.split()[1]) for line in fh if line.split(":")[0] in ("MemTotal", "MemAvailable")}
@@ -104,6 +123,7 @@ class Bench:
     def __enter__(self):
         self.started = time.monotonic()
         self.before = machine_snapshot()
+        self.cpu_before = (_machine_cpu_sec(), _own_cpu_sec())
         print(f"[{self.name}] start {self.before['time_utc']} load {self.before['loadavg_1_5_15']} quick={QUICK}", file=sys.stderr, flush=True)
         return self
 
@@ -111,22 +131,29 @@ class Bench:
         if exc_type is not None:
             return False
         after = machine_snapshot()
-        busy = max(self.before["loadavg_1_5_15"][0], after["loadavg_1_5_15"][0]) > BUSY_LOAD
+        wall = time.monotonic() - self.started
+        machine_cpu = _machine_cpu_sec() - self.cpu_before[0]
+        own_cpu = _own_cpu_sec() - self.cpu_before[1]
+        # what everything else on the machine used meanwhile, in cores on average
+        other_cores = max(0.0, machine_cpu - own_cpu) / max(wall, 1e-9)
+        busy = other_cores > BUSY_CPU
         provisional = QUICK or busy
         why = []
         if QUICK:
             why.append("quick mode, BENCH_QUICK=1")
         if busy:
-            why.append(f"machine busy: 1-min load average {self.before['loadavg_1_5_15'][0]} before, "
-                       f"{after['loadavg_1_5_15'][0]} after, on {os.cpu_count()} cores")
+            why.append(f"machine busy: other processes used {other_cores:.2f} cores on average during the run "
+                       f"(limit {BUSY_CPU}), on {os.cpu_count()} cores")
         doc = {
             "benchmark": self.name,
             "quick": QUICK,
             "provisional": provisional,
             "provisional_reason": "; ".join(why) or None,
             "notes": self.notes,
-            "duration_sec": round(time.monotonic() - self.started, 1),
-            "machine": {**machine_facts(), "before": self.before, "after": after},
+            "duration_sec": round(wall, 1),
+            "machine": {**machine_facts(), "before": self.before, "after": after,
+                        "cpu_sec": {"machine": round(machine_cpu, 1), "benchmark": round(own_cpu, 1),
+                                    "other_processes_cores": round(other_cores, 3)}},
             "config": self.config,
             "results": self.results,
         }

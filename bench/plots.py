@@ -20,10 +20,10 @@ COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "disttrain": "#4C72B0"
 
 
 def subtitle(doc):
-    load_before = doc["machine"]["before"]["loadavg_1_5_15"][0]
-    load_after = doc["machine"]["after"]["loadavg_1_5_15"][0]
     tag = "PROVISIONAL: " if doc["provisional"] else ""
-    return f"{tag}{doc['machine']['nproc']} cores, load avg {load_before} -> {load_after}, {doc['machine']['before']['time_utc'][:16]}Z"
+    other = doc["machine"].get("cpu_sec", {}).get("other_processes_cores")
+    busy = f"other processes {other:.2f} cores" if other is not None else f"load avg {doc['machine']['before']['loadavg_1_5_15'][0]}"
+    return f"{tag}{doc['machine']['nproc']} cores, {busy}, {doc['machine']['before']['time_utc'][:16]}Z"
 
 
 def scaling(doc):

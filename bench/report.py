@@ -21,9 +21,11 @@ def header(doc, title):
     m = doc["machine"]
     v = m["versions"]
     status = f"**PROVISIONAL** ({doc['provisional_reason']})" if doc["provisional"] else "final"
+    cpu = m.get("cpu_sec")
+    busy = (f"other processes used {cpu['other_processes_cores']:.2f} cores on average meanwhile (the benchmark {cpu['benchmark']:.0f} CPU s)"
+            if cpu else f"1-min load average {m['before']['loadavg_1_5_15'][0]} before, {m['after']['loadavg_1_5_15'][0]} after")
     return (f"### {title}\n\n"
-            f"{status}. Measured {m['before']['time_utc']} on {m['nproc']} cores ({m['cpu']}), 1-min load average "
-            f"{m['before']['loadavg_1_5_15'][0]} before, {m['after']['loadavg_1_5_15'][0]} after; took {doc['duration_sec']:.0f} s; "
+            f"{status}. Measured {m['before']['time_utc']} on {m['nproc']} cores ({m['cpu']}); {busy}; took {doc['duration_sec']:.0f} s; "
             f"TensorFlow {v.get('tensorflow-cpu') or v.get('tensorflow')}, Keras {v.get('keras')}, Python {v['python']}, "
             f"commit {m['git_commit']}. Raw: `bench/results/{doc['benchmark']}.json`.\n")
 

@@ -4,8 +4,9 @@
 #   BENCH_QUICK=1 bash bench/run_all.sh    1 repetition, fewer requests (provisional numbers; about 8-12 min)
 # Also: BENCH_REPS=N (repetitions), BENCH_ONLY="train sweep server copier aggregator" (a subset),
 # BENCH_COPIER_MB (copier input size, default 1024), BENCH_TMP (scratch dir, default $TMPDIR or /tmp),
-# BENCH_KEEP=1 (keep the scratch dirs), BENCH_BUSY_LOAD (load average above which results are provisional, 0.5).
-# Run it on an otherwise idle machine: every result records the load average before and after.
+# BENCH_KEEP=1 (keep the scratch dirs), BENCH_BUSY_CPU (cores that other processes may use on average
+# during a benchmark before its results count as provisional, 0.1).
+# Run it on an otherwise idle machine: every result records what other processes used meanwhile.
 set -euo pipefail
 cd "$(dirname "$0")"
 PY=${BENCH_PYTHON:-../.venv/bin/python}   # the venv (make venv); BENCH_PYTHON overrides
