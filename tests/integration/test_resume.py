@@ -3,11 +3,14 @@ checkpoint instead of epoch 0, and the pipeline finishes."""
 
 import json
 import os
+import shutil
 import signal
 import time
 
+import numpy as np
 import pytest
 
+from disttrain_contract.artifact import load_model
 from stages import free_port_block, stage, start_stage
 
 pytestmark = pytest.mark.slow
@@ -83,3 +86,26 @@ def test_multiworker_group_restarts_from_the_chief_checkpoint(tmp_path):
     assert epochs_in(metrics) == list(range(1, epochs + 1))
     stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 30)
     assert json.load(open(tmp_path / "final" / "report.json"))["final"]["test_accuracy"] > 0.68
+
+
+def test_a_resumed_worker_ends_with_exactly_the_model_of_an_undisturbed_run(tmp_path):
+    """The checkpoint holds all of the model's state (the dropout generator's too) and a resumed
+    run skips the batches its restored epochs took: killed or not, the same weights come out."""
+    stage("copier", "--source", "sample:movie-reviews", "--n-shards", "1", "--workdir", tmp_path / "data-source")
+    runs = {}
+    for name in ("undisturbed", "resumed"):
+        shutil.copytree(tmp_path / "data-source" / "data", tmp_path / name / "data")
+        # one thread: the same arithmetic in the same order on both runs
+        args = ["--workdir", tmp_path / name, "--epochs", 2, "--batch", 8, "--threads", 1]
+        first = start_stage("trainer", *args, log=tmp_path / f"{name}-first.log")
+        if name == "resumed":
+            wait_for_epochs(tmp_path / name / "train" / "worker-00000" / "metrics.json", 1, first)
+            time.sleep(0.5)  # into epoch 2
+            first.send_signal(signal.SIGKILL)
+            first.wait(timeout=30)
+            first = start_stage("trainer", *args, log=tmp_path / f"{name}-second.log")
+        assert first.wait(timeout=600) == 0
+        runs[name] = load_model(str(tmp_path / name / "train" / "worker-00000" / "model.keras"))[0].get_weights()
+    assert "after epoch 1" in open(tmp_path / "resumed-second.log").read()
+    for undisturbed, resumed in zip(runs["undisturbed"], runs["resumed"], strict=True):
+        np.testing.assert_array_equal(resumed, undisturbed)

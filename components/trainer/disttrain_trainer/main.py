@@ -132,20 +132,22 @@ def main(argv=None):
         args.views if manifest.task == "faces" else 1)
     steps_per_epoch = -(-images_per_epoch // args.batch)
 
-    def dataset_fn(_input_context):
-        # each worker already has its own shard on disk: no auto-sharding
+    def dataset_fn(_input_context, batches_done=0):
+        # each worker already has its own shard on disk: no auto-sharding.
+        # The stream is the same on every run (seeded), and a resumed run skips the
+        # batches its restored epochs already took: it sees the data an undisturbed
+        # run would, in the same order (tests: a resumed model equals an undisturbed one).
         if manifest.task == "faces":  # people x augmented views, for in-batch triplet mining
             spec = manifest.input
-            return tf.data.Dataset.from_generator(
+            ds = tf.data.Dataset.from_generator(
                 lambda: view_batches(x_train, y_train, args.batch, args.views, args.seed + index),
                 output_signature=(tf.TensorSpec([None, spec["height"], spec["width"], spec["channels"]], tf.uint8),
                                   tf.TensorSpec([None], tf.int64)),
-            ).prefetch(2)
-        ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
-        ds = ds.shuffle(len(y_train), seed=args.seed + index, reshuffle_each_iteration=True)
-        return ds.repeat().batch(args.batch).prefetch(2)
-
-    dist_dataset = strategy.distribute_datasets_from_function(dataset_fn)
+            )
+        else:
+            ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
+            ds = ds.shuffle(len(y_train), seed=args.seed + index, reshuffle_each_iteration=True).repeat().batch(args.batch)
+        return ds.skip(batches_done).prefetch(2)
 
     # ------------------------------------------------ model from the shared seed
     keras.utils.set_random_seed(args.seed)
@@ -170,7 +172,11 @@ def main(argv=None):
         "dataset": [s.sha256 for s in manifest.shards],
     }
     check_run_config(checkpoint_dir, run_config, write=is_chief or args.strategy == "average")
-    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_counter)
+    # The model's weights reach the checkpoint through the optimizer; its other state (the
+    # dropout layers' random-generator state, batch-norm statistics) is listed here, or a
+    # resumed run would draw other dropout masks than an undisturbed one.
+    checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_counter,
+                                     model_state=list(model.non_trainable_variables))
     manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=2)
     latest = tf.train.latest_checkpoint(checkpoint_dir)
     if latest:
@@ -205,6 +211,8 @@ def main(argv=None):
     # -------------------------------------------------------------- the loop
     os.makedirs(worker_dir, exist_ok=True)
     summaries = tf.summary.create_file_writer(os.path.join(worker_dir, "tensorboard"))
+    dist_dataset = strategy.distribute_datasets_from_function(
+        lambda context: dataset_fn(context, batches_done=start_epoch * steps_per_epoch))
     iterator = iter(dist_dataset)
     print(
         f"{tag}: {args.strategy}, {manifest.task} task, shard {shard.examples} examples, {steps_per_epoch} steps/epoch "
