@@ -19,9 +19,15 @@ def as_model_input(task, x):
 
 
 def predict(model, x, batch=512):
+    return call_in_chunks(lambda chunk: model(chunk, training=False), x, batch)
+
+
+def call_in_chunks(fn, x, batch=512):
+    """fn (a Keras model's call, or a tf.function) over x, `batch` rows at a time, as float64:
+    memory stays bounded however many rows x has."""
     import tensorflow as tf
 
-    outputs = [model(tf.constant(x[i : i + batch]), training=False).numpy() for i in range(0, len(x), batch)]
+    outputs = [fn(tf.constant(x[i : i + batch])).numpy() for i in range(0, len(x), batch)]
     return np.concatenate(outputs).astype(np.float64)
 
 

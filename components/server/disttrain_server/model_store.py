@@ -21,10 +21,10 @@ import threading
 import time
 from dataclasses import dataclass
 
-import numpy as np
 
 from disttrain_contract import ContractError
 from disttrain_contract.artifact import load_model
+from disttrain_contract.evaluation import call_in_chunks
 from disttrain_server.batching import MicroBatcher
 from disttrain_server.errors import ModelUnavailable
 
@@ -95,11 +95,7 @@ def compiled_call(model):
     graph = tf.function(lambda x: model(x, training=False), input_signature=[tf.TensorSpec(spec.shape, spec.dtype)], autograph=False)
     graph.get_concrete_function()  # trace now, at load, instead of in the first request
 
-    def call(batch):
-        outputs = [graph(tf.constant(batch[i : i + CALL_CHUNK])).numpy() for i in range(0, len(batch), CALL_CHUNK)]
-        return np.concatenate(outputs).astype(np.float64)
-
-    return call
+    return lambda batch: call_in_chunks(graph, batch, CALL_CHUNK)
 
 
 def _check_artifact(model, meta, path):
