@@ -2,25 +2,26 @@
 
     disttrain-trainer --worker-index 0 --workers 2 --epochs 5 --workdir workdir
     disttrain-trainer --strategy multiworker --workers 2 --worker-index 1 ...
+    disttrain-trainer --strategy localsgd --sync-every 32 --workers 2 --worker-index 1 ...
 
-Two strategies:
+Three strategies, one module each (disttrain_trainer/strategies/):
   average      each worker trains alone on its shard, starting from the same
                initial weights (drawn from --seed); the aggregator averages them.
   multiworker  synchronous data parallelism with MultiWorkerMirroredStrategy:
-               gradients are all-reduced every step; the chief (index 0) writes
-               the model.
+               gradients are summed across workers every step; the chief (index 0)
+               writes the model.
+  localsgd     each worker trains alone for --sync-every steps, then the workers
+               average their weights (one all-reduce); the chief writes the model.
 
 Why a custom training loop: Keras 3's model.fit fails under
 MultiWorkerMirroredStrategy (keras-team/keras#20585, "PerReplica ... to a
 Tensor"). A loop around strategy.run works with Keras 3, keeps one code path
-for both strategies (the average strategy simply uses TensorFlow's default,
-single-replica strategy) and makes checkpoint/resume explicit.
+for every strategy (step.py), and makes checkpoint/resume explicit.
 """
 
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 
@@ -28,7 +29,18 @@ from disttrain_contract import ContractError, Workdir, atomic_write_json, read_j
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
+from disttrain_trainer import strategies
 from disttrain_trainer.cluster import build_tf_config, default_host_pattern, parse_tf_config
+
+# The text model (an embedding bag, models.build_text_core) moves its output 1/length as far per
+# step as a multi-hot layer would: at 0.001 one worker reached 0.770 in 5 epochs, and the
+# strategies that take half as many sequential steps (multiworker, localsgd) 0.74-0.76.
+# At 0.003 all three reached 0.767-0.774 on movie reviews (this machine, 5 epochs, batch 64).
+LEARNING_RATE, TEXT_LEARNING_RATE = 1e-3, 3e-3
+IMAGE_MODELS = ("cnn", "mobilenetv2", "resnet50")  # --model (models.build_image_model)
+# --allreduce-dtype (collectives.WIRE_DTYPES). Not bfloat16: TensorFlow's collective all-reduce
+# refuses it ("DataType bfloat16 not in list of allowed values: float32, float16, float64, ...").
+ALLREDUCE_DTYPES = ("float32", "float16")
 
 
 def parse_args(argv=None):
@@ -36,38 +48,61 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="disttrain-trainer",
         description="Train one worker on its shard (stage 2 of disttrain).",
-        epilog="Multiworker addresses: TF_CONFIG is used as given when set; otherwise it is built from --workers, "
-        "--worker-index and --host-pattern ({job}-{index}.{service}:{port} when --service is set, else "
-        "127.0.0.1:{index_port} = base port + index).",
+        epilog="Addresses of connected strategies (multiworker, localsgd): TF_CONFIG is used as given when set; "
+        "otherwise it is built from --workers, --worker-index and --host-pattern ({job}-{index}.{service}:{port} "
+        "when --service is set, else 127.0.0.1:{index_port} = base port + index).",
     )
     p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
     p.add_argument("--data", help="the copier's output (default WORKDIR/data)")
     p.add_argument("--out", "--savemodel", dest="out", help="where worker directories go (default WORKDIR/train)")
-    p.add_argument("--strategy", choices=("average", "multiworker"), default="average", help="default: average")
+    p.add_argument("--strategy", choices=strategies.NAMES, default="average", help="default: average")
     p.add_argument("--epochs", "--epoch", dest="epochs", type=int, default=5, help="default 5")
     p.add_argument("--batch", type=int, default=64, help="examples per step per worker (default 64)")
-    p.add_argument("--learning-rate", type=float, default=1e-3, help="Adam learning rate (default 0.001)")
+    p.add_argument("--learning-rate", type=float, default=None,
+                   help=f"Adam learning rate (default {TEXT_LEARNING_RATE} for text, {LEARNING_RATE} otherwise)")
     p.add_argument("--seed", type=int, default=42, help="seed of the shared initial weights (default 42)")
+    p.add_argument("--steps-per-call", type=int, default=32,
+                   help="training steps per compiled call: Python overhead is paid once per call (default 32)")
+    p.add_argument("--sync-every", type=int, default=None,
+                   help="localsgd: optimizer steps between two weight averages (default 32)")
+    p.add_argument("--allreduce-dtype", choices=ALLREDUCE_DTYPES, default="float32",
+                   help="multiworker, localsgd: dtype of the gradients/weight changes on the wire (default float32)")
+    p.add_argument("--allreduce-pack-bytes", type=int, default=0,
+                   help="multiworker, localsgd: split collectives into packs of this size (default 0: one pack)")
+    p.add_argument("--model", choices=IMAGE_MODELS, default="cnn",
+                   help="image task: the small CNN (default) or a keras.applications network trained from scratch")
+    p.add_argument("--image-size", type=int, default=None,
+                   help="--model mobilenetv2/resnet50: resize images to this size inside the model (default: 32 or the image size)")
     p.add_argument("--embedding-size", type=int, default=64, help="faces: embedding dimensions (default 64)")
     p.add_argument("--margin", type=float, default=0.2, help="faces: triplet-loss margin (default 0.2)")
     p.add_argument("--views", type=int, default=2, help="faces: views per person in a batch (default 2)")
     p.add_argument("--workers", type=int, default=None, help="number of workers (default: the dataset's shard count)")
     p.add_argument("--worker-index", type=int, default=int(env_index) if env_index and env_index.isdigit() else None,
                    help="this worker's index (default $JOB_COMPLETION_INDEX, else 0)")
-    p.add_argument("--host-pattern", help="multiworker: address of worker i (see below)")
-    p.add_argument("--job", default=os.environ.get("DISTTRAIN_JOB", ""), help="multiworker on Kubernetes: the Indexed Job's name")
-    p.add_argument("--service", default=os.environ.get("DISTTRAIN_SERVICE", ""), help="multiworker on Kubernetes: the headless Service's name")
-    p.add_argument("--port", type=int, default=12345, help="multiworker: base port (default 12345)")
+    p.add_argument("--host-pattern", help="multiworker, localsgd: address of worker i (see below)")
+    p.add_argument("--job", default=os.environ.get("DISTTRAIN_JOB", ""), help="on Kubernetes: the Indexed Job's name")
+    p.add_argument("--service", default=os.environ.get("DISTTRAIN_SERVICE", ""), help="on Kubernetes: the headless Service's name")
+    p.add_argument("--port", type=int, default=12345, help="multiworker, localsgd: base port (default 12345)")
     p.add_argument("--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (default 0 = TensorFlow decides)")
     args = p.parse_args(argv)
-    for name in ("epochs", "batch", "embedding_size", "views"):
+    for name in ("epochs", "batch", "embedding_size", "views", "steps_per_call"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.learning_rate <= 0 or args.margin <= 0:
+    if (args.learning_rate is not None and args.learning_rate <= 0) or args.margin <= 0:
         p.error("--learning-rate and --margin must be > 0")
     if args.workers is not None and args.workers < 1:
         p.error("--workers must be >= 1")
+    if args.sync_every is not None and args.strategy != "localsgd":
+        p.error(f"--sync-every applies to --strategy localsgd, not {args.strategy}")
+    if args.sync_every is not None and args.sync_every < 1:
+        p.error("--sync-every must be >= 1")
+    if args.allreduce_pack_bytes < 0:
+        p.error("--allreduce-pack-bytes must be >= 0")
+    if args.image_size is not None and args.model == "cnn":
+        p.error("--image-size applies to --model mobilenetv2 or resnet50")
+    if args.image_size is not None and args.image_size < 32:
+        p.error("--image-size must be >= 32 (the keras.applications networks need it)")
     return args
 
 
@@ -82,12 +117,16 @@ def main(argv=None):
     manifest = Manifest.read(data_dir)
     workers = args.workers or manifest.n_shards
     index = args.worker_index or 0
+    if args.learning_rate is None:
+        args.learning_rate = TEXT_LEARNING_RATE if manifest.task == "text" else LEARNING_RATE
+    if args.model != "cnn" and manifest.task != "image":
+        raise ContractError(f"--model {args.model} is for image datasets; this one is {manifest.task}")
 
     # ---------------------------------------------------------- distributed setup
-    # multiworker: TF_CONFIG names every worker and this one's index; TensorFlow
+    # Connected strategies: TF_CONFIG names every worker and this one's index; TensorFlow
     # connects them when the strategy is created (it waits for all of them).
     tf_config = os.environ.get("TF_CONFIG")
-    if args.strategy == "multiworker":
+    if args.strategy in strategies.CONNECTED:
         try:
             if tf_config:
                 workers, index = parse_tf_config(tf_config)
@@ -102,7 +141,6 @@ def main(argv=None):
     if workers != manifest.n_shards:
         raise ContractError(f"{workers} workers but the dataset has {manifest.n_shards} shards; run the copier with --n-shards {workers}")
     shard = manifest.shard(index)
-    is_chief = index == 0
     worker_dir = workdir.worker(index, train_dir)
     tag = f"worker {index}/{workers}"
 
@@ -113,22 +151,26 @@ def main(argv=None):
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    if args.strategy == "multiworker":
+    if args.strategy in strategies.CONNECTED:
         print(f"{tag}: joining the cluster {json.loads(tf_config)['cluster']['worker']} ...", flush=True)
-        strategy = tf.distribute.MultiWorkerMirroredStrategy()
-    else:
-        strategy = tf.distribute.get_strategy()  # the default: one replica, no communication
-    replicas = strategy.num_replicas_in_sync
+    strategy = strategies.create(args.strategy, args, workers, index)
 
     # ------------------------------------------------------------------- data
+    # Text is tokenized once, here, not in every step: the model trains on token ids and
+    # the published model puts the same vectorizer in front of it (models.with_vectorizer).
+    from disttrain_trainer.models import build_model, text_vectorizer, with_vectorizer
+    from disttrain_trainer.triplets import semi_hard_triplet_loss, view_batches
+
     x_train, y_train = read_split(data_dir, manifest, shard)
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
-    vocabulary = read_vocab(data_dir, manifest) if manifest.task == "text" else None
-    x_train, x_test = as_model_input(manifest.task, x_train), as_model_input(manifest.task, x_test)
-    # every worker takes the same number of steps (a collective step needs all of them)
+    vectorizer = None
+    if manifest.task == "text":
+        vectorizer = text_vectorizer(read_vocab(data_dir, manifest))
+        x_train, x_test = (vectorizer(as_model_input("text", x)).numpy() for x in (x_train, x_test))
+    # every worker of a connected strategy takes the same number of steps (a collective needs all)
     # (faces: an epoch shows every photo `--views` times, each time differently augmented)
     largest_shard = max(s.examples for s in manifest.shards)
-    images_per_epoch = (largest_shard if args.strategy == "multiworker" else shard.examples) * (
+    images_per_epoch = (largest_shard if args.strategy in strategies.CONNECTED else shard.examples) * (
         args.views if manifest.task == "faces" else 1)
     steps_per_epoch = -(-images_per_epoch // args.batch)
 
@@ -151,37 +193,35 @@ def main(argv=None):
 
     # ------------------------------------------------ model from the shared seed
     keras.utils.set_random_seed(args.seed)
-    from disttrain_trainer.models import build_model
-    from disttrain_trainer.triplets import semi_hard_triplet_loss, view_batches
-
     with strategy.scope():
-        model = build_model(manifest, vocabulary, args.embedding_size)
+        model = build_model(manifest, vectorizer.vocabulary_size() if vectorizer else None, args.embedding_size,
+                            args.model, args.image_size)
         optimizer = keras.optimizers.Adam(learning_rate=args.learning_rate)
         optimizer.build(model.trainable_variables)
         epoch_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+    published = with_vectorizer(model, vectorizer) if vectorizer else model
     init_sha = weights_fingerprint(model.get_weights())
+    strategy.bind(model)
 
     # ------------------------------------------------- checkpoints and resume
-    # multiworker: every worker must take part in saving, but only the chief's
-    # copy is kept; on a restart every worker restores the chief's copy.
-    checkpoint_dir = os.path.join(workdir.worker(0, train_dir) if args.strategy == "multiworker" else worker_dir, "checkpoints")
-    write_dir = checkpoint_dir if is_chief or args.strategy == "average" else os.path.join(worker_dir, "scratch-checkpoints")
+    read_dir, write_dir = strategy.checkpoint_dirs(worker_dir, workdir.worker(0, train_dir))
     run_config = {
         "strategy": args.strategy, "seed": args.seed, "workers": workers, "batch": args.batch,
         "learning_rate": args.learning_rate, "init_weights_sha256": init_sha, "margin": args.margin,
-        "dataset": [s.sha256 for s in manifest.shards],
+        "dataset": [s.sha256 for s in manifest.shards], **strategy.run_config(),
     }
-    check_run_config(checkpoint_dir, run_config, write=is_chief or args.strategy == "average")
+    check_run_config(read_dir, run_config, write=read_dir == write_dir)
     # The model's weights reach the checkpoint through the optimizer; its other state (the
     # dropout layers' random-generator state, batch-norm statistics) is listed here, or a
     # resumed run would draw other dropout masks than an undisturbed one.
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_counter,
-                                     model_state=list(model.non_trainable_variables))
+                                     model_state=list(model.non_trainable_variables), **strategy.checkpoint_state())
     manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=2)
-    latest = tf.train.latest_checkpoint(checkpoint_dir)
-    if latest:
-        checkpoint.restore(latest).expect_partial()
-        print(f"{tag}: resumed from {latest} after epoch {int(epoch_counter.numpy())}", flush=True)
+    resume_from = strategy.resume_checkpoint(read_dir, lambda i: strategy.checkpoint_dirs(
+        workdir.worker(i, train_dir), workdir.worker(0, train_dir))[0])
+    if resume_from:
+        checkpoint.restore(resume_from).expect_partial()
+        print(f"{tag}: resumed from {resume_from} after epoch {int(epoch_counter.numpy())}", flush=True)
     start_epoch = int(epoch_counter.numpy())
     metrics_path = os.path.join(worker_dir, "metrics.json")
     history = [m for m in read_json(metrics_path, []) if m["epoch"] <= start_epoch]
@@ -194,52 +234,45 @@ def main(argv=None):
         per_example = keras.losses.sparse_categorical_crossentropy(y, outputs)
         return per_example, tf.cast(tf.equal(tf.argmax(outputs, axis=-1), y), tf.float32)
 
-    @tf.function
-    def train_step(iterator):
-        def step_fn(x, y):
-            with tf.GradientTape() as tape:
-                per_example, hits = loss_and_hits(y, model(x, training=True))
-                loss = tf.nn.compute_average_loss(per_example)  # / global batch: gradients add up across replicas
-            grads = tape.gradient(loss, model.trainable_variables)
-            optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            # loss sum, hits, examples in one vector: one collective per step for the metrics, not three
-            return tf.stack([tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.shape(y)[0], tf.float32)])
+    from disttrain_trainer.step import make_train_call
 
-        per_replica = strategy.run(step_fn, args=next(iterator))
-        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+    train_call = make_train_call(strategy.tf_strategy, model, optimizer, loss_and_hits, strategy.reduce_gradients)
 
     # -------------------------------------------------------------- the loop
     os.makedirs(worker_dir, exist_ok=True)
     summaries = tf.summary.create_file_writer(os.path.join(worker_dir, "tensorboard"))
-    dist_dataset = strategy.distribute_datasets_from_function(
+    dist_dataset = strategy.tf_strategy.distribute_datasets_from_function(
         lambda context: dataset_fn(context, batches_done=start_epoch * steps_per_epoch))
     iterator = iter(dist_dataset)
     print(
         f"{tag}: {args.strategy}, {manifest.task} task, shard {shard.examples} examples, {steps_per_epoch} steps/epoch "
-        f"x batch {args.batch} x {replicas} replica(s), epochs {start_epoch + 1}..{args.epochs}, init {init_sha[:12]}",
-        flush=True,
+        f"x batch {args.batch} x {strategy.tf_strategy.num_replicas_in_sync} replica(s), epochs {start_epoch + 1}..{args.epochs}, "
+        f"init {init_sha[:12]}", flush=True,
     )
+    step = start_epoch * steps_per_epoch  # this run's steps over all epochs (local SGD syncs every H of them)
     for epoch in range(start_epoch + 1, args.epochs + 1):
         started = time.monotonic()
         bar = ProgressBar(f"{tag} epoch {epoch}/{args.epochs}", steps_per_epoch)
-        loss_sum = correct = seen = 0.0
-        for step in range(steps_per_epoch):
-            step_loss, step_correct, step_seen = train_step(iterator).numpy().tolist()
-            loss_sum, correct, seen = loss_sum + step_loss, correct + step_correct, seen + step_seen
-            bar.update(step + 1, loss=loss_sum / seen, accuracy=correct / seen)
+        sums, done = [0.0, 0.0, 0.0], 0
+        while done < steps_per_epoch:
+            steps = min(args.steps_per_call, steps_per_epoch - done, strategy.steps_to_sync(step))
+            sums = [a + b for a, b in zip(sums, train_call(iterator, steps).tolist())]
+            done, step = done + steps, step + steps
+            strategy.after_steps(step)
+            bar.update(done, loss=sums[0] / sums[2], accuracy=sums[1] / sums[2])
+        if epoch == args.epochs:
+            strategy.finish(step)
+        loss_sum, correct, seen = strategy.epoch_metrics(sums)  # one collective per epoch, not per step
         wall = time.monotonic() - started
-        held_out = evaluate(model, manifest.task, x_test, y_test, seed=manifest.seed)
-        test_accuracy = held_out["accuracy"]
         record = {
             "epoch": epoch, "loss": loss_sum / seen, "accuracy": correct / seen, "examples": int(seen),
             "examples_per_sec": seen / wall, "wall_time_sec": wall,
-            **{f"test_{key}": value for key, value in held_out.items()},
         }
+        if strategy.evaluates:
+            held_out = evaluate(model, manifest.task, x_test, y_test, seed=manifest.seed)
+            record.update({f"test_{key}": value for key, value in held_out.items()})
         history.append(record)
-        bar.finish(
-            f"{tag} epoch {epoch}/{args.epochs}: loss {record['loss']:.4f} acc {record['accuracy']:.4f} "
-            f"test_acc {test_accuracy:.4f} {record['examples_per_sec']:,.0f} ex/s {wall:.1f}s"
-        )
+        bar.finish(epoch_line(tag, epoch, args.epochs, record))
         with summaries.as_default(step=epoch):
             for key, value in record.items():
                 if key != "epoch":
@@ -250,30 +283,35 @@ def main(argv=None):
         atomic_write_json(metrics_path, history)
 
     # --------------------------------------------------------- the artifacts
-    if args.strategy == "multiworker" and not is_chief and os.path.isdir(write_dir):
-        # The scratch copy is never read. Rename it out of the way first, so that nobody
-        # scanning the volume sees a checkpoint index naming files that are being deleted.
-        doomed = f"{write_dir}.tmp-{os.getpid()}"
-        os.replace(write_dir, doomed)
-        shutil.rmtree(doomed, ignore_errors=True)
+    strategy.cleanup(write_dir)
     model_file = None
-    if is_chief or args.strategy == "average":
+    if strategy.writes_model:
         model_file = "model.keras"
-        save_model(model, os.path.join(worker_dir, model_file), {
+        save_model(published, os.path.join(worker_dir, model_file), {
             "task": manifest.task, "labels": manifest.labels, "input": manifest.input,
             "init_weights_sha256": init_sha, "strategy": args.strategy, "seed": args.seed,
             "worker_index": index, "workers": workers, "epochs": args.epochs,
-            "examples": manifest.train_examples if args.strategy == "multiworker" else shard.examples,
+            "examples": shard.examples if args.strategy == "average" else manifest.train_examples,
             "vocab_sha256": manifest.vocab["sha256"] if manifest.vocab else None,
             **({"embedding_size": args.embedding_size, "margin": args.margin} if manifest.task == "faces" else {}),
+            **({"sync_every": strategy.every} if args.strategy == "localsgd" else {}),
         })
     write_marker(
         worker_dir, "trainer", worker_index=index, workers=workers, strategy=args.strategy, epochs=args.epochs,
         init_weights_sha256=init_sha, examples=shard.examples, model=model_file,
-        final_test_accuracy=history[-1]["test_accuracy"] if history else None,
+        final_weights_sha256=weights_fingerprint(model.get_weights()),
+        final_test_accuracy=history[-1].get("test_accuracy") if history else None,
     )
     print(f"{tag}: done -> {worker_dir}", flush=True)
     return 0
+
+
+def epoch_line(tag, epoch, epochs, record):
+    """The one line per epoch: fixed words, then key=value pairs a log collector can split."""
+    fields = [("loss", record["loss"], ".4f"), ("accuracy", record["accuracy"], ".4f")]
+    fields += [(key, record[key], ".4f") for key in sorted(record) if key.startswith("test_")]
+    fields += [("examples_per_sec", record["examples_per_sec"], ".0f"), ("seconds", record["wall_time_sec"], ".2f")]
+    return f"{tag} epoch {epoch}/{epochs}: " + " ".join(f"{key}={value:{spec}}" for key, value, spec in fields)
 
 
 def check_run_config(checkpoint_dir, config, write):

@@ -1,0 +1,123 @@
+"""Every collective the trainer sends between workers, in one place.
+
+The strategies use MultiWorkerMirroredStrategy's collective ops (gRPC rings over the
+TF_CONFIG cluster) for three things:
+  * multiworker: the gradients, every step (`all_reduce_sum`, in a replica context);
+  * localsgd: the change of the weights since the last sync, every H steps (`all_reduce_sum`);
+  * both: the epoch's training metrics, once per epoch (`sum_across_workers`).
+A collective costs a fixed ~1.4 ms on loopback however small (bench/collective.py), so the
+trainer sends few of them, and can send them narrower: `--allreduce-dtype float16` halves
+the bytes (cast for the wire, cast back before use), and `--allreduce-pack-bytes` sets how
+the tensors are packed into collectives (0 = one pack for all of them).
+Sparse gradients (an embedding's tf.IndexedSlices) are all-gathered, not all-reduced:
+only the rows a batch touched, each once (see Wire._gather_rows).
+"""
+
+import tensorflow as tf
+
+WIRE_DTYPES = {"float32": tf.float32, "float16": tf.float16}  # bfloat16: refused by the collective ops
+
+
+class Wire:
+    """How tensors travel in a collective: their dtype on the wire and the packing."""
+
+    def __init__(self, dtype="float32", pack_bytes=0):
+        self.dtype = WIRE_DTYPES[dtype]
+        self.options = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=pack_bytes)
+
+    def _cast(self, tensor):
+        return tf.cast(tensor, self.dtype) if tensor.dtype.is_floating and tensor.dtype != self.dtype else tensor
+
+    def all_reduce_sum(self, tensors):
+        """In a replica context: each tensor summed over all workers, back in its own dtype
+        (None stays None: a variable without a gradient sends nothing)."""
+        present = [i for i, t in enumerate(tensors) if t is not None]
+        result = list(tensors)
+        if any(isinstance(tensors[i], tf.IndexedSlices) for i in present):
+            summed = self._gather_rows([tensors[i] for i in present])
+        elif present:
+            summed = tf.distribute.get_replica_context().all_reduce(
+                tf.distribute.ReduceOp.SUM, [self._cast(tensors[i]) for i in present], options=self.options)
+        for i, value in zip(present, summed if present else []):
+            result[i] = _cast_like(value, tensors[i].dtype)
+        return result
+
+    def _gather_rows(self, tensors):
+        """Sparse and dense tensors summed with ONE all-gather of tagged rows.
+
+        TensorFlow all-gathers an IndexedSlices as two tensors behind a cond on their
+        lengths (4 collectives, and the cond's collectives collide when several steps run
+        in one tf.function loop), then all-reduces the dense rest (one more). Here every
+        tensor becomes rows of one [rows, tag + width] matrix: a sparse tensor's unique
+        rows tagged (tensor, row index); the dense tensors, flattened, cut into rows tagged
+        (-1, row number). One all_gather (a length exchange + the data: 2 collectives)
+        carries it all; each worker then sums the dense rows and keeps the sparse rows,
+        whose repeated indices the optimizer adds up."""
+        sparse = [unique_rows(t) if isinstance(t, tf.IndexedSlices) else None for t in tensors]
+        width = max(int(t.values.shape[-1]) for t in sparse if t is not None)
+        dense = [tf.reshape(self._cast(t), [-1]) for t, s in zip(tensors, sparse) if s is None]
+        dense_sizes = [int(d.shape[0]) for d in dense]
+        blocks = []
+        if dense:
+            flat = tf.concat(dense, 0)
+            dense_rows = -(-sum(dense_sizes) // width)
+            flat = tf.pad(flat, [[0, dense_rows * width - sum(dense_sizes)]])
+            blocks.append(self._tagged(tf.fill([dense_rows], -1), tf.range(dense_rows), tf.reshape(flat, [dense_rows, width])))
+        for j, s in enumerate(sparse):
+            if s is not None:
+                values = tf.pad(self._cast(s.values), [[0, 0], [0, width - int(s.values.shape[-1])]])
+                blocks.append(self._tagged(tf.fill(tf.shape(s.indices), j), tf.cast(s.indices, tf.int32), values))
+        rows = tf.distribute.get_replica_context().all_gather(tf.concat(blocks, 0), axis=0, options=self.options)
+        tags = rows[:, :self._tag_columns]
+        tags = tf.bitcast(tags if self.dtype.size == 4 else tf.reshape(tags, [-1, 2, 2]), tf.int32)  # (tensor or -1, row)
+        values = rows[:, self._tag_columns:]
+        results = []
+        dense_parts = []
+        if dense:
+            is_dense = tf.equal(tags[:, 0], -1)
+            summed = tf.math.unsorted_segment_sum(tf.boolean_mask(values, is_dense), tf.boolean_mask(tags[:, 1], is_dense), dense_rows)
+            dense_parts = tf.split(tf.reshape(summed, [-1])[: sum(dense_sizes)], dense_sizes)
+        for j, (t, s) in enumerate(zip(tensors, sparse)):
+            if s is None:
+                results.append(tf.reshape(dense_parts.pop(0), tf.shape(t)))
+            else:
+                mine = tf.equal(tags[:, 0], j)
+                results.append(tf.IndexedSlices(tf.boolean_mask(values, mine)[:, : int(s.values.shape[-1])],
+                                                tf.cast(tf.boolean_mask(tags[:, 1], mine), s.indices.dtype), s.dense_shape))
+        return results
+
+    @property
+    def _tag_columns(self):
+        return 8 // self.dtype.size  # two int32 tags (8 bytes), bit-cast into wire-dtype columns
+
+    def _tagged(self, tensor_tags, row_tags, values):
+        """[n, tag columns + width]: (tensor tag, row tag) as int32 bits, then the values."""
+        tags = tf.bitcast(tf.stack([tf.cast(tensor_tags, tf.int32), tf.cast(row_tags, tf.int32)], axis=1), self.dtype)
+        return tf.concat([tf.reshape(tags, [-1, self._tag_columns]), values], axis=1)
+
+
+def _cast_like(value, dtype):
+    if isinstance(value, tf.IndexedSlices):
+        return tf.IndexedSlices(tf.cast(value.values, dtype), value.indices, value.dense_shape)
+    return tf.cast(value, dtype)
+
+
+def unique_rows(slices):
+    """An IndexedSlices with one row per index (repeated rows summed): a batch's
+    embedding gradient names a token once per occurrence, and padding many times."""
+    indices, positions = tf.unique(slices.indices)
+    values = tf.math.unsorted_segment_sum(slices.values, positions, tf.shape(indices)[0])
+    return tf.IndexedSlices(values, indices, slices.dense_shape)
+
+
+def sum_across_workers(cluster, vector):
+    """A small float vector summed over the workers of `cluster` (a MultiWorkerMirroredStrategy):
+    one collective. Also a barrier: it returns when every worker has sent its part."""
+    return _sum_across_workers(cluster, tf.constant(vector, tf.float64)).numpy()
+
+
+@tf.function
+def _sum_across_workers(cluster, vector):
+    local_replicas = len(cluster.extended.worker_devices)  # 1 on CPU; with several GPUs each sends its share
+    per_replica = cluster.run(lambda: vector / local_replicas)
+    return cluster.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)

@@ -1,0 +1,27 @@
+"""One module per training strategy, all of one shape, composed in main.py:
+
+  set up   Strategy(args, workers, index): join the other workers (TF_CONFIG) and create
+           the tf.distribute strategy the steps run under (`tf_strategy`, `scope()`);
+  step     `reduce_gradients`: None, or how a synchronous step sums the gradients
+           across workers (step.make_train_call runs the step itself);
+  sync     `steps_to_sync(step)`, `after_steps(step)`, `finish()`: periodic model
+           averaging (localsgd); `epoch_metrics(sums)`: the epoch's metrics over all workers;
+  save     `checkpoint_dirs()`, `resume_checkpoint()`, `evaluates`, `writes_model`,
+           `cleanup()`: which worker keeps, restores, evaluates and publishes what.
+
+Importing this package does not import TensorFlow (the CLI validates its flags first);
+`create` imports the chosen module.
+"""
+
+import importlib
+
+NAMES = ("average", "multiworker", "localsgd")
+# strategies whose workers talk to each other: they need TF_CONFIG (and the same number of
+# steps on every worker, since a collective waits for all of them)
+CONNECTED = ("multiworker", "localsgd")
+
+
+def create(name, args, workers, index):
+    if name not in NAMES:
+        raise ValueError(f"unknown strategy {name!r}")
+    return importlib.import_module(f"disttrain_trainer.strategies.{name}").Strategy(args, workers, index)

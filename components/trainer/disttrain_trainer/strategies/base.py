@@ -1,0 +1,86 @@
+"""What every strategy does unless it says otherwise: train alone, with no communication,
+on TensorFlow's default one-replica strategy; keep, restore, evaluate and publish its own
+model. (That is all of the `average` strategy.)"""
+
+import math
+import os
+
+import tensorflow as tf
+
+
+class Base:
+    name = "base"
+    reduce_gradients = None  # the step does not sum gradients across workers
+
+    def __init__(self, args, workers, index):
+        self.workers, self.index, self.is_chief = workers, index, index == 0
+        self.tf_strategy = tf.distribute.get_strategy()  # the default: one replica, no communication
+
+    def scope(self):
+        """Where the model and the optimizer are created."""
+        return self.tf_strategy.scope()
+
+    def run_config(self):
+        """What else a checkpoint must agree on to be resumed (see main.check_run_config)."""
+        return {}
+
+    def checkpoint_state(self):
+        """Strategy state that a checkpoint must hold besides the model and the optimizer."""
+        return {}
+
+    # ------------------------------------------------------------------------- sync
+    def bind(self, model):
+        """Called once the model exists (before any checkpoint is restored)."""
+
+    def steps_to_sync(self, step):
+        return math.inf
+
+    def after_steps(self, step):
+        """Called after each train call; `step` counts this run's steps over all epochs."""
+
+    def finish(self, step):
+        """Called after the last epoch's steps, before its evaluation and checkpoint."""
+
+    def epoch_metrics(self, sums):
+        return sums
+
+    # ------------------------------------------------------------------------- save
+    @property
+    def evaluates(self):
+        """Whether this worker evaluates the held-out split each epoch."""
+        return True
+
+    @property
+    def writes_model(self):
+        return True
+
+    def checkpoint_dirs(self, own_dir, chief_dir):
+        """(where this worker restores from, where it writes) checkpoints."""
+        own = os.path.join(own_dir, "checkpoints")
+        return own, own
+
+    def resume_checkpoint(self, read_dir, checkpoint_dir_of):
+        """The checkpoint to restore, or None for a fresh start."""
+        return tf.train.latest_checkpoint(read_dir)
+
+    def cleanup(self, write_dir):
+        """Called after the last checkpoint."""
+
+
+class Connected(Base):
+    """A strategy whose workers talk: they join one MultiWorkerMirroredStrategy cluster
+    (TF_CONFIG, set by main.py; creating the strategy waits for every worker), take the
+    same number of steps per epoch (a collective waits for all of them), and sum the
+    epoch's metrics over all workers once per epoch."""
+
+    def __init__(self, args, workers, index):
+        from disttrain_trainer.collectives import Wire
+
+        super().__init__(args, workers, index)
+        self.cluster = tf.distribute.MultiWorkerMirroredStrategy()
+        self.wire = Wire(args.allreduce_dtype, args.allreduce_pack_bytes)
+
+    def epoch_metrics(self, sums):
+        from disttrain_trainer.collectives import sum_across_workers
+
+        return sum_across_workers(self.cluster, sums)

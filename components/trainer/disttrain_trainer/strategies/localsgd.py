@@ -1,0 +1,103 @@
+"""localsgd: periodic model averaging (local SGD; Lin et al., "Don't Use Large Mini-Batches,
+Use Local SGD", ICLR 2020). Each worker takes --sync-every H optimizer steps alone on its
+own shard, then the workers average their weights with one all-reduce over the same
+cluster as multiworker (TF_CONFIG). H=1 communicates every step; an H longer than the
+whole run averages once, at the end (one-shot averaging, like `average` but inside the
+trainer).
+
+What is averaged: every floating-point weight of the model (including batch-norm
+statistics), sent as the change since the last sync (`w - anchor`), so a float16 wire
+rounds the small change, not the weight itself; every worker then holds exactly the same
+weights (anchor + the same sum / N). What is not: the optimizer's state. Each worker keeps
+its own Adam moments and step count; they describe its own gradients, and averaging them
+would double the bytes of every sync for no measured gain. Integer state (the dropout
+layers' random generators) stays per worker too.
+
+Checkpoints: each worker keeps its own (its model differs from the others' between syncs),
+every epoch, after the epoch's metrics are summed over all workers. That collective is also
+a barrier, so no worker is ever more than one epoch ahead of another, and a restarted
+group resumes every worker from the last epoch that all of them saved.
+"""
+
+import os
+import re
+
+import keras
+import tensorflow as tf
+
+from disttrain_trainer.strategies.base import Connected
+
+DEFAULT_SYNC_EVERY = 32  # chosen by measurement: bench/README.md, "local SGD: choosing H"
+
+
+class Strategy(Connected):
+    name = "localsgd"
+
+    def __init__(self, args, workers, index):
+        super().__init__(args, workers, index)
+        self.every = args.sync_every or DEFAULT_SYNC_EVERY
+        self.synced_at = None
+
+    def run_config(self):
+        return {"sync_every": self.every}
+
+    def bind(self, model):
+        self.weights = [w for w in model.weights if keras.backend.is_float_dtype(w.dtype)]
+        # the weights at the last sync, the same on every worker (at first: the shared initialisation)
+        self.anchors = [tf.Variable(w.value, trainable=False, name=f"anchor_{i}") for i, w in enumerate(self.weights)]
+        self._average = tf.function(self._average_fn)
+
+    def checkpoint_state(self):
+        return {"anchors": self.anchors}
+
+    def steps_to_sync(self, step):
+        return self.every - step % self.every
+
+    def after_steps(self, step):
+        if step % self.every == 0:
+            self.sync(step)
+
+    def finish(self, step):
+        if self.synced_at != step:  # the published model is the average, whatever H is
+            self.sync(step)
+
+    def sync(self, step):
+        self._average()
+        self.synced_at = step
+
+    def _average_fn(self):
+        def replica_fn():
+            return self.wire.all_reduce_sum([w.value - a for w, a in zip(self.weights, self.anchors)])
+
+        summed = self.cluster.run(replica_fn)
+        workers = self.cluster.num_replicas_in_sync
+        for weight, anchor, total in zip(self.weights, self.anchors, summed):
+            averaged = anchor + self.cluster.experimental_local_results(total)[0] / workers
+            anchor.assign(averaged)
+            weight.assign(averaged)
+
+    @property
+    def evaluates(self):
+        return self.is_chief  # its model is the one published; the same as everyone's after the last sync
+
+    @property
+    def writes_model(self):
+        return self.is_chief
+
+    def resume_checkpoint(self, read_dir, checkpoint_dir_of):
+        """This worker's checkpoint of the last epoch that every worker saved."""
+        common = min((saved_epochs(checkpoint_dir_of(i)) or [0])[-1] for i in range(self.workers))
+        if not common:
+            return None
+        if common not in saved_epochs(read_dir):
+            raise RuntimeError(f"{read_dir} has no checkpoint of epoch {common}, the last one every worker saved")
+        return os.path.join(read_dir, f"ckpt-{common}")
+
+
+def saved_epochs(checkpoint_dir):
+    """The epochs a checkpoint directory holds (CheckpointManager's ckpt-<epoch>), oldest first."""
+    state = tf.train.get_checkpoint_state(checkpoint_dir)
+    if state is None:
+        return []
+    return sorted(int(m.group(1)) for path in state.all_model_checkpoint_paths
+                  if (m := re.search(r"ckpt-(\d+)$", path)))
