@@ -11,7 +11,8 @@
    held-out split, add its weights to a running weighted sum, drop it -- so the
    memory held is one worker model besides the first and the sum, for any count;
 4. average: weighted mean of every weight array, weights = shard sizes;
-   multiworker: the workers are already in sync, the chief's model is promoted;
+   multiworker, localsgd: the workers end in sync (localsgd: their markers' final
+   weight hashes must agree), the chief's model is promoted;
 5. evaluate the result; publish final/model.keras (atomically), report.json,
    report.png, _SUCCESS -- only after every check passed, so bad input
    publishes nothing.
@@ -88,6 +89,9 @@ class WeightedSum:
                 for total, dtype in zip(self.sums, self.dtypes)]
 
 
+# what the promoted model of a strategy whose workers end with the same model is called
+PROMOTED = {"multiworker": "chief (synchronised)", "localsgd": "chief (local SGD)"}
+
 # what every trainer's marker records (disttrain_trainer.main writes them)
 TRAINER_MARKER_FIELDS = ("worker_index", "workers", "strategy", "epochs", "init_weights_sha256", "examples")
 
@@ -110,6 +114,11 @@ def check_compatible(markers, expect):
     sizes = {m["workers"] for m in markers}
     if sizes != {expect}:
         raise ContractError(f"workers were started for {sorted(sizes)} workers, expected {expect}")
+    if markers[0]["strategy"] == "localsgd" and len({m.get("final_weights_sha256") for m in markers}) != 1:
+        # the last average gives every worker the same weights; if it did not, the
+        # chief's model is not the group's
+        raise ContractError("the localsgd workers did not end with the same weights: "
+                            + ", ".join(f"worker {m['worker_index']}: {str(m.get('final_weights_sha256'))[:12]}" for m in markers))
     if len({m["init_weights_sha256"] for m in markers}) != 1:
         raise different_initial_weights(", ".join(f"worker {m['worker_index']}: {m['init_weights_sha256'][:12]}" for m in markers))
 
@@ -169,8 +178,9 @@ def main(argv=None):
     # architecture) and the float64 running sum. Nothing is published until the loop is
     # through, so a bad model anywhere still leaves no partial output.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    # multiworker: one synchronised model, written by the chief; average: one per worker
-    streamed = markers[:1] if strategy == "multiworker" else markers
+    # multiworker, localsgd: one model, the same on every worker, written by the chief;
+    # average: one per worker
+    streamed = markers if strategy == "average" else markers[:1]
     rows, weighted_sum = [], WeightedSum()
     final = final_meta = first_signature = None
     for d, marker in zip(worker_dirs, streamed):
@@ -179,13 +189,13 @@ def main(argv=None):
         model, meta = load_model(os.path.join(d, marker["model"]))
         signature = model_signature(model, meta)
         check_model(marker, signature, first_signature)
-        rows.append({"name": f"worker {marker['worker_index']}" if strategy == "average" else "chief (synchronised)",
+        rows.append({"name": f"worker {marker['worker_index']}" if strategy == "average" else PROMOTED[strategy],
                      "worker_index": marker["worker_index"],
                      "examples": marker["examples"] if strategy == "average" else manifest.train_examples,
                      **held_out(model)})
         if strategy == "average":
             weighted_sum.add(model.get_weights(), marker["examples"])
-        if final is None:  # multiworker: the chief's model as is
+        if final is None:  # multiworker, localsgd: the chief's model as is
             final, final_meta, first_signature = model, meta, signature
         del model, meta  # before the next load_model, not after it
         # Keras layers reference each other, so the dropped model waits for the cycle
@@ -286,8 +296,9 @@ def plot_report(report, histories, path):
     bars.set_ylabel("held-out top-1 retrieval" if report["task"] == "faces" else "held-out accuracy")
     bars.set_title(f"{report['task']} / {report['strategy']}")
     for i, history in enumerate(histories):
-        if history:
-            curves.plot([e["epoch"] for e in history], [e["test_accuracy"] for e in history], marker="o", label=f"worker {i}")
+        evaluated = [e for e in history if "test_accuracy" in e]  # multiworker, localsgd: the chief evaluates
+        if evaluated:
+            curves.plot([e["epoch"] for e in evaluated], [e["test_accuracy"] for e in evaluated], marker="o", label=f"worker {i}")
     curves.axhline(report["final"]["test_accuracy"], color="#fc8d62", linestyle="--", label="final model")
     curves.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     curves.set_xlabel("epoch")
