@@ -27,6 +27,7 @@ VARIANTS = {
     "one-worker": "one-worker-values.yaml",
     "eight-workers": "eight-workers-values.yaml",
     "multiworker": "multiworker-values.yaml",
+    "localsgd": "localsgd-values.yaml",
     "existing-claim": "existing-claim-values.yaml",
     "no-class": "no-class-values.yaml",
     "external-nfs": "external-nfs-values.yaml",

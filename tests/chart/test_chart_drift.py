@@ -92,12 +92,16 @@ def check_meaning(stage, parsed, values, docs):
         assert parsed.workers == workers
         assert parsed.worker_index == 1  # from $JOB_COMPLETION_INDEX
         assert (parsed.strategy, parsed.epochs, parsed.batch) == (values["strategy"], values["epochs"], values["batch"])
-        assert parsed.learning_rate == pytest.approx(float(values["learningRate"]))
+        if values["learningRate"] is None:  # the trainer's per-task default
+            assert parsed.learning_rate is None
+        else:
+            assert parsed.learning_rate == pytest.approx(float(values["learningRate"]))
+        assert parsed.sync_every == values.get("syncEvery")
         job = one(docs, "Job", "trainer")
         assert parsed.job == job["metadata"]["name"]
         assert parsed.service == pod_spec(job)["subdomain"]
         assert parsed.port == values["trainer"]["port"]
-        if values["strategy"] == "multiworker":
+        if values["strategy"] in ("multiworker", "localsgd"):
             # the addresses the trainer will put into TF_CONFIG
             from disttrain_trainer.cluster import build_tf_config, default_host_pattern
 

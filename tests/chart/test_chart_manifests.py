@@ -139,10 +139,21 @@ def test_epochs_batch_strategy_reach_the_trainer(sets, strategy, epochs, batch):
     assert arg(trainer, "--batch") == batch
     if "learningRate=0.0003" in sets:
         assert float(arg(trainer, "--learning-rate")) == 0.0003
+    else:  # null: the trainer's per-task default
+        assert "--learning-rate" not in trainer["args"]
 
 
-def test_multiworker_opens_the_collective_port_and_the_policy_guards_it():
-    docs = render("multiworker")
+def test_localsgd_passes_sync_every_only_to_localsgd():
+    trainer = main_container(render("localsgd"), "trainer")
+    assert (arg(trainer, "--strategy"), arg(trainer, "--sync-every")) == ("localsgd", "16")
+    trainer = main_container(render(sets=("strategy=localsgd",)), "trainer")
+    assert "--sync-every" not in trainer["args"]  # null: the trainer's default
+    assert "--sync-every" not in main_container(render("multiworker"), "trainer")["args"]
+
+
+@pytest.mark.parametrize("variant", ["multiworker", "localsgd"])
+def test_connected_strategies_open_the_collective_port_and_the_policy_guards_it(variant):
+    docs = render(variant)
     trainer = main_container(docs, "trainer")
     assert trainer["ports"] == [{"name": "collective", "containerPort": 12345, "protocol": "TCP"}]
     policy = one(docs, "NetworkPolicy")

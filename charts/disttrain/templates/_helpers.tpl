@@ -177,8 +177,11 @@ that depends on the storage choice.
 {{- if and (ne $s.accessMode "ReadWriteMany") (gt (int .Values.workers) 1) -}}
 {{- fail (printf "disttrain: storage.accessMode %s cannot be shared by %d workers on different nodes: use ReadWriteMany (or workers=1)" $s.accessMode (int .Values.workers)) -}}
 {{- end -}}
-{{- if not (has .Values.strategy (list "average" "multiworker")) -}}
-{{- fail (printf "disttrain: unknown strategy %q: use average or multiworker" .Values.strategy) -}}
+{{- if not (has .Values.strategy (list "average" "multiworker" "localsgd")) -}}
+{{- fail (printf "disttrain: unknown strategy %q: use average, multiworker or localsgd" .Values.strategy) -}}
+{{- end -}}
+{{- if and (not (kindIs "invalid" .Values.syncEvery)) (ne .Values.strategy "localsgd") -}}
+{{- fail (printf "disttrain: syncEvery applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
 {{- end -}}
 
@@ -303,4 +306,9 @@ Exits 0 once every path exists, 3 on timeout (like the stages' StageTimeout).
 {{- range $i := until (int .Values.workers) }}
 - {{ printf "%s/train/worker-%05d/_SUCCESS" $wd $i }}
 {{- end }}
+{{- end -}}
+
+{{/* Whether the trainers talk to each other (TF_CONFIG, the collective port). */}}
+{{- define "disttrain.trainersConnected" -}}
+{{- if has .Values.strategy (list "multiworker" "localsgd") -}}true{{- end -}}
 {{- end -}}
