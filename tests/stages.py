@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -67,3 +68,12 @@ def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=6
     with open(os.path.join(workdir, "final", "report.json")) as fh:
         return json.load(fh)
 
+
+
+def latest_saved_epoch(checkpoint_dir):
+    """The epoch of the newest checkpoint named by TensorFlow's `checkpoint` state file (0: none)."""
+    try:
+        text = open(os.path.join(checkpoint_dir, "checkpoint")).read()
+    except FileNotFoundError:
+        return 0
+    return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.M).group(1))

@@ -1,7 +1,7 @@
 """The real pipeline, stage by stage in separate processes: copier -> 2 trainers -> aggregator.
 
-Both strategies (multiworker really runs two TensorFlow processes talking over
-loopback), on movie reviews and on digits, compared with one worker trained on
+Every strategy (multiworker and localsgd really run two TensorFlow processes talking
+over loopback), on movie reviews and on digits, compared with one worker trained on
 all the data."""
 
 import json
@@ -30,7 +30,7 @@ def baseline(source, tmp_path_factory):
     return _baselines[source]
 
 
-@pytest.mark.parametrize("strategy", ["average", "multiworker"])
+@pytest.mark.parametrize("strategy", ["average", "multiworker", "localsgd"])
 @pytest.mark.parametrize("source", list(TASKS))
 def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strategy):
     epochs, batch, well_above_chance = TASKS[source]
@@ -48,9 +48,11 @@ def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strate
     assert report["test_examples"] == manifest["test"]["examples"]
     if strategy == "average":
         assert [w["examples"] for w in report["workers"]] == [s["examples"] for s in manifest["shards"]]
-    else:  # one synchronised model, written by the chief only
+    else:  # one model, the same on every worker, written by the chief only
         assert len(report["workers"]) == 1
         assert not (tmp_path / "train" / "worker-00001" / "model.keras").exists()
+        markers = [json.load(open(tmp_path / "train" / f"worker-{i:05d}" / "_SUCCESS")) for i in range(2)]
+        assert markers[0]["final_weights_sha256"] == markers[1]["final_weights_sha256"]  # in sync after the last average
     for i in range(2):
         metrics = json.load(open(tmp_path / "train" / f"worker-{i:05d}" / "metrics.json"))
         assert [m["epoch"] for m in metrics] == list(range(1, epochs + 1))

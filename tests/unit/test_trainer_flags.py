@@ -1,0 +1,44 @@
+"""The trainer's flags: nonsense is refused by name before any TensorFlow work (exit 2)."""
+
+import pytest
+
+from disttrain_trainer.main import TEXT_LEARNING_RATE, parse_args
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--strategy", "average", "--sync-every", "8"], "--sync-every applies to --strategy localsgd, not average"),
+        (["--strategy", "multiworker", "--sync-every", "8"], "--sync-every applies to --strategy localsgd, not multiworker"),
+        (["--strategy", "localsgd", "--sync-every", "0"], "--sync-every must be >= 1"),
+        (["--steps-per-call", "0"], "--steps-per-call must be >= 1"),
+        (["--allreduce-dtype", "int8"], "invalid choice: 'int8'"),
+        (["--allreduce-dtype", "bfloat16"], "invalid choice: 'bfloat16'"),  # TensorFlow's collectives refuse it
+        (["--allreduce-pack-bytes", "-1"], "--allreduce-pack-bytes must be >= 0"),
+        (["--strategy", "allreduce"], "invalid choice: 'allreduce'"),
+        (["--model", "vgg16"], "invalid choice: 'vgg16'"),
+        (["--image-size", "64"], "--image-size applies to --model mobilenetv2 or resnet50"),
+        (["--model", "mobilenetv2", "--image-size", "16"], "--image-size must be >= 32"),
+        (["--learning-rate", "0"], "--learning-rate and --margin must be > 0"),
+    ],
+)
+def test_nonsense_is_refused_by_name(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_the_new_flags_parse():
+    args = parse_args(["--strategy", "localsgd", "--sync-every", "16", "--allreduce-dtype", "float16",
+                       "--allreduce-pack-bytes", "1048576", "--steps-per-call", "8"])
+    assert (args.strategy, args.sync_every, args.allreduce_dtype, args.allreduce_pack_bytes, args.steps_per_call) == (
+        "localsgd", 16, "float16", 1048576, 8)
+    args = parse_args(["--model", "mobilenetv2", "--image-size", "64"])
+    assert (args.model, args.image_size) == ("mobilenetv2", 64)
+
+
+def test_learning_rate_defaults_per_task_unless_given():
+    assert parse_args([]).learning_rate is None  # main() picks TEXT_LEARNING_RATE or LEARNING_RATE from the dataset
+    assert parse_args(["--learning-rate", "0.01"]).learning_rate == 0.01
+    assert TEXT_LEARNING_RATE > 0
