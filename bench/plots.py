@@ -16,7 +16,7 @@ import matplotlib.ticker  # noqa: E402
 from common import BENCH, load_result  # noqa: E402
 
 PLOTS = os.path.join(BENCH, "plots")
-COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "disttrain": "#4C72B0", "disttrain-nobatch": "#8172B3", "flask-dev": "#C44E52", "in-process": "#55A868"}
+COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "disttrain": "#4C72B0", "disttrain-nobatch": "#8172B3", "flask-dev": "#C44E52", "in-process": "#55A868"}
 
 
 def subtitle(doc):
@@ -38,7 +38,7 @@ def scaling(doc):
             labels.append(f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}\n{r['strategy']}")
             values.append(r["sec_per_epoch"])
             colors.append(COLORS[r["strategy"]])
-            notes.append(f"{r['sec_per_epoch']:.{2 if r['sec_per_epoch'] >= 1 else 3}f}s\nx{r['speedup_vs_1_worker_same_strategy']:.2f}\nacc {r['final_accuracy']:.3f}")
+            notes.append(f"{r['sec_per_epoch']:.{2 if r['sec_per_epoch'] >= 1 else 3}f}s\nx{r['speedup_vs_1_worker']:.2f}\nacc {r['final_accuracy']:.3f}")
         bars = ax.bar(labels, values, color=colors, yerr=spread, capsize=4, ecolor="#444444")
         for bar, note, up in zip(bars, notes, spread[1]):
             ax.annotate(note, (bar.get_x() + bar.get_width() / 2, bar.get_height() + up), ha="center", va="bottom", fontsize=9,
@@ -49,7 +49,7 @@ def scaling(doc):
         ax.set_title(f"{task}: {r0['epochs']} epochs, batch 64/worker, --threads 1")
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle("Training: 1 vs 2 workers on the same data (bar: median s/epoch, whiskers: min-max over repetitions;\n"
-                 "label: s/epoch, speedup vs 1 worker of the same strategy, final held-out accuracy)\n"
+                 "label: s/epoch, speedup vs plain 1-worker training, final held-out accuracy)\n"
                  + subtitle(doc), fontsize=10)
     fig.tight_layout()
     return fig
@@ -128,11 +128,40 @@ def curves(doc):
     return fig
 
 
+def network(doc):
+    rows = doc["results"]["summary"]
+    base = next(r for r in rows if r["network"] == "none")
+    nets = [n for n in dict.fromkeys(r["network"] for r in rows) if n != "none"]
+    strategies = list(dict.fromkeys(r["strategy"] for r in rows if r["network"] != "none"))
+    fig, (speed, acc) = plt.subplots(1, 2, figsize=(12, 4.6))
+    width = 0.8 / len(strategies)
+    for k, strategy in enumerate(strategies):
+        rs = [next(r for r in rows if (r["network"], r["strategy"]) == (n, strategy)) for n in nets]
+        xs = [i + (k - (len(strategies) - 1) / 2) * width for i in range(len(nets))]
+        bars = speed.bar(xs, [r["sec_per_epoch"] for r in rs], width, color=COLORS[strategy], label=f"2 workers, {strategy}")
+        for bar, r in zip(bars, rs):
+            speed.annotate(f"x{r['speedup_vs_1_worker']:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                           ha="center", va="bottom", fontsize=9)
+        acc.plot(range(len(nets)), [r["final_accuracy"] for r in rs], marker="o", color=COLORS[strategy], label=strategy)
+    speed.axhline(base["sec_per_epoch"], color="black", linestyle="--", label=f"1 worker, no network ({base['sec_per_epoch']:.2f} s)")
+    acc.axhline(base["final_accuracy"], color="black", linestyle="--", label=f"1 worker ({base['final_accuracy']:.3f})")
+    for ax in (speed, acc):
+        ax.set_xticks(range(len(nets)), [n.replace("gbit", " Gbit/s").replace("mbit", " Mbit/s") for n in nets])
+        ax.grid(axis="y", alpha=0.3)
+        ax.legend(fontsize=8)
+    speed.set_yscale("log")
+    speed.set_ylabel("seconds per epoch (steady state, log scale; label: speedup)")
+    acc.set_ylabel("final held-out accuracy")
+    fig.suptitle("Movie reviews, 2 workers in network namespaces joined by a tbf-shaped veth pair\n" + subtitle(doc), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def main():
     os.makedirs(PLOTS, exist_ok=True)
     made = []
     for name, source, fn in (("scaling", "train_scaling", scaling), ("latency", "server", latency),
-                             ("training_curves", "train_scaling", curves)):
+                             ("training_curves", "train_scaling", curves), ("network", "network_shaped", network)):
         doc = load_result(source)
         if doc is None:
             continue

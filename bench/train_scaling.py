@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Training scaling: 1 vs 2 workers, both strategies, both tasks, same total data and epochs.
+"""Training scaling: plain 1-worker training vs 2 workers of every strategy, on text, digits and a
+compute-bound image model (MobileNetV2 from scratch on digits resized to 32x32), same data and epochs.
 
 Every worker runs with --threads 1 (one intra-op and one inter-op thread), so 2 workers on this
 2-core machine use at most the cores one worker would leave idle. For each repetition every
@@ -26,8 +27,12 @@ from stages import free_port_block
 
 PY = sys.executable
 HERE = os.path.dirname(os.path.abspath(__file__))
-TASKS = {"movie-reviews": ("sample:movie-reviews", 5), "digits": ("sample:digits", 20)}
-CONFIGS = [(1, "average"), (2, "average"), (1, "multiworker"), (2, "multiworker")]
+# task -> (source, epochs, extra trainer flags)
+TASKS = {"movie-reviews": ("sample:movie-reviews", 5, ()), "digits": ("sample:digits", 20, ()),
+         "digits-mobilenetv2": ("sample:digits", 3, ("--model", "mobilenetv2", "--image-size", 32))}
+# plain 1-worker training is the baseline of every row (1 worker of `average` = no communication at all)
+CONFIGS = [(1, "average"), (2, "average"), (2, "multiworker"), (2, "localsgd")]
+SYNC_EVERY = (8, 32, 128)  # local SGD's H, measured on movie reviews (the default is the trainer's, 32)
 BATCH = 64
 
 
@@ -41,9 +46,9 @@ def copier(base, task, workers):
     return workdir
 
 
-def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH):
+def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH, extra=()):
     workdir = copier(base, task, workers)
-    run_dir = os.path.join(workdir, "runs", f"{strategy}-r{rep}" + ("" if batch == BATCH else f"-b{batch}"))
+    run_dir = os.path.join(workdir, "runs", f"{strategy}-r{rep}" + ("" if batch == BATCH else f"-b{batch}") + "".join(map(str, extra)))
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     out = os.path.join(run_dir, "train")
@@ -53,7 +58,7 @@ def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH):
     started = time.monotonic()
     procs = [start([os.path.join(BIN, "disttrain-trainer"), "--workdir", workdir, "--out", out, "--worker-index", i,
                     "--workers", workers, "--epochs", epochs, "--batch", batch, "--strategy", strategy, "--seed", 42,
-                    "--port", port, "--threads", 1], os.path.join(run_dir, f"worker-{i}.log"))
+                    "--port", port, "--threads", 1, *TASKS[task][2], *extra], os.path.join(run_dir, f"worker-{i}.log"))
              for i in range(workers)]
     usage = [wait_measured(p) for p in procs]
     wall = time.monotonic() - started
@@ -72,10 +77,10 @@ def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH):
         with open(os.path.join(out, f"worker-{i:05d}", "metrics.json")) as fh:
             metrics.append(json.load(fh))
     # examples per epoch over all workers: average = each worker's own count summed;
-    # multiworker = the chief's count, which is already the sum over replicas
+    # multiworker, localsgd = the chief's count, which is already the sum over the workers
     per_worker_examples = [m[-1]["examples"] for m in metrics]
-    total_examples = per_worker_examples[0] if strategy == "multiworker" else sum(per_worker_examples)
-    steps = per_worker_examples[0] // (batch * (workers if strategy == "multiworker" else 1))
+    total_examples = sum(per_worker_examples) if strategy == "average" else per_worker_examples[0]
+    steps = per_worker_examples[0] // (batch * (1 if strategy == "average" else workers))
     # average: the workers are not in step (one may be evaluating while the other trains), so each
     # worker's own steady epoch time, and the slower worker's; multiworker: they are in step anyway
     walls = [[e["wall_time_sec"] for e in m] for m in metrics]
@@ -91,9 +96,17 @@ def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH):
         "final_accuracy": report["final"]["test_accuracy"],
         "worker_accuracy": [w["test_accuracy"] for w in report["workers"]],
         "test_examples": report["test_examples"],
-        "curves": [[e["test_accuracy"] for e in m] for m in metrics],
+        "curves": [[e["test_accuracy"] for e in m if "test_accuracy" in e] for m in metrics],
         "run_dir": run_dir, "loadavg_1min_after": os.getloadavg()[0],
     }
+
+
+def measured(base, task, workers, strategy, rep, epochs, n, extra=()):
+    print(f"  rep {rep + 1}/{n}: {task} {workers} worker(s) {strategy} {' '.join(map(str, extra))} ...", file=sys.stderr, flush=True)
+    r = train_once(base, task, workers, strategy, rep, epochs, extra=extra)
+    print(f"    {r['sec_per_epoch']:.3f} s/epoch, {r['examples_per_sec']:.0f} ex/s, step {r['step_ms']:.1f} ms, "
+          f"acc {r['final_accuracy']:.3f}, wall {r['process_wall_sec']:.1f}s", file=sys.stderr, flush=True)
+    return r
 
 
 def collective_probe(model_path, base, label):
@@ -110,53 +123,62 @@ def collective_probe(model_path, base, label):
     return None
 
 
-def summarise(runs):
+def summarise(runs, configs=CONFIGS, key=lambda r: (r["workers"], r["strategy"])):
     rows = []
     for task in TASKS:
-        for workers, strategy in CONFIGS:
-            rs = [r for r in runs if (r["task"], r["workers"], r["strategy"]) == (task, workers, strategy)]
+        for config in configs:
+            rs = [r for r in runs if r["task"] == task and key(r) == config]
             if not rs:
                 continue
-            rows.append({"task": task, "workers": workers, "strategy": strategy, "reps": len(rs), "epochs": rs[0]["epochs"],
+            rows.append({"task": task, "workers": rs[0]["workers"], "strategy": rs[0]["strategy"], "sync_every": rs[0].get("sync_every"),
+                         "reps": len(rs), "epochs": rs[0]["epochs"],
                          "steps_per_epoch": rs[0]["steps_per_epoch"], "examples_per_epoch": rs[0]["examples_per_epoch"],
                          **{k: median([r[k] for r in rs]) for k in ("sec_per_epoch", "first_epoch_sec", "examples_per_sec",
                                                                    "step_ms", "process_wall_sec", "cpu_sec", "final_accuracy")},
                          "sec_per_epoch_all": [round(r["sec_per_epoch"], 3) for r in rs]})
+    return rows
+
+
+def add_speedups(rows, baselines):
+    """Speedup of each row against plain 1-worker training of its task, in steady state (s/epoch)
+    and in the training stage's wall time (start-up, evaluation, saving included)."""
     for row in rows:
-        one = next(r for r in rows if r["task"] == row["task"] and r["strategy"] == row["strategy"] and r["workers"] == 1)
-        base = next(r for r in rows if r["task"] == row["task"] and r["strategy"] == "average" and r["workers"] == 1)
-        row["speedup_vs_1_worker_same_strategy"] = one["sec_per_epoch"] / row["sec_per_epoch"]
-        row["speedup_vs_1_worker_average"] = base["sec_per_epoch"] / row["sec_per_epoch"]
+        base = next(r for r in baselines if r["task"] == row["task"] and r["strategy"] == "average" and r["workers"] == 1)
+        row["speedup_vs_1_worker"] = base["sec_per_epoch"] / row["sec_per_epoch"]
+        row["wall_speedup_vs_1_worker"] = base["process_wall_sec"] / row["process_wall_sec"]
+        row["accuracy_vs_1_worker"] = row["final_accuracy"] - base["final_accuracy"]
     return rows
 
 
 def main():
     n = reps(full=3, quick=1)
     base = tmpdir("train")
-    config = {"tasks": {t: {"source": s, "epochs": e} for t, (s, e) in TASKS.items()}, "configs": CONFIGS,
+    config = {"tasks": {t: {"source": s, "epochs": e, "flags": list(map(str, x))} for t, (s, e, x) in TASKS.items()},
+              "configs": CONFIGS, "sync_every": SYNC_EVERY,
               "batch_per_worker": BATCH, "threads_per_worker": 1, "repetitions": n, "seed": 42}
     with Bench("train_scaling", config) as bench:
-        runs = []
+        runs, sweep = [], []
         try:
             for rep in range(n):
-                for task, (_, epochs) in TASKS.items():
+                for task, (_, epochs, _) in TASKS.items():
                     for workers, strategy in CONFIGS:
-                        print(f"  rep {rep + 1}/{n}: {task} {workers} worker(s) {strategy} ...", file=sys.stderr, flush=True)
-                        r = train_once(base, task, workers, strategy, rep, epochs)
-                        print(f"    {r['sec_per_epoch']:.3f} s/epoch, {r['examples_per_sec']:.0f} ex/s, step {r['step_ms']:.1f} ms, "
-                              f"acc {r['final_accuracy']:.3f}, wall {r['process_wall_sec']:.1f}s", file=sys.stderr, flush=True)
-                        runs.append(r)
+                        runs.append(measured(base, task, workers, strategy, rep, epochs, n))
+                for h in SYNC_EVERY:
+                    r = measured(base, "movie-reviews", 2, "localsgd", rep, TASKS["movie-reviews"][1], n, ("--sync-every", h))
+                    sweep.append(dict(r, sync_every=h))
             probes = {}
-            for task in TASKS:
+            for task in ("movie-reviews", "digits"):
                 model = os.path.join(base, f"{task}-1", "runs", "average-r0", "final", "model.keras")
                 print(f"  collective probe: {task} model ...", file=sys.stderr, flush=True)
                 probes[task] = collective_probe(model, base, task)
         finally:
             if not os.environ.get("BENCH_KEEP"):
                 shutil.rmtree(base, ignore_errors=True)
-        for r in runs:
+        for r in runs + sweep:
             r.pop("run_dir")
-        bench.results = {"summary": summarise(runs), "collective": probes, "runs": runs}
+        summary = add_speedups(summarise(runs), summarise(runs))
+        sync_every = add_speedups(summarise(sweep, SYNC_EVERY, key=lambda r: r["sync_every"]), summary)
+        bench.results = {"summary": summary, "sync_every": sync_every, "collective": probes, "runs": runs, "sweep": sweep}
         bench.notes.append("sec_per_epoch: each worker's median of epochs 2.. (epoch 1 includes tf.function tracing), the slower worker's; "
                            "excludes the per-epoch held-out evaluation and checkpointing. process_wall_sec: trainer processes "
                            "start to exit (TensorFlow import, cluster join, all epochs, evaluation, saving).")
