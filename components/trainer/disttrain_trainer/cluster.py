@@ -1,8 +1,12 @@
-"""TF_CONFIG for MultiWorkerMirroredStrategy, built from a worker's index.
+"""TF_CONFIG for MultiWorkerMirroredStrategy and ParameterServerStrategy, built from a task's index.
 
 On Kubernetes the trainers are one Indexed Job behind a headless Service, so
 worker i is reachable as `<job>-<i>.<service>` and finds its own index in
 $JOB_COMPLETION_INDEX. Locally all workers share 127.0.0.1, one port each.
+
+Parameter-server training runs 1 + ps + workers tasks on the same Indexed Job:
+index 0 is the chief (the coordinator), 1..ps the parameter servers, then the
+workers; the worker with Job index i reads shard i - 1 - ps (`ps_task`).
 Pure functions, no TensorFlow: unit-tested on their own.
 """
 
@@ -50,3 +54,51 @@ def parse_tf_config(text):
     if task_type != "worker" or set(config["cluster"]) != {"worker"} or not 0 <= index < workers:
         raise ValueError(f"TF_CONFIG task {config['task']} does not fit a cluster of {workers} workers")
     return workers, index
+
+
+# ------------------------------------------------------------ parameter-server training
+def ps_task(index, ps, workers):
+    """(task type, task index) of the Indexed Job's pod `index`: 0 = chief, 1..ps = ps, then workers."""
+    if ps < 1:
+        raise ValueError(f"--ps must be >= 1, got {ps}")
+    if workers < 1:
+        raise ValueError(f"--workers must be >= 1, got {workers}")
+    if not 0 <= index < 1 + ps + workers:
+        raise ValueError(f"--worker-index must be in 0..{ps + workers} (1 chief + {ps} ps + {workers} workers), got {index}")
+    if index == 0:
+        return "chief", 0
+    if index <= ps:
+        return "ps", index - 1
+    return "worker", index - 1 - ps
+
+
+def job_index(task_type, task_index, ps):
+    """The inverse of ps_task."""
+    return {"chief": 0, "ps": 1, "worker": 1 + ps}[task_type] + task_index
+
+
+def build_ps_tf_config(ps, workers, index, pattern, job="", service="", port=12345):
+    """TF_CONFIG of Job index `index` in a cluster of 1 chief, `ps` parameter servers and `workers` workers
+    (addresses: `pattern` with the Job index, as for build_tf_config)."""
+    task_type, task_index = ps_task(index, ps, workers)
+    total = 1 + ps + workers
+    addresses = worker_addresses(total, pattern, job, service, port)
+    if len(set(addresses)) != total:
+        raise ValueError(f"--host-pattern {pattern!r} gives the same address to two tasks: {addresses}")
+    cluster = {"chief": addresses[:1], "ps": addresses[1:1 + ps], "worker": addresses[1 + ps:]}
+    return {"cluster": cluster, "task": {"type": task_type, "index": task_index}}
+
+
+def parse_ps_tf_config(text):
+    """(workers, Job index, ps) from a parameter-server TF_CONFIG given by the environment."""
+    try:
+        config = json.loads(text)
+        cluster, task = config["cluster"], config["task"]
+        chiefs, ps, workers = (len(cluster[key]) for key in ("chief", "ps", "worker"))
+        task_type, task_index = task["type"], int(task["index"])
+    except (ValueError, KeyError, TypeError) as err:
+        raise ValueError(f"TF_CONFIG is not valid for parameter-server training: {err}") from None
+    if set(cluster) != {"chief", "ps", "worker"} or chiefs != 1 or ps < 1 or workers < 1 \
+            or task_type not in cluster or not 0 <= task_index < len(cluster[task_type]):
+        raise ValueError(f"TF_CONFIG task {task} does not fit a cluster of 1 chief, {ps} ps and {workers} workers")
+    return workers, job_index(task_type, task_index, ps), ps
