@@ -90,7 +90,8 @@ class WeightedSum:
 
 
 # what the promoted model of a strategy whose workers end with the same model is called
-PROMOTED = {"multiworker": "chief (synchronised)", "localsgd": "chief (local SGD)"}
+PROMOTED = {"multiworker": "chief (synchronised)", "localsgd": "chief (local SGD)",
+            "parameterserver": "chief (parameter servers)"}
 
 # what every trainer's marker records (disttrain_trainer.main writes them)
 TRAINER_MARKER_FIELDS = ("worker_index", "workers", "strategy", "epochs", "init_weights_sha256", "examples")
@@ -121,6 +122,28 @@ def check_compatible(markers, expect):
                             + ", ".join(f"worker {m['worker_index']}: {str(m.get('final_weights_sha256'))[:12]}" for m in markers))
     if len({m["init_weights_sha256"] for m in markers}) != 1:
         raise different_initial_weights(", ".join(f"worker {m['worker_index']}: {m['init_weights_sha256'][:12]}" for m in markers))
+
+
+def ps_tasks(chief, expect):
+    """How many tasks a parameter-server group has, from its chief's marker."""
+    if chief.get("role") != "chief" or not isinstance(chief.get("ps"), int) or chief["ps"] < 1 \
+            or chief.get("tasks") != 1 + chief["ps"] + expect:
+        raise ContractError(f"worker-00000's marker is not a parameter-server chief's for {expect} workers "
+                            f"(role {chief.get('role')!r}, ps {chief.get('ps')!r}, tasks {chief.get('tasks')!r})")
+    return chief["tasks"]
+
+
+def check_ps_roles(markers):
+    """Task 0 the chief, 1..ps the parameter servers, then the workers, each worker with its shard."""
+    ps, by_worker = markers[0]["ps"], markers[0].get("examples_by_worker") or []
+    for i, marker in enumerate(markers):
+        role = "chief" if i == 0 else "ps" if i <= ps else "worker"
+        if marker.get("role") != role or marker["worker_index"] != i:
+            raise ContractError(f"task {i} of the parameter-server group should be the {role}; "
+                                f"its marker says {marker.get('role')!r} (index {marker['worker_index']})")
+        if role == "worker" and (i - 1 - ps >= len(by_worker) or marker["examples"] != by_worker[i - 1 - ps]):
+            raise ContractError(f"worker task {i} reports {marker['examples']} examples; the chief trained it on "
+                                f"{by_worker[i - 1 - ps] if i - 1 - ps < len(by_worker) else 'no shard'}")
 
 
 def different_initial_weights(detail):
@@ -163,6 +186,11 @@ def main(argv=None):
     worker_dirs = [workdir.worker(i, train_dir) for i in range(expect)]
     markers = wait_for_markers(worker_dirs, args.timeout, "workers")
     check_markers(markers, worker_dirs)
+    if markers[0]["strategy"] == "parameterserver":  # every task of the group: chief, ps, workers
+        worker_dirs = [workdir.worker(i, train_dir) for i in range(ps_tasks(markers[0], expect))]
+        markers = wait_for_markers(worker_dirs, args.timeout, "parameter-server tasks")
+        check_markers(markers, worker_dirs)
+        check_ps_roles(markers)
     check_compatible(markers, expect)
     strategy = markers[0]["strategy"]
     print(f"aggregator: {expect} workers finished ({strategy}); loading models ...", flush=True)
@@ -222,6 +250,7 @@ def main(argv=None):
         "test_examples": manifest.test.examples,
         "epochs": markers[0]["epochs"],
         "training_wall_time_sec": max((sum(e["wall_time_sec"] for e in h) for h in histories), default=None),
+        **(ps_facts(markers) if strategy == "parameterserver" else {}),
         "created_at": time.time(),
     }
 
@@ -244,6 +273,17 @@ def main(argv=None):
     print_table(report)
     print(f"aggregator: published {savefile} (report: {os.path.join(final_dir, 'report.json')})")
     return 0
+
+
+def ps_facts(markers):
+    """Parameter-server training, per role: who was what, and how many steps each worker started."""
+    chief = markers[0]
+    return {
+        "tasks": [{"index": m["worker_index"], "role": m["role"], "examples": m["examples"]} for m in markers],
+        "steps_scheduled": chief.get("steps_scheduled"),
+        "steps_started_by_worker": chief.get("steps_started_by_worker"),
+        "steps_retried": chief.get("steps_retried"),
+    }
 
 
 def load_metrics(worker_dir):

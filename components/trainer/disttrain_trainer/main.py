@@ -3,8 +3,9 @@
     disttrain-trainer --worker-index 0 --workers 2 --epochs 5 --workdir workdir
     disttrain-trainer --strategy multiworker --workers 2 --worker-index 1 ...
     disttrain-trainer --strategy localsgd --sync-every 32 --workers 2 --worker-index 1 ...
+    disttrain-trainer --strategy parameterserver --ps 1 --workers 2 --worker-index 0 ...  (0 = chief, 1 = ps, 2-3 workers)
 
-Three strategies, one module each (disttrain_trainer/strategies/):
+Four strategies, one module each (disttrain_trainer/strategies/):
   average      each worker trains alone on its shard, starting from the same
                initial weights (drawn from --seed); the aggregator averages them.
   multiworker  synchronous data parallelism with MultiWorkerMirroredStrategy:
@@ -12,6 +13,9 @@ Three strategies, one module each (disttrain_trainer/strategies/):
                writes the model.
   localsgd     each worker trains alone for --sync-every steps, then the workers
                average their weights (one all-reduce); the chief writes the model.
+  parameterserver  asynchronous training with ParameterServerStrategy: a chief (the
+               coordinator) schedules steps on --workers workers, the variables live on --ps
+               parameter servers; the chief writes the model, the others serve until it has.
 
 Why a custom training loop: Keras 3's model.fit fails under
 MultiWorkerMirroredStrategy (keras-team/keras#20585, "PerReplica ... to a
@@ -30,7 +34,7 @@ from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
 from disttrain_trainer import strategies
-from disttrain_trainer.cluster import build_tf_config, default_host_pattern, parse_tf_config
+from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, default_host_pattern, parse_ps_tf_config, parse_tf_config
 
 # The text model (an embedding bag, models.build_text_core) moves its output 1/length as far per
 # step as a multi-hot layer would: at 0.001 one worker reached 0.770 in 5 epochs, and the
@@ -79,7 +83,13 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=None, help="number of workers (default: the dataset's shard count)")
     p.add_argument("--worker-index", type=int, default=int(env_index) if env_index and env_index.isdigit() else None,
                    help="this worker's index (default $JOB_COMPLETION_INDEX, else 0)")
-    p.add_argument("--host-pattern", help="multiworker, localsgd: address of worker i (see below)")
+    p.add_argument("--ps", type=int, default=None,
+                   help="parameterserver: number of parameter-server tasks (default 1); "
+                        "the group is 1 chief + ps + --workers tasks, Job indexes 0, 1..ps, then the workers")
+    p.add_argument("--serve-timeout", type=float, default=None,
+                   help="parameterserver: seconds a ps or worker task serves waiting for the chief's marker "
+                        "before it gives up and fails (default one week)")
+    p.add_argument("--host-pattern", help="multiworker, localsgd, parameterserver: address of task i (see below)")
     p.add_argument("--job", default=os.environ.get("DISTTRAIN_JOB", ""), help="on Kubernetes: the Indexed Job's name")
     p.add_argument("--service", default=os.environ.get("DISTTRAIN_SERVICE", ""), help="on Kubernetes: the headless Service's name")
     p.add_argument("--port", type=int, default=12345, help="multiworker, localsgd: base port (default 12345)")
@@ -95,6 +105,14 @@ def parse_args(argv=None):
         p.error("--workers must be >= 1")
     if args.sync_every is not None and args.strategy != "localsgd":
         p.error(f"--sync-every applies to --strategy localsgd, not {args.strategy}")
+    if (args.ps is not None or args.serve_timeout is not None) and args.strategy != "parameterserver":
+        p.error(f"--ps and --serve-timeout apply to --strategy parameterserver, not {args.strategy}")
+    if args.strategy == "parameterserver":
+        args.ps = 1 if args.ps is None else args.ps
+        if args.ps < 1:
+            p.error("--ps must be >= 1")
+        if args.serve_timeout is None:
+            args.serve_timeout = 7 * 24 * 3600.0
     if args.sync_every is not None and args.sync_every < 1:
         p.error("--sync-every must be >= 1")
     if args.allreduce_pack_bytes < 0:
@@ -128,11 +146,15 @@ def main(argv=None):
     tf_config = os.environ.get("TF_CONFIG")
     if args.strategy in strategies.CONNECTED:
         try:
-            if tf_config:
+            if tf_config and args.ps:
+                workers, index, args.ps = parse_ps_tf_config(tf_config)
+            elif tf_config:
                 workers, index = parse_tf_config(tf_config)
             else:
                 pattern = args.host_pattern or default_host_pattern(args.service)
-                tf_config = json.dumps(build_tf_config(workers, index, pattern, args.job, args.service, args.port))
+                config = (build_ps_tf_config(args.ps, workers, index, pattern, args.job, args.service, args.port) if args.ps
+                          else build_tf_config(workers, index, pattern, args.job, args.service, args.port))
+                tf_config = json.dumps(config)
                 os.environ["TF_CONFIG"] = tf_config
         except ValueError as err:
             raise ContractError(str(err)) from None
@@ -140,20 +162,24 @@ def main(argv=None):
         os.environ.pop("TF_CONFIG", None)  # a stray TF_CONFIG must not turn the default strategy distributed
     if workers != manifest.n_shards:
         raise ContractError(f"{workers} workers but the dataset has {manifest.n_shards} shards; run the copier with --n-shards {workers}")
-    shard = manifest.shard(index)
     worker_dir = workdir.worker(index, train_dir)
     tag = f"worker {index}/{workers}"
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
+    import numpy as np
     import tensorflow as tf
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     if args.strategy in strategies.CONNECTED:
-        print(f"{tag}: joining the cluster {json.loads(tf_config)['cluster']['worker']} ...", flush=True)
+        print(f"{tag}: joining the cluster {json.loads(tf_config)['cluster']} ...", flush=True)
     strategy = strategies.create(args.strategy, args, workers, index)
+    if strategy.serves:  # a parameter server or worker of parameterserver: serves until the chief is done
+        return strategy.serve(args, workdir.worker(0, train_dir), worker_dir)
+    if args.strategy == "parameterserver" and manifest.task == "faces":
+        raise ContractError("--strategy parameterserver trains the text and image tasks, not faces")
 
     # ------------------------------------------------------------------- data
     # Text is tokenized once, here, not in every step: the model trains on token ids and
@@ -161,17 +187,17 @@ def main(argv=None):
     from disttrain_trainer.models import build_model, text_vectorizer, with_vectorizer
     from disttrain_trainer.triplets import semi_hard_triplet_loss, view_batches
 
-    x_train, y_train = read_split(data_dir, manifest, shard)
+    shards = strategy.train_shards(manifest)  # one; parameterserver's chief: every worker's
+    parts = [read_split(data_dir, manifest, s) for s in shards]
+    x_train, y_train = (np.concatenate(a) if len(parts) > 1 else a[0] for a in zip(*parts))
+    examples = sum(s.examples for s in shards)
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     vectorizer = None
     if manifest.task == "text":
         vectorizer = text_vectorizer(read_vocab(data_dir, manifest))
         x_train, x_test = (vectorizer(as_model_input("text", x)).numpy() for x in (x_train, x_test))
-    # every worker of a connected strategy takes the same number of steps (a collective needs all)
     # (faces: an epoch shows every photo `--views` times, each time differently augmented)
-    largest_shard = max(s.examples for s in manifest.shards)
-    images_per_epoch = (largest_shard if args.strategy in strategies.CONNECTED else shard.examples) * (
-        args.views if manifest.task == "faces" else 1)
+    images_per_epoch = strategy.examples_per_epoch(manifest, examples) * (args.views if manifest.task == "faces" else 1)
     steps_per_epoch = -(-images_per_epoch // args.batch)
 
     def dataset_fn(_input_context, batches_done=0):
@@ -187,8 +213,8 @@ def main(argv=None):
                                   tf.TensorSpec([None], tf.int64)),
             )
         else:
-            ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
-            ds = ds.shuffle(len(y_train), seed=args.seed + index, reshuffle_each_iteration=True).repeat().batch(args.batch)
+            ds, part = strategy.own_part(tf.data.Dataset.from_tensor_slices((x_train, y_train)), [s.examples for s in shards])
+            ds = ds.shuffle(len(y_train), seed=args.seed + part, reshuffle_each_iteration=True).repeat().batch(args.batch)
         return ds.skip(batches_done).prefetch(2)
 
     # ------------------------------------------------ model from the shared seed
@@ -236,16 +262,15 @@ def main(argv=None):
 
     from disttrain_trainer.step import make_train_call
 
-    train_call = make_train_call(strategy.tf_strategy, model, optimizer, loss_and_hits, strategy.reduce_gradients)
+    train_call = make_train_call(strategy.tf_strategy, model, optimizer, loss_and_hits, strategy.reduce_gradients,
+                                 strategy.run_call)
 
     # -------------------------------------------------------------- the loop
     os.makedirs(worker_dir, exist_ok=True)
     summaries = tf.summary.create_file_writer(os.path.join(worker_dir, "tensorboard"))
-    dist_dataset = strategy.tf_strategy.distribute_datasets_from_function(
-        lambda context: dataset_fn(context, batches_done=start_epoch * steps_per_epoch))
-    iterator = iter(dist_dataset)
+    iterator = strategy.iterator(dataset_fn, start_epoch * steps_per_epoch)
     print(
-        f"{tag}: {args.strategy}, {manifest.task} task, shard {shard.examples} examples, {steps_per_epoch} steps/epoch "
+        f"{tag}: {args.strategy}, {manifest.task} task, shard(s) {examples} examples, {steps_per_epoch} steps/epoch "
         f"x batch {args.batch} x {strategy.tf_strategy.num_replicas_in_sync} replica(s), epochs {start_epoch + 1}..{args.epochs}, "
         f"init {init_sha[:12]}", flush=True,
     )
@@ -253,13 +278,8 @@ def main(argv=None):
     for epoch in range(start_epoch + 1, args.epochs + 1):
         started = time.monotonic()
         bar = ProgressBar(f"{tag} epoch {epoch}/{args.epochs}", steps_per_epoch)
-        sums, done = [0.0, 0.0, 0.0], 0
-        while done < steps_per_epoch:
-            steps = min(args.steps_per_call, steps_per_epoch - done, strategy.steps_to_sync(step))
-            sums = [a + b for a, b in zip(sums, train_call(iterator, steps).tolist())]
-            done, step = done + steps, step + steps
-            strategy.after_steps(step)
-            bar.update(done, loss=sums[0] / sums[2], accuracy=sums[1] / sums[2])
+        sums, step = strategy.train_epoch(train_call, iterator, step, steps_per_epoch, args.steps_per_call,
+                                          lambda done, s: bar.update(done, loss=s[0] / s[2], accuracy=s[1] / s[2]))
         if epoch == args.epochs:
             strategy.finish(step)
         loss_sum, correct, seen = strategy.epoch_metrics(sums)  # one collective per epoch, not per step
@@ -291,16 +311,16 @@ def main(argv=None):
             "task": manifest.task, "labels": manifest.labels, "input": manifest.input,
             "init_weights_sha256": init_sha, "strategy": args.strategy, "seed": args.seed,
             "worker_index": index, "workers": workers, "epochs": args.epochs,
-            "examples": shard.examples if args.strategy == "average" else manifest.train_examples,
+            "examples": examples if args.strategy == "average" else manifest.train_examples,
             "vocab_sha256": manifest.vocab["sha256"] if manifest.vocab else None,
             **({"embedding_size": args.embedding_size, "margin": args.margin} if manifest.task == "faces" else {}),
             **({"sync_every": strategy.every} if args.strategy == "localsgd" else {}),
         })
     write_marker(
         worker_dir, "trainer", worker_index=index, workers=workers, strategy=args.strategy, epochs=args.epochs,
-        init_weights_sha256=init_sha, examples=shard.examples, model=model_file,
+        init_weights_sha256=init_sha, examples=examples, model=model_file,
         final_weights_sha256=weights_fingerprint(model.get_weights()),
-        final_test_accuracy=history[-1].get("test_accuracy") if history else None,
+        final_test_accuracy=history[-1].get("test_accuracy") if history else None, **strategy.marker_info(),
     )
     print(f"{tag}: done -> {worker_dir}", flush=True)
     return 0

@@ -13,8 +13,11 @@ import keras
 import tensorflow as tf
 
 
-def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradients=None):
-    """train_call(iterator, steps) -> [loss sum, hits, examples] of this worker over `steps` steps."""
+def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradients=None, run_call=None):
+    """train_call(iterator, steps) -> [loss sum, hits, examples] of this worker over `steps` steps.
+
+    run_call(compiled, iterator, steps): how the compiled call runs, if not here and now
+    (parameter-server training schedules it on a worker and returns a RemoteValue)."""
     variables = model.trainable_variables
     if reduce_gradients is not None:
         skip_keras_gradient_allreduce(optimizer)
@@ -50,6 +53,8 @@ def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradien
             sums += one_step(iterator)
         return sums
 
+    if run_call is not None:
+        return lambda iterator, steps: run_call(looped, iterator, tf.constant(steps))
     return lambda iterator, steps: looped(iterator, tf.constant(steps)).numpy()
 
 

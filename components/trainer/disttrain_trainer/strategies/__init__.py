@@ -6,6 +6,10 @@
            across workers (step.make_train_call runs the step itself);
   sync     `steps_to_sync(step)`, `after_steps(step)`, `finish()`: periodic model
            averaging (localsgd); `epoch_metrics(sums)`: the epoch's metrics over all workers;
+  data     `train_shards()`, `examples_per_epoch()`, `own_part()`, `iterator()`: what a task
+           reads and how its steps get their batches;
+  loop     `train_epoch()`, `run_call`: how an epoch's train calls run (here, or scheduled
+           on parameter-server workers); `serves`/`serve()`: a task that only serves;
   save     `checkpoint_dirs()`, `resume_checkpoint()`, `evaluates`, `writes_model`,
            `cleanup()`: which worker keeps, restores, evaluates and publishes what.
 
@@ -15,10 +19,9 @@ Importing this package does not import TensorFlow (the CLI validates its flags f
 
 import importlib
 
-NAMES = ("average", "multiworker", "localsgd")
-# strategies whose workers talk to each other: they need TF_CONFIG (and the same number of
-# steps on every worker, since a collective waits for all of them)
-CONNECTED = ("multiworker", "localsgd")
+NAMES = ("average", "multiworker", "localsgd", "parameterserver")
+# strategies whose tasks talk to each other: they need TF_CONFIG
+CONNECTED = ("multiworker", "localsgd", "parameterserver")
 
 
 def create(name, args, workers, index):

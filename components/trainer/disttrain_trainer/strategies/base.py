@@ -11,6 +11,8 @@ import tensorflow as tf
 class Base:
     name = "base"
     reduce_gradients = None  # the step does not sum gradients across workers
+    run_call = None  # how a compiled train call runs (step.make_train_call): None = here, now
+    serves = False  # a task that serves the others (parameter servers, workers) instead of training
 
     def __init__(self, args, workers, index):
         self.workers, self.index, self.is_chief = workers, index, index == 0
@@ -26,6 +28,43 @@ class Base:
 
     def checkpoint_state(self):
         """Strategy state that a checkpoint must hold besides the model and the optimizer."""
+        return {}
+
+    def serve(self, args, chief_dir, own_dir):
+        """The whole life of a serving task (`serves`); returns the exit code."""
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------------- data
+    def train_shards(self, manifest):
+        """The shards this task reads (parameter-server training: the chief reads every worker's)."""
+        return [manifest.shard(self.index)]
+
+    def examples_per_epoch(self, manifest, examples):
+        """Examples per epoch, `examples` being those of train_shards."""
+        return examples
+
+    def own_part(self, dataset, sizes):
+        """(this worker's examples of the train_shards' concatenated `dataset`, its shard's index
+        for the shuffle seed): everything, when a task reads one shard."""
+        return dataset, self.index
+
+    def iterator(self, dataset_fn, batches_done):
+        """An iterator over the distributed dataset; `dataset_fn(context, batches_done)`."""
+        return iter(self.tf_strategy.distribute_datasets_from_function(lambda context: dataset_fn(context, batches_done)))
+
+    def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress):
+        """Run one epoch's steps; returns ([loss sum, hits, examples], the step count after it)."""
+        sums, done = [0.0, 0.0, 0.0], 0
+        while done < steps_per_epoch:
+            steps = min(steps_per_call, steps_per_epoch - done, self.steps_to_sync(step))
+            sums = [a + b for a, b in zip(sums, train_call(iterator, steps).tolist())]
+            done, step = done + steps, step + steps
+            self.after_steps(step)
+            progress(done, sums)
+        return sums, step
+
+    def marker_info(self):
+        """What else the trainer's marker says."""
         return {}
 
     # ------------------------------------------------------------------------- sync
@@ -79,6 +118,10 @@ class Connected(Base):
         super().__init__(args, workers, index)
         self.cluster = tf.distribute.MultiWorkerMirroredStrategy()
         self.wire = Wire(args.allreduce_dtype, args.allreduce_pack_bytes)
+
+    def examples_per_epoch(self, manifest, examples):
+        # every worker takes the same number of steps (a collective needs all of them)
+        return max(s.examples for s in manifest.shards)
 
     def epoch_metrics(self, sums):
         from disttrain_trainer.collectives import sum_across_workers

@@ -1,0 +1,127 @@
+"""parameterserver: asynchronous training with ParameterServerStrategy and a ClusterCoordinator.
+
+The group is 1 + --ps + --workers tasks of one Indexed Job (cluster.ps_task): index 0 is
+the chief, the coordinator, the only task that runs this module's training side: it
+builds the model and the optimizer under the strategy's scope (their variables live on
+the parameter servers, whole variables placed round-robin), schedules the compiled train
+calls (step.make_train_call, --steps-per-call steps each) on whichever worker is free,
+evaluates, checkpoints each epoch and publishes the model. The parameter servers and
+workers only run a tf.distribute.Server (`serve`) until the chief's marker appears, then
+write their own marker and exit 0.
+
+Each worker trains on its own shard: the chief reads every worker's shard, and the
+dataset function (created on every worker from the same function) picks the slice of
+the worker running it with experimental_get_current_worker_index(). The shards travel to
+the workers inside that function (TensorFlow's 2 GB graph limit bounds the data set).
+
+Fault tolerance is TensorFlow's: a worker lost mid-call makes the coordinator run that
+call again on another worker (and on the same one once it is back: its per-worker
+dataset is recreated); the steps the lost call had already applied stay applied
+(asynchronous training). The chief counts, on the parameter servers, the steps each
+worker *started*; started - scheduled = the steps retried. A parameter server or the
+chief lost fails the chief's run; the Job restarts it and it resumes from its last
+checkpoint (each epoch), as every strategy does.
+
+Why no variable partitioner: a partitioned (sharded) variable breaks Keras 3's layers
+("'ShardedVariable' object has no attribute 'handle'" in the gradient tape, Keras 3.15,
+TF 2.21; keras-team/keras#18624), while whole Keras 3 variables under the strategy's
+scope work with the custom loop, the checkpoint and save_model. With --ps 2 the variables
+are spread over both servers, each on one.
+"""
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from disttrain_contract import wait_for_marker, write_marker
+from disttrain_trainer.cluster import ps_task
+from disttrain_trainer.strategies.base import Base
+
+# a serving task waits this long for the chief's marker by default (it serves all the while)
+SERVE_TIMEOUT = 7 * 24 * 3600
+
+
+class Strategy(Base):
+    name = "parameterserver"
+
+    def __init__(self, args, workers, index):
+        super().__init__(args, workers, index)
+        self.ps = args.ps
+        self.role, self.task_index = ps_task(index, self.ps, workers)
+        self.serves = self.role != "chief"
+        if self.serves:
+            return
+        resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
+        self.tf_strategy = tf.distribute.ParameterServerStrategy(resolver)
+        self.coordinator = tf.distribute.coordinator.ClusterCoordinator(self.tf_strategy)
+        self.run_call = self._schedule
+        self._scheduled = None
+        self.steps_scheduled = 0
+
+    # ------------------------------------------------------------------ serving tasks
+    def serve(self, args, chief_dir, own_dir):
+        cluster = tf.train.ClusterSpec(tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec())
+        tf.distribute.Server(cluster, job_name=self.role, task_index=self.task_index, protocol="grpc", start=True)
+        tag = f"{self.role} {self.task_index} (task {self.index})"
+        print(f"{tag}: serving {cluster.as_dict()} until the chief finishes", flush=True)
+        chief = wait_for_marker(chief_dir, args.serve_timeout, "the chief's model", poll=1.0, log=open(os.devnull, "w"))
+        if chief.get("strategy") != self.name:
+            raise RuntimeError(f"the chief's marker in {chief_dir} is not from parameter-server training: {chief}")
+        write_marker(own_dir, "trainer", worker_index=self.index, workers=self.workers, strategy=self.name, role=self.role,
+                     epochs=chief["epochs"], init_weights_sha256=chief["init_weights_sha256"], model=None,
+                     examples=0 if self.role == "ps" else chief["examples_by_worker"][self.task_index])
+        print(f"{tag}: the chief has finished; exiting", flush=True)
+        return 0
+
+    # ------------------------------------------------------------------------- data
+    def train_shards(self, manifest):
+        self.examples_by_worker = [s.examples for s in manifest.shards]
+        return list(manifest.shards)  # every worker's shard: the dataset function picks its own
+
+    def own_part(self, dataset, sizes):
+        worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+        offsets = tf.constant(np.cumsum([0] + list(sizes[:-1])), tf.int64)
+        dataset = dataset.skip(tf.gather(offsets, worker)).take(tf.gather(tf.constant(sizes, tf.int64), worker))
+        return dataset, tf.cast(worker, tf.int64)
+
+    def iterator(self, dataset_fn, batches_done):
+        per_worker = batches_done // self.workers  # about: the workers do not take turns exactly
+        return iter(self.coordinator.create_per_worker_dataset(
+            lambda: self.tf_strategy.distribute_datasets_from_function(lambda context: dataset_fn(context, per_worker))))
+
+    # ------------------------------------------------------------------------- steps
+    def bind(self, model):
+        with self.tf_strategy.scope():  # on a parameter server: every worker's step adds to it
+            self.steps_started = tf.Variable(tf.zeros([self.workers], tf.int64), trainable=False, name="steps_started")
+
+    def _schedule(self, compiled, iterator, steps):
+        if self._scheduled is None:
+            @tf.function
+            def scheduled(iterator, steps):
+                # counted before the steps run: a call lost with its worker and run again counts twice
+                worker = tf.distribute.coordinator.experimental_get_current_worker_index()
+                self.steps_started.assign_add(tf.one_hot(worker, self.workers, dtype=tf.int64) * tf.cast(steps, tf.int64))
+                return compiled(iterator, steps)
+            self._scheduled = scheduled
+        self.steps_scheduled += int(steps)
+        return self.coordinator.schedule(self._scheduled, args=(iterator, steps))
+
+    def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress):
+        """Schedule the whole epoch at once, then wait: the workers take calls as they are free."""
+        calls, done = [], 0
+        while done < steps_per_epoch:
+            steps = min(steps_per_call, steps_per_epoch - done)
+            calls.append(train_call(iterator, steps))
+            done += steps
+        self.coordinator.join()  # raises what a call raised (a lost parameter server: UnavailableError)
+        sums = np.sum([call.fetch() for call in calls], axis=0).tolist()
+        progress(done, sums)
+        return sums, step + done
+
+    def marker_info(self):
+        started = [int(n) for n in self.steps_started.numpy()]
+        return {"role": "chief", "ps": self.ps, "tasks": 1 + self.ps + self.workers,
+                "steps_scheduled": self.steps_scheduled, "steps_started_by_worker": started,
+                "steps_retried": sum(started) - self.steps_scheduled,
+                "examples_by_worker": self.examples_by_worker}
