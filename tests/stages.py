@@ -49,15 +49,17 @@ def free_port_block(n):
     raise RuntimeError("no free port block")
 
 
-def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=64, seed=42, extra_trainer_args=()):
-    """copier -> `workers` trainer processes in parallel -> aggregator; returns report.json."""
+def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=64, seed=42, extra_trainer_args=(), ps=0):
+    """copier -> `workers` trainer processes in parallel -> aggregator; returns report.json.
+    ps > 0 (--strategy parameterserver): 1 chief + ps parameter servers + `workers` workers."""
     stage("copier", "--source", source, "--n-shards", workers, "--workdir", workdir)
-    port = free_port_block(workers)
+    tasks = workers + (1 + ps if ps else 0)
+    port = free_port_block(tasks)
     procs = [
         start_stage("trainer", "--workdir", workdir, "--worker-index", i, "--workers", workers, "--epochs", epochs,
                     "--batch", batch, "--strategy", strategy, "--seed", seed, "--port", port, *extra_trainer_args,
-                    log=os.path.join(workdir, f"worker-{i}.log"))
-        for i in range(workers)
+                    *(("--ps", ps) if ps else ()), log=os.path.join(workdir, f"worker-{i}.log"))
+        for i in range(tasks)
     ]
     for i, proc in enumerate(procs):
         if proc.wait(timeout=900) != 0:

@@ -94,3 +94,31 @@ def test_trainer_refuses_a_worker_index_without_a_shard(tmp_path):
     result = stage("trainer", "--workdir", tmp_path, "--worker-index", 2, "--epochs", 1, check=False)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "worker index 2 has no shard" in result.stderr
+
+
+@pytest.mark.parametrize("source", list(TASKS))
+def test_parameter_servers_match_one_worker(tmp_path, tmp_path_factory, source):
+    """chief + 1 parameter server + 2 workers, four processes over loopback: the chief's model
+    is published, every task exits 0 with its own marker, each worker trained on its shard."""
+    epochs, batch, well_above_chance = TASKS[source]
+    report = run_pipeline(str(tmp_path), source, 2, "parameterserver", epochs, batch, ps=1)
+    final = report["final"]["test_accuracy"]
+    one_worker = baseline(source, tmp_path_factory)
+    print(f"{source} parameterserver: final {final:.4f}, 1-worker baseline {one_worker:.4f}, "
+          f"steps started by worker {report['steps_started_by_worker']}")
+
+    assert final > well_above_chance
+    assert abs(final - one_worker) <= 0.02, f"final {final:.4f} vs 1-worker {one_worker:.4f}"
+    manifest = json.load(open(tmp_path / "data" / "manifest.json"))
+    assert report["strategy"] == "parameterserver" and report["epochs"] == epochs
+    assert [(t["index"], t["role"], t["examples"]) for t in report["tasks"]] == [
+        (0, "chief", manifest["train_examples"]), (1, "ps", 0),
+        (2, "worker", manifest["shards"][0]["examples"]), (3, "worker", manifest["shards"][1]["examples"])]
+    steps_per_epoch = -(-manifest["train_examples"] // batch)
+    assert report["steps_scheduled"] == epochs * steps_per_epoch and report["steps_retried"] == 0
+    assert sum(report["steps_started_by_worker"]) == epochs * steps_per_epoch
+    assert len(report["workers"]) == 1 and (tmp_path / "train" / "worker-00000" / "model.keras").exists()
+    for i in (1, 2, 3):  # the serving tasks write a marker, no model, no metrics
+        assert sorted(os.listdir(tmp_path / "train" / f"worker-{i:05d}")) == ["_SUCCESS"]
+    metrics = json.load(open(tmp_path / "train" / "worker-00000" / "metrics.json"))
+    assert [m["epoch"] for m in metrics] == list(range(1, epochs + 1)) and metrics[-1]["loss"] < metrics[0]["loss"]
