@@ -8,6 +8,7 @@
 """
 
 import contextlib
+import glob
 import json
 import os
 import re
@@ -258,13 +259,15 @@ class Watcher(threading.Thread):
     def _tf_checkpoint_whole(self, dirpath, prefix):
         """True: index complete and data present; False: torn; None: (being) deleted."""
         index = os.path.join(dirpath, prefix + ".index")
-        data = os.path.join(dirpath, prefix + ".data-00000-of-00001")
         try:
             if not tf_index_complete(index):
                 return False if os.path.exists(index) else None
         except FileNotFoundError:
             return None
-        if not os.path.exists(data):
+        # one data file per device that holds variables (parameterserver: one per parameter server)
+        shards = glob.glob(os.path.join(glob.escape(dirpath), glob.escape(prefix) + ".data-*-of-*"))
+        total = int(shards[0].rsplit("-of-", 1)[1]) if shards else 0
+        if not shards or len(shards) != total:
             return None
         self.checked["tf-checkpoint"] = self.checked.get("tf-checkpoint", 0) + 1
         return True
