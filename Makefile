@@ -12,6 +12,7 @@ EPOCHS ?=
 BATCH ?=
 STRATEGY ?= average
 SYNC_EVERY ?=
+PS ?= 1
 PORT ?= 8080
 WORKDIR ?= workdir/demo
 
@@ -19,7 +20,7 @@ WORKDIR ?= workdir/demo
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
-	@echo "              variables: TASK=movie-reviews|digits|faces WORKERS=2 EPOCHS BATCH STRATEGY=average|multiworker|localsgd SYNC_EVERY PORT=8080 "
+	@echo "              variables: TASK=movie-reviews|digits|faces WORKERS=2 EPOCHS BATCH STRATEGY=average|multiworker|localsgd|parameterserver SYNC_EVERY PS=1 PORT=8080 "
 	@echo "make test         every test (unit, integration, resume, faces, server, browser, chart)"
 	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk"
 	@echo "make test-images  build the four images and run the pipeline with docker run only (starts dockerd)"
@@ -39,12 +40,12 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt $(foreach c,$(COMPONENT
 venv: $(BIN)/.installed
 
 demo: venv
-	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PORT=$(PORT) \
+	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) PORT=$(PORT) \
 	  WORKDIR=$(WORKDIR) BIN=$(BIN) scripts/run-local.sh
 
 # the same as demo without the server (used to measure the README's table)
 pipeline: venv
-	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) \
+	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) \
 	  WORKDIR=$(WORKDIR) BIN=$(BIN) SERVE=0 scripts/run-local.sh
 
 # Debian's Chromium for the browser test (Playwright drives it; never `playwright install`).

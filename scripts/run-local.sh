@@ -9,7 +9,7 @@ TASK=${TASK:-movie-reviews}        # movie-reviews | digits | faces, or set SOUR
 WORKERS=${WORKERS:-2}
 EPOCHS=${EPOCHS:-}                 # default per task: movie-reviews 5, digits 20, faces 30
 BATCH=${BATCH:-}                   # default per task: 64, faces 32 (people x 2 views)
-STRATEGY=${STRATEGY:-average}      # average | multiworker | localsgd
+STRATEGY=${STRATEGY:-average}      # average | multiworker | localsgd | parameterserver
 SEED=${SEED:-42}
 HOST=${HOST:-127.0.0.1}
 PORT=${PORT:-8080}
@@ -18,6 +18,7 @@ SERVE=${SERVE:-1}                  # 0: stop after the aggregator
 BIN=${BIN:-.venv/bin}
 TRAINER_PORT=${TRAINER_PORT:-23456}  # multiworker, localsgd: worker i listens on TRAINER_PORT + i
 SYNC_EVERY=${SYNC_EVERY:-}         # localsgd: steps between two weight averages (default: the trainer's)
+PS=${PS:-1}                        # parameterserver: parameter servers (tasks: 1 chief + PS + WORKERS)
 
 case "$TASK" in
   movie-reviews) SOURCE=${SOURCE:-sample:movie-reviews}; EPOCHS=${EPOCHS:-5}; BATCH=${BATCH:-64} ;;
@@ -36,12 +37,14 @@ echo "== copier: $SOURCE -> $WORKERS shards"
 "$BIN/disttrain-copier" --source "$SOURCE" --n-shards "$WORKERS" --workdir "$WORKDIR"
 
 echo "== trainer: $WORKERS workers, $STRATEGY, $EPOCHS epochs, batch $BATCH (logs in $WORKDIR/logs)"
+TASKS=$WORKERS PS_ARGS=()
+if [ "$STRATEGY" = parameterserver ]; then TASKS=$((1 + PS + WORKERS)) PS_ARGS=(--ps "$PS"); fi
 pids=()
-for ((i = 0; i < WORKERS; i++)); do
+for ((i = 0; i < TASKS; i++)); do
   # TensorFlow's start-up chatter goes to the log file; our one line per epoch comes through.
   "$BIN/disttrain-trainer" --workdir "$WORKDIR" --worker-index "$i" --workers "$WORKERS" --epochs "$EPOCHS" \
     --batch "$BATCH" --strategy "$STRATEGY" --seed "$SEED" --port "$TRAINER_PORT" ${SYNC_EVERY:+--sync-every "$SYNC_EVERY"} \
-    > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered "^worker") 2>&1 &
+    "${PS_ARGS[@]}" > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered -E "^(worker|ps|chief) ") 2>&1 &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do

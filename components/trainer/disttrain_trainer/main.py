@@ -34,7 +34,7 @@ from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
 from disttrain_trainer import strategies
-from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, default_host_pattern, parse_ps_tf_config, parse_tf_config
+from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, default_host_pattern, parse_ps_tf_config, parse_tf_config, ps_task
 
 # The text model (an embedding bag, models.build_text_core) moves its output 1/length as far per
 # step as a multi-hot layer would: at 0.001 one worker reached 0.770 in 5 epochs, and the
@@ -163,7 +163,7 @@ def main(argv=None):
     if workers != manifest.n_shards:
         raise ContractError(f"{workers} workers but the dataset has {manifest.n_shards} shards; run the copier with --n-shards {workers}")
     worker_dir = workdir.worker(index, train_dir)
-    tag = f"worker {index}/{workers}"
+    tag = f"worker {index}/{workers}" if not args.ps else "{} {} (task {})".format(*ps_task(index, args.ps, workers), index)
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras

@@ -63,7 +63,7 @@ class Strategy(Base):
     def serve(self, args, chief_dir, own_dir):
         cluster = tf.train.ClusterSpec(tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec())
         tf.distribute.Server(cluster, job_name=self.role, task_index=self.task_index, protocol="grpc", start=True)
-        tag = f"{self.role} {self.task_index} (task {self.index})"
+        tag = f"{self.role} {self.task_index} (task {self.index})"  # as main.py's
         print(f"{tag}: serving {cluster.as_dict()} until the chief finishes", flush=True)
         chief = wait_for_marker(chief_dir, args.serve_timeout, "the chief's model", poll=1.0, log=open(os.devnull, "w"))
         if chief.get("strategy") != self.name:
