@@ -20,6 +20,9 @@ from disttrain_trainer.main import TEXT_LEARNING_RATE, parse_args
         (["--image-size", "64"], "--image-size applies to --model mobilenetv2 or resnet50"),
         (["--model", "mobilenetv2", "--image-size", "16"], "--image-size must be >= 32"),
         (["--learning-rate", "0"], "--learning-rate and --margin must be > 0"),
+        (["--strategy", "multiworker", "--ps", "1"], "--ps and --serve-timeout apply to --strategy parameterserver"),
+        (["--serve-timeout", "10"], "--ps and --serve-timeout apply to --strategy parameterserver, not average"),
+        (["--strategy", "parameterserver", "--ps", "0"], "--ps must be >= 1"),
     ],
 )
 def test_nonsense_is_refused_by_name(argv, message, capsys):
@@ -42,3 +45,9 @@ def test_learning_rate_defaults_per_task_unless_given():
     assert parse_args([]).learning_rate is None  # main() picks TEXT_LEARNING_RATE or LEARNING_RATE from the dataset
     assert parse_args(["--learning-rate", "0.01"]).learning_rate == 0.01
     assert TEXT_LEARNING_RATE > 0
+
+
+def test_parameter_server_flags_default_to_one_ps():
+    args = parse_args(["--strategy", "parameterserver"])
+    assert (args.ps, args.serve_timeout) == (1, 7 * 24 * 3600.0)
+    assert parse_args(["--strategy", "parameterserver", "--ps", "2", "--serve-timeout", "60"]).ps == 2
