@@ -28,6 +28,7 @@ VARIANTS = {
     "eight-workers": "eight-workers-values.yaml",
     "multiworker": "multiworker-values.yaml",
     "localsgd": "localsgd-values.yaml",
+    "parameterserver": "parameterserver-values.yaml",
     "existing-claim": "existing-claim-values.yaml",
     "no-class": "no-class-values.yaml",
     "external-nfs": "external-nfs-values.yaml",

@@ -107,6 +107,14 @@ def check_meaning(stage, parsed, values, docs):
 
             config = build_tf_config(workers, 1, default_host_pattern(parsed.service), parsed.job, parsed.service, parsed.port)
             assert config["cluster"]["worker"][1] == f"{job['metadata']['name']}-1.{parsed.service}:{parsed.port}"
+        if values["strategy"] == "parameterserver":  # pod 1 is the first parameter server
+            from disttrain_trainer.cluster import build_ps_tf_config, default_host_pattern
+
+            assert parsed.ps == values["parameterServers"]
+            config = build_ps_tf_config(parsed.ps, workers, 1, default_host_pattern(parsed.service), parsed.job, parsed.service, parsed.port)
+            assert config["task"] == {"type": "ps", "index": 0}
+            assert config["cluster"]["ps"] == [f"{job['metadata']['name']}-1.{parsed.service}:{parsed.port}"]
+            assert job["spec"]["completions"] == job["spec"]["parallelism"] == 1 + parsed.ps + workers
     elif stage == "aggregator":
         assert parsed.expect == workers
         assert parsed.dir == "/workdir/run-1/train"

@@ -71,6 +71,8 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["strategy=localsgd", "syncEvery=0"], ["/syncEvery"]),
         (["strategy=average", "syncEvery=8"], ["syncEvery applies to strategy localsgd, not average"]),
         (["strategy=localsgd", "learningRate=0"], ["/learningRate"]),
+        (["strategy=parameterserver", "parameterServers=0"], ["parameterServers >= 1 with strategy parameterserver"]),
+        (["parameterServers=-1"], ["/parameterServers", "minimum"]),
         (["epochs=0"], ["/epochs"]),
         (["batch=0"], ["/batch"]),
         (["data.source=s3://bucket"], ["/data/source"]),

@@ -79,10 +79,12 @@ def test_kubernetes_validate_cli_accepts_the_default_rendering(tmp_path):
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
 def test_workers_reach_completions_parallelism_shards_and_markers(variant):
     docs = render(variant)
-    workers = load_values(variant)["workers"]
+    values = load_values(variant)
+    workers = values["workers"]
+    tasks = workers + (1 + values["parameterServers"] if values["strategy"] == "parameterserver" else 0)
     job = one(docs, "Job", "trainer")
     assert job["spec"]["completionMode"] == "Indexed"
-    assert job["spec"]["completions"] == job["spec"]["parallelism"] == workers
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == tasks
     trainer = main_container(docs, "trainer")
     assert arg(trainer, "--workers") == str(workers)
     assert "--worker-index" not in trainer["args"]  # from $JOB_COMPLETION_INDEX
@@ -91,7 +93,7 @@ def test_workers_reach_completions_parallelism_shards_and_markers(variant):
     aggregator = one(docs, "Job", "aggregator")
     (wait,) = pod_spec(aggregator)["initContainers"]
     markers = [a for a in wait["command"] if a.endswith("/_SUCCESS")]
-    assert markers == [f"/workdir/run-1/train/worker-{i:05d}/_SUCCESS" for i in range(workers)]
+    assert markers == [f"/workdir/run-1/train/worker-{i:05d}/_SUCCESS" for i in range(tasks)]
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
@@ -151,7 +153,19 @@ def test_localsgd_passes_sync_every_only_to_localsgd():
     assert "--sync-every" not in main_container(render("multiworker"), "trainer")["args"]
 
 
-@pytest.mark.parametrize("variant", ["multiworker", "localsgd"])
+def test_parameterserver_runs_chief_ps_and_workers_in_one_indexed_job():
+    docs = render("parameterserver")
+    job = one(docs, "Job", "trainer")
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4  # 1 chief + 1 ps + 2 workers
+    trainer = main_container(docs, "trainer")
+    assert (arg(trainer, "--strategy"), arg(trainer, "--ps"), arg(trainer, "--workers")) == ("parameterserver", "1", "2")
+    # (the aggregator waits for every task's marker: test_workers_reach_completions_parallelism_shards_and_markers)
+    assert "--ps" not in main_container(render(sets=("parameterServers=3",)), "trainer")["args"]  # average ignores it
+    one_ps = one(render(sets=("strategy=parameterserver", "parameterServers=2", "workers=3")), "Job", "trainer")
+    assert one_ps["spec"]["completions"] == 6
+
+
+@pytest.mark.parametrize("variant", ["multiworker", "localsgd", "parameterserver"])
 def test_connected_strategies_open_the_collective_port_and_the_policy_guards_it(variant):
     docs = render(variant)
     trainer = main_container(docs, "trainer")

@@ -177,8 +177,14 @@ that depends on the storage choice.
 {{- if and (ne $s.accessMode "ReadWriteMany") (gt (int .Values.workers) 1) -}}
 {{- fail (printf "disttrain: storage.accessMode %s cannot be shared by %d workers on different nodes: use ReadWriteMany (or workers=1)" $s.accessMode (int .Values.workers)) -}}
 {{- end -}}
-{{- if not (has .Values.strategy (list "average" "multiworker" "localsgd")) -}}
-{{- fail (printf "disttrain: unknown strategy %q: use average, multiworker or localsgd" .Values.strategy) -}}
+{{- if not (has .Values.strategy (list "average" "multiworker" "localsgd" "parameterserver")) -}}
+{{- fail (printf "disttrain: unknown strategy %q: use average, multiworker, localsgd or parameterserver" .Values.strategy) -}}
+{{- end -}}
+{{- if and (eq .Values.strategy "parameterserver") (lt (int .Values.parameterServers) 1) -}}
+{{- fail (printf "disttrain: strategy parameterserver needs parameterServers >= 1, got %v" .Values.parameterServers) -}}
+{{- end -}}
+{{- if and (ne $s.accessMode "ReadWriteMany") (eq .Values.strategy "parameterserver") -}}
+{{- fail (printf "disttrain: storage.accessMode %s cannot be shared by the %s trainer pods of strategy parameterserver on different nodes: use ReadWriteMany" $s.accessMode (include "disttrain.trainerTasks" .)) -}}
 {{- end -}}
 {{- if and (not (kindIs "invalid" .Values.syncEvery)) (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: syncEvery applies to strategy localsgd, not %s" .Values.strategy) -}}
@@ -303,12 +309,21 @@ Exits 0 once every path exists, 3 on timeout (like the stages' StageTimeout).
 
 {{- define "disttrain.workerMarkers" -}}
 {{- $wd := include "disttrain.workdir" . -}}
-{{- range $i := until (int .Values.workers) }}
+{{- range $i := until (int (include "disttrain.trainerTasks" .)) }}
 - {{ printf "%s/train/worker-%05d/_SUCCESS" $wd $i }}
 {{- end }}
 {{- end -}}
 
 {{/* Whether the trainers talk to each other (TF_CONFIG, the collective port). */}}
 {{- define "disttrain.trainersConnected" -}}
-{{- if has .Values.strategy (list "multiworker" "localsgd") -}}true{{- end -}}
+{{- if has .Values.strategy (list "multiworker" "localsgd" "parameterserver") -}}true{{- end -}}
+{{- end -}}
+
+{{/* Pods of the trainer Indexed Job: the workers; parameterserver: 1 chief + parameterServers + workers. */}}
+{{- define "disttrain.trainerTasks" -}}
+{{- if eq .Values.strategy "parameterserver" -}}
+{{- add 1 (int .Values.parameterServers) (int .Values.workers) -}}
+{{- else -}}
+{{- int .Values.workers -}}
+{{- end -}}
 {{- end -}}
