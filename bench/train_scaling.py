@@ -31,7 +31,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TASKS = {"movie-reviews": ("sample:movie-reviews", 5, ()), "digits": ("sample:digits", 20, ()),
          "digits-mobilenetv2": ("sample:digits", 3, ("--model", "mobilenetv2", "--image-size", 32))}
 # plain 1-worker training is the baseline of every row (1 worker of `average` = no communication at all)
-CONFIGS = [(1, "average"), (2, "average"), (2, "multiworker"), (2, "localsgd")]
+# parameterserver: 2 workers + 1 parameter server + the chief, 4 processes
+CONFIGS = [(1, "average"), (2, "average"), (2, "multiworker"), (2, "localsgd"), (2, "parameterserver")]
+PS = {"parameterserver": 1}  # parameter servers per strategy (the others: none)
 SYNC_EVERY = (8, 32, 128)  # local SGD's H, measured on movie reviews (the default is the trainer's, 32)
 BATCH = 64
 
@@ -52,14 +54,17 @@ def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH, extra=()
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     out = os.path.join(run_dir, "train")
-    port = free_port_block(workers)
+    ps = PS.get(strategy, 0)
+    tasks = workers + (1 + ps if ps else 0)  # parameterserver: the chief and the ps are processes too
+    port = free_port_block(tasks)
     import time
 
     started = time.monotonic()
     procs = [start([os.path.join(BIN, "disttrain-trainer"), "--workdir", workdir, "--out", out, "--worker-index", i,
                     "--workers", workers, "--epochs", epochs, "--batch", batch, "--strategy", strategy, "--seed", 42,
-                    "--port", port, "--threads", 1, *TASKS[task][2], *extra], os.path.join(run_dir, f"worker-{i}.log"))
-             for i in range(workers)]
+                    "--port", port, "--threads", 1, *(("--ps", ps) if ps else ()), *TASKS[task][2], *extra],
+                   os.path.join(run_dir, f"worker-{i}.log"))
+             for i in range(tasks)]
     usage = [wait_measured(p) for p in procs]
     wall = time.monotonic() - started
     for i, u in enumerate(usage):
@@ -73,14 +78,15 @@ def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH, extra=()
     with open(os.path.join(run_dir, "final", "report.json")) as fh:
         report = json.load(fh)
     metrics = []
-    for i in range(workers):
+    for i in range(1 if ps else workers):  # parameterserver: only the chief trains (and keeps metrics)
         with open(os.path.join(out, f"worker-{i:05d}", "metrics.json")) as fh:
             metrics.append(json.load(fh))
     # examples per epoch over all workers: average = each worker's own count summed;
     # multiworker, localsgd = the chief's count, which is already the sum over the workers
     per_worker_examples = [m[-1]["examples"] for m in metrics]
     total_examples = sum(per_worker_examples) if strategy == "average" else per_worker_examples[0]
-    steps = per_worker_examples[0] // (batch * (1 if strategy == "average" else workers))
+    # parameterserver: every step is one worker's batch, so an epoch is examples / batch steps of the group
+    steps = per_worker_examples[0] // (batch * (1 if strategy in ("average", "parameterserver") else workers))
     # average: the workers are not in step (one may be evaluating while the other trains), so each
     # worker's own steady epoch time, and the slower worker's; multiworker: they are in step anyway
     walls = [[e["wall_time_sec"] for e in m] for m in metrics]

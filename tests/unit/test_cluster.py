@@ -91,3 +91,15 @@ def test_given_ps_tf_config_is_read_back():
     for bad in ("not json", worker_only, no_ps, bad_index):
         with pytest.raises(ValueError, match="TF_CONFIG"):
             parse_ps_tf_config(bad)
+
+
+def test_a_parameter_server_epoch_is_split_evenly_over_the_workers():
+    pytest.importorskip("tensorflow")
+    from disttrain_trainer.strategies.parameterserver import split_epoch
+
+    assert split_epoch(160, 32, 2) == [27, 27, 27, 27, 26, 26]  # not 5 calls of 32: 3 for one worker
+    assert split_epoch(23, 32, 2) == [6, 6, 6, 5]  # at least 2 calls per worker
+    assert split_epoch(3, 32, 2) == [1, 1, 1]  # never an empty call
+    for spe, spc, workers in [(1000, 32, 3), (7, 2, 1), (64, 64, 4)]:
+        calls = split_epoch(spe, spc, workers)
+        assert sum(calls) == spe and max(calls) <= spc and max(calls) - min(calls) <= 1
