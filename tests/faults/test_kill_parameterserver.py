@@ -78,11 +78,15 @@ def test_kill_9_in_parameter_server_training(tmp_path, calm, victim, measure):
     assert temp_leftovers(work) == []
 
     report = json.loads((work / "final" / "report.json").read_text())
+    # the steps each worker had started by the end of each epoch: did the restarted worker take any after?
+    started = [m["steps_started_by_worker"] for m in read_metrics(chief_metrics) if "steps_started_by_worker" in m]
+    rejoined = victim == "worker" and started[-1][WORKERS - 1] > started[finished][WORKERS - 1]
     calm_acc, disturbed_acc = calm["final"]["test_accuracy"], report["final"]["test_accuracy"]
     measure(killed=f"{victim} (task {victim_index})", epochs=EPOCHS, batch=BATCH, epochs_done_at_kill=finished,
             undisturbed_accuracy=round(calm_acc, 4), recovered_accuracy=round(disturbed_acc, 4),
             steps_scheduled=report["steps_scheduled"], steps_retried=report["steps_retried"],
-            steps_started_by_worker=report["steps_started_by_worker"], kill_to_done_sec=round(recovered_sec, 1),
+            steps_started_by_worker=report["steps_started_by_worker"], started_by_epoch=started,
+            **({"restarted_worker_took_steps": rejoined} if victim == "worker" else {}), kill_to_done_sec=round(recovered_sec, 1),
             **({"chief_failed_after_sec": round(chief_failed_sec, 1)} if victim == "ps" else {}),
             watcher=watcher.summary())
     assert abs(disturbed_acc - calm_acc) <= 0.02, (calm_acc, disturbed_acc)

@@ -286,7 +286,7 @@ def main(argv=None):
         wall = time.monotonic() - started
         record = {
             "epoch": epoch, "loss": loss_sum / seen, "accuracy": correct / seen, "examples": int(seen),
-            "examples_per_sec": seen / wall, "wall_time_sec": wall,
+            "examples_per_sec": seen / wall, "wall_time_sec": wall, **strategy.epoch_facts(),
         }
         if strategy.evaluates:
             held_out = evaluate(model, manifest.task, x_test, y_test, seed=manifest.seed)
@@ -295,7 +295,7 @@ def main(argv=None):
         bar.finish(epoch_line(tag, epoch, args.epochs, record))
         with summaries.as_default(step=epoch):
             for key, value in record.items():
-                if key != "epoch":
+                if key != "epoch" and not isinstance(value, list):  # (parameterserver: steps per worker)
                     tf.summary.scalar(key, value)
         summaries.flush()
         epoch_counter.assign(epoch)

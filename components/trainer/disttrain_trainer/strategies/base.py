@@ -67,6 +67,10 @@ class Base:
         """What else the trainer's marker says."""
         return {}
 
+    def epoch_facts(self):
+        """What else an epoch's record in metrics.json says."""
+        return {}
+
     # ------------------------------------------------------------------------- sync
     def bind(self, model):
         """Called once the model exists (before any checkpoint is restored)."""

@@ -116,6 +116,9 @@ class Strategy(Base):
         progress(done, sums)
         return sums, step + done
 
+    def epoch_facts(self):
+        return {"steps_started_by_worker": [int(n) for n in self.steps_started.numpy()]}  # this run's, so far
+
     def marker_info(self):
         started = [int(n) for n in self.steps_started.numpy()]
         return {"role": "chief", "ps": self.ps, "tasks": 1 + self.ps + self.workers,
