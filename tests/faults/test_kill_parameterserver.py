@@ -7,6 +7,8 @@ worker killed mid-training: the chief does not fail and is not restarted; the co
 parameter server killed: the chief fails (the variables are gone); the Job restarts the
     ps and the chief; the chief resumes from its last checkpoint (each epoch) and the
     workers, which kept serving, take its steps again.
+chief killed: the Job restarts it alone; it resumes from its last checkpoint with the
+    parameter servers and workers that kept serving.
 
 Either way every task exits 0 with its marker and the model is within 2 points of an
 undisturbed run's held-out accuracy."""
@@ -38,11 +40,11 @@ def calm(tmp_path_factory):
     return run_pipeline(tmp_path_factory.mktemp("calm"), SOURCE, WORKERS, "parameterserver", EPOCHS, BATCH, SEED, ps=PS)
 
 
-@pytest.mark.parametrize("victim", ["worker", "ps"])
+@pytest.mark.parametrize("victim", ["worker", "ps", "chief"])
 def test_kill_9_in_parameter_server_training(tmp_path, calm, victim, measure):
     work, logs = tmp_path / "work", tmp_path / "logs"
     logs.mkdir()
-    victim_index = TASKS - 1 if victim == "worker" else 1  # the last worker, or the parameter server
+    victim_index = {"worker": TASKS - 1, "ps": 1, "chief": 0}[victim]  # the last worker, the parameter server, the chief
     chief_metrics = work / "train" / "worker-00000" / "metrics.json"
     port = free_port_block(TASKS)
     with watching(work) as watcher:
@@ -63,14 +65,14 @@ def test_kill_9_in_parameter_server_training(tmp_path, calm, victim, measure):
             assert chief_code != 0, "the chief finished without its parameter server"
             chief_failed_sec = time.monotonic() - killed_at
             resumed = len(read_metrics(chief_metrics))
-            for i in (victim_index, 0):
+            for i in sorted({victim_index, 0}):
                 procs[i] = start_task(work, logs, i, "second", port)
         for i, proc in procs.items():
-            label = "second" if (i == victim_index or (victim == "ps" and i == 0)) else "first"
+            label = "second" if i in (victim_index, 0) and victim != "worker" or i == victim_index else "first"
             assert proc.wait(timeout=900) == 0, tail(logs / f"task-{i}-{label}.log")
         recovered_sec = time.monotonic() - killed_at
         chief_log = tail(logs / f"task-0-{'first' if victim == 'worker' else 'second'}.log", 100000)
-        if victim == "ps":
+        if victim != "worker":
             assert f"after epoch {resumed}" in chief_log and f"epochs {resumed + 1}..{EPOCHS}" in chief_log, chief_log
         assert [m["epoch"] for m in read_metrics(chief_metrics)] == list(range(1, EPOCHS + 1))
         stage("aggregator", "--workdir", work, "--expect", WORKERS, "--timeout", 60)
@@ -88,6 +90,7 @@ def test_kill_9_in_parameter_server_training(tmp_path, calm, victim, measure):
             steps_started_by_worker=report["steps_started_by_worker"], started_by_epoch=started,
             **({"restarted_worker_took_steps": rejoined} if victim == "worker" else {}), kill_to_done_sec=round(recovered_sec, 1),
             **({"chief_failed_after_sec": round(chief_failed_sec, 1)} if victim == "ps" else {}),
+            **({"resumed_after_epoch": resumed} if victim != "worker" else {}),
             watcher=watcher.summary())
     assert abs(disturbed_acc - calm_acc) <= 0.02, (calm_acc, disturbed_acc)
     assert disturbed_acc > 0.7
