@@ -30,18 +30,24 @@ def baseline(source, tmp_path_factory):
     return _baselines[source]
 
 
-@pytest.mark.parametrize("strategy", ["average", "multiworker", "localsgd"])
-@pytest.mark.parametrize("source", list(TASKS))
-def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strategy):
+def two_workers_against_one(tmp_path, tmp_path_factory, source, strategy, ps=0):
+    """Train 2 workers (and `ps` parameter servers) and check the held-out accuracy against 1 worker's."""
     epochs, batch, well_above_chance = TASKS[source]
-    report = run_pipeline(str(tmp_path), source, 2, strategy, epochs, batch)
+    report = run_pipeline(str(tmp_path), source, 2, strategy, epochs, batch, ps=ps)
     final = report["final"]["test_accuracy"]
     one_worker = baseline(source, tmp_path_factory)
     print(f"{source} {strategy}: final {final:.4f}, 1-worker baseline {one_worker:.4f}, "
           f"workers {[round(w['test_accuracy'], 4) for w in report['workers']]}")
-
     assert final > well_above_chance
     assert abs(final - one_worker) <= 0.02, f"final {final:.4f} vs 1-worker {one_worker:.4f}"
+    return report
+
+
+@pytest.mark.parametrize("strategy", ["average", "multiworker", "localsgd"])
+@pytest.mark.parametrize("source", list(TASKS))
+def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strategy):
+    epochs = TASKS[source][0]
+    report = two_workers_against_one(tmp_path, tmp_path_factory, source, strategy)
     assert report["strategy"] == strategy and report["epochs"] == epochs
     manifest = json.load(open(tmp_path / "data" / "manifest.json"))
     assert report["final"]["examples"] == manifest["train_examples"]
@@ -100,15 +106,9 @@ def test_trainer_refuses_a_worker_index_without_a_shard(tmp_path):
 def test_parameter_servers_match_one_worker(tmp_path, tmp_path_factory, source):
     """chief + 1 parameter server + 2 workers, four processes over loopback: the chief's model
     is published, every task exits 0 with its own marker, each worker trained on its shard."""
-    epochs, batch, well_above_chance = TASKS[source]
-    report = run_pipeline(str(tmp_path), source, 2, "parameterserver", epochs, batch, ps=1)
-    final = report["final"]["test_accuracy"]
-    one_worker = baseline(source, tmp_path_factory)
-    print(f"{source} parameterserver: final {final:.4f}, 1-worker baseline {one_worker:.4f}, "
-          f"steps started by worker {report['steps_started_by_worker']}")
-
-    assert final > well_above_chance
-    assert abs(final - one_worker) <= 0.02, f"final {final:.4f} vs 1-worker {one_worker:.4f}"
+    epochs, batch = TASKS[source][:2]
+    report = two_workers_against_one(tmp_path, tmp_path_factory, source, "parameterserver", ps=1)
+    print(f"steps started by worker {report['steps_started_by_worker']}")
     manifest = json.load(open(tmp_path / "data" / "manifest.json"))
     assert report["strategy"] == "parameterserver" and report["epochs"] == epochs
     assert [(t["index"], t["role"], t["examples"]) for t in report["tasks"]] == [
