@@ -1,0 +1,45 @@
+"""The aggregator's checks of a parameter-server group's markers (chief, ps, workers)."""
+
+import pytest
+
+from disttrain_aggregator.main import check_ps_roles, ps_facts, ps_tasks
+from disttrain_contract import ContractError
+
+
+def group(ps=1, shards=(717, 717)):
+    chief = {"worker_index": 0, "role": "chief", "ps": ps, "tasks": 1 + ps + len(shards), "examples": sum(shards),
+             "examples_by_worker": list(shards), "steps_scheduled": 69, "steps_started_by_worker": [40, 29],
+             "steps_retried": 0}
+    servers = [{"worker_index": 1 + i, "role": "ps", "examples": 0} for i in range(ps)]
+    workers = [{"worker_index": 1 + ps + i, "role": "worker", "examples": n} for i, n in enumerate(shards)]
+    return [chief, *servers, *workers]
+
+
+def test_a_whole_group_passes_and_is_reported_per_role():
+    markers = group(ps=2)
+    assert ps_tasks(markers[0], expect=2) == 5
+    check_ps_roles(markers)
+    facts = ps_facts(markers)
+    assert [(t["index"], t["role"], t["examples"]) for t in facts["tasks"]] == [
+        (0, "chief", 1434), (1, "ps", 0), (2, "ps", 0), (3, "worker", 717), (4, "worker", 717)]
+    assert (facts["steps_scheduled"], facts["steps_retried"]) == (69, 0)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m[1].update(role="worker"), "task 1 of the parameter-server group should be the ps"),
+    (lambda m: m[3].update(examples=5), "worker task 3 reports 5 examples"),
+    (lambda m: m[0].update(role="worker"), "should be the chief"),
+])
+def test_roles_out_of_place_are_refused(change, message):
+    markers = group()
+    change(markers)
+    with pytest.raises(ContractError, match=message):
+        check_ps_roles(markers)
+
+
+@pytest.mark.parametrize("chief", [
+    {"role": "worker", "ps": 1, "tasks": 4}, {"role": "chief", "ps": 0, "tasks": 3}, {"role": "chief", "ps": 1, "tasks": 5},
+])
+def test_a_chief_marker_that_does_not_describe_the_group_is_refused(chief):
+    with pytest.raises(ContractError, match="not a parameter-server chief's for 2 workers"):
+        ps_tasks(chief, expect=2)
