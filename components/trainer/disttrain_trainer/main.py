@@ -164,9 +164,13 @@ def main(argv=None):
     x_train, y_train = read_split(data_dir, manifest, shard)
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     vectorizer = None
+    x_test = as_model_input(manifest.task, x_test)  # the held-out split goes through the published model
     if manifest.task == "text":
-        vectorizer = text_vectorizer(read_vocab(data_dir, manifest))
-        x_train, x_test = (vectorizer(as_model_input("text", x)).numpy() for x in (x_train, x_test))
+        vocabulary = read_vocab(data_dir, manifest)
+        vectorizer = text_vectorizer(vocabulary)
+        # ragged: memory in proportion to the tokens, not to shard size x the longest review;
+        # each batch is padded to its own longest review (dataset_fn)
+        x_train = text_vectorizer(vocabulary, ragged=True)(as_model_input("text", x_train))
     # every worker of a connected strategy takes the same number of steps (a collective needs all)
     # (faces: an epoch shows every photo `--views` times, each time differently augmented)
     largest_shard = max(s.examples for s in manifest.shards)
@@ -188,7 +192,11 @@ def main(argv=None):
             )
         else:
             ds = tf.data.Dataset.from_tensor_slices((x_train, y_train))
-            ds = ds.shuffle(len(y_train), seed=args.seed + index, reshuffle_each_iteration=True).repeat().batch(args.batch)
+            ds = ds.shuffle(len(y_train), seed=args.seed + index, reshuffle_each_iteration=True).repeat()
+            if manifest.task == "text":
+                ds = ds.ragged_batch(args.batch).map(lambda ids, y: (ids.to_tensor(), y))
+            else:
+                ds = ds.batch(args.batch)
         return ds.skip(batches_done).prefetch(2)
 
     # ------------------------------------------------ model from the shared seed
@@ -269,7 +277,7 @@ def main(argv=None):
             "examples_per_sec": seen / wall, "wall_time_sec": wall,
         }
         if strategy.evaluates:
-            held_out = evaluate(model, manifest.task, x_test, y_test, seed=manifest.seed)
+            held_out = evaluate(published, manifest.task, x_test, y_test, seed=manifest.seed)
             record.update({f"test_{key}": value for key, value in held_out.items()})
         history.append(record)
         bar.finish(epoch_line(tag, epoch, args.epochs, record))
