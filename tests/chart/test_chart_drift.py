@@ -324,3 +324,20 @@ def test_helm_test_reports_a_rejected_request(stand_in, tmp_path):
     StandIn.spec = {"kind": "image", "height": 8, "width": 8, "channels": 1}
     out = run_test_pod(stand_in, tmp_path, {"task": "text", "labels": ["n", "p"]})  # manifest and model disagree
     assert out.returncode != 0 and "HTTP 422" in out.stderr
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_container_keeps_its_termination_message_where_the_stages_write_it(variant):
+    """run_cli writes the one-line error to disttrain_contract's TERMINATION_LOG; the kubelet must read it from there."""
+    sys.path.insert(0, str(ROOT / "components" / "contract"))
+    from disttrain_contract.errors import TERMINATION_LOG
+
+    seen = 0
+    for doc in workloads(render(variant)):
+        if is_nfs_server(doc):
+            continue
+        for c in containers(pod_spec(doc)):
+            assert c.get("terminationMessagePath") == TERMINATION_LOG, f"{doc['metadata']['name']}/{c['name']}"
+            assert c.get("terminationMessagePolicy") == "FallbackToLogsOnError", f"{doc['metadata']['name']}/{c['name']}"
+            seen += 1
+    assert seen >= 8

@@ -229,6 +229,17 @@ affinity:
   mountPath: /tmp
 {{- end -}}
 
+{{/*
+Every container's termination message: the stages write their one-line error to
+/dev/termination-log (disttrain_contract.run_cli), and without one (a crash, a
+wait container's timeout) the kubelet keeps the log's last lines, so `kubectl get
+pods` / `kubectl describe pod` say why a stage failed without reading its logs.
+*/}}
+{{- define "disttrain.terminationMessage" -}}
+terminationMessagePath: /dev/termination-log
+terminationMessagePolicy: FallbackToLogsOnError
+{{- end -}}
+
 {{/* Environment of every disttrain container (read-only root: everything writable is /tmp or the workdir). */}}
 {{- define "disttrain.env" -}}
 - name: HOME
@@ -285,6 +296,7 @@ Exits 0 once every path exists, 3 on timeout (like the stages' StageTimeout).
     {{- toYaml $ctx.Values.containerSecurityContext | nindent 4 }}
   resources:
     {{- toYaml $ctx.Values.waitContainer.resources | nindent 4 }}
+  {{- include "disttrain.terminationMessage" $ctx | nindent 2 }}
   volumeMounts:
     {{- include "disttrain.volumeMounts" $ctx | nindent 4 }}
 {{- end -}}
