@@ -46,7 +46,7 @@ RUNS = [
     Run("digits-multiworker-kill", "digits-multiworker.yaml", pipeline_tolerance=None,
         kill=Kill("trainer", 1, "trainer", r"epoch 5/\d+:"), undisturbed="digits-multiworker"),
     # faces: top-1 retrieval on 19 held-out people moves 5 points per person, so no pipeline comparison
-    Run("faces", "faces.yaml", pipeline_tolerance=None, min_accuracy=0.0),
+    Run("faces", "faces.yaml", pipeline_tolerance=None, min_accuracy=0.3),  # top-1 on held-out people; chance is 1/19
 ]
 
 BY_NAME = {run.name: run for run in RUNS}

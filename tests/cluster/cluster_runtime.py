@@ -134,18 +134,23 @@ class Pod:
         c = self.cluster
         aliases = c.dns_names(self)
         first = (self.template.init_containers + self.template.containers)[0]
+        self._prepare_volumes()
+        # The pause container also mounts the pod's emptyDirs: a tmpfs volume is unmounted (and
+        # emptied) when no container uses it, and an emptyDir lives as long as its pod.
+        keep = [docker.types.Mount(f"/.pod-volumes/{name}", source, type="volume")
+                for name, (kind, source) in self.mounts.items() if kind == "volume"]
         self.pause = c.client.containers.run(
             first.image, entrypoint=["sleep", "infinity"], command=[], name=f"{c.prefix}-{self.name}", hostname=self.hostname,
             detach=True, network=c.network.name, user="65535:65535", read_only=True, cap_drop=["ALL"], mem_limit="32m",
             dns_search=[f"{c.release.namespace}.svc.{c.release.cluster_domain}", f"svc.{c.release.cluster_domain}", c.release.cluster_domain],
             dns_opt=["ndots:5"], labels=c.labels(pod=self.name, role="pause"), healthcheck={"test": ["NONE"]},
             networking_config={c.network.name: c.client.api.create_endpoint_config(aliases=aliases or None)},
+            mounts=keep,
         )
         self.pause.reload()
         self.ip = self.pause.attrs["NetworkSettings"]["Networks"][c.network.name]["IPAddress"]
         c.event(f"pod {self.name}: scheduled, IP {self.ip}" + (f", DNS {', '.join(aliases)}" if aliases else ""))
         c.pod_changed(self)  # headless names are published before the pod is ready
-        self._prepare_volumes()
 
     def _prepare_volumes(self):
         c = self.cluster
@@ -536,7 +541,7 @@ class JobController:
 class Cluster:
     """A running release. Use as a context manager; everything it creates carries its prefix."""
 
-    def __init__(self, release: Release, root, prefix, images_tag_check=True, backoff_base=BACKOFF_BASE, log=print):
+    def __init__(self, release: Release, root, prefix, backoff_base=BACKOFF_BASE, log=print):
         self.release, self.root, self.prefix = release, pathlib.Path(root), prefix
         self.uid = prefix
         self.backoff_base = backoff_base
@@ -570,8 +575,9 @@ class Cluster:
         self.close()
 
     # -------------------------------------------------------------------- start
-    def start(self, only_jobs=None):
-        """Create the network, Services, then every Job and Deployment at once (helm install)."""
+    def start(self, only=None):
+        """Create the network, Services, then every Job and Deployment at once (helm install).
+        only: names of the Jobs/Deployments to create (a test of one stage); default all."""
         for image in self.images():
             try:
                 self.client.images.get(image)
@@ -585,11 +591,13 @@ class Cluster:
                 self._start_proxy(service)
         self._apply_network_policies()
         for job in self.release.jobs:
-            if only_jobs is None or job.name in only_jobs:
+            if only is None or job.name in only:
                 controller = JobController(self, job)
                 self.jobs[job.name] = controller
                 controller.thread.start()
         for dep in self.release.deployments:
+            if only is not None and dep.name not in only:
+                continue
             pods = []
             for _ in range(dep.replicas):
                 name = f"{dep.name}-{self.uid[-10:].lower().replace('_', '')}-{suffix()}"
@@ -753,7 +761,15 @@ class Cluster:
         """Ingress isolation on the release bridge: a selected pod accepts only its peers on the listed ports."""
         if not self.release.network_policies:
             return
-        live = live if live is not None else []
+        if live is None:  # at start: can the rules work at all?
+            try:
+                bridged = pathlib.Path("/proc/sys/net/bridge/bridge-nf-call-iptables").read_text().strip() == "1"
+            except OSError:
+                bridged = False
+            if not bridged:
+                raise RuntimeError("a NetworkPolicy cannot be enforced: bridged traffic does not pass iptables "
+                                   "(modprobe br_netfilter; sysctl net.bridge.bridge-nf-call-iptables=1)")
+            live = []
         bridge = f"br-{self.network.id[:12]}"
         rules = []
         for policy in self.release.network_policies:

@@ -244,3 +244,202 @@ def check_killed_run(run, result, tmp_path_factory):
                       f"undisturbed {undisturbed['accuracy']:.4f}")
     assert gap <= run.undisturbed_tolerance, (
         f"after the kill: accuracy {result['accuracy']:.4f} vs {undisturbed['accuracy']:.4f} undisturbed")
+
+
+# ----------------------------------------------------------------------------- failures, as a cluster shows them
+
+
+def test_a_failing_stage_says_why_in_its_termination_message(tmp_path):
+    """The copier's one-line error reaches the termination message (`kubectl get pods`/`describe`)
+    through /dev/termination-log; copier.backoffLimit 0 fails the Job at the first failed pod."""
+    docs = render([cluster_runs.VALUES / "base.yaml", cluster_runs.VALUES / "digits-average.yaml"],
+                  sets=("data.source=csv:/workdir/missing.csv", "copier.backoffLimit=0"))
+    with cluster(cluster_plan.translate(docs, namespace=NAMESPACE), tmp_path, "fail-copier") as c:
+        c.start(only=[job_name("copier")])
+        status = c.wait_job(job_name("copier"), 300)
+        assert status.state == "Failed" and status.reason.startswith("BackoffLimitExceeded"), status.reason
+        (pod,) = status.pods
+        copier = pod.statuses["copier"]
+        assert copier.exit_code == 2
+        assert copier.message.startswith("error: ") and "/workdir/missing.csv" in copier.message, copier.message
+        assert "\n" not in copier.message
+        # written by the stage itself (disttrain_contract.run_cli), not the kubelet's fallback to the log
+        assert (pod.dir / "copier.termination-log").read_text() == copier.message
+
+
+def test_a_wait_timeout_fails_the_index_and_the_job_with_the_wait_containers_message(tmp_path):
+    """No copier: each worker's wait-for-copier times out (exit 3); backoffLimitPerIndex 0 fails the
+    index, maxFailedIndexes 0 the Job; the message is the wait container's own line (FallbackToLogsOnError)."""
+    docs = render([cluster_runs.VALUES / "base.yaml", cluster_runs.VALUES / "digits-average.yaml"],
+                  sets=("trainer.waitTimeoutSeconds=2", "trainer.backoffLimitPerIndex=0"))
+    with cluster(cluster_plan.translate(docs, namespace=NAMESPACE), tmp_path, "fail-wait") as c:
+        c.start(only=[job_name("trainer")])
+        status = c.wait_job(job_name("trainer"), 300)
+        assert status.state == "Failed" and status.reason.startswith("MaxFailedIndexesExceeded"), status.reason
+        wait = status.pods[0].statuses["wait-for-copier"]
+        assert wait.exit_code == 3
+        assert "timed out after 2s waiting for the copier's dataset" in wait.message and "/workdir/run-1/data/_SUCCESS" in wait.message
+        assert "trainer" not in status.pods[0].statuses, "the trainer must not start after a failed init container"
+
+
+def policy_job(name, script, completions=1, rules=(), per_index=None, backoff=None, image=None):
+    """A small Indexed Job of the copier image running `script` (python), with the chart's hardening."""
+    spec = {
+        "completionMode": "Indexed", "completions": completions, "parallelism": completions,
+        "template": {
+            "metadata": {"labels": {"app": name}, "annotations": {"note": "policy test"}},
+            "spec": {
+                "restartPolicy": "Never", "subdomain": "policy", "automountServiceAccountToken": False,
+                "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
+                "initContainers": [{
+                    "name": "init", "image": image, "command": ["python3", "-c", "open('/scratch/from-init', 'w').write('x')"],
+                    "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                }],
+                "containers": [{
+                    "name": "main", "image": image, "command": ["python3", "-c", script],
+                    "env": [{"name": "INDEX_FROM_ANNOTATION",
+                             "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+                            {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
+                            {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "token", "key": "token"}}},
+                            {"name": "GREETING", "value": "index $(INDEX_FROM_ANNOTATION)"}],
+                    "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}, "requests": {"cpu": "100m", "memory": "64Mi"}},
+                    "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                    "terminationMessagePolicy": "FallbackToLogsOnError",
+                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}, {"name": "shared", "mountPath": "/shared"},
+                                     {"name": "token", "mountPath": "/secret", "readOnly": True}],
+                }],
+                "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}},
+                            {"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}},
+                            {"name": "token", "secret": {"secretName": "token"}}],
+            },
+        },
+    }
+    if rules:
+        spec["podFailurePolicy"] = {"rules": list(rules)}
+    if per_index is not None:
+        spec["backoffLimitPerIndex"], spec["maxFailedIndexes"] = per_index, 0
+    if backoff is not None:
+        spec["backoffLimit"] = backoff
+    return {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name}, "spec": spec}
+
+
+COMMON = [
+    {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared"},
+     "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}},
+    {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token"}, "stringData": {"token": "s3cret"}},
+    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "policy"},
+     "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"app": "retry"}, "ports": [{"port": 9}]}},
+]
+
+# index 1 fails once (exit 1, counted), then succeeds; every pod checks what the kubelet gave it
+RETRY = r"""
+import errno, os, socket, sys
+index = os.environ["JOB_COMPLETION_INDEX"]
+assert os.environ["INDEX_FROM_ANNOTATION"] == index, "downward API annotation"
+assert socket.gethostname() == "retry-" + index, socket.gethostname()
+assert os.environ["GREETING"] == "index " + index
+assert os.environ["TOKEN"] == open("/secret/token").read() == "s3cret"
+assert open("/scratch/from-init").read() == "x", "the emptyDir is shared with the init container"
+assert os.getuid() == 10001 and 10001 in os.getgroups()
+for path in ("/etc/x", "/opt/x"):
+    try:
+        open(path, "w")
+        sys.exit(f"wrote {path} on a read-only root")
+    except OSError as err:
+        assert err.errno == errno.EROFS, err
+try:
+    open("/scratch/big", "wb").write(b"x" * 2 * 2**20)
+    sys.exit("wrote 2 MiB into a 1Mi emptyDir")
+except OSError as err:
+    assert err.errno == errno.ENOSPC, err
+socket.getaddrinfo(f"retry-{index}.policy", 9)  # its own <hostname>.<subdomain>, through the search path
+marker = f"/shared/attempt-{index}"
+if index == "1" and not os.path.exists(marker):
+    open(marker, "w").write(os.environ["POD_NAME"])
+    sys.exit(1)
+"""
+
+
+def test_job_policies_and_pod_fields_with_real_containers(tmp_path):
+    """The Job controller and kubelet semantics the chart relies on, on a small Job of its own:
+    a counted failure is retried (backoffLimitPerIndex), exit 2 fails the Job at once (FailJob),
+    an ignored exit code is retried without counting; every pod sees its index through the
+    downward API, its hostname, the Secret, the init container's emptyDir, a read-only root and
+    the emptyDir's size limit."""
+    image = f"disttrain-copier:{TAG}"
+    rules = [{"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [2]}},
+             {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [42]}}]
+    docs = COMMON + [
+        policy_job("retry", RETRY, completions=2, rules=rules, per_index=1, image=image),
+        policy_job("failjob", "import sys; sys.exit(2)", rules=rules, per_index=3, image=image),
+        policy_job("ignored", "import os, sys; p = '/shared/ignored'; os.path.exists(p) or (open(p, 'w').close(), sys.exit(42))",
+                   rules=rules, backoff=0, image=image),
+        policy_job("crash", "import sys; print('a traceback would be here', flush=True); sys.exit('boom: the last line')", backoff=1, image=image),
+    ]
+    release = cluster_plan.translate(docs, namespace="default")
+    with cluster(release, tmp_path, "policy", backoff_base=0.2) as c:
+        c.start()
+        retry, failjob, ignored, crash = (c.wait_job(n, 300) for n in ("retry", "failjob", "ignored", "crash"))
+    assert retry.state == "Complete", f"{retry.reason}\n" + "\n".join(f"{p.name}: {p.statuses}" for p in retry.pods)
+    assert retry.failures == {1: 1} and len(retry.pods) == 3
+    assert failjob.state == "Failed" and failjob.reason.startswith("PodFailurePolicy") and len(failjob.pods) == 1
+    assert ignored.state == "Complete" and ignored.ignored == 1 and ignored.failures == {}
+    assert crash.state == "Failed" and crash.reason.startswith("BackoffLimitExceeded") and len(crash.pods) == 2
+    # FallbackToLogsOnError: the log's tail (stdout and stderr are two pipes: their order may vary)
+    assert set(crash.pods[0].statuses["main"].message.splitlines()) == {"a traceback would be here", "boom: the last line"}
+
+
+LISTENER = [
+    {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "listener"},
+     "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "listener"}},
+              "template": {"metadata": {"labels": {"app": "listener"}},
+                           "spec": {"automountServiceAccountToken": False, "containers": [{
+                               "name": "http", "command": ["python3", "-m", "http.server", "12345", "--directory", "/tmp"],
+                               "ports": [{"name": "collective", "containerPort": 12345}],
+                               "readinessProbe": {"tcpSocket": {"port": "collective"}, "periodSeconds": 1}}]}}}},
+    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "listener"},
+     "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"app": "listener"}, "ports": [{"port": 12345}]}},
+    {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "only-friends"},
+     "spec": {"podSelector": {"matchLabels": {"app": "listener"}}, "policyTypes": ["Ingress"],
+              "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "friend"}}}], "ports": [{"protocol": "TCP", "port": 12345}]}]}},
+    {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared"}, "spec": {}},
+]
+
+# friend: connects (retrying while the listener starts), then leaves a marker; stranger: waits for
+# the marker, then must not get through within 3 s
+CONNECT = r"""
+import os, socket, sys, time
+friend = os.environ["ROLE"] == "friend"
+deadline = time.monotonic() + (60 if friend else 3)
+while not friend and not os.path.exists("/shared/friend-connected"):
+    time.sleep(0.2)
+    deadline = time.monotonic() + 3
+while time.monotonic() < deadline:
+    try:
+        socket.create_connection(("listener", 12345), timeout=1).close()
+        if friend:
+            open("/shared/friend-connected", "w").close()
+        sys.exit(0 if friend else "a pod the NetworkPolicy does not allow got through")
+    except OSError:
+        time.sleep(0.2)
+sys.exit("never connected" if friend else 0)
+"""
+
+
+def test_a_network_policy_lets_only_its_peers_in(tmp_path):
+    image = f"disttrain-copier:{TAG}"
+    jobs = []
+    for role in ("friend", "stranger"):
+        job = policy_job(role, CONNECT, image=image, backoff=0)
+        spec = job["spec"]["template"]["spec"]
+        spec["containers"][0]["env"].append({"name": "ROLE", "value": role})
+        jobs.append(job)
+    LISTENER[0]["spec"]["template"]["spec"]["containers"][0]["image"] = image
+    docs = [d for d in COMMON if d["kind"] != "PersistentVolumeClaim"] + LISTENER + jobs
+    with cluster(cluster_plan.translate(docs, namespace="default"), tmp_path, "netpol") as c:
+        c.start()
+        friend, stranger = c.wait_job("friend", 300), c.wait_job("stranger", 300)
+        assert c.iptables_rules, "no iptables rules were made for the NetworkPolicy"
+    assert friend.state == "Complete", friend.pods[-1].statuses
+    assert stranger.state == "Complete", stranger.pods[-1].statuses["main"].message
