@@ -177,6 +177,16 @@ that depends on the storage choice.
 {{- if and (ne $s.accessMode "ReadWriteMany") (gt (int .Values.workers) 1) -}}
 {{- fail (printf "disttrain: storage.accessMode %s cannot be shared by %d workers on different nodes: use ReadWriteMany (or workers=1)" $s.accessMode (int .Values.workers)) -}}
 {{- end -}}
+{{- if and .Values.kueue.trainerTopology.required .Values.kueue.trainerTopology.preferred -}}
+{{- fail "disttrain: set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred" -}}
+{{- end -}}
+{{- range $stage := list "copier" "trainer" "aggregator" "server" }}
+{{- range (index $.Values $stage).extraVolumes }}
+{{- if has .name (list "workdir" "tmp") -}}
+{{- fail (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (workdir, tmp); choose another" $stage .name) -}}
+{{- end -}}
+{{- end }}
+{{- end }}
 {{- if not (has .Values.strategy (list "average" "multiworker")) -}}
 {{- fail (printf "disttrain: unknown strategy %q: use average or multiworker" .Values.strategy) -}}
 {{- end -}}
@@ -209,6 +219,28 @@ tolerations:
 {{- with ($stage.affinity | default $ctx.Values.affinity) }}
 affinity:
   {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- include "disttrain.podClasses" (list $ctx $stage) }}
+{{- end -}}
+
+{{/* priorityClassName, runtimeClassName and schedulerName of a stage's pods (the stage's own wins): (list $ .Values.copier). */}}
+{{- define "disttrain.podClasses" -}}
+{{- $ctx := index . 0 -}}
+{{- $stage := index . 1 -}}
+{{- range $key := list "priorityClassName" "runtimeClassName" "schedulerName" }}
+{{- with (index $stage $key | default (index $ctx.Values $key)) }}
+{{ $key }}: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Kueue labels of every Job: the LocalQueue (Kueue admits the Job's pods all at once) and the priority class. */}}
+{{- define "disttrain.kueueLabels" -}}
+{{- with .Values.kueue.queueName }}
+kueue.x-k8s.io/queue-name: {{ . | quote }}
+{{- end }}
+{{- with .Values.kueue.priorityClass }}
+kueue.x-k8s.io/priority-class: {{ . | quote }}
 {{- end }}
 {{- end -}}
 
