@@ -72,7 +72,7 @@ test-images: venv
 
 # every release of tests/cluster/cluster_runs.py, from `helm template` to a served model
 test-cluster: venv
-	PYTHON=$(BIN)/python DISTTRAIN_IMAGE_TAG=$(TAG) bash docker/test-cluster.sh
+	PYTHON=$(BIN)/python DISTTRAIN_IMAGE_TAG=$(TAG) bash docker/test-images.sh cluster
 
 bench: venv
 	bash bench/run_all.sh

@@ -78,6 +78,7 @@ class Pod:
         self.ip = None
         self.statuses: dict[str, ContainerStatus] = {}
         self.containers = {}  # name -> docker container
+        self.created = {}  # name -> the container's inspect data at creation
         self.pause = None
         self.volumes = []
         self.deleted = threading.Event()
@@ -224,6 +225,7 @@ class Pod:
             runtime=self.template.runtime, stop_signal="SIGTERM",
         )
         self.containers[spec.name] = container
+        self.created[spec.name] = container.attrs  # what Docker was asked to run (tests inspect it)
         return container
 
     def _finish(self, spec, container, result, restartable=False):

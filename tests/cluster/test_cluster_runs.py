@@ -1,6 +1,6 @@
 """`make test-cluster`: the chart's rendered release, run with the real images as a cluster runs it.
 
-Skipped unless DISTTRAIN_TEST_CLUSTER=1 (docker/test-cluster.sh sets it after building the images).
+Skipped unless DISTTRAIN_TEST_CLUSTER=1 (docker/test-images.sh cluster sets it after building the images).
 Each run of cluster_runs.RUNS goes helm template -> cluster_plan.translate (no unknown field) ->
 cluster_runtime.Cluster (Jobs, Deployment, Services, init containers, policies) -> a served model
 answering :predict through the published Service port -> `helm test`.
@@ -86,6 +86,12 @@ def docker_ready():
     remove_everything(client, PREFIX)
 
 
+def node_runtimes():
+    import docker
+
+    return tuple(docker.from_env().info()["Runtimes"])
+
+
 def cluster(release, tmp_path, name, **kwargs):
     from cluster_runtime import Cluster
 
@@ -165,7 +171,7 @@ def execute(run, tmp_path_factory):
         return RESULTS[run.name]
     tmp = tmp_path_factory.mktemp(run.name)
     docs = render(run.values_files)
-    release = cluster_plan.translate(docs, namespace=NAMESPACE)
+    release = cluster_plan.translate(docs, namespace=NAMESPACE, runtimes=node_runtimes())
     values = merged_values(run.values_files)
     result = {"strategy": values["strategy"], "noops": sorted({f"{w.split('/')[0]} {f}" for w, f, _ in release.noops})}
     started = time.monotonic()
@@ -249,37 +255,37 @@ def check_killed_run(run, result, tmp_path_factory):
 # ----------------------------------------------------------------------------- failures, as a cluster shows them
 
 
+def run_one_stage(tmp_path, stage, sets):
+    """Only `stage`'s Job of the digits release with `sets`, until it ends: its JobStatus."""
+    docs = render([cluster_runs.VALUES / "base.yaml", cluster_runs.VALUES / "digits-average.yaml"], sets=sets)
+    with cluster(cluster_plan.translate(docs, namespace=NAMESPACE), tmp_path, f"fail-{stage}") as c:
+        c.start(only=[job_name(stage)])
+        return c.wait_job(job_name(stage), 300)
+
+
 def test_a_failing_stage_says_why_in_its_termination_message(tmp_path):
     """The copier's one-line error reaches the termination message (`kubectl get pods`/`describe`)
     through /dev/termination-log; copier.backoffLimit 0 fails the Job at the first failed pod."""
-    docs = render([cluster_runs.VALUES / "base.yaml", cluster_runs.VALUES / "digits-average.yaml"],
-                  sets=("data.source=csv:/workdir/missing.csv", "copier.backoffLimit=0"))
-    with cluster(cluster_plan.translate(docs, namespace=NAMESPACE), tmp_path, "fail-copier") as c:
-        c.start(only=[job_name("copier")])
-        status = c.wait_job(job_name("copier"), 300)
-        assert status.state == "Failed" and status.reason.startswith("BackoffLimitExceeded"), status.reason
-        (pod,) = status.pods
-        copier = pod.statuses["copier"]
-        assert copier.exit_code == 2
-        assert copier.message.startswith("error: ") and "/workdir/missing.csv" in copier.message, copier.message
-        assert "\n" not in copier.message
-        # written by the stage itself (disttrain_contract.run_cli), not the kubelet's fallback to the log
-        assert (pod.dir / "copier.termination-log").read_text() == copier.message
+    status = run_one_stage(tmp_path, "copier", ("data.source=csv:/workdir/missing.csv", "copier.backoffLimit=0"))
+    assert status.state == "Failed" and status.reason.startswith("BackoffLimitExceeded"), status.reason
+    (pod,) = status.pods
+    copier = pod.statuses["copier"]
+    assert copier.exit_code == 2
+    assert copier.message.startswith("error: ") and "/workdir/missing.csv" in copier.message, copier.message
+    assert "\n" not in copier.message
+    # written by the stage itself (disttrain_contract.run_cli), not the kubelet's fallback to the log
+    assert (pod.dir / "copier.termination-log").read_text() == copier.message
 
 
 def test_a_wait_timeout_fails_the_index_and_the_job_with_the_wait_containers_message(tmp_path):
     """No copier: each worker's wait-for-copier times out (exit 3); backoffLimitPerIndex 0 fails the
     index, maxFailedIndexes 0 the Job; the message is the wait container's own line (FallbackToLogsOnError)."""
-    docs = render([cluster_runs.VALUES / "base.yaml", cluster_runs.VALUES / "digits-average.yaml"],
-                  sets=("trainer.waitTimeoutSeconds=2", "trainer.backoffLimitPerIndex=0"))
-    with cluster(cluster_plan.translate(docs, namespace=NAMESPACE), tmp_path, "fail-wait") as c:
-        c.start(only=[job_name("trainer")])
-        status = c.wait_job(job_name("trainer"), 300)
-        assert status.state == "Failed" and status.reason.startswith("MaxFailedIndexesExceeded"), status.reason
-        wait = status.pods[0].statuses["wait-for-copier"]
-        assert wait.exit_code == 3
-        assert "timed out after 2s waiting for the copier's dataset" in wait.message and "/workdir/run-1/data/_SUCCESS" in wait.message
-        assert "trainer" not in status.pods[0].statuses, "the trainer must not start after a failed init container"
+    status = run_one_stage(tmp_path, "trainer", ("trainer.waitTimeoutSeconds=2", "trainer.backoffLimitPerIndex=0"))
+    assert status.state == "Failed" and status.reason.startswith("MaxFailedIndexesExceeded"), status.reason
+    wait = status.pods[0].statuses["wait-for-copier"]
+    assert wait.exit_code == 3
+    assert "timed out after 2s waiting for the copier's dataset" in wait.message and "/workdir/run-1/data/_SUCCESS" in wait.message
+    assert "trainer" not in status.pods[0].statuses, "the trainer must not start after a failed init container"
 
 
 def policy_job(name, script, completions=1, rules=(), per_index=None, backoff=None, image=None):
@@ -443,3 +449,24 @@ def test_a_network_policy_lets_only_its_peers_in(tmp_path):
         assert c.iptables_rules, "no iptables rules were made for the NetworkPolicy"
     assert friend.state == "Complete", friend.pods[-1].statuses
     assert stranger.state == "Complete", stranger.pods[-1].statuses["main"].message
+
+
+def test_shared_cluster_values_reach_the_containers(tmp_path):
+    """The shared-cluster CI values (Kueue labels, classes, per-stage extras) run: the copier and the
+    trainers of that rendering complete with the extra env, the memory-backed /dev/shm and the runtime."""
+    files = [cluster_runs.VALUES / "base.yaml", CHART / "ci" / "shared-cluster-values.yaml", cluster_runs.VALUES / "digits-average.yaml"]
+    docs = render(files, sets=("epochs=2",))
+    release = cluster_plan.translate(docs, namespace=NAMESPACE, runtimes=node_runtimes())
+    with cluster(release, tmp_path, "shared") as c:
+        c.start(only=[job_name("copier"), job_name("trainer")])
+        for stage in ("copier", "trainer"):
+            status = c.wait_job(job_name(stage), 600)
+            assert status.state == "Complete", f"{stage}: {status.reason}\n{c.describe()}"
+        copier = c.job_pods(job_name("copier"))[0].created["copier"]
+        trainer = c.job_pods(job_name("trainer"), 0)[0].created["trainer"]
+    assert "DISTTRAIN_EXAMPLE=shared-cluster" in copier["Config"]["Env"]
+    assert "/scratch" in [m["Target"] for m in copier["HostConfig"]["Mounts"]]
+    assert {"TF_CPP_MIN_LOG_LEVEL=1", "NODE_NAME=harness-node", "JOB_COMPLETION_INDEX=0"} <= set(trainer["Config"]["Env"])
+    assert trainer["HostConfig"]["Runtime"] == "runc"
+    (shm,) = [m for m in trainer["HostConfig"]["Mounts"] if m["Target"] == "/dev/shm"]
+    assert shm["Type"] == "volume"

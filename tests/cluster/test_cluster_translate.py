@@ -22,6 +22,7 @@ REFUSED = {
     "existing-claim": "uses claim 'my-shared-claim', which is not in the release",
     "external-nfs": "kind PersistentVolume (v1) is not supported",
     "nfs-server": "kind PersistentVolume (v1) is not supported",
+    "gpu": "nodeSelector nvidia.com/gpu.present=true: the node",
 }
 
 
@@ -113,6 +114,29 @@ def test_what_one_node_cannot_do_is_refused_by_name(sets, expected):
     with pytest.raises(Unsupported) as err:
         translate(rendered(sets=sets), namespace="ml")
     assert expected in str(err.value)
+
+
+def test_the_gpu_example_is_refused_for_its_gpu_and_its_runtime():
+    docs = rendered("gpu", sets=("trainer.nodeSelector=null",))
+    with pytest.raises(Unsupported, match="runtimeClassName 'nvidia': the node's container runtimes are"):
+        translate(docs, namespace="ml")
+    with pytest.raises(Unsupported, match="resources.limits.nvidia.com/gpu: the node has no nvidia.com/gpu"):
+        translate(docs, namespace="ml", runtimes=("runc", "nvidia"))
+
+
+def test_shared_cluster_extras_reach_the_plan():
+    release = translate(rendered("shared-cluster"), namespace="ml")
+    jobs = {j.name.rsplit("-", 2)[-2]: j for j in release.jobs}
+    trainer = jobs["trainer"].template
+    (main,) = trainer.containers
+    env = {e.name: e for e in main.env}
+    assert env["TF_CPP_MIN_LOG_LEVEL"].value == "1" and env["NODE_NAME"].field_path == "spec.nodeName"
+    assert trainer.volumes["dshm"].kind == "emptyDir" and trainer.volumes["dshm"].memory and trainer.volumes["dshm"].size_limit == 256 * 2**20
+    assert ("dshm", "/dev/shm") in [(m.volume, m.path) for m in main.mounts]
+    assert trainer.runtime == "runc"
+    assert jobs["copier"].labels["kueue.x-k8s.io/queue-name"] == "team-a"
+    noops = {(w.split("/")[0], f) for w, f, _ in release.noops}
+    assert ("Job", "spec.template.spec.priorityClassName") in noops and ("Job", "spec.template.spec.schedulerName") in noops
 
 
 def test_the_release_namespace_must_match():
