@@ -21,3 +21,6 @@ def pytest_terminal_summary(terminalreporter):
             f"{name:28} {r.get('strategy', ''):12} {r.get('accuracy', float('nan')):9.4f} {pipeline:>9} "
             f"{r.get('jobs_done_s', float('nan')):9.1f}s {r.get('served_s', float('nan')):7.1f}s {r.get('total_s', float('nan')):6.1f}s"
             + (f"  ({r['note']})" if r.get("note") else ""))
+    noops = sorted({n for r in RESULTS.values() for n in r.get("noops", [])})
+    if noops:
+        terminalreporter.write_line("fields taken as no-ops on one node (reasons: charts/disttrain/README.md): " + ", ".join(noops))
