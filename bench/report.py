@@ -64,11 +64,12 @@ def training(doc):
     out.append("\nThe goals of issue 9 against these numbers:\n")
     out += goal_rows(doc["results"]["summary"])
     if doc["results"].get("sync_every"):
-        out.append("\nLocal SGD: choosing H (`--sync-every`), movie reviews, 2 workers:\n")
-        out.append("| H (steps between averages) | s/epoch | speedup | wall speedup | final acc. | vs 1 worker |")
-        out.append("|---|---|---|---|---|---|")
+        out.append("\nLocal SGD: choosing H (`--sync-every`) and the wire dtype, movie reviews, 2 workers (80 steps per epoch, "
+                   "400 in the run: H=400 averages once, at the end):\n")
+        out.append("| H (steps between averages) | wire | s/epoch | speedup | wall speedup | final acc. | vs 1 worker |")
+        out.append("|---|---|---|---|---|---|---|")
         for r in doc["results"]["sync_every"]:
-            out.append(f"| {r['sync_every']} | {f(r['sec_per_epoch'], 3)} | {f(r['speedup_vs_1_worker'], 2)}x | "
+            out.append(f"| {r['sync_every']} | {r['allreduce_dtype']} | {f(r['sec_per_epoch'], 3)} | {f(r['speedup_vs_1_worker'], 2)}x | "
                        f"{f(r['wall_speedup_vs_1_worker'], 2)}x | {f(r['final_accuracy'], 3)} | {r['accuracy_vs_1_worker'] * 100:+.1f} points |")
     probes = doc["results"].get("collective") or {}
     if any(probes.values()):
