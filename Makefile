@@ -16,7 +16,7 @@ PS ?= 1
 PORT ?= 8080
 WORKDIR ?= workdir/demo
 
-.PHONY: help venv demo pipeline test test-faults test-images images push bench bench-quick browser-deps clean
+.PHONY: help venv demo pipeline test test-faults test-images test-cluster images push bench bench-quick browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
@@ -24,6 +24,7 @@ help:
 	@echo "make test         every test (unit, integration, resume, faces, server, browser, chart)"
 	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk"
 	@echo "make test-images  build the four images and run the pipeline with docker run only (starts dockerd)"
+	@echo "make test-cluster run the chart's helm template output with the images as a cluster would (starts dockerd)"
 	@echo "make images       build disttrain-{copier,trainer,aggregator,server}:$(TAG)"
 	@echo "make push REGISTRY=registry.example.com/team   tag and push them"
 	@echo "make bench        benchmarks -> bench/results/*.json, bench/plots/*.png, bench/README.md"
@@ -52,7 +53,8 @@ pipeline: venv
 browser-deps:
 	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
 
-# tests/images runs only under `make test-images`; the fault tests only under `make test-faults`.
+# tests/images runs only under `make test-images`, tests/cluster's Docker runs only under
+# `make test-cluster`; the fault tests only under `make test-faults`.
 test: venv browser-deps
 	$(BIN)/python -m pytest tests -q -m "not faults"
 
@@ -69,6 +71,10 @@ push:
 
 test-images: venv
 	PYTHON=$(BIN)/python DISTTRAIN_IMAGE_TAG=$(TAG) bash docker/test-images.sh
+
+# every release of tests/cluster/cluster_runs.py, from `helm template` to a served model
+test-cluster: venv
+	PYTHON=$(BIN)/python DISTTRAIN_IMAGE_TAG=$(TAG) bash docker/test-images.sh cluster
 
 bench: venv
 	bash bench/run_all.sh

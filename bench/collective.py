@@ -7,7 +7,10 @@ Joins a MultiWorkerMirroredStrategy cluster exactly like the trainer does (TF_CO
     the trainer all-reduces every step),
   * an all-reduce of one scalar (the latency floor of one collective; the trainer also
     reduces loss, hits and count every step),
-  * the same gradient-shaped all-reduce under the default (1-replica, no network) strategy.
+  * the same gradient-shaped all-reduce under the default (1-replica, no network) strategy;
+  * what the trainer really sends each step (collectives.Wire, float32 and float16 on the wire):
+    for a model with an embedding, its gradient as --rows touched rows (a batch-64 step of the
+    text model touches ~1,300 unique tokens), the rest dense.
 The chief prints one JSON line with the medians.
 """
 
@@ -25,6 +28,7 @@ def main():
     p.add_argument("--index", type=int, required=True)
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--iters", type=int, default=50)
+    p.add_argument("--rows", type=int, default=1300, help="touched embedding rows per step (sparse models)")
     args = p.parse_args()
     os.environ["TF_CONFIG"] = json.dumps({
         "cluster": {"worker": [f"127.0.0.1:{args.port + i}" for i in range(args.workers)]},
@@ -76,6 +80,28 @@ def main():
         return local.run(grads_fn)
 
     result["local_reduce_gradients_ms"] = timed(local_step)
+
+    from disttrain_trainer.collectives import Wire
+
+    variables = model.trainable_variables
+    sparse = next((i for i, v in enumerate(variables) if "embedding" in v.path and len(v.shape) == 2), None)
+
+    def wire_step(dtype):
+        wire = Wire(dtype)
+
+        def fn():
+            grads = [tf.ones(s) for s in shapes]
+            if sparse is not None:  # the other worker touches half the same rows, half others
+                rows = tf.range(args.rows) + args.index * (args.rows // 2)
+                grads[sparse] = tf.IndexedSlices(tf.ones([args.rows, shapes[sparse][1]]), rows, tf.constant(shapes[sparse], tf.int64))
+            return wire.all_reduce_sum(grads)
+
+        return tf.function(lambda: strategy.run(fn))
+
+    result["sparse_rows"] = args.rows if sparse is not None else None
+    for dtype in ("float32", "float16"):
+        step = wire_step(dtype)
+        result[f"wire_{dtype}_ms"] = timed(lambda: [g.values if isinstance(g, tf.IndexedSlices) else g for g in step()])
     if args.index == 0:
         print("RESULT " + json.dumps(result), flush=True)
 

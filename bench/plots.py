@@ -138,11 +138,12 @@ def network(doc):
     for k, strategy in enumerate(strategies):
         rs = [next(r for r in rows if (r["network"], r["strategy"]) == (n, strategy)) for n in nets]
         xs = [i + (k - (len(strategies) - 1) / 2) * width for i in range(len(nets))]
-        bars = speed.bar(xs, [r["sec_per_epoch"] for r in rs], width, color=COLORS[strategy], label=f"2 workers, {strategy}")
+        color = COLORS.get(strategy, "#8172B3")
+        bars = speed.bar(xs, [r["sec_per_epoch"] for r in rs], width, color=color, label=f"2 workers, {strategy}")
         for bar, r in zip(bars, rs):
             speed.annotate(f"x{r['speedup_vs_1_worker']:.2f}", (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                            ha="center", va="bottom", fontsize=9)
-        acc.plot(range(len(nets)), [r["final_accuracy"] for r in rs], marker="o", color=COLORS[strategy], label=strategy)
+        acc.plot(range(len(nets)), [r["final_accuracy"] for r in rs], marker="o", color=color, label=strategy)
     speed.axhline(base["sec_per_epoch"], color="black", linestyle="--", label=f"1 worker, no network ({base['sec_per_epoch']:.2f} s)")
     acc.axhline(base["final_accuracy"], color="black", linestyle="--", label=f"1 worker ({base['final_accuracy']:.3f})")
     for ax in (speed, acc):

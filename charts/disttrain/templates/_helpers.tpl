@@ -177,6 +177,16 @@ that depends on the storage choice.
 {{- if and (ne $s.accessMode "ReadWriteMany") (gt (int .Values.workers) 1) -}}
 {{- fail (printf "disttrain: storage.accessMode %s cannot be shared by %d workers on different nodes: use ReadWriteMany (or workers=1)" $s.accessMode (int .Values.workers)) -}}
 {{- end -}}
+{{- if and .Values.kueue.trainerTopology.required .Values.kueue.trainerTopology.preferred -}}
+{{- fail "disttrain: set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred" -}}
+{{- end -}}
+{{- range $stage := list "copier" "trainer" "aggregator" "server" }}
+{{- range (index $.Values $stage).extraVolumes }}
+{{- if has .name (list "workdir" "tmp") -}}
+{{- fail (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (workdir, tmp); choose another" $stage .name) -}}
+{{- end -}}
+{{- end }}
+{{- end }}
 {{- if not (has .Values.strategy (list "average" "multiworker" "localsgd" "parameterserver")) -}}
 {{- fail (printf "disttrain: unknown strategy %q: use average, multiworker, localsgd or parameterserver" .Values.strategy) -}}
 {{- end -}}
@@ -219,6 +229,28 @@ tolerations:
 affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
+{{- include "disttrain.podClasses" (list $ctx $stage) }}
+{{- end -}}
+
+{{/* priorityClassName, runtimeClassName and schedulerName of a stage's pods (the stage's own wins): (list $ .Values.copier). */}}
+{{- define "disttrain.podClasses" -}}
+{{- $ctx := index . 0 -}}
+{{- $stage := index . 1 -}}
+{{- range $key := list "priorityClassName" "runtimeClassName" "schedulerName" }}
+{{- with (index $stage $key | default (index $ctx.Values $key)) }}
+{{ $key }}: {{ . | quote }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{/* Kueue labels of every Job: the LocalQueue (Kueue admits the Job's pods all at once) and the priority class. */}}
+{{- define "disttrain.kueueLabels" -}}
+{{- with .Values.kueue.queueName }}
+kueue.x-k8s.io/queue-name: {{ . | quote }}
+{{- end }}
+{{- with .Values.kueue.priorityClass }}
+kueue.x-k8s.io/priority-class: {{ . | quote }}
+{{- end }}
 {{- end -}}
 
 {{/* Volumes every disttrain pod mounts: the shared workdir and a scratch /tmp. */}}
@@ -236,6 +268,17 @@ affinity:
   mountPath: {{ .Values.storage.mountPath }}
 - name: tmp
   mountPath: /tmp
+{{- end -}}
+
+{{/*
+Every container's termination message: the stages write their one-line error to
+/dev/termination-log (disttrain_contract.run_cli), and without one (a crash, a
+wait container's timeout) the kubelet keeps the log's last lines, so `kubectl get
+pods` / `kubectl describe pod` say why a stage failed without reading its logs.
+*/}}
+{{- define "disttrain.terminationMessage" -}}
+terminationMessagePath: /dev/termination-log
+terminationMessagePolicy: FallbackToLogsOnError
 {{- end -}}
 
 {{/* Environment of every disttrain container (read-only root: everything writable is /tmp or the workdir). */}}
@@ -294,6 +337,7 @@ Exits 0 once every path exists, 3 on timeout (like the stages' StageTimeout).
     {{- toYaml $ctx.Values.containerSecurityContext | nindent 4 }}
   resources:
     {{- toYaml $ctx.Values.waitContainer.resources | nindent 4 }}
+  {{- include "disttrain.terminationMessage" $ctx | nindent 2 }}
   volumeMounts:
     {{- include "disttrain.volumeMounts" $ctx | nindent 4 }}
 {{- end -}}

@@ -1,6 +1,12 @@
 """Errors a user can act on, and the one place that turns them into an exit code."""
 
+import os
 import sys
+
+# Where Kubernetes reads a container's termination message (terminationMessagePath): `kubectl get
+# pods` / `describe` show it, so a failed stage says why without anyone reading its logs.
+TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_LIMIT = 4096  # the kubelet keeps at most 4096 bytes
 
 
 class ContractError(Exception):
@@ -18,18 +24,39 @@ class StageTimeout(ContractError):
     exit_code = 3
 
 
+def write_termination_message(message, path=None):
+    """Write the one-line reason a stage ends to the termination-message file, if there is one.
+
+    The kubelet creates the file before the container starts; it is written only when it already
+    exists and is writable, so a run outside Kubernetes never creates /dev/termination-log.
+    DISTTRAIN_TERMINATION_LOG names another path (tests)."""
+    path = path or os.environ.get("DISTTRAIN_TERMINATION_LOG", TERMINATION_LOG)
+    line = " ".join(str(message).split())
+    try:
+        if os.path.isfile(path) and os.access(path, os.W_OK):
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(line.encode()[:TERMINATION_LIMIT].decode(errors="ignore"))
+    except OSError:
+        pass  # the message is a convenience: never let it hide the real error
+
+
 def run_cli(main, argv=None):
     """Run a stage's main(argv) and exit with its status.
 
-    A ContractError becomes one line on stderr and a non-zero exit instead of a
-    traceback; Ctrl-C exits 130 quietly. Anything else is a bug and keeps its
-    traceback."""
+    A ContractError becomes one line on stderr (and in the termination-message file) and a
+    non-zero exit instead of a traceback; Ctrl-C exits 130 quietly. Anything else is a bug and
+    keeps its traceback; its exception's first line goes to the termination-message file."""
     try:
         status = main(argv)
     except ContractError as err:
         print(f"error: {err}", file=sys.stderr)
+        write_termination_message(f"error: {err}")
         sys.exit(err.exit_code)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         sys.exit(130)
+    except Exception as err:
+        first = next((line for line in str(err).splitlines() if line.strip()), "")
+        write_termination_message(f"{type(err).__name__}: {first}" if first else type(err).__name__)
+        raise
     sys.exit(status or 0)

@@ -193,9 +193,13 @@ def main(argv=None):
     examples = sum(s.examples for s in shards)
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     vectorizer = None
+    x_test = as_model_input(manifest.task, x_test)  # the held-out split goes through the published model
     if manifest.task == "text":
-        vectorizer = text_vectorizer(read_vocab(data_dir, manifest))
-        x_train, x_test = (vectorizer(as_model_input("text", x)).numpy() for x in (x_train, x_test))
+        vocabulary = read_vocab(data_dir, manifest)
+        vectorizer = text_vectorizer(vocabulary)
+        # ragged: memory in proportion to the tokens, not to shard size x the longest review;
+        # each batch is padded to its own longest review (dataset_fn)
+        x_train = text_vectorizer(vocabulary, ragged=True)(as_model_input("text", x_train))
     # (faces: an epoch shows every photo `--views` times, each time differently augmented)
     images_per_epoch = strategy.examples_per_epoch(manifest, examples) * (args.views if manifest.task == "faces" else 1)
     steps_per_epoch = -(-images_per_epoch // args.batch)
@@ -214,7 +218,11 @@ def main(argv=None):
             )
         else:
             ds, part = strategy.own_part(tf.data.Dataset.from_tensor_slices((x_train, y_train)), [s.examples for s in shards])
-            ds = ds.shuffle(len(y_train), seed=args.seed + part, reshuffle_each_iteration=True).repeat().batch(args.batch)
+            ds = ds.shuffle(len(y_train), seed=args.seed + part, reshuffle_each_iteration=True).repeat()
+            if manifest.task == "text":
+                ds = ds.ragged_batch(args.batch).map(lambda ids, y: (ids.to_tensor(), y))
+            else:
+                ds = ds.batch(args.batch)
         return ds.skip(batches_done).prefetch(2)
 
     # ------------------------------------------------ model from the shared seed
@@ -289,7 +297,7 @@ def main(argv=None):
             "examples_per_sec": seen / wall, "wall_time_sec": wall, **strategy.epoch_facts(),
         }
         if strategy.evaluates:
-            held_out = evaluate(model, manifest.task, x_test, y_test, seed=manifest.seed)
+            held_out = evaluate(published, manifest.task, x_test, y_test, seed=manifest.seed)
             record.update({f"test_{key}": value for key, value in held_out.items()})
         history.append(record)
         bar.finish(epoch_line(tag, epoch, args.epochs, record))

@@ -17,9 +17,10 @@ import keras
 IMAGE_MODELS = ("cnn", "mobilenetv2", "resnet50")
 
 
-def text_vectorizer(vocabulary):
-    """Strings [n, 1] -> token ids [n, longest], 0-padded (padding is masked downstream)."""
-    return keras.layers.TextVectorization(vocabulary=vocabulary, output_mode="int", name="vectorize")
+def text_vectorizer(vocabulary, ragged=False):
+    """Strings [n, 1] -> token ids [n, longest], 0-padded (padding is masked downstream);
+    ragged: one row of ids per string, as long as the string (the trainer pads per batch)."""
+    return keras.layers.TextVectorization(vocabulary=vocabulary, output_mode="int", ragged=ragged, name="vectorize")
 
 
 def build_text_core(vocabulary_size, n_labels, width=64, dropout=0.5):

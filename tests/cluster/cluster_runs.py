@@ -1,0 +1,55 @@
+"""What `make test-cluster` runs: one entry per release, data only.
+
+A new strategy is one more entry: a values file in tests/cluster/values/ (on top of base.yaml)
+and what must hold. Every run renders the chart with `helm template`, translates every object
+(cluster_plan: an unknown field fails by name), runs it (cluster_runtime), waits for the Jobs and
+the server, and predicts through the server Service's published port.
+"""
+
+import dataclasses
+import pathlib
+
+VALUES = pathlib.Path(__file__).with_name("values")
+NAMESPACE = "ml"  # the release namespace the harness uses (DNS names carry it)
+KUBE_VERSION = "1.33.0"  # what .Capabilities.KubeVersion says: backoffLimitPerIndex, podFailurePolicy
+
+
+@dataclasses.dataclass(frozen=True)
+class Kill:
+    """SIGKILL one container of a Job's pod once its log shows a line (e.g. an epoch finished)."""
+
+    job: str  # stage: the Job is <release>-disttrain-<job>-r1
+    index: int
+    container: str
+    after_line: str  # a regular expression on the container's log
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+    name: str
+    values: str  # file in tests/cluster/values/
+    pipeline_tolerance: float | None = 0.01  # |accuracy - make pipeline's with the same values| (None: not compared)
+    kill: Kill | None = None
+    undisturbed: str | None = None  # name of the run this one's accuracy is compared with
+    undisturbed_tolerance: float = 0.02
+    helm_test: bool = True
+    min_accuracy: float = 0.8  # held-out accuracy of the final model (report.json), and of :predict on the test split
+
+    @property
+    def values_files(self):
+        return [VALUES / "base.yaml", VALUES / self.values]
+
+
+RUNS = [
+    Run("digits-average", "digits-average.yaml"),
+    Run("digits-multiworker", "digits-multiworker.yaml"),
+    Run("digits-localsgd", "digits-localsgd.yaml"),
+    Run("digits-multiworker-kill", "digits-multiworker.yaml", pipeline_tolerance=None,
+        kill=Kill("trainer", 1, "trainer", r"epoch 5/\d+:"), undisturbed="digits-multiworker"),
+    # faces: top-1 retrieval on 19 held-out people moves 5 points per person, so no pipeline comparison
+    Run("faces", "faces.yaml", pipeline_tolerance=None, min_accuracy=0.3),  # top-1 on held-out people; chance is 1/19
+]
+
+BY_NAME = {run.name: run for run in RUNS}
+
+RESULTS = {}  # run name -> what was measured (test_cluster_runs.py fills it; conftest prints it)

@@ -1,0 +1,237 @@
+"""The harness's translation of rendered manifests into a run plan (no Docker: runs in `make test`).
+
+Every field of every CI values file's rendering is honoured, a documented no-op, or refused by
+name; a field the harness does not know fails the translation and names it.
+"""
+
+import copy
+import re
+
+import pytest
+
+from chartlib import CHART, VARIANTS, one, render
+
+import cluster_plan
+from cluster_plan import NOOPS, Unsupported, quantity, translate
+from cluster_runs import NAMESPACE, RUNS
+
+yaml = pytest.importorskip("yaml")
+
+# CI values files the harness cannot run, and the field it names (it never skips one silently).
+REFUSED = {
+    "existing-claim": "uses claim 'my-shared-claim', which is not in the release",
+    "external-nfs": "kind PersistentVolume (v1) is not supported",
+    "nfs-server": "kind PersistentVolume (v1) is not supported",
+    "gpu": "nodeSelector nvidia.com/gpu.present=true: the node",
+}
+
+
+def rendered(variant="defaults", sets=(), kube_version="1.33.0"):
+    return copy.deepcopy(render(variant, sets=sets, kube_version=kube_version))
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_every_ci_rendering_is_translated_or_refused_by_name(variant):
+    docs = rendered(variant)
+    if variant in REFUSED:
+        with pytest.raises(Unsupported, match=re.escape(REFUSED[variant])):
+            translate(docs, namespace="ml")
+        return
+    release = translate(docs, namespace="ml")
+    assert {j.name.rsplit("-", 2)[-2] for j in release.jobs} == {"copier", "trainer", "aggregator"}
+    assert [d.name for d in release.deployments] == ["dt-disttrain-server"]
+    for where, path, reason in release.noops:
+        assert reason in [n.reason for n in NOOPS.values()], (where, path)
+
+
+@pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
+def test_every_test_cluster_run_translates(run):
+    import subprocess
+
+    from chartlib import helm_path
+
+    args = [helm_path(), "template", "dt", str(CHART), "--namespace", NAMESPACE, "--kube-version", "1.33.0"]
+    for f in run.values_files:
+        args += ["-f", str(f)]
+    docs = [d for d in yaml.safe_load_all(subprocess.run(args, capture_output=True, text=True, check=True).stdout) if d]
+    release = translate(docs, namespace=NAMESPACE)
+    assert len(release.jobs) == 3 and release.test_pods
+
+
+# ----------------------------------------------------------------------------- refusals by name
+
+
+def trainer(docs):
+    return one(docs, "Job", "trainer")
+
+
+def container_of(doc, name):
+    (c,) = [c for c in doc["spec"]["template"]["spec"]["containers"] if c["name"] == name]
+    return c
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda d: container_of(trainer(d), "trainer").update(lifecycle={"preStop": {"exec": {"command": ["true"]}}}),
+         "Job/dt-disttrain-trainer-r1: the harness does not understand: spec.template.spec.containers[trainer].lifecycle"),
+        (lambda d: trainer(d)["spec"]["template"]["spec"].update(hostNetwork=True),
+         "spec.template.spec.hostNetwork"),
+        (lambda d: trainer(d)["spec"].update(successPolicy={"rules": [{"succeededIndexes": "0"}]}),
+         "spec.successPolicy"),
+        (lambda d: container_of(trainer(d), "trainer")["securityContext"].update(procMount="Unmasked"),
+         "spec.template.spec.containers[trainer].securityContext.procMount"),
+        (lambda d: trainer(d)["spec"]["template"]["spec"]["volumes"].append({"name": "x", "hostPath": {"path": "/"}}),
+         "spec.template.spec.volumes[x].hostPath"),
+        (lambda d: container_of(trainer(d), "trainer")["env"].append({"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}),
+         "spec.template.spec.containers[trainer].env[X].valueFrom.configMapKeyRef"),
+        (lambda d: one(d, "Service", "server")["spec"].update(externalTrafficPolicy="Local"),
+         "Service/dt-disttrain-server: the harness does not understand: spec.externalTrafficPolicy"),
+        (lambda d: d.append({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web"}, "spec": {}}),
+         "Ingress/web: kind Ingress (networking.k8s.io/v1) is not supported"),
+        (lambda d: trainer(d)["metadata"].update(finalizers=["x"]),
+         "Job/dt-disttrain-trainer-r1: the harness does not understand: metadata.finalizers"),
+    ],
+)
+def test_an_unknown_field_is_refused_by_name(mutate, expected):
+    docs = rendered()
+    mutate(docs)
+    with pytest.raises(Unsupported) as err:
+        translate(docs, namespace="ml")
+    assert expected in str(err.value)
+
+
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        (("trainer.nodeSelector.disktype=ssd",), "nodeSelector disktype=ssd: the node"),
+        (("trainer.resources.limits.nvidia\\.com/gpu=1",), "resources.limits.nvidia.com/gpu: the node has no nvidia.com/gpu"),
+        (("server.image.pullPolicy=Always",), "imagePullPolicy Always: the harness never pulls"),
+        (("serviceAccount.create=false", "podSecurityContext.seccompProfile.type=Localhost"), "seccompProfile.type 'Localhost'"),
+    ],
+)
+def test_what_one_node_cannot_do_is_refused_by_name(sets, expected):
+    with pytest.raises(Unsupported) as err:
+        translate(rendered(sets=sets), namespace="ml")
+    assert expected in str(err.value)
+
+
+def test_the_gpu_example_is_refused_for_its_gpu_and_its_runtime():
+    docs = rendered("gpu", sets=("trainer.nodeSelector=null",))
+    with pytest.raises(Unsupported, match="runtimeClassName 'nvidia': the node's container runtimes are"):
+        translate(docs, namespace="ml")
+    with pytest.raises(Unsupported, match="resources.limits.nvidia.com/gpu: the node has no nvidia.com/gpu"):
+        translate(docs, namespace="ml", runtimes=("runc", "nvidia"))
+
+
+def test_shared_cluster_extras_reach_the_plan():
+    release = translate(rendered("shared-cluster"), namespace="ml")
+    jobs = {j.name.rsplit("-", 2)[-2]: j for j in release.jobs}
+    trainer = jobs["trainer"].template
+    (main,) = trainer.containers
+    env = {e.name: e for e in main.env}
+    assert env["TF_CPP_MIN_LOG_LEVEL"].value == "1" and env["NODE_NAME"].field_path == "spec.nodeName"
+    assert trainer.volumes["dshm"].kind == "emptyDir" and trainer.volumes["dshm"].memory and trainer.volumes["dshm"].size_limit == 256 * 2**20
+    assert ("dshm", "/dev/shm") in [(m.volume, m.path) for m in main.mounts]
+    assert trainer.runtime == "runc"
+    assert jobs["copier"].labels["kueue.x-k8s.io/queue-name"] == "team-a"
+    noops = {(w.split("/")[0], f) for w, f, _ in release.noops}
+    assert ("Job", "spec.template.spec.priorityClassName") in noops and ("Job", "spec.template.spec.schedulerName") in noops
+
+
+def test_the_release_namespace_must_match():
+    docs = rendered()
+    docs[0]["metadata"]["namespace"] = "other"
+    with pytest.raises(Unsupported, match="metadata.namespace 'other' is not the release namespace 'ml'"):
+        translate(docs, namespace="ml")
+
+
+def test_a_downward_api_path_outside_the_supported_set_is_refused():
+    docs = rendered()
+    container_of(trainer(docs), "trainer")["env"].append({"name": "LIMIT", "valueFrom": {"fieldRef": {"fieldPath": "status.qosClass"}}})
+    with pytest.raises(Unsupported, match=r"env\[LIMIT\].valueFrom.fieldRef.fieldPath 'status.qosClass'"):
+        translate(docs, namespace="ml")
+
+
+# ----------------------------------------------------------------------------- what the plan carries
+
+
+def test_the_trainer_job_plan():
+    release = translate(rendered("multiworker"), namespace="ml")
+    (job,) = [j for j in release.jobs if "trainer" in j.name]
+    assert job.indexed and job.completions == job.parallelism == 4
+    assert (job.backoff_limit, job.backoff_limit_per_index, job.max_failed_indexes) == (None, 3, 0)
+    assert job.replacement_policy == "Failed"
+    ignore, fail = job.failure_rules
+    assert ignore.action == "Ignore" and ignore.conditions == (("DisruptionTarget", "True"),)
+    assert (fail.action, fail.container, fail.operator, fail.exit_codes) == ("FailJob", "trainer", "In", (2,))
+    pod = job.template
+    assert pod.subdomain == "dt-disttrain-workers" and pod.restart_policy == "Never" and pod.hostname == ""
+    (init,) = pod.init_containers
+    (main,) = pod.containers
+    assert init.name == "wait-for-copier" and init.command[:2] == ["python", "-c"]
+    assert main.command is None and main.args[:2] == ["--workdir", "/workdir/run-1"]
+    assert (main.user, main.group, main.supplementary_groups) == (10001, 10001, [10001])
+    assert main.read_only_root and main.no_new_privileges and not main.privileged
+    assert main.cap_drop == ["ALL"] and main.seccomp == "RuntimeDefault" and main.run_as_non_root
+    assert (main.nano_cpus, main.memory_limit, main.cpu_shares, main.memory_reservation) == (2 * 10**9, 4 * 2**30, 1024, 2 * 2**30)
+    assert main.ports == {"collective": 12345}
+    assert [(m.volume, m.path) for m in main.mounts] == [("workdir", "/workdir"), ("tmp", "/tmp")]
+    assert pod.volumes["tmp"].kind == "emptyDir" and pod.volumes["tmp"].size_limit == 2**30
+    assert pod.volumes["workdir"].claim == "dt-disttrain-workdir" and pod.fs_group == 10001
+    assert {e.name: e.value for e in main.env}["DISTTRAIN_WORKDIR"] == "/workdir/run-1"
+    (policy,) = release.network_policies
+    assert policy.ports == [("TCP", 12345)] and policy.selector == policy.peers[0]
+
+
+def test_older_clusters_get_a_job_wide_backoff_limit():
+    (job,) = [j for j in translate(rendered(kube_version="1.25.0"), namespace="ml").jobs if "trainer" in j.name]
+    assert (job.backoff_limit, job.backoff_limit_per_index, job.failure_rules) == (6, None, [])
+
+
+def test_services_and_probes():
+    release = translate(rendered(), namespace="ml")
+    services = {s.name: s for s in release.services}
+    headless = services["dt-disttrain-workers"]
+    assert headless.headless and headless.publish_not_ready and headless.ports[0].port == 12345
+    server = services["dt-disttrain-server"]
+    assert (server.type, server.headless, server.ports[0].port, server.ports[0].target) == ("LoadBalancer", False, 80, "http")
+    (dep,) = release.deployments
+    (c,) = dep.template.containers
+    assert c.readiness.path == "/readyz" and c.readiness.port == "http" and c.ports["http"] == 8080
+    assert c.startup.failure_threshold == 60 and c.liveness.period == 15
+    (test_pod,) = release.test_pods
+    assert test_pod.containers[0].mounts[0].read_only
+
+
+def test_every_noop_is_documented_in_the_chart_readme():
+    readme = (CHART / "README.md").read_text()
+    for noop in NOOPS.values():
+        assert noop.reason in readme, noop.reason
+
+
+@pytest.mark.parametrize("text, value", [("512Mi", 512 * 2**20), ("1Gi", 2**30), ("100m", 0.1), ("2", 2), (2, 2),
+                                         ("1.5", 1.5), ("1e3", 1000), ("1k", 1000), ("250M", 250e6)])
+def test_quantities(text, value):
+    assert quantity(text, "x") == pytest.approx(value)
+
+
+def test_a_bad_quantity_is_named():
+    with pytest.raises(Unsupported, match="containers\\[x\\].resources.limits.cpu: '2 cores' is not a Kubernetes quantity"):
+        quantity("2 cores", "containers[x].resources.limits.cpu")
+
+
+def test_failure_rules_match_as_the_job_controller_does():
+    fail = cluster_plan.FailureRule("FailJob", "trainer", "In", (2,))
+    assert fail.matches({"trainer": 2}) and not fail.matches({"trainer": 1}) and not fail.matches({"wait-for-copier": 2})
+    not_in = cluster_plan.FailureRule("Count", None, "NotIn", (0, 137))
+    assert not_in.matches({"trainer": 1}) and not not_in.matches({"trainer": 137})
+    ignore = cluster_plan.FailureRule("Ignore", conditions=(("DisruptionTarget", "True"),))
+    assert not ignore.matches({"trainer": 137}) and ignore.matches({}, conditions=[("DisruptionTarget", "True")])
+
+
+def test_kubernetes_variable_expansion():
+    from cluster_runtime import Cluster
+
+    env = {"A": "1", "B": "two"}
+    assert Cluster.expand(["$(A)-$(B)", "$$(A)", "$(MISSING)", "plain"], env) == ["1-two", "$(A)", "$(MISSING)", "plain"]
