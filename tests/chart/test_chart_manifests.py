@@ -541,6 +541,17 @@ def test_notes_tell_how_to_follow_read_and_open():
         assert needle in notes, needle
 
 
+def test_notes_count_every_trainer_pod_of_a_parameter_server_group():
+    from chartlib import CHART, helm
+
+    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x",
+               "--set", "strategy=parameterserver", "--set", "parameterServers=2", "--set", "workers=3")
+    notes = out.stdout.split("NOTES:", 1)[1]
+    assert "3 worker(s) + 2 parameter server(s) + the chief" in notes
+    assert "COMPLETIONS 6/6 when done" in notes and "i = 0..5: 0 the chief" in notes
+    assert "--max-log-requests 6 " in notes
+
+
 # -------------------------------------------------------------------- shared clusters
 
 
