@@ -16,7 +16,7 @@ import matplotlib.ticker  # noqa: E402
 from common import BENCH, load_result  # noqa: E402
 
 PLOTS = os.path.join(BENCH, "plots")
-COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "disttrain": "#4C72B0", "disttrain-nobatch": "#8172B3", "flask-dev": "#C44E52", "in-process": "#55A868"}
+COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860", "disttrain": "#4C72B0", "disttrain-nobatch": "#8172B3", "flask-dev": "#C44E52", "in-process": "#55A868"}
 
 
 def subtitle(doc):
@@ -35,7 +35,8 @@ def scaling(doc):
         for r in (r for r in rows if r["task"] == task):
             spread[0].append(max(0.0, r["sec_per_epoch"] - min(r["sec_per_epoch_all"])))
             spread[1].append(max(0.0, max(r["sec_per_epoch_all"]) - r["sec_per_epoch"]))
-            labels.append(f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}\n{r['strategy']}")
+            labels.append(f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}"
+                          f"{' + ps + chief' if r['strategy'] == 'parameterserver' else ''}\n{r['strategy']}")
             values.append(r["sec_per_epoch"])
             colors.append(COLORS[r["strategy"]])
             notes.append(f"{r['sec_per_epoch']:.{2 if r['sec_per_epoch'] >= 1 else 3}f}s\nx{r['speedup_vs_1_worker']:.2f}\nacc {r['final_accuracy']:.3f}")

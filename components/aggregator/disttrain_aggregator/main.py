@@ -12,7 +12,9 @@
    memory held is one worker model besides the first and the sum, for any count;
 4. average: weighted mean of every weight array, weights = shard sizes;
    multiworker, localsgd: the workers end in sync (localsgd: their markers' final
-   weight hashes must agree), the chief's model is promoted;
+   weight hashes must agree), the chief's model is promoted; parameterserver: the
+   chief's model is promoted once every task's marker (chief, ps, workers) is in
+   its place;
 5. evaluate the result; publish final/model.keras (atomically), report.json,
    report.png, _SUCCESS -- only after every check passed, so bad input
    publishes nothing.
