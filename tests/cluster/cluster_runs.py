@@ -44,6 +44,8 @@ RUNS = [
     Run("digits-average", "digits-average.yaml"),
     Run("digits-multiworker", "digits-multiworker.yaml"),
     Run("digits-localsgd", "digits-localsgd.yaml"),
+    # asynchronous: the workers' steps interleave differently on every run, so a wider margin
+    Run("digits-parameterserver", "digits-parameterserver.yaml", pipeline_tolerance=0.02),
     Run("digits-multiworker-kill", "digits-multiworker.yaml", pipeline_tolerance=None,
         kill=Kill("trainer", 1, "trainer", r"epoch 5/\d+:"), undisturbed="digits-multiworker"),
     # faces: top-1 retrieval on 19 held-out people moves 5 points per person, so no pipeline comparison

@@ -146,7 +146,8 @@ def kill_when(cluster, kill, record):
 def pipeline_accuracy(values, tmp_path_factory):
     """`make pipeline` with the same values (the same programs, no containers): its final accuracy."""
     task = {"sample:digits": "digits", "sample:faces": "faces", "sample:movie-reviews": "movie-reviews"}[values["data"]["source"]]
-    key = (task, values["workers"], values["epochs"], values["batch"], values["strategy"], values["seed"], values.get("syncEvery"))
+    key = (task, values["workers"], values["epochs"], values["batch"], values["strategy"], values["seed"], values.get("syncEvery"),
+           values.get("parameterServers"))
     if key in PIPELINES:
         return PIPELINES[key]
     workdir = tmp_path_factory.mktemp("pipeline")
@@ -155,6 +156,7 @@ def pipeline_accuracy(values, tmp_path_factory):
         port = s.getsockname()[1]
     env = dict(os.environ, TASK=task, SOURCE=values["data"]["source"], WORKERS=str(values["workers"]), EPOCHS=str(values["epochs"]),
                BATCH=str(values["batch"]), STRATEGY=values["strategy"], SYNC_EVERY=str(values.get("syncEvery") or ""),
+               PS=str(values.get("parameterServers") or 1),
                SEED=str(values["seed"]), WORKDIR=str(workdir),
                SERVE="0", BIN=str(ROOT / ".venv" / "bin"), TRAINER_PORT=str(port))
     out = subprocess.run(["bash", str(ROOT / "scripts" / "run-local.sh")], env=env, capture_output=True, text=True, timeout=900)
