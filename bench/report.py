@@ -154,6 +154,21 @@ def server(doc):
     return "\n".join(out)
 
 
+def search(doc):
+    c = doc["config"]
+    out = [header(doc, "Face search under concurrency: one OpenCV cascade per thread, a lock, or shared (`bench/search_bench.py`)")]
+    out.append(f"`disttrain-server` {c['server']}, gallery of {c['gallery']}, queries {c['queries']}; "
+               f"{c['requests_per_point']} requests or {c['time_limit_sec']:.0f} s per point, median of {c['repetitions']} repetition(s). "
+               "wrong = answers whose JSON differs in any byte from the serial answer of the same server (or a non-200). "
+               "Policies: " + "; ".join(f"{k} = {v}" for k, v in c["policies"].items()) + ".\n")
+    out.append("| concurrency | policy | requests/s | requests/s per rep | p50 ms | p95 ms | wrong / requests |")
+    out.append("|---|---|---|---|---|---|---|")
+    for r in doc["results"]["summary"]:
+        out.append(f"| {r['concurrency']} | {r['policy']} | {f(r['requests_per_sec'], 1)} | {', '.join(map(str, r['requests_per_sec_all']))} | "
+                   f"{f(r['p50_ms'], 1)} | {f(r['p95_ms'], 1)} | {r['wrong']} / {r['requests']} |")
+    return "\n".join(out)
+
+
 def copier(doc):
     out = [header(doc, "copier: ~1 GB `npz:` input (`bench/copier_bench.py`)")]
     c = doc["config"]
@@ -191,7 +206,7 @@ def aggregator(doc):
 
 def main():
     parts = []
-    for name, fn in (("train_scaling", training), ("network_shaped", network), ("batch_sweep", sweep), ("server", server), ("copier", copier), ("aggregator", aggregator)):
+    for name, fn in (("train_scaling", training), ("network_shaped", network), ("batch_sweep", sweep), ("server", server), ("search", search), ("copier", copier), ("aggregator", aggregator)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))

@@ -7,7 +7,7 @@ shipped by opencv-python-headless 4.x under cv2.data.haarcascades; OpenCV 5
 wheels have neither the cascades nor CascadeClassifier).
 """
 
-import functools
+import threading
 
 import numpy as np
 
@@ -21,8 +21,24 @@ class NoFaceFound(ContractError):
     """The image holds no face the detector can find."""
 
 
-@functools.lru_cache(maxsize=1)
+# One cascade per thread, never shared: CascadeClassifier.detectMultiScale keeps
+# per-call working buffers in the object, so two threads in one cascade get wrong
+# boxes or none (opencv/opencv#4287; tests/unit/test_faces_threads.py failed 5 of 5
+# runs with a shared one). The server calls this from every request thread
+# (gunicorn --threads). A lock would also be correct, but it serialises the
+# detection, which is most of a :search request's CPU time; a cascade costs about
+# 10 ms and 1 MB to load once per thread (bench/README.md "Face search").
+_per_thread = threading.local()
+
+
 def _cascade():
+    cascade = getattr(_per_thread, "cascade", None)
+    if cascade is None:
+        cascade = _per_thread.cascade = _load_cascade()
+    return cascade
+
+
+def _load_cascade():
     import cv2
 
     if not hasattr(cv2, "CascadeClassifier") or not hasattr(cv2, "data"):

@@ -34,6 +34,10 @@ def create_app(config=None):
     app.config.from_mapping(DEFAULT_CONFIG)
     app.config.from_mapping(config or {})
     app.json.sort_keys = False  # keep responses in the order TF Serving writes them
+    # What request threads share (gunicorn --threads): app.config, read-only after this
+    # function; the ModelStore and the Gallery below, each thread-safe and saying why in its
+    # docstring; no other module-level state of ours changes per request (face detection
+    # keeps one OpenCV cascade per thread: disttrain_contract.faces).
     model_path = app.config["MODEL_PATH"] or Workdir(default_workdir()).final_model
     # One store per process: each gunicorn worker loads its own copy after the fork.
     app.extensions[api.STORE_KEY] = ModelStore(

@@ -49,7 +49,9 @@ class MicroBatcher:
         self._queue = queue.SimpleQueue()
         self._lock = threading.Lock()  # guards _thread: start one, and only one, when there is work
         self._thread = None
-        # What batching achieved: model calls, requests and instances they answered.
+        # What batching achieved: model calls, requests and instances they answered. Written
+        # only by the batching thread (one at a time, under _lock's start/stop protocol), so
+        # the += are not racing; request threads only read them.
         self.calls = self.requests = self.instances = 0
 
     def predict(self, batch):

@@ -111,7 +111,13 @@ def public(entry):
 
 
 class Gallery:
-    """One process's view of the gallery folder; thread-safe (gunicorn --threads)."""
+    """One process's view of the gallery folder; thread-safe (gunicorn --threads).
+
+    Shared by the request threads: the memos (index and embedding matrix) are replaced whole
+    under _mutex and never changed in place, so a reader holds a consistent snapshot; files
+    change only under the cross-process flock (_locked) by atomic rename; face detection runs
+    on each thread's own OpenCV cascade (disttrain_contract.faces); the model is the store's
+    LoadedModel (see model_store). Tested: tests/server/test_server_concurrency.py."""
 
     def __init__(self, root):
         self.root = os.path.abspath(os.fspath(root))
@@ -257,7 +263,8 @@ class Gallery:
 
     # -- embeddings
     def _embed(self, model, crops):
-        self.embedded += len(crops)
+        with self._mutex:  # += is a read and a write: two request threads could lose one's count
+            self.embedded += len(crops)
         return model.predict(np.stack(crops)).astype(np.float32)
 
     def _read_cache(self, model):

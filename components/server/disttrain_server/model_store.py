@@ -41,6 +41,9 @@ CALL_CHUNK = 512  # most instances per model call: bounds memory when the galler
 
 @dataclass(frozen=True)
 class LoadedModel:
+    """Shared by all request threads: frozen, and nothing in it changes after the load (the Keras
+    model's variables are only read by serving), so threads need no lock to use it."""
+
     model: object
     meta: dict
     path: str
@@ -95,6 +98,9 @@ def compiled_call(model):
     graph = tf.function(lambda x: model(x, training=False), input_signature=[tf.TensorSpec(spec.shape, spec.dtype)], autograph=False)
     graph.get_concrete_function()  # trace now, at load, instead of in the first request
 
+    # Thread-safe: a traced tf.function can run from many threads at once (each call has
+    # its own execution state; the variables are only read), which the batcher's direct
+    # path for full batches and --max-batch-size 1 both rely on.
     return lambda batch: call_in_chunks(graph, batch, CALL_CHUNK)
 
 
