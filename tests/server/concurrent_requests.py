@@ -40,9 +40,10 @@ def serial_answers(base, calls):
         conn.close()
 
 
-def concurrent_answers(base, calls, total, threads=THREADS):
+def concurrent_answers(base, calls, total, threads=THREADS, follow_up=None):
     """[(call index, status, body)] for `total` requests: round r, thread t sends calls[(r + t) % len(calls)],
-    so every call runs beside the others and in every thread. Each thread keeps its own keep-alive connection."""
+    so every call runs beside the others and in every thread. Each thread keeps its own keep-alive connection.
+    follow_up(conn, status, body), if given, runs in the thread after each answer (before the next barrier)."""
     rounds = -(-total // threads)
     barrier = threading.Barrier(threads, timeout=300)
 
@@ -53,6 +54,8 @@ def concurrent_answers(base, calls, total, threads=THREADS):
                 barrier.wait()
                 i = (r + thread) % len(calls)
                 got.append((i, *calls[i].send(conn)))
+                if follow_up is not None:
+                    follow_up(conn, *got[-1][1:])
         finally:
             conn.close()
         return got

@@ -16,7 +16,7 @@ import os
 
 import numpy as np
 
-from server.concurrent_requests import Call, concurrent_answers, differing, serial_answers
+from server.concurrent_requests import Call, concurrent_answers, connection, differing, serial_answers
 from server.face_photos import b64, lfw_photos, other_view, write_seed
 from server.serving import NEGATIVE, POSITIVE, http, publish, running_server
 
@@ -83,19 +83,26 @@ def enrolment_view(status_and_body, gallery):
 
 
 def check_same_enrolments(base, gallery, total, delete=False):
-    """`total` concurrent enrolments of one photo; with delete, each answer's entry is removed afterwards
-    (keeps a 10,000-request run's gallery small; the deletes run concurrently too)."""
+    """`total` concurrent enrolments of one photo. With delete, each thread deletes the entry it just
+    enrolled (its crop checked first), so the gallery stays small over 10,000 enrolments and the
+    deletes run concurrently with the other threads' enrolments."""
     (expected,) = serial_answers(base, [enrol_call()])
     assert expected[0] == 201, expected
     want = enrolment_view(expected, gallery)
-    answers = concurrent_answers(base, [enrol_call()], total)
-    wrong = differing(answers, [want], same=lambda got, _: got[0] == 201 and enrolment_view(got, gallery) == want)
+    views, deleted = {}, []
+
+    def check_then_delete(conn, status, raw):
+        views[raw] = enrolment_view((status, raw), gallery) if status == 201 else None  # dict item set: atomic
+        deleted.append(Call("DELETE", f"/v1/gallery/{json.loads(raw)['id']}").send(conn)[0])
+
+    answers = concurrent_answers(base, [enrol_call()], total, follow_up=check_then_delete if delete else None)
+    view = (lambda raw: views[raw]) if delete else (lambda raw: enrolment_view((201, raw), gallery))
+    wrong = differing(answers, [want], same=lambda got, _: got[0] == 201 and view(got[1]) == want)
     assert wrong == [], f"{len(wrong)} of {len(answers)} concurrent enrolments differ from the serial one: {wrong[:3]}"
     assert len({json.loads(raw)["id"] for _, _, raw in answers}) == len(answers)  # each its own entry
     if delete:
-        deletes = [Call("DELETE", f"/v1/gallery/{json.loads(raw)['id']}") for _, _, raw in answers]
-        gone = concurrent_answers(base, deletes, len(deletes))
-        assert {status for _, status, _ in gone} == {200}
+        assert deleted == [200] * len(answers)
+        assert len(json.loads(Call("GET", "/v1/gallery").send(connection(base))[1])["entries"]) == 7  # the seed + the serial one
 
 
 def serve_text_and_images(text_model, image_model, digits_test, tmp_path, total):
