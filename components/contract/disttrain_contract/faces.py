@@ -25,9 +25,9 @@ class NoFaceFound(ContractError):
 # per-call working buffers in the object, so two threads in one cascade get wrong
 # boxes or none (opencv/opencv#4287; tests/unit/test_faces_threads.py failed 5 of 5
 # runs with a shared one). The server calls this from every request thread
-# (gunicorn --threads). A lock would also be correct, but it serialises the
-# detection, which is most of a :search request's CPU time; a cascade costs about
-# 10 ms and 1 MB to load once per thread (bench/README.md "Face search").
+# (gunicorn --threads). A lock would also be correct, but it serialises detection,
+# most of a :search request's CPU time, to one core per process; a cascade costs
+# about 10 ms and 1 MB to load once per thread (bench/README.md "Face search").
 _per_thread = threading.local()
 
 
