@@ -36,7 +36,7 @@ def scaling(doc):
             spread[0].append(max(0.0, r["sec_per_epoch"] - min(r["sec_per_epoch_all"])))
             spread[1].append(max(0.0, max(r["sec_per_epoch_all"]) - r["sec_per_epoch"]))
             labels.append(f"{r['workers']} worker{'s' if r['workers'] > 1 else ''}"
-                          f"{' + ps + chief' if r['strategy'] == 'parameterserver' else ''}\n{r['strategy']}")
+                          + ("\n+ ps + chief" if r["strategy"] == "parameterserver" else "") + f"\n{r['strategy']}")
             values.append(r["sec_per_epoch"])
             colors.append(COLORS[r["strategy"]])
             notes.append(f"{r['sec_per_epoch']:.{2 if r['sec_per_epoch'] >= 1 else 3}f}s\nx{r['speedup_vs_1_worker']:.2f}\nacc {r['final_accuracy']:.3f}")

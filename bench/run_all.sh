@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every benchmark, then the plots and the tables in bench/README.md. One command:
-#   bash bench/run_all.sh                  full run (3 repetitions each; about 22 min on an idle 2-core machine)
+#   bash bench/run_all.sh                  full run (3 repetitions each; about 60 min on an idle 2-core machine; net needs root)
 #   BENCH_QUICK=1 bash bench/run_all.sh    1 repetition, fewer requests (provisional numbers; about 8-12 min)
 # Also: BENCH_REPS=N (repetitions), BENCH_ONLY="train net sweep server search copier aggregator" (a subset; net needs root),
 # BENCH_COPIER_MB (copier input size, default 1024), BENCH_TMP (scratch dir, default $TMPDIR or /tmp),
