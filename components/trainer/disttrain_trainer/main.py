@@ -31,7 +31,7 @@ import time
 
 from disttrain_contract import ContractError, Workdir, atomic_write_json, read_json, default_workdir, run_cli, wait_for_marker, write_marker
 from disttrain_contract.artifact import save_model, weights_fingerprint
-from disttrain_contract.evaluation import as_model_input, evaluate
+from disttrain_contract.evaluation import as_model_input, compiled, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
 from disttrain_trainer import strategies
 from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, default_host_pattern, parse_ps_tf_config, parse_tf_config, ps_task
@@ -184,6 +184,7 @@ def main(argv=None):
     # ------------------------------------------------------------------- data
     # Text is tokenized once, here, not in every step: the model trains on token ids and
     # the published model puts the same vectorizer in front of it (models.with_vectorizer).
+    from disttrain_trainer.data import shuffled_batches
     from disttrain_trainer.models import build_model, text_vectorizer, with_vectorizer
     from disttrain_trainer.triplets import semi_hard_triplet_loss, view_batches
 
@@ -217,12 +218,8 @@ def main(argv=None):
                                   tf.TensorSpec([None], tf.int64)),
             )
         else:
-            ds, part = strategy.own_part(tf.data.Dataset.from_tensor_slices((x_train, y_train)), [s.examples for s in shards])
-            ds = ds.shuffle(len(y_train), seed=args.seed + part, reshuffle_each_iteration=True).repeat()
-            if manifest.task == "text":
-                ds = ds.ragged_batch(args.batch).map(lambda ids, y: (ids.to_tensor(), y))
-            else:
-                ds = ds.batch(args.batch)
+            ds = shuffled_batches(x_train, y_train, args.batch, args.seed,
+                                  lambda indices: strategy.own_part(indices, [s.examples for s in shards]))
         return ds.skip(batches_done).prefetch(2)
 
     # ------------------------------------------------ model from the shared seed
@@ -234,6 +231,7 @@ def main(argv=None):
         optimizer.build(model.trainable_variables)
         epoch_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
     published = with_vectorizer(model, vectorizer) if vectorizer else model
+    inference = compiled(published)  # the held-out evaluation, every epoch
     init_sha = weights_fingerprint(model.get_weights())
     strategy.bind(model)
 
@@ -297,7 +295,7 @@ def main(argv=None):
             "examples_per_sec": seen / wall, "wall_time_sec": wall, **strategy.epoch_facts(),
         }
         if strategy.evaluates:
-            held_out = evaluate(published, manifest.task, x_test, y_test, seed=manifest.seed)
+            held_out = evaluate(inference, manifest.task, x_test, y_test, seed=manifest.seed)
             record.update({f"test_{key}": value for key, value in held_out.items()})
         history.append(record)
         bar.finish(epoch_line(tag, epoch, args.epochs, record))
