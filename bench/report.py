@@ -92,6 +92,24 @@ def training(doc):
     return "\n".join(out)
 
 
+def input_pipeline(doc):
+    out = [header(doc, "Why: the input pipeline's CPU, and two processes on two cores (`bench/input_pipeline.py`)")]
+    c = doc["config"]
+    out.append(f"Shard 0 of each task (2 shards), batch {c['batch']}, {c['calls']} calls of {c['steps_per_call']} steps, one intra-op and "
+               "one inter-op thread per process (tf.data's own threads come on top); median of "
+               f"{c['repetitions']} repetition(s). element-wise = shuffle the examples, then batch (the trainer before); gathered = "
+               "shuffle and batch the indices, gather each batch in one op (`data.shuffled_batches`, the trainer now): the same batches. "
+               "CPU counts every thread of the process; with 2 processes, the slower one's step.\n")
+    out.append("| task | pipeline | pipeline CPU ms/batch | 1 process: step wall ms | step CPU ms | 2 processes: step wall ms | step CPU ms "
+               "| throughput of 2 vs 1 |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    for r in doc["results"]["summary"]:
+        out.append(f"| {r['task']} | {r['pipeline']} | {f(r['pipeline_cpu_ms_per_batch'], 2)} | {f(r['one_process_wall_ms_per_step'], 2)} | "
+                   f"{f(r['one_process_cpu_ms_per_step'], 2)} | {f(r['two_processes_wall_ms_per_step'], 2)} | "
+                   f"{f(r['two_processes_cpu_ms_per_step'], 2)} | {f(r['two_vs_one_throughput'], 2)}x |")
+    return "\n".join(out)
+
+
 def sweep(doc):
     out = [header(doc, "Why: multiworker against the batch per worker (`bench/batch_sweep.py`)")]
     c = doc["config"]
@@ -206,7 +224,7 @@ def aggregator(doc):
 
 def main():
     parts = []
-    for name, fn in (("train_scaling", training), ("network_shaped", network), ("batch_sweep", sweep), ("server", server), ("search", search), ("copier", copier), ("aggregator", aggregator)):
+    for name, fn in (("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("search", search), ("copier", copier), ("aggregator", aggregator)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))
