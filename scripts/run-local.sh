@@ -44,7 +44,7 @@ for ((i = 0; i < TASKS; i++)); do
   # TensorFlow's start-up chatter goes to the log file; our one line per epoch comes through.
   "$BIN/disttrain-trainer" --workdir "$WORKDIR" --worker-index "$i" --workers "$WORKERS" --epochs "$EPOCHS" \
     --batch "$BATCH" --strategy "$STRATEGY" --seed "$SEED" --port "$TRAINER_PORT" ${SYNC_EVERY:+--sync-every "$SYNC_EVERY"} \
-    "${PS_ARGS[@]}" > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered -E "^(worker|ps|chief) ") 2>&1 &
+    "${PS_ARGS[@]}" > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered -E "^(worker|ps|chief|error:) ") 2>&1 &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do
@@ -52,7 +52,10 @@ for pid in "${pids[@]}"; do
 done
 
 echo "== aggregator"
-"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" 2> "$WORKDIR/logs/aggregator.err"
+"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" 2> "$WORKDIR/logs/aggregator.err" || {
+  echo "the aggregator failed: $(grep -m1 '^error:' "$WORKDIR/logs/aggregator.err" || tail -n 1 "$WORKDIR/logs/aggregator.err") (all of it: $WORKDIR/logs/aggregator.err)" >&2
+  exit 1
+}
 echo "pipeline wall time: $(( $(date +%s) - started ))s; report: $WORKDIR/final/report.json, plots: $WORKDIR/final/report.png"
 
 if [ "$SERVE" = 1 ]; then

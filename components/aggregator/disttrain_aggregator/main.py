@@ -34,6 +34,7 @@ from disttrain_contract.artifact import load_model, save_model
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.layout import marker_path
 from disttrain_contract.manifest import Manifest, read_split
+from disttrain_contract.tensorflow_import import import_tensorflow
 
 
 def parse_args(argv=None):
@@ -207,7 +208,7 @@ def main(argv=None):
     # streaming holds one worker model, plus the first (it carries the result: same
     # architecture) and the float64 running sum. Nothing is published until the loop is
     # through, so a bad model anywhere still leaves no partial output.
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import_tensorflow()  # quietly, before load_model imports keras (see tensorflow_import)
     # multiworker, localsgd: one model, the same on every worker, written by the chief;
     # average: one per worker
     streamed = markers if strategy == "average" else markers[:1]

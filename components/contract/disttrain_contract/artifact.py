@@ -18,6 +18,7 @@ import numpy as np
 
 from disttrain_contract.atomic import atomic_path
 from disttrain_contract.errors import ContractError
+from disttrain_contract.tensorflow_import import import_tensorflow
 
 META_MEMBER = "disttrain.json"
 
@@ -63,6 +64,7 @@ def read_meta(path):
 def load_model(path):
     """Load a model artifact in Keras safe mode (no arbitrary code): (model, meta)."""
     meta = read_meta(path)
+    import_tensorflow()  # quietly, before keras imports it (see tensorflow_import)
     import keras
 
     try:

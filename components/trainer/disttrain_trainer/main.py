@@ -33,6 +33,7 @@ from disttrain_contract import ContractError, Workdir, atomic_write_json, read_j
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import as_model_input, compiled, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
+from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_trainer import strategies
 from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, default_host_pattern, parse_ps_tf_config, parse_tf_config, ps_task
 
@@ -165,10 +166,9 @@ def main(argv=None):
     worker_dir = workdir.worker(index, train_dir)
     tag = f"worker {index}/{workers}" if not args.ps else "{} {} (task {})".format(*ps_task(index, args.ps, workers), index)
 
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    tf = import_tensorflow()  # before keras, which imports it: quietly (see tensorflow_import)
     import keras
     import numpy as np
-    import tensorflow as tf
 
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)

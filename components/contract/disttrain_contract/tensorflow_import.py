@@ -1,0 +1,103 @@
+"""Import TensorFlow without its C++ start-up lines on the user's terminal.
+
+TF_CPP_MIN_LOG_LEVEL does not silence what TensorFlow 2.19+ logs while it is being
+imported: the oneDNN notice and absl's "All log messages before absl::InitializeLog() is
+called are written to STDERR" are written to file descriptor 2 by C++ code before the
+level applies (tensorflow/tensorflow#100442, open). Redirecting Python's sys.stderr does
+not help either, since C++ writes to the descriptor. So the first import runs with
+descriptor 2 pointing at an in-memory file; afterwards TensorFlow's own info and warning
+lines are dropped and everything else (an error line, a Python warning, another thread's
+log line) is written to the real stderr, in order: nothing of ours is lost, only delayed
+by the import. If the import fails, every captured line is written back.
+
+DISTTRAIN_LOG_LEVEL=debug keeps TensorFlow's lines (and lowers TF_CPP_MIN_LOG_LEVEL to 0
+unless it is set): the switch for debugging a stage, inherited by every process it starts.
+"""
+
+import os
+import re
+import sys
+import tempfile
+import threading
+
+LOG_LEVEL_ENV = "DISTTRAIN_LOG_LEVEL"
+
+# absl's prefix ("I0000 00:00:1795423790.932690   25356 port.cc:153] ": before absl is
+# initialised, the seconds field is the Unix time), TensorFlow's older
+# one ("2025-09-17 14:44:05.157831: I tensorflow/core/util/port.cc:153] "), at info or warning
+TENSORFLOW_NOTICE = re.compile(
+    r"^(?:[IW]\d{4} [\d:.]+\s+\d+ [\w./-]+:\d+\] "
+    r"|\d{4}-\d\d-\d\d [\d:.]+: [IW] [\w./-]+:\d+\] "
+    r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$)"
+)
+# the one notice known to continue on a second line (cpu_feature_guard.cc)
+NOTICE_CONTINUATION = re.compile(r"^To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.$")
+
+# Held during the first import: one import at a time (a server loads its model in a request
+# thread; two threads must not swap the descriptor over each other), and no thread is handed
+# a module that another thread is still importing (sys.modules holds it from the start).
+_lock = threading.Lock()
+_tensorflow = None  # set once the import has finished
+
+
+def verbose():
+    return os.environ.get(LOG_LEVEL_ENV, "").lower() == "debug"
+
+
+def import_tensorflow():
+    """The tensorflow module, imported quietly the first time (see the module docstring)."""
+    global _tensorflow
+    if _tensorflow is None:
+        with _lock:
+            if _tensorflow is None:
+                _tensorflow = _import()
+    return _tensorflow
+
+
+def _import():
+    if verbose():
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
+    else:
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # what is logged after the import
+    if verbose() or "tensorflow" in sys.modules:  # (imported before us: nothing left to hide)
+        import tensorflow
+
+        return tensorflow
+    with _in_memory_file() as capture:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(capture.fileno(), 2)
+        failed = True
+        try:
+            import tensorflow
+
+            failed = False
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            os.lseek(capture.fileno(), 0, os.SEEK_SET)
+            captured = os.read(capture.fileno(), os.fstat(capture.fileno()).st_size).decode("utf-8", "replace")
+            sys.stderr.write(captured if failed else without_tensorflow_notices(captured))
+            sys.stderr.flush()
+    return tensorflow
+
+
+def without_tensorflow_notices(text):
+    """`text` without TensorFlow's info and warning log lines."""
+    kept, dropped_previous = [], False
+    for line in text.splitlines(keepends=True):
+        bare = line.rstrip("\r\n")
+        dropped = bool(TENSORFLOW_NOTICE.match(bare)) or (dropped_previous and bool(NOTICE_CONTINUATION.match(bare)))
+        if not dropped:
+            kept.append(line)
+        dropped_previous = dropped
+    return "".join(kept)
+
+
+def _in_memory_file():
+    """A file with a descriptor and no path: memfd on Linux (containers run with a read-only
+    root filesystem), a temporary file elsewhere."""
+    if hasattr(os, "memfd_create"):
+        return os.fdopen(os.memfd_create("disttrain-tensorflow-import"), "w+b")
+    return tempfile.TemporaryFile()
