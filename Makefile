@@ -1,4 +1,4 @@
-# disttrain: `make demo` runs the whole pipeline on this machine, `make test` runs every test.
+# disttrain: `make demo` runs the whole pipeline on this machine, `make test` the tests that need no Docker or fault injection.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
@@ -21,7 +21,7 @@ WORKDIR ?= workdir/demo
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
 	@echo "              variables: TASK=movie-reviews|digits|faces WORKERS=2 EPOCHS BATCH STRATEGY=average|multiworker|localsgd|parameterserver SYNC_EVERY PS=1 PORT=8080 "
-	@echo "make test         every test (unit, integration, resume, faces, server, browser, chart)"
+	@echo "make test         unit, integration, resume, faces, server, browser, chart (~11 min on 2 cores; not the targets below)"
 	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk"
 	@echo "make test-images  build the four images and run the pipeline with docker run only (starts dockerd)"
 	@echo "make test-cluster run the chart's helm template output with the images as a cluster would (starts dockerd)"
@@ -29,6 +29,7 @@ help:
 	@echo "make push REGISTRY=registry.example.com/team   tag and push them"
 	@echo "make bench        benchmarks -> bench/results/*.json, bench/plots/*.png, bench/README.md"
 	@echo "make clean    remove the virtualenv and working directories"
+	@echo "DISTTRAIN_LOG_LEVEL=debug make demo   keep TensorFlow's own start-up lines (hidden by default)"
 
 # The virtualenv is rebuilt when a pin or a component's metadata changes.
 $(BIN)/.installed: requirements.txt requirements-dev.txt $(foreach c,$(COMPONENTS),components/$(c)/pyproject.toml)
