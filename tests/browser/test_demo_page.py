@@ -2,6 +2,7 @@
 
 import re
 import time
+from datetime import datetime, timezone
 
 import cv2
 import numpy as np
@@ -42,8 +43,23 @@ def screenshot(page, tmp_path_factory, name):
     assert shot.stat().st_size > 10_000
 
 
-def predicted_percent(page, review):
-    page.fill("#review", review)
+def check_publication_time(page, version):
+    """#version reads as the UTC time the model was published; the API's raw version is its tooltip."""
+    published = datetime.fromtimestamp(version, timezone.utc)
+    assert page.inner_text("#version") == published.strftime("%Y-%m-%d %H:%M UTC")
+    assert page.get_attribute("#version", "title") == f"version {version}"
+    assert page.get_attribute("#version", "datetime") == published.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def wait_for_version(base, version):
+    deadline = time.monotonic() + 60
+    while http("GET", base + "/readyz")[1].get("version") != str(version):
+        assert time.monotonic() < deadline, f"the server did not pick up version {version}"
+        time.sleep(0.5)
+
+
+def predicted(page):
+    """Click Predict; (label, percent) from the headline it shows."""
     page.click("#predict")
     page.wait_for_selector("#result .headline")
     headline = page.inner_text("#result .headline")
@@ -52,12 +68,17 @@ def predicted_percent(page, review):
     return match.group(1), float(match.group(2))
 
 
+def predicted_percent(page, review):
+    page.fill("#review", review)
+    return predicted(page)
+
+
 def test_review_gets_a_probability(page, demo_url, tmp_path_factory):
     outside = []  # the page must not fetch anything from another origin
     page.on("request", lambda request: None if request.url.startswith(demo_url) else outside.append(request.url))
     page.goto(demo_url + "/")
-    assert page.title().startswith("disttrain")
-    assert page.inner_text("#version").isdigit()
+    assert page.title() == "disttrain · text classifier"
+    check_publication_time(page, int(http("GET", demo_url + "/readyz")[1]["version"]))
     assert page.get_attribute("#report-link", "href") == "/report"
 
     label, percent = predicted_percent(page, POSITIVE)
@@ -71,6 +92,32 @@ def test_review_gets_a_probability(page, demo_url, tmp_path_factory):
     assert outside == []
 
 
+def test_try_an_example_fills_the_empty_box_and_predicts(page, demo_url):
+    page.goto(demo_url + "/")
+    assert page.input_value("#review") == ""  # the grey placeholder is not text in the box
+    assert page.get_attribute("#review", "placeholder") == "Type a movie review…"
+
+    page.click("#example")
+    first = page.input_value("#review")
+    assert len(first) > 20
+    label, percent = predicted(page)
+    assert label in ("negative", "positive") and 0.0 <= percent <= 100.0
+
+    page.click("#example")  # another example, and the result of the first one is cleared
+    assert page.input_value("#review") not in ("", first)
+    assert page.locator("#result .headline").count() == 0
+    assert predicted(page)[0] in ("negative", "positive")
+
+
+def test_icon_is_served(page, demo_url):
+    """The page's SVG icon and /favicon.ico, which browsers ask for on pages that link none."""
+    page.goto(demo_url + "/")
+    icon = page.get_attribute("link[rel=icon]", "href")
+    for path in (icon, "/favicon.ico"):
+        response = page.request.get(demo_url + path)
+        assert response.status == 200 and response.headers["content-type"].startswith("image/"), path
+
+
 def test_empty_review_shows_the_servers_error(page, demo_url):
     page.goto(demo_url + "/")
     page.fill("#review", "   ")
@@ -79,23 +126,36 @@ def test_empty_review_shows_the_servers_error(page, demo_url):
     assert "empty or only whitespace" in page.inner_text("#result .error")
 
 
+def test_open_page_shows_a_newer_version_after_a_prediction(page, demo, tmp_path_factory):
+    """demo.js writes the time the way the server does when a prediction finds a newer model."""
+    base, workdir = demo
+    page.goto(base + "/")
+    version = int(page.get_attribute("#version", "data-version"))
+    check_publication_time(page, version)
+    newer = version + 3600 + 7  # another hour and minute: the text changes, not only the tooltip
+    publish(worker_model(sample_model(tmp_path_factory, "sample:movie-reviews")), workdir, mtime=newer)
+    wait_for_version(base, newer)
+    predicted_percent(page, POSITIVE)
+    page.wait_for_function("v => document.getElementById('version').dataset.version === v", arg=str(newer))
+    check_publication_time(page, newer)
+
+
 def test_image_page_after_an_image_model_is_published(page, demo, tmp_path_factory):
     """Hot reload in the real server turns the page into an upload form; the file goes through as b64."""
     base, workdir = demo
     digits = sample_model(tmp_path_factory, "sample:digits")
     version = int(http("GET", base + "/readyz")[1]["version"])
     publish(worker_model(digits), workdir, mtime=version + 10)
-    deadline = time.monotonic() + 60
-    while http("GET", base + "/readyz")[1].get("version") != str(version + 10):
-        assert time.monotonic() < deadline, "the server did not pick up the image model"
-        time.sleep(0.5)
+    wait_for_version(base, version + 10)
 
     image, label = np.load(digits / "data" / "test.x.npy")[0], int(np.load(digits / "data" / "test.y.npy")[0])
     png = tmp_path_factory.mktemp("upload") / f"digit-{label}.png"
     cv2.imwrite(str(png), cv2.resize(image, (64, 64), interpolation=cv2.INTER_NEAREST))
 
     page.goto(base + "/")
-    assert page.inner_text("#version") == str(version + 10)
+    assert page.title() == "disttrain · image classifier"
+    check_publication_time(page, version + 10)
+    assert page.locator("#example").count() == 0  # an upload form: no example reviews
     page.set_input_files("#image", str(png))
     page.click("#predict")
     page.wait_for_selector("#result .headline")

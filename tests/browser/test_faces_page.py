@@ -41,6 +41,8 @@ def test_enrol_on_the_page_then_find_the_person_in_another_photo(page, faces_dem
     outside = []  # the page must not fetch anything from another origin
     page.on("request", lambda request: None if request.url.startswith(faces_demo) else outside.append(request.url))
     page.goto(faces_demo + "/")
+    assert page.title() == "disttrain · face search"
+    assert page.get_attribute("#version", "title") == "version " + http("GET", faces_demo + "/readyz")[1]["version"]
     page.wait_for_selector("#gallery .gallery-entry")
     assert page.locator("#gallery .gallery-entry").count() == len(ENROLLED)
 

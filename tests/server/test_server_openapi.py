@@ -11,6 +11,8 @@ from server import fuzz
 from server.serving import predict_url
 
 PREDICT_PATH = "/v1/models/{model_name}:predict"
+# Files a browser fetches by itself (/static/*, /favicon.ico): not API operations, not in the spec.
+BROWSER_FILES = {"static", "web.favicon"}
 
 
 def spec_of(client):
@@ -24,7 +26,7 @@ def test_spec_lists_exactly_the_routes_the_app_serves(text_client):
     assert spec["openapi"].startswith("3.")
     routes = {}
     for rule in text_client.application.url_map.iter_rules():
-        if rule.endpoint == "static":
+        if rule.endpoint in BROWSER_FILES:
             continue
         path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
         # One path may have several rules (GET and POST /v1/gallery are two views).

@@ -1,4 +1,4 @@
-"""The demo page at /: a form that calls the JSON API from the browser."""
+"""The demo page at /: a form that calls the JSON API from the browser; and its icon."""
 
 from datetime import datetime, timezone
 
@@ -12,11 +12,31 @@ bp = Blueprint("web", __name__)
 # The page and its script/style come from this server only; nothing is fetched from outside.
 CSP = "default-src 'self'; img-src 'self' data: blob:; object-src 'none'; base-uri 'none'; form-action 'self'"
 
+# What the browser tab says the page is for, by the served model's task.
+TASK_TITLES = {"text": "text classifier", "image": "image classifier", "faces": "face search"}
+
+# The icon is a fixed file, so browsers may keep it a day without asking again.
+FAVICON_MAX_AGE = 24 * 3600
+
 
 @bp.app_template_filter("utc_time")
 def utc_time(seconds):
     """A model version (its file's mtime) as the time it was published; demo.js writes the same format."""
     return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+@bp.app_template_filter("utc_iso")
+def utc_iso(seconds):
+    """The same moment for <time datetime="...">, to the second."""
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def page_title(name, model):
+    """'disttrain · text classifier'; the model's --model-name too when it is not the default,
+    which is also the product's name and read 'disttrain · disttrain'."""
+    parts = ["disttrain"] if name == "disttrain" else ["disttrain", name]
+    parts.append(TASK_TITLES.get(model.task, f"{model.task} model") if model else "no model yet")
+    return " · ".join(parts)
 
 
 @bp.get("/")
@@ -25,5 +45,20 @@ def index():
         loaded, unavailable = model_store().get(), None
     except ModelUnavailable as err:
         loaded, unavailable = None, err.reason
-    html = render_template("index.html", name=current_app.config["MODEL_NAME"], model=loaded, unavailable=unavailable, limits=limits())
+    name = current_app.config["MODEL_NAME"]
+    html = render_template("index.html", title=page_title(name, loaded), name=name, model=loaded,
+                           unavailable=unavailable, limits=limits())
     return html, {"Content-Security-Policy": CSP}
+
+
+@bp.get("/favicon.ico")
+def favicon():
+    """Browsers ask every origin for /favicon.ico, on the JSON pages too; without this each visit
+    logged a 404. static/favicon.ico is static/favicon.svg (which the page links) drawn at 32 px
+    by Chromium, one PNG inside an ICO header.
+    A file for the browser, not an API operation: left out of /openapi.json like /static/*."""
+    response = current_app.send_static_file("favicon.ico")
+    response.cache_control.public = True
+    response.cache_control.max_age = FAVICON_MAX_AGE
+    response.cache_control.no_cache = None  # send_static_file's default: revalidate on every use
+    return response

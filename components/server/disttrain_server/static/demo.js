@@ -10,8 +10,17 @@
   const name = app.dataset.modelName;
   const labels = JSON.parse(app.dataset.labels);
   const review = document.getElementById("review");
+  const exampleButton = document.getElementById("example");
   const imageInput = document.getElementById("image");
   const preview = document.getElementById("preview");
+  // "Try an example" fills the box with these in turn, praise then a pan, so both outcomes show.
+  const EXAMPLES = [
+    "A wonderful, moving, brilliant film; one of the best of the year.",
+    "A dull, boring mess. The plot goes nowhere and the acting is awful; a total waste of time.",
+    "The cast is superb and the story kept me gripped to the very last scene. I loved every minute.",
+    "I wanted to like it, but the script is lazy and the jokes fall flat. Not worth watching.",
+  ];
+  let nextExample = 0;
 
   function percent(p) {
     return (100 * p).toFixed(1) + "%";
@@ -64,10 +73,12 @@
     const response = await fetch("/v1/models/" + encodeURIComponent(name));
     const status = (await response.json()).model_version_status[0];
     const version = document.getElementById("version");
-    if (!version || status.state !== "AVAILABLE" || version.textContent === status.version) return;
-    version.textContent = status.version;
+    if (!version || status.state !== "AVAILABLE" || version.dataset.version === status.version) return;
     const published = new Date(Number(status.version) * 1000).toISOString(); // 2026-01-31T12:34:56.000Z
-    document.getElementById("published").textContent = published.slice(0, 16).replace("T", " ") + " UTC";
+    version.dataset.version = status.version;
+    version.title = "version " + status.version;
+    version.dateTime = published.slice(0, 19) + "Z";
+    version.textContent = published.slice(0, 16).replace("T", " ") + " UTC"; // as web.utc_time writes it
   }
 
   async function predict() {
@@ -94,6 +105,14 @@
   if (review) {
     review.addEventListener("keydown", (event) => {
       if (event.key === "Enter" && (event.ctrlKey || event.metaKey)) predict();
+    });
+  }
+  if (exampleButton) {
+    exampleButton.addEventListener("click", () => {
+      review.value = EXAMPLES[nextExample];
+      nextExample = (nextExample + 1) % EXAMPLES.length;
+      result.replaceChildren(); // the last result was for other text
+      review.focus();
     });
   }
   if (imageInput) {
