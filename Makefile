@@ -36,7 +36,9 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt $(foreach c,$(COMPONENT
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -r requirements.txt -r requirements-dev.txt
-	$(BIN)/pip install --quiet --no-deps $(foreach c,$(COMPONENTS),-e components/$(c))
+	@# setuptools warns on every editable install that a folder named like the package could
+	@# shadow it; ours are laid out for exactly that, and the five warnings read like errors
+	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet --no-deps $(foreach c,$(COMPONENTS),-e components/$(c))
 	touch $@
 
 venv: $(BIN)/.installed
