@@ -21,7 +21,7 @@ WORKDIR ?= workdir/demo
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
 	@echo "              variables: TASK=movie-reviews|digits|faces WORKERS=2 EPOCHS BATCH STRATEGY=average|multiworker|localsgd|parameterserver SYNC_EVERY PS=1 PORT=8080 "
-	@echo "make test         unit, integration, resume, faces, server, browser, chart (~11 min on 2 cores; not the targets below)"
+	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
 	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk"
 	@echo "make test-images  build the four images and run the pipeline with docker run only (starts dockerd)"
 	@echo "make test-cluster run the chart's helm template output with the images as a cluster would (starts dockerd)"

@@ -41,7 +41,7 @@ TASKS=$WORKERS PS_ARGS=()
 if [ "$STRATEGY" = parameterserver ]; then TASKS=$((1 + PS + WORKERS)) PS_ARGS=(--ps "$PS"); fi
 pids=()
 for ((i = 0; i < TASKS; i++)); do
-  # TensorFlow's start-up chatter goes to the log file; our one line per epoch comes through.
+  # The whole output goes to the log file; our progress and error lines come through.
   "$BIN/disttrain-trainer" --workdir "$WORKDIR" --worker-index "$i" --workers "$WORKERS" --epochs "$EPOCHS" \
     --batch "$BATCH" --strategy "$STRATEGY" --seed "$SEED" --port "$TRAINER_PORT" ${SYNC_EVERY:+--sync-every "$SYNC_EVERY"} \
     "${PS_ARGS[@]}" > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered -E "^(worker|ps|chief|error:|disttrain-trainer: error:) ") 2>&1 &

@@ -55,11 +55,9 @@ def import_tensorflow():
 
 
 def _import():
-    if verbose():
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0")
-    else:
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # what is logged after the import
-    if verbose() or "tensorflow" in sys.modules:  # (imported before us: nothing left to hide)
+    debug = verbose()
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if debug else "2")  # what is logged after the import
+    if debug or "tensorflow" in sys.modules:  # (imported before us: nothing left to hide)
         import tensorflow
 
         return tensorflow
@@ -76,8 +74,8 @@ def _import():
             sys.stderr.flush()
             os.dup2(saved, 2)
             os.close(saved)
-            os.lseek(capture.fileno(), 0, os.SEEK_SET)
-            captured = os.read(capture.fileno(), os.fstat(capture.fileno()).st_size).decode("utf-8", "replace")
+            capture.seek(0)  # (only descriptor 2 wrote to it: the file object's buffer is empty)
+            captured = capture.read().decode("utf-8", "replace")
             sys.stderr.write(captured if failed else without_tensorflow_notices(captured))
             sys.stderr.flush()
     return tensorflow
