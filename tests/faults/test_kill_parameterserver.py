@@ -10,8 +10,10 @@ parameter server killed: the chief fails (the variables are gone); the Job resta
 chief killed: the Job restarts it alone; it resumes from its last checkpoint with the
     parameter servers and workers that kept serving.
 
-Either way every task exits 0 with its marker and the model is within 2 points of an
-undisturbed run's held-out accuracy."""
+Either way every task exits 0 with its marker and the model's held-out accuracy is at most
+2 points below an undisturbed run's. Every worker draws from all the examples
+(strategies/parameterserver.py): before that, the surviving worker's shard dominated
+training and a worker kill cost 2.2 points in one CI run."""
 
 import json
 import signal
@@ -92,6 +94,9 @@ def test_kill_9_in_parameter_server_training(tmp_path, calm, victim, measure):
             **({"chief_failed_after_sec": round(chief_failed_sec, 1)} if victim == "ps" else {}),
             **({"resumed_after_epoch": resumed} if victim != "worker" else {}),
             watcher=watcher.summary())
-    assert abs(disturbed_acc - calm_acc) <= 0.02, (calm_acc, disturbed_acc)
+    # One-sided: what a kill must not do is cost accuracy. A run with a worker lost can end
+    # above the undisturbed one: the other worker then takes most steps, with fewer stale
+    # gradients (measured: +0.3 to +1.2 points in 4 runs; undisturbed runs spread over 0.8).
+    assert disturbed_acc >= calm_acc - 0.02, (calm_acc, disturbed_acc)
     assert disturbed_acc > 0.7
     assert report["steps_retried"] >= 0

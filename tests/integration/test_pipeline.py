@@ -105,7 +105,7 @@ def test_trainer_refuses_a_worker_index_without_a_shard(tmp_path):
 @pytest.mark.parametrize("source", list(TASKS))
 def test_parameter_servers_match_one_worker(tmp_path, tmp_path_factory, source):
     """chief + 1 parameter server + 2 workers, four processes over loopback: the chief's model
-    is published, every task exits 0 with its own marker, each worker trained on its shard."""
+    is published, every task exits 0 with its own marker, each worker drew from every example."""
     epochs, batch = TASKS[source][:2]
     report = two_workers_against_one(tmp_path, tmp_path_factory, source, "parameterserver", ps=1)
     print(f"steps started by worker {report['steps_started_by_worker']}")
@@ -113,7 +113,7 @@ def test_parameter_servers_match_one_worker(tmp_path, tmp_path_factory, source):
     assert report["strategy"] == "parameterserver" and report["epochs"] == epochs
     assert [(t["index"], t["role"], t["examples"]) for t in report["tasks"]] == [
         (0, "chief", manifest["train_examples"]), (1, "ps", 0),
-        (2, "worker", manifest["shards"][0]["examples"]), (3, "worker", manifest["shards"][1]["examples"])]
+        (2, "worker", manifest["train_examples"]), (3, "worker", manifest["train_examples"])]
     steps_per_epoch = -(-manifest["train_examples"] // batch)
     assert report["steps_scheduled"] == epochs * steps_per_epoch and report["steps_retried"] == 0
     assert sum(report["steps_started_by_worker"]) == epochs * steps_per_epoch

@@ -1,7 +1,7 @@
 """data.shuffled_batches: the fast input pipeline gives exactly the batches that shuffling
 the examples themselves gives (the plain tf.data pipeline it replaced), epoch after
-epoch, for ragged text ids, images, and a parameter-server worker's slice; every epoch
-holds every example once."""
+epoch, for ragged text ids, images, and a parameter-server worker's tensor seed; every
+epoch holds every example once."""
 
 import numpy as np
 import pytest
@@ -60,18 +60,18 @@ def test_image_batches_equal_the_element_wise_shuffle_and_each_epoch_has_every_e
         np.testing.assert_array_equal(x, images[y])  # each row is its label's example
 
 
-def test_a_parameter_server_workers_slice_is_its_own_examples():
+def test_a_parameter_server_workers_tensor_seed_gives_the_int_seeds_stream_and_workers_differ():
+    """A parameter-server worker seeds its shuffle with a tensor (the index of the worker
+    running the dataset function): the same stream as that int seed; another worker's
+    stream is another order of the same examples, every epoch holding each once."""
     rng = np.random.default_rng(2)
     images, labels = rng.integers(0, 255, size=(EXAMPLES, 4, 4, 1), dtype=np.uint8), np.arange(EXAMPLES)
-    start, size, part = 100, 60, 1
-
-    def own_part(indices):
-        return indices.skip(start).take(size), part
-
-    got = take(shuffled_batches(images, labels, BATCH, SEED, own_part), 8)  # 128 rows: two epochs of 60, and a bit
-    stream = np.concatenate([y for _, y in got])
-    assert sorted(stream[:size]) == list(range(start, start + size))
-    # what the trainer did before: the slice of the examples, with the whole shuffle buffer
-    reference = tf.data.Dataset.from_tensor_slices((images, labels)).skip(start).take(size)
-    reference = reference.shuffle(EXAMPLES, seed=SEED + part, reshuffle_each_iteration=True).repeat().batch(BATCH)
-    assert_same(got, take(reference, 8))
+    streams = []
+    for worker in range(2):
+        got = take(shuffled_batches(images, labels, BATCH, SEED + tf.constant(worker, tf.int64)), BATCHES)
+        assert_same(got, take(shuffled_batches(images, labels, BATCH, SEED + worker), BATCHES))
+        stream = np.concatenate([y for _, y in got])
+        for epoch in range(3):
+            assert sorted(stream[epoch * EXAMPLES:(epoch + 1) * EXAMPLES]) == list(range(EXAMPLES))
+        streams.append(stream)
+    assert not np.array_equal(streams[0], streams[1])

@@ -137,7 +137,8 @@ def ps_tasks(chief, expect):
 
 
 def check_ps_roles(markers):
-    """Task 0 the chief, 1..ps the parameter servers, then the workers, each worker with its shard."""
+    """Task 0 the chief, 1..ps the parameter servers, then the workers, each worker with the
+    examples the chief says it drew from."""
     ps, by_worker = markers[0]["ps"], markers[0].get("examples_by_worker") or []
     for i, marker in enumerate(markers):
         role = "chief" if i == 0 else "ps" if i <= ps else "worker"
@@ -146,7 +147,7 @@ def check_ps_roles(markers):
                                 f"its marker says {marker.get('role')!r} (index {marker['worker_index']})")
         if role == "worker" and (i - 1 - ps >= len(by_worker) or marker["examples"] != by_worker[i - 1 - ps]):
             raise ContractError(f"worker task {i} reports {marker['examples']} examples; the chief trained it on "
-                                f"{by_worker[i - 1 - ps] if i - 1 - ps < len(by_worker) else 'no shard'}")
+                                f"{by_worker[i - 1 - ps] if i - 1 - ps < len(by_worker) else 'no examples'}")
 
 
 def different_initial_weights(detail):

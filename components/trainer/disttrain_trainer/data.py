@@ -3,12 +3,12 @@
 import tensorflow as tf
 
 
-def shuffled_batches(features, labels, batch, seed, own_part=lambda indices: (indices, 0)):
+def shuffled_batches(features, labels, batch, seed):
     """Batches of (features, labels), reshuffled every epoch, endless.
 
     features: an array, or a tf.RaggedTensor of token ids (text; each batch is 0-padded to
-    its longest row). own_part(index dataset) -> (this task's indices, its part number for
-    the seed): parameter-server workers take their slice of the chief's concatenated shards.
+    its longest row). seed: an int, or a scalar int64 tensor (a parameter-server worker's
+    seed depends on which worker runs the dataset function).
 
     The examples' indices are shuffled and batched, and each batch's rows are gathered in
     one op. That gives the batches shuffling the examples themselves gives (a shuffle's
@@ -18,8 +18,8 @@ def shuffled_batches(features, labels, batch, seed, own_part=lambda indices: (in
     so two workers sharing two cores paid for it twice."""
     features = features if isinstance(features, tf.RaggedTensor) else tf.constant(features)
     labels = tf.constant(labels)
-    indices, part = own_part(tf.data.Dataset.range(len(labels)))
-    ds = indices.shuffle(len(labels), seed=seed + part, reshuffle_each_iteration=True).repeat().batch(batch)
+    indices = tf.data.Dataset.range(len(labels))
+    ds = indices.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True).repeat().batch(batch)
     return ds.map(lambda rows: (dense(tf.gather(features, rows)), tf.gather(labels, rows)))
 
 

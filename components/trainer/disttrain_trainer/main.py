@@ -218,8 +218,7 @@ def main(argv=None):
                                   tf.TensorSpec([None], tf.int64)),
             )
         else:
-            ds = shuffled_batches(x_train, y_train, args.batch, args.seed,
-                                  lambda indices: strategy.own_part(indices, [s.examples for s in shards]))
+            ds = shuffled_batches(x_train, y_train, args.batch, strategy.shuffle_seed(args.seed))
         return ds.skip(batches_done).prefetch(2)
 
     # ------------------------------------------------ model from the shared seed

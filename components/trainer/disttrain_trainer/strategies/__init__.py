@@ -6,7 +6,7 @@
            across workers (step.make_train_call runs the step itself);
   sync     `steps_to_sync(step)`, `after_steps(step)`, `finish()`: periodic model
            averaging (localsgd); `epoch_metrics(sums)`: the epoch's metrics over all workers;
-  data     `train_shards()`, `examples_per_epoch()`, `own_part()`, `iterator()`: what a task
+  data     `train_shards()`, `examples_per_epoch()`, `shuffle_seed()`, `iterator()`: what a task
            reads and how its steps get their batches;
   loop     `train_epoch()`, `run_call`: how an epoch's train calls run (here, or scheduled
            on parameter-server workers); `serves`/`serve()`: a task that only serves;

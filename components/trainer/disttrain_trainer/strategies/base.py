@@ -43,10 +43,9 @@ class Base:
         """Examples per epoch, `examples` being those of train_shards."""
         return examples
 
-    def own_part(self, dataset, sizes):
-        """(this worker's examples of the train_shards' concatenated `dataset`, its shard's index
-        for the shuffle seed): everything, when a task reads one shard."""
-        return dataset, self.index
+    def shuffle_seed(self, seed):
+        """The seed of this worker's shuffle (called inside the dataset function)."""
+        return seed + self.index
 
     def iterator(self, dataset_fn, batches_done):
         """An iterator over the distributed dataset; `dataset_fn(context, batches_done)`."""

@@ -9,10 +9,15 @@ evaluates, checkpoints each epoch and publishes the model. The parameter servers
 workers only run a tf.distribute.Server (`serve`) until the chief's marker appears, then
 write their own marker and exit 0.
 
-Each worker trains on its own shard: the chief reads every worker's shard, and the
-dataset function (created on every worker from the same function) picks the slice of
-the worker running it with experimental_get_current_worker_index(). The shards travel to
-the workers inside that function (TensorFlow's 2 GB graph limit bounds the data set).
+Every worker draws its batches from all the training examples (every shard), each in its
+own order: the dataset function, created on every worker from the same function, seeds
+its shuffle with the index of the worker running it (experimental_get_current_worker_index()).
+Why not each worker on its own shard, as the other strategies do: the steps go to whichever
+worker is free, so a slow or lost worker would make its shard rarer in the model's
+training. Measured (kill -9 of one of 2 workers, tests/faults/test_kill_parameterserver.py):
+the other worker took 77 % of the steps, and held-out accuracy fell 2.2 points below an
+undisturbed run's, whose 8 repetitions spread over 0.771-0.779. The examples travel to the
+workers inside that function (TensorFlow's 2 GB graph limit bounds the data set).
 
 Fault tolerance is TensorFlow's: a worker lost mid-call makes the coordinator run that
 call again on another worker (and on the same one once it is back: its per-worker
@@ -76,14 +81,12 @@ class Strategy(Base):
 
     # ------------------------------------------------------------------------- data
     def train_shards(self, manifest):
-        self.examples_by_worker = [s.examples for s in manifest.shards]
-        return list(manifest.shards)  # every worker's shard: the dataset function picks its own
+        # what each worker draws from (its marker says so; the aggregator checks it)
+        self.examples_by_worker = [manifest.train_examples] * self.workers
+        return list(manifest.shards)  # every shard, for every worker
 
-    def own_part(self, dataset, sizes):
-        worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-        offsets = tf.constant(np.cumsum([0] + list(sizes[:-1])), tf.int64)
-        dataset = dataset.skip(tf.gather(offsets, worker)).take(tf.gather(tf.constant(sizes, tf.int64), worker))
-        return dataset, tf.cast(worker, tf.int64)
+    def shuffle_seed(self, seed):
+        return seed + tf.cast(tf.distribute.coordinator.experimental_get_current_worker_index(), tf.int64)
 
     def iterator(self, dataset_fn, batches_done):
         per_worker = batches_done // self.workers  # about: the workers do not take turns exactly
