@@ -22,6 +22,7 @@ from chartlib import (
     pod_spec,
     prerender,
     render,
+    render_error,
     stage_of,
     workloads,
 )
@@ -621,3 +622,48 @@ def test_a_gpu_per_worker():
     assert trainer["image"].startswith("disttrain-trainer-gpu:")
     assert pod_spec(one(docs, "Job", "trainer"))["runtimeClassName"] == "nvidia"
     assert "nvidia.com/gpu" not in main_container(docs, "aggregator")["resources"]["limits"]
+
+
+# ------------------------------------------------------------------ quorum (issue 19)
+
+
+@pytest.mark.parametrize("kube, success_policy", [("1.29.0", False), ("1.31.0", True), ("1.33.0", True), ("1.35.0", True)])
+def test_trainer_quorum_tolerates_lost_indexes_and_succeeds_with_min_workers(kube, success_policy):
+    docs = render(sets=("workers=4", "trainer.minWorkers=3"), kube_version=kube)
+    job = one(docs, "Job", "trainer")
+    spec = job["spec"]
+    assert spec["backoffLimitPerIndex"] == 3 and spec["maxFailedIndexes"] == 1
+    assert spec.get("successPolicy") == ({"rules": [{"succeededCount": 3}]} if success_policy else None)
+    # finished workers linger for the others: the success policy would stop them
+    assert arg(main_container(docs, "trainer"), "--linger-for-peers") == "600"
+    aggregator = main_container(docs, "aggregator")
+    assert arg(aggregator, "--min-workers") == "3" and arg(aggregator, "--straggler-wait") == "600"
+    for doc in docs:
+        kubernetes_validate.validate(doc, kube, strict=True)
+
+
+def test_aggregator_quorum_can_be_set_alone_and_the_default_has_none():
+    docs = render(sets=("workers=4", "aggregator.minWorkers=2", "aggregator.stragglerWaitSeconds=30"))
+    assert arg(main_container(docs, "aggregator"), "--min-workers") == "2"
+    assert arg(main_container(docs, "aggregator"), "--straggler-wait") == "30"
+    assert "--linger-for-peers" not in main_container(docs, "trainer")["args"]
+    assert "successPolicy" not in one(docs, "Job", "trainer")["spec"]
+    defaults = render()
+    assert "--min-workers" not in main_container(defaults, "aggregator")["args"]
+    assert one(defaults, "Job", "trainer")["spec"]["maxFailedIndexes"] == 0
+
+
+@pytest.mark.parametrize("strategy, why", [
+    ("multiworker", "multiworker and localsgd all-reduce across every worker"),
+    ("localsgd", "multiworker and localsgd all-reduce across every worker"),
+    ("parameterserver", "a parameterserver chief already carries on without a lost worker"),
+])
+def test_quorum_is_refused_for_strategies_whose_workers_end_together(strategy, why):
+    error = render_error("defaults", sets=(f"strategy={strategy}", "workers=3", "trainer.minWorkers=2"))
+    assert "trainer.minWorkers below workers applies to strategy average only" in error and why in error
+
+
+@pytest.mark.parametrize("value", ["0", "5"])
+def test_min_workers_outside_1_to_workers_is_refused(value):
+    error = render_error("defaults", sets=("workers=4", f"aggregator.minWorkers={value}"))
+    assert f"aggregator.minWorkers must be in 1..workers (4), got {value}" in error or "minimum" in error

@@ -187,6 +187,14 @@ that depends on the storage choice.
 {{- end -}}
 {{- end }}
 {{- end }}
+{{- range $key, $min := dict "trainer.minWorkers" .Values.trainer.minWorkers "aggregator.minWorkers" .Values.aggregator.minWorkers }}
+{{- if and (not (kindIs "invalid" $min)) (or (lt (int $min) 1) (gt (int $min) (int $.Values.workers))) -}}
+{{- fail (printf "disttrain: %s must be in 1..workers (%d), got %v" $key (int $.Values.workers) $min) -}}
+{{- end -}}
+{{- if and (not (kindIs "invalid" $min)) (lt (int $min) (int $.Values.workers)) (ne $.Values.strategy "average") -}}
+{{- fail (printf "disttrain: %s below workers applies to strategy average only: %s" $key (ternary "a parameterserver chief already carries on without a lost worker, and its model needs no quorum" "multiworker and localsgd all-reduce across every worker, so a run cannot end without one of them" (eq $.Values.strategy "parameterserver"))) -}}
+{{- end -}}
+{{- end }}
 {{- if not (has .Values.strategy (list "average" "multiworker" "localsgd" "parameterserver")) -}}
 {{- fail (printf "disttrain: unknown strategy %q: use average, multiworker, localsgd or parameterserver" .Values.strategy) -}}
 {{- end -}}
@@ -359,6 +367,16 @@ Exits 0 once every path exists, 3 on timeout (like the stages' StageTimeout).
 {{- end -}}
 
 {{/* Whether the trainers talk to each other (TF_CONFIG, the collective port). */}}
+{{/* Quorum (strategy average): how many trainer indexes must succeed, and how many workers the
+aggregator averages at least (default: the trainer's). Equal to workers unless trainer.minWorkers is set. */}}
+{{- define "disttrain.trainerMinWorkers" -}}
+{{- if kindIs "invalid" .Values.trainer.minWorkers }}{{ int .Values.workers }}{{ else }}{{ int .Values.trainer.minWorkers }}{{ end -}}
+{{- end -}}
+
+{{- define "disttrain.aggregatorMinWorkers" -}}
+{{- if kindIs "invalid" .Values.aggregator.minWorkers }}{{ include "disttrain.trainerMinWorkers" . }}{{ else }}{{ int .Values.aggregator.minWorkers }}{{ end -}}
+{{- end -}}
+
 {{- define "disttrain.trainersConnected" -}}
 {{- if has .Values.strategy (list "multiworker" "localsgd" "parameterserver") -}}true{{- end -}}
 {{- end -}}

@@ -29,7 +29,7 @@ import time
 
 import numpy as np
 
-from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, run_cli, wait_for_marker, wait_for_markers, write_marker
+from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
 from disttrain_contract.artifact import load_model, save_model
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.layout import marker_path
@@ -49,9 +49,18 @@ def parse_args(argv=None):
     p.add_argument("--savefile", help="where the final model goes (default WORKDIR/final/model.keras); report.json is written next to it")
     p.add_argument("--expect", type=int, help="number of worker models to wait for (default: the dataset's shard count)")
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for all workers (default 3600)")
+    p.add_argument("--min-workers", type=int,
+                   help="average: publish with at least this many workers (default: all of them); the others' shards "
+                   "are left out and the report names them")
+    p.add_argument("--straggler-wait", type=float, default=600,
+                   help="once --min-workers have finished, seconds to wait for the rest (default 600; never past --timeout)")
     args = p.parse_args(argv)
     if args.expect is not None and args.expect < 1:
         p.error("--expect must be >= 1")
+    if args.min_workers is not None and not 1 <= args.min_workers <= (args.expect or args.min_workers):
+        p.error(f"--min-workers must be in 1..--expect ({args.expect}), got {args.min_workers}")
+    if args.straggler_wait < 0:
+        p.error("--straggler-wait must be >= 0")
     if args.timeout < 0:
         p.error("--timeout must be >= 0")
     return args
@@ -187,9 +196,19 @@ def main(argv=None):
     wait_for_marker(data_dir, args.timeout, "the copier's dataset")
     manifest = Manifest.read(data_dir)
     expect = args.expect or manifest.n_shards
+    min_workers = args.min_workers or expect
+    if min_workers > expect:
+        raise ContractError(f"--min-workers {min_workers} is more than the {expect} workers expected")
     worker_dirs = [workdir.worker(i, train_dir) for i in range(expect)]
-    markers = wait_for_markers(worker_dirs, args.timeout, "workers")
+    markers = wait_for_quorum(worker_dirs, args.timeout, min_workers, args.straggler_wait, "workers")
+    missing = [i for i, m in enumerate(markers) if m is None]
+    worker_dirs, markers = [d for d, m in zip(worker_dirs, markers) if m], [m for m in markers if m]
     check_markers(markers, worker_dirs)
+    if missing and markers[0]["strategy"] != "average":
+        raise ContractError(
+            f"worker(s) {', '.join(map(str, missing))} did not finish, and a {markers[0]['strategy']} run has no result "
+            "without every worker (all-reduce and parameter-server groups end together); --min-workers below the "
+            "worker count is for --strategy average")
     if markers[0]["strategy"] == "parameterserver":  # every task of the group: chief, ps, workers
         worker_dirs = [workdir.worker(i, train_dir) for i in range(ps_tasks(markers[0], expect))]
         markers = wait_for_markers(worker_dirs, args.timeout, "parameter-server tasks")
@@ -197,7 +216,13 @@ def main(argv=None):
         check_ps_roles(markers)
     check_compatible(markers, expect)
     strategy = markers[0]["strategy"]
-    print(f"aggregator: {expect} workers finished ({strategy}); loading models ...", flush=True)
+    left_out = missing_workers(manifest, missing)
+    if left_out:
+        print(f"aggregator: {len(markers)} of {expect} workers finished ({strategy}); averaging without "
+              + ", ".join(f"worker {w['worker_index']} ({w['share_of_training_data']:.1%} of the training data)" for w in left_out),
+              flush=True)
+    else:
+        print(f"aggregator: {expect} workers finished ({strategy}); loading models ...", flush=True)
 
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     x_test = as_model_input(manifest.task, x_test)
@@ -240,6 +265,8 @@ def main(argv=None):
         final.set_weights(weighted_sum.mean())
     del weighted_sum  # float64: twice a model's weights, not needed while publishing
     final_metrics = held_out(final)
+    # the examples behind the final model: fewer than the data set's when workers were left out
+    trained_on = sum(m["examples"] for m in markers) if strategy == "average" else manifest.train_examples
     histories = [load_metrics(d) for d in worker_dirs]
     report = {
         "strategy": strategy,
@@ -250,7 +277,8 @@ def main(argv=None):
         "split_seed": manifest.seed,
         "init_weights_sha256": markers[0]["init_weights_sha256"],
         "workers": rows,
-        "final": {"examples": manifest.train_examples, **final_metrics},
+        **({"missing_workers": left_out} if left_out else {}),
+        "final": {"examples": trained_on, **final_metrics},
         "test_examples": manifest.test.examples,
         "epochs": markers[0]["epochs"],
         "training_wall_time_sec": max((sum(e["wall_time_sec"] for e in h) for h in histories), default=None),
@@ -259,7 +287,7 @@ def main(argv=None):
     }
 
     # ----------------------------------------------------------------- publish
-    meta = dict(final_meta, strategy=strategy, workers=expect, examples=manifest.train_examples,
+    meta = dict(final_meta, strategy=strategy, workers=expect, examples=trained_on,
                 aggregated_from=[r["worker_index"] for r in rows] if strategy == "average" else [0])
     meta.pop("worker_index", None)
     os.makedirs(final_dir, exist_ok=True)
@@ -277,6 +305,12 @@ def main(argv=None):
     print_table(report)
     print(f"aggregator: published {savefile} (report: {os.path.join(final_dir, 'report.json')})")
     return 0
+
+
+def missing_workers(manifest, missing):
+    """What the report says of each worker left out by --min-workers: its shard's share of the data."""
+    return [{"worker_index": i, "shard_examples": manifest.shard(i).examples,
+             "share_of_training_data": manifest.shard(i).examples / manifest.train_examples} for i in missing]
 
 
 def ps_facts(markers):

@@ -10,7 +10,7 @@ artifacts look like. The stages import it instead of repeating any of it.
 from disttrain_contract.errors import ContractError, StageTimeout, run_cli
 from disttrain_contract.layout import Workdir, default_workdir
 from disttrain_contract.atomic import atomic_path, atomic_write_bytes, atomic_write_json, read_json, sha256_file
-from disttrain_contract.markers import read_marker, wait_for_marker, wait_for_markers, write_marker
+from disttrain_contract.markers import read_marker, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
 from disttrain_contract.manifest import Manifest, SplitInfo, read_split, iter_split_text
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "read_marker",
     "wait_for_marker",
     "wait_for_markers",
+    "wait_for_quorum",
     "write_marker",
     "Manifest",
     "SplitInfo",

@@ -51,20 +51,52 @@ def wait_for_markers(directories, timeout, what="workers", poll=1.0, log=sys.std
                                            f"(missing {', '.join(marker_path(d) for d in missing)})")
 
 
-def _wait(directories, timeout, poll, log, waiting, timed_out):
+def wait_for_quorum(directories, timeout, minimum, straggler_wait, what="workers", poll=1.0, log=sys.stderr):
+    """Like wait_for_markers, but settles for `minimum` of them: once that many have
+    finished, it waits at most `straggler_wait` seconds more for the rest (never past
+    `timeout`). Returns every directory's marker in order, None for each one missing.
+    Raises StageTimeout when fewer than `minimum` finished by `timeout`."""
+    total = len(directories)
+    if not 1 <= minimum <= total:
+        raise ValueError(f"a quorum of {minimum} out of {total} {what} is impossible")
+    return _wait(directories, timeout, poll, log,
+                 waiting=lambda missing: f"waiting up to {timeout:g}s for {len(missing)} of {total} {what} "
+                                         f"(at least {minimum} must finish) ...",
+                 timed_out=lambda missing: f"timed out after {timeout:g}s: only {total - len(missing)} of {total} {what} "
+                                           f"finished, fewer than the {minimum} required "
+                                           f"(missing {', '.join(marker_path(d) for d in missing)})",
+                 quorum=(minimum, straggler_wait,
+                         lambda missing: f"{total - len(missing)} of {total} {what} finished (at least {minimum} needed); "
+                                         f"waiting up to {straggler_wait:g}s more for {', '.join(marker_path(d) for d in missing)}"))
+
+
+def _wait(directories, timeout, poll, log, waiting, timed_out, quorum=None):
     """The one polling loop: read every marker (each once per round) until none is missing
     or the deadline passes. `waiting(missing)` is announced once (when `log` is not None),
-    `timed_out(missing)` is the StageTimeout's message."""
+    `timed_out(missing)` is the StageTimeout's message. quorum = (minimum, straggler_wait,
+    announce(missing)): once `minimum` markers exist, end `straggler_wait` seconds later
+    (or at the deadline) with the markers there are, None for the missing."""
     deadline = time.monotonic() + timeout
-    announced = False
+    announced, quorum_deadline = False, None
     while True:
         markers = [read_marker(d) for d in directories]
         missing = [d for d, marker in zip(directories, markers) if marker is None]
         if not missing:
             return markers
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if quorum is not None and len(directories) - len(missing) >= quorum[0]:
+            if quorum_deadline is None:
+                quorum_deadline = min(deadline, now + quorum[1])
+                if log is not None:
+                    print(quorum[2](missing), file=log, flush=True)
+            if now >= quorum_deadline:
+                return markers
+            end = quorum_deadline
+        elif now >= deadline:
             raise StageTimeout(timed_out(missing))
+        else:
+            end = deadline
         if not announced and log is not None:
             print(waiting(missing), file=log, flush=True)
             announced = True
-        time.sleep(min(poll, max(0.0, deadline - time.monotonic())))
+        time.sleep(min(poll, max(0.0, end - time.monotonic())))

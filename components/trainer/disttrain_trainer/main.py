@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-from disttrain_contract import ContractError, Workdir, atomic_write_json, read_json, default_workdir, run_cli, wait_for_marker, write_marker
+from disttrain_contract import ContractError, Workdir, atomic_write_json, read_json, read_marker, default_workdir, run_cli, wait_for_marker, wait_for_quorum, write_marker
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import as_model_input, compiled, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
@@ -95,6 +95,11 @@ def parse_args(argv=None):
     p.add_argument("--service", default=os.environ.get("DISTTRAIN_SERVICE", ""), help="on Kubernetes: the headless Service's name")
     p.add_argument("--port", type=int, default=12345, help="multiworker, localsgd: base port (default 12345)")
     p.add_argument("--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)")
+    p.add_argument("--linger-for-peers", type=float, default=0, metavar="SECONDS",
+                   help="average: once done, wait up to SECONDS for every other worker's marker before exiting "
+                        "(default 0). For a Kubernetes Job whose success policy counts fewer than all workers "
+                        "(chart value trainer.minWorkers): the Job stops the workers still running once that many "
+                        "pods have exited, and a worker lingering keeps a slower one from being stopped")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (default 0 = TensorFlow decides)")
     args = p.parse_args(argv)
     for name in ("epochs", "batch", "embedding_size", "views", "steps_per_call"):
@@ -114,6 +119,10 @@ def parse_args(argv=None):
             p.error("--ps must be >= 1")
         if args.serve_timeout is None:
             args.serve_timeout = 7 * 24 * 3600.0
+    if args.linger_for_peers < 0:
+        p.error("--linger-for-peers must be >= 0")
+    if args.linger_for_peers and args.strategy != "average":
+        p.error(f"--linger-for-peers applies to --strategy average, not {args.strategy}")
     if args.sync_every is not None and args.sync_every < 1:
         p.error("--sync-every must be >= 1")
     if args.allreduce_pack_bytes < 0:
@@ -328,7 +337,21 @@ def main(argv=None):
         final_test_accuracy=history[-1].get("test_accuracy") if history else None, **strategy.marker_info(),
     )
     print(f"{tag}: done -> {worker_dir}", flush=True)
+    if args.linger_for_peers:
+        linger_for_peers(tag, [workdir.worker(i, train_dir) for i in range(workers)], args.linger_for_peers)
     return 0
+
+
+def linger_for_peers(tag, worker_dirs, seconds):
+    """Exit only when every worker has its marker, or `seconds` from now (this one's marker
+    is there: the quorum of 1 is met at once, and the wait never fails)."""
+    pending = [d for d in worker_dirs if read_marker(d) is None]
+    if pending:
+        print(f"{tag}: waiting up to {seconds:g}s for {len(pending)} other worker(s) to finish before exiting, so that "
+              "the Job does not stop them", flush=True)
+    markers = wait_for_quorum(worker_dirs, seconds, 1, seconds, log=None)
+    if None in markers:
+        print(f"{tag}: exiting without worker(s) " + ", ".join(str(i) for i, m in enumerate(markers) if m is None), flush=True)
 
 
 def epoch_line(tag, epoch, epochs, record):
