@@ -19,6 +19,7 @@ BIN=${BIN:-.venv/bin}
 TRAINER_PORT=${TRAINER_PORT:-23456}  # multiworker, localsgd: worker i listens on TRAINER_PORT + i
 SYNC_EVERY=${SYNC_EVERY:-}         # localsgd: steps between two weight averages (default: the trainer's)
 PS=${PS:-1}                        # parameterserver: parameter servers (tasks: 1 chief + PS + WORKERS)
+AGGREGATOR_ARGS=${AGGREGATOR_ARGS:-}  # e.g. --force, --max-drop-vs-best-worker 5 (the quality gate)
 
 case "$TASK" in
   movie-reviews) SOURCE=${SOURCE:-sample:movie-reviews}; EPOCHS=${EPOCHS:-5}; BATCH=${BATCH:-64} ;;
@@ -52,7 +53,8 @@ for pid in "${pids[@]}"; do
 done
 
 echo "== aggregator"
-"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" 2> "$WORKDIR/logs/aggregator.err" || {
+# shellcheck disable=SC2086  # AGGREGATOR_ARGS: several words
+"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" $AGGREGATOR_ARGS 2> "$WORKDIR/logs/aggregator.err" || {
   echo "the aggregator failed: $(grep -m1 '^error:' "$WORKDIR/logs/aggregator.err" || tail -n 1 "$WORKDIR/logs/aggregator.err") (all of it: $WORKDIR/logs/aggregator.err)" >&2
   exit 1
 }
