@@ -49,7 +49,8 @@ def free_port_block(n):
     raise RuntimeError("no free port block")
 
 
-def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=64, seed=42, extra_trainer_args=(), ps=0):
+def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=64, seed=42, extra_trainer_args=(), ps=0,
+                 aggregator_args=()):
     """copier -> `workers` trainer processes in parallel -> aggregator; returns report.json.
     ps > 0 (--strategy parameterserver): 1 chief + ps parameter servers + `workers` workers."""
     stage("copier", "--source", source, "--n-shards", workers, "--workdir", workdir)
@@ -66,7 +67,7 @@ def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=6
             for p in procs:
                 p.kill()
             raise AssertionError(f"trainer {i} failed:\n" + open(os.path.join(workdir, f"worker-{i}.log")).read()[-3000:])
-    stage("aggregator", "--workdir", workdir, "--expect", workers, "--timeout", 60)
+    stage("aggregator", "--workdir", workdir, "--expect", workers, "--timeout", 60, *aggregator_args)
     with open(os.path.join(workdir, "final", "report.json")) as fh:
         return json.load(fh)
 

@@ -80,6 +80,10 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["bogus=1"], ["bogus", "not allowed"]),
         (["trainer.bogus=1"], ["bogus", "not allowed"]),
         (["data.testFraction=1"], ["/data/testFraction"]),
+        (["aggregator.gate.maxDropVsBestWorker=-1"], ["/aggregator/gate/maxDropVsBestWorker", "minimum"]),
+        (["aggregator.gate.maxRegression=-0.5"], ["/aggregator/gate/maxRegression"]),
+        (["aggregator.gate.maxRegression=101"], ["/aggregator/gate/maxRegression", "maximum"]),
+        (["aggregator.gate.force=yes"], ["/aggregator/gate/force", "boolean"]),
     ],
 )
 def test_schema_rejects_nonsense(sets, expected):

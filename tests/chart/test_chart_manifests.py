@@ -212,6 +212,33 @@ def test_trainer_failure_handling_on_older_clusters(kube, failure_policy):
     assert ("podFailurePolicy" in spec) == failure_policy
 
 
+def test_aggregator_gate_args_come_from_values():
+    aggregator = main_container(render(), "aggregator")
+    assert arg(aggregator, "--max-drop-vs-best-worker") == "1" and arg(aggregator, "--max-regression") == "1"
+    # every run has its own directory: the model published last is in an earlier run's final/
+    assert arg(aggregator, "--published") == "/workdir/run-*/final/model.keras"
+    assert "--force" not in aggregator["args"]
+    aggregator = main_container(render(sets=("aggregator.gate.maxDropVsBestWorker=2.5", "aggregator.gate.maxRegression=0",
+                                             "aggregator.gate.force=true")), "aggregator")
+    assert arg(aggregator, "--max-drop-vs-best-worker") == "2.5" and arg(aggregator, "--max-regression") == "0"
+    assert "--force" in aggregator["args"]
+
+
+@pytest.mark.parametrize("kube, failure_policy", [("1.25.0", False), ("1.26.0", True), ("1.29.0", True), ("1.35.0", True)])
+def test_a_gate_refusal_fails_the_aggregator_job_at_once(kube, failure_policy):
+    """Exit 4 (the gate refused the model) is not retried: the same models would be refused again."""
+    job = one(render(kube_version=kube), "Job", "aggregator")
+    assert ("podFailurePolicy" in job["spec"]) == failure_policy
+    if failure_policy:
+        rules = job["spec"]["podFailurePolicy"]["rules"]
+        assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+        assert rules[1]["action"] == "FailJob"
+        assert rules[1]["onExitCodes"] == {"containerName": "aggregator", "operator": "In", "values": [4]}
+        assert pod_spec(job)["restartPolicy"] == "Never"  # podFailurePolicy requires it
+    container = main_container([job], "aggregator")
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"  # the refusal's one line, in describe
+
+
 def test_job_deadlines_and_ttl_come_from_values():
     docs = render("external-nfs", sets=("trainer.activeDeadlineSeconds=1234", "copier.activeDeadlineSeconds=99"))
     assert one(docs, "Job", "trainer")["spec"]["activeDeadlineSeconds"] == 1234

@@ -37,7 +37,10 @@ def test_make_demo_prints_only_our_lines(tmp_path):
     port, trainer_port = free_port_block(1), free_port_block(WORKERS)
     env = {**{k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "DISTTRAIN_LOG_LEVEL")},
            "TASK": "digits", "WORKERS": str(WORKERS), "EPOCHS": str(EPOCHS), "BATCH": "64", "STRATEGY": "average",
-           "PORT": str(port), "TRAINER_PORT": str(trainer_port), "WORKDIR": str(tmp_path / "demo"), "BIN": BIN}
+           "PORT": str(port), "TRAINER_PORT": str(trainer_port), "WORKDIR": str(tmp_path / "demo"), "BIN": BIN,
+           # 3 epochs are too few for the average to reach the better worker (3.9 points below, measured):
+           # the quality gate would refuse it, and it is not what this test is about
+           "AGGREGATOR_ARGS": "--force"}
     demo = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "run-local.sh")], cwd=ROOT, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     lines = []

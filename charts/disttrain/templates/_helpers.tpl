@@ -279,6 +279,31 @@ kueue.x-k8s.io/priority-class: {{ . | quote }}
 {{- end -}}
 
 {{/*
+podFailurePolicy rules of a stage Job (list $ctx containerName exitCode): an
+eviction or preemption (DisruptionTarget) is not counted against the retries;
+the exit code (a failure a retry cannot change) fails the Job at once.
+Needs restartPolicy Never and Kubernetes >= 1.26 (the caller checks).
+*/}}
+{{- define "disttrain.podFailurePolicyRules" -}}
+{{- $ctx := index . 0 -}}
+rules:
+  - action: Ignore
+    onPodConditions:
+      - type: DisruptionTarget
+        status: "True"
+  - action: FailJob
+    {{- if semverCompare "<1.29.0-0" $ctx.Capabilities.KubeVersion.Version }}
+    # The 1.26-1.28.0 OpenAPI wrongly marks onPodConditions required (fixed in
+    # 1.29 and later 1.28 patches); an empty list satisfies client-side validators and means "unset".
+    onPodConditions: []
+    {{- end }}
+    onExitCodes:
+      containerName: {{ index . 1 }}
+      operator: In
+      values: [{{ index . 2 }}]
+{{- end -}}
+
+{{/*
 Every container's termination message: the stages write their one-line error to
 /dev/termination-log (disttrain_contract.run_cli), and without one (a crash, a
 wait container's timeout) the kubelet keeps the log's last lines, so `kubectl get

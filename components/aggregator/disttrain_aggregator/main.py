@@ -15,22 +15,27 @@
    weight hashes must agree), the chief's model is promoted; parameterserver: the
    chief's model is promoted once every task's marker (chief, ps, workers) is in
    its place;
-5. evaluate the result; publish final/model.keras (atomically), report.json,
-   report.png, _SUCCESS -- only after every check passed, so bad input
-   publishes nothing.
+5. evaluate the result, and the published model (if any) on this run's held-out
+   split; the quality gate (gate.py) decides whether the result may replace it;
+6. publish final/model.keras (atomically), report.json, report.png, _SUCCESS --
+   only after every check passed, so bad input publishes nothing. A model the
+   gate refuses goes to rejected/<time>/ beside final/ with its report, and the
+   aggregator exits 4 (--force publishes it anyway, recorded in the report).
 """
 
 import argparse
 import contextlib
 import gc
+import glob
 import json
 import os
 import time
 
 import numpy as np
 
-from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
-from disttrain_contract.artifact import load_model, save_model
+from disttrain_aggregator import gate
+from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
+from disttrain_contract.artifact import load_model, read_meta, save_model
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.layout import marker_path
 from disttrain_contract.manifest import Manifest, read_split
@@ -41,7 +46,10 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="disttrain-aggregator",
         description="Check, combine (average or promote) and evaluate the worker models; publish the final model "
-        "and report.json (stage 3 of disttrain).",
+        "and report.json (stage 3 of disttrain) if it passes the quality gate.",
+        epilog="exit status: 0 published; 2 bad input or a broken stage contract; 3 timed out waiting for a stage; "
+        f"{gate.EXIT_REFUSED} the quality gate refused the final model (kept with its report in rejected/<time>/ "
+        "beside the final directory; the published model is left as it was).",
     )
     p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
     p.add_argument("--dir", help="the trainers' output directory (default WORKDIR/train)")
@@ -54,6 +62,16 @@ def parse_args(argv=None):
                    "are left out and the report names them")
     p.add_argument("--straggler-wait", type=float, default=600,
                    help="once --min-workers have finished, seconds to wait for the rest (default 600; never past --timeout)")
+    gating = p.add_argument_group("quality gate", "the final model is published only if its held-out accuracy passes both checks")
+    gating.add_argument("--max-drop-vs-best-worker", type=float, default=1.0, metavar="POINTS",
+                        help="at most this many accuracy points below the best single worker model (default 1.0)")
+    gating.add_argument("--max-regression", type=float, default=1.0, metavar="POINTS",
+                        help="at most this many accuracy points below the published model, evaluated on this run's "
+                        "held-out split (default 1.0; 0: no regression at all)")
+    gating.add_argument("--published", metavar="PATH_OR_GLOB",
+                        help="the published model to compare with: a path, or a glob of which the newest match with "
+                        "its _SUCCESS marker counts (default: --savefile)")
+    gating.add_argument("--force", action="store_true", help="publish even if the gate fails (recorded in report.json)")
     args = p.parse_args(argv)
     if args.expect is not None and args.expect < 1:
         p.error("--expect must be >= 1")
@@ -63,6 +81,9 @@ def parse_args(argv=None):
         p.error("--straggler-wait must be >= 0")
     if args.timeout < 0:
         p.error("--timeout must be >= 0")
+    for flag in ("max_drop_vs_best_worker", "max_regression"):
+        if not 0 <= getattr(args, flag) <= 100:  # also refuses nan
+            p.error(f"--{flag.replace('_', '-')} must be between 0 and 100 (accuracy points)")
     return args
 
 
@@ -286,25 +307,86 @@ def main(argv=None):
         "created_at": time.time(),
     }
 
+    # -------------------------------------------------------------------- gate
+    published = evaluate_published(args.published or savefile, manifest, held_out)
+    verdict = gate.decide(final_metrics["test_accuracy"], [(r["name"], r["test_accuracy"]) for r in rows], published,
+                          args.max_drop_vs_best_worker, args.max_regression, promoted=strategy != "average")
+    # forced: published only because of --force
+    report["gate"] = dict(verdict, forced=args.force and not verdict["passed"], published=published)
+    print_table(report)
+    print(f"aggregator: {gate.summary(report['gate'])}", flush=True)
+
     # ----------------------------------------------------------------- publish
     meta = dict(final_meta, strategy=strategy, workers=expect, examples=trained_on,
                 aggregated_from=[r["worker_index"] for r in rows] if strategy == "average" else [0])
     meta.pop("worker_index", None)
-    os.makedirs(final_dir, exist_ok=True)
+    if not verdict["passed"] and not args.force:
+        # final/ is not touched, so a server watching it keeps serving the published model
+        rejected = os.path.join(os.path.dirname(final_dir), "rejected",
+                                time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z")
+        with atomic_path(rejected) as tmp:  # the whole directory appears at once, or nothing
+            os.makedirs(tmp)
+            write_model_and_report(tmp, os.path.join(tmp, os.path.basename(savefile)), final, meta, report, histories)
+        raise gate.GateRefused(f"refused to publish the final model: {'; '.join(verdict['reasons'])}. "
+                               f"It is kept with its report in {rejected}; the published model is unchanged "
+                               "(--force publishes it anyway)")
+    write_model_and_report(final_dir, savefile, final, meta, report, histories)
+    write_marker(final_dir, "aggregator", model=os.path.basename(savefile), strategy=strategy,
+                 test_accuracy=final_metrics["test_accuracy"])
+    print(f"aggregator: published {savefile} (report: {os.path.join(final_dir, 'report.json')})")
+    return 0
+
+
+def write_model_and_report(directory, savefile, final, meta, report, histories):
+    """The model, report.json and report.png into `directory`, each atomically."""
+    os.makedirs(directory, exist_ok=True)
     # The report is renamed into place only after the model is (both atomically): a full
     # disk while writing the model leaves no new report next to the old model, and no
     # temporary behind.
     with contextlib.ExitStack() as publish:
-        report_tmp, png_tmp = (publish.enter_context(atomic_path(os.path.join(final_dir, name)))
+        report_tmp, png_tmp = (publish.enter_context(atomic_path(os.path.join(directory, name)))
                                for name in ("report.json", "report.png"))
         atomic_write_json(report_tmp, report)
         plot_report(report, histories, png_tmp)
         save_model(final, savefile, meta)
-    write_marker(final_dir, "aggregator", model=os.path.basename(savefile), strategy=strategy,
-                 test_accuracy=final_metrics["test_accuracy"])
-    print_table(report)
-    print(f"aggregator: published {savefile} (report: {os.path.join(final_dir, 'report.json')})")
-    return 0
+
+
+def newest_published(path_or_glob):
+    """The published model `path_or_glob` names: the path itself, or of a glob's matches the one
+    whose _SUCCESS marker is the newest (the chart's runs: the last one that published is the one
+    served). None when there is none; a match without a readable marker was never published."""
+    candidates = glob.glob(path_or_glob) if glob.has_magic(path_or_glob) else [path_or_glob]
+    published = []
+    for path in candidates:
+        try:
+            marker = read_marker(os.path.dirname(os.path.abspath(path)))
+        except ContractError:
+            continue
+        if isinstance(marker, dict) and marker.get("model") == os.path.basename(path) and os.path.isfile(path):
+            published.append((marker.get("finished_at") or 0, path))
+    return max(published)[1] if published else None
+
+
+def evaluate_published(path_or_glob, manifest, held_out):
+    """What the gate compares with: the published model's accuracy on this run's held-out split
+    (an old report's number may be of other data). None: nothing published;
+    comparable False: it cannot be measured on this split, or not loaded at all (then it
+    protects nothing: the server cannot load it either)."""
+    path = newest_published(path_or_glob)
+    if path is None:
+        return None
+    try:
+        why = gate.comparable(read_meta(path), manifest)
+        if why is None:
+            model, _ = load_model(path)
+            accuracy = held_out(model)["test_accuracy"]
+            del model
+            gc.collect(1)
+    except ContractError as err:
+        why = f"cannot read it: {err}"
+    if why:
+        return {"path": path, "comparable": False, "why": why}
+    return {"path": path, "comparable": True, "test_accuracy": accuracy}
 
 
 def missing_workers(manifest, missing):

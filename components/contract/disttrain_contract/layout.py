@@ -20,6 +20,7 @@
         report.json              per-worker and final held-out metrics
         report.png               the same as bar and curve plots
         _SUCCESS                 marker: the aggregator published a model
+      rejected/<time>/           a final model the aggregator's quality gate refused, with its report
 """
 
 import os

@@ -1,0 +1,68 @@
+"""The quality gate through the real programs: a degraded rerun never replaces a good published model."""
+
+import hashlib
+import json
+import os
+import shutil
+
+import pytest
+
+from stages import run_pipeline, stage, start_stage
+
+pytestmark = pytest.mark.slow
+
+
+def final_state(final):
+    """Every published file's bytes, and the model file's (inode, mtime_ns, size): what the
+    server's ModelStore compares to decide on a reload."""
+    files = {name: hashlib.sha256((final / name).read_bytes()).hexdigest() for name in sorted(os.listdir(final))}
+    st = (final / "model.keras").stat()
+    return files, (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+def train_degraded(work):
+    """Both workers again into a fresh train/, with a learning rate of 10 (the copier's data stays)."""
+    shutil.rmtree(work / "train")
+    procs = [start_stage("trainer", "--workdir", work, "--worker-index", i, "--epochs", 2, "--batch", 32,
+                         "--learning-rate", 10, log=work / f"degraded-{i}.log") for i in range(2)]
+    assert [p.wait(timeout=600) for p in procs] == [0, 0]
+
+
+def test_a_degraded_run_is_refused_and_the_published_model_stays(tmp_path):
+    work = tmp_path
+    good = run_pipeline(str(work), "sample:digits", 2, "average", epochs=20, batch=32)
+    assert good["gate"]["passed"] and not good["gate"]["forced"] and good["gate"]["published"] is None
+    before = final_state(work / "final")
+
+    train_degraded(work)
+    log = tmp_path / "termination-log"
+    log.write_text("")  # the kubelet creates it before the container starts
+    result = stage("aggregator", "--workdir", work, "--timeout", 5, check=False,
+                   env={**os.environ, "DISTTRAIN_TERMINATION_LOG": str(log)})
+    print(result.stdout)
+    assert result.returncode == 4, result.stderr
+    (line,) = result.stderr.strip().splitlines()  # one line, no traceback
+    assert line.startswith("error: refused to publish the final model: held-out accuracy ")
+    assert "below the published model's" in line and "--max-regression" in line
+    assert log.read_text() == line  # what `kubectl describe` shows
+
+    assert final_state(work / "final") == before  # byte for byte: the server has nothing to reload
+    (rejected,) = (work / "rejected").iterdir()
+    assert str(rejected) in line
+    assert sorted(os.listdir(rejected)) == ["model.keras", "report.json", "report.png"]
+    report = json.loads((rejected / "report.json").read_text())
+    gate = report["gate"]
+    assert not gate["passed"] and not gate["forced"] and gate["reasons"]
+    published = next(c for c in gate["checks"] if c["name"] == "published")
+    assert published["comparable"] and not published["passed"]
+    # the published model was evaluated again, on this run's held-out split: the same split, the same number
+    assert published["reference_accuracy"] == pytest.approx(good["final"]["test_accuracy"])
+    print(f"good {good['final']['test_accuracy']:.4f} (workers {[w['test_accuracy'] for w in good['workers']]}), "
+          f"degraded {report['final']['test_accuracy']:.4f} (workers {[w['test_accuracy'] for w in report['workers']]})")
+
+    forced = stage("aggregator", "--workdir", work, "--timeout", 5, "--force")
+    assert "quality gate failed, forced" in forced.stdout
+    after = json.loads((work / "final" / "report.json").read_text())
+    assert after["gate"]["forced"] and not after["gate"]["passed"]
+    assert after["final"]["test_accuracy"] == pytest.approx(report["final"]["test_accuracy"])
+    assert final_state(work / "final")[1] != before[1]  # a new file: the server reloads it
