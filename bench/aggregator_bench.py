@@ -42,7 +42,8 @@ def main():
             for rep in range(n):
                 for name, cmd in (
                     ("aggregator --expect 8", [os.path.join(BIN, "disttrain-aggregator"), "--workdir", base, "--expect", WORKERS,
-                                               "--timeout", 60, "--savefile", os.path.join(base, f"final-{rep}", "model.keras")]),
+                                               "--timeout", 60, "--savefile", os.path.join(base, f"final-{rep}", "model.keras"),
+                                               "--force"]),  # timed either way, whatever the quality gate says
                     ("load + evaluate 1 model", [sys.executable, os.path.join(HERE, "load_one_model.py"), model_file, os.path.join(base, "data")]),
                 ):
                     log = os.path.join(base, f"agg-{rep}-{len(runs)}.log")

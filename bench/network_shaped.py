@@ -84,7 +84,8 @@ def train(workdir, out, strategy, extra, namespaced):
 def aggregate(workdir, out, workers):
     final = out + "-final"
     r = run_measured([os.path.join(BIN, "disttrain-aggregator"), "--workdir", workdir, "--dir", out, "--expect", str(workers),
-                      "--timeout", "60", "--savefile", os.path.join(final, "model.keras")], log=out + "-aggregator.log")
+                      "--timeout", "60", "--savefile", os.path.join(final, "model.keras"), "--force"],  # measured either way
+                     log=out + "-aggregator.log")
     if r["rc"]:
         raise SystemExit(f"aggregator failed:\n{tail(out + '-aggregator.log')}")
     return json.load(open(os.path.join(final, "report.json")))["final"]["test_accuracy"]

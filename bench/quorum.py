@@ -25,6 +25,7 @@ from common import BIN, Bench, tail, tmpdir
 WORKERS, MIN_WORKERS, SEED = 4, 3, 42
 # the integration tests' settings (tests/integration/test_pipeline.py): (epochs, batch)
 TASKS = {"sample:digits": (20, 32), "sample:movie-reviews": (4, 64)}
+TASKS = {k: v for k, v in TASKS.items() if not os.environ.get("QUORUM_TASKS") or k in os.environ["QUORUM_TASKS"].split(",")}
 
 
 def run(name, *args, log=None):
@@ -72,7 +73,7 @@ def one_task(source, epochs, batch):
         log = os.path.join(logs, f"aggregator-{label}.log")
         out = os.path.join(work, label)
         check(run("aggregator", "--workdir", work, "--expect", WORKERS, "--savefile", os.path.join(out, "model.keras"),
-                  "--timeout", 600, *flags, log=log), log)
+                  "--timeout", 600, "--force", *flags, log=log), log)  # measured either way; the gate's verdict is recorded
         return json.load(open(os.path.join(out, "report.json")))
 
     quorum = aggregate("final-quorum", "--min-workers", MIN_WORKERS, "--straggler-wait", 1)
@@ -85,6 +86,7 @@ def one_task(source, epochs, batch):
         "quorum_accuracy": quorum["final"]["test_accuracy"], "full_accuracy": full["final"]["test_accuracy"],
         "quorum_examples": quorum["final"]["examples"], "full_examples": full["final"]["examples"],
         "worker_accuracies": [w["test_accuracy"] for w in full["workers"]],
+        "quality_gate_passed": {"quorum": quorum["gate"]["passed"], "full": full["gate"]["passed"]},
         "test_examples": full["test_examples"],
     }
     row["points_lost"] = round(100 * (row["full_accuracy"] - row["quorum_accuracy"]), 2)

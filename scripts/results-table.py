@@ -18,8 +18,10 @@ RUNS = [(task, workers, strategy) for task in ("movie-reviews", "digits", "faces
 
 def run(task, workers, strategy):
     workdir = os.path.join(ROOT, "workdir", "results", f"{task}-{workers}-{strategy}")
+    # --force: the table shows every combination's result, also those the quality gate refuses
+    # (faces, 2 workers, average); the report records the gate's verdict either way
     env = dict(os.environ, TASK=task, WORKERS=str(workers), STRATEGY=strategy, WORKDIR=workdir, SERVE="0",
-               BIN=os.path.join(ROOT, ".venv", "bin"))
+               BIN=os.path.join(ROOT, ".venv", "bin"), AGGREGATOR_ARGS="--force")
     started = time.monotonic()
     subprocess.run([os.path.join(ROOT, "scripts", "run-local.sh")], env=env, check=True, cwd=ROOT,
                    stdout=subprocess.DEVNULL)
