@@ -4,10 +4,16 @@ import hashlib
 import json
 import os
 import shutil
+import sys
+import time
 
+import numpy as np
 import pytest
 
 from stages import run_pipeline, stage, start_stage
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
+from serving import http, running_server  # noqa: E402  (the server tests' real-gunicorn helpers)
 
 pytestmark = pytest.mark.slow
 
@@ -28,14 +34,31 @@ def train_degraded(work):
     assert [p.wait(timeout=600) for p in procs] == [0, 0]
 
 
+def served_accuracy(base, work):
+    """The running server's accuracy on 100 held-out digits, through :predict."""
+    x = np.load(work / "data" / "test.x.npy", allow_pickle=False)[:100]
+    y = np.load(work / "data" / "test.y.npy", allow_pickle=False)[:100]
+    status, body = http("POST", f"{base}/v1/models/disttrain:predict", {"instances": x.tolist()})
+    assert status == 200, body
+    return float((np.array(body["predictions"]).argmax(axis=1) == y).mean())
+
+
 def test_a_degraded_run_is_refused_and_the_published_model_stays(tmp_path):
     work = tmp_path
     good = run_pipeline(str(work), "sample:digits", 2, "average", epochs=20, batch=32)
     assert good["gate"]["passed"] and not good["gate"]["forced"] and good["gate"]["published"] is None
     before = final_state(work / "final")
 
+    with running_server(str(work), "--reload-interval", "0.2") as (base, _, _):
+        serving_before = served_accuracy(base, work)
+        assert serving_before > 0.9
+        refused_then_forced(work, good, before, base)
+
+
+def refused_then_forced(work, good, before, base):
+    """The degraded rerun: refused while the server keeps the good model; then --force, which it serves."""
     train_degraded(work)
-    log = tmp_path / "termination-log"
+    log = work / "termination-log"
     log.write_text("")  # the kubelet creates it before the container starts
     result = stage("aggregator", "--workdir", work, "--timeout", 5, check=False,
                    env={**os.environ, "DISTTRAIN_TERMINATION_LOG": str(log)})
@@ -47,6 +70,8 @@ def test_a_degraded_run_is_refused_and_the_published_model_stays(tmp_path):
     assert log.read_text() == line  # what `kubectl describe` shows
 
     assert final_state(work / "final") == before  # byte for byte: the server has nothing to reload
+    time.sleep(1)  # five of the server's reload intervals
+    assert served_accuracy(base, work) > 0.9  # still the good model
     (rejected,) = (work / "rejected").iterdir()
     assert str(rejected) in line
     assert sorted(os.listdir(rejected)) == ["model.keras", "report.json", "report.png"]
@@ -66,3 +91,7 @@ def test_a_degraded_run_is_refused_and_the_published_model_stays(tmp_path):
     assert after["gate"]["forced"] and not after["gate"]["passed"]
     assert after["final"]["test_accuracy"] == pytest.approx(report["final"]["test_accuracy"])
     assert final_state(work / "final")[1] != before[1]  # a new file: the server reloads it
+    deadline = time.monotonic() + 60
+    while served_accuracy(base, work) > 0.5:  # the forced, degraded model is served once reloaded
+        assert time.monotonic() < deadline, "the server never loaded the forced model"
+        time.sleep(0.3)
