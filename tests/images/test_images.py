@@ -135,7 +135,7 @@ def pipeline(tmp_path_factory):
         timings["2 trainers"] = time.monotonic() - start
 
         start = time.monotonic()
-        # --force: 2 epochs of average may fail the quality gate (tests/integration/test_gate.py tests it);
+        # --force: 2 epochs of average may fail the quality gate (tests/integration/test_gate_pipeline.py tests it);
         # this test is about the images
         stages.run("aggregator", "aggregator", "--expect", "2", "--workdir", "/workdir", "--force")
         timings["aggregator"] = time.monotonic() - start

@@ -1,7 +1,7 @@
 """Quorum success (issue 19): a strategy whose workers end together (multiworker, localsgd,
 parameterserver) has no result without every worker, so the aggregator refuses
 --min-workers there with the reason; the kill -9 run of `average` with a worker lost for
-good is tests/faults/test_quorum.py."""
+good is tests/faults/test_kill_average_quorum.py."""
 
 from disttrain_contract import write_marker
 from stages import stage
