@@ -73,6 +73,7 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["strategy=localsgd", "learningRate=0"], ["/learningRate"]),
         (["strategy=parameterserver", "parameterServers=0"], ["parameterServers >= 1 with strategy parameterserver"]),
         (["parameterServers=-1"], ["/parameterServers", "minimum"]),
+        (["trainer.peerWaitSeconds=-1"], ["/trainer/peerWaitSeconds", "minimum"]),
         (["epochs=0"], ["/epochs"]),
         (["batch=0"], ["/batch"]),
         (["data.source=s3://bucket"], ["/data/source"]),

@@ -298,6 +298,11 @@ def test_wait_timeouts_come_from_values():
     assert arg(main_container(docs, "aggregator"), "--timeout") == "222"
 
 
+def test_peer_wait_comes_from_values():
+    assert arg(main_container(render(), "trainer"), "--peer-wait") == "600"
+    assert arg(main_container(render(sets=("trainer.peerWaitSeconds=0",)), "trainer"), "--peer-wait") == "0"
+
+
 def test_jobs_and_workdir_carry_the_revision():
     docs = render()
     for stage in ("copier", "trainer", "aggregator"):

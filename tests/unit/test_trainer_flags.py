@@ -15,6 +15,7 @@ from disttrain_trainer.main import TEXT_LEARNING_RATE, parse_args
         (["--allreduce-dtype", "int8"], "invalid choice: 'int8'"),
         (["--allreduce-dtype", "bfloat16"], "invalid choice: 'bfloat16'"),  # TensorFlow's collectives refuse it
         (["--allreduce-pack-bytes", "-1"], "--allreduce-pack-bytes must be >= 0"),
+        (["--peer-wait", "-1"], "--peer-wait must be >= 0 (0: no deadline)"),
         (["--strategy", "allreduce"], "invalid choice: 'allreduce'"),
         (["--model", "vgg16"], "invalid choice: 'vgg16'"),
         (["--image-size", "64"], "--image-size applies to --model mobilenetv2 or resnet50"),

@@ -34,7 +34,7 @@ from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import as_model_input, compiled, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
 from disttrain_contract.tensorflow_import import import_tensorflow
-from disttrain_trainer import strategies
+from disttrain_trainer import peers, strategies
 from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, default_host_pattern, parse_ps_tf_config, parse_tf_config, ps_task
 
 # The text model (an embedding bag, models.build_text_core) moves its output 1/length as far per
@@ -100,6 +100,9 @@ def parse_args(argv=None):
                         "(default 0). For a Kubernetes Job whose success policy counts fewer than all workers "
                         "(chart value trainer.minWorkers): the Job stops the workers still running once that many "
                         "pods have exited, and a worker lingering keeps a slower one from being stopped")
+    p.add_argument("--peer-wait", type=float, default=600,
+                   help="multiworker, localsgd, parameterserver: seconds to wait for the other tasks (their names to "
+                        "resolve, then them to join) before failing with exit code 3; 0 = no deadline (default 600)")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (default 0 = TensorFlow decides)")
     args = p.parse_args(argv)
     for name in ("epochs", "batch", "embedding_size", "views", "steps_per_call"):
@@ -125,6 +128,8 @@ def parse_args(argv=None):
         p.error(f"--linger-for-peers applies to --strategy average, not {args.strategy}")
     if args.sync_every is not None and args.sync_every < 1:
         p.error("--sync-every must be >= 1")
+    if args.peer_wait < 0:
+        p.error("--peer-wait must be >= 0 (0: no deadline)")
     if args.allreduce_pack_bytes < 0:
         p.error("--allreduce-pack-bytes must be >= 0")
     if args.image_size is not None and args.model == "cnn":
@@ -183,8 +188,14 @@ def main(argv=None):
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
     if args.strategy in strategies.CONNECTED:
+        # one deadline for the peers' names and for their joining (peers.py says why both)
+        tasks, deadline = peers.tasks_of(tf_config), peers.Deadline(args.peer_wait)
         print(f"{tag}: joining the cluster {json.loads(tf_config)['cluster']} ...", flush=True)
-    strategy = strategies.create(args.strategy, args, workers, index)
+        peers.wait_for_names(tag, tasks, deadline)
+        with peers.watch(tag, tasks, deadline):
+            strategy = strategies.create(args.strategy, args, workers, index)
+    else:
+        strategy = strategies.create(args.strategy, args, workers, index)
     if strategy.serves:  # a parameter server or worker of parameterserver: serves until the chief is done
         return strategy.serve(args, workdir.worker(0, train_dir), worker_dir)
     if args.strategy == "parameterserver" and manifest.task == "faces":
