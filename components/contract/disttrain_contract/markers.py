@@ -59,6 +59,8 @@ def wait_for_quorum(directories, timeout, minimum, straggler_wait, what="workers
     total = len(directories)
     if not 1 <= minimum <= total:
         raise ValueError(f"a quorum of {minimum} out of {total} {what} is impossible")
+    if minimum == total:  # no quorum: every one, with wait_for_markers' messages
+        return wait_for_markers(directories, timeout, what, poll, log)
     return _wait(directories, timeout, poll, log,
                  waiting=lambda missing: f"waiting up to {timeout:g}s for {len(missing)} of {total} {what} "
                                          f"(at least {minimum} must finish) ...",

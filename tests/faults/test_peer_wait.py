@@ -1,6 +1,7 @@
 """Start-up races of the connected strategies, with real trainer processes (--peer-wait, peers.py):
 a peer that never comes ends the worker with exit code 3 and one line naming it; a peer whose
-name resolves only 10 s late is waited for. (A peer that starts 30 s late: tests/faults/test_late_peer.py.)"""
+name resolves only 10 s late is waited for (make test-faults: they break the start-up on purpose).
+(A peer that starts 30 s late: tests/faults/test_late_peer.py.)"""
 
 import os
 import shlex
@@ -13,7 +14,7 @@ import pytest
 
 from stages import BIN, free_port_block, stage
 
-pytestmark = pytest.mark.slow
+pytestmark = pytest.mark.faults
 
 SOURCE = "sample:digits"
 
