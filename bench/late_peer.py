@@ -12,7 +12,6 @@ import argparse
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,21 +20,9 @@ from concurrent.futures import ThreadPoolExecutor
 
 BENCH = os.path.dirname(os.path.abspath(__file__))
 BIN = os.environ.get("BENCH_BIN") or os.path.dirname(sys.executable)
+sys.path.insert(0, os.path.join(BENCH, "..", "tests"))
 
-
-def free_port_pair():
-    """A base port p with p and p+1 free now (as tests/stages.free_port_block)."""
-    while True:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", base))
-                b.bind(("127.0.0.1", base + 1))
-            return base
-        except OSError:
-            continue
+from stages import free_port_block  # noqa: E402
 
 
 def late_pair(work, delay, epochs=1, peer_wait=600, source="sample:digits", extra=()):
@@ -43,7 +30,7 @@ def late_pair(work, delay, epochs=1, peer_wait=600, source="sample:digits", extr
     {"ok", "exit_codes", "seconds", "waiting_lines", "wait_seconds"}; logs in work/worker-{i}.log."""
     subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "2", "--workdir", work],
                    check=True, capture_output=True)
-    port = free_port_pair()
+    port = free_port_block(2)
     procs, logs = [], [os.path.join(work, f"worker-{i}.log") for i in range(2)]
     started = time.monotonic()
     for i in range(2):

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 
-from common import BIN, Bench, tail, tmpdir
+from common import BIN, Bench, start, tail, tmpdir
 
 WORKERS, MIN_WORKERS, SEED = 4, 3, 42
 # the integration tests' settings (tests/integration/test_pipeline.py): (epochs, batch)
@@ -28,10 +28,8 @@ TASKS = {"sample:digits": (20, 32), "sample:movie-reviews": (4, 64)}
 TASKS = {k: v for k, v in TASKS.items() if not os.environ.get("QUORUM_TASKS") or k in os.environ["QUORUM_TASKS"].split(",")}
 
 
-def run(name, *args, log=None):
-    import subprocess
-    out = open(log, "w") if log else subprocess.DEVNULL
-    return subprocess.Popen([os.path.join(BIN, f"disttrain-{name}"), *map(str, args)], stdout=out, stderr=subprocess.STDOUT)
+def run(name, *args, log):
+    return start([os.path.join(BIN, f"disttrain-{name}"), *args], log)
 
 
 def check(proc, log, timeout=1800):

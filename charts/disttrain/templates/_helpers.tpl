@@ -391,7 +391,6 @@ Exits 0 once every path exists, 3 on timeout (like the stages' StageTimeout).
 {{- end }}
 {{- end -}}
 
-{{/* Whether the trainers talk to each other (TF_CONFIG, the collective port). */}}
 {{/* Quorum (strategy average): how many trainer indexes must succeed, and how many workers the
 aggregator averages at least (default: the trainer's). Equal to workers unless trainer.minWorkers is set. */}}
 {{- define "disttrain.trainerMinWorkers" -}}
@@ -402,6 +401,7 @@ aggregator averages at least (default: the trainer's). Equal to workers unless t
 {{- if kindIs "invalid" .Values.aggregator.minWorkers }}{{ include "disttrain.trainerMinWorkers" . }}{{ else }}{{ int .Values.aggregator.minWorkers }}{{ end -}}
 {{- end -}}
 
+{{/* Whether the trainers talk to each other (TF_CONFIG, the collective port). */}}
 {{- define "disttrain.trainersConnected" -}}
 {{- if has .Values.strategy (list "multiworker" "localsgd" "parameterserver") -}}true{{- end -}}
 {{- end -}}
