@@ -3,7 +3,7 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-COMPONENTS := contract copier trainer aggregator server
+COMPONENTS := contract copier trainer sweep aggregator server
 
 # make demo variables
 TASK ?= movie-reviews
