@@ -5,13 +5,11 @@ Minutes of training on 2 cores: `make test-long`."""
 import csv
 import json
 import os
-import subprocess
-import sys
 
 import pytest
 
 from disttrain_contract.params import read_params_file
-from stages import BIN, stage, start_stage
+from stages import stage, start_stage
 
 pytestmark = pytest.mark.long
 

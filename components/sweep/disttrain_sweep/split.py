@@ -18,7 +18,7 @@ import shutil
 import numpy as np
 
 from disttrain_contract import ContractError, atomic_path, read_json, read_marker, write_marker
-from disttrain_contract.manifest import MANIFEST, Manifest, SplitInfo, read_split, split_files
+from disttrain_contract.manifest import Manifest, SplitInfo, read_split, split_files
 from disttrain_contract.atomic import sha256_file
 
 TRAIN_SPLIT, VALIDATION_SPLIT = "shard-00000", "validation"
@@ -85,5 +85,3 @@ def write_split(directory, name, storage, x, y, rows):
         np.save(os.path.join(directory, f"{name}.y.npy"), y[rows].astype(np.int64), allow_pickle=False)
     return SplitInfo(name, int(len(rows)), {f: sha256_file(os.path.join(directory, f)) for f in split_files(name, storage)})
 
-
-__all__ = ["carve", "prepare", "MANIFEST"]
