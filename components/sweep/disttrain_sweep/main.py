@@ -11,7 +11,10 @@ its per-epoch validation accuracy goes to Optuna, whose pruner stops a bad trial
 
 Budget: --trials trials finish (complete or pruned) in total, whatever the number of processes.
 The decision to start one more trial (count the finished and running ones, then ask) is made
-under a lock file (Optuna's JournalFileOpenLock, also NFS-safe), so the study never overshoots.
+under a lock file (Optuna's JournalFileOpenLock, also NFS-safe), so processes do not start more
+trials than the budget. (One narrow exception: a trial whose trainer fails is told FAIL and then
+enqueued again outside the lock; a process deciding in between may start a new trial, and the
+retry then runs too: one finished trial more than --trials.)
 
 A process killed mid-trial: its trial stays RUNNING in the journal. Optuna's heartbeat
 (fail_stale_trials) is implemented for RDBStorage only (Optuna 5.0.0: JournalStorage is not a
