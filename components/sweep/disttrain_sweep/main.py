@@ -12,9 +12,8 @@ its per-epoch validation accuracy goes to Optuna, whose pruner stops a bad trial
 Budget: --trials trials finish (complete or pruned) in total, whatever the number of processes.
 The decision to start one more trial (count the finished and running ones, then ask) is made
 under a lock file (Optuna's JournalFileOpenLock, also NFS-safe), so processes do not start more
-trials than the budget. (One narrow exception: a trial whose trainer fails is told FAIL and then
-enqueued again outside the lock; a process deciding in between may start a new trial, and the
-retry then runs too: one finished trial more than --trials.)
+trials than the budget; a failed trial is told FAIL and enqueued again under the same lock, so no
+process counts the gap between the two.
 
 A process killed mid-trial: its trial stays RUNNING in the journal. Optuna's heartbeat
 (fail_stale_trials) is implemented for RDBStorage only (Optuna 5.0.0: JournalStorage is not a
@@ -177,14 +176,14 @@ def main(argv=None):
         if trial is None:  # the last trials run in other processes: wait, in case one dies
             time.sleep(args.heartbeat)
             continue
-        run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, beats, tag, scheduling, retry)
+        run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, beats, tag, scheduling, retry, schedule)
 
     write_outputs(study, space, sweep_dir, split_manifest, manifest, args, tag)
     print(f"{tag}: done in {time.monotonic() - started:.0f}s -> {os.path.join(sweep_dir, 'best.json')}", flush=True)
     return 0
 
 
-def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, beats, tag, scheduling, retry):
+def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, beats, tag, scheduling, retry, schedule):
     """One trial: a disttrain-trainer process on the validation split, its epochs reported to the pruner."""
     import optuna
 
@@ -258,10 +257,11 @@ def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, be
             outcome = f"validation accuracy {values[-1]:.4f}"
         else:
             last = next((line for line in reversed(lines) if line.strip()), "no output")
-            study.tell(trial, state=states.FAIL)
-            if proc.returncode == 2:  # the trainer refused its input: every trial would
-                raise ContractError(f"trial {trial.number}: the trainer refused its arguments: {last}")
-            retry(study, storage.get_trial(trial._trial_id))
+            with locked(schedule):  # FAIL and its retry together: the budget never sees the gap
+                study.tell(trial, state=states.FAIL)
+                if proc.returncode == 2:  # the trainer refused its input: every trial would
+                    raise ContractError(f"trial {trial.number}: the trainer refused its arguments: {last}")
+                retry(study, storage.get_trial(trial._trial_id))
             outcome = f"FAILED (exit {proc.returncode}: {last}); enqueued again"
     except optuna.exceptions.UpdateFinishedTrialError:
         outcome = "already failed by another process (no heartbeat seen): result dropped, its retry counts instead"
