@@ -135,6 +135,10 @@ def refuse_if_read_only():
 @bp.post("/v1/gallery")
 def enrol():
     refuse_if_read_only()
+    try:
+        gallery().check_room()
+    except GalleryFull as err:  # full already: say so before reading and decoding the photo
+        raise ApiError(507, str(err)) from None
     data, fields = read_upload(ENROL_EXAMPLE)
     name = fields.get("name")
     if name is None:

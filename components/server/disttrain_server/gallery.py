@@ -244,6 +244,11 @@ class Gallery:
         log.info("enrolled %r as %s (%d face(s) in the photo)", name, entry_id, found)
         return entry, True
 
+    def check_room(self):
+        """GalleryFull if the gallery is at a cap already: the cheap early answer, before a photo is decoded.
+        enrol checks again under the lock, which is what makes the caps hold."""
+        self._check_caps(self.entries(), 0)
+
     def _check_caps(self, entries, new_bytes):
         """Call with the lock held: GalleryFull if one more entry of about `new_bytes` passes a cap."""
         if self.max_entries is not None and len(entries) >= self.max_entries:
