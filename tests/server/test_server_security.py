@@ -167,10 +167,10 @@ def test_gallery_byte_cap_is_507(tmp_path):
 
 
 def test_entry_cap_holds_under_concurrent_enrolments(tmp_path):
-    """16 threads enrol at once through a barrier into a gallery capped at 5, 20 times: always exactly 5 get in."""
+    """16 threads enrol at once through a barrier into a gallery capped at 5, 10 times: always exactly 5 get in."""
     data = png(lfw_photos()[3])
     face = read_face(data)
-    for repetition in range(20):
+    for repetition in range(10):
         gallery = Gallery(tmp_path / f"g{repetition}", max_entries=5)
         barrier, results = threading.Barrier(16), []
 
