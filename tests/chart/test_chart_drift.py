@@ -21,7 +21,7 @@ import time
 
 import pytest
 
-from chartlib import ROOT, VARIANTS, arg, containers, is_nfs_server, load_values, main_container, one, pod_spec, render, stage_of, workloads
+from chartlib import ROOT, VARIANTS, arg, containers, is_nfs_server, load_values, main_container, one, pod_spec, render, stage_of, wait_containers, workloads
 
 STAGES = ("copier", "trainer", "aggregator", "server")
 
@@ -124,6 +124,20 @@ def check_meaning(stage, parsed, values, docs):
         assert parsed.host == "0.0.0.0"
         assert parsed.port == values["server"]["port"]
         assert parsed.model_name == values["server"]["modelName"]
+        # issue 11: the gallery on its own writable mount, its caps, the token (flags of the server half)
+        server = values["server"]
+        assert parsed.gallery == "/var/lib/disttrain/gallery"
+        assert parsed.gallery_max_entries == server["gallery"]["maxEntries"]
+        assert float(parsed.gallery_max_mb) == pytest.approx(float(server["gallery"]["maxMB"]))
+        assert parsed.max_request_pixels == server["maxRequestPixels"]
+        assert bool(parsed.read_only_gallery) == server["gallery"]["readOnly"]
+        hosts = parsed.allowed_hosts
+        assert (hosts.split(",") if isinstance(hosts, str) else list(hosts or [])) == server["allowedHosts"]
+        if server["auth"]["enabled"]:
+            assert parsed.api_token_file == "/etc/disttrain/api-token/token"
+            assert parsed.token_required_for == server["auth"]["requiredFor"]
+        else:
+            assert parsed.api_token_file is None
 
 
 def test_worker_index_is_left_to_the_indexed_job(monkeypatch):
@@ -138,7 +152,7 @@ def test_markers_are_the_contracts():
 
     wd = Workdir("/workdir/run-1")
     docs = render("eight-workers")
-    waits = {stage_of(d): c["command"] for d in workloads(docs) for c in pod_spec(d).get("initContainers", [])}
+    waits = {stage_of(d): c["command"] for d in workloads(docs) for c in wait_containers(d)}
     assert waits["trainer"][6:] == [marker_path(wd.data)]
     assert waits["aggregator"][6:] == [marker_path(wd.worker(i)) for i in range(8)]
     assert waits["server"][6:] == [marker_path(wd.final)]
@@ -151,7 +165,7 @@ def test_markers_are_the_contracts():
 def wait_command(stage, tmp_path, timeout=None, poll="0.05"):
     docs = render()
     (doc,) = [d for d in workloads(docs) if stage_of(d) == stage and d["kind"] in ("Job", "Deployment")]
-    (c,) = pod_spec(doc)["initContainers"]
+    (c,) = wait_containers(doc)
     command = list(c["command"])
     assert command[:2] == ["python", "-c"]
     if timeout is not None:

@@ -19,8 +19,9 @@ and Deployment controllers would: real images, real containers, one network per 
   label and annotation); failed pods are replaced as backoffLimit / backoffLimitPerIndex /
   maxFailedIndexes / podFailurePolicy say, after the controller's backoff (10 s, doubling),
   and only once the failed pod is gone; activeDeadlineSeconds and ttlSecondsAfterFinished hold.
-* NetworkPolicy (Ingress, podSelector peers, TCP ports) is enforced with iptables rules on the
-  release's bridge in the DOCKER-USER chain (needs root and br_netfilter; removed on close).
+* NetworkPolicy (Ingress: podSelector peers or any source, TCP ports; policies add up) is
+  enforced with iptables rules on the release's bridge in the DOCKER-USER chain (needs root and
+  br_netfilter; removed on close). Egress rules and peers outside the release are documented no-ops.
 """
 
 from __future__ import annotations
@@ -773,16 +774,28 @@ class Cluster:
                                    "(modprobe br_netfilter; sysctl net.bridge.bridge-nf-call-iptables=1)")
             live = []
         bridge = f"br-{self.network.id[:12]}"
-        rules = []
+        # NetworkPolicies add up: first every ACCEPT of every policy, then a DROP for each pod that
+        # some policy isolates (policyTypes Ingress), so one policy's deny never hides another's allow.
+        accepts, isolated = [], []
         for policy in self.release.network_policies:
             selected = [p.ip for p in live if selector_matches(policy.selector, p.labels)]
-            peers = [p.ip for p in live if any(selector_matches(s, p.labels) for s in policy.peers)]
-            for ip in selected:
-                for peer in peers:
-                    for proto, port in policy.ports:
-                        rules.append(["-i", bridge, "-o", bridge, "-s", peer, "-d", ip, "-p", proto.lower(), "--dport", str(port), "-j", "ACCEPT"])
-                rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
-                rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-j", "DROP"])
+            if policy.isolates_ingress:
+                isolated += [ip for ip in selected if ip not in isolated]
+            for rule in policy.rules:
+                if rule.peers is None:
+                    peers = [None]  # any source
+                else:
+                    peers = [p.ip for p in live if any(selector_matches(s, p.labels) for s in rule.peers)]
+                for ip in selected:
+                    for peer in peers:
+                        source = [] if peer is None else ["-s", peer]
+                        for proto, port in rule.ports or [("TCP", None)]:
+                            match = ["-p", proto.lower(), "--dport", str(port)] if port is not None else []
+                            accepts.append(["-i", bridge, "-o", bridge, *source, "-d", ip, *match, "-j", "ACCEPT"])
+        rules = list(accepts)
+        for ip in isolated:
+            rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
+            rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-j", "DROP"])
         if rules == self.iptables_rules:
             return
         self._iptables_clear()

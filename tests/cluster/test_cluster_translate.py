@@ -12,7 +12,7 @@ import pytest
 from chartlib import CHART, VARIANTS, one, render
 
 import cluster_plan
-from cluster_plan import NOOPS, Unsupported, quantity, translate
+from cluster_plan import NOOPS, Unsupported, quantity, selector_matches, translate
 from cluster_runs import NAMESPACE, RUNS
 
 yaml = pytest.importorskip("yaml")
@@ -180,8 +180,16 @@ def test_the_trainer_job_plan():
     assert pod.volumes["tmp"].kind == "emptyDir" and pod.volumes["tmp"].size_limit == 2**30
     assert pod.volumes["workdir"].claim == "dt-disttrain-workdir" and pod.fs_group == 10001
     assert {e.name: e.value for e in main.env}["DISTTRAIN_WORKDIR"] == "/workdir/run-1"
-    (policy,) = release.network_policies
-    assert policy.ports == [("TCP", 12345)] and policy.selector == policy.peers[0]
+    policies = {p.name: p for p in release.network_policies}
+    deny = policies["dt-disttrain-default-deny"]
+    assert deny.isolates_ingress and deny.rules == [] and selector_matches(deny.selector, pod.labels)
+    (rule,) = policies["dt-disttrain-trainer"].rules
+    assert rule.ports == [("TCP", 12345)] and rule.peers == [policies["dt-disttrain-trainer"].selector]
+    (anyone, tester) = policies["dt-disttrain-server"].rules
+    assert (anyone.peers, anyone.ports) == (None, [("TCP", 8080)])  # allowFrom empty: any source
+    assert tester.peers == [{"app.kubernetes.io/name": "disttrain", "app.kubernetes.io/instance": "dt", "app.kubernetes.io/component": "test"}]
+    # egress is listed as a documented no-op, not dropped silently
+    assert any(path.endswith("egress") for _, path, _ in release.noops)
 
 
 def test_older_clusters_get_a_job_wide_backoff_limit():
