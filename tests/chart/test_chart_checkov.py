@@ -3,7 +3,7 @@
 Renders the chart with every CI values file (charts/disttrain/ci/*.yaml, and each
 `make test-cluster` run: tests/cluster/values/base.yaml + its own file), writes each
 rendering to a file, and runs the pinned checkov once over them and the four Dockerfiles
-(tests/chart/get_checkov.sh: its own venv, see requirements-checkov.txt). Every failed check
+(tests/chart/get_checkov.sh: its own venv, see requirements-checkov.txt). Runs under `make test-long`. Every failed check
 must be fixed or listed in tests/chart/checkov-skips.yaml with its reason; the test fails on
 any finding the list does not cover AND on any list entry that no finding matches any more,
 so the list cannot rot.
@@ -24,6 +24,10 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 
 from chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, ROOT, VARIANTS, helm, yaml  # noqa: E402
+
+# `make test-long`, not `make test`: one checkov run over the 18 renderings and 4 Dockerfiles took
+# 84 s of wall time on the shared 2-core machine (and its first run installs checkov's venv).
+pytestmark = pytest.mark.long
 
 SKIPS = pathlib.Path(__file__).with_name("checkov-skips.yaml")
 CLUSTER_VALUES = ROOT / "tests" / "cluster" / "values"

@@ -74,7 +74,9 @@ def test_server_limits_and_hosts_reach_the_args():
     server = main_container(docs, "server")
     assert arg(server, "--gallery-max-entries") == "50" and arg(server, "--gallery-max-mb") == "12"
     assert arg(server, "--max-request-pixels") == "4000000"
-    assert arg(server, "--allowed-hosts") == "demo.example.com,127.0.0.1"
+    # the Service's in-cluster names are added, so the helm test pod (and other pods) get through
+    assert arg(server, "--allowed-hosts") == ("demo.example.com,127.0.0.1,dt-disttrain-server,dt-disttrain-server.ml,"
+                                              "dt-disttrain-server.ml.svc,dt-disttrain-server.ml.svc.cluster.local")
     assert "--read-only-gallery" not in server["args"]
     assert "--allowed-hosts" not in main_container(render(), "server")["args"]  # empty: any host
 
@@ -172,11 +174,16 @@ def test_every_namespaced_resource_names_the_release_namespace():
             assert d["metadata"]["namespace"] == "ml", d["metadata"]["name"]
 
 
-def test_an_image_digest_renders_as_given():
-    digest = "sha256:" + "ab" * 32
-    docs = render(sets=(f"image.tag=1.2.3@{digest}", "image.registry=registry.example.com/dt"))
-    for stage in ("copier", "trainer", "aggregator", "server"):
-        assert main_container(docs, stage)["image"] == f"registry.example.com/dt/disttrain-{stage}:1.2.3@{digest}"
+def test_images_pinned_by_digest_render_as_given():
+    stages = ("copier", "trainer", "aggregator", "server")
+    digests = {stage: "sha256:" + f"{i:x}" * 64 for i, stage in enumerate(stages, 1)}  # each image its own
+    docs = render(sets=("image.registry=registry.example.com/dt",) + tuple(f"{s}.image.tag=1.2.3@{d}" for s, d in digests.items()))
+    for stage in stages:
+        image = f"registry.example.com/dt/disttrain-{stage}:1.2.3@{digests[stage]}"
+        assert main_container(docs, stage)["image"] == image
+        doc = one(docs, "Deployment" if stage == "server" else "Job", stage)
+        assert {c["image"] for c in pod_spec(doc).get("initContainers", [])} <= {image}  # the wait containers too
+    assert one(docs, "Pod", "test")["spec"]["containers"][0]["image"] == f"registry.example.com/dt/disttrain-server:1.2.3@{digests['server']}"
 
 
 # ------------------------------------------------------------------ NetworkPolicies
