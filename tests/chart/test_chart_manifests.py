@@ -24,6 +24,7 @@ from chartlib import (
     render,
     render_error,
     stage_of,
+    wait_containers,
     workloads,
 )
 
