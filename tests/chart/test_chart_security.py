@@ -286,3 +286,10 @@ def test_nfs_server_without_node_cidrs_is_refused():
 
 def test_policies_can_be_turned_off():
     assert not find(render(sets=("networkPolicy.enabled=false",)), "NetworkPolicy")
+
+
+@pytest.mark.parametrize("name", ["gallery", "api-token"])
+def test_the_servers_own_volume_names_are_taken(name):
+    err = render_error(sets=(f"server.extraVolumes[0].name={name}", "server.extraVolumes[0].emptyDir.medium=Memory",
+                             "storage.storageClass=x"), extra=("--skip-schema-validation",))
+    assert f'server.extraVolumes: the volume name "{name}" is the chart\'s own' in err

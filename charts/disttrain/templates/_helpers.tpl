@@ -181,9 +181,10 @@ that depends on the storage choice.
 {{- fail "disttrain: set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred" -}}
 {{- end -}}
 {{- range $stage := list "copier" "trainer" "aggregator" "server" }}
+{{- $taken := ternary (list "workdir" "tmp" "gallery" "api-token") (list "workdir" "tmp") (eq $stage "server") }}
 {{- range (index $.Values $stage).extraVolumes }}
-{{- if has .name (list "workdir" "tmp") -}}
-{{- fail (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (workdir, tmp); choose another" $stage .name) -}}
+{{- if has .name $taken -}}
+{{- fail (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (%s); choose another" $stage .name (join ", " $taken)) -}}
 {{- end -}}
 {{- end }}
 {{- end }}
