@@ -293,3 +293,18 @@ def test_the_servers_own_volume_names_are_taken(name):
     err = render_error(sets=(f"server.extraVolumes[0].name={name}", "server.extraVolumes[0].emptyDir.medium=Memory",
                              "storage.storageClass=x"), extra=("--skip-schema-validation",))
     assert f'server.extraVolumes: the volume name "{name}" is the chart\'s own' in err
+
+
+@pytest.mark.parametrize("kube", ["1.29.0", "1.35.0"])
+def test_the_optional_shapes_validate_strictly(kube):
+    """What no CI values file renders: the Ingress, server peers, an emptyDir gallery, an existing Secret."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    docs = render("nfs-server", kube_version=kube, sets=(
+        "server.ingress.enabled=true", "server.ingress.tls[0].secretName=t", "server.ingress.tls[0].hosts[0]=disttrain.local",
+        "server.networkPolicy.allowFrom.ipBlocks[0].cidr=203.0.113.0/24",
+        "server.networkPolicy.allowFrom.namespaceSelectors[0].team=web", "server.gallery.persistent=false",
+        "server.auth.existingSecret=tok", "server.allowedHosts={demo.example.com}",
+        "server.service.allocateLoadBalancerNodePorts=false"))
+    assert find(docs, "Ingress")
+    for doc in docs:
+        kubernetes_validate.validate(doc, kube, strict=True)

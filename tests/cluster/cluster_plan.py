@@ -801,6 +801,35 @@ def network_policy(name, spec, where):
     return NetworkPolicy(name, dict(selector.get("matchLabels") or {}), "Ingress" in types, rules)
 
 
+def network_policy_rules(policies, live, bridge):
+    """iptables rules (DOCKER-USER, in order) enforcing the policies' ingress on the release bridge.
+
+    live: pods with .ip and .labels. NetworkPolicies add up: first every ACCEPT of every policy,
+    then, for each pod some policy isolates (policyTypes Ingress), ESTABLISHED/RELATED and a
+    DROP, so one policy's deny (the chart's default-deny) never hides another's allow."""
+    accepts, isolated = [], []
+    for policy in policies:
+        selected = [p.ip for p in live if selector_matches(policy.selector, p.labels)]
+        if policy.isolates_ingress:
+            isolated += [ip for ip in selected if ip not in isolated]
+        for rule in policy.rules:
+            if rule.peers is None:
+                peers = [None]  # a rule without `from`: any source
+            else:
+                peers = [p.ip for p in live if any(selector_matches(s, p.labels) for s in rule.peers)]
+            for ip in selected:
+                for peer in peers:
+                    source = [] if peer is None else ["-s", peer]
+                    for proto, port in rule.ports or [(None, None)]:
+                        match = ["-p", proto.lower(), "--dport", str(port)] if port is not None else []
+                        accepts.append(["-i", bridge, "-o", bridge, *source, "-d", ip, *match, "-j", "ACCEPT"])
+    rules = list(accepts)
+    for ip in isolated:
+        rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
+        rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-j", "DROP"])
+    return rules
+
+
 def secret_data(doc, where):
     import base64
 

@@ -45,7 +45,7 @@ import docker.errors
 import docker.types
 import requests
 
-from cluster_plan import Job, NetworkPolicy, PodTemplate, Release, selector_matches
+from cluster_plan import Job, NetworkPolicy, PodTemplate, Release, network_policy_rules, selector_matches
 
 PROXY = pathlib.Path(__file__).with_name("cluster_proxy.py")
 BACKOFF_BASE = 10.0  # the Job controller's pod-failure backoff: 10 s, 20 s, 40 s ... (max 6 min)
@@ -774,28 +774,7 @@ class Cluster:
                                    "(modprobe br_netfilter; sysctl net.bridge.bridge-nf-call-iptables=1)")
             live = []
         bridge = f"br-{self.network.id[:12]}"
-        # NetworkPolicies add up: first every ACCEPT of every policy, then a DROP for each pod that
-        # some policy isolates (policyTypes Ingress), so one policy's deny never hides another's allow.
-        accepts, isolated = [], []
-        for policy in self.release.network_policies:
-            selected = [p.ip for p in live if selector_matches(policy.selector, p.labels)]
-            if policy.isolates_ingress:
-                isolated += [ip for ip in selected if ip not in isolated]
-            for rule in policy.rules:
-                if rule.peers is None:
-                    peers = [None]  # any source
-                else:
-                    peers = [p.ip for p in live if any(selector_matches(s, p.labels) for s in rule.peers)]
-                for ip in selected:
-                    for peer in peers:
-                        source = [] if peer is None else ["-s", peer]
-                        for proto, port in rule.ports or [("TCP", None)]:
-                            match = ["-p", proto.lower(), "--dport", str(port)] if port is not None else []
-                            accepts.append(["-i", bridge, "-o", bridge, *source, "-d", ip, *match, "-j", "ACCEPT"])
-        rules = list(accepts)
-        for ip in isolated:
-            rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
-            rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-j", "DROP"])
+        rules = network_policy_rules(self.release.network_policies, live, bridge)
         if rules == self.iptables_rules:
             return
         self._iptables_clear()
