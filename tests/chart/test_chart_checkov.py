@@ -26,7 +26,7 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from chartlib import CHART, CI_VALUES, NAMESPACE, RELEASE, ROOT, VARIANTS, helm, yaml  # noqa: E402
 
 # `make test-long`, not `make test`: one checkov run over the 18 renderings and 4 Dockerfiles took
-# 84 s of wall time on the shared 2-core machine (and its first run installs checkov's venv).
+# 30 to 84 s of wall time on the shared 2-core machine (and its first run installs checkov's venv).
 pytestmark = pytest.mark.long
 
 SKIPS = pathlib.Path(__file__).with_name("checkov-skips.yaml")
