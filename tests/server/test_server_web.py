@@ -73,3 +73,10 @@ def test_page_shows_the_training_parameters_and_their_origin(text_client):
     text = " ".join(line.group(1).split())
     assert re.search(r"Trained with batch \d+, dropout 0\.5, epochs \d+, learning_rate 0\.003, width 64", text), text
     assert "the trainer's flags" in text
+
+
+def test_page_loads_the_api_helper_first_and_says_no_token_is_needed(text_client, empty_client):
+    for client, script in ((text_client, "demo.js"), (empty_client, "demo.js")):
+        html = page_of(client)
+        assert html.index('src="/static/api.js"') < html.index(f'src="/static/{script}"')  # disttrainApi exists when demo.js runs
+        assert 'data-token-required-for=""' in html and 'data-read-only-gallery="false"' in html
