@@ -19,6 +19,7 @@ from server.face_photos import astronaut, b64, blank, lfw_photos, other_view, pn
 from server.serving import error_of, make_client, predict_url, publish
 
 SEARCH = "/v1/models/disttrain:search"
+SEVERAL_FACES = "2 faces found; used the most face-like (eyes found, then detector confidence)"
 PEOPLE = {f"person {i}": i for i in (0, 3, 7, 12, 21)}  # name -> index of the sample photo
 
 
@@ -137,13 +138,13 @@ def test_photo_with_several_faces_uses_the_largest_and_says_so(enrolled):
     client, entries = enrolled
     photo = side_by_side(lfw_photos()[12], lfw_photos()[21])
     answer = search(client, photo)
-    assert answer["faces_found"] == 2 and answer["note"] == "2 faces found; used the largest"
+    assert answer["faces_found"] == 2 and answer["note"] == SEVERAL_FACES
     x, _, w, _ = answer["face"]["box"]
     assert x + w <= 225 and w > 100  # the enlarged face on the left
     assert answer["matches"][0]["name"] == "person 12"
 
     response = client.post("/v1/gallery", json={"name": "pair", "image": b64(photo)})
-    assert response.status_code == 201 and response.get_json()["note"] == "2 faces found; used the largest"
+    assert response.status_code == 201 and response.get_json()["note"] == SEVERAL_FACES
 
 
 def test_empty_gallery_search_is_200_with_a_note(face_client):
@@ -180,9 +181,9 @@ def test_bad_requests_are_json_4xx(enrolled, face_model, tmp_path):
 
 
 def test_predict_gives_embeddings_of_face_crops(face_client):
-    crop, _, _ = find_face(lfw_photos()[5])
+    crop = find_face(lfw_photos()[5]).crop
     view = augment(crop, np.random.default_rng(0))
-    stranger, _, _ = find_face(lfw_photos()[40])
+    stranger = find_face(lfw_photos()[40]).crop
     response = face_client.post(predict_url(), json={"instances": [crop.tolist(), view[..., 0].tolist(), b64(stranger)]})
     assert response.status_code == 200, response.get_data(as_text=True)
     embeddings = np.array(response.get_json()["predictions"])
