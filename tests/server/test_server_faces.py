@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from disttrain_contract.evaluation import pairwise_distances, predict
 from disttrain_contract.artifact import load_model
-from disttrain_contract.faces import augment, find_face
+from disttrain_contract.faces import augment, find_face, preprocess, preprocessing_of
 from disttrain_server import create_app
 from server import fuzz
 from server.face_photos import astronaut, b64, blank, lfw_photos, other_view, png, side_by_side, write_seed
@@ -126,12 +126,13 @@ def test_a_new_model_recomputes_the_gallery_once(enrolled, other_face_model, tmp
     assert gallery.embedded == 10 and os.stat(gallery.cache_path(new)).st_mtime_ns == stamp
     assert [m["distance"] for m in second] != [m["distance"] for m in first]
 
-    # The cached embeddings are the new model's embeddings of the stored crops.
-    model, _ = load_model(other_face_model)
+    # The cached embeddings are the new model's embeddings of the stored crops, preprocessed its way.
+    model, meta = load_model(other_face_model)
     with np.load(gallery.cache_path(new)) as npz:
         cached = dict(zip(npz["ids"].tolist(), npz["embeddings"]))
     crops = np.stack([cv2.imread(gallery.crop_path(e["id"]), cv2.IMREAD_GRAYSCALE)[..., None] for e in entries.values()])
-    np.testing.assert_allclose(np.stack([cached[e["id"]] for e in entries.values()]), predict(model, crops), atol=1e-5)
+    np.testing.assert_allclose(np.stack([cached[e["id"]] for e in entries.values()]),
+                               predict(model, preprocess(crops, preprocessing_of(meta))), atol=1e-5)
 
 
 def test_photo_with_several_faces_uses_the_largest_and_says_so(enrolled):

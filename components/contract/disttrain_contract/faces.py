@@ -19,8 +19,12 @@ Preprocessing is versioned (FACE_PREPROCESSING, recorded in a faces model's
 disttrain.json as "face_preprocessing"): a model is always fed crops prepared
 the way it was trained on, so an old model keeps its old preprocessing.
     1  the 32x32 grayscale crop as cut out (models without the field)
-    2  1 + CLAHE on the crop (contrast-limited adaptive histogram equalisation):
-       a darker or flatter photo of a face gives about the same crop
+    2  1 + histogram equalisation of the crop (cv2.equalizeHist): a darker or flatter
+       photo of a face gives about the same crop. Measured on the held-out sample people's
+       portraits (tests' server.face_photos.portrait), mean absolute pixel difference between
+       a crop and its 0.7x-darker copy's: raw 35.2, CLAHE (clip 2, 4x4 tiles) 16.8,
+       equalisation 2.7; between different people 50.5, 58.3, 68.6: equalisation keeps
+       people apart and makes darker copies alike, CLAHE's clipping does not undo a darker photo
 """
 
 import threading
@@ -34,8 +38,6 @@ FACE_SIZE = 32  # face crops are FACE_SIZE x FACE_SIZE grayscale
 FACE_MARGIN = 0.1  # extra border around the detector's box, as a fraction of its size
 FACE_PREPROCESSING = 2  # what the trainer trains new models with (see the module docstring)
 PREPROCESSING_VERSIONS = (1, 2)
-CLAHE_CLIP_LIMIT = 2.0
-CLAHE_TILES = (4, 4)  # 8x8-pixel tiles on a 32x32 crop
 
 
 class NoFaceFound(ContractError):
@@ -178,21 +180,20 @@ def preprocessing_of(meta):
 def preprocess(crops, version):
     """Crops [n, size, size, 1] (or one [size, size, 1]) as the model of that preprocessing
     version takes them. Called on every crop the model sees: training views (after
-    augmentation), evaluation, the gallery's and the search's crops."""
+    augmentation), evaluation, the gallery's and the search's crops (LoadedModel.predict).
+    Pure function of its input: safe from any number of request threads."""
     import cv2
 
     if version == 1:
         return crops
     if version != 2:
         raise ContractError(f"face_preprocessing {version!r} is not one of {PREPROCESSING_VERSIONS}")
-    batch = np.asarray(crops)
-    single = batch.ndim == 3
-    # A new CLAHE object per call: apply() keeps working buffers in the object, so one
-    # shared by the server's request threads would be unsafe; creating one costs microseconds.
-    clahe = cv2.createCLAHE(clipLimit=CLAHE_CLIP_LIMIT, tileGridSize=CLAHE_TILES)
-    out = np.stack([clahe.apply(np.ascontiguousarray(c[..., 0])) for c in batch.reshape(-1, *batch.shape[-3:])])
-    out = out.reshape(-1, *batch.shape[-3:])
-    return out[0] if single else out
+    batch = np.asarray(crops, dtype=np.uint8)
+    flat = batch.reshape(-1, *batch.shape[-3:])
+    if not len(flat):
+        return batch
+    out = np.stack([cv2.equalizeHist(np.ascontiguousarray(c[..., 0]))[..., None] for c in flat])
+    return out.reshape(batch.shape)
 
 
 # -------------------------------------------------------------- augmentation
