@@ -46,6 +46,7 @@ IMAGE_MODELS = ("cnn", "mobilenetv2", "resnet50")  # --model (models.build_image
 # --allreduce-dtype (collectives.WIRE_DTYPES). Not bfloat16: TensorFlow's collective all-reduce
 # refuses it ("DataType bfloat16 not in list of allowed values: float32, float16, float64, ...").
 ALLREDUCE_DTYPES = ("float32", "float16")
+OPTIMIZERS = ("lazyadam", "adam")  # the same for dense gradients; they differ on an embedding's sparse one
 
 
 def parse_args(argv=None):
@@ -66,6 +67,10 @@ def parse_args(argv=None):
     p.add_argument("--learning-rate", type=float, default=None,
                    help=f"Adam learning rate (default {TEXT_LEARNING_RATE} for text, {LEARNING_RATE} otherwise)")
     p.add_argument("--seed", type=int, default=42, help="seed of the shared initial weights (default 42)")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
+                   help="adam (default): Keras' Adam, which updates every embedding row every step; lazyadam: Adam that "
+                        "updates only the embedding rows a batch touched, 3-5x faster text steps "
+                        "(disttrain_trainer/optimizers.py, bench/README.md)")
     p.add_argument("--steps-per-call", type=int, default=32,
                    help="training steps per compiled call: Python overhead is paid once per call (default 32)")
     p.add_argument("--sync-every", type=int, default=None,
@@ -247,7 +252,9 @@ def main(argv=None):
     with strategy.scope():
         model = build_model(manifest, vectorizer.vocabulary_size() if vectorizer else None, args.embedding_size,
                             args.model, args.image_size)
-        optimizer = keras.optimizers.Adam(learning_rate=args.learning_rate)
+        from disttrain_trainer.optimizers import LazyAdam
+
+        optimizer = (LazyAdam if args.optimizer == "lazyadam" else keras.optimizers.Adam)(learning_rate=args.learning_rate)
         optimizer.build(model.trainable_variables)
         epoch_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
     published = with_vectorizer(model, vectorizer) if vectorizer else model
@@ -259,7 +266,7 @@ def main(argv=None):
     read_dir, write_dir = strategy.checkpoint_dirs(worker_dir, workdir.worker(0, train_dir))
     run_config = {
         "strategy": args.strategy, "seed": args.seed, "workers": workers, "batch": args.batch,
-        "learning_rate": args.learning_rate, "init_weights_sha256": init_sha, "margin": args.margin,
+        "learning_rate": args.learning_rate, "optimizer": args.optimizer, "init_weights_sha256": init_sha, "margin": args.margin,
         "dataset": [s.sha256 for s in manifest.shards], **strategy.run_config(),
     }
     check_run_config(read_dir, run_config, write=read_dir == write_dir)
@@ -268,7 +275,7 @@ def main(argv=None):
     # resumed run would draw other dropout masks than an undisturbed one.
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_counter,
                                      model_state=list(model.non_trainable_variables), **strategy.checkpoint_state())
-    manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=2)
+    manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=strategy.checkpoints_to_keep(steps_per_epoch))
     resume_from = strategy.resume_checkpoint(read_dir, lambda i: strategy.checkpoint_dirs(
         workdir.worker(i, train_dir), workdir.worker(0, train_dir))[0])
     if resume_from:
@@ -321,11 +328,14 @@ def main(argv=None):
         bar.finish(epoch_line(tag, epoch, args.epochs, record))
         with summaries.as_default(step=epoch):
             for key, value in record.items():
-                if key != "epoch" and not isinstance(value, list):  # (parameterserver: steps per worker)
+                if key != "epoch" and isinstance(value, (int, float)):  # (not parameterserver's steps per worker, localsgd's scope)
                     tf.summary.scalar(key, value)
         summaries.flush()
         epoch_counter.assign(epoch)
         manager.save(checkpoint_number=epoch)
+        # the epoch's whole cycle (training, the held-out evaluation, the checkpoint): what a
+        # user waits per epoch, where wall_time_sec counts the training alone
+        record["cycle_sec"] = time.monotonic() - started
         atomic_write_json(metrics_path, history)
 
     # --------------------------------------------------------- the artifacts

@@ -105,6 +105,10 @@ class Base:
         """The checkpoint to restore, or None for a fresh start."""
         return tf.train.latest_checkpoint(read_dir)
 
+    def checkpoints_to_keep(self, steps_per_epoch):
+        """How many epochs' checkpoints a worker keeps (the newest and one before it)."""
+        return 2
+
     def cleanup(self, write_dir):
         """Called after the last checkpoint."""
 

