@@ -135,7 +135,7 @@ def test_a_new_model_recomputes_the_gallery_once(enrolled, other_face_model, tmp
                                predict(model, preprocess(crops, preprocessing_of(meta))), atol=1e-5)
 
 
-def test_photo_with_several_faces_uses_the_largest_and_says_so(enrolled):
+def test_photo_with_several_faces_uses_the_most_face_like_and_says_so(enrolled):
     client, entries = enrolled
     photo = side_by_side(lfw_photos()[12], lfw_photos()[21])
     answer = search(client, photo)

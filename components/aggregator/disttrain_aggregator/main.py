@@ -457,7 +457,9 @@ def plot_report(report, histories, path):
 
     from disttrain_contract import atomic_path
 
-    fig, (bars, curves) = plt.subplots(1, 2, figsize=(11, 4))
+    hard = report["task"] == "faces" and "test_darker_margin" in report["final"]  # issue 14's harder queries
+    fig, axes = plt.subplots(1, 3 if hard else 2, figsize=(16 if hard else 11, 4))
+    bars, curves = axes[0], axes[1]
     names = [r["name"] for r in report["workers"]] + ["final"]
     values = [r["test_accuracy"] for r in report["workers"]] + [report["final"]["test_accuracy"]]
     colors = ["#8da0cb"] * len(report["workers"]) + ["#fc8d62"]
@@ -477,10 +479,30 @@ def plot_report(report, histories, path):
     curves.set_ylabel("held-out accuracy")
     curves.set_title("training curves")
     curves.legend()
+    if hard:
+        plot_hard_queries(axes[2], report["final"])
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
+
+
+def plot_hard_queries(axis, final):
+    """The final model's distances to the right person and to the nearest wrong one, per altered query."""
+    kinds = [("darker", "0.7x darker"), ("rotated", "rotated 6°"), ("smaller", "1/3 resolution")]
+    x = np.arange(len(kinds))
+    right = [final[f"test_{k}_right_distance"] for k, _ in kinds]
+    wrong = [final[f"test_{k}_nearest_wrong_distance"] for k, _ in kinds]
+    axis.bar(x - 0.2, right, 0.4, label="right person", color="#66c2a5")
+    axis.bar(x + 0.2, wrong, 0.4, label="nearest wrong person", color="#e78ac3")
+    for i, (k, _) in enumerate(kinds):
+        axis.text(i, max(right[i], wrong[i]), f"top-1 {final[f'test_{k}_top1_accuracy']:.2f}\n{final[f'test_{k}_margin']:.1f}x",
+                  ha="center", va="bottom", fontsize=8)
+    axis.set_xticks(x, [title for _, title in kinds])
+    axis.set_ylabel("mean embedding distance")
+    axis.set_ylim(0, max(wrong + right) * 1.35)
+    axis.set_title("final model: altered gallery photos as queries")
+    axis.legend(fontsize=8, loc="upper left")
 
 
 def cli():
