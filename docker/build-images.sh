@@ -14,6 +14,16 @@
 #     auto:   online if python:3.11-slim is present or can be pulled, else local.
 #   DISTTRAIN_BASE_IMAGE  base image of the local mode (default disttrain-base:bookworm)
 # Logs go to build/logs/<component>.log. Both modes use the same Dockerfiles.
+#
+# The base image goes to the Dockerfiles by digest (their BASE_IMAGE build argument), so a tag
+# moved on the registry or a re-imported base cannot slip in unnoticed:
+#   online: python@sha256:<manifest digest> of the python:3.11-slim present or just pulled;
+#   local:  the imported base has no registry digest (docker import gives it none); its image
+#           id sha256:<id> (the hash of its config, which names its layers' content) is passed
+#           instead. Only Docker's classic builder resolves `FROM sha256:<id>` (BuildKit looks it up
+#           as docker.io/library/sha256, moby/buildkit#2204), so the local mode builds with
+#           DOCKER_BUILDKIT=0 (Debian's docker.io, which make test-images installs, has no BuildKit).
+# DISTTRAIN_BASE_IMAGE may itself be a digest reference (name@sha256:... or sha256:...).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,15 +41,28 @@ if [ "$MODE" = auto ]; then
     fi
 fi
 
+# The base image by digest: a registry digest if the image has one, else its image id.
+base_by_digest() {
+    local image=$1 digest
+    case "$image" in *@sha256:*|sha256:*) echo "$image"; return ;; esac
+    digest=$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$image" | head -n 1)
+    if [ -n "$digest" ]; then echo "$digest"; else docker image inspect -f '{{.Id}}' "$image"; fi
+}
+
 build_args=()
 case "$MODE" in
-    online) ;;
+    online)
+        base=$(base_by_digest "$ONLINE_BASE")
+        build_args=(--build-arg "BASE_IMAGE=$base")
+        ;;
     local)
         export DISTTRAIN_BASE_IMAGE=${DISTTRAIN_BASE_IMAGE:-disttrain-base:bookworm}
         docker/make-base-image.sh
         docker/download-wheels.sh
+        base=$(base_by_digest "$DISTTRAIN_BASE_IMAGE")
+        case "$base" in sha256:*) export DOCKER_BUILDKIT=0 ;; esac  # FROM <image id>: classic builder only
         # --network none: the local build needs no network at all.
-        build_args=(--network none --build-arg "BASE_IMAGE=$DISTTRAIN_BASE_IMAGE"
+        build_args=(--network none --build-arg "BASE_IMAGE=$base"
                     --build-arg "PIP_INSTALL_ARGS=--no-index --find-links /tmp/wheels")
         ;;
     *) echo "DISTTRAIN_IMAGE_MODE must be online, local or auto, not '$MODE'" >&2; exit 2 ;;
@@ -69,7 +92,7 @@ for c in "${components[@]}"; do
         echo "disttrain-$c:$TAG is up to date"
         continue
     fi
-    printf 'building disttrain-%s:%s (%s) ... ' "$c" "$TAG" "$MODE"
+    printf 'building disttrain-%s:%s (%s, base %s) ... ' "$c" "$TAG" "$MODE" "$base"
     if ! docker build "${build_args[@]}" --label "disttrain.inputs=$digest" -f "components/$c/Dockerfile" -t "disttrain-$c:$TAG" . > "build/logs/$c.log" 2>&1; then
         echo "FAILED"; tail -n 40 "build/logs/$c.log" >&2
         echo "(full log: build/logs/$c.log)" >&2

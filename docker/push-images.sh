@@ -20,3 +20,10 @@ for c in "${components[@]}"; do
     docker tag "disttrain-$c:$TAG" "$REGISTRY/disttrain-$c:$TAG"
     docker push "$REGISTRY/disttrain-$c:$TAG"
 done
+# The values that pin each image by the digest just pushed (each image has its own digest).
+echo "# values to pin the images by digest:"
+echo "image: {registry: $REGISTRY}"
+for c in "${components[@]}"; do
+    digest=$(docker image inspect -f '{{range .RepoDigests}}{{println .}}{{end}}' "$REGISTRY/disttrain-$c:$TAG" | grep "^$REGISTRY/disttrain-$c@" | head -n 1)
+    echo "$c: {image: {tag: \"$TAG@${digest#*@}\"}}"
+done

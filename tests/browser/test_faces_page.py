@@ -99,3 +99,58 @@ def test_no_face_and_delete(page, faces_demo, tmp_path):
     expect(page.locator("#gallery .gallery-entry")).to_have_count(before - 1)
     assert "Alan" not in page.locator("#gallery .entry-name").all_inner_texts()
     assert "Alan" not in [e["name"] for e in http("GET", faces_demo + "/v1/gallery")[1]["entries"]]
+
+
+TOKEN = "browser-test-token-5f2c9a"
+
+
+def test_with_a_token_the_page_asks_once_and_enrols_and_searches(page, tmp_path_factory, tmp_path):
+    """--token-required-for all: the page's first API call gets a 401, the page asks for the token (a wrong
+    one is not kept: the next call asks again), then enrols, lists, shows thumbnails and searches with it."""
+    from playwright.sync_api import expect
+
+    workdir = tmp_path_factory.mktemp("faces-token")
+    publish(faces_model(tmp_path_factory), workdir)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN + "\n")
+    with running_server(workdir, "--workers", "1", "--api-token-file", str(token_file), "--token-required-for", "all") as (base, _proc, log):
+        assert http("GET", base + "/v1/gallery")[0] == 401
+        answers, prompts = ["not-the-token", TOKEN], []
+
+        def answer(dialog):
+            prompts.append(dialog.message)
+            dialog.accept(answers[len(prompts) - 1])
+
+        # A new tab of the module's browser (Playwright's sync API runs one browser per thread).
+        page = page.context.browser.new_page(viewport={"width": 900, "height": 900})
+        try:
+            page.set_default_timeout(30_000)
+            page.on("dialog", answer)
+            page.goto(base + "/")
+            page.wait_for_selector("#gallery .error")  # the wrong token: the server's message, shown
+            assert "wrong API token" in page.inner_text("#gallery .error")
+            assert page.evaluate("() => sessionStorage.getItem('disttrain-api-token')") is None
+
+            page.fill("#enrol-name", "Eileen Collins")
+            page.set_input_files("#enrol-photo", photo_file(tmp_path, "eileen.png", astronaut()))
+            page.click("#enrol")
+            page.wait_for_selector("#enrol-status .ok")
+            assert page.inner_text("#enrol-status") == "Enrolled Eileen Collins"
+            expect(page.locator("#gallery .gallery-entry")).to_have_count(1)
+            # The thumbnail came through fetch with the token (an <img src> cannot send it).
+            page.wait_for_function("() => [...document.querySelectorAll('#gallery img')].every((img) => img.complete && img.naturalWidth === 96)")
+            assert page.get_attribute("#gallery img", "src").startswith("blob:")
+
+            page.set_input_files("#photo", photo_file(tmp_path, "query.png", cv2.resize(astronaut(), (400, 400))))
+            page.click("#search")
+            page.wait_for_selector("#matches .match")
+            assert page.locator("#matches .match-name").all_inner_texts() == ["Eileen Collins"]
+            assert page.evaluate("() => sessionStorage.getItem('disttrain-api-token')") == TOKEN
+            assert len(prompts) == 2 and "not accepted" not in prompts[0]  # asked once, and once more after the wrong answer
+        finally:
+            page.close()
+
+        status, listed = http("GET", base + "/v1/gallery")
+        assert status == 401 and "needs the API token" in listed["error"]
+    with open(log, errors="replace") as fh:
+        assert TOKEN not in fh.read()  # never logged

@@ -135,6 +135,11 @@ def containers(spec, init=True):
     return (spec.get("initContainers", []) if init else []) + spec["containers"]
 
 
+def wait_containers(doc):
+    """The wait-for-marker init containers of a workload (the server also has gallery-dir)."""
+    return [c for c in pod_spec(doc).get("initContainers", []) if c["name"].startswith("wait-for-")]
+
+
 def is_nfs_server(doc):
     return doc["metadata"]["labels"].get("app.kubernetes.io/component") == "nfs-server"
 

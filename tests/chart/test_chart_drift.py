@@ -10,6 +10,7 @@
 """
 
 import http.server
+import inspect
 import importlib
 import json
 import os
@@ -21,7 +22,7 @@ import time
 
 import pytest
 
-from chartlib import ROOT, VARIANTS, arg, containers, is_nfs_server, load_values, main_container, one, pod_spec, render, stage_of, workloads
+from chartlib import ROOT, VARIANTS, arg, containers, is_nfs_server, load_values, main_container, one, pod_spec, render, stage_of, wait_containers, workloads
 
 STAGES = ("copier", "trainer", "aggregator", "server")
 
@@ -59,7 +60,7 @@ def test_every_parser_is_importable(stage):
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_rendered_args_are_accepted_by_the_real_clis(variant, monkeypatch):
+def test_rendered_args_are_accepted_by_the_real_clis(variant, monkeypatch, tmp_path):
     docs = render(variant)
     values = load_values(variant)
     seen = set()
@@ -73,7 +74,13 @@ def test_rendered_args_are_accepted_by_the_real_clis(variant, monkeypatch):
             env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
             if c["name"] == "trainer":
                 env["JOB_COMPLETION_INDEX"] = "1"  # set by the Indexed Job
-            parsed = parse(c["name"], c["args"], monkeypatch, env)
+            args = list(c["args"])
+            if "--api-token-file" in args:  # the server reads it at start-up: the Secret's file, here
+                i = args.index("--api-token-file") + 1
+                assert args[i] == "/etc/disttrain/api-token/token"
+                args[i] = str(tmp_path / "token")
+                (tmp_path / "token").write_text("t" * 43 + "\n")
+            parsed = parse(c["name"], args, monkeypatch, env)
             seen.add(c["name"])
             check_meaning(c["name"], parsed, values, docs)
     assert seen == set(STAGES)
@@ -124,6 +131,21 @@ def check_meaning(stage, parsed, values, docs):
         assert parsed.host == "0.0.0.0"
         assert parsed.port == values["server"]["port"]
         assert parsed.model_name == values["server"]["modelName"]
+        # issue 11: the gallery on its own writable mount, its caps, the token (flags of the server half)
+        server = values["server"]
+        assert parsed.gallery == "/var/lib/disttrain/gallery"
+        assert parsed.gallery_max_entries == server["gallery"]["maxEntries"]
+        assert float(parsed.gallery_max_mb) == pytest.approx(float(server["gallery"]["maxMB"]))
+        assert parsed.max_request_pixels == server["maxRequestPixels"]
+        assert bool(parsed.read_only_gallery) == server["gallery"]["readOnly"]
+        hosts = parsed.allowed_hosts
+        hosts = hosts.split(",") if isinstance(hosts, str) else list(hosts or [])
+        assert hosts[:len(server["allowedHosts"])] == server["allowedHosts"]
+        if server["auth"]["enabled"]:
+            assert parsed.api_token_file.endswith("/token") and getattr(parsed, "api_token", "t" * 43) in ("t" * 43, b"t" * 43)
+            assert parsed.token_required_for == server["auth"]["requiredFor"]
+        else:
+            assert parsed.api_token_file is None
 
 
 def test_worker_index_is_left_to_the_indexed_job(monkeypatch):
@@ -138,7 +160,7 @@ def test_markers_are_the_contracts():
 
     wd = Workdir("/workdir/run-1")
     docs = render("eight-workers")
-    waits = {stage_of(d): c["command"] for d in workloads(docs) for c in pod_spec(d).get("initContainers", [])}
+    waits = {stage_of(d): c["command"] for d in workloads(docs) for c in wait_containers(d)}
     assert waits["trainer"][6:] == [marker_path(wd.data)]
     assert waits["aggregator"][6:] == [marker_path(wd.worker(i)) for i in range(8)]
     assert waits["server"][6:] == [marker_path(wd.final)]
@@ -151,7 +173,7 @@ def test_markers_are_the_contracts():
 def wait_command(stage, tmp_path, timeout=None, poll="0.05"):
     docs = render()
     (doc,) = [d for d in workloads(docs) if stage_of(d) == stage and d["kind"] in ("Job", "Deployment")]
-    (c,) = pod_spec(doc)["initContainers"]
+    (c,) = wait_containers(doc)
     command = list(c["command"])
     assert command[:2] == ["python", "-c"]
     if timeout is not None:
@@ -206,7 +228,20 @@ class StandIn(http.server.BaseHTTPRequestHandler):
     started = 0.0
     probabilities = None
     embedding_size = None  # set: a faces model (metadata has embedding_size; :predict answers embeddings)
+    token = None  # set: /v1 calls need `Authorization: Bearer <token>` (401 otherwise), as --token-required-for all
     received = []
+    authorizations = []
+
+    def refused(self):
+        """The API token check of /v1 calls; True when it answered 401."""
+        if not self.path.startswith("/v1/"):
+            return False
+        sent = self.headers.get("Authorization")
+        type(self).authorizations.append(sent)
+        if self.token and sent != f"Bearer {self.token}":
+            self.reply(401, {"error": "this call needs the API token"})
+            return True
+        return False
 
     def log_message(self, *args):
         pass
@@ -224,11 +259,17 @@ class StandIn(http.server.BaseHTTPRequestHandler):
             if time.monotonic() - self.started < self.ready_after:
                 return self.reply(503, {"status": "unavailable"})
             return self.reply(200, {"status": "ready"})
+        if self.refused():
+            return None
+        if self.path == "/v1/models/disttrain":
+            return self.reply(200, {"model_version_status": [{"state": "AVAILABLE"}]})
         if self.path == "/v1/models/disttrain/metadata" and self.embedding_size:
             return self.reply(200, {"metadata": {"task": "faces", "embedding_size": self.embedding_size}})
         self.reply(404, {"error": "not found"})
 
     def do_POST(self):
+        if self.refused():
+            return None
         if self.path != "/v1/models/disttrain:predict":
             return self.reply(404, {"error": f"unknown path {self.path}"})
         body = self.rfile.read(int(self.headers["Content-Length"]))
@@ -236,7 +277,9 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         from disttrain_server.instances import read_instances, to_batch
 
         try:
-            batch = to_batch(read_instances(body, 64), self.spec, 10000)
+            # issue 11's server adds a per-request pixel budget to to_batch (the chart's default, 16 Mpx)
+            budget = [16_000_000] if "pixel_budget" in inspect.signature(to_batch).parameters else []
+            batch = to_batch(read_instances(body, 64), self.spec, 10000, *budget)
         except ApiError as err:
             return self.reply(422, {"error": str(err)})
         type(self).received.append(batch)
@@ -251,6 +294,7 @@ class StandIn(http.server.BaseHTTPRequestHandler):
 def stand_in():
     import_main("server")
     StandIn.received = []
+    StandIn.authorizations = []
     StandIn.started = time.monotonic()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -259,12 +303,12 @@ def stand_in():
     server.shutdown()
     server.server_close()
     for key, value in (("spec", {"kind": "text"}), ("labels", ["negative", "positive"]), ("ready_after", 0.0), ("probabilities", None),
-                       ("embedding_size", None)):
+                       ("embedding_size", None), ("token", None)):
         setattr(StandIn, key, value)
 
 
-def run_test_pod(server, tmp_path, manifest=None, timeout="10"):
-    pod = one(render(), "Pod")
+def run_test_pod(server, tmp_path, manifest=None, timeout="10", sets=(), token="s3cret-token"):
+    pod = one(render(sets=sets), "Pod")
     (c,) = pod_spec(pod)["containers"]
     command = list(c["command"])
     assert command[:2] == ["python", "-c"]
@@ -274,6 +318,9 @@ def run_test_pod(server, tmp_path, manifest=None, timeout="10"):
     if manifest is not None:
         manifest_path.write_text(json.dumps(manifest))
     command[2 + 4] = str(manifest_path)
+    if command[2 + 6]:  # server.auth.enabled: the token file the Secret volume holds, here
+        (tmp_path / "token").write_text(token + "\n")
+        command[2 + 6] = str(tmp_path / "token")
     return subprocess.run([sys.executable] + command[1:], capture_output=True, text=True, timeout=60)
 
 
@@ -353,3 +400,32 @@ def test_every_container_keeps_its_termination_message_where_the_stages_write_it
             assert c.get("terminationMessagePolicy") == "FallbackToLogsOnError", f"{doc['metadata']['name']}/{c['name']}"
             seen += 1
     assert seen >= 8
+
+
+TEXT_MANIFEST = {"task": "text", "labels": ["negative", "positive"], "input": {"kind": "text"}}
+
+
+def test_helm_test_sends_the_token(stand_in, tmp_path):
+    StandIn.token = "s3cret-token"  # the server checks it on this call (writes: only when told to, here always)
+    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert StandIn.authorizations == ["Bearer s3cret-token"]
+    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, token="wrong")
+    assert out.returncode != 0 and "HTTP 401" in out.stdout + out.stderr
+
+
+def test_helm_test_checks_that_requiredfor_all_refuses_a_call_without_the_token(stand_in, tmp_path):
+    StandIn.token = "s3cret-token"
+    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=("server.auth.requiredFor=all",))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "without the token: 401: OK" in out.stdout
+    assert StandIn.authorizations == [None, "Bearer s3cret-token"]
+    StandIn.token = None  # a server that answers anyone although requiredFor=all
+    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=("server.auth.requiredFor=all",))
+    assert out.returncode != 0 and "should refuse it" in out.stdout + out.stderr
+
+
+def test_helm_test_without_auth_sends_no_token(stand_in, tmp_path):
+    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=("server.auth.enabled=false", "server.gallery.readOnly=true"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert StandIn.authorizations == [None]

@@ -24,6 +24,7 @@ from chartlib import (
     render,
     render_error,
     stage_of,
+    wait_containers,
     workloads,
 )
 
@@ -171,12 +172,14 @@ def test_connected_strategies_open_the_collective_port_and_the_policy_guards_it(
     docs = render(variant)
     trainer = main_container(docs, "trainer")
     assert trainer["ports"] == [{"name": "collective", "containerPort": 12345, "protocol": "TCP"}]
-    policy = one(docs, "NetworkPolicy")
+    policy = one(docs, "NetworkPolicy", "-trainer")
     job = one(docs, "Job", "trainer")
     trainer_labels = job["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"].items() <= trainer_labels.items()
-    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"]
     (rule,) = policy["spec"]["ingress"]
+    (out,) = policy["spec"]["egress"]  # and trainers may only call trainers (besides DNS)
+    assert (out["to"], out["ports"]) == (rule["from"], rule["ports"])
     (peer,) = rule["from"]
     assert set(peer) == {"podSelector"}  # only pods of this namespace, and only trainers
     assert peer["podSelector"]["matchLabels"].items() <= trainer_labels.items()
@@ -275,7 +278,7 @@ def test_every_stage_waits_for_the_previous_marker_of_this_run():
     docs = render()
     waits = {}
     for doc in workloads(docs):
-        for c in pod_spec(doc).get("initContainers", []):
+        for c in wait_containers(doc):
             waits[stage_of(doc)] = [a for a in c["command"] if a.endswith("_SUCCESS")]
             assert c["command"][:2] == ["python", "-c"]
             assert c["image"] == next(x["image"] for x in pod_spec(doc)["containers"])  # the stage's own image
@@ -291,7 +294,7 @@ def test_wait_timeouts_come_from_values():
     docs = render(sets=("trainer.waitTimeoutSeconds=111", "aggregator.waitTimeoutSeconds=222", "server.waitTimeoutSeconds=333"))
     got = {}
     for doc in workloads(docs):
-        for c in pod_spec(doc).get("initContainers", []):
+        for c in wait_containers(doc):
             got[stage_of(doc)] = c["command"][3]
     assert got == {"trainer": "111", "aggregator": "222", "server": "333"}
     assert arg(main_container(docs, "trainer"), "--wait-timeout") == "111"

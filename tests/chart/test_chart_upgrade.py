@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from chartlib import CHART, NAMESPACE, RELEASE, _render, arg, helm_path, main_container, one, pod_spec, yaml
+from chartlib import CHART, NAMESPACE, RELEASE, _render, arg, helm_path, main_container, one, pod_spec, wait_containers, yaml
 
 
 class FakeApiServer(http.server.BaseHTTPRequestHandler):
@@ -99,7 +99,7 @@ def test_upgrade_starts_run_5_in_its_own_directory(cluster, major):
     for stage in ("copier", "trainer", "aggregator", "server"):
         assert arg(main_container(docs, stage), "--workdir") == "/workdir/run-5"
     waits = {d["metadata"]["name"]: [a for a in c["command"] if a.endswith("_SUCCESS")]
-             for d in docs if d["kind"] in ("Job", "Deployment") for c in pod_spec(d).get("initContainers", [])}
+             for d in docs if d["kind"] in ("Job", "Deployment") for c in wait_containers(d)}
     assert waits[f"{RELEASE}-disttrain-trainer-r5"] == ["/workdir/run-5/data/_SUCCESS"]
     assert waits[f"{RELEASE}-disttrain-aggregator-r5"] == [f"/workdir/run-5/train/worker-{i:05d}/_SUCCESS" for i in range(3)]
     assert waits[f"{RELEASE}-disttrain-server"] == ["/workdir/run-5/final/_SUCCESS"]

@@ -49,6 +49,10 @@ NOOPS = {
     "accessModes": Noop("all pods run on one node, where ReadWriteOnce and ReadWriteMany mean the same"),
     "loadBalancerSourceRanges": Noop("the Service is published on 127.0.0.1 only, narrower than any source range"),
     "automountSA": Noop("a ServiceAccount's token setting: no token is ever mounted"),
+    "allocateLoadBalancerNodePorts": Noop("there are no node ports: the Service is published on 127.0.0.1 only"),
+    "outsidePeer": Noop("traffic from outside the release (a namespace or an address range) can only come through the "
+                        "Service port published on 127.0.0.1, which the bridge rules do not filter"),
+    "egress": Noop("egress is not filtered: the pods can reach only each other, the harness's DNS and the host"),
 }
 
 PROBE = {
@@ -181,6 +185,7 @@ KINDS = {
         "publishNotReadyAddresses": H,
         "ports": [{"name": H, "port": H, "targetPort": H, "protocol": H, "nodePort": H}],
         "loadBalancerSourceRanges": NOOPS["loadBalancerSourceRanges"],
+        "allocateLoadBalancerNodePorts": NOOPS["allocateLoadBalancerNodePorts"],
     },
     ("v1", "PersistentVolumeClaim"): {
         "accessModes": NOOPS["accessModes"],
@@ -192,7 +197,10 @@ KINDS = {
     ("networking.k8s.io/v1", "NetworkPolicy"): {
         "podSelector": LABEL_SELECTOR,
         "policyTypes": [H],
-        "ingress": [{"from": [{"podSelector": LABEL_SELECTOR}], "ports": [{"protocol": H, "port": H}]}],
+        "ingress": [{"from": [{"podSelector": LABEL_SELECTOR, "namespaceSelector": NOOPS["outsidePeer"],
+                               "ipBlock": NOOPS["outsidePeer"]}],
+                     "ports": [{"protocol": H, "port": H}]}],
+        "egress": NOOPS["egress"],
     },
 }
 
@@ -367,11 +375,17 @@ class Service:
 
 
 @dataclasses.dataclass
+class IngressRule:
+    peers: list | None  # [matchLabels] of release pods allowed in; None: any pod (a rule without `from`)
+    ports: list | None  # [(protocol, port)]; None: every port
+
+
+@dataclasses.dataclass
 class NetworkPolicy:
     name: str
-    selector: dict  # matchLabels of the pods it isolates
-    peers: list  # [matchLabels] allowed in
-    ports: list  # [(protocol, port)]
+    selector: dict  # matchLabels of the pods it selects
+    isolates_ingress: bool  # policyTypes has Ingress: the selected pods accept only what some policy's rules allow
+    rules: list  # [IngressRule]; NetworkPolicies add up (a pod accepts what any policy selecting it allows)
 
 
 @dataclasses.dataclass
@@ -757,22 +771,63 @@ def service(name, spec, where):
 
 
 def network_policy(name, spec, where):
-    if spec.get("policyTypes") != ["Ingress"]:
-        raise Unsupported(f"{where}: spec.policyTypes {spec.get('policyTypes')}: only [Ingress]")
+    types = spec.get("policyTypes") or ["Ingress"]
+    if not set(types) <= {"Ingress", "Egress"}:
+        raise Unsupported(f"{where}: spec.policyTypes {types}: Ingress and Egress only")
     selector = spec["podSelector"]
     if selector.get("matchExpressions"):
         raise Unsupported(f"{where}: spec.podSelector.matchExpressions: only matchLabels")
-    peers, ports = [], []
+    rules = []
     for rule in spec.get("ingress", []):
-        for peer in rule.get("from", []):
-            if peer["podSelector"].get("matchExpressions"):
-                raise Unsupported(f"{where}: spec.ingress[].from[].podSelector.matchExpressions: only matchLabels")
-            peers.append(dict(peer["podSelector"].get("matchLabels") or {}))
-        for p in rule.get("ports", []):
-            if p.get("protocol", "TCP") != "TCP" or not isinstance(p.get("port"), int):
-                raise Unsupported(f"{where}: spec.ingress[].ports[]: only numeric TCP ports")
-            ports.append(("TCP", p["port"]))
-    return NetworkPolicy(name, dict(selector.get("matchLabels") or {}), peers, ports)
+        peers = None
+        if "from" in rule:
+            peers = []
+            for peer in rule["from"]:
+                if "podSelector" not in peer:
+                    continue  # namespaceSelector/ipBlock alone: outside the release (a documented no-op)
+                if "namespaceSelector" in peer:
+                    raise Unsupported(f"{where}: spec.ingress[].from[]: podSelector with namespaceSelector (pods of other namespaces) is not run")
+                if peer["podSelector"].get("matchExpressions"):
+                    raise Unsupported(f"{where}: spec.ingress[].from[].podSelector.matchExpressions: only matchLabels")
+                peers.append(dict(peer["podSelector"].get("matchLabels") or {}))
+        ports = None
+        if rule.get("ports"):
+            ports = []
+            for p in rule["ports"]:
+                if p.get("protocol", "TCP") not in ("TCP", "UDP") or not isinstance(p.get("port"), int):
+                    raise Unsupported(f"{where}: spec.ingress[].ports[]: only numeric TCP and UDP ports")
+                ports.append((p.get("protocol", "TCP"), p["port"]))
+        rules.append(IngressRule(peers, ports))
+    return NetworkPolicy(name, dict(selector.get("matchLabels") or {}), "Ingress" in types, rules)
+
+
+def network_policy_rules(policies, live, bridge):
+    """iptables rules (DOCKER-USER, in order) enforcing the policies' ingress on the release bridge.
+
+    live: pods with .ip and .labels. NetworkPolicies add up: first every ACCEPT of every policy,
+    then, for each pod some policy isolates (policyTypes Ingress), ESTABLISHED/RELATED and a
+    DROP, so one policy's deny (the chart's default-deny) never hides another's allow."""
+    accepts, isolated = [], []
+    for policy in policies:
+        selected = [p.ip for p in live if selector_matches(policy.selector, p.labels)]
+        if policy.isolates_ingress:
+            isolated += [ip for ip in selected if ip not in isolated]
+        for rule in policy.rules:
+            if rule.peers is None:
+                peers = [None]  # a rule without `from`: any source
+            else:
+                peers = [p.ip for p in live if any(selector_matches(s, p.labels) for s in rule.peers)]
+            for ip in selected:
+                for peer in peers:
+                    source = [] if peer is None else ["-s", peer]
+                    for proto, port in rule.ports or [(None, None)]:
+                        match = ["-p", proto.lower(), "--dport", str(port)] if port is not None else []
+                        accepts.append(["-i", bridge, "-o", bridge, *source, "-d", ip, *match, "-j", "ACCEPT"])
+    rules = list(accepts)
+    for ip in isolated:
+        rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
+        rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-j", "DROP"])
+    return rules
 
 
 def secret_data(doc, where):

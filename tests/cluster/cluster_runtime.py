@@ -19,8 +19,9 @@ and Deployment controllers would: real images, real containers, one network per 
   label and annotation); failed pods are replaced as backoffLimit / backoffLimitPerIndex /
   maxFailedIndexes / podFailurePolicy say, after the controller's backoff (10 s, doubling),
   and only once the failed pod is gone; activeDeadlineSeconds and ttlSecondsAfterFinished hold.
-* NetworkPolicy (Ingress, podSelector peers, TCP ports) is enforced with iptables rules on the
-  release's bridge in the DOCKER-USER chain (needs root and br_netfilter; removed on close).
+* NetworkPolicy (Ingress: podSelector peers or any source, TCP ports; policies add up) is
+  enforced with iptables rules on the release's bridge in the DOCKER-USER chain (needs root and
+  br_netfilter; removed on close). Egress rules and peers outside the release are documented no-ops.
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ import docker.errors
 import docker.types
 import requests
 
-from cluster_plan import Job, NetworkPolicy, PodTemplate, Release, selector_matches
+from cluster_plan import Job, NetworkPolicy, PodTemplate, Release, network_policy_rules, selector_matches
 
 PROXY = pathlib.Path(__file__).with_name("cluster_proxy.py")
 BACKOFF_BASE = 10.0  # the Job controller's pod-failure backoff: 10 s, 20 s, 40 s ... (max 6 min)
@@ -773,16 +774,7 @@ class Cluster:
                                    "(modprobe br_netfilter; sysctl net.bridge.bridge-nf-call-iptables=1)")
             live = []
         bridge = f"br-{self.network.id[:12]}"
-        rules = []
-        for policy in self.release.network_policies:
-            selected = [p.ip for p in live if selector_matches(policy.selector, p.labels)]
-            peers = [p.ip for p in live if any(selector_matches(s, p.labels) for s in policy.peers)]
-            for ip in selected:
-                for peer in peers:
-                    for proto, port in policy.ports:
-                        rules.append(["-i", bridge, "-o", bridge, "-s", peer, "-d", ip, "-p", proto.lower(), "--dport", str(port), "-j", "ACCEPT"])
-                rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
-                rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-j", "DROP"])
+        rules = network_policy_rules(self.release.network_policies, live, bridge)
         if rules == self.iptables_rules:
             return
         self._iptables_clear()

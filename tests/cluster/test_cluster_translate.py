@@ -12,7 +12,7 @@ import pytest
 from chartlib import CHART, VARIANTS, one, render
 
 import cluster_plan
-from cluster_plan import NOOPS, Unsupported, quantity, translate
+from cluster_plan import NOOPS, Unsupported, quantity, selector_matches, translate
 from cluster_runs import NAMESPACE, RUNS
 
 yaml = pytest.importorskip("yaml")
@@ -180,8 +180,16 @@ def test_the_trainer_job_plan():
     assert pod.volumes["tmp"].kind == "emptyDir" and pod.volumes["tmp"].size_limit == 2**30
     assert pod.volumes["workdir"].claim == "dt-disttrain-workdir" and pod.fs_group == 10001
     assert {e.name: e.value for e in main.env}["DISTTRAIN_WORKDIR"] == "/workdir/run-1"
-    (policy,) = release.network_policies
-    assert policy.ports == [("TCP", 12345)] and policy.selector == policy.peers[0]
+    policies = {p.name: p for p in release.network_policies}
+    deny = policies["dt-disttrain-default-deny"]
+    assert deny.isolates_ingress and deny.rules == [] and selector_matches(deny.selector, pod.labels)
+    (rule,) = policies["dt-disttrain-trainer"].rules
+    assert rule.ports == [("TCP", 12345)] and rule.peers == [policies["dt-disttrain-trainer"].selector]
+    (anyone, tester) = policies["dt-disttrain-server"].rules
+    assert (anyone.peers, anyone.ports) == (None, [("TCP", 8080)])  # allowFrom empty: any source
+    assert tester.peers == [{"app.kubernetes.io/name": "disttrain", "app.kubernetes.io/instance": "dt", "app.kubernetes.io/component": "test"}]
+    # egress is listed as a documented no-op, not dropped silently
+    assert any(path.endswith("egress") for _, path, _ in release.noops)
 
 
 def test_older_clusters_get_a_job_wide_backoff_limit():
@@ -235,3 +243,30 @@ def test_kubernetes_variable_expansion():
 
     env = {"A": "1", "B": "two"}
     assert Cluster.expand(["$(A)-$(B)", "$$(A)", "$(MISSING)", "plain"], env) == ["1-two", "$(A)", "$(MISSING)", "plain"]
+
+
+def test_network_policy_rules_add_up_and_deny_last():
+    """The iptables rules the harness makes of the chart's policies (multiworker: trainers talk)."""
+    import types
+
+    from cluster_plan import network_policy_rules
+
+    release = translate(rendered("multiworker"), namespace="ml")
+    pods = {}
+    for i, template in enumerate([j.template for j in release.jobs] + [d.template for d in release.deployments] + release.test_pods):
+        pods[template.labels["app.kubernetes.io/component"]] = types.SimpleNamespace(ip=f"10.0.0.{i + 2}", labels=template.labels)
+    pods["trainer-2"] = types.SimpleNamespace(ip="10.0.0.99", labels=pods["trainer"].labels)
+    rules = network_policy_rules(release.network_policies, list(pods.values()), "br-x")
+    accept = [r for r in rules if r[-1] == "ACCEPT" and "conntrack" not in r]
+    drops = [r for r in rules if r[-1] == "DROP"]
+    assert rules.index(drops[0]) > max(rules.index(r) for r in accept)  # every allow before any deny
+    assert {r[r.index("-d") + 1] for r in drops} == {p.ip for p in pods.values()}  # default deny isolates every pod
+
+    def allowed(src, dst, port):
+        return any(r[r.index("-d") + 1] == pods[dst].ip and ("-s" not in r or r[r.index("-s") + 1] == pods[src].ip)
+                   and r[r.index("--dport") + 1] == str(port) for r in accept)
+
+    assert allowed("trainer-2", "trainer", 12345) and allowed("trainer", "trainer-2", 12345)
+    assert not allowed("copier", "trainer", 12345) and not allowed("server", "trainer", 12345)
+    assert allowed("test", "server", 8080) and allowed("copier", "server", 8080)  # allowFrom empty: any source
+    assert not allowed("test", "server", 9999) and not allowed("server", "copier", 8080)

@@ -96,17 +96,28 @@ def test_sigkill_of_a_worker_under_load(served, measure, worker_threads):
         assert proc.poll() is None  # the master never went down
 
 
-FUZZ_REQUESTS, FUZZ_DEADLINE_SEC = 10_000, 360
+# DISTTRAIN_FUZZ_REQUESTS: fewer requests for a quick look (a round still takes about a minute).
+FUZZ_REQUESTS, FUZZ_DEADLINE_SEC = int(os.environ.get("DISTTRAIN_FUZZ_REQUESTS", 10_000)), 360
+FUZZ_TOKEN = "fuzz-token-7d1e4b0c"
 
 
-def test_schemathesis_fuzz_of_the_published_openapi(served, tmp_path, measure):
+@pytest.mark.parametrize("token", [None, FUZZ_TOKEN], ids=["no-token", "with-token"])
+def test_schemathesis_fuzz_of_the_published_openapi(served, tmp_path, measure, token):
     """>= 10,000 generated requests over every operation /openapi.json lists at run time
-    (and an extra pass on :predict, where the model runs): no 5xx, no crashed worker."""
+    (and an extra pass on :predict, where the model runs): no 5xx, no crashed worker.
+    Twice: without a token, and with --api-token-file and --token-required-for all, the fuzzer
+    sending the right token so that its requests get past the check to the model and the gallery.
+    Both send X-Requested-With, which multipart bodies need (security.check_body_type)."""
     cli = os.path.join(BIN, "schemathesis")
     assert os.path.exists(cli), "schemathesis is not installed: pip install -r requirements-dev.txt"
     config = tmp_path / "schemathesis.toml"
     config.write_text('[parameters]\nmodel_name = "disttrain"\n')  # the served name, so requests reach the model
-    with running_server(served, "--workers", "2") as (base, proc, log):
+    server_args, headers = ["--workers", "2"], ["-H", "X-Requested-With: schemathesis"]
+    if token:
+        (tmp_path / "token").write_text(token + "\n")
+        server_args += ["--api-token-file", str(tmp_path / "token"), "--token-required-for", "all"]
+        headers += ["-H", f"Authorization: Bearer {token}"]
+    with running_server(served, *server_args) as (base, proc, log):
         workers_before = worker_pids(proc.pid)
         operations = sorted(f"{m.upper()} {p}" for p, ops in http("GET", base + "/openapi.json")[1]["paths"].items() for m in ops)
         started, passes = time.monotonic(), []
@@ -119,7 +130,7 @@ def test_schemathesis_fuzz_of_the_published_openapi(served, tmp_path, measure):
                 seed = 1000 + len(passes) + len(running)
                 report = tmp_path / f"pass-{seed}.json"
                 running.append((name, seed, report, seconds, subprocess.Popen(
-                    [cli, "--config-file", str(config), "run", base + "/openapi.json", *extra, "--checks", "not_a_server_error",
+                    [cli, "--config-file", str(config), "run", base + "/openapi.json", *extra, *headers, "--checks", "not_a_server_error",
                      "--max-time", str(seconds), "--workers", "1", "--no-shrink", "--seed", str(seed), "--request-timeout", "30",
                      "--report", "json", "--report-json-path", str(report)],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
@@ -150,6 +161,9 @@ def test_schemathesis_fuzz_of_the_published_openapi(served, tmp_path, measure):
     # no worker crashed or was restarted, and nothing raised inside the app
     assert workers_after == workers_before
     assert "Traceback" not in server_log and "WORKER TIMEOUT" not in server_log
+    if token:
+        assert by_status.get("401", 0) == 0, "the fuzzer's token was refused"  # every request reached the checks after it
+        assert token not in server_log  # never logged
 
 
 def path_template(path, templates):

@@ -49,6 +49,15 @@ def test_dockerfile_conventions(component):
         assert env in text
     assert all("--no-cache-dir" in line for line in re.findall(r"pip (?:install|download)[^\n]*", text))
     assert ("HEALTHCHECK" in text) == (component == "server")
+    # the locked dependencies are installed only if every wheel matches the lock's sha256
+    assert re.search(rf"pip install [^\n]*--require-hashes[^\n]*-r /tmp/wheels/{component}\.txt", text)
+
+
+@pytest.mark.parametrize("component", locks.COMPONENTS)
+def test_every_locked_package_has_a_wheel_hash(component):
+    hashes = locks.read_hashes(locks.lock_path(component))
+    assert hashes and all(len(h) == 1 for h in hashes.values()), (
+        f"docker/requirements/{component}.txt: a line without exactly one --hash=sha256: run docker/lock-requirements.sh")
 
 
 @pytest.mark.parametrize(
@@ -62,3 +71,25 @@ def test_dockerfile_conventions(component):
 )
 def test_healthcheck_reads_the_servers_port(argv, port):
     assert healthcheck.server_port(argv) == port
+
+
+def test_lock_hashes_match_the_downloaded_wheels():
+    """The local build installs docker/wheels (docker/download-wheels.sh) with --require-hashes:
+    every locked wheel there must have the lock's sha256."""
+    import hashlib
+
+    wheels_dir = os.path.join(ROOT, "docker", "wheels")
+    if not os.path.isdir(wheels_dir):
+        pytest.skip("no docker/wheels (docker/download-wheels.sh has not run in this clone)")
+    found = {}
+    for name in os.listdir(wheels_dir):
+        if name.endswith(".whl"):
+            dist, version = name.split("-")[:2]
+            with open(os.path.join(wheels_dir, name), "rb") as fh:
+                found[(locks.canonical(dist), version)] = hashlib.sha256(fh.read()).hexdigest()
+    for component in locks.COMPONENTS:
+        hashes = locks.read_hashes(locks.lock_path(component))
+        for name, line in locks.read_pins(locks.lock_path(component)).items():
+            version = line.split("==", 1)[1]
+            if (name, version) in found:
+                assert found[(name, version)] == hashes[name][0], f"docker/wheels: {name} {version} differs from docker/requirements/{component}.txt"

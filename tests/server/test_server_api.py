@@ -53,7 +53,8 @@ def test_metadata_has_labels_input_spec_and_limits(text_client):
     assert body["model_spec"]["name"] == "disttrain"
     assert body["metadata"]["labels"] == ["negative", "positive"]
     assert body["metadata"]["input"] == {"kind": "text"}
-    assert body["metadata"]["limits"] == {"max_instances": 256, "max_text_chars": 10_000, "max_upload_bytes": 8 * 1024 * 1024}
+    assert body["metadata"]["limits"] == {"max_instances": 256, "max_text_chars": 10_000, "max_upload_bytes": 8 * 1024 * 1024,
+                                          "max_request_pixels": 16_000_000}
 
 
 def test_healthz_always_ok(text_client, empty_client):

@@ -20,11 +20,14 @@ from server.serving import error_of, make_client, predict_url, publish
 
 SEARCH = "/v1/models/disttrain:search"
 SEVERAL_FACES = "2 faces found; used the most face-like (eyes found, then detector confidence)"
+# What a non-browser client adds to a multipart request (the page sends it too): the server refuses
+# multipart without it, so that a form on another site cannot post one (tests/server/test_server_security.py).
+FORM_HEADERS = {"X-Requested-With": "pytest"}
 PEOPLE = {f"person {i}": i for i in (0, 3, 7, 12, 21)}  # name -> index of the sample photo
 
 
 def enrol(client, name, image):
-    response = client.post("/v1/gallery", data={"name": name, "image": (io.BytesIO(png(image)), "photo.png")})
+    response = client.post("/v1/gallery", data={"name": name, "image": (io.BytesIO(png(image)), "photo.png")}, headers=FORM_HEADERS)
     assert response.status_code == 201, response.get_data(as_text=True)
     return response.get_json()
 
@@ -78,7 +81,7 @@ def test_enrol_list_search_and_delete(enrolled):
         assert distances[0] < 0.5 and distances[1] - distances[0] > 0.2, distances  # same person near, others far
         assert answer["faces_found"] == 1 and "note" not in answer and len(answer["face"]["box"]) == 4
     # A multipart search, as the page sends it, with k: the same ranking, longer.
-    response = client.post(SEARCH, data={"image": (io.BytesIO(png(other_view(lfw_photos()[3]))), "q.png"), "k": "5"})
+    response = client.post(SEARCH, data={"image": (io.BytesIO(png(other_view(lfw_photos()[3]))), "q.png"), "k": "5"}, headers=FORM_HEADERS)
     assert [m["name"] for m in response.get_json()["matches"]][:1] == ["person 3"] and len(response.get_json()["matches"]) == 5
     # Searching stored nothing: same entries, not one file written.
     assert client.get("/v1/gallery").get_json() == listed
@@ -158,27 +161,27 @@ def test_bad_requests_are_json_4xx(enrolled, face_model, tmp_path):
     photo = lfw_photos()[0]
     assert "no face found" in error_of(client.post(SEARCH, json={"image": b64(blank())}), 422)
     assert "no face found" in error_of(client.post("/v1/gallery", json={"name": "nobody", "image": b64(blank())}), 422)
-    assert "not a decodable image" in error_of(client.post(SEARCH, data={"image": (io.BytesIO(png(photo)[:200]), "cut.png")}), 422)
-    assert "not a decodable image" in error_of(client.post(SEARCH, data={"image": (io.BytesIO(b"hello, world\n"), "notes.txt")}), 422)
+    assert "not a decodable image" in error_of(client.post(SEARCH, data={"image": (io.BytesIO(png(photo)[:200]), "cut.png")}, headers=FORM_HEADERS), 422)
+    assert "only PNG or JPEG images are accepted" in error_of(client.post(SEARCH, data={"image": (io.BytesIO(b"hello, world\n"), "notes.txt")}, headers=FORM_HEADERS), 415)
     assert "not valid base64" in error_of(client.post(SEARCH, json={"image": {"b64": "***"}}), 422)
-    assert "empty" in error_of(client.post(SEARCH, data={"image": (io.BytesIO(b""), "empty.png")}), 422)
+    assert "empty" in error_of(client.post(SEARCH, data={"image": (io.BytesIO(b""), "empty.png")}, headers=FORM_HEADERS), 422)
     assert 'missing "image"' in error_of(client.post(SEARCH, json={"k": 3}), 400)
-    assert 'missing the "image" file field' in error_of(client.post(SEARCH, data={"k": "3"}), 400)
+    assert 'missing the "image" file field' in error_of(client.post(SEARCH, data={"k": "3"}, headers=FORM_HEADERS, content_type="multipart/form-data"), 400)
     assert "must be a JSON object" in error_of(client.post(SEARCH, json=[1, 2]), 400)
     assert '"k" must be an integer from 1 to 100' in error_of(client.post(SEARCH, json={"image": b64(photo), "k": 0}), 422)
     assert '"k" must be' in error_of(client.post(SEARCH, json={"image": b64(photo), "k": True}), 422)
     assert "unknown model" in error_of(client.post("/v1/models/other:search", json={"image": b64(photo)}), 404)
 
     assert 'missing "name"' in error_of(client.post("/v1/gallery", json={"image": b64(photo)}), 400)
-    assert "name is empty" in error_of(client.post("/v1/gallery", data={"name": "  ", "image": (io.BytesIO(png(photo)), "p.png")}), 422)
+    assert "name is empty" in error_of(client.post("/v1/gallery", data={"name": "  ", "image": (io.BytesIO(png(photo)), "p.png")}, headers=FORM_HEADERS), 422)
     assert "the limit is 100" in error_of(client.post("/v1/gallery", json={"name": "x" * 101, "image": b64(photo)}), 422)
     assert '"name" must be a string' in error_of(client.post("/v1/gallery", json={"name": 7, "image": b64(photo)}), 422)
     assert client.get("/v1/gallery").get_json()["count"] == 5  # nothing bad got in
 
     small = make_client(face_model, tmp_path / "small", MAX_CONTENT_LENGTH=100_000)
     big = np.random.default_rng(0).integers(0, 256, (300, 300, 3), dtype=np.uint8)  # noise: ~270 KB as PNG
-    assert "100000 byte limit" in error_of(small.post(SEARCH, data={"image": (io.BytesIO(png(big)), "big.png")}), 413)
-    assert "100000 byte limit" in error_of(small.post("/v1/gallery", data={"name": "big", "image": (io.BytesIO(png(big)), "b.png")}), 413)
+    assert "100000 byte limit" in error_of(small.post(SEARCH, data={"image": (io.BytesIO(png(big)), "big.png")}, headers=FORM_HEADERS), 413)
+    assert "100000 byte limit" in error_of(small.post("/v1/gallery", data={"name": "big", "image": (io.BytesIO(png(big)), "b.png")}, headers=FORM_HEADERS), 413)
 
 
 def test_predict_gives_embeddings_of_face_crops(face_client):

@@ -21,7 +21,9 @@ def wait_until_all_workers_answer(url, body, is_fresh, timeout=90):
 
 def test_gunicorn_serves_reloads_refuses_bad_input_and_stops_cleanly(text_model, flipped_text_model, image_model, tmp_path):
     publish(text_model, tmp_path)
-    with running_server(tmp_path, "--workers", "2", "--reload-interval", "1") as (base, proc, log):
+    # --max-request-pixels above the bomb below, so that OpenCV's own guard (set by main in the workers'
+    # environment) is what refuses it; the per-request budget in front of it: test_server_security.py.
+    with running_server(tmp_path, "--workers", "2", "--reload-interval", "1", "--max-request-pixels", "100000000") as (base, proc, log):
         url = base + "/v1/models/disttrain:predict"
         with open(log) as fh:
             assert f"serving 'disttrain' at {base}/" in fh.read()
@@ -51,6 +53,9 @@ def test_gunicorn_serves_reloads_refuses_bad_input_and_stops_cleanly(text_model,
         ok, bomb = cv2.imencode(".png", np.zeros((8000, 8000), dtype=np.uint8))
         status, body = http("POST", url, {"instances": [{"b64": base64.b64encode(bomb.tobytes()).decode()}]})
         assert status == 422 and "not a decodable image" in body["error"]
+        ok, png = cv2.imencode(".png", np.zeros((12000, 9000), dtype=np.uint8))  # 108 M pixels: over the budget, never decoded
+        status, body = http("POST", url, {"instances": [{"b64": base64.b64encode(png.tobytes()).decode()}]})
+        assert status == 413 and "--max-request-pixels" in body["error"]
         # 9 MB > 8 MB: the server reads the excess before answering, so the client gets the 413, not a reset
         status, body = http("POST", url, b'{"instances": [{"b64": "' + b"A" * (9 * 1024 * 1024) + b'"}]}')
         assert status == 413 and "8388608 byte limit" in body["error"]

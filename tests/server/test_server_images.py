@@ -63,8 +63,7 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
         ({"b64": "not base64 at all!"}, '"b64" is not valid base64'),
         ({"b64": "abc"}, "not valid base64"),  # bad padding
         ({"b64": "é"}, "not valid base64"),
-        ({"b64": base64.b64encode(b"hello, I am not an image").decode()}, "not a decodable image"),
-        ({"b64": ""}, "not a decodable image"),
+        ({"b64": ""}, "the image is empty"),
         ({"b64": base64.b64encode(PNG_SIGNATURE + b"\x00" * 64).decode()}, "not a decodable image"),
         ({"b64": 42}, '"b64" must be a string of base64, got number'),
         ({"b64": "aGk=", "extra": 1}, 'exactly one key "b64"'),

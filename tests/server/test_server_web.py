@@ -64,3 +64,10 @@ def test_page_keeps_its_content_security_policy(text_client, image_client, empty
     for client in (text_client, image_client, empty_client):
         policy = client.get("/").headers["Content-Security-Policy"]
         assert "default-src 'self'" in policy and "object-src 'none'" in policy
+
+
+def test_page_loads_the_api_helper_first_and_says_no_token_is_needed(text_client, empty_client):
+    for client, script in ((text_client, "demo.js"), (empty_client, "demo.js")):
+        html = page_of(client)
+        assert html.index('src="/static/api.js"') < html.index(f'src="/static/{script}"')  # disttrainApi exists when demo.js runs
+        assert 'data-token-required-for=""' in html and 'data-read-only-gallery="false"' in html

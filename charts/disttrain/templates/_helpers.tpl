@@ -181,9 +181,10 @@ that depends on the storage choice.
 {{- fail "disttrain: set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred" -}}
 {{- end -}}
 {{- range $stage := list "copier" "trainer" "aggregator" "server" }}
+{{- $taken := ternary (list "workdir" "tmp" "gallery" "api-token") (list "workdir" "tmp") (eq $stage "server") }}
 {{- range (index $.Values $stage).extraVolumes }}
-{{- if has .name (list "workdir" "tmp") -}}
-{{- fail (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (workdir, tmp); choose another" $stage .name) -}}
+{{- if has .name $taken -}}
+{{- fail (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (%s); choose another" $stage .name (join ", " $taken)) -}}
 {{- end -}}
 {{- end }}
 {{- end }}
@@ -207,6 +208,7 @@ that depends on the storage choice.
 {{- if and (not (kindIs "invalid" .Values.syncEvery)) (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: syncEvery applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
+{{- include "disttrain.validateExposure" . -}}
 {{- end -}}
 
 {{/* Pod-level settings every disttrain pod shares. */}}
@@ -412,5 +414,54 @@ aggregator averages at least (default: the trainer's). Equal to workers unless t
 {{- add 1 (int .Values.parameterServers) (int .Values.workers) -}}
 {{- else -}}
 {{- int .Values.workers -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The API token's Secret: server.auth.existingSecret, else the one the chart generates (auth-secret.yaml). */}}
+{{- define "disttrain.authSecretName" -}}
+{{- .Values.server.auth.existingSecret | default (include "disttrain.componentName" (list . "api-token")) -}}
+{{- end -}}
+
+{{- define "disttrain.authSecretKey" -}}
+{{- if .Values.server.auth.existingSecret }}{{ .Values.server.auth.existingSecretKey }}{{ else }}token{{ end -}}
+{{- end -}}
+
+{{/* Where the server and the helm test pod read the token (a read-only Secret volume). */}}
+{{- define "disttrain.apiTokenDir" -}}/etc/disttrain/api-token{{- end -}}
+{{- define "disttrain.apiTokenFile" -}}{{ include "disttrain.apiTokenDir" . }}/token{{- end -}}
+
+{{- define "disttrain.apiTokenVolume" -}}
+- name: api-token
+  secret:
+    secretName: {{ include "disttrain.authSecretName" . }}
+    defaultMode: 0440
+    items:
+      - key: {{ include "disttrain.authSecretKey" . }}
+        path: token
+{{- end -}}
+
+{{- define "disttrain.apiTokenMount" -}}
+- name: api-token
+  mountPath: {{ include "disttrain.apiTokenDir" . }}
+  readOnly: true
+{{- end -}}
+
+{{/* The face gallery: its own writable mount (the server mounts the shared volume read-only). */}}
+{{- define "disttrain.galleryMountPath" -}}/var/lib/disttrain/gallery{{- end -}}
+{{- define "disttrain.gallerySubPath" -}}gallery{{- end -}}
+
+{{/*
+Whether the server is published with nothing in the way: a LoadBalancer without source
+ranges, a gallery anyone can write to and no token. The chart refuses it unless
+server.service.allowPublicUnauthenticated (the schema says the same; this repeats it for
+--skip-schema-validation, with the whole explanation).
+*/}}
+{{- define "disttrain.validateExposure" -}}
+{{- $svc := .Values.server.service -}}
+{{- if and (eq $svc.type "LoadBalancer") (not $svc.loadBalancerSourceRanges) (not .Values.server.gallery.readOnly) (not .Values.server.auth.enabled) (not $svc.allowPublicUnauthenticated) -}}
+{{- fail "disttrain: server.service.type LoadBalancer with no server.service.loadBalancerSourceRanges, a writable gallery (server.gallery.readOnly=false) and no API token (server.auth.enabled=false) lets anyone on the network enrol and delete face photos. Set server.auth.enabled=true, server.gallery.readOnly=true or loadBalancerSourceRanges, or accept it with server.service.allowPublicUnauthenticated=true" -}}
+{{- end -}}
+{{- if and .Values.nfsServer.enabled .Values.networkPolicy.enabled (not .Values.nfsServer.networkPolicy.allowedCIDRs) -}}
+{{- fail "disttrain: nfsServer.enabled with networkPolicy.enabled needs nfsServer.networkPolicy.allowedCIDRs: the CIDR(s) of your nodes, which mount the export (it is rw,no_root_squash: no other peer may reach it)" -}}
 {{- end -}}
 {{- end -}}

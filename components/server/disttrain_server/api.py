@@ -8,6 +8,7 @@ from werkzeug.routing import BaseConverter
 from disttrain_server.errors import ApiError, ModelUnavailable
 from disttrain_server.instances import read_instances, to_batch
 from disttrain_server.openapi import build_spec
+from disttrain_server.uploads import PixelBudget
 
 bp = Blueprint("api", __name__)
 
@@ -30,6 +31,7 @@ def limits():
         "max_instances": config["MAX_INSTANCES"],
         "max_text_chars": config["MAX_TEXT_CHARS"],
         "max_upload_bytes": config["MAX_CONTENT_LENGTH"],
+        "max_request_pixels": config["MAX_REQUEST_PIXELS"],
     }
 
 
@@ -88,7 +90,7 @@ def predict(model_name):
     # Read the body ourselves instead of request.get_json(): its errors are HTML-ish
     # prose and it insists on a Content-Type, which TF Serving clients do not always send.
     instances = read_instances(request.get_data(cache=False), current_app.config["MAX_INSTANCES"])
-    batch = to_batch(instances, loaded.input_spec, current_app.config["MAX_TEXT_CHARS"])
+    batch = to_batch(instances, loaded.input_spec, current_app.config["MAX_TEXT_CHARS"], PixelBudget(current_app.config["MAX_REQUEST_PIXELS"]))
     return {"predictions": loaded.predict(batch).tolist()}
 
 

@@ -9,7 +9,7 @@ import os
 from flask import Flask
 
 from disttrain_contract import Workdir, default_workdir
-from disttrain_server import api, faces, web
+from disttrain_server import api, faces, security, web
 from disttrain_server.errors import register_error_handlers
 from disttrain_server.gallery import Gallery
 from disttrain_server.model_store import ModelStore
@@ -26,6 +26,13 @@ DEFAULT_CONFIG = {
     "GALLERY_DIR": None,  # None: WORKDIR/gallery
     "GALLERY_SEED": None,  # a folder of photos to enrol at start-up (skipping those already enrolled)
     "TOP_K": 3,  # matches a face search returns unless the request asks for another k
+    "API_TOKEN": None,  # bytes: the token (--api-token-file); None: no token is asked for
+    "TOKEN_REQUIRED_FOR": "writes",  # "writes" (enrol, delete) or "all" (every /v1 call)
+    "READ_ONLY_GALLERY": False,  # True: enrol and delete answer 403
+    "GALLERY_MAX_ENTRIES": 1000,  # enrolment past it answers 507
+    "GALLERY_MAX_BYTES": 200 * 1024 * 1024,  # the gallery folder's bytes; enrolment past it answers 507
+    "ALLOWED_HOSTS": [],  # Host headers served; empty: any (see security.check_host)
+    "MAX_REQUEST_PIXELS": 16_000_000,  # encoded images of one request, summed, before decoding (uploads.PixelBudget)
 }
 
 
@@ -44,7 +51,8 @@ def create_app(config=None):
         model_path, app.config["RELOAD_INTERVAL"],
         max_batch_size=app.config["MAX_BATCH_SIZE"], batch_timeout=app.config["BATCH_TIMEOUT_MS"] / 1000,
     )
-    gallery = Gallery(app.config["GALLERY_DIR"] or os.path.join(Workdir(default_workdir()).root, "gallery"))
+    gallery = Gallery(app.config["GALLERY_DIR"] or os.path.join(Workdir(default_workdir()).root, "gallery"),
+                      max_entries=app.config["GALLERY_MAX_ENTRIES"], max_bytes=app.config["GALLERY_MAX_BYTES"])
     app.extensions[faces.GALLERY_KEY] = gallery
     if app.config["GALLERY_SEED"]:
         # Every worker runs this after the fork (no TensorFlow needed: faces are embedded
@@ -52,6 +60,7 @@ def create_app(config=None):
         gallery.seed(app.config["GALLERY_SEED"])
     app.url_map.converters["model_name"] = api.ModelNameConverter  # before the routes that use it
     register_error_handlers(app)
+    security.init_app(app)  # Host, cross-site, token checks before every view; security headers on every response
     app.register_blueprint(api.bp)
     app.register_blueprint(faces.bp)
     app.register_blueprint(web.bp)

@@ -1,10 +1,15 @@
 """Face search and the gallery API: POST /v1/models/NAME:search and /v1/gallery.
 
-Photos arrive as a multipart upload (field `image`, as a browser form sends
-them) or as JSON {"image": {"b64": ...}} (TF Serving's binary convention).
+Photos arrive as a multipart upload (field `image`, as the page sends them)
+or as JSON {"image": {"b64": ...}} (TF Serving's binary convention); which
+Content-Types and headers a request may use at all is security.py's business.
+A photo must be a PNG or JPEG within the request's pixel budget
+(uploads.PixelBudget), checked before OpenCV decodes it.
 Status codes follow :predict's: 400 for a request that is not of the
 expected shape (a field is missing), 422 for content that cannot be used (a
-corrupt image, no face in it, an empty name), 413 for a body over the limit.
+corrupt image, no face in it, an empty name), 413 for a body over the limit
+or a photo over the pixel budget, 415 for a format other than PNG or JPEG,
+403 for a write to a --read-only-gallery, 507 for an enrolment past a cap.
 A photo sent to :search is never stored: only POST /v1/gallery enrols.
 """
 
@@ -14,13 +19,17 @@ from disttrain_contract import ContractError
 from disttrain_contract.faces import NoFaceFound
 from disttrain_server.api import model_store, served_model
 from disttrain_server.errors import ApiError, ModelUnavailable, json_type
-from disttrain_server.gallery import InvalidName, check_name, public, read_face
+from disttrain_server.gallery import GalleryFull, InvalidName, check_name, public, read_face
 from disttrain_server.instances import decode_b64, read_json_object
+from disttrain_server.uploads import PixelBudget
 
 bp = Blueprint("faces", __name__)
 
 GALLERY_KEY = "disttrain_gallery"
 MAX_TOP_K = 100
+# Thumbnails are faces: a browser may keep one for an hour (ids are never reused), a shared
+# cache (proxy, CDN) never, so a deleted face does not live on outside the user's browser.
+THUMBNAIL_CACHE_SECONDS = 3600
 SEARCH_EXAMPLE = '{"image": {"b64": "<base64 photo>"}, "k": 3}'
 ENROL_EXAMPLE = '{"name": "Ada Lovelace", "image": {"b64": "<base64 photo>"}}'
 
@@ -38,8 +47,14 @@ def faces_model(name):
 
 
 def read_upload(example):
-    """(photo bytes, other fields) from a multipart form or a JSON object."""
-    if request.mimetype in ("multipart/form-data", "application/x-www-form-urlencoded"):
+    """(photo bytes, other fields) from a multipart form or a JSON object; the photo passed the pixel budget."""
+    data, fields = _upload(example)
+    PixelBudget(current_app.config["MAX_REQUEST_PIXELS"]).admit(data, "image: ")
+    return data, fields
+
+
+def _upload(example):
+    if request.mimetype == "multipart/form-data":
         upload = request.files.get("image")  # over MAX_CONTENT_LENGTH: Werkzeug raises 413 here
         if upload is None:
             raise ApiError(400, 'missing the "image" file field (multipart/form-data)')
@@ -118,8 +133,18 @@ def list_gallery():
     return {"count": len(entries), "entries": entries}
 
 
+def refuse_if_read_only():
+    if current_app.config["READ_ONLY_GALLERY"]:
+        raise ApiError(403, "the gallery is read-only on this server (--read-only-gallery): enrolment and deletion are off; search works")
+
+
 @bp.post("/v1/gallery")
 def enrol():
+    refuse_if_read_only()
+    try:
+        gallery().check_room()
+    except GalleryFull as err:  # full already: say so before reading and decoding the photo
+        raise ApiError(507, str(err)) from None
     data, fields = read_upload(ENROL_EXAMPLE)
     name = fields.get("name")
     if name is None:
@@ -137,6 +162,8 @@ def enrol():
     face = face_of(data)
     try:
         entry, _ = gallery().enrol(name, data, loaded if loaded is not None and loaded.is_faces else None, source="api", face=face)
+    except GalleryFull as err:
+        raise ApiError(507, str(err)) from None
     except ContractError as err:  # the photo was fine (checked above): the gallery folder is not writable
         raise ApiError(503, f"cannot store the entry: {err}") from None
     body = public(entry)
@@ -147,6 +174,7 @@ def enrol():
 
 @bp.delete("/v1/gallery/<entry_id>")
 def delete(entry_id):
+    refuse_if_read_only()
     try:
         entry = gallery().delete(entry_id)
     except ContractError as err:
@@ -161,7 +189,10 @@ def thumbnail(entry_id):
     if gallery().find(entry_id) is None:
         raise ApiError(404, f"no gallery entry {entry_id!r}")
     try:
-        # An id is never reused, so its thumbnail never changes.
-        return send_file(gallery().thumbnail_path(entry_id), mimetype="image/png", max_age=86400)
+        # An id is never reused, so its thumbnail never changes: the user's browser may keep it a while.
+        response = send_file(gallery().thumbnail_path(entry_id), mimetype="image/png", max_age=THUMBNAIL_CACHE_SECONDS)
+        response.cache_control.public = False
+        response.cache_control.private = True
+        return response
     except FileNotFoundError:
         raise ApiError(404, f"no gallery entry {entry_id!r}") from None

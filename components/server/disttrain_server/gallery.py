@@ -19,6 +19,11 @@ Writers take an exclusive flock on .lock and replace files atomically
 new index.json, never half of one, and re-reads it only when its (inode,
 mtime, size) changed. Order of writes on enrolment: crop, thumbnail,
 embeddings, then index.json, so an entry a reader can see has all its files.
+
+Caps (--gallery-max-entries, --gallery-max-mb): checked under the same flock as
+the write they guard, so two enrolments in different threads or processes
+cannot both take the last place. The bytes counted are the files in the gallery
+folder (crops, thumbnails, index, embedding caches) plus the new entry's.
 """
 
 import contextlib
@@ -45,7 +50,13 @@ THUMBNAIL_SIZE = 96  # pixels, square; the page shows it at 64 CSS px (sharp on 
 THUMBNAIL_MARGIN = 0.3  # more context around the face than the model's crop: it is for people to look at
 KEEP_CACHES = 3  # embeddings of the last few models: workers pick up a new model a few seconds apart
 SEED_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
+MB = 1024 * 1024  # as --max-upload-mb counts them
+ENTRY_INDEX_BYTES = 512  # an entry's line in index.json, at most (a 100-character name, its id, box, time, hash, source)
 _ID = re.compile(r"^[0-9a-f]{16}$")
+
+
+class GalleryFull(ContractError):
+    """An enrolment past --gallery-max-entries or --gallery-max-mb."""
 
 
 class InvalidName(ContractError):
@@ -95,6 +106,15 @@ def _png(array):
     return encoded.tobytes()
 
 
+def _folder_bytes(root):
+    total = 0
+    for folder, _, files in os.walk(root):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):  # a temporary file renamed away meanwhile
+                total += os.stat(os.path.join(folder, name)).st_size
+    return total
+
+
 def _stat_key(path):
     try:
         st = os.stat(path)
@@ -120,8 +140,10 @@ class Gallery:
     on each thread's own OpenCV cascade (disttrain_contract.faces); the model is the store's
     LoadedModel (see model_store). Tested: tests/server/test_server_concurrency.py."""
 
-    def __init__(self, root):
+    def __init__(self, root, max_entries=None, max_bytes=None):
         self.root = os.path.abspath(os.fspath(root))
+        self.max_entries = max_entries  # None: no cap (enrol answers GalleryFull past a cap)
+        self.max_bytes = max_bytes
         self.index_path = os.path.join(self.root, "index.json")
         self._mutex = threading.Lock()  # guards the memos below
         self._index = (None, [])  # (stat key of index.json, entries)
@@ -189,7 +211,7 @@ class Gallery:
         first search under a faces model does it. `unique`: if this name already has
         this exact photo, return that entry instead of a copy (idempotent seeding).
         `face`: read_face(data) if the caller has it already.
-        Raises InvalidName, NoFaceFound or ContractError (not an image, or a failed write)."""
+        Raises InvalidName, NoFaceFound, GalleryFull (a cap) or ContractError (not an image, or a failed write)."""
         name = check_name(name)
         digest = hashlib.sha256(data).hexdigest()
         if unique and (existing := self._same_photo(self.entries(), name, digest)):
@@ -198,10 +220,12 @@ class Gallery:
         crop, box, found = face.crop, face.box, face.found
         # The slow parts (detection above, the model) run before the lock: writers only wait for file writes.
         vector = self._embed(model, [crop])[0] if model is not None else None
+        crop_png, thumbnail_png = _png(crop), thumbnail(image, box)
         with self._locked():
             entries = self._read_index()
             if unique and (existing := self._same_photo(entries, name, digest)):
                 return existing, False  # another worker seeded it while we were detecting
+            self._check_caps(entries, len(crop_png) + len(thumbnail_png) + (vector.nbytes if vector is not None else 0))
             entry_id = secrets.token_hex(8)
             entry = {
                 "id": entry_id,
@@ -214,8 +238,8 @@ class Gallery:
                 "photo_sha256": digest,
                 **({"source": source} if source else {}),
             }
-            atomic_write_bytes(self.crop_path(entry_id), _png(crop))
-            atomic_write_bytes(self.thumbnail_path(entry_id), thumbnail(image, box))
+            atomic_write_bytes(self.crop_path(entry_id), crop_png)
+            atomic_write_bytes(self.thumbnail_path(entry_id), thumbnail_png)
             if vector is not None:
                 cached = self._read_cache(model)
                 cached[entry_id] = vector
@@ -223,6 +247,21 @@ class Gallery:
             atomic_write_json(self.index_path, {"entries": [*entries, entry]})
         log.info("enrolled %r as %s (%d face(s) in the photo)", name, entry_id, found)
         return entry, True
+
+    def check_room(self):
+        """GalleryFull if the gallery is at a cap already: the cheap early answer, before a photo is decoded.
+        enrol checks again under the lock, which is what makes the caps hold."""
+        self._check_caps(self.entries(), 0)
+
+    def _check_caps(self, entries, new_bytes):
+        """Call with the lock held: GalleryFull if one more entry of about `new_bytes` passes a cap."""
+        if self.max_entries is not None and len(entries) >= self.max_entries:
+            raise GalleryFull(f"the gallery is full: {len(entries)} entries, the cap is {self.max_entries} (--gallery-max-entries)")
+        if self.max_bytes is not None:
+            used = _folder_bytes(self.root)
+            if used + new_bytes + ENTRY_INDEX_BYTES > self.max_bytes:
+                raise GalleryFull(f"the gallery is full: {used / MB:.2f} MB used, this entry needs about {(new_bytes + ENTRY_INDEX_BYTES) / MB:.3f} MB "
+                                  f"more, the cap is {self.max_bytes / MB:g} MB (--gallery-max-mb)")
 
     @staticmethod
     def _same_photo(entries, name, digest):

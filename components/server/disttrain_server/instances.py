@@ -58,12 +58,14 @@ def read_instances(body, max_instances):
     return instances
 
 
-def to_batch(instances, input_spec, max_text_chars):
-    """A batch for LoadedModel.predict: a [n, 1] string column or uint8 [n, h, w, c]."""
+def to_batch(instances, input_spec, max_text_chars, pixel_budget):
+    """A batch for LoadedModel.predict: a [n, 1] string column or uint8 [n, h, w, c].
+
+    `pixel_budget`: the request's uploads.PixelBudget; every encoded image passes it before it is decoded."""
     if input_spec["kind"] == "text":
         return as_model_input("text", [_text(i, inst, max_text_chars) for i, inst in enumerate(instances)])
     shape = (input_spec["height"], input_spec["width"], input_spec["channels"])
-    return np.stack([_image(i, inst, shape) for i, inst in enumerate(instances)])
+    return np.stack([_image(i, inst, shape, pixel_budget) for i, inst in enumerate(instances)])
 
 
 def _text(index, instance, max_chars):
@@ -80,9 +82,9 @@ def _text(index, instance, max_chars):
     return instance
 
 
-def _image(index, instance, shape):
+def _image(index, instance, shape, pixel_budget):
     if isinstance(instance, dict):
-        return _encoded_image(index, instance, shape)
+        return _encoded_image(index, instance, shape, pixel_budget)
     if isinstance(instance, list):
         return _pixels(index, instance, shape)
     raise ApiError(
@@ -92,11 +94,12 @@ def _image(index, instance, shape):
     )
 
 
-def _encoded_image(index, instance, shape):
+def _encoded_image(index, instance, shape, pixel_budget):
     """TF Serving's binary convention: {"b64": "<base64 of an encoded image file>"}."""
     if set(instance) != {"b64"}:
         raise ApiError(422, f'instance {index}: an image object must have exactly one key "b64", got keys {sorted(instance)}')
     data = decode_b64(instance["b64"], f"instance {index}: ")
+    pixel_budget.admit(data, f"instance {index}: ")  # PNG or JPEG within the request's pixels, before OpenCV sees it
     import cv2
 
     try:

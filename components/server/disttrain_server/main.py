@@ -26,6 +26,25 @@ from disttrain_server.faces import MAX_TOP_K
 # few-KB PNG). It is read once, when cv2 loads, so it must be in the environment
 # before the workers import it; an operator's own setting wins.
 MAX_IMAGE_PIXELS = 40_000_000
+# All encoded images of one request, summed, checked from their headers before any is
+# decoded. 16 Mpx takes a 12-Mpx phone photo (4000x3000) for face search and thousands of
+# the image task's small pictures; decoding it in colour is 48 MB per request thread.
+MAX_REQUEST_PIXELS = 16_000_000
+
+
+def read_token(path):
+    """The API token in `path`, surrounding whitespace removed; ValueError saying why it cannot be used."""
+    try:
+        with open(path, "rb") as fh:
+            token = fh.read().strip()
+    except OSError as err:
+        raise ValueError(f"--api-token-file {path}: cannot read it ({err.strerror})") from None
+    if not token:
+        raise ValueError(f"--api-token-file {path} is empty")
+    if any(not 0x21 <= byte <= 0x7E for byte in token):
+        # It travels in an HTTP header: spaces, control characters or non-ASCII would not arrive as written.
+        raise ValueError(f"--api-token-file {path}: the token must be printable ASCII without spaces")
+    return token
 
 
 def parse_args(argv=None):
@@ -35,7 +54,11 @@ def parse_args(argv=None):
         "JSON API (GET /v1/models/NAME, GET /v1/models/NAME/metadata, POST /v1/models/NAME:predict), "
         "plus /healthz, /readyz, /report and /openapi.json.",
         epilog="A model published later at --model (the aggregator replaces the file atomically) is loaded without a "
-        "restart; until a model exists the server runs and /readyz answers 503.",
+        "restart; until a model exists the server runs and /readyz answers 503. "
+        "Security: with --api-token-file, gallery writes (or, with --token-required-for all, every /v1 call) need "
+        "'Authorization: Bearer <token>'; /healthz, /readyz (probes), the page, /static, /openapi.json and /report stay open. "
+        "POST bodies must be application/json or multipart/form-data, and multipart needs an X-Requested-With header "
+        "(any value) unless a browser says it comes from this server's own page; cross-site browser requests are refused.",
     )
     p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
     p.add_argument("--model", help="the model file to serve (default WORKDIR/final/model.keras)")
@@ -57,14 +80,41 @@ def parse_args(argv=None):
     p.add_argument("--gallery-seed", help="enrol the photos in this folder at start-up unless already enrolled: one sub-folder "
                    "per person, or files named PERSON.jpg/.png")
     p.add_argument("--top-k", type=int, default=3, help=f"matches a face search returns unless it asks for k (default 3, at most {MAX_TOP_K})")
+    security = p.add_argument_group("security")
+    security.add_argument("--api-token-file", metavar="PATH", help="a file holding the API token (surrounding whitespace removed); "
+                          "clients send it as 'Authorization: Bearer <token>'. Default: no token (anyone may call everything)")
+    security.add_argument("--token-required-for", choices=("writes", "all"), default="writes",
+                          help="with --api-token-file: 'writes' = gallery enrol and delete need the token; 'all' = every /v1 call "
+                          "(predict, search, gallery, metadata) does too. /healthz and /readyz stay open for Kubernetes probes (default writes)")
+    security.add_argument("--read-only-gallery", action="store_true", help="enrol and delete answer 403; search still works (public demos)")
+    security.add_argument("--gallery-max-entries", type=int, default=1000, help="most gallery entries; enrolling past it answers 507 (default 1000)")
+    security.add_argument("--gallery-max-mb", type=float, default=200, help="most MB the gallery folder may hold; enrolling past it answers 507 (default 200)")
+    security.add_argument("--allowed-hosts", metavar="H1,H2", default="", help="comma-separated host names this server answers to (the Host "
+                          "header's port is ignored; '.example.com' also takes its subdomains); other Host headers get 400 "
+                          "(DNS rebinding). /healthz and /readyz answer any Host (the kubelet sends the pod IP). "
+                          "Default empty: any host")
+    security.add_argument("--max-request-pixels", type=int, default=MAX_REQUEST_PIXELS, help="pixels of all images of one request "
+                          f"together, read from their headers before decoding; more is a 413 (default {MAX_REQUEST_PIXELS:,}). "
+                          "Only PNG and JPEG uploads are accepted (415 otherwise)")
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error(f"--port must be between 0 and 65535, got {args.port}")
-    for flag in ("workers", "threads", "max_text_chars", "max_instances", "max_batch_size"):
+    for flag in ("workers", "threads", "max_text_chars", "max_instances", "max_batch_size", "gallery_max_entries", "max_request_pixels"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     if args.max_upload_mb <= 0 or args.reload_interval < 0 or args.batch_timeout_ms < 0:
         p.error("--max-upload-mb must be positive, --reload-interval and --batch-timeout-ms not negative")
+    if args.gallery_max_mb <= 0:
+        p.error(f"--gallery-max-mb must be positive, got {args.gallery_max_mb}")
+    args.allowed_hosts = [h.strip().lower() for h in args.allowed_hosts.split(",") if h.strip()]
+    if any("/" in h or " " in h for h in args.allowed_hosts):
+        p.error(f"--allowed-hosts takes host names separated by commas, got {','.join(args.allowed_hosts)!r}")
+    args.api_token = None
+    if args.api_token_file:
+        try:
+            args.api_token = read_token(args.api_token_file)
+        except ValueError as err:
+            p.error(str(err))
     if not 1 <= args.top_k <= MAX_TOP_K:
         p.error(f"--top-k must be between 1 and {MAX_TOP_K}, got {args.top_k}")
     if args.gallery_seed and not os.path.isdir(args.gallery_seed):
@@ -87,6 +137,13 @@ def app_config(args):
         "GALLERY_DIR": os.path.abspath(args.gallery or os.path.join(Workdir(args.workdir).root, "gallery")),
         "GALLERY_SEED": args.gallery_seed and os.path.abspath(args.gallery_seed),
         "TOP_K": args.top_k,
+        "API_TOKEN": args.api_token,
+        "TOKEN_REQUIRED_FOR": args.token_required_for,
+        "READ_ONLY_GALLERY": args.read_only_gallery,
+        "GALLERY_MAX_ENTRIES": args.gallery_max_entries,
+        "GALLERY_MAX_BYTES": int(args.gallery_max_mb * 1024 * 1024),
+        "ALLOWED_HOSTS": args.allowed_hosts,
+        "MAX_REQUEST_PIXELS": args.max_request_pixels,
     }
 
 

@@ -62,20 +62,20 @@ def _image_instances(spec):
         "type": "object",
         "required": ["b64"],
         "additionalProperties": False,
-        "properties": {"b64": {"type": "string", "format": "byte", "description": "base64 of an encoded image file (PNG, JPEG, ...)."}},
+        "properties": {"b64": {"type": "string", "format": "byte", "description": "base64 of a PNG or JPEG file."}},
     }
     return [b64, *shapes]
 
 
 def _photo_body(example, **fields):
     """A photo upload: multipart (a browser form) or JSON with TF Serving's {"b64": ...}."""
-    form = {"image": {"type": "string", "format": "binary", "description": "The photo file (PNG, JPEG, ...)."}}
+    form = {"image": {"type": "string", "format": "binary", "description": "The photo file (PNG or JPEG)."}}
     form.update({key: {"type": "string", "description": schema["description"]} for key, schema in fields.items()})
     b64 = {
         "type": "object",
         "required": ["b64"],
         "additionalProperties": False,
-        "properties": {"b64": {"type": "string", "format": "byte", "description": "base64 of the photo file."}},
+        "properties": {"b64": {"type": "string", "format": "byte", "description": "base64 of the photo file (PNG or JPEG)."}},
     }
     required = ["image"] + [key for key, schema in fields.items() if schema.pop("required", False)]
     return {
@@ -180,13 +180,16 @@ def build_spec(name, limits, input_spec=None, task=None):
     else:
         predict_summary = "Class probabilities for a batch of instances."
         predict_200 = "One row of probabilities per instance, in label order (see metadata)."
-    return {
+    spec = {
         "openapi": "3.0.3",
         "info": {
             "title": "disttrain model server",
             "version": "1",
             "description": "TensorFlow-Serving-shaped REST API for the model disttrain trained. "
-            'Every error is JSON: {"error": "<message>"}.',
+            'Every error is JSON: {"error": "<message>"}. '
+            "With a token configured (--api-token-file), gallery writes, or every /v1 call (--token-required-for all), "
+            "need `Authorization: Bearer <token>`. POST bodies must be application/json or multipart/form-data; multipart "
+            "also needs an X-Requested-With header. Images must be PNG or JPEG.",
         },
         "paths": {
             "/healthz": {
@@ -304,7 +307,7 @@ def build_spec(name, limits, input_spec=None, task=None):
                         task=STRING,
                         labels=_array(STRING),
                         input=_object(kind=_enum("text", "image")),  # plus height, width, channels for images
-                        limits=_object(max_instances=INTEGER, max_text_chars=INTEGER, max_upload_bytes=INTEGER),
+                        limits=_object(max_instances=INTEGER, max_text_chars=INTEGER, max_upload_bytes=INTEGER, max_request_pixels=INTEGER),
                     ),
                 ),
                 # Probabilities for a classifier; embedding components (-1..1) for a faces model.
@@ -328,6 +331,37 @@ def build_spec(name, limits, input_spec=None, task=None):
                     "face.confidence, the face detector's score, higher is more face-like, not a probability); note appears when "
                     "several faces were found or the gallery is empty.",
                 },
-            }
+            },
+            "securitySchemes": {"bearerToken": {"type": "http", "scheme": "bearer", "description": "--api-token-file's token"}},
         },
     }
+    return _with_security_responses(spec)
+
+
+# What security.py and uploads.py may answer, by operation (the probes skip every check).
+SECURITY_RESPONSES = {
+    "any": {"400": "The Host header is not in --allowed-hosts."},
+    "api": {"401": "This call needs the API token (Authorization: Bearer), or the token is wrong."},
+    "write": {"403": "A cross-site browser request (Origin, Sec-Fetch-Site), multipart without X-Requested-With, or a write to a --read-only-gallery."},
+    "body": {"415": "The body is not application/json or multipart/form-data, or an image is not a PNG or JPEG."},
+    "images": {"413": "Images over --max-request-pixels in total, or the body over the upload limit."},
+    "enrol": {"507": "The gallery is full: --gallery-max-entries or --gallery-max-mb."},
+}
+
+
+def _with_security_responses(spec):
+    for path, operations in spec["paths"].items():
+        if path in ("/healthz", "/readyz"):
+            continue
+        for method, operation in operations.items():
+            if method not in ("get", "post", "delete"):
+                continue  # path-level "parameters"
+            kinds = ["any"]
+            kinds += ["api"] if path.startswith("/v1/") else []
+            kinds += ["write"] if method in ("post", "delete") else []
+            kinds += ["body", "images"] if method == "post" else []
+            kinds += ["enrol"] if (path, method) == ("/v1/gallery", "post") else []
+            for kind in kinds:
+                for status, description in SECURITY_RESPONSES[kind].items():
+                    operation["responses"].setdefault(status, _response(description))
+    return spec

@@ -9,9 +9,6 @@ from disttrain_server.errors import ModelUnavailable
 
 bp = Blueprint("web", __name__)
 
-# The page and its script/style come from this server only; nothing is fetched from outside.
-CSP = "default-src 'self'; img-src 'self' data: blob:; object-src 'none'; base-uri 'none'; form-action 'self'"
-
 # What the browser tab says the page is for, by the served model's task.
 TASK_TITLES = {"text": "text classifier", "image": "image classifier", "faces": "face search"}
 
@@ -46,9 +43,13 @@ def index():
     except ModelUnavailable as err:
         loaded, unavailable = None, err.reason
     name = current_app.config["MODEL_NAME"]
-    html = render_template("index.html", title=page_title(name, loaded), name=name, model=loaded,
-                           unavailable=unavailable, limits=limits())
-    return html, {"Content-Security-Policy": CSP}
+    # The page learns what the API will ask of it: which calls need the token (it asks the user for it
+    # on the first 401 either way) and whether the gallery takes changes at all.
+    config = current_app.config
+    token_required_for = config["TOKEN_REQUIRED_FOR"] if config["API_TOKEN"] is not None else ""
+    return render_template("index.html", title=page_title(name, loaded), name=name, model=loaded,
+                           unavailable=unavailable, limits=limits(), token_required_for=token_required_for,
+                           read_only_gallery=config["READ_ONLY_GALLERY"])
 
 
 @bp.get("/favicon.ico")

@@ -70,8 +70,7 @@
 
   async function refreshVersion() {
     // A newly published model may have been picked up since the page was rendered.
-    const response = await fetch("/v1/models/" + encodeURIComponent(name));
-    const status = (await response.json()).model_version_status[0];
+    const status = (await disttrainApi.call("GET", "/v1/models/" + encodeURIComponent(name))).model_version_status[0];
     const version = document.getElementById("version");
     if (!version || status.state !== "AVAILABLE" || version.dataset.version === status.version) return;
     const published = new Date(Number(status.version) * 1000).toISOString(); // 2026-01-31T12:34:56.000Z
@@ -85,13 +84,9 @@
     button.disabled = true;
     result.replaceChildren(element("p", "muted", "Predicting…"));
     try {
-      const response = await fetch("/v1/models/" + encodeURIComponent(name) + ":predict", {
-        method: "POST",
-        headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ instances: [await instance()] }),
-      });
-      const body = await response.json().catch(() => ({}));
-      if (!response.ok) throw new Error(body.error || "HTTP " + response.status);
+      // disttrainApi (api.js) adds the headers the server asks for and the token once given.
+      const body = await disttrainApi.call("POST", "/v1/models/" + encodeURIComponent(name) + ":predict",
+        JSON.stringify({ instances: [await instance()] }));
       showProbabilities(body.predictions[0]);
       refreshVersion().catch(() => {});
     } catch (err) {

@@ -1,6 +1,7 @@
 // The face page calls the same JSON API as any other client:
 // POST /v1/models/NAME:search, GET/POST /v1/gallery, DELETE /v1/gallery/ID.
-// Photos go up as multipart forms (no base64: a third smaller).
+// Photos go up as multipart forms (no base64: a third smaller). Every call goes through
+// disttrainApi (api.js): the headers the server asks for, and the API token once the user gave it.
 (function () {
   "use strict";
 
@@ -17,6 +18,9 @@
   const enrolStatus = document.getElementById("enrol-status");
   const gallery = document.getElementById("gallery");
   const galleryCount = document.getElementById("gallery-count");
+  // Every /v1 call needs the token: an <img src> cannot send it, so thumbnails are fetched.
+  const tokenForReads = app.dataset.tokenRequiredFor === "all";
+  const readOnly = app.dataset.readOnlyGallery === "true";
   const PREVIEW_MAX = 320; // CSS pixels; the box is drawn in the photo's own pixels, scaled the same way
 
   let shown = null; // the decoded photo on the canvas, to redraw it with its face box
@@ -28,11 +32,17 @@
     return node;
   }
 
-  async function call(method, url, body) {
-    const response = await fetch(url, { method, body });
-    const answer = await response.json().catch(() => ({}));
-    if (!response.ok) throw new Error(answer.error || "HTTP " + response.status);
-    return answer;
+  const call = disttrainApi.call;
+
+  function showThumbnail(img, url) {
+    if (!tokenForReads) {
+      img.src = url; // the browser may keep it (Cache-Control: private)
+      return;
+    }
+    disttrainApi.imageUrl(url).then((objectUrl) => {
+      img.addEventListener("load", () => URL.revokeObjectURL(objectUrl), { once: true });
+      img.src = objectUrl;
+    }).catch(() => {});
   }
 
   function form(fields) {
@@ -75,7 +85,7 @@
     answer.matches.forEach((match, rank) => {
       const item = element("li", rank === 0 ? "match best" : "match");
       const thumb = element("img", "thumb");
-      thumb.src = "/v1/gallery/" + encodeURIComponent(match.id) + "/thumbnail.png";
+      showThumbnail(thumb, "/v1/gallery/" + encodeURIComponent(match.id) + "/thumbnail.png");
       thumb.alt = match.name;
       const text = element("div", "match-text");
       text.append(element("span", "match-name", match.name), element("span", "match-distance", match.distance.toFixed(3)));
@@ -132,8 +142,12 @@
         const item = element("li", "gallery-entry");
         item.dataset.id = entry.id;
         const thumb = element("img", "thumb");
-        thumb.src = entry.thumbnail;
+        showThumbnail(thumb, entry.thumbnail);
         thumb.alt = entry.name;
+        if (readOnly) {
+          item.append(thumb, element("span", "entry-name", entry.name));
+          return item;
+        }
         const remove = element("button", "delete", "Delete");
         remove.type = "button";
         remove.title = "Remove " + entry.name + " from the gallery";
@@ -172,6 +186,6 @@
     }
   }
 
-  enrolButton.addEventListener("click", enrol);
+  if (enrolButton) enrolButton.addEventListener("click", enrol);
   refreshGallery().catch((err) => gallery.replaceChildren(element("li", "error", err.message)));
 })();
