@@ -29,6 +29,10 @@ class LockedCascade:
         with self._lock:
             return self._cascade.detectMultiScale(*args, **kwargs)
 
+    def detectMultiScale3(self, *args, **kwargs):  # noqa: N802 - OpenCV's name; faces.detect_faces calls this one
+        with self._lock:
+            return self._cascade.detectMultiScale3(*args, **kwargs)
+
 
 POLICIES = {
     "per-thread": None,  # faces._cascade as shipped

@@ -66,6 +66,7 @@ def test_enrol_on_the_page_then_find_the_person_in_another_photo(page, faces_dem
     assert names[0] == "Grace" and distances == sorted(distances) and distances[0] < 0.5
     assert page.is_visible("#preview") and page.is_visible("#face-box")
     assert page.inner_text("#face-box").startswith("Face at (")
+    assert " · confidence " in page.inner_text("#face-box") and " eye" in page.inner_text("#face-box")  # the API's face object
     # The canvas shows the photo (195x195 at zoom 1.3) with the yellow box drawn on it.
     assert page.evaluate("() => [preview.width, preview.height]") == [195, 195]
     assert page.evaluate("""(() => {

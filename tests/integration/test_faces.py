@@ -15,13 +15,15 @@ def test_detection_finds_the_astronaut_and_nothing_in_a_blank_image():
     from skimage.data import astronaut
 
     image = astronaut()[..., ::-1].copy()  # skimage gives RGB, OpenCV works in BGR
-    boxes = detect_faces(image)
-    assert boxes, "no face found in the astronaut image"
-    x, y, w, h = boxes[0]
+    candidates = detect_faces(image)
+    assert candidates, "no face found in the astronaut image"
+    x, y, w, h = candidates[0].box
     # Eileen Collins' face is in the upper middle of the 512 x 512 picture
     assert 150 < x + w / 2 < 300 and 60 < y + h / 2 < 200 and 60 < w < 160
-    crop, box, found = find_face(image)
-    assert crop.shape == (32, 32, 1) and crop.dtype == np.uint8 and box == boxes[0] and found == len(boxes)
+    assert candidates[0].eyes >= 1 and candidates[0].confidence > 2
+    face = find_face(image)
+    assert face.crop.shape == (32, 32, 1) and face.crop.dtype == np.uint8 and face.box == candidates[0].box
+    assert face.found == len(candidates) and face.confidence == candidates[0].confidence
     with pytest.raises(NoFaceFound, match="no face"):
         find_face(np.full((300, 300, 3), 128, np.uint8))
 

@@ -57,6 +57,97 @@ def side_by_side(big, small, factor=1.5):
     return canvas
 
 
+# ------------------------------------------------------- distractor photos (issue 14)
+# One real face and a textured region that the face cascade alone can take for a face
+# (a patterned shirt, a striped wall): the detector must box the face, not the texture.
+
+TEXTURES = ("stripes", "fine-stripes", "plaid", "checker", "blobs", "gravel")
+
+
+def texture(kind, height, width):
+    """A grayscale uint8 texture: high-frequency patterns like shirts, walls and posters."""
+    yy, xx = np.mgrid[:height, :width].astype(np.float32)
+    if kind == "stripes":
+        pattern = 127 + 127 * np.sin(xx / 3 + yy / 7)
+    elif kind == "fine-stripes":
+        pattern = 127 + 127 * np.sin(xx / 2 + yy / 50)
+    elif kind == "plaid":
+        pattern = 30 + 64 * (np.sin(xx / 5) > 0) + 64 * (np.sin(yy / 5) > 0) + 64 * ((xx // 24 + yy // 24) % 2)
+    elif kind == "checker":
+        pattern = 255 * ((yy // 8 + xx // 8) % 2)
+    elif kind == "blobs":
+        from skimage.data import binary_blobs
+
+        side = max(height, width)
+        pattern = 255 * binary_blobs(length=side, blob_size_fraction=0.04, rng=1)[:height, :width]
+    elif kind == "gravel":
+        from skimage.data import gravel
+
+        pattern = cv2.resize(gravel(), (width, height))
+    else:
+        raise ValueError(f"unknown texture {kind!r}")
+    return np.clip(pattern, 0, 255).astype(np.uint8)
+
+
+def _bgr(gray):
+    return cv2.cvtColor(gray, cv2.COLOR_GRAY2BGR) if gray.ndim == 2 else gray
+
+
+def beside(photo, kind, left=False):
+    """The photo with a texture panel of its own size on its right (or left)."""
+    photo = _bgr(photo)
+    panel = _bgr(texture(kind, *photo.shape[:2]))
+    return np.ascontiguousarray(np.concatenate([panel, photo] if left else [photo, panel], axis=1))
+
+
+def patterned_shirt(photo, kind, below=0.55):
+    """The photo with everything under `below` of its height (the clothes) replaced by a texture."""
+    photo = _bgr(photo).copy()
+    top = int(photo.shape[0] * below)
+    photo[top:] = _bgr(texture(kind, photo.shape[0] - top, photo.shape[1]))
+    return photo
+
+
+def portrait(face_photo, kind, scale=3):
+    """A phone-sized portrait of a sample person: the photo enlarged `scale` times, standing
+    above a patterned shirt that fills the lower part, next to a textured wall."""
+    big = cv2.resize(face_photo, None, fx=scale, fy=scale, interpolation=cv2.INTER_CUBIC)
+    body = texture(kind, big.shape[0] // 2, big.shape[1])
+    return beside(np.concatenate([big, body]), "gravel" if kind != "gravel" else "plaid")
+
+
+def distractor_photos():
+    """[(name, BGR photo, the real face's box)]: the astronaut and sample people with textures.
+    The real face's box is where the face is in the photo without the texture (moved with it)."""
+    from disttrain_contract.faces import find_face
+
+    photos = []
+    ast = astronaut()
+    face = find_face(ast).box
+    width = ast.shape[1]
+    # (a sample of the combinations: each 512 x 1024 photo costs 0.1-0.5 s of detection, and make test is full)
+    for kind in ("stripes", "fine-stripes", "blobs"):
+        photos.append((f"astronaut|{kind}", beside(ast, kind), face))
+    for kind in ("blobs", "plaid"):
+        photos.append((f"{kind}|astronaut", beside(ast, kind, left=True), (face[0] + width, *face[1:])))
+    for kind in ("stripes", "plaid", "checker"):
+        photos.append((f"astronaut in a {kind} suit", patterned_shirt(ast, kind), face))
+    small = cv2.resize(ast, None, fx=0.6, fy=0.6, interpolation=cv2.INTER_AREA)
+    photos.append(("small astronaut|stripes", beside(small, "stripes"), find_face(small).box))
+    for i, kind in zip((0, 3, 7, 12, 21, 50), TEXTURES):
+        photo = portrait(lfw_photos()[i], kind)
+        photos.append((f"lfw-{i:03d} portrait, {kind} shirt", photo, find_face(cv2.resize(lfw_photos()[i], None, fx=3, fy=3,
+                                                                                           interpolation=cv2.INTER_CUBIC)).box))
+    return photos
+
+
+def same_face(box, truth, tolerance=0.25):
+    """The chosen box is the real face: centres within `tolerance` of its size, sizes within 1.5x."""
+    (x, y, w, h), (tx, ty, tw, th) = box, truth
+    return (abs(x + w / 2 - tx - tw / 2) <= tolerance * tw and abs(y + h / 2 - ty - th / 2) <= tolerance * th
+            and 1 / 1.5 <= w / tw <= 1.5)
+
+
 def blank(height=300, width=300):
     return np.full((height, width, 3), 200, np.uint8)
 

@@ -16,15 +16,15 @@ THREADS, ROUNDS = 8, 25  # 200 detections, every round started together by a bar
 
 
 def answer(photo):
-    """Everything find_face returns, comparable with ==: the crop's bytes, the box, the number of faces.
+    """Everything find_face returns, comparable with ==: the crop's bytes, the box, the confidence, the eyes, the number of faces.
     "no face" or an error is an answer too (a wrong one here): raising would break the other threads' barrier."""
     try:
-        crop, box, found = faces.find_face(photo)
+        crop, box, confidence, eyes, found = faces.find_face(photo)
     except faces.NoFaceFound:
-        return None, "no face", 0
+        return None, "no face", 0, 0, 0
     except Exception as err:  # noqa: BLE001 - an OpenCV error in a shared cascade is a wrong answer to count
-        return None, f"{type(err).__name__}: {str(err)[:80]}", 0
-    return crop.tobytes(), box, found
+        return None, f"{type(err).__name__}: {str(err)[:80]}", 0, 0, 0
+    return crop.tobytes(), box, confidence, eyes, found
 
 
 def test_every_thread_gets_the_serial_answer():

@@ -247,8 +247,8 @@ def main(argv=None):
 
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     x_test = as_model_input(manifest.task, x_test)
-    def held_out(model):
-        return {f"test_{key}": value for key, value in evaluate(model, manifest.task, x_test, y_test, manifest.seed).items()}
+    def held_out(model, meta):  # meta: a faces model is fed crops preprocessed its own way (faces.preprocessing_of)
+        return {f"test_{key}": value for key, value in evaluate(model, manifest.task, x_test, y_test, manifest.seed, meta).items()}
 
     # ------------------------------- check, evaluate, sum: one model at a time
     # Holding every worker model at once costs memory in proportion to the worker count;
@@ -270,7 +270,7 @@ def main(argv=None):
         rows.append({"name": f"worker {marker['worker_index']}" if strategy == "average" else PROMOTED[strategy],
                      "worker_index": marker["worker_index"],
                      "examples": marker["examples"] if strategy == "average" else manifest.train_examples,
-                     **held_out(model)})
+                     **held_out(model, meta)})
         if strategy == "average":
             weighted_sum.add(model.get_weights(), marker["examples"])
         if final is None:  # multiworker, localsgd: the chief's model as is
@@ -285,7 +285,7 @@ def main(argv=None):
     if strategy == "average":  # same architecture, so worker 0's model can carry the average
         final.set_weights(weighted_sum.mean())
     del weighted_sum  # float64: twice a model's weights, not needed while publishing
-    final_metrics = held_out(final)
+    final_metrics = held_out(final, final_meta)
     # the examples behind the final model: fewer than the data set's when workers were left out
     trained_on = sum(m["examples"] for m in markers) if strategy == "average" else manifest.train_examples
     histories = [load_metrics(d) for d in worker_dirs]
@@ -387,8 +387,8 @@ def evaluate_published(path_or_glob, manifest, held_out):
     try:
         why = gate.comparable(read_meta(path), manifest)
         if why is None:
-            model, _ = load_model(path)
-            accuracy = held_out(model)["test_accuracy"]
+            model, meta = load_model(path)
+            accuracy = held_out(model, meta)["test_accuracy"]
             del model
             gc.collect(1)
     except ContractError as err:
@@ -440,6 +440,18 @@ def print_table(report):
     if report["task"] == "faces":
         held_out += f" of {report['final']['test_people']} people never seen in training"
     print(held_out + "\n")
+    if report["task"] == "faces" and "test_darker_margin" in report["final"]:
+        print_hard_queries(report["final"])
+
+
+def print_hard_queries(final):
+    """The harder retrieval (evaluation.evaluate_retrieval): each held-out person's gallery photo, altered."""
+    print(f"{'final model, query':<24}{'top-1':>10}{'right dist':>12}{'wrong dist':>12}{'margin':>10}")
+    print("-" * 68)
+    for kind, title in (("darker", "0.7x darker"), ("rotated", "rotated 6 degrees"), ("smaller", "1/3 resolution")):
+        print(f"{title:<24}{final[f'test_{kind}_top1_accuracy']:>10.4f}{final[f'test_{kind}_right_distance']:>12.4f}"
+              f"{final[f'test_{kind}_nearest_wrong_distance']:>12.4f}{final[f'test_{kind}_margin']:>9.2f}x")
+    print("margin: mean distance to the nearest wrong person / to the right one\n")
 
 
 def plot_report(report, histories, path):
@@ -454,7 +466,9 @@ def plot_report(report, histories, path):
 
     from disttrain_contract import atomic_path
 
-    fig, (bars, curves) = plt.subplots(1, 2, figsize=(11, 4))
+    hard = report["task"] == "faces" and "test_darker_margin" in report["final"]  # issue 14's harder queries
+    fig, axes = plt.subplots(1, 3 if hard else 2, figsize=(16 if hard else 11, 4))
+    bars, curves = axes[0], axes[1]
     names = [r["name"] for r in report["workers"]] + ["final"]
     values = [r["test_accuracy"] for r in report["workers"]] + [report["final"]["test_accuracy"]]
     colors = ["#8da0cb"] * len(report["workers"]) + ["#fc8d62"]
@@ -474,10 +488,30 @@ def plot_report(report, histories, path):
     curves.set_ylabel("held-out accuracy")
     curves.set_title("training curves")
     curves.legend()
+    if hard:
+        plot_hard_queries(axes[2], report["final"])
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)
+
+
+def plot_hard_queries(axis, final):
+    """The final model's distances to the right person and to the nearest wrong one, per altered query."""
+    kinds = [("darker", "0.7x darker"), ("rotated", "rotated 6°"), ("smaller", "1/3 resolution")]
+    x = np.arange(len(kinds))
+    right = [final[f"test_{k}_right_distance"] for k, _ in kinds]
+    wrong = [final[f"test_{k}_nearest_wrong_distance"] for k, _ in kinds]
+    axis.bar(x - 0.2, right, 0.4, label="right person", color="#66c2a5")
+    axis.bar(x + 0.2, wrong, 0.4, label="nearest wrong person", color="#e78ac3")
+    for i, (k, _) in enumerate(kinds):
+        axis.text(i, max(right[i], wrong[i]), f"top-1 {final[f'test_{k}_top1_accuracy']:.2f}\n{final[f'test_{k}_margin']:.1f}x",
+                  ha="center", va="bottom", fontsize=8)
+    axis.set_xticks(x, [title for _, title in kinds])
+    axis.set_ylabel("mean embedding distance")
+    axis.set_ylim(0, max(wrong + right) * 1.35)
+    axis.set_title("final model: altered gallery photos as queries")
+    axis.legend(fontsize=8, loc="upper left")
 
 
 def cli():

@@ -6,6 +6,11 @@ Faces: retrieval on held-out people. The gallery holds each person's first
 photo; the query is an augmented view of another photo of that person (of the
 same photo when there is only one). Top-1 accuracy = the nearest gallery entry
 is the right person; plus the mean distance to the same person and to others.
+The harder part (issue 14): the gallery photo itself, 0.7x darker, rotated 6
+degrees, or at 1/3 resolution (faces.hard_query), as the query: top-1 for each,
+and the margin, the mean distance to the nearest wrong person over the mean
+distance to the right one (1.5 means the nearest stranger is 1.5x farther).
+Every crop goes through the model's own preprocessing version (faces.preprocess).
 """
 
 import numpy as np
@@ -41,10 +46,13 @@ def call_in_chunks(fn, x, batch=512):
     return np.concatenate(outputs).astype(np.float64)
 
 
-def evaluate(model, task, x, y, seed=0):
-    """A dict with at least "accuracy" (and "loss" for classification)."""
+def evaluate(model, task, x, y, seed=0, meta=None):
+    """A dict with at least "accuracy" (and "loss" for classification). `meta`: the model's
+    disttrain.json, for a faces model's preprocessing version (None: the trainer's current one)."""
     if task == "faces":
-        return evaluate_retrieval(model, x, y, seed)
+        from disttrain_contract.faces import FACE_PREPROCESSING, preprocessing_of
+
+        return evaluate_retrieval(model, x, y, seed, FACE_PREPROCESSING if meta is None else preprocessing_of(meta))
     probs = predict(model, x)
     labels = np.asarray(y)
     picked = np.clip(probs[np.arange(len(labels)), labels], 1e-7, 1.0)
@@ -57,8 +65,11 @@ def pairwise_distances(a, b):
     return np.sqrt(np.maximum(squared, 0.0))
 
 
-def evaluate_retrieval(model, x, y, seed=0):
-    from disttrain_contract.faces import augment
+def evaluate_retrieval(model, x, y, seed=0, preprocessing=1):
+    from disttrain_contract.faces import HARD_QUERIES, augment, hard_query, preprocess
+
+    def embed(crops):
+        return predict(model, preprocess(np.stack(crops), preprocessing))
 
     rng = np.random.default_rng(seed)
     people = sorted(set(int(v) for v in y))
@@ -67,15 +78,34 @@ def evaluate_retrieval(model, x, y, seed=0):
         photos = np.flatnonzero(np.asarray(y) == person)
         gallery.append(x[photos[0]])
         queries.append(augment(x[photos[1] if len(photos) > 1 else photos[0]], rng))
-    distances = pairwise_distances(predict(model, np.stack(queries)), predict(model, np.stack(gallery)))
+    gallery_vectors = embed(gallery)
+    distances = pairwise_distances(embed(queries), gallery_vectors)
     n = len(people)
     same = distances[np.arange(n), np.arange(n)]
     others = distances[~np.eye(n, dtype=bool)]
     top1 = float((distances.argmin(axis=1) == np.arange(n)).mean())
-    return {
+    result = {
         "accuracy": top1,
         "top1_accuracy": top1,
         "same_person_distance": float(same.mean()),
         "different_person_distance": float(others.mean()),
         "people": n,
+    }
+    for kind in HARD_QUERIES:
+        hard = pairwise_distances(embed([hard_query(face, kind) for face in gallery]), gallery_vectors)
+        result.update({f"{kind}_{key}": value for key, value in retrieval_margin(hard).items()})
+    return result
+
+
+def retrieval_margin(distances):
+    """Queries (rows) against a gallery (columns) where query i is person i: top-1, the mean
+    distance to the right person, to the nearest wrong one, and their ratio (the margin)."""
+    n = len(distances)
+    right = distances[np.arange(n), np.arange(n)]
+    wrong = np.where(np.eye(n, dtype=bool), np.inf, distances).min(axis=1)
+    return {
+        "top1_accuracy": float((distances.argmin(axis=1) == np.arange(n)).mean()),
+        "right_distance": float(right.mean()),
+        "nearest_wrong_distance": float(wrong.mean()),
+        "margin": float(wrong.mean() / max(right.mean(), 1e-9)),
     }

@@ -381,7 +381,7 @@ def faces(spec, kind, arg):
             if image is None:
                 with open(where, "rb") as fh:
                     image = decode_photo(fh.read())
-            crop, _, _ = find_face(image)
+            crop = find_face(image).crop  # as cut out: the trainer preprocesses each augmented view
         except NoFaceFound:
             skipped.append((where, "no face found"))
             continue

@@ -90,7 +90,13 @@ def face_of(data):
 
 
 def several_faces_note(found):
-    return f"{found} faces found; used the largest" if found > 1 else None
+    return f"{found} faces found; used the most face-like (eyes found, then detector confidence)" if found > 1 else None
+
+
+def face_object(face):
+    """The `face` of a search answer: the box used, the face cascade's confidence (its last
+    stage's score, higher is more face-like; not a probability) and the eyes found in it."""
+    return {"box": [int(v) for v in face.box], "confidence": face.confidence, "eyes": int(face.eyes)}
 
 
 def top_k(fields):
@@ -107,13 +113,13 @@ def search(model_name):
     loaded = faces_model(model_name)
     data, fields = read_upload(SEARCH_EXAMPLE)
     k = top_k(fields)
-    _, crop, box, found = face_of(data)
-    matches = gallery().search(loaded, crop, k)
-    notes = [several_faces_note(found), None if matches else "the gallery is empty: enrol people with POST /v1/gallery"]
+    _, face = face_of(data)
+    matches = gallery().search(loaded, face.crop, k)
+    notes = [several_faces_note(face.found), None if matches else "the gallery is empty: enrol people with POST /v1/gallery"]
     body = {
         "model_spec": {"name": model_name, "version": str(loaded.version)},
-        "face": {"box": [int(v) for v in box]},
-        "faces_found": found,
+        "face": face_object(face),
+        "faces_found": face.found,
         "matches": matches,
     }
     if any(notes):

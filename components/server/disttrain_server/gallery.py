@@ -1,8 +1,9 @@
 """The face gallery: enrolled people on the shared volume, searched by embedding distance.
 
     GALLERY/                     (default WORKDIR/gallery, --gallery)
-      index.json                 {"entries": [{"id", "name", "box", "faces_found", "created", "photo_sha256", "source"}]}
-      faces/<id>.png             the 32x32 grayscale crop the model embeds (disttrain_contract.faces.find_face's)
+      index.json                 {"entries": [{"id", "name", "box", "confidence", "eyes", "faces_found", "created", "photo_sha256", "source"}]}
+      faces/<id>.png             the 32x32 grayscale crop as cut out (disttrain_contract.faces.find_face's); each
+                                 model preprocesses it its own way when it embeds it (LoadedModel.predict)
       thumbs/<id>.png            a small colour thumbnail of the face, for the web page
       embeddings/<model>.npz     ids and embeddings of the entries under one model (LoadedModel.cache_key)
       .lock                      flock'ed by every writer
@@ -75,13 +76,12 @@ def check_name(value):
 
 
 def read_face(data):
-    """(BGR image, crop, box, faces found) for an uploaded photo; ContractError or NoFaceFound if unusable.
+    """(BGR image, FoundFace) for an uploaded photo; ContractError or NoFaceFound if unusable.
 
     The same decode and detector as the copier used for training, so a face is
     cut out of an upload exactly as out of a training photo."""
     image = decode_photo(data)
-    crop, box, found = find_face(image)
-    return image, crop, box, found
+    return image, find_face(image)
 
 
 def thumbnail(image, box, size=THUMBNAIL_SIZE, margin=THUMBNAIL_MARGIN):
@@ -125,7 +125,8 @@ def _stat_key(path):
 
 def public(entry):
     """An index entry as the API shows it (the photo hash is only for idempotent seeding)."""
-    shown = {key: entry[key] for key in ("id", "name", "box", "faces_found", "created", "source") if key in entry}
+    shown = {key: entry[key] for key in ("id", "name", "box", "confidence", "eyes", "faces_found", "created", "source")
+             if key in entry}  # (entries enrolled before issue 14 have no confidence or eyes)
     shown["thumbnail"] = f"/v1/gallery/{entry['id']}/thumbnail.png"
     return shown
 
@@ -215,7 +216,8 @@ class Gallery:
         digest = hashlib.sha256(data).hexdigest()
         if unique and (existing := self._same_photo(self.entries(), name, digest)):
             return existing, False  # the common re-seed case: no decoding, no lock
-        image, crop, box, found = face or read_face(data)
+        image, face = face or read_face(data)
+        crop, box, found = face.crop, face.box, face.found
         # The slow parts (detection above, the model) run before the lock: writers only wait for file writes.
         vector = self._embed(model, [crop])[0] if model is not None else None
         crop_png, thumbnail_png = _png(crop), thumbnail(image, box)
@@ -229,6 +231,8 @@ class Gallery:
                 "id": entry_id,
                 "name": name,
                 "box": [int(v) for v in box],
+                "confidence": face.confidence,
+                "eyes": int(face.eyes),
                 "faces_found": int(found),
                 "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 "photo_sha256": digest,

@@ -79,9 +79,22 @@ class LoadedModel:
     def input_spec(self):
         return self.meta["input"]
 
+    @property
+    def face_preprocessing(self):
+        """A faces model's preprocessing version (disttrain_contract.faces; 1 for a model
+        saved before the field existed), checked at load; None for classifiers."""
+        from disttrain_contract.faces import preprocessing_of
+
+        return preprocessing_of(self.meta) if self.is_faces else None
+
     def predict(self, batch):
         """Softmax probabilities [n, n_labels] (faces: embeddings [n, embedding_size]) as float64
-        for a batch built by instances.to_batch."""
+        for a batch built by instances.to_batch. A faces model gets its crops preprocessed the
+        way it was trained (gallery faces, search queries and :predict alike)."""
+        if self.is_faces:
+            from disttrain_contract.faces import preprocess
+
+            batch = preprocess(batch, self.face_preprocessing)
         return self.batcher.predict(batch) if self.batcher else self.serve(batch)
 
 
@@ -127,7 +140,7 @@ def _check_artifact(model, meta, path):
 
 def _check_face_model(meta, spec, outputs, path):
     """The gallery crops faces with disttrain_contract.faces, so the model must take exactly those crops."""
-    from disttrain_contract.faces import FACE_SIZE
+    from disttrain_contract.faces import FACE_SIZE, preprocessing_of
 
     if spec["kind"] != "image" or (spec["height"], spec["width"], spec["channels"]) != (FACE_SIZE, FACE_SIZE, 1):
         raise ContractError(f"{path}: a faces model must take {FACE_SIZE}x{FACE_SIZE}x1 face crops, its input is {spec}")
@@ -136,6 +149,10 @@ def _check_face_model(meta, spec, outputs, path):
         raise ContractError(f"{path}: a faces model's disttrain.json needs a positive integer embedding_size")
     if outputs != size:
         raise ContractError(f"{path}: the model has {outputs} outputs but disttrain.json says embedding_size {size}")
+    try:
+        preprocessing_of(meta)
+    except ContractError as err:
+        raise ContractError(f"{path}: {err}") from None
 
 
 class ModelStore:

@@ -90,7 +90,7 @@ def _photo_body(example, **fields):
 def _gallery_paths(limits, model_name, unknown_model):
     entry_id = {"name": "entry_id", "in": "path", "required": True, "schema": STRING, "description": "A gallery entry's id."}
     no_entry = _response("No gallery entry with this id.")
-    upload = f"The photo goes through the same face detector as the training photos; the largest face is used. The body may be at most {limits['max_upload_bytes']} bytes."
+    upload = f"The photo goes through the same face detector as the training photos; the most face-like one is used (eyes found in it, then the detector's confidence). The body may be at most {limits['max_upload_bytes']} bytes."
     return {
         "/v1/models/{model_name}:search": {
             "post": {
@@ -313,7 +313,9 @@ def build_spec(name, limits, input_spec=None, task=None):
                 # Probabilities for a classifier; embedding components (-1..1) for a faces model.
                 "Predictions": _object(predictions=_array(_array({"type": "number", "minimum": -1 if task == "faces" else 0, "maximum": 1}))),
                 "GalleryEntry": {
-                    **_object(id=STRING, name=STRING, box=_array(INTEGER), faces_found=INTEGER, created=STRING, thumbnail=STRING),
+                    # confidence and eyes: entries enrolled before the detector reported them have neither
+                    **_with_optional(_object(id=STRING, name=STRING, box=_array(INTEGER), faces_found=INTEGER, created=STRING,
+                                             thumbnail=STRING), confidence={"type": "number"}, eyes=INTEGER),
                     "description": "box is [x, y, width, height] of the face in the enrolled photo; thumbnail is its URL path; "
                     "source is 'api' or 'seed:<file>'; note (on enrolment) says if the photo had several faces.",
                 },
@@ -321,11 +323,12 @@ def build_spec(name, limits, input_spec=None, task=None):
                 "SearchResult": {
                     **_object(
                         model_spec=_object(name=STRING, version=STRING),
-                        face=_object(box=_array(INTEGER)),
+                        face=_object(box=_array(INTEGER), confidence={"type": "number"}, eyes=INTEGER),
                         faces_found=INTEGER,
                         matches=_array(_object(name=STRING, id=STRING, distance={"type": "number", "minimum": 0})),
                     ),
-                    "description": "face.box is [x, y, width, height] of the face used (the largest); note appears when "
+                    "description": "face.box is [x, y, width, height] of the face used (the most face-like: eyes found, then "
+                    "face.confidence, the face detector's score, higher is more face-like, not a probability); note appears when "
                     "several faces were found or the gallery is empty.",
                 },
             },

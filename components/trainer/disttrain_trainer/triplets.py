@@ -13,7 +13,7 @@ give a gradient without collapsing onto the hardest outliers.
 import numpy as np
 import tensorflow as tf
 
-from disttrain_contract.faces import augment
+from disttrain_contract.faces import FACE_PREPROCESSING, augment, preprocess
 
 
 def pairwise_distances(embeddings):
@@ -46,7 +46,8 @@ def semi_hard_triplet_loss(labels, embeddings, margin):
 
 
 def view_batches(x, y, batch, views, seed):
-    """Endless (images, labels) batches of batch // views people x views augmented views."""
+    """Endless (images, labels) batches of batch // views people x views augmented views,
+    each preprocessed (faces.preprocess) exactly as the server prepares a crop for this model."""
     rng = np.random.default_rng(seed)
     photos_of = {}
     for i, person in enumerate(y):
@@ -58,6 +59,6 @@ def view_batches(x, y, batch, views, seed):
         images, labels = [], []
         for person in chosen:
             for photo in rng.choice(photos_of[person], size=views, replace=True):
-                images.append(augment(x[photo], rng))
+                images.append(preprocess(augment(x[photo], rng), FACE_PREPROCESSING))
                 labels.append(person)
         yield np.stack(images), np.asarray(labels, dtype=np.int64)

@@ -72,7 +72,9 @@
 
   function showMatches(answer) {
     const [x, y, w, h] = answer.face.box;
-    faceBox.textContent = "Face at (" + x + ", " + y + "), " + w + "×" + h + " px" + (answer.note ? " · " + answer.note : "");
+    const face = answer.face;
+    const sure = face.confidence === undefined ? "" : " · confidence " + face.confidence.toFixed(1) + ", " + face.eyes + (face.eyes === 1 ? " eye" : " eyes");
+    faceBox.textContent = "Face at (" + x + ", " + y + "), " + w + "×" + h + " px" + sure + (answer.note ? " · " + answer.note : "");
     faceBox.hidden = false;
     draw(answer.face.box);
     if (!answer.matches.length) {
