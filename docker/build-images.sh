@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the disttrain images (`make images`): disttrain-<component>:<tag> for each component.
 #
-#   docker/build-images.sh [component ...]        # default: copier trainer aggregator server
+#   docker/build-images.sh [component ...]        # default: copier trainer sweep aggregator server
 #
 # Env:
 #   DISTTRAIN_IMAGE_TAG   tag of the images (default latest)
@@ -31,7 +31,7 @@ TAG=${DISTTRAIN_IMAGE_TAG:-latest}
 MODE=${DISTTRAIN_IMAGE_MODE:-auto}
 ONLINE_BASE=python:3.11-slim
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(copier trainer aggregator server)
+[ ${#components[@]} -gt 0 ] || components=(copier trainer sweep aggregator server)
 
 if [ "$MODE" = auto ]; then
     if docker image inspect "$ONLINE_BASE" >/dev/null 2>&1 || timeout 60 docker pull -q "$ONLINE_BASE" >/dev/null 2>&1; then

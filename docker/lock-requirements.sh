@@ -2,7 +2,7 @@
 # Regenerate docker/requirements/<component>.txt: the full, exactly pinned dependency set of
 # each image (transitive dependencies included), resolved for Linux x86_64 / CPython 3.11.
 #
-#   docker/lock-requirements.sh [component ...]     # default: copier trainer aggregator server
+#   docker/lock-requirements.sh [component ...]     # default: copier trainer sweep aggregator server
 #
 # The direct dependencies are the component's pyproject.toml `dependencies` with the pins of
 # the root requirements.txt (docker/locks.py). Run it after changing requirements.txt or a
@@ -11,7 +11,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(copier trainer aggregator server)
+[ ${#components[@]} -gt 0 ] || components=(copier trainer sweep aggregator server)
 # Wheels that run on glibc 2.36 (Debian bookworm, the base images' libc) on x86_64.
 platforms=(--platform linux_x86_64 --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform manylinux2010_x86_64)
 for i in $(seq 5 36); do platforms+=(--platform "manylinux_2_${i}_x86_64"); done

@@ -15,7 +15,7 @@ import sys
 import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-COMPONENTS = ("copier", "trainer", "aggregator", "server")
+COMPONENTS = ("copier", "trainer", "sweep", "aggregator", "server")
 
 
 def canonical(name):

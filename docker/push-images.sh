@@ -12,7 +12,7 @@ REGISTRY=${REGISTRY:-${1:-}}
 REGISTRY=${REGISTRY%/}
 TAG=${DISTTRAIN_IMAGE_TAG:-latest}
 components=("$@")
-[ ${#components[@]} -gt 0 ] || components=(copier trainer aggregator server)
+[ ${#components[@]} -gt 0 ] || components=(copier trainer sweep aggregator server)
 for c in "${components[@]}"; do
     docker image inspect "disttrain-$c:$TAG" >/dev/null 2>&1 || { echo "disttrain-$c:$TAG is not built (make images)" >&2; exit 1; }
 done

@@ -20,6 +20,10 @@ TRAINER_PORT=${TRAINER_PORT:-23456}  # multiworker, localsgd: worker i listens o
 SYNC_EVERY=${SYNC_EVERY:-}         # localsgd: steps between two weight averages (default: the trainer's)
 PS=${PS:-1}                        # parameterserver: parameter servers (tasks: 1 chief + PS + WORKERS)
 AGGREGATOR_ARGS=${AGGREGATOR_ARGS:-}  # e.g. --force, --max-drop-vs-best-worker 5 (the quality gate)
+SWEEP=${SWEEP:-0}                  # 1: an Optuna sweep after the copier; the trainers take its best.json (make sweep)
+TRIALS=${TRIALS:-12}               # sweep: trials in total
+PARALLEL=${PARALLEL:-2}            # sweep: disttrain-sweep processes on the one study
+SWEEP_ARGS=${SWEEP_ARGS:-}         # sweep: more flags, e.g. "--epochs 2:4 --learning-rate 1e-3:1e-2"
 
 case "$TASK" in
   movie-reviews) SOURCE=${SOURCE:-sample:movie-reviews}; EPOCHS=${EPOCHS:-5}; BATCH=${BATCH:-64} ;;
@@ -33,14 +37,31 @@ esac
 STRATEGY=${STRATEGY:-average}
 
 # A fresh run: old markers must not satisfy this run's stages.
-rm -rf "$WORKDIR/data" "$WORKDIR/train" "$WORKDIR/final"
+rm -rf "$WORKDIR/data" "$WORKDIR/train" "$WORKDIR/final" "$WORKDIR/sweep"
 mkdir -p "$WORKDIR/logs"
 started=$(date +%s)
 
 echo "== copier: $SOURCE -> $WORKERS shards"
 "$BIN/disttrain-copier" --source "$SOURCE" --n-shards "$WORKERS" --workdir "$WORKDIR"
 
-echo "== trainer: $WORKERS workers, $STRATEGY, $EPOCHS epochs, batch $BATCH (logs in $WORKDIR/logs)"
+PARAMS_ARGS=()
+if [ "$SWEEP" = 1 ]; then
+  echo "== sweep: $TRIALS trials, $PARALLEL processes on one Optuna study (logs in $WORKDIR/logs/sweep-N.log)"
+  sweep_started=$(date +%s) pids=()
+  for ((i = 0; i < PARALLEL; i++)); do
+    # shellcheck disable=SC2086  # SWEEP_ARGS: several words
+    "$BIN/disttrain-sweep" --workdir "$WORKDIR" --trials "$TRIALS" --process-index "$i" --seed "$SEED" $SWEEP_ARGS \
+      > >(tee "$WORKDIR/logs/sweep-$i.log" | grep --line-buffered -v " epoch ") 2>&1 &
+    pids+=($!)
+  done
+  for pid in "${pids[@]}"; do
+    wait "$pid" || { echo "a sweep process failed; see $WORKDIR/logs" >&2; kill "${pids[@]}" 2>/dev/null || true; exit 1; }
+  done
+  echo "sweep wall time: $(( $(date +%s) - sweep_started ))s; $WORKDIR/sweep/best.json, trials.csv, history.png, importances.png, parallel.png"
+  PARAMS_ARGS=(--params-from "$WORKDIR/sweep/best.json")
+fi
+
+echo "== trainer: $WORKERS workers, $STRATEGY, $([ "$SWEEP" = 1 ] && echo "the sweep's parameters" || echo "$EPOCHS epochs, batch $BATCH") (logs in $WORKDIR/logs)"
 TASKS=$WORKERS PS_ARGS=()
 if [ "$STRATEGY" = parameterserver ]; then TASKS=$((1 + PS + WORKERS)) PS_ARGS=(--ps "$PS"); fi
 pids=()
@@ -48,7 +69,7 @@ for ((i = 0; i < TASKS; i++)); do
   # The whole output goes to the log file; our progress and error lines come through.
   "$BIN/disttrain-trainer" --workdir "$WORKDIR" --worker-index "$i" --workers "$WORKERS" --epochs "$EPOCHS" \
     --batch "$BATCH" --strategy "$STRATEGY" --seed "$SEED" --port "$TRAINER_PORT" ${SYNC_EVERY:+--sync-every "$SYNC_EVERY"} \
-    "${PS_ARGS[@]}" > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered -E "^(worker|ps|chief|error:|disttrain-trainer: error:) ") 2>&1 &
+    "${PS_ARGS[@]}" "${PARAMS_ARGS[@]}" > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered -E "^(worker|ps|chief|trainer:|error:|disttrain-trainer: error:) ") 2>&1 &
   pids+=($!)
 done
 for pid in "${pids[@]}"; do

@@ -107,7 +107,7 @@ def found(tmp_path_factory):
 def test_every_rendering_and_dockerfile_is_scanned(found):
     # the scan really ran: the renderings' resources and the Dockerfiles appear in checkov's report
     assert renderings().keys() >= {"ci/defaults", "ci/nfs-server", "cluster/digits-multiworker"}
-    assert len(DOCKERFILES) == 4
+    assert len(DOCKERFILES) == 5  # copier, trainer, sweep, aggregator, server
 
 
 def test_every_finding_is_fixed_or_justified(found):

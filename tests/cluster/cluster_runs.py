@@ -49,6 +49,8 @@ RUNS = [
     Run("digits-multiworker-kill", "digits-multiworker.yaml", pipeline_tolerance=None,
         kill=Kill("trainer", 1, "trainer", r"epoch 5/\d+:"), undisturbed="digits-multiworker"),
     # faces: top-1 retrieval on 19 held-out people moves 5 points per person, so no pipeline comparison
+    # the sweep's parameters differ from the values' epochs/batch, so no pipeline comparison
+    Run("digits-sweep", "digits-sweep.yaml", pipeline_tolerance=None),
     Run("faces", "faces.yaml", pipeline_tolerance=None, min_accuracy=0.3),  # top-1 on held-out people; chance is 1/19
 ]
 

@@ -75,7 +75,7 @@ def docker_ready():
         client.ping()
     except Exception as err:  # noqa: BLE001 - any failure means no usable daemon
         pytest.fail(f"no docker daemon ({err}): run docker/ensure-docker.sh")
-    for stage in ("copier", "trainer", "aggregator", "server"):
+    for stage in ("copier", "trainer", "sweep", "aggregator", "server"):
         try:
             client.images.get(f"disttrain-{stage}:{TAG}")
         except docker.errors.ImageNotFound:
@@ -185,7 +185,8 @@ def execute(run, tmp_path_factory):
             killer = threading.Thread(target=kill_when, args=(c, run.kill, killed), daemon=True)
             killer.start()
         try:
-            for stage in ("copier", "trainer", "aggregator"):
+            sweep = job_name("sweep") in c.jobs  # sweep.enabled: a sweep Job between copier and trainer
+            for stage in ("copier", *(["sweep"] if sweep else []), "trainer", "aggregator"):
                 status = c.wait_job(job_name(stage), 900)
                 assert status.state == "Complete", f"{job_name(stage)}: {status.state} {status.reason}\n{c.describe()}"
             result["jobs_done_s"] = time.monotonic() - started
@@ -195,6 +196,9 @@ def execute(run, tmp_path_factory):
             workdir = tmp / "cluster" / "claims" / f"{RELEASE}-disttrain-workdir" / "run-1"
             report = json.loads((workdir / "final" / "report.json").read_text())
             result["accuracy"] = report["final"]["test_accuracy"]
+            if sweep:  # the trainers took the sweep's best.json (--params-from), and the report says so
+                assert report["parameters_origin"]["source"] == "sweep", report.get("parameters_origin")
+                assert (workdir / "sweep" / "best.json").exists() and (workdir / "sweep" / "trials.csv").exists()
             result["predict_accuracy"], result["predictions"] = predict_test_split(base, workdir, report.get("task", ""))
             result["task"] = json.loads((workdir / "data" / "manifest.json").read_text())["task"]
             if run.helm_test:

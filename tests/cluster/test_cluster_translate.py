@@ -55,7 +55,8 @@ def test_every_test_cluster_run_translates(run):
         args += ["-f", str(f)]
     docs = [d for d in yaml.safe_load_all(subprocess.run(args, capture_output=True, text=True, check=True).stdout) if d]
     release = translate(docs, namespace=NAMESPACE)
-    assert len(release.jobs) == 3 and release.test_pods
+    sweep = yaml.safe_load(run.values_files[-1].read_text()).get("sweep", {}).get("enabled", False)
+    assert len(release.jobs) == (4 if sweep else 3) and release.test_pods  # copier, [sweep,] trainer, aggregator
 
 
 # ----------------------------------------------------------------------------- refusals by name

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.skipif(
 )
 
 TAG = os.environ.get("DISTTRAIN_IMAGE_TAG", "latest")
-COMPONENTS = ("copier", "trainer", "aggregator", "server")
+COMPONENTS = ("copier", "trainer", "sweep", "aggregator", "server")
 UID = "10001"
 READ_ONLY = ("--read-only", "--tmpfs", "/tmp")
 PREFIX = f"disttrain-test-{uuid.uuid4().hex[:8]}"

@@ -66,6 +66,15 @@ def test_page_keeps_its_content_security_policy(text_client, image_client, empty
         assert "default-src 'self'" in policy and "object-src 'none'" in policy
 
 
+def test_page_shows_the_training_parameters_and_their_origin(text_client):
+    """The trainer records them in the model (flags here; the sweep's best.json with --params-from)."""
+    line = re.search(r'<p class="meta" id="training-parameters">(.*?)</p>', page_of(text_client), re.S)
+    assert line, "no training parameters on the page"
+    text = " ".join(line.group(1).split())
+    assert re.search(r"Trained with batch \d+, dropout 0\.5, epochs \d+, learning_rate 0\.003, width 64", text), text
+    assert "the trainer's flags" in text
+
+
 def test_page_loads_the_api_helper_first_and_says_no_token_is_needed(text_client, empty_client):
     for client, script in ((text_client, "demo.js"), (empty_client, "demo.js")):
         html = page_of(client)

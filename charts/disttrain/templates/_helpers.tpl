@@ -382,6 +382,10 @@ Exits 0 once every path exists, 3 on timeout (like the stages' StageTimeout).
 {{- printf "%s/data/_SUCCESS" (include "disttrain.workdir" .) -}}
 {{- end -}}
 
+{{- define "disttrain.sweepMarker" -}}
+{{- printf "%s/sweep/_SUCCESS" (include "disttrain.workdir" .) -}}
+{{- end -}}
+
 {{- define "disttrain.finalMarker" -}}
 {{- printf "%s/final/_SUCCESS" (include "disttrain.workdir" .) -}}
 {{- end -}}

@@ -302,6 +302,10 @@ def main(argv=None):
         "final": {"examples": trained_on, **final_metrics},
         "test_examples": manifest.test.examples,
         "epochs": markers[0]["epochs"],
+        # learning rate, batch, epochs, width, dropout, and whether they came from the trainer's flags
+        # or the sweep's best.json (trainer --params-from); absent for models of older trainers
+        "training_parameters": final_meta.get("training_parameters"),
+        "parameters_origin": final_meta.get("parameters_origin"),
         "training_wall_time_sec": max((sum(e["wall_time_sec"] for e in h) for h in histories), default=None),
         **(ps_facts(markers) if strategy == "parameterserver" else {}),
         "created_at": time.time(),
@@ -314,6 +318,11 @@ def main(argv=None):
     # forced: published only because of --force
     report["gate"] = dict(verdict, forced=args.force and not verdict["passed"], published=published)
     print_table(report)
+    if report["training_parameters"]:
+        origin = report["parameters_origin"] or {}
+        print("aggregator: trained with " + ", ".join(f"{k}={v:g}" for k, v in sorted(report["training_parameters"].items()))
+              + (f" from the sweep ({origin.get('file')}, trial {origin.get('trial')})" if origin.get("source") == "sweep"
+                 else " from the trainer's flags"), flush=True)
     print(f"aggregator: {gate.summary(report['gate'])}", flush=True)
 
     # ----------------------------------------------------------------- publish

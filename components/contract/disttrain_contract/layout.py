@@ -20,6 +20,14 @@
         report.json              per-worker and final held-out metrics
         report.png               the same as bar and curve plots
         _SUCCESS                 marker: the aggregator published a model
+      sweep/                     written by the sweep (optional stage between copier and trainer)
+        data/                    the training shards split again: shard-00000 (train) and validation
+        study.journal            the Optuna study (JournalFileBackend), shared by every sweep process
+        heartbeats/trial-N       each running trial's heartbeat (a counter its process rewrites)
+        trials/trial-N/          each trial's trainer output (metrics.json, log)
+        best.json                the best parameters and their validation accuracy (--params-from)
+        trials.csv, *.png        every trial; optimisation history, importances, parallel coordinates
+        _SUCCESS                 marker: the study has its trials
       rejected/<time>/           a final model the aggregator's quality gate refused, with its report
 """
 
@@ -51,6 +59,15 @@ class Workdir:
 
     def worker(self, index, train_dir=None):
         return os.path.join(train_dir or self.train, worker_dirname(index))
+
+    # sweep
+    @property
+    def sweep(self):
+        return os.path.join(self.root, "sweep")
+
+    @property
+    def best_params(self):
+        return os.path.join(self.sweep, "best.json")
 
     # aggregator
     @property

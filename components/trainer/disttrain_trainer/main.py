@@ -33,6 +33,7 @@ from disttrain_contract import ContractError, Workdir, atomic_write_json, read_j
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import as_model_input, compiled, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
+from disttrain_contract.params import read_params_file
 from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_trainer import peers, strategies
 from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, default_host_pattern, parse_ps_tf_config, parse_tf_config, ps_task
@@ -42,6 +43,8 @@ from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, defau
 # strategies that take half as many sequential steps (multiworker, localsgd) 0.74-0.76.
 # At 0.003 all three reached 0.767-0.774 on movie reviews (this machine, 5 epochs, batch 64).
 LEARNING_RATE, TEXT_LEARNING_RATE = 1e-3, 3e-3
+# --width and --dropout (models.build_text_core, build_image_model); the sweep searches around them
+WIDTH, TEXT_DROPOUT, IMAGE_DROPOUT = 64, 0.5, 0.3
 IMAGE_MODELS = ("cnn", "mobilenetv2", "resnet50")  # --model (models.build_image_model)
 # --allreduce-dtype (collectives.WIRE_DTYPES). Not bfloat16: TensorFlow's collective all-reduce
 # refuses it ("DataType bfloat16 not in list of allowed values: float32, float16, float64, ...").
@@ -83,6 +86,13 @@ def parse_args(argv=None):
                    help="image task: the small CNN (default) or a keras.applications network trained from scratch")
     p.add_argument("--image-size", type=int, default=None,
                    help="--model mobilenetv2/resnet50: resize images to this size inside the model (default: 32 or the image size)")
+    p.add_argument("--width", type=int, default=None,
+                   help="text: embedding width; image (--model cnn): hidden units (default 64)")
+    p.add_argument("--dropout", type=float, default=None,
+                   help="text, image (--model cnn): dropout rate before the softmax (default 0.5 text, 0.3 image)")
+    p.add_argument("--params-from", metavar="BEST_JSON",
+                   help="take learning_rate, batch, epochs, width and dropout from the sweep's WORKDIR/sweep/best.json "
+                        "(they replace those flags); an unknown key or a bad value is an error (exit 2)")
     p.add_argument("--embedding-size", type=int, default=64, help="faces: embedding dimensions (default 64)")
     p.add_argument("--margin", type=float, default=0.2, help="faces: triplet-loss margin (default 0.2)")
     p.add_argument("--views", type=int, default=2, help="faces: views per person in a batch (default 2)")
@@ -110,6 +120,11 @@ def parse_args(argv=None):
                         "resolve, then them to join) before failing with exit code 3; 0 = no deadline (default 600)")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (default 0 = TensorFlow decides)")
     args = p.parse_args(argv)
+    apply_params_file(args)
+    if args.width is not None and args.width < 1:
+        p.error("--width must be >= 1")
+    if args.dropout is not None and not 0 <= args.dropout < 1:
+        p.error("--dropout must be >= 0 and < 1")
     for name in ("epochs", "batch", "embedding_size", "views", "steps_per_call"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
@@ -144,6 +159,23 @@ def parse_args(argv=None):
     return args
 
 
+def apply_params_file(args):
+    """--params-from: the sweep's parameters replace the flags of the same name. Records where the
+    training parameters came from (args.params_origin), for the model's metadata and the report."""
+    args.params_origin = {"source": "flags"}
+    if not args.params_from:
+        return
+    path = os.path.abspath(args.params_from)
+    params = read_params_file(path)  # ContractError: run_cli prints it and exits 2
+    best = read_json(path)
+    for name, value in params.items():
+        setattr(args, name, value)
+    args.params_origin = {"source": "sweep", "file": path, "trial": best.get("trial"),
+                          "validation_accuracy": best.get("value")}
+    print("trainer: parameters from " + path + ": " + ", ".join(f"{k}={v:g}" for k, v in sorted(params.items())),
+          flush=True)
+
+
 def main(argv=None):
     args = parse_args(argv)
     workdir = Workdir(args.workdir)
@@ -157,6 +189,10 @@ def main(argv=None):
     index = args.worker_index or 0
     if args.learning_rate is None:
         args.learning_rate = TEXT_LEARNING_RATE if manifest.task == "text" else LEARNING_RATE
+    if args.width is None:
+        args.width = WIDTH
+    if args.dropout is None:
+        args.dropout = TEXT_DROPOUT if manifest.task == "text" else IMAGE_DROPOUT
     if args.model != "cnn" and manifest.task != "image":
         raise ContractError(f"--model {args.model} is for image datasets; this one is {manifest.task}")
 
@@ -251,7 +287,7 @@ def main(argv=None):
     keras.utils.set_random_seed(args.seed)
     with strategy.scope():
         model = build_model(manifest, vectorizer.vocabulary_size() if vectorizer else None, args.embedding_size,
-                            args.model, args.image_size)
+                            args.model, args.image_size, width=args.width, dropout=args.dropout)
         from disttrain_trainer.optimizers import LazyAdam
 
         optimizer = (LazyAdam if args.optimizer == "lazyadam" else keras.optimizers.Adam)(learning_rate=args.learning_rate)
@@ -267,6 +303,7 @@ def main(argv=None):
     run_config = {
         "strategy": args.strategy, "seed": args.seed, "workers": workers, "batch": args.batch,
         "learning_rate": args.learning_rate, "optimizer": args.optimizer, "init_weights_sha256": init_sha, "margin": args.margin,
+        "width": args.width, "dropout": args.dropout,
         "dataset": [s.sha256 for s in manifest.shards], **strategy.run_config(),
     }
     check_run_config(read_dir, run_config, write=read_dir == write_dir)
@@ -352,6 +389,9 @@ def main(argv=None):
             **({"embedding_size": args.embedding_size, "margin": args.margin,
                 "face_preprocessing": FACE_PREPROCESSING} if manifest.task == "faces" else {}),
             **({"sync_every": strategy.every} if args.strategy == "localsgd" else {}),
+            "training_parameters": {"learning_rate": args.learning_rate, "batch": args.batch, "epochs": args.epochs,
+                                    "width": args.width, "dropout": args.dropout},
+            "parameters_origin": args.params_origin,
         })
     write_marker(
         worker_dir, "trainer", worker_index=index, workers=workers, strategy=args.strategy, epochs=args.epochs,

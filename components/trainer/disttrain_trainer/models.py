@@ -45,7 +45,7 @@ def with_vectorizer(core, vectorizer):
     return keras.Model(text, core(vectorizer(text)), name="text_classifier")
 
 
-def build_image_model(height, width, channels, n_labels, dropout=0.3, architecture="cnn", image_size=None):
+def build_image_model(height, width, channels, n_labels, dropout=0.3, architecture="cnn", image_size=None, hidden=64):
     inputs = keras.Input(shape=(height, width, channels), dtype="uint8", name="image")
     x = keras.layers.Rescaling(1.0 / 255.0, name="scale")(inputs)
     if architecture != "cnn":
@@ -58,7 +58,7 @@ def build_image_model(height, width, channels, n_labels, dropout=0.3, architectu
         x = keras.layers.MaxPooling2D(name=f"pool{filters}")(x)
         filters, size = filters * 2, size // 2
     x = keras.layers.Flatten(name="flatten")(x)
-    x = keras.layers.Dense(64, activation="relu", name="hidden")(x)
+    x = keras.layers.Dense(hidden, activation="relu", name="hidden")(x)
     x = keras.layers.Dropout(dropout, name="dropout")(x)
     outputs = keras.layers.Dense(n_labels, activation="softmax", name="probabilities")(x)
     return keras.Model(inputs, outputs, name="image_cnn")
@@ -96,12 +96,13 @@ def build_face_model(height, width, channels, embedding_size=64):
     return keras.Model(inputs, outputs, name="face_embedding")
 
 
-def build_model(manifest, vocabulary_size=None, embedding_size=64, architecture="cnn", image_size=None):
+def build_model(manifest, vocabulary_size=None, embedding_size=64, architecture="cnn", image_size=None, width=64,
+                dropout=None):
     """The model the trainer trains (text: on token ids; see with_vectorizer for the published one)."""
     spec = manifest.input
     if manifest.task == "faces":
         return build_face_model(spec["height"], spec["width"], spec["channels"], embedding_size)
     if manifest.task == "text":
-        return build_text_core(vocabulary_size, len(manifest.labels))
+        return build_text_core(vocabulary_size, len(manifest.labels), width, 0.5 if dropout is None else dropout)
     return build_image_model(spec["height"], spec["width"], spec["channels"], len(manifest.labels),
-                             architecture=architecture, image_size=image_size)
+                             0.3 if dropout is None else dropout, architecture, image_size, hidden=width)

@@ -1,0 +1,418 @@
+"""disttrain-sweep: hyper-parameter search with Optuna, between the copier and the trainer.
+
+    disttrain-sweep --workdir workdir --trials 12                       # one process
+    disttrain-sweep --workdir workdir --trials 12 --process-index 1 &   # any number more, same study
+
+Every process works on one study in WORKDIR/sweep/study.journal (Optuna's JournalFileBackend:
+a file on the shared volume, meant for NFS; no database server). Each trial is a real
+`disttrain-trainer` process (python -m disttrain_trainer.main: the trainer's own code, model and
+data path, no copy of them) on a validation split carved from the training shards (split.py);
+its per-epoch validation accuracy goes to Optuna, whose pruner stops a bad trial early.
+
+Budget: --trials trials finish (complete or pruned) in total, whatever the number of processes.
+The decision to start one more trial (count the finished and running ones, then ask) is made
+under a lock file (Optuna's JournalFileOpenLock, also NFS-safe), so processes do not start more
+trials than the budget; a failed trial is told FAIL and enqueued again under the same lock, so no
+process counts the gap between the two.
+
+A process killed mid-trial: its trial stays RUNNING in the journal. Optuna's heartbeat
+(fail_stale_trials) is implemented for RDBStorage only (Optuna 5.0.0: JournalStorage is not a
+BaseHeartbeat), so the heartbeat is ours: a running trial's process rewrites a counter in
+WORKDIR/sweep/heartbeats/trial-N every --heartbeat seconds; another process that sees the counter
+unchanged for --stale-after seconds (by its own clock: no clock comparison between hosts) marks
+the trial FAIL and Optuna's RetryHeartbeatStaleTrialCallback enqueues it again, with the same parameters,
+as a new trial. The other processes go on; the failed trial is never run again under its number.
+
+Outputs, written by every process that sees the study done (atomic renames: the same content):
+best.json (--params-from of the trainer), trials.csv, history.png, importances.png,
+parallel.png, and the marker WORKDIR/sweep/_SUCCESS.
+"""
+
+import argparse
+import contextlib
+import csv
+import ctypes
+import io
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+
+from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_bytes, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, write_marker
+from disttrain_contract.manifest import Manifest
+from disttrain_sweep import split
+from disttrain_sweep.space import DEFAULTS, build_space, distribution_sketch, params_of, parse_start
+
+STUDY_NAME = "disttrain"
+# The trainer's line per epoch; in a trial its "test" split is the validation split.
+EPOCH_LINE = re.compile(r" epoch (\d+)/(\d+): .*\btest_accuracy=([0-9.]+)")
+# this process's last study.tell time, added to its next trial's optuna_sec (a told trial is read-only)
+TELL_SECONDS = [0.0]
+
+
+def parse_args(argv=None):
+    env_index = os.environ.get("JOB_COMPLETION_INDEX")
+    p = argparse.ArgumentParser(
+        prog="disttrain-sweep",
+        description="Hyper-parameter search with Optuna on the shared working directory (between copier and trainer).",
+        epilog="Search space: LOW:HIGH (a range; learning rate on a log scale), A,B,C (a choice) or V (fixed). "
+               "Defaults: text " + "; ".join(f"{k} {v}" for k, v in DEFAULTS["text"].items())
+               + "; image " + "; ".join(f"{k} {v}" for k, v in DEFAULTS["image"].items()) + ".",
+    )
+    p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
+    p.add_argument("--data", help="the copier's output (default WORKDIR/data)")
+    p.add_argument("--trials", type=int, default=12, help="trials to finish (complete or pruned) in total, over every process (default 12)")
+    p.add_argument("--process-index", type=int, default=int(env_index) if env_index and env_index.isdigit() else 0,
+                   help="this process's number among the sweep processes: seeds its sampler (default $JOB_COMPLETION_INDEX, else 0)")
+    for name in DEFAULTS["text"]:
+        p.add_argument(f"--{name.replace('_', '-')}", dest=name, help="search space (default: per task, below)")
+    p.add_argument("--start", help="the first trial's parameters, NAME=VALUE,... (e.g. a known-bad learning rate to beat)")
+    p.add_argument("--validation-fraction", type=float, default=0.2,
+                   help="share of the training shards' examples the trials are scored on (default 0.2)")
+    p.add_argument("--seed", type=int, default=42, help="seed of the validation split, the trials' initial weights and the sampler (default 42)")
+    p.add_argument("--pruner", choices=("median", "halving", "none"), default="median",
+                   help="stop bad trials early: median (MedianPruner), halving (SuccessiveHalvingPruner) or none (default median)")
+    p.add_argument("--retries", type=int, default=1, help="times a failed trial is run again, as a new trial (default 1)")
+    p.add_argument("--heartbeat", type=float, default=5.0, help="seconds between a running trial's heartbeats (default 5)")
+    p.add_argument("--stale-after", type=float, default=60.0,
+                   help="seconds without a heartbeat after which another process fails the trial and retries it (default 60)")
+    p.add_argument("--threads", type=int, default=1, help="TensorFlow threads of each trial's trainer (default 1)")
+    p.add_argument("--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)")
+    args = p.parse_args(argv)
+    if args.trials < 1:
+        p.error("--trials must be >= 1")
+    if args.retries < 0 or args.threads < 0 or args.process_index < 0:
+        p.error("--retries, --threads and --process-index must be >= 0")
+    if not 0 < args.heartbeat < args.stale_after:
+        p.error("--heartbeat must be > 0 and below --stale-after")
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    workdir = Workdir(args.workdir)
+    data_dir = args.data or workdir.data
+    sweep_dir = workdir.sweep
+    tag = f"sweep[{args.process_index}]"
+    wait_for_marker(data_dir, args.wait_timeout, "the copier's dataset")
+    manifest = Manifest.read(data_dir)
+    space = build_space(manifest.task, {name: getattr(args, name) for name in DEFAULTS["text"]})
+    start = parse_start(args.start, space)
+    if read_marker(sweep_dir) is not None:
+        print(f"{tag}: {sweep_dir} already holds a finished sweep (best.json); delete it to search again", flush=True)
+        return 0
+
+    # Optuna after the flags: a bad flag costs no import time. Its experimental-API warnings
+    # (the matplotlib plots) and per-trial INFO lines would drown ours.
+    import optuna
+    from optuna.storages import JournalStorage, RetryHeartbeatStaleTrialCallback
+    from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    states = optuna.trial.TrialState
+
+    os.makedirs(os.path.join(sweep_dir, "heartbeats"), exist_ok=True)
+    os.makedirs(os.path.join(sweep_dir, "trials"), exist_ok=True)
+    schedule = JournalFileOpenLock(os.path.join(sweep_dir, "schedule"))
+    journal = os.path.join(sweep_dir, "study.journal")
+    storage = JournalStorage(JournalFileBackend(journal, lock_obj=JournalFileOpenLock(journal)))
+    pruner = {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
+              "halving": lambda: optuna.pruners.SuccessiveHalvingPruner(),
+              "none": lambda: optuna.pruners.NopPruner()}[args.pruner]()
+    # each process its own sampler stream: the same seed everywhere would propose the same
+    # random start-up trials in every process
+    sampler = optuna.samplers.TPESampler(seed=args.seed * 1000 + args.process_index, n_startup_trials=4)
+    config = {"task": manifest.task, "space": distribution_sketch(space), "start": start, "trials": args.trials,
+              "validation_fraction": args.validation_fraction, "seed": args.seed, "pruner": args.pruner,
+              "dataset": [s.sha256 for s in manifest.shards]}
+    with locked(schedule):
+        split_manifest = split.prepare(data_dir, os.path.join(sweep_dir, "data"), args.validation_fraction, args.seed,
+                                       log=lambda line: print(f"{tag}: {line.removeprefix('sweep: ')}", flush=True))
+        study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="maximize", sampler=sampler,
+                                    pruner=pruner, load_if_exists=True)
+        if "config" not in study.user_attrs:
+            study.set_user_attr("config", config)
+            if start:
+                study.enqueue_trial({k: v for k, v in start.items() if not space[k].fixed},
+                                    user_attrs={"start": True})
+        elif study.user_attrs["config"] != config:
+            raise ContractError(f"{journal} is a study with other settings ({study.user_attrs['config']}); "
+                                "delete WORKDIR/sweep to start a new sweep, or run with the same flags")
+    print(f"{tag}: {manifest.task} task, {args.trials} trials in total, search space "
+          + ", ".join(f"{k} {d.describe()}" for k, d in space.items()), flush=True)
+
+    retry = RetryHeartbeatStaleTrialCallback(max_retry=args.retries)
+    beats = HeartbeatWatch(os.path.join(sweep_dir, "heartbeats"), args.stale_after)
+    started = time.monotonic()
+    while True:
+        # ------------------------------------------------- decide, under the lock
+        scheduling = time.monotonic()
+        with locked(schedule):
+            trials = study.get_trials(deepcopy=False)
+            for stale in beats.stale(trials, states.RUNNING):
+                with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                    if storage.set_trial_state_values(stale._trial_id, state=states.FAIL):
+                        print(f"{tag}: trial {stale.number} has had no heartbeat for {args.stale_after:g}s "
+                              "(its process died?): failed, and enqueued again as a new trial", flush=True)
+                        retry(study, storage.get_trial(stale._trial_id))
+                trials = study.get_trials(deepcopy=False)
+            count = {s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "PRUNED", "RUNNING", "WAITING", "FAIL")}
+            finished = count["COMPLETE"] + count["PRUNED"]
+            if count["FAIL"] > args.trials * (args.retries + 1):
+                raise ContractError(f"{count['FAIL']} trials failed (see WORKDIR/sweep/trials/*/trainer.log); giving up")
+            trial = None
+            if finished < args.trials and (count["WAITING"] or finished + count["RUNNING"] < args.trials):
+                trial = study.ask()
+                beats.start(trial.number)
+        scheduling = time.monotonic() - scheduling
+        if finished >= args.trials:
+            break
+        if trial is None:  # the last trials run in other processes: wait, in case one dies
+            time.sleep(args.heartbeat)
+            continue
+        run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, beats, tag, scheduling, retry, schedule)
+
+    write_outputs(study, space, sweep_dir, split_manifest, manifest, args, tag)
+    print(f"{tag}: done in {time.monotonic() - started:.0f}s -> {os.path.join(sweep_dir, 'best.json')}", flush=True)
+    return 0
+
+
+def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, beats, tag, scheduling, retry, schedule):
+    """One trial: a disttrain-trainer process on the validation split, its epochs reported to the pruner."""
+    import optuna
+
+    optuna_seconds = scheduling
+    clock = time.monotonic()
+    params = {name: dim.suggest(trial) for name, dim in space.items()}
+    retry_of = storage.get_trial(trial._trial_id).system_attrs.get("failed_trial")
+    trial.set_user_attr("process", f"{socket.gethostname()}:{os.getpid()}")
+    optuna_seconds += time.monotonic() - clock
+    trial_dir = os.path.join(sweep_dir, "trials", f"trial-{trial.number:05d}")
+    os.makedirs(trial_dir)  # exist_ok=False: a trial number is run once, by one process
+    described = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+    print(f"{tag}: trial {trial.number} starts ({described})" + (f", a retry of trial {retry_of}" if retry_of is not None else ""),
+          flush=True)
+    cmd = [sys.executable, "-m", "disttrain_trainer.main", "--workdir", workdir.root, "--data",
+           os.path.join(sweep_dir, "data"), "--out", trial_dir, "--workers", "1", "--worker-index", "0",
+           "--strategy", "average", "--seed", str(args.seed), "--threads", str(args.threads), "--wait-timeout", "0"]
+    for name, value in params.items():
+        cmd += [f"--{name.replace('_', '-')}", repr(value) if isinstance(value, float) else str(value)]
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "JOB_COMPLETION_INDEX")}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    began = time.monotonic()
+    values, pruned, lines = [], False, []
+    with beats.beating(trial.number, args.heartbeat), open(os.path.join(trial_dir, "trainer.log"), "w") as log:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                preexec_fn=die_with_parent)
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                lines.append(line.rstrip())
+                match = EPOCH_LINE.search(line)
+                if not match:
+                    continue
+                epoch, epochs, accuracy = int(match[1]), int(match[2]), float(match[3])
+                values.append(accuracy)
+                clock = time.monotonic()
+                trial.report(accuracy, epoch)
+                prune = trial.should_prune()
+                optuna_seconds += time.monotonic() - clock
+                print(f"{tag}: trial {trial.number} epoch {epoch}/{epochs}: validation accuracy {accuracy:.4f}"
+                      + (" -> pruned" if prune else ""), flush=True)
+                if prune:
+                    pruned = True
+                    proc.terminate()
+                    break
+        finally:
+            if proc.poll() is None and not pruned:
+                proc.kill()
+            proc.wait()
+    seconds = time.monotonic() - began
+    # the trial's model and checkpoints are not needed (the distributed run retrains): keep the log and metrics
+    worker = os.path.join(trial_dir, "worker-00000")
+    for leftover in ("checkpoints", "model.keras", "tensorboard"):
+        path = os.path.join(worker, leftover)
+        if os.path.isdir(path):
+            shutil.rmtree(path, ignore_errors=True)
+        elif os.path.exists(path):
+            os.unlink(path)
+
+    # attributes before tell (a finished trial cannot change); the tell's own time is counted
+    # with this process's next trial (TELL_SECONDS)
+    trial.set_user_attr("trial_sec", seconds)
+    trial.set_user_attr("optuna_sec", optuna_seconds + TELL_SECONDS.pop())
+    clock = time.monotonic()
+    try:
+        if pruned:
+            study.tell(trial, state=states.PRUNED)
+            outcome = f"pruned after {len(values)} epoch(s) at {values[-1]:.4f}"
+        elif proc.returncode == 0 and values:
+            study.tell(trial, values[-1])
+            outcome = f"validation accuracy {values[-1]:.4f}"
+        else:
+            last = next((line for line in reversed(lines) if line.strip()), "no output")
+            with locked(schedule):  # FAIL and its retry together: the budget never sees the gap
+                study.tell(trial, state=states.FAIL)
+                if proc.returncode == 2:  # the trainer refused its input: every trial would
+                    raise ContractError(f"trial {trial.number}: the trainer refused its arguments: {last}")
+                retry(study, storage.get_trial(trial._trial_id))
+            outcome = f"FAILED (exit {proc.returncode}: {last}); enqueued again"
+    except optuna.exceptions.UpdateFinishedTrialError:
+        outcome = "already failed by another process (no heartbeat seen): result dropped, its retry counts instead"
+    TELL_SECONDS.append(time.monotonic() - clock)
+    beats.stop(trial.number)
+    best = best_so_far(study)
+    print(f"{tag}: trial {trial.number}: {outcome} in {seconds:.1f}s"
+          + (f" (best so far {best.value:.4f}, trial {best.number})" if best else ""), flush=True)
+
+
+def best_so_far(study):
+    try:
+        return study.best_trial
+    except ValueError:  # no complete trial yet
+        return None
+
+
+def write_outputs(study, space, sweep_dir, split_manifest, manifest, args, tag):
+    """best.json, trials.csv and the plots, each under its final name in one rename; then the marker."""
+    trials = study.get_trials()
+    best = best_so_far(study)
+    if best is None:
+        raise ContractError(f"no trial of the study in {sweep_dir} completed (all were pruned or failed)")
+    counts = {}
+    for t in trials:
+        counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
+    atomic_write_json(os.path.join(sweep_dir, "best.json"), {
+        "params": params_of(best, space), "value": best.value, "trial": best.number,
+        "metric": "validation accuracy after the last epoch",
+        "task": manifest.task, "source": manifest.source, "trials": counts, "space": distribution_sketch(space),
+        "validation_examples": split_manifest.test.examples, "train_examples": split_manifest.train_examples,
+        "validation_fraction": args.validation_fraction, "seed": args.seed, "pruner": args.pruner,
+        "created_at": time.time(),
+    })
+    out = io.StringIO()
+    writer = csv.writer(out)
+    writer.writerow(["number", "state", "value", *space, "epochs_reported", "trial_sec", "optuna_sec", "retry_of", "process"])
+    for t in trials:
+        values = {**t.user_attrs, **t.params}
+        writer.writerow([t.number, t.state.name, "" if t.value is None else f"{t.value:.6f}",
+                         *(values.get(name, "") for name in space), len(t.intermediate_values),
+                         f"{t.user_attrs.get('trial_sec', 0):.3f}", f"{t.user_attrs.get('optuna_sec', 0):.4f}",
+                         t.system_attrs.get("failed_trial", ""), t.user_attrs.get("process", "")])
+    atomic_write_bytes(os.path.join(sweep_dir, "trials.csv"), out.getvalue().encode())
+    write_plots(study, sweep_dir, tag)
+    write_marker(sweep_dir, "sweep", best_value=best.value, best_trial=best.number, params=params_of(best, space),
+                 trials=counts)
+    print(f"{tag}: best trial {best.number}: validation accuracy {best.value:.4f} with "
+          + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params_of(best, space).items()),
+          flush=True)
+
+
+def write_plots(study, sweep_dir, tag):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from optuna.visualization import matplotlib as plots
+
+    for name, plot in (("history", plots.plot_optimization_history), ("importances", plots.plot_param_importances),
+                       ("parallel", plots.plot_parallel_coordinate)):
+        try:
+            axes = plot(study)
+        except (ValueError, RuntimeError, ZeroDivisionError) as err:  # e.g. importances of fewer than 2 trials
+            print(f"{tag}: no {name}.png: {err}", flush=True)
+            continue
+        figure = (axes.flat[0] if hasattr(axes, "flat") else axes).figure
+        figure.set_size_inches(9, 5)
+        figure.tight_layout()
+        with atomic_path(os.path.join(sweep_dir, f"{name}.png")) as tmp:
+            figure.savefig(tmp, format="png", dpi=100)
+        plt.close(figure)
+
+
+class HeartbeatWatch:
+    """This process's heartbeats (one thread per running trial, rewriting a counter file), and the
+    watch over the others': a RUNNING trial whose counter has not changed for `stale_after`
+    seconds of this process's monotonic clock is stale. Only the sweep's main thread calls
+    start/stale/stop; the beating thread only writes its own trial's file."""
+
+    def __init__(self, directory, stale_after):
+        self.directory, self.stale_after = directory, stale_after
+        self.seen = {}  # trial number -> (last counter read, monotonic time it was first read)
+        self.mine = set()
+
+    def path(self, number):
+        return os.path.join(self.directory, f"trial-{number:05d}")
+
+    def start(self, number):
+        self.mine.add(number)
+        atomic_write_bytes(self.path(number), b"0")
+
+    def stop(self, number):
+        self.mine.discard(number)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path(number))
+
+    @contextlib.contextmanager
+    def beating(self, number, interval):
+        stop = threading.Event()
+
+        def beat():
+            count = 0
+            while not stop.wait(interval):
+                count += 1
+                with contextlib.suppress(ContractError):  # a full disk must not kill the trial; the watch decides
+                    atomic_write_bytes(self.path(number), str(count).encode())
+
+        thread = threading.Thread(target=beat, name=f"heartbeat-{number}", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            thread.join()
+
+    def stale(self, trials, running):
+        now, found = time.monotonic(), []
+        for t in trials:
+            if t.state != running or t.number in self.mine:
+                continue
+            try:
+                with open(self.path(t.number), "rb") as fh:
+                    counter = fh.read()
+            except FileNotFoundError:
+                counter = None  # not started yet, or its process died before the first write
+            last = self.seen.get(t.number)
+            if last is None or last[0] != counter:
+                self.seen[t.number] = (counter, now)
+            elif now - last[1] >= self.stale_after:
+                found.append(t)
+        return found
+
+
+@contextlib.contextmanager
+def locked(lock):
+    lock.acquire()
+    try:
+        yield
+    finally:
+        lock.release()
+
+
+def die_with_parent():
+    """In the trainer child, before exec: SIGKILL it when the sweep process dies (kill -9 included),
+    so a killed sweep leaves no trainer training for nobody (Linux prctl PR_SET_PDEATHSIG)."""
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
+
+
+def cli():
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()
