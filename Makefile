@@ -29,7 +29,7 @@ help:
 	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
 	@echo "make test-long    longer real-training integration tests (sweeps, multi-model runs) kept out of make test's 15-minute budget"
 	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk"
-	@echo "make test-images  build the four images and run the pipeline with docker run only (starts dockerd)"
+	@echo "make test-images  build the five images and run the pipeline with docker run only (starts dockerd)"
 	@echo "make test-cluster run the chart's helm template output with the images as a cluster would (starts dockerd)"
 	@echo "make images       build disttrain-{copier,trainer,aggregator,server}:$(TAG)"
 	@echo "make push REGISTRY=registry.example.com/team   tag and push them"
