@@ -58,6 +58,7 @@ def test_semi_hard_triplet_loss_on_known_embeddings():
 
 
 @pytest.mark.slow
+@pytest.mark.long  # 37 s per strategy on 2 cores: make test-long (make test's budget is ~15 minutes)
 @pytest.mark.parametrize("strategy", ["average", "multiworker"])
 def test_face_pipeline_learns_embeddings_that_separate_unseen_people(tmp_path, strategy):
     # average: the averaged model finds 3 of the 19 held-out people fewer than worker 0 (0.842 vs 1.000),

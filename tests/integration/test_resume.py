@@ -64,6 +64,7 @@ def test_average_worker_killed_mid_training_resumes(tmp_path):
     assert leftovers == []
 
 
+@pytest.mark.long  # make test-long: make test-faults kills every strategy's workers too, and make test's budget is ~15 minutes
 @pytest.mark.parametrize("strategy", ["multiworker", "localsgd"])
 def test_a_connected_group_restarts_from_its_checkpoints(tmp_path, strategy):
     """multiworker: every worker restores the chief's checkpoint; localsgd: each its own, of

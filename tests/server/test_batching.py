@@ -9,6 +9,7 @@ import pytest
 
 from disttrain_contract.artifact import load_model
 from disttrain_contract.evaluation import as_model_input, predict
+from disttrain_contract.faces import FACE_PREPROCESSING, preprocess, preprocessing_of
 from disttrain_server.batching import MicroBatcher
 from disttrain_server.model_store import ModelStore
 from server.serving import NEGATIVE, POSITIVE, http, publish, running_server
@@ -129,10 +130,13 @@ def test_the_served_model_answers_as_the_eager_keras_model_does(text_model, tmp_
 
 
 def test_face_model_embeddings_through_the_compiled_graph_match_eager(face_model, tmp_path):
+    """The served model preprocesses the crops as its artifact says (disttrain_contract.faces), so
+    the eager model is given the crops preprocessed the same way."""
     crops = np.random.default_rng(0).integers(0, 256, size=(5, 32, 32, 1), dtype=np.uint8)
-    model, _ = load_model(face_model)
+    model, meta = load_model(face_model)
+    assert preprocessing_of(meta) == FACE_PREPROCESSING  # a model of today's trainer
     store = ModelStore(publish(face_model, tmp_path), max_batch_size=32)
-    np.testing.assert_allclose(store.get().predict(crops), predict(model, crops), atol=1e-5)
+    np.testing.assert_allclose(store.get().predict(crops), predict(model, preprocess(crops, FACE_PREPROCESSING)), atol=1e-5)
 
 
 def test_gunicorn_with_batching_answers_each_of_many_concurrent_requests_with_its_own_prediction(text_model, tmp_path):
