@@ -51,6 +51,7 @@ RUNS = [
     # faces: top-1 retrieval on 19 held-out people moves 5 points per person, so no pipeline comparison
     # the sweep's parameters differ from the values' epochs/batch, so no pipeline comparison
     Run("digits-sweep", "digits-sweep.yaml", pipeline_tolerance=None),
+    Run("digits-sweep-localsgd", "digits-sweep-localsgd.yaml", pipeline_tolerance=None),
     Run("faces", "faces.yaml", pipeline_tolerance=None, min_accuracy=0.3),  # top-1 on held-out people; chance is 1/19
 ]
 

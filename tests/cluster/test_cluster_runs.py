@@ -199,6 +199,11 @@ def execute(run, tmp_path_factory):
             if sweep:  # the trainers took the sweep's best.json (--params-from), and the report says so
                 assert report["parameters_origin"]["source"] == "sweep", report.get("parameters_origin")
                 assert (workdir / "sweep" / "best.json").exists() and (workdir / "sweep" / "trials.csv").exists()
+                best = json.loads((workdir / "sweep" / "best.json").read_text())
+                if best.get("strategy") == "localsgd":  # H searched by groups of trainers, and trained with
+                    assert best["trial_workers"] == 2
+                    assert report["training_parameters"]["sync_every"] == best["params"]["sync_every"]
+                    result["sync_every"] = best["params"]["sync_every"]
             result["predict_accuracy"], result["predictions"] = predict_test_split(base, workdir, report.get("task", ""))
             result["task"] = json.loads((workdir / "data" / "manifest.json").read_text())["task"]
             if run.helm_test:
