@@ -345,9 +345,11 @@ def _listing(labels, limit=5):
 
 
 def write_stats(out_dir, stats, values):
-    """stats.json and stats.png into `out_dir` (the copier's temporary directory: published with the data)."""
+    """stats.json, and stats.png unless `values` is None, into `out_dir` (the copier's temporary
+    directory: published with the data)."""
     atomic_write_json(os.path.join(out_dir, STATS), stats)
-    plot_stats(stats, values, os.path.join(out_dir, STATS_PLOT))
+    if values is not None:
+        plot_stats(stats, values, os.path.join(out_dir, STATS_PLOT))
 
 
 def plot_stats(stats, values, path):
