@@ -269,3 +269,27 @@ def test_label_skew_and_missing_class_through_the_cli(tmp_path):
     accepted = stage("copier", "--source", f"csv:{path}", "--n-shards", 3, "--out", tmp_path / "data", "--allow-missing-classes")
     assert "copier: warning: missing_class: 3 split(s) lack a class" in accepted.stderr
     assert Manifest.read(str(tmp_path / "data")).validation["checks"]["missing_class"]["status"] == "warning"
+
+
+def test_the_aggregator_summarises_the_copiers_statistics(tmp_path):
+    """report.json's "data": the validation result and each split's figures, from the real copier's
+    stats.json (checked against the manifest's sha256)."""
+    from disttrain_aggregator.data_summary import data_summary
+    from disttrain_copier.main import copy, parse_args
+
+    out = str(tmp_path / "data")
+    copy(parse_args(["--source", "sample:digits", "--n-shards", "2", "--out", out, "--no-stats-plot"]))
+    manifest = Manifest.read(out)
+    summary = data_summary(out, manifest)
+    stats = json.load(open(os.path.join(out, "stats.json")))
+    assert summary["passed"] and summary["warnings"] == [] and summary["plot"] is None
+    assert summary["checks"] == {"leakage": "passed", "label_skew": "passed", "missing_class": "passed", "schema": "skipped"}
+    assert summary["splits"]["test"]["examples"] == manifest.test.examples
+    assert summary["splits"]["shard-00001"]["pixel_mean"] == stats["splits"]["shard-00001"]["pixel_mean"]
+    assert summary["label_skew"] == stats["label_skew"]["distance"] and summary["leaked_duplicates"] == 0
+    manifest.validation = None  # a dataset copied before issue 18
+    assert data_summary(out, manifest) is None
+    with open(os.path.join(out, "stats.json"), "a") as fh:
+        fh.write(" ")
+    with pytest.raises(ContractError, match="stats.json does not match the dataset manifest's sha256"):
+        data_summary(out, Manifest.read(out))
