@@ -65,7 +65,7 @@ def test_image_statistics_pixel_mean_std_and_constant_inputs(tmp_path):
     pixels = np.array([10, 10, 10, 10, 0, 0, 200, 200], np.float64)
     assert first["pixel_mean"] == pytest.approx(pixels.mean()) and first["pixel_std"] == pytest.approx(pixels.std())
     assert first["constant_inputs"] == 1 and stats["splits"][TEST]["constant_inputs"] == 0
-    assert validator.values()["shard-00000"] == [10.0, 100.0]  # per-image means, for the plot
+    assert list(validator.values()["shard-00000"]) == [10.0, 100.0]  # per-image means, for the plot
 
 
 def test_tv_distance():
