@@ -208,6 +208,9 @@ that depends on the storage choice.
 {{- if and (not (kindIs "invalid" .Values.syncEvery)) (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: syncEvery applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
+{{- if and .Values.sweep.space.syncEvery (ne .Values.strategy "localsgd") -}}
+{{- fail (printf "disttrain: sweep.space.syncEvery is searched by localsgd trials only, and strategy is %s" .Values.strategy) -}}
+{{- end -}}
 {{- if and (ne .Values.allreduceDtype "float32") (not (has .Values.strategy (list "multiworker" "localsgd"))) -}}
 {{- fail (printf "disttrain: allreduceDtype applies to the strategies whose workers all-reduce (multiworker, localsgd), not %s" .Values.strategy) -}}
 {{- end -}}
