@@ -126,6 +126,31 @@ def test_empty_review_shows_the_servers_error(page, demo_url):
     assert "empty or only whitespace" in page.inner_text("#result .error")
 
 
+def test_page_shows_the_training_data_summary(page, demo, tmp_path_factory):
+    """Issue 18: with a report.json carrying the copier's statistics beside the model, the page's Data line
+    shows the split sizes, the checks and the movie-review sample's duplicate warning."""
+    import json
+    import os
+
+    from disttrain_aggregator.data_summary import data_summary
+    from disttrain_contract import Manifest
+
+    base, workdir = demo
+    data_dir = os.path.join(sample_model(tmp_path_factory, "sample:movie-reviews"), "data")
+    report = os.path.join(workdir, "final", "report.json")
+    with open(report, "w") as fh:
+        json.dump({"data": data_summary(data_dir, Manifest.read(data_dir))}, fh)
+    try:
+        page.goto(base + "/")
+        text = " ".join(page.inner_text("#training-data").split())
+        assert re.search(r"Data: \d+ training examples in 1 shard\(s\) \(\d+\), \d+ held out", text), text
+        assert "validation passed (label skew passed, leakage warning, missing class passed, schema skipped)" in text
+        assert page.locator("#data-warnings li").count() == 1 and page.is_visible("#data-warnings")
+        screenshot(page, tmp_path_factory, "demo-page-training-data.png")
+    finally:
+        os.remove(report)
+
+
 def test_open_page_shows_a_newer_version_after_a_prediction(page, demo, tmp_path_factory):
     """demo.js writes the time the way the server does when a prediction finds a newer model."""
     base, workdir = demo

@@ -702,3 +702,16 @@ def test_quorum_is_refused_for_strategies_whose_workers_end_together(strategy, w
 def test_min_workers_outside_1_to_workers_is_refused(value):
     error = render_error("defaults", sets=("workers=4", f"aggregator.minWorkers={value}"))
     assert f"aggregator.minWorkers must be in 1..workers (4), got {value}" in error or "minimum" in error
+
+
+def test_data_validation_flags_come_from_values():
+    """Issue 18: the copier's checks are errors by default; each data.validation value turns into its flag."""
+    default = main_container(render(), "copier")["args"]
+    assert arg({"name": "copier", "args": default}, "--max-label-skew") == "0.2"
+    assert not {"--allow-duplicates", "--allow-label-skew", "--allow-missing-classes", "--schema"} & set(default)
+    sets = ("data.validation.allowDuplicates=true", "data.validation.allowLabelSkew=true",
+            "data.validation.allowMissingClasses=true", "data.validation.maxLabelSkew=0.35",
+            "data.validation.schema=/workdir/schemas/reviews.json")
+    copier = main_container(render(sets=sets), "copier")
+    assert {"--allow-duplicates", "--allow-label-skew", "--allow-missing-classes"} <= set(copier["args"])
+    assert arg(copier, "--max-label-skew") == "0.35" and arg(copier, "--schema") == "/workdir/schemas/reviews.json"

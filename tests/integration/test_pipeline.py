@@ -52,6 +52,10 @@ def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strate
     manifest = json.load(open(tmp_path / "data" / "manifest.json"))
     assert report["final"]["examples"] == manifest["train_examples"]
     assert report["test_examples"] == manifest["test"]["examples"]
+    # the copier's data validation reaches the report (issue 18)
+    assert report["data"]["passed"] and report["data"]["checks"] == {
+        name: result["status"] for name, result in manifest["validation"]["checks"].items()}
+    assert report["data"]["splits"]["test"]["examples"] == manifest["test"]["examples"]
     if strategy == "average":
         assert [w["examples"] for w in report["workers"]] == [s["examples"] for s in manifest["shards"]]
     else:  # one model, the same on every worker, written by the chief only

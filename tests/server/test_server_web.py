@@ -1,5 +1,7 @@
 """The demo page as the Flask test client sees it: its title, the published time, the text box, the icon."""
 
+import json
+import os
 import re
 from datetime import datetime, timezone
 
@@ -80,3 +82,28 @@ def test_page_loads_the_api_helper_first_and_says_no_token_is_needed(text_client
         html = page_of(client)
         assert html.index('src="/static/api.js"') < html.index(f'src="/static/{script}"')  # disttrainApi exists when demo.js runs
         assert 'data-token-required-for=""' in html and 'data-read-only-gallery="false"' in html
+
+
+def test_page_shows_the_training_data_statistics_of_the_report(text_model, tmp_path):
+    """Issue 18: the report's "data" (the aggregator's summary of the real copier's stats.json) on the page;
+    the movie-review sample's known duplicates show as the warning they are."""
+    from disttrain_aggregator.data_summary import data_summary
+    from disttrain_contract import Manifest
+
+    data_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(text_model))), "data")
+    summary = data_summary(data_dir, Manifest.read(data_dir))
+    client = make_client(text_model, tmp_path)
+    final_dir = os.path.dirname(client.application.config["MODEL_PATH"])
+    with open(os.path.join(final_dir, "report.json"), "w") as fh:
+        json.dump({"data": summary}, fh)
+    html = page_of(client)
+    block = re.search(r'<div class="meta" id="training-data">(.*?)</div>', html, re.S)
+    assert block, "no training data on the page"
+    text = " ".join(re.sub(r"<[^>]+>", " ", block.group(1)).split())
+    shards = summary["splits"]["shard-00000"]["examples"]
+    assert f"Data: {shards} training examples in 1 shard(s) ({shards}), {summary['splits']['test']['examples']} held out" in text
+    assert "validation passed (label skew passed, leakage warning, missing class passed, schema skipped)" in text
+    assert "leakage: 21 training example(s)" in text and "Rotten Tomatoes sample repeats some snippets" in text
+    with open(os.path.join(final_dir, "report.json"), "w") as fh:
+        fh.write("{broken")
+    assert 'id="training-data"' not in page_of(client)  # an unreadable report leaves the line out, the page works

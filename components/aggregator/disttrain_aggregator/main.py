@@ -34,6 +34,7 @@ import time
 import numpy as np
 
 from disttrain_aggregator import gate
+from disttrain_aggregator.data_summary import data_summary
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
 from disttrain_contract.artifact import load_model, read_meta, save_model
 from disttrain_contract.evaluation import as_model_input, evaluate
@@ -308,6 +309,7 @@ def main(argv=None):
         "parameters_origin": final_meta.get("parameters_origin"),
         "training_wall_time_sec": max((sum(e["wall_time_sec"] for e in h) for h in histories), default=None),
         **(ps_facts(markers) if strategy == "parameterserver" else {}),
+        "data": data_summary(data_dir, manifest),  # the copier's statistics and validation result
         "created_at": time.time(),
     }
 

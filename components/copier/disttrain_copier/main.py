@@ -9,6 +9,12 @@ the next shard in turn: shards are disjoint, their union is the training set,
 and their sizes differ by at most one. The whole output directory is built
 under a temporary name and renamed into place with its _SUCCESS marker inside,
 so a trainer never sees a half-written dataset.
+
+Before publishing, the data is validated (validation.py): statistics of every split go to
+stats.json and stats.png beside the shards, and a failed check (train/test leakage, label skew
+between shards, a class missing from a split, a --schema violation) stops the copier with exit 2
+and nothing published, unless its --allow-* flag turns it into a warning. The manifest records the
+result.
 """
 
 import argparse
@@ -24,6 +30,7 @@ import numpy as np
 from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, run_cli, sha256_file, write_marker
 from disttrain_contract.manifest import VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
 from disttrain_copier.sources import open_source
+from disttrain_copier.validation import DEFAULT_MAX_LABEL_SKEW, SCHEMA_HELP, STATS, STATS_PLOT, Validator, read_schema, write_stats
 
 TEST = "test"
 
@@ -31,9 +38,11 @@ TEST = "test"
 def parse_args(argv=None):
     p = argparse.ArgumentParser(
         prog="disttrain-copier",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Split a dataset into N disjoint shards plus a held-out test split (stage 1 of disttrain).",
         epilog="Sources: sample:movie-reviews, sample:digits, csv:PATH (text,label columns), npz:PATH (x, y arrays), "
-        "images:DIR (one sub-folder per class), keras:imdb (downloads), keras:imdb=DIR (local imdb.npz + imdb_word_index.json).",
+        "images:DIR (one sub-folder per class), keras:imdb (downloads), keras:imdb=DIR (local imdb.npz + imdb_word_index.json).\n\n"
+        + SCHEMA_HELP,
     )
     p.add_argument("--source", required=True, help="where the data comes from (see below)")
     p.add_argument("--n-shards", "--n_container", dest="n_shards", type=int, default=2, help="number of shards = number of trainer workers (default 2)")
@@ -47,7 +56,21 @@ def parse_args(argv=None):
     p.add_argument("--task", choices=("auto", "faces"), default="auto",
                    help="faces: images:DIR holds one folder per person; faces are detected and cropped (default auto)")
     p.add_argument("--cache-dir", help="where downloaded samples are kept (default $DISTTRAIN_CACHE or ~/.cache/disttrain)")
+    check = p.add_argument_group("data validation (a failed check: exit 2, nothing published)")
+    check.add_argument("--allow-duplicates", action="store_true",
+                       help="accept held-out inputs that also occur in a training shard (leakage) with a warning")
+    check.add_argument("--max-label-skew", type=float, default=DEFAULT_MAX_LABEL_SKEW,
+                       help="largest total-variation distance of a shard's label distribution from the training "
+                       f"distribution (0..1, default {DEFAULT_MAX_LABEL_SKEW:g})")
+    check.add_argument("--allow-label-skew", action="store_true", help="a shard beyond --max-label-skew is a warning")
+    check.add_argument("--allow-missing-classes", action="store_true",
+                       help="a class with no example in a shard or in the held-out split is a warning")
+    check.add_argument("--schema", metavar="FILE", help="JSON file the data must satisfy (format below)")
+    check.add_argument("--no-stats-plot", dest="stats_plot", action="store_false",
+                       help="do not draw stats.png (stats.json is always written; the plot costs ~0.2-0.5 s a copy)")
     args = p.parse_args(argv)
+    if not 0.0 <= args.max_label_skew <= 1.0:
+        p.error(f"--max-label-skew must be between 0 and 1, got {args.max_label_skew}")
     if args.n_shards < 1:
         p.error(f"--n-shards must be >= 1, got {args.n_shards}")
     if not 0.0 < args.test_fraction < 1.0:
@@ -155,6 +178,7 @@ class ArrayShards:
 
 
 def copy(args):
+    schema = read_schema(args.schema) if args.schema else None  # a bad schema fails before any data is read
     dataset = open_source(args.source, image_size=args.image_size, channels=args.channels, cache_dir=args.cache_dir,
                           task=args.task)
     for where, reason in dataset.skipped:
@@ -187,13 +211,21 @@ def copy(args):
 
         token_counts = collections.Counter()
         progress = Progress(dataset.examples)
+        validator = Validator(dataset.task, dataset.labels, dataset.input, names, dataset.source_dtype,
+                              allow_duplicates=args.allow_duplicates, max_label_skew=args.max_label_skew,
+                              allow_label_skew=args.allow_label_skew, allow_missing_classes=args.allow_missing_classes,
+                              schema=schema, known_duplicates=dataset.known_duplicates)
         assignment = plan()
         try:
             for x, y in dataset.stream():
                 name = destination(next(assignment))
                 shards.add(name, x, y)
-                if dataset.task == "text" and name != TEST:
-                    token_counts.update(tokenize(x))
+                tokens = None
+                if dataset.task == "text":
+                    tokens = tokenize(x)
+                    if name != TEST:
+                        token_counts.update(tokens)
+                validator.add(name, x, y, tokens)
                 progress.step()
         finally:
             shards.close()
@@ -201,6 +233,10 @@ def copy(args):
             shards.check_complete()
         progress.report()
         _check_sizes(shards.counts, names)
+        stats = validator.finish(tmp, shards.storage)  # raises (nothing published) if a check fails
+        write_stats(tmp, stats, validator.values() if args.stats_plot else None)
+        for warning in stats["validation"]["warnings"]:
+            print(f"copier: warning: {warning}", file=sys.stderr)
 
         def split_info(name):
             files = split_files(name, shards.storage)
@@ -226,6 +262,8 @@ def copy(args):
             test=split_info(TEST),
             vocab=vocab,
             skipped=[{"input": where, "reason": reason} for where, reason in dataset.skipped],
+            validation={**stats["validation"], "stats": STATS, "plot": STATS_PLOT if args.stats_plot else None,
+                        "stats_sha256": sha256_file(os.path.join(tmp, STATS))},
         )
         manifest.write(tmp)
         write_marker(tmp, "copier", n_shards=args.n_shards, examples=progress.count)
@@ -249,6 +287,12 @@ def main(argv=None):
         f"{manifest.test.examples} held out; task {manifest.task}, {len(manifest.labels)} labels "
         f"({', '.join(manifest.labels[:5])}{', ...' if len(manifest.labels) > 5 else ''}) -> {out_dir}"
     )
+    validation = manifest.validation
+    ran = [name for name, result in validation["checks"].items() if result["status"] != "skipped"]
+    # "warning" only when there is one: make demo's output test reads the word as a problem
+    warned = f" with {len(validation['warnings'])} warning(s), above" if validation["warnings"] else ""
+    print(f"copier: data validation passed{warned} ({', '.join(ran)}); "
+          f"statistics: {', '.join(os.path.join(out_dir, f) for f in (STATS, validation['plot']) if f)}")
     return 0
 
 

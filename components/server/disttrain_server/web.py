@@ -1,5 +1,7 @@
 """The demo page at /: a form that calls the JSON API from the browser; and its icon."""
 
+import json
+import os
 from datetime import datetime, timezone
 
 from flask import Blueprint, current_app, render_template
@@ -36,6 +38,28 @@ def page_title(name, model):
     return " · ".join(parts)
 
 
+def training_data(model_path):
+    """The "data" part of the report.json beside the served model (the copier's statistics and
+    validation result, issue 18), or None: no report, an older one without it, or unreadable. The page
+    reads the small file on each visit, so it follows a newly published report; nothing is shared
+    between request threads."""
+    try:
+        with open(os.path.join(os.path.dirname(model_path), "report.json")) as fh:
+            data = json.load(fh)["data"]
+        shards = [split for name, split in sorted(data["splits"].items()) if name != "test"]
+        return {
+            "shard_sizes": [split["examples"] for split in shards],
+            "train": sum(split["examples"] for split in shards),
+            "test": data["splits"]["test"]["examples"],
+            "max_shard_skew": max(v for name, v in data["label_skew"].items() if name != "test"),
+            "passed": data["passed"],
+            "checks": sorted(data["checks"].items()),
+            "warnings": data["warnings"],
+        }
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
 @bp.get("/")
 def index():
     try:
@@ -49,7 +73,8 @@ def index():
     token_required_for = config["TOKEN_REQUIRED_FOR"] if config["API_TOKEN"] is not None else ""
     return render_template("index.html", title=page_title(name, loaded), name=name, model=loaded,
                            unavailable=unavailable, limits=limits(), token_required_for=token_required_for,
-                           read_only_gallery=config["READ_ONLY_GALLERY"])
+                           read_only_gallery=config["READ_ONLY_GALLERY"],
+                           data=training_data(model_store().path) if loaded else None)
 
 
 @bp.get("/favicon.ico")
