@@ -9,7 +9,8 @@
 3. one worker model at a time: load it, check it against its marker and the
    first model (initial weights, architecture, vocabulary), evaluate it on the
    held-out split, add its weights to a running weighted sum, drop it -- so the
-   memory held is one worker model besides the first and the sum, for any count;
+   memory held is one worker model besides the first and the sum, for any count
+   (until combine.py's ensemble, which holds all of them: see step 4);
 4. average: weighted mean of every weight array, weights = shard sizes; then
    combine.py evaluates it beside the ensemble of the worker models and the best
    worker by validation accuracy, and --combine says which one is published;
