@@ -24,6 +24,15 @@
 #           as docker.io/library/sha256, moby/buildkit#2204), so the local mode builds with
 #           DOCKER_BUILDKIT=0 (Debian's docker.io, which make test-images installs, has no BuildKit).
 # DISTTRAIN_BASE_IMAGE may itself be a digest reference (name@sha256:... or sha256:...).
+#
+# Disk: the classic builder keeps every stage of a multi-stage build as an untagged image. Ours
+# hold the wheels (~0.5 GB) and a second copy of the dependencies (~1.3 GB with TensorFlow), so
+# five images left ~14 GB behind where the images themselves take ~6 GB; a CI machine ran out of
+# space in the middle of `make test-images`. The stages carry the label disttrain.build-stage and
+# are removed once their image is built (only those: other untagged images are left alone), and
+# so is the image a rebuild replaces, unless a container uses it.
+# DISTTRAIN_KEEP_BUILD_STAGES=1 keeps them as a layer cache, so that a change to a component's
+# code rebuilds only its code layer instead of reinstalling its dependencies.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -92,12 +101,20 @@ for c in "${components[@]}"; do
         echo "disttrain-$c:$TAG is up to date"
         continue
     fi
+    replaced=$(docker image inspect -f '{{.Id}}' "disttrain-$c:$TAG" 2>/dev/null || true)
     printf 'building disttrain-%s:%s (%s, base %s) ... ' "$c" "$TAG" "$MODE" "$base"
-    if ! docker build "${build_args[@]}" --label "disttrain.inputs=$digest" -f "components/$c/Dockerfile" -t "disttrain-$c:$TAG" . > "build/logs/$c.log" 2>&1; then
+    if ! docker build --force-rm "${build_args[@]}" --label "disttrain.inputs=$digest" -f "components/$c/Dockerfile" -t "disttrain-$c:$TAG" . > "build/logs/$c.log" 2>&1; then
         echo "FAILED"; tail -n 40 "build/logs/$c.log" >&2
         echo "(full log: build/logs/$c.log)" >&2
         exit 1
     fi
     echo "done in $((SECONDS - start))s"
+    if [ "${DISTTRAIN_KEEP_BUILD_STAGES:-0}" != 1 ]; then
+        docker image prune --force --filter label=disttrain.build-stage=true >/dev/null
+    fi
+    # The image the tag pointed to before; kept if a container still uses it (rm refuses).
+    if [ -n "$replaced" ] && [ "$replaced" != "$(docker image inspect -f '{{.Id}}' "disttrain-$c:$TAG")" ]; then
+        docker image rm "$replaced" >/dev/null 2>&1 || true
+    fi
 done
 docker image ls --format '{{.Repository}}:{{.Tag}}\t{{.Size}}' | grep -E "^disttrain-($(IFS='|'; echo "${components[*]}")):$TAG\b" || true

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make test-images` and `make test-cluster`: make sure Docker runs, build the four images (an
+# `make test-images` and `make test-cluster`: make sure Docker runs, build the five images (an
 # image whose inputs have not changed is not rebuilt, so the two targets build once), then run
 #   images   tests/images: the whole pipeline with `docker run` only (the default);
 #   cluster  tests/cluster: every release of tests/cluster/cluster_runs.py rendered with `helm

@@ -49,6 +49,8 @@ echo "== copier: $SOURCE -> $WORKERS shards"
 
 PARAMS_ARGS=()
 if [ "$SWEEP" = 1 ]; then
+  # localsgd: trials are groups of 2 trainers, and H (--sync-every) is searched too
+  [ "$STRATEGY" = localsgd ] && SWEEP_ARGS="--strategy localsgd $SWEEP_ARGS"
   echo "== sweep: $TRIALS trials, $PARALLEL processes on one Optuna study (logs in $WORKDIR/logs/sweep-N.log)"
   sweep_started=$(date +%s) pids=()
   for ((i = 0; i < PARALLEL; i++)); do

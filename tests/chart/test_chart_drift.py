@@ -105,6 +105,10 @@ def check_meaning(stage, parsed, values, docs):
             assert parsed.learning_rate == pytest.approx(float(values["learningRate"]))
         assert parsed.sync_every == values.get("syncEvery")
         assert parsed.validation_fraction == pytest.approx(float(values["trainer"]["validationFraction"] or 0))
+        assert parsed.optimizer == values["optimizer"]
+        # only the strategies whose workers all-reduce get it; the others keep the trainer's default
+        connected = values["strategy"] in ("multiworker", "localsgd")
+        assert parsed.allreduce_dtype == (values["allreduceDtype"] if connected else "float32")
         job = one(docs, "Job", "trainer")
         assert parsed.job == job["metadata"]["name"]
         assert parsed.service == pod_spec(job)["subdomain"]

@@ -50,9 +50,25 @@ def test_sweep_args_are_accepted_by_the_real_parser():
     main = pod_spec(job(render(sets=ON), "sweep"))["containers"][0]
     args = parse_args(main["args"])
     assert (args.trials, args.learning_rate, args.pruner) == (9, "1e-4:1e-2", "median")
+    assert (args.strategy, args.trial_workers, args.sync_every) == ("average", 1, None)  # trials of one worker
+
+
+def test_localsgd_sweep_searches_sync_every_with_groups_of_trainers():
+    from disttrain_sweep.main import parse_args
+
+    docs = render(sets=ON + ("strategy=localsgd", "sweep.trialWorkers=3", "sweep.space.syncEvery=16\\,64"))
+    args = parse_args(pod_spec(job(docs, "sweep"))["containers"][0]["args"])
+    assert (args.strategy, args.trial_workers, args.sync_every) == ("localsgd", 3, "16,64")
+    trainer_main = pod_spec(job(docs, "trainer"))["containers"][0]
+    assert arg(trainer_main, "--strategy") == "localsgd" and arg(trainer_main, "--params-from").endswith("/sweep/best.json")
+
+
+def test_sync_every_search_needs_localsgd():
+    err = render_error("defaults", sets=("sweep.enabled=true", "sweep.space.syncEvery=16\\,64"))
+    assert "sweep.space.syncEvery is searched by localsgd trials only, and strategy is average" in err
 
 
 @pytest.mark.parametrize("bad", ["sweep.pruner=random", "sweep.space.batch=abc", "sweep.parallelism=0",
-                                 "sweep.validationFraction=1", "sweep.bogus=1"])
+                                 "sweep.validationFraction=1", "sweep.bogus=1", "sweep.trialWorkers=1"])
 def test_schema_refuses_bad_sweep_values(bad):
     assert "sweep" in render_error("defaults", sets=("sweep.enabled=true", bad))

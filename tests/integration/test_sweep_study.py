@@ -9,7 +9,7 @@ import os
 import pytest
 
 from disttrain_contract.params import read_params_file
-from stages import stage, start_stage
+from stages import free_port_block, stage, start_stage
 
 pytestmark = pytest.mark.long
 
@@ -79,3 +79,38 @@ def test_sweep_finds_a_clearly_better_learning_rate_than_a_bad_start(tmp_path):
     # at least 30 points better on validation
     assert best["params"]["learning_rate"] >= 1e-4, result.stdout
     assert best["value"] >= start.value + 0.30, (start.value, best["value"])
+
+
+def test_a_localsgd_sweep_searches_sync_every_with_groups_of_trainers(tmp_path):
+    """--strategy localsgd: each trial is 2 trainer processes averaging over loopback, sync_every is
+    searched, and the localsgd run trains with the winner's H."""
+    work = tmp_path / "w"
+    stage("copier", "--source", "sample:digits", "--n-shards", 2, "--workdir", work)
+    stage("sweep", "--workdir", work, "--trials", 3, "--strategy", "localsgd", "--trial-workers", 2,
+          "--sync-every", "4,64", "--epochs", 3, "--batch", 32, "--width", 64, "--dropout", 0.3, "--pruner", "none",
+          timeout=1500)
+    sweep_dir = work / "sweep"
+    trials = load_trials(sweep_dir)
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 3
+    assert {t.params["sync_every"] for t in trials} <= {4, 64}
+    for n in range(3):  # a group of two trainers per trial, each with its epochs
+        for i in range(2):
+            metrics = json.loads((sweep_dir / "trials" / f"trial-{n:05d}" / f"worker-{i:05d}" / "metrics.json").read_text())
+            assert [m["epoch"] for m in metrics] == [1, 2, 3]
+        assert "localsgd" in (sweep_dir / "trials" / f"trial-{n:05d}" / "trainer-1.log").read_text()
+    best = json.loads((sweep_dir / "best.json").read_text())
+    assert (best["strategy"], best["trial_workers"]) == ("localsgd", 2) and best["params"]["sync_every"] in (4, 64)
+    data = json.loads((sweep_dir / "data" / "manifest.json").read_text())
+    assert data["n_shards"] == 2
+
+    # the localsgd run takes the winner's H; an average run is refused (the sweep searched another strategy)
+    port = free_port_block(2)
+    trainers = [start_stage("trainer", "--workdir", work, "--worker-index", i, "--workers", 2, "--strategy", "localsgd",
+                            "--port", port, "--params-from", sweep_dir / "best.json", log=tmp_path / f"worker-{i}.log")
+                for i in range(2)]
+    for i, proc in enumerate(trainers):
+        assert proc.wait(timeout=900) == 0, (tmp_path / f"worker-{i}.log").read_text()[-3000:]
+    stage("aggregator", "--workdir", work, "--force")
+    report = json.loads((work / "final" / "report.json").read_text())
+    assert report["training_parameters"]["sync_every"] == best["params"]["sync_every"]
+    assert report["parameters_origin"]["source"] == "sweep"

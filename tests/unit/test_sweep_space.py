@@ -49,6 +49,18 @@ def test_defaults_per_task_and_overrides():
         build_space("faces", {})
 
 
+def test_localsgd_sweeps_search_sync_every_on_a_log_scale():
+    space = build_space("text", {}, "localsgd")
+    assert space["sync_every"].choices == (8, 16, 32, 64, 128) and set(space) > set(build_space("text", {}))
+    ranged = build_space("image", {"sync_every": "8:128"}, "localsgd")["sync_every"]
+    assert (ranged.low, ranged.high, ranged.describe()) == (8, 128, "8:128 (log)")
+    assert "sync_every" not in build_space("text", {})  # one worker has nothing to average
+    with pytest.raises(ContractError, match="--sync-every is searched by localsgd trials only"):
+        build_space("text", {"sync_every": "16,32"})
+    with pytest.raises(ContractError, match="sync_every must be >= 1"):
+        build_space("text", {"sync_every": "0,8"}, "localsgd")
+
+
 def test_start_point_is_checked_against_the_space():
     space = build_space("text", {})
     assert parse_start("learning_rate=1e-5, batch=64", space) == {"learning_rate": 1e-5, "batch": 64}
@@ -99,8 +111,22 @@ def test_validation_split_comes_from_the_shards_only(digits, tmp_path):
     assert again.test.sha256 == carved.test.sha256
     other = split.prepare(str(digits / "data"), str(tmp_path / "other"), 0.2, seed=4, log=lambda line: None)
     assert other.test.sha256 != carved.test.sha256
-    with pytest.raises(ContractError, match="validation split of other shards, fraction or seed"):
+    with pytest.raises(ContractError, match="validation split of other shards, fraction, seed or trial workers"):
         split.prepare(str(digits / "data"), str(out), 0.3, seed=3, log=lambda line: None)
+
+
+def test_localsgd_trials_get_one_training_shard_per_trial_worker(digits, tmp_path):
+    source = Manifest.read(str(digits / "data"))
+    one = split.prepare(str(digits / "data"), str(tmp_path / "one"), 0.2, seed=3, log=lambda line: None)
+    three = split.prepare(str(digits / "data"), str(tmp_path / "three"), 0.2, seed=3, log=lambda line: None, n_shards=3)
+    assert three.n_shards == 3 and three.test.sha256 == one.test.sha256  # the same validation split
+    parts = [rows(tmp_path / "three", three, s) for s in three.shards]
+    assert max(map(len, parts)) - min(map(len, parts)) <= 1
+    # the one-shard split's training examples, in the same order, cut in three
+    assert sum(parts, []) == rows(tmp_path / "one", one, one.shards[0])
+    assert sum(map(len, parts)) + three.test.examples == source.train_examples
+    with pytest.raises(ContractError, match="trial workers"):  # another shard count is another split
+        split.prepare(str(digits / "data"), str(tmp_path / "one"), 0.2, seed=3, log=lambda line: None, n_shards=2)
 
 
 def write(path, obj):
@@ -129,6 +155,8 @@ def test_params_file_is_checked(tmp_path):
 @pytest.mark.parametrize("content, message", [
     ({"params": {"learning_rate": 0.01, "momentum": 0.9}}, "unknown parameter 'momentum'"),
     ({"params": {"epochs": 0}}, "epochs must be >= 1"),
+    ({"params": {"sync_every": 0}}, "sync_every must be >= 1"),
+    ({"params": {"sync_every": 16}}, "sync_every was searched by localsgd trials, but this run's --strategy is average"),
     (None, "is unreadable"),
 ])
 def test_trainer_refuses_a_bad_params_file_with_exit_2(tmp_path, content, message):

@@ -218,6 +218,12 @@ that depends on the storage choice.
 {{- if and (eq .Values.aggregator.combine "best") (not (gt $validation 0.0)) -}}
 {{- fail "disttrain: aggregator.combine best ranks the workers by their validation accuracy: set trainer.validationFraction (e.g. 0.1) so that each worker keeps a validation split" -}}
 {{- end -}}
+{{- if and .Values.sweep.space.syncEvery (ne .Values.strategy "localsgd") -}}
+{{- fail (printf "disttrain: sweep.space.syncEvery is searched by localsgd trials only, and strategy is %s" .Values.strategy) -}}
+{{- end -}}
+{{- if and (ne .Values.allreduceDtype "float32") (not (has .Values.strategy (list "multiworker" "localsgd"))) -}}
+{{- fail (printf "disttrain: allreduceDtype applies to the strategies whose workers all-reduce (multiworker, localsgd), not %s" .Values.strategy) -}}
+{{- end -}}
 {{- include "disttrain.validateExposure" . -}}
 {{- end -}}
 

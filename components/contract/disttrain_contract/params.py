@@ -19,6 +19,7 @@ PARAMS = {
     "width": (int, 1, None, True, "--width"),
     "dropout": (float, 0.0, 1.0, False, "--dropout"),
     "epochs": (int, 1, None, True, "--epochs"),
+    "sync_every": (int, 1, None, True, "--sync-every"),  # localsgd only: searched by localsgd trials
 }
 
 

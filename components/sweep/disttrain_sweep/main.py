@@ -23,6 +23,12 @@ unchanged for --stale-after seconds (by its own clock: no clock comparison betwe
 the trial FAIL and Optuna's RetryHeartbeatStaleTrialCallback enqueues it again, with the same parameters,
 as a new trial. The other processes go on; the failed trial is never run again under its number.
 
+localsgd trials (--strategy localsgd --trial-workers N): a trial is a group of N trainer processes
+training with local SGD over loopback (ports from a free block), each on its trial shard, and
+the search space gains sync_every (H). H only matters between workers, so only such trials can
+search it; the group is scored by worker 0's validation accuracy. A sweep pod then runs N
+trainers: give it N cores (sweep.resources).
+
 Outputs, written by every process that sees the study done (atomic renames: the same content):
 best.json (--params-from of the trainer), trials.csv, history.png, importances.png,
 parallel.png, and the marker WORKDIR/sweep/_SUCCESS.
@@ -47,7 +53,7 @@ import warnings
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_bytes, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, write_marker
 from disttrain_contract.manifest import Manifest
 from disttrain_sweep import split
-from disttrain_sweep.space import DEFAULTS, build_space, distribution_sketch, params_of, parse_start
+from disttrain_sweep.space import DEFAULTS, SYNC_EVERY_DEFAULT, build_space, distribution_sketch, params_of, parse_start
 
 STUDY_NAME = "disttrain"
 # The trainer's line per epoch; in a trial its "test" split is the validation split.
@@ -72,6 +78,13 @@ def parse_args(argv=None):
                    help="this process's number among the sweep processes: seeds its sampler (default $JOB_COMPLETION_INDEX, else 0)")
     for name in DEFAULTS["text"]:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, help="search space (default: per task, below)")
+    p.add_argument("--strategy", choices=("average", "localsgd"), default="average",
+                   help="average (default): a trial is one trainer; localsgd: a trial is a group of --trial-workers "
+                        "trainers with local SGD, and the space gains --sync-every")
+    p.add_argument("--trial-workers", type=int, default=2,
+                   help="--strategy localsgd: trainer processes per trial (default 2; the sweep process needs that many cores)")
+    p.add_argument("--sync-every", dest="sync_every",
+                   help=f"--strategy localsgd: search space of H, the steps between two averages (default {SYNC_EVERY_DEFAULT})")
     p.add_argument("--start", help="the first trial's parameters, NAME=VALUE,... (e.g. a known-bad learning rate to beat)")
     p.add_argument("--validation-fraction", type=float, default=0.2,
                    help="share of the training shards' examples the trials are scored on (default 0.2)")
@@ -91,6 +104,10 @@ def parse_args(argv=None):
         p.error("--retries, --threads and --process-index must be >= 0")
     if not 0 < args.heartbeat < args.stale_after:
         p.error("--heartbeat must be > 0 and below --stale-after")
+    if args.strategy == "localsgd" and args.trial_workers < 2:
+        p.error("--trial-workers must be >= 2 with --strategy localsgd (one worker has nothing to average)")
+    if args.strategy != "localsgd":
+        args.trial_workers = 1
     return args
 
 
@@ -102,7 +119,8 @@ def main(argv=None):
     tag = f"sweep[{args.process_index}]"
     wait_for_marker(data_dir, args.wait_timeout, "the copier's dataset")
     manifest = Manifest.read(data_dir)
-    space = build_space(manifest.task, {name: getattr(args, name) for name in DEFAULTS["text"]})
+    space = build_space(manifest.task, {name: getattr(args, name) for name in (*DEFAULTS["text"], "sync_every")},
+                        args.strategy)
     start = parse_start(args.start, space)
     if read_marker(sweep_dir) is not None:
         print(f"{tag}: {sweep_dir} already holds a finished sweep (best.json); delete it to search again", flush=True)
@@ -131,9 +149,12 @@ def main(argv=None):
     config = {"task": manifest.task, "space": distribution_sketch(space), "start": start, "trials": args.trials,
               "validation_fraction": args.validation_fraction, "seed": args.seed, "pruner": args.pruner,
               "dataset": [s.sha256 for s in manifest.shards]}
+    if args.strategy != "average":  # (an average study's config keeps its earlier form)
+        config.update(strategy=args.strategy, trial_workers=args.trial_workers)
     with locked(schedule):
         split_manifest = split.prepare(data_dir, os.path.join(sweep_dir, "data"), args.validation_fraction, args.seed,
-                                       log=lambda line: print(f"{tag}: {line.removeprefix('sweep: ')}", flush=True))
+                                       log=lambda line: print(f"{tag}: {line.removeprefix('sweep: ')}", flush=True),
+                                       n_shards=args.trial_workers)
         study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="maximize", sampler=sampler,
                                     pruner=pruner, load_if_exists=True)
         if "config" not in study.user_attrs:
@@ -144,7 +165,8 @@ def main(argv=None):
         elif study.user_attrs["config"] != config:
             raise ContractError(f"{journal} is a study with other settings ({study.user_attrs['config']}); "
                                 "delete WORKDIR/sweep to start a new sweep, or run with the same flags")
-    print(f"{tag}: {manifest.task} task, {args.trials} trials in total, search space "
+    print(f"{tag}: {manifest.task} task, {args.trials} trials in total"
+          + (f" of {args.trial_workers} localsgd workers each" if args.strategy == "localsgd" else "") + ", search space "
           + ", ".join(f"{k} {d.describe()}" for k, d in space.items()), flush=True)
 
     retry = RetryHeartbeatStaleTrialCallback(max_retry=args.retries)
@@ -198,18 +220,26 @@ def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, be
     described = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
     print(f"{tag}: trial {trial.number} starts ({described})" + (f", a retry of trial {retry_of}" if retry_of is not None else ""),
           flush=True)
+    workers = args.trial_workers
     cmd = [sys.executable, "-m", "disttrain_trainer.main", "--workdir", workdir.root, "--data",
-           os.path.join(sweep_dir, "data"), "--out", trial_dir, "--workers", "1", "--worker-index", "0",
-           "--strategy", "average", "--seed", str(args.seed), "--threads", str(args.threads), "--wait-timeout", "0"]
+           os.path.join(sweep_dir, "data"), "--out", trial_dir, "--workers", str(workers),
+           "--strategy", args.strategy, "--seed", str(args.seed), "--threads", str(args.threads), "--wait-timeout", "0"]
+    if workers > 1:  # a localsgd group over loopback: ports base..base+workers-1 (TF_CONFIG built by the trainer)
+        cmd += ["--port", str(free_port_block(workers)), "--peer-wait", str(int(args.stale_after))]
     for name, value in params.items():
         cmd += [f"--{name.replace('_', '-')}", repr(value) if isinstance(value, float) else str(value)]
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "JOB_COMPLETION_INDEX")}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     began = time.monotonic()
     values, pruned, lines = [], False, []
-    with beats.beating(trial.number, args.heartbeat), open(os.path.join(trial_dir, "trainer.log"), "w") as log:
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                preexec_fn=die_with_parent)
+    with beats.beating(trial.number, args.heartbeat), open(os.path.join(trial_dir, "trainer.log"), "w") as log, \
+            contextlib.ExitStack() as peer_logs:
+        # worker 0 is read line by line (its epochs are the trial's reports); the others write their own logs
+        peers = [subprocess.Popen(cmd + ["--worker-index", str(i)], stdout=peer_logs.enter_context(
+                     open(os.path.join(trial_dir, f"trainer-{i}.log"), "w")), stderr=subprocess.STDOUT, env=env,
+                     preexec_fn=die_with_parent) for i in range(1, workers)]
+        proc = subprocess.Popen(cmd + ["--worker-index", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, preexec_fn=die_with_parent)
         try:
             for line in proc.stdout:
                 log.write(line)
@@ -227,21 +257,35 @@ def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, be
                       + (" -> pruned" if prune else ""), flush=True)
                 if prune:
                     pruned = True
-                    proc.terminate()
+                    for p in (proc, *peers):
+                        p.terminate()
                     break
-        finally:
-            if proc.poll() is None and not pruned:
-                proc.kill()
-            proc.wait()
+            if not pruned:  # worker 0 is done; the others end their last epoch and save, or fail
+                proc.wait()
+                for p in peers:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        p.wait(timeout=args.stale_after)
+        finally:  # (a peer still running now is stuck, or this process is being stopped)
+            for p in (proc, *peers):
+                if p.poll() is None and not pruned:
+                    p.kill()
+                p.wait()
     seconds = time.monotonic() - began
-    # the trial's model and checkpoints are not needed (the distributed run retrains): keep the log and metrics
-    worker = os.path.join(trial_dir, "worker-00000")
-    for leftover in ("checkpoints", "model.keras", "tensorboard"):
-        path = os.path.join(worker, leftover)
-        if os.path.isdir(path):
-            shutil.rmtree(path, ignore_errors=True)
-        elif os.path.exists(path):
-            os.unlink(path)
+    returncode = proc.returncode
+    failed_peer = next((i for i, p in enumerate(peers, 1) if p.returncode != 0), None)
+    if not pruned and returncode == 0 and failed_peer is not None:  # the group failed, though worker 0 ended well
+        with open(os.path.join(trial_dir, f"trainer-{failed_peer}.log")) as peer_log:
+            lines = [f"worker {failed_peer}: {line.rstrip()}" for line in peer_log]
+        returncode = peers[failed_peer - 1].returncode
+    # the trial's models and checkpoints are not needed (the distributed run retrains): keep the logs and metrics
+    for index in range(workers):
+        worker = os.path.join(trial_dir, f"worker-{index:05d}")
+        for leftover in ("checkpoints", "model.keras", "tensorboard"):
+            path = os.path.join(worker, leftover)
+            if os.path.isdir(path):
+                shutil.rmtree(path, ignore_errors=True)
+            elif os.path.exists(path):
+                os.unlink(path)
 
     # attributes before tell (a finished trial cannot change); the tell's own time is counted
     # with this process's next trial (TELL_SECONDS)
@@ -252,17 +296,17 @@ def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, be
         if pruned:
             study.tell(trial, state=states.PRUNED)
             outcome = f"pruned after {len(values)} epoch(s) at {values[-1]:.4f}"
-        elif proc.returncode == 0 and values:
+        elif returncode == 0 and values:
             study.tell(trial, values[-1])
             outcome = f"validation accuracy {values[-1]:.4f}"
         else:
             last = next((line for line in reversed(lines) if line.strip()), "no output")
             with locked(schedule):  # FAIL and its retry together: the budget never sees the gap
                 study.tell(trial, state=states.FAIL)
-                if proc.returncode == 2:  # the trainer refused its input: every trial would
+                if returncode == 2:  # the trainer refused its input: every trial would
                     raise ContractError(f"trial {trial.number}: the trainer refused its arguments: {last}")
                 retry(study, storage.get_trial(trial._trial_id))
-            outcome = f"FAILED (exit {proc.returncode}: {last}); enqueued again"
+            outcome = f"FAILED (exit {returncode}: {last}); enqueued again"
     except optuna.exceptions.UpdateFinishedTrialError:
         outcome = "already failed by another process (no heartbeat seen): result dropped, its retry counts instead"
     TELL_SECONDS.append(time.monotonic() - clock)
@@ -294,7 +338,7 @@ def write_outputs(study, space, sweep_dir, split_manifest, manifest, args, tag):
         "task": manifest.task, "source": manifest.source, "trials": counts, "space": distribution_sketch(space),
         "validation_examples": split_manifest.test.examples, "train_examples": split_manifest.train_examples,
         "validation_fraction": args.validation_fraction, "seed": args.seed, "pruner": args.pruner,
-        "created_at": time.time(),
+        "strategy": args.strategy, "trial_workers": args.trial_workers, "created_at": time.time(),
     })
     out = io.StringIO()
     writer = csv.writer(out)
@@ -402,6 +446,28 @@ def locked(lock):
         yield
     finally:
         lock.release()
+
+
+def free_port_block(n, attempts=50):
+    """A base port whose n consecutive ports are free on loopback now. Another process may take one
+    before the trainers bind it: the trial then fails and is retried (--retries), like any failure."""
+    import random
+
+    for _ in range(attempts):
+        base = random.randrange(20000, 60000 - n)
+        sockets = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise ContractError(f"no {n} consecutive free ports on 127.0.0.1 in {attempts} attempts")
 
 
 def die_with_parent():

@@ -1,6 +1,7 @@
 """The search space: one dimension per trainer flag, parsed from a short text form.
 
-    LOW:HIGH     a range (learning_rate: sampled on a log scale; epochs, width: integers)
+    LOW:HIGH     a range (learning_rate, sync_every: sampled on a log scale; epochs, width, batch,
+                 sync_every: integers)
     A,B,C        a choice among these values
     V            a fixed value (not searched)
 
@@ -21,6 +22,13 @@ DEFAULTS = {
     "image": {"learning_rate": "1e-4:1e-2", "batch": "32,64,128", "width": "32,64,128", "dropout": "0:0.5",
               "epochs": "8:20"},
 }
+# localsgd's H (--sync-every), searched only by sweeps whose trials are localsgd groups
+# (--strategy localsgd): one worker alone has nothing to average. Around the trainer's default
+# of 32; a text epoch of a 2-worker group is ~80 steps per worker, so 128 averages less than twice
+# an epoch, and digits' ~12 steps per epoch make 64 and 128 one average per 5-10 epochs.
+SYNC_EVERY_DEFAULT = "8,16,32,64,128"
+# ranges sampled on a log scale: their effect is by factors, not by steps
+LOG_SCALE = ("learning_rate", "sync_every")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,13 +49,13 @@ class Dimension:
         if self.choices is not None:
             return trial.suggest_categorical(self.name, list(self.choices))
         if PARAMS[self.name][0] is int:
-            return trial.suggest_int(self.name, int(self.low), int(self.high))
-        return trial.suggest_float(self.name, self.low, self.high, log=self.name == "learning_rate")
+            return trial.suggest_int(self.name, int(self.low), int(self.high), log=self.name in LOG_SCALE)
+        return trial.suggest_float(self.name, self.low, self.high, log=self.name in LOG_SCALE)
 
     def describe(self):
         if self.choices is not None:
             return ",".join(map(str, self.choices))
-        return f"{self.low:g}:{self.high:g}" + (" (log)" if self.name == "learning_rate" else "")
+        return f"{self.low:g}:{self.high:g}" + (" (log)" if self.name in LOG_SCALE else "")
 
 
 def parse_dimension(name, text):
@@ -70,11 +78,17 @@ def parse_dimension(name, text):
     return Dimension(name, choices=tuple(values))
 
 
-def build_space(task, overrides):
-    """The task's default space with the given flags (name -> text, None = default) replacing dimensions."""
+def build_space(task, overrides, strategy="average"):
+    """The task's default space with the given flags (name -> text, None = default) replacing dimensions;
+    strategy localsgd adds sync_every."""
     if task not in DEFAULTS:
         raise ContractError(f"the sweep searches text and image tasks; this dataset's task is {task}")
-    return {name: parse_dimension(name, overrides.get(name) or default) for name, default in DEFAULTS[task].items()}
+    defaults = dict(DEFAULTS[task])
+    if strategy == "localsgd":
+        defaults["sync_every"] = SYNC_EVERY_DEFAULT
+    elif overrides.get("sync_every"):
+        raise ContractError("--sync-every is searched by localsgd trials only: add --strategy localsgd")
+    return {name: parse_dimension(name, overrides.get(name) or default) for name, default in defaults.items()}
 
 
 def parse_start(text, space):
@@ -103,5 +117,5 @@ def params_of(trial, space):
     return {name: trial.params[name] if name in trial.params else trial.user_attrs[name] for name in space}
 
 
-__all__ = ["PARAMS", "DEFAULTS", "Dimension", "check_value", "parse_dimension", "build_space", "parse_start",
+__all__ = ["PARAMS", "DEFAULTS", "SYNC_EVERY_DEFAULT", "Dimension", "check_value", "parse_dimension", "build_space", "parse_start",
            "distribution_sketch", "params_of"]

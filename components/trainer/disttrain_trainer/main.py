@@ -176,6 +176,9 @@ def apply_params_file(args):
         return
     path = os.path.abspath(args.params_from)
     params = read_params_file(path)  # ContractError: run_cli prints it and exits 2
+    if "sync_every" in params and args.strategy != "localsgd":
+        raise ContractError(f"--params-from {path}: sync_every was searched by localsgd trials, but this run's "
+                            f"--strategy is {args.strategy}: sweep with the strategy you train with")
     best = read_json(path)
     for name, value in params.items():
         setattr(args, name, value)
@@ -412,7 +415,8 @@ def main(argv=None):
                 "face_preprocessing": FACE_PREPROCESSING} if manifest.task == "faces" else {}),
             **({"sync_every": strategy.every} if args.strategy == "localsgd" else {}),
             "training_parameters": {"learning_rate": args.learning_rate, "batch": args.batch, "epochs": args.epochs,
-                                    "width": args.width, "dropout": args.dropout},
+                                    "width": args.width, "dropout": args.dropout,
+                                    **({"sync_every": strategy.every} if args.strategy == "localsgd" else {})},
             "parameters_origin": args.params_origin,
         })
     write_marker(
