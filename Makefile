@@ -13,6 +13,8 @@ BATCH ?=
 STRATEGY ?=
 SYNC_EVERY ?=
 PS ?= 1
+COMBINE ?= average
+VALIDATION ?=
 PORT ?= 8080
 WORKDIR ?= workdir/demo
 # make sweep variables
@@ -25,6 +27,7 @@ SWEEP_ARGS ?=
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
 	@echo "              variables: TASK=movie-reviews|digits|faces WORKERS=2 EPOCHS BATCH STRATEGY=average|multiworker|localsgd|parameterserver SYNC_EVERY PS=1 PORT=8080 "
+	@echo "              COMBINE=average|ensemble|best (average strategy; best: VALIDATION=0.1 by default, the trainers' validation split)"
 	@echo "make sweep    copier -> Optuna sweep (TRIALS=12 PARALLEL=2 processes, SWEEP_ARGS) -> trainers with its best.json -> aggregator"
 	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
 	@echo "make test-long    longer real-training integration tests (sweeps, multi-model runs) kept out of make test's 15-minute budget"
@@ -50,12 +53,12 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt $(foreach c,$(COMPONENT
 venv: $(BIN)/.installed
 
 demo: venv
-	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) PORT=$(PORT) \
+	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) PORT=$(PORT) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) \
 	  WORKDIR=$(WORKDIR) BIN=$(BIN) scripts/run-local.sh
 
 # the same as demo without the server (used to measure the README's table)
 pipeline: venv
-	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) \
+	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) \
 	  WORKDIR=$(WORKDIR) BIN=$(BIN) SERVE=0 scripts/run-local.sh
 
 # the pipeline with a hyper-parameter sweep between copier and trainers (components/sweep)

@@ -19,6 +19,8 @@ BIN=${BIN:-.venv/bin}
 TRAINER_PORT=${TRAINER_PORT:-23456}  # multiworker, localsgd: worker i listens on TRAINER_PORT + i
 SYNC_EVERY=${SYNC_EVERY:-}         # localsgd: steps between two weight averages (default: the trainer's)
 PS=${PS:-1}                        # parameterserver: parameter servers (tasks: 1 chief + PS + WORKERS)
+COMBINE=${COMBINE:-average}        # average | ensemble | best: which model the aggregator publishes (strategy average)
+VALIDATION=${VALIDATION:-}         # average: the trainers' --validation-fraction (default 0.1 with COMBINE=best, else none)
 AGGREGATOR_ARGS=${AGGREGATOR_ARGS:-}  # e.g. --force, --max-drop-vs-best-worker 5 (the quality gate)
 SWEEP=${SWEEP:-0}                  # 1: an Optuna sweep after the copier; the trainers take its best.json (make sweep)
 TRIALS=${TRIALS:-12}               # sweep: trials in total
@@ -35,6 +37,7 @@ case "$TASK" in
      EPOCHS=${EPOCHS:-5}; BATCH=${BATCH:-64} ;;
 esac
 STRATEGY=${STRATEGY:-average}
+if [ "$COMBINE" = best ]; then VALIDATION=${VALIDATION:-0.1}; fi  # best ranks the workers on their validation split
 
 # A fresh run: old markers must not satisfy this run's stages.
 rm -rf "$WORKDIR/data" "$WORKDIR/train" "$WORKDIR/final" "$WORKDIR/sweep"
@@ -71,6 +74,7 @@ for ((i = 0; i < TASKS; i++)); do
   # The whole output goes to the log file; our progress and error lines come through.
   "$BIN/disttrain-trainer" --workdir "$WORKDIR" --worker-index "$i" --workers "$WORKERS" --epochs "$EPOCHS" \
     --batch "$BATCH" --strategy "$STRATEGY" --seed "$SEED" --port "$TRAINER_PORT" ${SYNC_EVERY:+--sync-every "$SYNC_EVERY"} \
+    ${VALIDATION:+--validation-fraction "$VALIDATION"} \
     "${PS_ARGS[@]}" "${PARAMS_ARGS[@]}" > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered -E "^(worker|ps|chief|trainer:|error:|disttrain-trainer: error:) ") 2>&1 &
   pids+=($!)
 done
@@ -80,7 +84,7 @@ done
 
 echo "== aggregator"
 # shellcheck disable=SC2086  # AGGREGATOR_ARGS: several words
-"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" $AGGREGATOR_ARGS 2> "$WORKDIR/logs/aggregator.err" || {
+"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" --combine "$COMBINE" $AGGREGATOR_ARGS 2> "$WORKDIR/logs/aggregator.err" || {
   echo "the aggregator failed: $(grep -m1 '^error:' "$WORKDIR/logs/aggregator.err" || tail -n 1 "$WORKDIR/logs/aggregator.err") (all of it: $WORKDIR/logs/aggregator.err)" >&2
   exit 1
 }

@@ -104,6 +104,7 @@ def check_meaning(stage, parsed, values, docs):
         else:
             assert parsed.learning_rate == pytest.approx(float(values["learningRate"]))
         assert parsed.sync_every == values.get("syncEvery")
+        assert parsed.validation_fraction == pytest.approx(float(values["trainer"]["validationFraction"] or 0))
         assert parsed.optimizer == values["optimizer"]
         # only the strategies whose workers all-reduce get it; the others keep the trainer's default
         connected = values["strategy"] in ("multiworker", "localsgd")
@@ -130,6 +131,7 @@ def check_meaning(stage, parsed, values, docs):
         assert parsed.expect == workers
         assert parsed.dir == "/workdir/run-1/train"
         assert parsed.savefile == "/workdir/run-1/final/model.keras"
+        assert parsed.combine == values["aggregator"]["combine"]
     elif stage == "server":
         assert parsed.model == "/workdir/run-1/final/model.keras"
         assert parsed.host == "0.0.0.0"

@@ -91,6 +91,13 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["data.validation.maxLabelSkew=1.5"], ["/data/validation/maxLabelSkew"]),
         (["data.validation.allowDuplicates=maybe"], ["/data/validation/allowDuplicates", "boolean"]),
         (["data.validation.allowDupes=true"], ["/data/validation", "allowDupes"]),
+        (["aggregator.combine=median"], ["/aggregator/combine", "average", "ensemble", "best"]),
+        (["trainer.validationFraction=1"], ["/trainer/validationFraction"]),
+        (["trainer.validationFraction=-0.1"], ["/trainer/validationFraction"]),
+        (["strategy=multiworker", "aggregator.combine=ensemble"],
+         ["aggregator.combine ensemble needs one model per worker (strategy average); a multiworker run's workers end with one shared model"]),
+        (["aggregator.combine=best"], ["aggregator.combine best ranks the workers by their validation accuracy: set trainer.validationFraction"]),
+        (["strategy=localsgd", "trainer.validationFraction=0.1"], ["trainer.validationFraction applies to strategy average, not localsgd"]),
     ],
 )
 def test_schema_rejects_nonsense(sets, expected):

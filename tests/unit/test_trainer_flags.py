@@ -24,6 +24,11 @@ from disttrain_trainer.main import TEXT_LEARNING_RATE, parse_args
         (["--strategy", "multiworker", "--ps", "1"], "--ps and --serve-timeout apply to --strategy parameterserver"),
         (["--serve-timeout", "10"], "--ps and --serve-timeout apply to --strategy parameterserver, not average"),
         (["--strategy", "parameterserver", "--ps", "0"], "--ps must be >= 1"),
+        (["--validation-fraction", "1"], "--validation-fraction must be between 0 and 1 (0: no validation split)"),
+        (["--validation-fraction", "-0.1"], "--validation-fraction must be between 0 and 1"),
+        (["--validation-fraction", "nan"], "--validation-fraction must be between 0 and 1"),
+        (["--strategy", "multiworker", "--validation-fraction", "0.1"],
+         "--validation-fraction applies to --strategy average, not multiworker"),
     ],
 )
 def test_nonsense_is_refused_by_name(argv, message, capsys):

@@ -208,6 +208,16 @@ that depends on the storage choice.
 {{- if and (not (kindIs "invalid" .Values.syncEvery)) (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: syncEvery applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
+{{- if and (ne .Values.aggregator.combine "average") (ne .Values.strategy "average") -}}
+{{- fail (printf "disttrain: aggregator.combine %s needs one model per worker (strategy average); a %s run's workers end with one shared model, which is promoted as it is" .Values.aggregator.combine .Values.strategy) -}}
+{{- end -}}
+{{- $validation := float64 (.Values.trainer.validationFraction | default 0) -}}
+{{- if and (gt $validation 0.0) (ne .Values.strategy "average") -}}
+{{- fail (printf "disttrain: trainer.validationFraction applies to strategy average, not %s" .Values.strategy) -}}
+{{- end -}}
+{{- if and (eq .Values.aggregator.combine "best") (not (gt $validation 0.0)) -}}
+{{- fail "disttrain: aggregator.combine best ranks the workers by their validation accuracy: set trainer.validationFraction (e.g. 0.1) so that each worker keeps a validation split" -}}
+{{- end -}}
 {{- if and .Values.sweep.space.syncEvery (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: sweep.space.syncEvery is searched by localsgd trials only, and strategy is %s" .Values.strategy) -}}
 {{- end -}}

@@ -9,8 +9,11 @@
 3. one worker model at a time: load it, check it against its marker and the
    first model (initial weights, architecture, vocabulary), evaluate it on the
    held-out split, add its weights to a running weighted sum, drop it -- so the
-   memory held is one worker model besides the first and the sum, for any count;
-4. average: weighted mean of every weight array, weights = shard sizes;
+   memory held is one worker model besides the first and the sum, for any count
+   (until combine.py's ensemble, which holds all of them: see step 4);
+4. average: weighted mean of every weight array, weights = shard sizes; then
+   combine.py evaluates it beside the ensemble of the worker models and the best
+   worker by validation accuracy, and --combine says which one is published;
    multiworker, localsgd: the workers end in sync (localsgd: their markers' final
    weight hashes must agree), the chief's model is promoted; parameterserver: the
    chief's model is promoted once every task's marker (chief, ps, workers) is in
@@ -33,7 +36,7 @@ import time
 
 import numpy as np
 
-from disttrain_aggregator import gate
+from disttrain_aggregator import combine, gate
 from disttrain_aggregator.data_summary import data_summary
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
 from disttrain_contract.artifact import load_model, read_meta, save_model
@@ -63,6 +66,11 @@ def parse_args(argv=None):
                    "are left out and the report names them")
     p.add_argument("--straggler-wait", type=float, default=600,
                    help="once --min-workers have finished, seconds to wait for the rest (default 600; never past --timeout)")
+    p.add_argument("--combine", choices=combine.MODES, default="average",
+                   help="--strategy average: publish the weight average (default), an ensemble (one Keras model: the "
+                   "mean of the worker models' probabilities, N forward passes), or the best worker by its validation "
+                   "accuracy (trainer --validation-fraction; never the held-out split). The report evaluates all three "
+                   "either way. Refused for the other strategies: their workers end with one shared model")
     gating = p.add_argument_group("quality gate", "the final model is published only if its held-out accuracy passes both checks")
     gating.add_argument("--max-drop-vs-best-worker", type=float, default=1.0, metavar="POINTS",
                         help="at most this many accuracy points below the best single worker model (default 1.0)")
@@ -238,6 +246,7 @@ def main(argv=None):
         check_ps_roles(markers)
     check_compatible(markers, expect)
     strategy = markers[0]["strategy"]
+    combine.check_mode(args.combine, strategy, markers)
     left_out = missing_workers(manifest, missing)
     if left_out:
         print(f"aggregator: {len(markers)} of {expect} workers finished ({strategy}); averaging without "
@@ -286,7 +295,13 @@ def main(argv=None):
     if strategy == "average":  # same architecture, so worker 0's model can carry the average
         final.set_weights(weighted_sum.mean())
     del weighted_sum  # float64: twice a model's weights, not needed while publishing
-    final_metrics = held_out(final, final_meta)
+    combined = None
+    if strategy == "average":  # average, ensemble and best, all evaluated; --combine says which is published
+        final, final_metrics, combine_meta, combined = combine.candidates(
+            args.combine, manifest.task, combine.worker_model_paths(worker_dirs, markers), markers, rows, final,
+            final_meta, held_out, x_test)
+    else:
+        final_metrics, combine_meta = held_out(final, final_meta), {}
     # the examples behind the final model: fewer than the data set's when workers were left out
     trained_on = sum(m["examples"] for m in markers) if strategy == "average" else manifest.train_examples
     histories = [load_metrics(d) for d in worker_dirs]
@@ -301,6 +316,7 @@ def main(argv=None):
         "workers": rows,
         **({"missing_workers": left_out} if left_out else {}),
         "final": {"examples": trained_on, **final_metrics},
+        **({"combine": combined} if combined else {}),
         "test_examples": manifest.test.examples,
         "epochs": markers[0]["epochs"],
         # learning rate, batch, epochs, width, dropout, and whether they came from the trainer's flags
@@ -320,6 +336,8 @@ def main(argv=None):
     # forced: published only because of --force
     report["gate"] = dict(verdict, forced=args.force and not verdict["passed"], published=published)
     print_table(report)
+    if combined:
+        combine.print_candidates(combined, manifest.task)
     if report["training_parameters"]:
         origin = report["parameters_origin"] or {}
         print("aggregator: trained with " + ", ".join(f"{k}={v:g}" for k, v in sorted(report["training_parameters"].items()))
@@ -329,7 +347,7 @@ def main(argv=None):
 
     # ----------------------------------------------------------------- publish
     meta = dict(final_meta, strategy=strategy, workers=expect, examples=trained_on,
-                aggregated_from=[r["worker_index"] for r in rows] if strategy == "average" else [0])
+                aggregated_from=[r["worker_index"] for r in rows] if strategy == "average" else [0], **combine_meta)
     meta.pop("worker_index", None)
     if not verdict["passed"] and not args.force:
         # final/ is not touched, so a server watching it keeps serving the published model
@@ -432,7 +450,8 @@ def print_table(report):
         columns += [("test_same_person_distance", "same dist"), ("test_different_person_distance", "other dist")]
     else:
         columns += [("test_loss", "test loss")]
-    final_label = "final (averaged)" if report["strategy"] == "average" else "final (promoted)"
+    final_label = ("final (promoted)" if report["strategy"] != "average"
+                   else f"final ({report.get('combine', {}).get('published', 'average')})")
     rows = [(r["name"], r) for r in report["workers"]] + [(final_label, report["final"])]
     print(f"\n{'model':<24}{'examples':>10}" + "".join(f"{title:>12}" for _, title in columns))
     print("-" * (34 + 12 * len(columns)))

@@ -12,12 +12,12 @@
         worker-00000/
           checkpoints/           one checkpoint per epoch (resume after a restart)
           tensorboard/           TensorBoard event files
-          metrics.json           per-epoch loss, accuracy, examples/s, wall time
+          metrics.json           per-epoch loss, accuracy, examples/s, wall time (validation_* with --validation-fraction)
           model.keras            the worker's model (multiworker: chief only)
           _SUCCESS               marker: this worker finished (JSON: init hash, example count ...)
       final/                     written by the aggregator
         model.keras              the model the server serves
-        report.json              per-worker and final held-out metrics
+        report.json              per-worker and final held-out metrics; average: the three --combine candidates
         report.png               the same as bar and curve plots
         _SUCCESS                 marker: the aggregator published a model
       sweep/                     written by the sweep (optional stage between copier and trainer)

@@ -1,8 +1,8 @@
 """The validation split: carved from the copier's training shards, never from its held-out test split.
 
 The trials are scored on it, so the held-out split stays unseen until the aggregator's final
-report, which remains an honest estimate. The carve is a seeded permutation of the shards'
-examples (in shard order), so every sweep process and pod derives the same split, and a rerun
+report, which remains an honest estimate. The carve (disttrain_contract.validation.carve) is a seeded permutation of the
+shards' examples (in shard order), so every sweep process and pod derives the same split, and a rerun
 with the same seed the same one.
 
 WORKDIR/sweep/data/ is a dataset of the copier's format (manifest.json, the rest of the training
@@ -22,19 +22,9 @@ import numpy as np
 from disttrain_contract import ContractError, atomic_path, read_json, read_marker, write_marker
 from disttrain_contract.manifest import Manifest, SplitInfo, read_split, split_files
 from disttrain_contract.atomic import sha256_file
+from disttrain_contract.validation import carve  # the one carve (the trainer's --validation-fraction uses it too)
 
 VALIDATION_SPLIT = "validation"
-
-
-def carve(n_examples, fraction, seed):
-    """(train indices, validation indices), each sorted, disjoint, together 0..n-1."""
-    if not 0 < fraction < 1:
-        raise ContractError(f"--validation-fraction must be between 0 and 1, not {fraction}")
-    n_validation = int(round(n_examples * fraction))
-    if not 1 <= n_validation < n_examples:
-        raise ContractError(f"{n_examples} training examples are too few for a validation split of {fraction:g}")
-    order = np.random.default_rng(seed).permutation(n_examples)
-    return np.sort(order[n_validation:]), np.sort(order[:n_validation])
 
 
 def identity(manifest, fraction, seed, n_shards=1):

@@ -93,6 +93,11 @@ def parse_args(argv=None):
     p.add_argument("--params-from", metavar="BEST_JSON",
                    help="take learning_rate, batch, epochs, width and dropout from the sweep's WORKDIR/sweep/best.json "
                         "(they replace those flags); an unknown key or a bad value is an error (exit 2)")
+    p.add_argument("--validation-fraction", type=float, default=0, metavar="FRACTION",
+                   help="average: hold this fraction of the worker's shard out of training (the sweep's seeded carve, "
+                        "disttrain_contract.validation) and record the accuracy on it per epoch in metrics.json and in "
+                        "the marker; the aggregator's --combine best ranks the workers by it, never by the held-out "
+                        "split (default 0: train on the whole shard)")
     p.add_argument("--embedding-size", type=int, default=64, help="faces: embedding dimensions (default 64)")
     p.add_argument("--margin", type=float, default=0.2, help="faces: triplet-loss margin (default 0.2)")
     p.add_argument("--views", type=int, default=2, help="faces: views per person in a batch (default 2)")
@@ -142,6 +147,10 @@ def parse_args(argv=None):
             p.error("--ps must be >= 1")
         if args.serve_timeout is None:
             args.serve_timeout = 7 * 24 * 3600.0
+    if args.validation_fraction and not 0 < args.validation_fraction < 1:  # (also refuses nan)
+        p.error("--validation-fraction must be between 0 and 1 (0: no validation split)")
+    if args.validation_fraction and args.strategy != "average":
+        p.error(f"--validation-fraction applies to --strategy average, not {args.strategy} (its workers end with one model)")
     if args.linger_for_peers < 0:
         p.error("--linger-for-peers must be >= 0")
     if args.linger_for_peers and args.strategy != "average":
@@ -257,6 +266,14 @@ def main(argv=None):
     parts = [read_split(data_dir, manifest, s) for s in shards]
     x_train, y_train = (np.concatenate(a) if len(parts) > 1 else a[0] for a in zip(*parts))
     examples = sum(s.examples for s in shards)
+    x_validation = y_validation = None
+    if args.validation_fraction:  # average only (parse_args): a carve of this worker's own shard
+        from disttrain_contract.validation import carve
+
+        kept, held = carve(len(y_train), args.validation_fraction, args.seed)
+        pick = (lambda x, rows: [x[i] for i in rows]) if isinstance(x_train, list) else (lambda x, rows: x[rows])
+        x_validation, y_validation = as_model_input(manifest.task, pick(x_train, held)), y_train[held]
+        x_train, y_train, examples = pick(x_train, kept), y_train[kept], len(kept)
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     vectorizer = None
     x_test = as_model_input(manifest.task, x_test)  # the held-out split goes through the published model
@@ -308,6 +325,8 @@ def main(argv=None):
         "learning_rate": args.learning_rate, "optimizer": args.optimizer, "init_weights_sha256": init_sha, "margin": args.margin,
         "width": args.width, "dropout": args.dropout,
         "dataset": [s.sha256 for s in manifest.shards], **strategy.run_config(),
+        # (only when set: checkpoints of a run without it still resume)
+        **({"validation_fraction": args.validation_fraction} if args.validation_fraction else {}),
     }
     check_run_config(read_dir, run_config, write=read_dir == write_dir)
     # The model's weights reach the checkpoint through the optimizer; its other state (the
@@ -364,6 +383,9 @@ def main(argv=None):
         if strategy.evaluates:
             held_out = evaluate(inference, manifest.task, x_test, y_test, seed=manifest.seed)
             record.update({f"test_{key}": value for key, value in held_out.items()})
+        if x_validation is not None:
+            validation = evaluate(inference, manifest.task, x_validation, y_validation, seed=manifest.seed)
+            record.update({f"validation_{key}": value for key, value in validation.items()})
         history.append(record)
         bar.finish(epoch_line(tag, epoch, args.epochs, record))
         with summaries.as_default(step=epoch):
@@ -402,6 +424,9 @@ def main(argv=None):
         init_weights_sha256=init_sha, examples=examples, model=model_file,
         final_weights_sha256=weights_fingerprint(model.get_weights()),
         final_test_accuracy=history[-1].get("test_accuracy") if history else None, **strategy.marker_info(),
+        **({"validation_fraction": args.validation_fraction, "validation_examples": len(y_validation),
+            "validation_accuracy": history[-1].get("validation_accuracy") if history else None}
+           if x_validation is not None else {}),
     )
     print(f"{tag}: done -> {worker_dir}", flush=True)
     if args.linger_for_peers:
@@ -428,7 +453,7 @@ def epoch_line(tag, epoch, epochs, record):
     fields = [("loss", record["loss"], ".4f"), ("accuracy", record["accuracy"], ".4f")]
     # (faces: the harder retrieval's 12 numbers stay in metrics.json; the aggregator's table shows them)
     hard = tuple(f"test_{kind}_" for kind in HARD_QUERIES)
-    fields += [(key, record[key], ".4f") for key in sorted(record) if key.startswith("test_") and not key.startswith(hard)]
+    fields += [(key, record[key], ".4f") for key in sorted(record) if key.startswith(("test_", "validation_")) and not key.startswith(hard)]
     fields += [("examples_per_sec", record["examples_per_sec"], ".0f"), ("seconds", record["wall_time_sec"], ".2f")]
     return f"{tag} epoch {epoch}/{epochs}: " + " ".join(f"{key}={value:{spec}}" for key, value, spec in fields)
 
