@@ -47,6 +47,15 @@ started=$(date +%s)
 echo "== copier: $SOURCE -> $WORKERS shards"
 "$BIN/disttrain-copier" --source "$SOURCE" --n-shards "$WORKERS" --workdir "$WORKDIR"
 
+# Wait for every process; when one fails, stop the others and exit naming what failed.
+wait_all() {
+  local what=$1 pid
+  shift
+  for pid in "$@"; do
+    wait "$pid" || { echo "$what failed; see $WORKDIR/logs" >&2; kill "$@" 2>/dev/null || true; exit 1; }
+  done
+}
+
 PARAMS_ARGS=()
 if [ "$SWEEP" = 1 ]; then
   # localsgd: trials are groups of 2 trainers, and H (--sync-every) is searched too
@@ -59,9 +68,7 @@ if [ "$SWEEP" = 1 ]; then
       > >(tee "$WORKDIR/logs/sweep-$i.log" | grep --line-buffered -v " epoch ") 2>&1 &
     pids+=($!)
   done
-  for pid in "${pids[@]}"; do
-    wait "$pid" || { echo "a sweep process failed; see $WORKDIR/logs" >&2; kill "${pids[@]}" 2>/dev/null || true; exit 1; }
-  done
+  wait_all "a sweep process" "${pids[@]}"
   echo "sweep wall time: $(( $(date +%s) - sweep_started ))s; $WORKDIR/sweep/best.json, trials.csv, history.png, importances.png, parallel.png"
   PARAMS_ARGS=(--params-from "$WORKDIR/sweep/best.json")
 fi
@@ -78,9 +85,7 @@ for ((i = 0; i < TASKS; i++)); do
     "${PS_ARGS[@]}" "${PARAMS_ARGS[@]}" > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered -E "^(worker|ps|chief|trainer:|error:|disttrain-trainer: error:) ") 2>&1 &
   pids+=($!)
 done
-for pid in "${pids[@]}"; do
-  wait "$pid" || { echo "a trainer failed; see $WORKDIR/logs" >&2; kill "${pids[@]}" 2>/dev/null || true; exit 1; }
-done
+wait_all "a trainer" "${pids[@]}"
 
 echo "== aggregator"
 # shellcheck disable=SC2086  # AGGREGATOR_ARGS: several words

@@ -3,9 +3,10 @@
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
+
+from disttrain_contract.ports import free_port_block  # noqa: F401  (the tests and benchmarks import it from here)
 
 BIN = os.path.dirname(sys.executable)  # the venv's console scripts: disttrain-copier, ...
 
@@ -24,29 +25,6 @@ def stage(name, *args, check=True, timeout=600, env=None):
 def start_stage(name, *args, log=None, env=None):
     out = open(log, "w") if log else subprocess.DEVNULL
     return subprocess.Popen([os.path.join(BIN, f"disttrain-{name}"), *map(str, args)], stdout=out, stderr=subprocess.STDOUT, env=env)
-
-
-def free_port_block(n):
-    """A base port such that base..base+n-1 are free on 127.0.0.1 right now."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + n > 65535:
-            continue
-        try:
-            socks = []
-            for p in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", p))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no free port block")
 
 
 def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=64, seed=42, extra_trainer_args=(), ps=0,

@@ -41,6 +41,12 @@ def default_workdir():
     return os.environ.get(WORKDIR_ENV, "workdir")
 
 
+def job_completion_index(default):
+    """This pod's index in an Indexed Job ($JOB_COMPLETION_INDEX, set by Kubernetes), else `default`."""
+    value = os.environ.get("JOB_COMPLETION_INDEX")
+    return int(value) if value and value.isdigit() else default
+
+
 class Workdir:
     """Paths inside one working directory. Pure path arithmetic, no I/O."""
 

@@ -50,8 +50,9 @@ import threading
 import time
 import warnings
 
-from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_bytes, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, write_marker
+from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_bytes, atomic_write_json, default_workdir, job_completion_index, read_marker, run_cli, wait_for_marker, write_marker
 from disttrain_contract.manifest import Manifest
+from disttrain_contract.ports import free_port_block
 from disttrain_sweep import split
 from disttrain_sweep.space import DEFAULTS, SYNC_EVERY_DEFAULT, build_space, distribution_sketch, params_of, parse_start
 
@@ -63,7 +64,6 @@ TELL_SECONDS = [0.0]
 
 
 def parse_args(argv=None):
-    env_index = os.environ.get("JOB_COMPLETION_INDEX")
     p = argparse.ArgumentParser(
         prog="disttrain-sweep",
         description="Hyper-parameter search with Optuna on the shared working directory (between copier and trainer).",
@@ -74,7 +74,7 @@ def parse_args(argv=None):
     p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
     p.add_argument("--data", help="the copier's output (default WORKDIR/data)")
     p.add_argument("--trials", type=int, default=12, help="trials to finish (complete or pruned) in total, over every process (default 12)")
-    p.add_argument("--process-index", type=int, default=int(env_index) if env_index and env_index.isdigit() else 0,
+    p.add_argument("--process-index", type=int, default=job_completion_index(0),
                    help="this process's number among the sweep processes: seeds its sampler (default $JOB_COMPLETION_INDEX, else 0)")
     for name in DEFAULTS["text"]:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, help="search space (default: per task, below)")
@@ -224,7 +224,9 @@ def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, be
     cmd = [sys.executable, "-m", "disttrain_trainer.main", "--workdir", workdir.root, "--data",
            os.path.join(sweep_dir, "data"), "--out", trial_dir, "--workers", str(workers),
            "--strategy", args.strategy, "--seed", str(args.seed), "--threads", str(args.threads), "--wait-timeout", "0"]
-    if workers > 1:  # a localsgd group over loopback: ports base..base+workers-1 (TF_CONFIG built by the trainer)
+    # a localsgd group over loopback: ports base..base+workers-1 (TF_CONFIG built by the trainer); a port
+    # taken by another process in between fails the trial, which is retried (--retries)
+    if workers > 1:
         cmd += ["--port", str(free_port_block(workers)), "--peer-wait", str(int(args.stale_after))]
     for name, value in params.items():
         cmd += [f"--{name.replace('_', '-')}", repr(value) if isinstance(value, float) else str(value)]
@@ -446,28 +448,6 @@ def locked(lock):
         yield
     finally:
         lock.release()
-
-
-def free_port_block(n, attempts=50):
-    """A base port whose n consecutive ports are free on loopback now. Another process may take one
-    before the trainers bind it: the trial then fails and is retried (--retries), like any failure."""
-    import random
-
-    for _ in range(attempts):
-        base = random.randrange(20000, 60000 - n)
-        sockets = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise ContractError(f"no {n} consecutive free ports on 127.0.0.1 in {attempts} attempts")
 
 
 def die_with_parent():

@@ -29,7 +29,7 @@ import os
 import sys
 import time
 
-from disttrain_contract import ContractError, Workdir, atomic_write_json, read_json, read_marker, default_workdir, run_cli, wait_for_marker, wait_for_quorum, write_marker
+from disttrain_contract import ContractError, Workdir, atomic_write_json, read_json, read_marker, default_workdir, job_completion_index, run_cli, wait_for_marker, wait_for_quorum, write_marker
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import as_model_input, compiled, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
@@ -53,7 +53,6 @@ OPTIMIZERS = ("lazyadam", "adam")  # the same for dense gradients; they differ o
 
 
 def parse_args(argv=None):
-    env_index = os.environ.get("JOB_COMPLETION_INDEX")
     p = argparse.ArgumentParser(
         prog="disttrain-trainer",
         description="Train one worker on its shard (stage 2 of disttrain).",
@@ -102,7 +101,7 @@ def parse_args(argv=None):
     p.add_argument("--margin", type=float, default=0.2, help="faces: triplet-loss margin (default 0.2)")
     p.add_argument("--views", type=int, default=2, help="faces: views per person in a batch (default 2)")
     p.add_argument("--workers", type=int, default=None, help="number of workers (default: the dataset's shard count)")
-    p.add_argument("--worker-index", type=int, default=int(env_index) if env_index and env_index.isdigit() else None,
+    p.add_argument("--worker-index", type=int, default=job_completion_index(None),
                    help="this worker's index (default $JOB_COMPLETION_INDEX, else 0)")
     p.add_argument("--ps", type=int, default=None,
                    help="parameterserver: number of parameter-server tasks (default 1); "
