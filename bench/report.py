@@ -51,7 +51,7 @@ def goal_rows(rows):
 def training(doc):
     out = [header(doc, "Training: plain 1-worker training vs 2 workers of each strategy (`bench/train_scaling.py`)")]
     out.append("Same data and epochs for every row of a task (batch 64 per worker, `--threads 1` per worker); "
-               f"median of {doc['config']['repetitions']} repetition(s). s/epoch = steady state (each worker's median of epochs 2.., the slower worker's); "
+               f"median of {doc['config']['repetitions']} repetition(s). s/epoch = steady state (each worker's mean of epochs 2.., the slower worker's: a mean, so that syncs landing in some epochs only are counted); "
                "examples/s over all workers; speedup = plain 1-worker training's s/epoch (or process wall time) / this row's; "
                "cycle = the same over each epoch's whole cycle (training, held-out evaluation, checkpoint: epoch start to epoch start); "
                "wall = the training stage's processes from start to exit (start-up, cluster join, evaluation, saving).\n")
