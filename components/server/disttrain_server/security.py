@@ -12,6 +12,9 @@ Paths that stay open whatever --token-required-for says, and why:
   /, /static/*, /favicon.ico the page must load before it can ask for the token
   /openapi.json, /report    the API's description and the training report: no gallery data,
                             no predictions (the same model facts as the page shows)
+  /metrics                  Prometheus scrapes: counts, latencies, the model's version and the
+                            gallery's size, no names, ids or inputs (metrics.py). Like the probes it
+                            skips the Host allowlist: Prometheus scrapes pods by IP, which is the Host
 Everything under /v1/ and /v2 (TF Serving's and KServe's APIs) is the API, which
 --token-required-for all protects.
 
@@ -42,6 +45,7 @@ SECURITY_HEADERS = {
 
 # Probes: open to any Host and to callers without a token.
 PROBE_PATHS = ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready")
+SCRAPE_PATH = "/metrics"  # open the same way (metrics.py)
 STATE_CHANGING = ("POST", "PUT", "PATCH", "DELETE")
 BODY_TYPES = ("application/json", "multipart/form-data")
 # A custom header makes a cross-origin request non-simple: the browser asks first (CORS
@@ -57,7 +61,7 @@ def init_app(app):
 
 
 def check_request():
-    if request.path in PROBE_PATHS:
+    if request.path in PROBE_PATHS or request.path == SCRAPE_PATH:
         return
     check_host()
     if request.method in STATE_CHANGING:
