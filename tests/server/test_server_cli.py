@@ -17,6 +17,7 @@ def test_defaults_follow_the_workdir_layout(monkeypatch, tmp_path):
     assert (config["MAX_TEXT_CHARS"], config["MAX_INSTANCES"], config["RELOAD_INTERVAL"]) == (10_000, 256, 5)
     assert config["GALLERY_DIR"] == os.path.join(str(tmp_path), "gallery")
     assert config["GALLERY_SEED"] is None and config["TOP_K"] == 3
+    assert (config["WORKDIR"], config["RUNS_DIR"]) == (str(tmp_path), None)  # the page's progress: this run
     options = gunicorn_options(args)
     assert options["bind"] == ["127.0.0.1:8080"] and (options["workers"], options["threads"]) == (2, 8)
     assert options["preload_app"] is False  # TensorFlow must not be loaded before the fork
@@ -26,13 +27,14 @@ def test_explicit_flags(tmp_path):
     args = parse_args(["--model", str(tmp_path / "m.keras"), "--model-name", "reviews", "--host", "::1", "--port", "9000",
                        "--workers", "3", "--threads", "4", "--max-upload-mb", "0.5", "--max-text-chars", "50",
                        "--max-instances", "7", "--reload-interval", "0", "--gallery", str(tmp_path / "people"),
-                       "--gallery-seed", str(tmp_path), "--top-k", "5"])
+                       "--gallery-seed", str(tmp_path), "--top-k", "5", "--runs-dir", str(tmp_path)])
     config = app_config(args)
     assert (config["GALLERY_DIR"], config["GALLERY_SEED"], config["TOP_K"]) == (str(tmp_path / "people"), str(tmp_path), 5)
     assert config["MODEL_PATH"] == str(tmp_path / "m.keras") and config["MODEL_NAME"] == "reviews"
     assert config["MAX_CONTENT_LENGTH"] == 512 * 1024
     assert (config["MAX_BATCH_SIZE"], config["BATCH_TIMEOUT_MS"]) == (32, 0)
     assert gunicorn_options(args)["bind"] == ["[::1]:9000"]
+    assert config["RUNS_DIR"] == str(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -47,6 +49,7 @@ def test_explicit_flags(tmp_path):
         (["--model-name", "a:b"], "--model-name must be non-empty without '/' or ':'"),
         (["--top-k", "0"], "--top-k must be between 1 and 100"),
         (["--gallery-seed", "/nonexistent/seed"], "--gallery-seed /nonexistent/seed is not a directory"),
+        (["--runs-dir", "/nonexistent/runs"], "--runs-dir /nonexistent/runs is not a directory"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(capsys, argv, words):

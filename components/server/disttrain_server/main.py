@@ -52,7 +52,7 @@ def parse_args(argv=None):
         prog="disttrain-server",
         description="Serve the final model (stage 4 of disttrain): a web demo at / and a TensorFlow-Serving-shaped "
         "JSON API (GET /v1/models/NAME, GET /v1/models/NAME/metadata, POST /v1/models/NAME:predict), "
-        "plus /healthz, /readyz, /report and /openapi.json.",
+        "plus /healthz, /readyz, /report, /progress.json (the run in training) and /openapi.json.",
         epilog="A model published later at --model (the aggregator replaces the file atomically) is loaded without a "
         "restart; until a model exists the server runs and /readyz answers 503. "
         "Security: with --api-token-file, gallery writes (or, with --token-required-for all, every /v1 call) need "
@@ -75,6 +75,8 @@ def parse_args(argv=None):
                    "one model call of up to this many instances; 1 turns batching off (default 32)")
     p.add_argument("--batch-timeout-ms", type=float, default=0, help="how long a batch waits for more requests; 0 never waits: a lone "
                    "request runs at once and batches form from requests that queue during a model call (default 0)")
+    p.add_argument("--runs-dir", metavar="DIR", help="the page shows the training progress of the newest run-N directory in DIR "
+                   "(the chart's volume, one run-N per release revision); default: that of --workdir")
     p.add_argument("--reload-interval", type=float, default=5, help="seconds between checks for a newly published model (default 5)")
     p.add_argument("--gallery", help="folder of enrolled faces for face search, shared by all workers (default WORKDIR/gallery)")
     p.add_argument("--gallery-seed", help="enrol the photos in this folder at start-up unless already enrolled: one sub-folder "
@@ -117,6 +119,8 @@ def parse_args(argv=None):
             p.error(str(err))
     if not 1 <= args.top_k <= MAX_TOP_K:
         p.error(f"--top-k must be between 1 and {MAX_TOP_K}, got {args.top_k}")
+    if args.runs_dir and not os.path.isdir(args.runs_dir):
+        p.error(f"--runs-dir {args.runs_dir} is not a directory")
     if args.gallery_seed and not os.path.isdir(args.gallery_seed):
         p.error(f"--gallery-seed {args.gallery_seed} is not a directory")
     if "/" in args.model_name or ":" in args.model_name or not args.model_name:
@@ -128,6 +132,8 @@ def app_config(args):
     return {
         "MODEL_PATH": os.path.abspath(args.model or Workdir(args.workdir).final_model),
         "MODEL_NAME": args.model_name,
+        "WORKDIR": os.path.abspath(args.workdir),
+        "RUNS_DIR": args.runs_dir and os.path.abspath(args.runs_dir),
         "MAX_CONTENT_LENGTH": int(args.max_upload_mb * 1024 * 1024),
         "MAX_TEXT_CHARS": args.max_text_chars,
         "MAX_INSTANCES": args.max_instances,

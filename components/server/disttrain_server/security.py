@@ -12,6 +12,7 @@ Paths that stay open whatever --token-required-for says, and why:
   /, /static/*, /favicon.ico the page must load before it can ask for the token
   /openapi.json, /report    the API's description and the training report: no gallery data,
                             no predictions (the same model facts as the page shows)
+  /progress.json, /progress/report.png   the run in training and its plots (the page shows them)
 Everything under /v1/ is the API, which --token-required-for all protects.
 
 Shared by request threads: only app.config (read-only after create_app). The
