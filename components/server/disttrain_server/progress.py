@@ -1,8 +1,8 @@
 """The run in progress: GET /progress.json (every worker's progress.json) and GET /progress/report.png.
 
-The page (static/progress.js) polls /progress.json about once a second and draws a bar per worker
-and the per-epoch curves; once the run's aggregator has published (its final marker), it shows the
-run's report.png instead.
+The page (static/progress.js) polls /progress.json twice a second while a run trains and draws a
+bar per worker and the per-epoch curves; once the run's aggregator has published (its final
+marker), it shows the run's report.png instead.
 
 Which run: with --runs-dir (the chart passes its volume, where each revision trains in its own
 run-N directory), the newest run-N there: while revision N trains, the pods of revision N-1 still
