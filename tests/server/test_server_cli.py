@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from disttrain_server.main import app_config, gunicorn_options, parse_args
+from disttrain_contract import ContractError
+from disttrain_server.main import app_config, gunicorn_options, main, parse_args
 
 
 def test_defaults_follow_the_workdir_layout(monkeypatch, tmp_path):
@@ -49,7 +50,6 @@ def test_explicit_flags(tmp_path):
         (["--model-name", "a:b"], "--model-name must be non-empty without '/' or ':'"),
         (["--top-k", "0"], "--top-k must be between 1 and 100"),
         (["--gallery-seed", "/nonexistent/seed"], "--gallery-seed /nonexistent/seed is not a directory"),
-        (["--runs-dir", "/nonexistent/runs"], "--runs-dir /nonexistent/runs is not a directory"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(capsys, argv, words):
@@ -57,3 +57,8 @@ def test_bad_flags_exit_2_with_a_message(capsys, argv, words):
         parse_args(argv)
     assert exit_info.value.code == 2
     assert words in capsys.readouterr().err
+
+
+def test_a_runs_dir_that_is_not_a_directory_is_refused_before_serving(tmp_path):
+    with pytest.raises(ContractError, match="--runs-dir .*/nonexistent is not a directory"):
+        main(["--workdir", str(tmp_path), "--runs-dir", str(tmp_path / "nonexistent")])

@@ -119,8 +119,6 @@ def parse_args(argv=None):
             p.error(str(err))
     if not 1 <= args.top_k <= MAX_TOP_K:
         p.error(f"--top-k must be between 1 and {MAX_TOP_K}, got {args.top_k}")
-    if args.runs_dir and not os.path.isdir(args.runs_dir):
-        p.error(f"--runs-dir {args.runs_dir} is not a directory")
     if args.gallery_seed and not os.path.isdir(args.gallery_seed):
         p.error(f"--gallery-seed {args.gallery_seed} is not a directory")
     if "/" in args.model_name or ":" in args.model_name or not args.model_name:
@@ -217,6 +215,9 @@ def main(argv=None):
         print(f"disttrain-server: no model at {config['MODEL_PATH']} yet; /readyz answers 503 until one is published", file=sys.stderr)
     elif not os.path.isfile(config["MODEL_PATH"]):
         raise ContractError(f"--model {config['MODEL_PATH']} is not a file")
+    # (checked here, not in parse_args: the chart's tests parse its args where its volume does not exist)
+    if config["RUNS_DIR"] and not os.path.isdir(config["RUNS_DIR"]):
+        raise ContractError(f"--runs-dir {config['RUNS_DIR']} is not a directory")
     ServerApplication(config, gunicorn_options(args)).run()
     return 0
 
