@@ -10,7 +10,7 @@ Two measurements:
               the run without progress, is the cost; on a shared machine it is within the noise,
               which the min-max spread of each side shows.
   one write   the median time of one write of a finished run's progress.json (the same
-              atomic_write_bytes the trainer uses: a temporary file, fsync, rename) in the run's own
+              atomic_write_bytes the trainer uses: a temporary file, then a rename, no fsync) in the run's own
               directory; at one write a second that is the cost as a share of each second of training.
 
     .venv/bin/python bench/progress_overhead.py      (BENCH_QUICK=1: fewer epochs and repetitions)
@@ -48,14 +48,14 @@ def train(work, out, interval, log):
             "process_wall_sec": r["wall_sec"], "writes": progress["writes"] if progress else 0, "progress_file": progress}
 
 
-def one_write_ms(directory, state):
+def one_write_ms(directory, state, fsync=False):
     from disttrain_contract import atomic_write_bytes
 
     path = os.path.join(directory, "progress-timing.json")
     times = []
     for _ in range(WRITES):
         started = time.perf_counter()
-        atomic_write_bytes(path, json.dumps(state, separators=(",", ":")).encode())
+        atomic_write_bytes(path, json.dumps(state, separators=(",", ":")).encode(), fsync=fsync)  # False: as the trainer writes it
         times.append(time.perf_counter() - started)
     os.remove(path)
     return statistics.median(times) * 1000, len(json.dumps(state, separators=(",", ":")))
@@ -90,6 +90,8 @@ def main():
         writes = median([r["writes"] for r in runs["on"]])
         summary["writes_per_run"] = writes
         summary["one_write_ms"] = write_ms
+        summary["one_write_with_fsync_ms"] = one_write_ms(os.path.join(base, f"train-on-{repetitions - 1}", "worker-00000"),
+                                                          runs["on"][-1]["progress_file"], fsync=True)[0]
         summary["progress_file_bytes"] = file_bytes
         # every write of a run, at the measured one-write time, as a share of the run's training time
         summary["writes_cost_pct"] = 100 * writes * write_ms / 1000 / summary["cycle_sec"]["on"]

@@ -5,7 +5,8 @@ run before its final model exists. The trainer calls ProgressFile.update after e
 of steps (strategy.train_epoch's progress callback, so every strategy has it); the file is written
 at most once per `interval` seconds, and always at the end of an epoch and when the worker is done
 or fails (flush). Every write is atomic (a temporary name, then a rename: disttrain_contract.atomic):
-a reader sees the previous file or the next one, never half of one.
+a reader sees the previous file or the next one, never half of one. It is not fsynced: a crash may
+lose the newest second of progress, which the next write replaces anyway.
 
 The file (one JSON object):
     worker, tag, strategy     which worker this is ("worker 1/2", "chief (task 0)")
@@ -113,7 +114,8 @@ class ProgressFile:
         self.state["time"] = self.wall_clock()
         self.state["writes"] = self.writes + 1  # (the benchmark and the tests count them)
         try:
-            atomic_write_bytes(self.path, json.dumps(self.state, separators=(",", ":")).encode())
+            # (no fsync: a second later the file is outdated anyway; the rename alone keeps readers whole)
+            atomic_write_bytes(self.path, json.dumps(self.state, separators=(",", ":")).encode(), fsync=False)
             self.writes += 1
         except ContractError as err:
             # The page is a view of the run, not part of it: a full or read-only volume stops the
