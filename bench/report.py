@@ -242,6 +242,10 @@ def progress(doc):
                f"takes {f(res['one_write_ms'], 3)} ms (median of {c['one_write_samples']}); a run made {res['writes_per_run']:g} writes: "
                f"{res['writes_cost_pct']:.3f} % of its cycle time. With an fsync before the rename (which the trainer skips: "
                f"the file is outdated a second later) one write took {f(res.get('one_write_with_fsync_ms'), 3)} ms.")
+    if doc["provisional"]:
+        out.append("\nOn a busy machine the end-to-end rows measure the other processes' load, which changed several-fold "
+                   "between runs (with and without ran in turn, but one run lasts minutes); the one-write time is the "
+                   "figure to read until a run on an idle machine.")
     return "\n".join(out)
 
 
