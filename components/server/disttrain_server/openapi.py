@@ -6,6 +6,8 @@ schemas for a text model accept only strings, for an image model only
 {"b64": ...} objects or pixel arrays.
 """
 
+from disttrain_server import progress
+
 ERROR = {"$ref": "#/components/schemas/Error"}
 STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
@@ -269,6 +271,7 @@ def build_spec(name, limits, input_spec=None, task=None):
                     },
                 }
             },
+            **progress.openapi_paths(),
             "/openapi.json": {
                 "get": {
                     "summary": "This description.",
