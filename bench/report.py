@@ -243,9 +243,33 @@ def aggregator(doc):
     return "\n".join(out)
 
 
+def progress(doc):
+    c, res = doc["config"], doc["results"]["summary"]
+    out = [header(doc, "Live progress: the cost of progress.json (`bench/progress_overhead.py`)")]
+    out.append(f"One `average` worker on digits, {c['epochs']} epochs, batch {c['batch']}, with `--progress-interval "
+               f"{c['interval_sec']:g}` (the default) and 0 (no file), alternating, median of {c['repetitions']} repetition(s) each. "
+               "Training = the epochs' steps (metrics.json wall_time_sec, where the writes happen); cycle = plus each epoch's "
+               "evaluation, checkpoint and end-of-epoch write; process = the whole trainer process. Issue 18's goal: under 1 %.\n")
+    out.append("| time | with progress s (min-max) | without s (min-max) | cost |")
+    out.append("|---|---|---|---|")
+    for key, name in (("training_sec", "training"), ("cycle_sec", "cycle"), ("process_wall_sec", "process")):
+        r = res[key]
+        out.append(f"| {name} | {f(r['on'], 2)} ({f(r['on_min_max'][0], 2)}-{f(r['on_min_max'][1], 2)}) | "
+                   f"{f(r['off'], 2)} ({f(r['off_min_max'][0], 2)}-{f(r['off_min_max'][1], 2)}) | {r['cost_pct']:+.2f} % |")
+    out.append(f"\nOne write of the run's final progress.json ({res['progress_file_bytes']:,} bytes; temporary file, then rename; no fsync) "
+               f"takes {f(res['one_write_ms'], 3)} ms (median of {c['one_write_samples']}); a run made {res['writes_per_run']:g} writes: "
+               f"{res['writes_cost_pct']:.3f} % of its cycle time. With an fsync before the rename (which the trainer skips: "
+               f"the file is outdated a second later) one write took {f(res.get('one_write_with_fsync_ms'), 3)} ms.")
+    if doc["provisional"]:
+        out.append("\nOn a busy machine the end-to-end rows measure the other processes' load, which changed several-fold "
+                   "between runs (with and without ran in turn, but one run lasts minutes); the one-write time is the "
+                   "figure to read until a run on an idle machine.")
+    return "\n".join(out)
+
+
 def main():
     parts = []
-    for name, fn in (("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator)):
+    for name, fn in (("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator), ("progress_overhead", progress)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))

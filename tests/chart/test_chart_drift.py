@@ -105,6 +105,7 @@ def check_meaning(stage, parsed, values, docs):
             assert parsed.learning_rate == pytest.approx(float(values["learningRate"]))
         assert parsed.sync_every == values.get("syncEvery")
         assert parsed.validation_fraction == pytest.approx(float(values["trainer"]["validationFraction"] or 0))
+        assert parsed.progress_interval == pytest.approx(float(values["trainer"]["progressIntervalSeconds"]))
         assert parsed.optimizer == values["optimizer"]
         # only the strategies whose workers all-reduce get it; the others keep the trainer's default
         connected = values["strategy"] in ("multiworker", "localsgd")
@@ -137,6 +138,8 @@ def check_meaning(stage, parsed, values, docs):
         assert parsed.host == "0.0.0.0"
         assert parsed.port == values["server"]["port"]
         assert parsed.model_name == values["server"]["modelName"]
+        # issue 18: the page shows the newest run-N on the volume while it trains
+        assert parsed.runs_dir == ("/workdir" if values["server"]["liveProgress"] else None)
         # issue 11: the gallery on its own writable mount, its caps, the token (flags of the server half)
         server = values["server"]
         assert parsed.gallery == "/var/lib/disttrain/gallery"

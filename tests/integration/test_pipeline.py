@@ -55,6 +55,17 @@ def two_workers_against_one(tmp_path, tmp_path_factory, source, strategy, ps=0):
     return report
 
 
+def check_final_progress(worker_dir, metrics, index):
+    """A finished worker's live progress file (issue 18): done, at the last step, its history = metrics.json's."""
+    progress = json.load(open(worker_dir / "progress.json"))
+    steps = progress["steps_per_epoch"]
+    assert progress["worker"] == index and progress["state"] == "done" and progress["eta_sec"] == 0
+    assert (progress["epoch"], progress["step"], progress["global_step"]) == (len(metrics), steps, len(metrics) * steps)
+    assert [(h["epoch"], h["loss"], h["accuracy"]) for h in progress["history"]] == [
+        (m["epoch"], m["loss"], m["accuracy"]) for m in metrics]
+    assert progress["writes"] >= len(metrics) + 1  # at least each epoch's end and the end
+
+
 @pytest.mark.parametrize("strategy", ["average", "multiworker", "localsgd"])
 @pytest.mark.parametrize("source", list(TASKS))
 def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strategy):
@@ -81,6 +92,7 @@ def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strate
         assert metrics[-1]["loss"] < metrics[0]["loss"]
         assert all(m["examples_per_sec"] > 0 and m["wall_time_sec"] > 0 for m in metrics)
         assert os.listdir(tmp_path / "train" / f"worker-{i:05d}" / "tensorboard")
+        check_final_progress(tmp_path / "train" / f"worker-{i:05d}", metrics, i)
     # the aggregator's held-out metrics for TensorBoard (issue 13): one point each, at the last epoch
     scalars = aggregator_scalars(tmp_path)
     assert sorted(scalars) == ["final"] + [f"worker-{w['worker_index']:05d}" for w in report["workers"]]
@@ -144,3 +156,4 @@ def test_parameter_servers_match_one_worker(tmp_path, tmp_path_factory, source):
         assert sorted(os.listdir(tmp_path / "train" / f"worker-{i:05d}")) == ["_SUCCESS"]
     metrics = json.load(open(tmp_path / "train" / "worker-00000" / "metrics.json"))
     assert [m["epoch"] for m in metrics] == list(range(1, epochs + 1)) and metrics[-1]["loss"] < metrics[0]["loss"]
+    check_final_progress(tmp_path / "train" / "worker-00000", metrics, 0)  # the chief's: it drives the steps

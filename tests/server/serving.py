@@ -95,8 +95,9 @@ def http(method, url, body=None, timeout=30):
 
 
 @contextlib.contextmanager
-def running_server(workdir, *args, ready_timeout=120):
-    """Start `disttrain-server` on a free loopback port, wait for /readyz, yield its base URL; always stop it."""
+def running_server(workdir, *args, ready_timeout=120, ready_path="/readyz"):
+    """Start `disttrain-server` on a free loopback port, wait for `ready_path` to answer 200 (/readyz: a model
+    is loaded; /healthz: the server runs, with or without one), yield its base URL; always stop it."""
     port = free_port_block(1)
     log = os.path.join(workdir, f"server-{port}.log")
     proc = start_stage("server", "--workdir", workdir, "--host", "127.0.0.1", "--port", port, *args, log=log)
@@ -107,7 +108,7 @@ def running_server(workdir, *args, ready_timeout=120):
             if proc.poll() is not None:
                 raise AssertionError(f"disttrain-server exited {proc.returncode}:\n{_tail(log)}")
             try:
-                if http("GET", base + "/readyz", timeout=5)[0] == 200:
+                if http("GET", base + ready_path, timeout=5)[0] == 200:
                     break
             except OSError:
                 pass  # not listening yet

@@ -4,7 +4,8 @@ import os
 
 import pytest
 
-from disttrain_server.main import app_config, gunicorn_options, parse_args
+from disttrain_contract import ContractError
+from disttrain_server.main import app_config, gunicorn_options, main, parse_args
 
 
 def test_defaults_follow_the_workdir_layout(monkeypatch, tmp_path):
@@ -17,6 +18,7 @@ def test_defaults_follow_the_workdir_layout(monkeypatch, tmp_path):
     assert (config["MAX_TEXT_CHARS"], config["MAX_INSTANCES"], config["RELOAD_INTERVAL"]) == (10_000, 256, 5)
     assert config["GALLERY_DIR"] == os.path.join(str(tmp_path), "gallery")
     assert config["GALLERY_SEED"] is None and config["TOP_K"] == 3
+    assert (config["WORKDIR"], config["RUNS_DIR"]) == (str(tmp_path), None)  # the page's progress: this run
     options = gunicorn_options(args)
     assert options["bind"] == ["127.0.0.1:8080"] and (options["workers"], options["threads"]) == (2, 8)
     assert options["preload_app"] is False  # TensorFlow must not be loaded before the fork
@@ -26,13 +28,14 @@ def test_explicit_flags(tmp_path):
     args = parse_args(["--model", str(tmp_path / "m.keras"), "--model-name", "reviews", "--host", "::1", "--port", "9000",
                        "--workers", "3", "--threads", "4", "--max-upload-mb", "0.5", "--max-text-chars", "50",
                        "--max-instances", "7", "--reload-interval", "0", "--gallery", str(tmp_path / "people"),
-                       "--gallery-seed", str(tmp_path), "--top-k", "5"])
+                       "--gallery-seed", str(tmp_path), "--top-k", "5", "--runs-dir", str(tmp_path)])
     config = app_config(args)
     assert (config["GALLERY_DIR"], config["GALLERY_SEED"], config["TOP_K"]) == (str(tmp_path / "people"), str(tmp_path), 5)
     assert config["MODEL_PATH"] == str(tmp_path / "m.keras") and config["MODEL_NAME"] == "reviews"
     assert config["MAX_CONTENT_LENGTH"] == 512 * 1024
     assert (config["MAX_BATCH_SIZE"], config["BATCH_TIMEOUT_MS"]) == (32, 0)
     assert gunicorn_options(args)["bind"] == ["[::1]:9000"]
+    assert config["RUNS_DIR"] == str(tmp_path)
 
 
 @pytest.mark.parametrize(
@@ -54,3 +57,8 @@ def test_bad_flags_exit_2_with_a_message(capsys, argv, words):
         parse_args(argv)
     assert exit_info.value.code == 2
     assert words in capsys.readouterr().err
+
+
+def test_a_runs_dir_that_is_not_a_directory_is_refused_before_serving(tmp_path):
+    with pytest.raises(ContractError, match="--runs-dir .*/nonexistent is not a directory"):
+        main(["--workdir", str(tmp_path), "--runs-dir", str(tmp_path / "nonexistent")])

@@ -27,6 +27,8 @@ from disttrain_trainer.main import TEXT_LEARNING_RATE, parse_args
         (["--validation-fraction", "1"], "--validation-fraction must be between 0 and 1 (0: no validation split)"),
         (["--validation-fraction", "-0.1"], "--validation-fraction must be between 0 and 1"),
         (["--validation-fraction", "nan"], "--validation-fraction must be between 0 and 1"),
+        (["--progress-interval", "-1"], "--progress-interval must be >= 0 (0: no progress.json)"),
+        (["--progress-interval", "nan"], "--progress-interval must be >= 0"),
         (["--strategy", "multiworker", "--validation-fraction", "0.1"],
          "--validation-fraction applies to --strategy average, not multiworker"),
     ],

@@ -13,6 +13,8 @@
           checkpoints/           one checkpoint per epoch (resume after a restart)
           tensorboard/           TensorBoard event files
           metrics.json           per-epoch loss, accuracy, examples/s, wall time (validation_* with --validation-fraction)
+          progress.json          live progress (epoch, step, loss, examples/s, ETA, per-epoch history), rewritten
+                                 at most once per --progress-interval; the server's page polls it
           model.keras            the worker's model (multiworker: chief only)
           _SUCCESS               marker: this worker finished (JSON: init hash, example count ...)
       final/                     written by the aggregator
@@ -34,6 +36,7 @@
 import os
 
 MARKER = "_SUCCESS"
+PROGRESS_FILE = "progress.json"  # in each worker directory (disttrain_trainer.progress)
 WORKDIR_ENV = "DISTTRAIN_WORKDIR"
 
 

@@ -9,13 +9,15 @@ import os
 from flask import Flask
 
 from disttrain_contract import Workdir, default_workdir
-from disttrain_server import api, faces, metrics, security, v2, web
+from disttrain_server import api, faces, metrics, progress, security, v2, web
 from disttrain_server.errors import register_error_handlers
 from disttrain_server.gallery import Gallery
 from disttrain_server.model_store import ModelStore
 
 DEFAULT_CONFIG = {
     "MODEL_PATH": None,  # None: WORKDIR/final/model.keras of $DISTTRAIN_WORKDIR (or ./workdir)
+    "WORKDIR": None,  # the run whose progress the page shows (None: the one MODEL_PATH is in, WORKDIR/final/model.keras) ...
+    "RUNS_DIR": None,  # ... unless this is set: then the newest run-N directory in it (the chart's volume)
     "MODEL_NAME": "disttrain",
     "MAX_CONTENT_LENGTH": 8 * 1024 * 1024,
     "MAX_TEXT_CHARS": 10_000,
@@ -43,8 +45,8 @@ def create_app(config=None):
     app.config.from_mapping(config or {})
     app.json.sort_keys = False  # keep responses in the order TF Serving writes them
     # What request threads share (gunicorn --threads): app.config, read-only after this
-    # function; the ModelStore and the Gallery below, each thread-safe and saying why in its
-    # docstring; no other module-level state of ours changes per request (face detection
+    # function; the ModelStore, the Gallery and the RunFinder below, each thread-safe and saying why
+    # in its docstring; no other module-level state of ours changes per request (face detection
     # keeps one OpenCV cascade per thread: disttrain_contract.faces).
     model_path = app.config["MODEL_PATH"] or Workdir(default_workdir()).final_model
     observer = metrics.init_app(app)  # first: its hooks time every request, refused ones too (None: metrics off)
@@ -56,6 +58,9 @@ def create_app(config=None):
     gallery = Gallery(app.config["GALLERY_DIR"] or os.path.join(Workdir(default_workdir()).root, "gallery"),
                       max_entries=app.config["GALLERY_MAX_ENTRIES"], max_bytes=app.config["GALLERY_MAX_BYTES"])
     app.extensions[faces.GALLERY_KEY] = gallery
+    # (no WORKDIR given: the run whose final/model.keras is served)
+    run_dir = app.config["WORKDIR"] or os.path.dirname(os.path.dirname(os.path.abspath(model_path)))
+    app.extensions[progress.FINDER_KEY] = progress.RunFinder(run_dir, app.config["RUNS_DIR"])
     if app.config["GALLERY_SEED"]:
         # Every worker runs this after the fork (no TensorFlow needed: faces are embedded
         # lazily); seeding is idempotent and locked, so the first one does the work.
@@ -68,4 +73,5 @@ def create_app(config=None):
     app.register_blueprint(v2.bp)  # KServe's Open Inference Protocol
     app.register_blueprint(faces.bp)
     app.register_blueprint(web.bp)
+    app.register_blueprint(progress.bp)
     return app

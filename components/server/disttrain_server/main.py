@@ -55,7 +55,7 @@ def parse_args(argv=None):
         prog="disttrain-server",
         description="Serve the final model (stage 4 of disttrain): a web demo at / and a TensorFlow-Serving-shaped "
         "JSON API (GET /v1/models/NAME, GET /v1/models/NAME/metadata, POST /v1/models/NAME:predict), "
-        "plus /healthz, /readyz, /report, /openapi.json and /metrics (Prometheus).",
+        "plus /healthz, /readyz, /report, /progress.json (the run in training), /openapi.json and /metrics (Prometheus).",
         epilog="A model published later at --model (the aggregator replaces the file atomically) is loaded without a "
         "restart; until a model exists the server runs and /readyz answers 503. "
         "Security: with --api-token-file, gallery writes (or, with --token-required-for all, every /v1 call) need "
@@ -78,6 +78,8 @@ def parse_args(argv=None):
                    "one model call of up to this many instances; 1 turns batching off (default 32)")
     p.add_argument("--batch-timeout-ms", type=float, default=0, help="how long a batch waits for more requests; 0 never waits: a lone "
                    "request runs at once and batches form from requests that queue during a model call (default 0)")
+    p.add_argument("--runs-dir", metavar="DIR", help="the page shows the training progress of the newest run-N directory in DIR "
+                   "(the chart's volume, one run-N per release revision); default: that of --workdir")
     p.add_argument("--reload-interval", type=float, default=5, help="seconds between checks for a newly published model (default 5)")
     p.add_argument("--gallery", help="folder of enrolled faces for face search, shared by all workers (default WORKDIR/gallery)")
     p.add_argument("--gallery-seed", help="enrol the photos in this folder at start-up unless already enrolled: one sub-folder "
@@ -134,6 +136,8 @@ def app_config(args):
     return {
         "MODEL_PATH": os.path.abspath(args.model or Workdir(args.workdir).final_model),
         "MODEL_NAME": args.model_name,
+        "WORKDIR": os.path.abspath(args.workdir),
+        "RUNS_DIR": args.runs_dir and os.path.abspath(args.runs_dir),
         "MAX_CONTENT_LENGTH": int(args.max_upload_mb * 1024 * 1024),
         "MAX_TEXT_CHARS": args.max_text_chars,
         "MAX_INSTANCES": args.max_instances,
@@ -247,6 +251,9 @@ def main(argv=None):
         print(f"disttrain-server: no model at {config['MODEL_PATH']} yet; /readyz answers 503 until one is published", file=sys.stderr)
     elif not os.path.isfile(config["MODEL_PATH"]):
         raise ContractError(f"--model {config['MODEL_PATH']} is not a file")
+    # (checked here, not in parse_args: the chart's tests parse its args where its volume does not exist)
+    if config["RUNS_DIR"] and not os.path.isdir(config["RUNS_DIR"]):
+        raise ContractError(f"--runs-dir {config['RUNS_DIR']} is not a directory")
     made = None
     if config["METRICS"]:
         # In the environment before the fork: each worker imports prometheus_client, which reads it then.

@@ -26,16 +26,17 @@ for every strategy (step.py), and makes checkpoint/resume explicit.
 import argparse
 import json
 import os
-import sys
 import time
 
 from disttrain_contract import ContractError, Workdir, atomic_write_json, read_json, read_marker, default_workdir, job_completion_index, run_cli, wait_for_marker, wait_for_quorum, write_marker
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import as_model_input, compiled, evaluate
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
+from disttrain_contract.layout import PROGRESS_FILE
 from disttrain_contract.params import read_params_file
 from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_trainer import peers, strategies
+from disttrain_trainer.progress import ProgressFile, TerminalBar
 from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, default_host_pattern, parse_ps_tf_config, parse_tf_config, ps_task
 
 # The text model (an embedding bag, models.build_text_core) moves its output 1/length as far per
@@ -123,6 +124,10 @@ def parse_args(argv=None):
                    help="multiworker, localsgd, parameterserver: seconds to wait for the other tasks (their names to "
                         "resolve, then them to join) before failing with exit code 3; 0 = no deadline (default 600)")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (default 0 = TensorFlow decides)")
+    p.add_argument("--progress-interval", type=float, default=1.0, metavar="SECONDS",
+                   help="rewrite the worker directory's progress.json (epoch, step, loss, examples/s, ETA, the "
+                        "per-epoch history; the server's page shows it live) at most every SECONDS, and at the end "
+                        "of each epoch; 0 = never write it (default 1)")
     args = p.parse_args(argv)
     apply_params_file(args)
     if args.width is not None and args.width < 1:
@@ -158,6 +163,8 @@ def parse_args(argv=None):
         p.error("--sync-every must be >= 1")
     if args.peer_wait < 0:
         p.error("--peer-wait must be >= 0 (0: no deadline)")
+    if not args.progress_interval >= 0:  # (also refuses nan)
+        p.error("--progress-interval must be >= 0 (0: no progress.json)")
     if args.allreduce_pack_bytes < 0:
         p.error("--allreduce-pack-bytes must be >= 0")
     if args.image_size is not None and args.model == "cnn":
@@ -366,68 +373,85 @@ def main(argv=None):
         f"x batch {args.batch} x {strategy.tf_strategy.num_replicas_in_sync} replica(s), epochs {start_epoch + 1}..{args.epochs}, "
         f"init {init_sha[:12]}", flush=True,
     )
+    progress = ProgressFile(os.path.join(worker_dir, PROGRESS_FILE), args.progress_interval, worker=index, tag=tag,
+                            strategy=args.strategy, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
+                            start_epoch=start_epoch, history=history)
     step = start_epoch * steps_per_epoch  # this run's steps over all epochs (local SGD syncs every H of them)
-    for epoch in range(start_epoch + 1, args.epochs + 1):
-        started = time.monotonic()
-        bar = ProgressBar(f"{tag} epoch {epoch}/{args.epochs}", steps_per_epoch)
-        sums, step = strategy.train_epoch(train_call, iterator, step, steps_per_epoch, args.steps_per_call,
-                                          lambda done, s: bar.update(done, loss=s[0] / s[2], accuracy=s[1] / s[2]))
-        if epoch == args.epochs:
-            strategy.finish(step)
-        loss_sum, correct, seen = strategy.epoch_metrics(sums)  # one collective per epoch, not per step
-        wall = time.monotonic() - started
-        record = {
-            "epoch": epoch, "loss": loss_sum / seen, "accuracy": correct / seen, "examples": int(seen),
-            "examples_per_sec": seen / wall, "wall_time_sec": wall, **strategy.epoch_facts(),
-        }
-        if strategy.evaluates:
-            held_out = evaluate(inference, manifest.task, x_test, y_test, seed=manifest.seed)
-            record.update({f"test_{key}": value for key, value in held_out.items()})
-        if x_validation is not None:
-            validation = evaluate(inference, manifest.task, x_validation, y_validation, seed=manifest.seed)
-            record.update({f"validation_{key}": value for key, value in validation.items()})
-        history.append(record)
-        bar.finish(epoch_line(tag, epoch, args.epochs, record))
-        with summaries.as_default(step=epoch):
-            for key, value in record.items():
-                if key != "epoch" and isinstance(value, (int, float)):  # (not parameterserver's steps per worker, localsgd's scope)
-                    tf.summary.scalar(key, value)
-        summaries.flush()
-        epoch_counter.assign(epoch)
-        manager.save(checkpoint_number=epoch)
-        # the epoch's whole cycle (training, the held-out evaluation, the checkpoint): what a
-        # user waits per epoch, where wall_time_sec counts the training alone
-        record["cycle_sec"] = time.monotonic() - started
-        atomic_write_json(metrics_path, history)
+    try:
+        for epoch in range(start_epoch + 1, args.epochs + 1):
+            started = time.monotonic()
+            bar = TerminalBar(f"{tag} epoch {epoch}/{args.epochs}", steps_per_epoch)
+            progress.start_epoch(epoch)
 
-    # --------------------------------------------------------- the artifacts
-    strategy.cleanup(write_dir)
-    model_file = None
-    if strategy.writes_model:
-        model_file = "model.keras"
-        save_model(published, os.path.join(worker_dir, model_file), {
-            "task": manifest.task, "labels": manifest.labels, "input": manifest.input,
-            "init_weights_sha256": init_sha, "strategy": args.strategy, "seed": args.seed,
-            "worker_index": index, "workers": workers, "epochs": args.epochs,
-            "examples": examples if args.strategy == "average" else manifest.train_examples,
-            "vocab_sha256": manifest.vocab["sha256"] if manifest.vocab else None,
-            **({"embedding_size": args.embedding_size, "margin": args.margin,
-                "face_preprocessing": FACE_PREPROCESSING} if manifest.task == "faces" else {}),
-            **({"sync_every": strategy.every} if args.strategy == "localsgd" else {}),
-            "training_parameters": {"learning_rate": args.learning_rate, "batch": args.batch, "epochs": args.epochs,
-                                    "width": args.width, "dropout": args.dropout,
-                                    **({"sync_every": strategy.every} if args.strategy == "localsgd" else {})},
-            "parameters_origin": args.params_origin,
-        })
-    write_marker(
-        worker_dir, "trainer", worker_index=index, workers=workers, strategy=args.strategy, epochs=args.epochs,
-        init_weights_sha256=init_sha, examples=examples, model=model_file,
-        final_weights_sha256=weights_fingerprint(model.get_weights()),
-        final_test_accuracy=history[-1].get("test_accuracy") if history else None, **strategy.marker_info(),
-        **({"validation_fraction": args.validation_fraction, "validation_examples": len(y_validation),
-            "validation_accuracy": history[-1].get("validation_accuracy") if history else None}
-           if x_validation is not None else {}),
-    )
+            def on_steps(done, sums):
+                bar.update(done, sums)
+                progress.update(done, sums)
+
+            sums, step = strategy.train_epoch(train_call, iterator, step, steps_per_epoch, args.steps_per_call, on_steps)
+            if epoch == args.epochs:
+                strategy.finish(step)
+            bar.close()
+            if strategy.evaluates or x_validation is not None:
+                progress.evaluating()
+            loss_sum, correct, seen = strategy.epoch_metrics(sums)  # one collective per epoch, not per step
+            wall = time.monotonic() - started
+            record = {
+                "epoch": epoch, "loss": loss_sum / seen, "accuracy": correct / seen, "examples": int(seen),
+                "examples_per_sec": seen / wall, "wall_time_sec": wall, **strategy.epoch_facts(),
+            }
+            if strategy.evaluates:
+                held_out = evaluate(inference, manifest.task, x_test, y_test, seed=manifest.seed)
+                record.update({f"test_{key}": value for key, value in held_out.items()})
+            if x_validation is not None:
+                validation = evaluate(inference, manifest.task, x_validation, y_validation, seed=manifest.seed)
+                record.update({f"validation_{key}": value for key, value in validation.items()})
+            history.append(record)
+            print(epoch_line(tag, epoch, args.epochs, record), flush=True)
+            with summaries.as_default(step=epoch):
+                for key, value in record.items():
+                    if key != "epoch" and isinstance(value, (int, float)):  # (not parameterserver's steps per worker, localsgd's scope)
+                        tf.summary.scalar(key, value)
+            summaries.flush()
+            epoch_counter.assign(epoch)
+            manager.save(checkpoint_number=epoch)
+            # the epoch's whole cycle (training, the held-out evaluation, the checkpoint): what a
+            # user waits per epoch, where wall_time_sec counts the training alone
+            record["cycle_sec"] = time.monotonic() - started
+            atomic_write_json(metrics_path, history)
+            progress.end_epoch(record)
+
+        # --------------------------------------------------------- the artifacts
+        strategy.cleanup(write_dir)
+        model_file = None
+        if strategy.writes_model:
+            model_file = "model.keras"
+            save_model(published, os.path.join(worker_dir, model_file), {
+                "task": manifest.task, "labels": manifest.labels, "input": manifest.input,
+                "init_weights_sha256": init_sha, "strategy": args.strategy, "seed": args.seed,
+                "worker_index": index, "workers": workers, "epochs": args.epochs,
+                "examples": examples if args.strategy == "average" else manifest.train_examples,
+                "vocab_sha256": manifest.vocab["sha256"] if manifest.vocab else None,
+                **({"embedding_size": args.embedding_size, "margin": args.margin,
+                    "face_preprocessing": FACE_PREPROCESSING} if manifest.task == "faces" else {}),
+                **({"sync_every": strategy.every} if args.strategy == "localsgd" else {}),
+                "training_parameters": {"learning_rate": args.learning_rate, "batch": args.batch, "epochs": args.epochs,
+                                        "width": args.width, "dropout": args.dropout,
+                                        **({"sync_every": strategy.every} if args.strategy == "localsgd" else {})},
+                "parameters_origin": args.params_origin,
+            })
+        write_marker(
+            worker_dir, "trainer", worker_index=index, workers=workers, strategy=args.strategy, epochs=args.epochs,
+            init_weights_sha256=init_sha, examples=examples, model=model_file,
+            final_weights_sha256=weights_fingerprint(model.get_weights()),
+            final_test_accuracy=history[-1].get("test_accuracy") if history else None, **strategy.marker_info(),
+            **({"validation_fraction": args.validation_fraction, "validation_examples": len(y_validation),
+                "validation_accuracy": history[-1].get("validation_accuracy") if history else None}
+               if x_validation is not None else {}),
+        )
+        progress.finish("done")
+    except BaseException as err:  # (the page says so; run_cli reports it as before)
+        progress.finish("failed", error=(str(err) or type(err).__name__)[:500])
+        raise
     print(f"{tag}: done -> {worker_dir}", flush=True)
     if args.linger_for_peers:
         linger_for_peers(tag, [workdir.worker(i, train_dir) for i in range(workers)], args.linger_for_peers)
@@ -470,27 +494,6 @@ def check_run_config(checkpoint_dir, config, write):
         )
     if previous is None and write:
         atomic_write_json(path, config)
-
-
-class ProgressBar:
-    """A bar on a terminal; one line per epoch otherwise (logs, kubectl logs)."""
-
-    def __init__(self, label, total):
-        self.label, self.total, self.tty = label, total, sys.stdout.isatty()
-        self.last = 0.0
-
-    def update(self, done, **values):
-        now = time.monotonic()
-        if not self.tty or (now - self.last < 0.1 and done < self.total):
-            return
-        self.last = now
-        width = 30
-        filled = int(width * done / self.total)
-        stats = " ".join(f"{k} {v:.4f}" for k, v in values.items())
-        print(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} {stats}", end="", flush=True)
-
-    def finish(self, line):
-        print(("\r\033[K" if self.tty else "") + line, flush=True)
 
 
 def cli():

@@ -35,6 +35,7 @@ are spread over both servers, each on one.
 """
 
 import os
+import threading
 
 import numpy as np
 import tensorflow as tf
@@ -45,6 +46,9 @@ from disttrain_trainer.strategies.base import Base
 
 # a serving task waits this long for the chief's marker by default (it serves all the while)
 SERVE_TIMEOUT = 7 * 24 * 3600
+# How often the chief, waiting for an epoch's calls, tells the progress file it is alive (which writes
+# at most once per --progress-interval).
+PROGRESS_POLL_SEC = 0.25
 
 
 class Strategy(Base):
@@ -114,7 +118,19 @@ class Strategy(Base):
         """Schedule the whole epoch at once, then wait: the workers take calls as they are free."""
         calls = [train_call(iterator, steps) for steps in split_epoch(steps_per_epoch, steps_per_call, self.workers)]
         done = steps_per_epoch
-        self.coordinator.join()  # raises what a call raised (a lost parameter server: UnavailableError)
+        # The steps run on the workers, and the coordinator has no public count of the calls finished
+        # so far (RemoteValue.fetch blocks): until the epoch ends, the progress file only says that the
+        # chief is alive (its time and ETA move, its step does not). join() waits in a thread so that
+        # this one can say so, and returns the moment the calls are done (no polling delay).
+        raised = []
+        joiner = threading.Thread(target=join_into, args=(self.coordinator, raised), name="coordinator-join", daemon=True)
+        joiner.start()
+        joiner.join(PROGRESS_POLL_SEC)
+        while joiner.is_alive():
+            progress(0, None)
+            joiner.join(PROGRESS_POLL_SEC)
+        if raised:
+            raise raised[0]  # what a call raised (a lost parameter server: UnavailableError)
         sums = np.sum([call.fetch() for call in calls], axis=0).tolist()
         progress(done, sums)
         return sums, step + done
@@ -128,6 +144,14 @@ class Strategy(Base):
                 "steps_scheduled": self.steps_scheduled, "steps_started_by_worker": started,
                 "steps_retried": sum(started) - self.steps_scheduled,
                 "examples_by_worker": self.examples_by_worker}
+
+
+def join_into(coordinator, raised):
+    """coordinator.join() (in a thread): what it raises goes into `raised` for the chief's thread to raise."""
+    try:
+        coordinator.join()
+    except BaseException as err:  # (re-raised by train_epoch)
+        raised.append(err)
 
 
 def split_epoch(steps_per_epoch, steps_per_call, workers):
