@@ -92,7 +92,7 @@ def test_slices_by_length_in_the_classification():
     y = np.array([0, 1, 0, 1])
     out = analysis.classification(one_hot_ish([0, 1, 1, 0], [0.9] * 4, 2), y, ["neg", "pos"], slice_of, slices)
     by = {s["slice"]: (s["examples"], s["accuracy"]) for s in out["slices"]}
-    assert by == {"1 tokens": (2, 1.0), "2-3 tokens": (1, 0.0), "4 tokens": (1, 0.0)}
+    assert by == {"1 token": (2, 1.0), "2-3 tokens": (1, 0.0), "4 tokens": (1, 0.0)}
 
 
 def face_outputs():

@@ -71,7 +71,8 @@ def length_buckets(texts, quantiles=LENGTH_QUANTILES):
     for i, (low, high) in enumerate(zip(lows, highs)):
         if (bucket == i).any():
             remap[i] = len(buckets)
-            buckets.append({"slice": f"{low}-{high} tokens" if low != high else f"{low} tokens", "min_tokens": low, "max_tokens": high})
+            name = f"{low}-{high} tokens" if low != high else f"{low} token" + ("" if low == 1 else "s")
+            buckets.append({"slice": name, "min_tokens": low, "max_tokens": high})
     return remap[bucket], buckets
 
 

@@ -19,8 +19,10 @@
    chief's model is promoted once every task's marker (chief, ps, workers) is in
    its place;
 5. evaluate the result, and the published model (if any) on this run's held-out
-   split; the quality gate (gate.py) decides whether the result may replace it;
-6. publish final/model.keras (atomically), report.json, report.png, _SUCCESS --
+   split; analysis.py analyses every model evaluated (per class, calibration, slices)
+   from the predictions already made; the quality gate (gate.py) decides whether the
+   result may replace the published model;
+6. publish final/model.keras (atomically), report.json, report.png, analysis.png, _SUCCESS --
    only after every check passed, so bad input publishes nothing. A model the
    gate refuses goes to rejected/<time>/ beside final/ with its report, and the
    aggregator exits 4 (--force publishes it anyway, recorded in the report).
@@ -338,7 +340,7 @@ def main(argv=None):
         "created_at": time.time(),
     }
     report["analysis"] = analysis.analyse(report, outputs, x_test, y_test, args.baseline)
-    del outputs
+    outputs.clear()  # the predictions are summarised; free them before publishing
 
     # -------------------------------------------------------------------- gate
     published = evaluate_published(args.published or savefile, manifest, held_out)
