@@ -276,8 +276,11 @@ def plot(section, report, path):
 
 
 def plot_confusion(axis, section, labels):
+    import matplotlib.colors
+
     matrix = np.asarray(section["models"]["final"]["confusion_matrix"])
-    image = axis.imshow(matrix, cmap="Blues")
+    # a power norm: the few errors off the diagonal stay visible next to its large counts
+    image = axis.imshow(matrix, cmap="Blues", norm=matplotlib.colors.PowerNorm(0.35, vmin=0, vmax=max(matrix.max(), 1)))
     limit = matrix.max() / 2 if matrix.size else 0
     for (i, j), count in np.ndenumerate(matrix):
         if count:
@@ -292,22 +295,29 @@ def plot_confusion(axis, section, labels):
 
 
 def plot_reliability(axis, section):
+    import matplotlib.pyplot as plt
+
     axis.plot([0, 1], [0, 1], color="black", linestyle=":", linewidth=1, label="perfectly calibrated")
-    for name in section["order"]:
+    shown = [name for name in section["order"] if section["models"][name]["role"] != "candidate"]
+    worker_colors = plt.cm.viridis(np.linspace(0.15, 0.75, max(len(shown) - 1, 1)))
+    total = sum(b["examples"] for b in section["models"]["final"]["reliability"]) or 1
+    for i, name in enumerate(shown):
         model = section["models"][name]
-        if model["role"] == "candidate":
-            continue
         filled = [b for b in model["reliability"] if b["examples"]]
         final = name == "final"
-        axis.plot([b["confidence"] for b in filled], [b["accuracy"] for b in filled], marker="o",
-                  color=FINAL if final else None, linewidth=2.5 if final else 1, alpha=1 if final else 0.6,
-                  label=f"{name} (ECE {model['ece']:.3f})")
+        color = FINAL if final else worker_colors[i]
+        x, y = [b["confidence"] for b in filled], [b["accuracy"] for b in filled]
+        axis.plot(x, y, color=color, linewidth=2.5 if final else 1, alpha=1 if final else 0.7,
+                  label=f"{name} (ECE {model['ece']:.3f})", zorder=3 if final else 2)
+        # the marker's area: the bin's share of the examples (a bin of 2 examples says little)
+        axis.scatter(x, y, s=[8 + 600 * b["examples"] / total for b in filled], color=color,
+                     alpha=1 if final else 0.7, zorder=3 if final else 2)
     axis.set_xlim(0, 1.02)
     axis.set_ylim(0, 1.02)
     axis.set_xlabel(f"mean top-label confidence in the bin ({section['method']['calibration_bins']} equal-width bins)")
     axis.set_ylabel("accuracy in the bin")
-    axis.set_title("reliability diagram: final vs workers (below the diagonal: over-confident)")
-    axis.legend(fontsize=8, loc="upper left")
+    axis.set_title("reliability: final vs workers (below the diagonal: over-confident)")
+    axis.legend(fontsize=8, loc="upper left", title="marker area: the bin's examples", title_fontsize=8)
 
 
 def plot_paired_bars(axis, section, names, values_of, ylabel, title, counts=None):
