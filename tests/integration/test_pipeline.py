@@ -80,9 +80,9 @@ def check_analysis(report, work, source, strategy):
     final model with the best worker and the 1-worker baseline given by --baseline."""
     section = report["analysis"]
     models = section["models"]
-    candidates = ["average", "ensemble"] + (["best"] if "best" in report.get("combine", {}).get("candidates", {})
-                                            and report["combine"]["candidates"]["best"].get("available") is not False else [])
-    assert section["order"] == [w["name"] for w in report["workers"]] + (candidates if strategy == "average" else []) + ["final"]
+    candidates = [name for name, c in report.get("combine", {}).get("candidates", {}).items() if c.get("available") is not False]
+    assert candidates == (["average", "ensemble"] if strategy == "average" else [])  # no validation split: no best
+    assert section["order"] == [w["name"] for w in report["workers"]] + candidates + ["final"]
     for row in report["workers"]:  # the same predictions as the held-out evaluation's, not a second run
         assert models[row["name"]]["accuracy"] == pytest.approx(row["test_accuracy"])
     assert models["final"]["accuracy"] == pytest.approx(report["final"]["test_accuracy"])
