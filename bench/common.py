@@ -39,6 +39,15 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def steady_epoch_sec(per_worker_epochs):
+    """Steady seconds per epoch of a run: each worker's MEAN over epochs 2.. (epoch 1 includes
+    tf.function tracing), the slower worker's. A mean, not a median: a cost that lands in some
+    epochs only (local SGD's averages when H is not a divisor of an epoch's steps; with H >= the
+    run's steps, its one average in the last epoch) belongs in the figure, and a median drops it
+    (it made one final average over 50 Mbit/s look free)."""
+    return max(statistics.fmean(e[1:]) if len(e) > 1 else e[0] for e in per_worker_epochs)
+
+
 def _versions():
     out = {"python": platform.python_version()}
     for dist in ("tensorflow-cpu", "tensorflow", "keras", "numpy", "flask", "gunicorn", "werkzeug", "matplotlib"):
@@ -157,13 +166,19 @@ class Bench:
             "config": self.config,
             "results": self.results,
         }
-        os.makedirs(RESULTS, exist_ok=True)
-        path = os.path.join(RESULTS, f"{self.name}.json")
-        with open(path + ".tmp", "w") as fh:
-            json.dump(doc, fh, indent=1)
-        os.replace(path + ".tmp", path)
+        path = write_result(self.name, doc)
         print(f"[{self.name}] done in {doc['duration_sec']}s -> {os.path.relpath(path, ROOT)}", file=sys.stderr, flush=True)
         return False
+
+
+def write_result(name, doc):
+    """results/<name>.json, atomically (temp name, then rename): the tables are built from it."""
+    os.makedirs(RESULTS, exist_ok=True)
+    path = os.path.join(RESULTS, f"{name}.json")
+    with open(path + ".tmp", "w") as fh:
+        json.dump(doc, fh, indent=1)
+    os.replace(path + ".tmp", path)
+    return path
 
 
 def run_measured(cmd, log=None, env=None, cwd=None, timeout=1800):

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from common import BIN, Bench, median, reps, run_measured, start, tail, tmpdir, wait_measured
+from common import BIN, Bench, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured
 
 NAMESPACES = ("dtbench-w0", "dtbench-w1")
 ADDRESSES = ("10.233.0.1", "10.233.0.2")
@@ -94,8 +94,9 @@ def aggregate(workdir, out, workers):
 def measure(base, network, workdir, label, strategy, extra, namespaced, rep):
     out = os.path.join(base, f"{network}-{label.replace(' ', '_')}-r{rep}")
     metrics, wall = train(workdir, out, strategy, extra, namespaced)
-    steady = max(median([e["wall_time_sec"] for e in m][1:]) for m in metrics)
-    return {"network": network, "strategy": label, "workers": len(metrics), "rep": rep, "sec_per_epoch": steady,
+    walls = [[e["wall_time_sec"] for e in m] for m in metrics]
+    return {"network": network, "strategy": label, "workers": len(metrics), "rep": rep, "sec_per_epoch": steady_epoch_sec(walls),
+            "epoch_wall_sec": walls,
             "first_epoch_sec": max(m[0]["wall_time_sec"] for m in metrics), "process_wall_sec": wall,
             "final_accuracy": aggregate(workdir, out, len(metrics))}
 
@@ -141,7 +142,7 @@ def main():
                     row["speedup_vs_1_worker"] = baseline / row["sec_per_epoch"]
                     summary.append(row)
         bench.results = {"summary": summary, "runs": runs}
-        bench.notes.append("sec_per_epoch: the slower worker's median of epochs 2..; the 1-worker row runs on the host "
+        bench.notes.append("sec_per_epoch: the slower worker's mean of epochs 2.. (common.steady_epoch_sec); the 1-worker row runs on the host "
                            "(no network); tbf limits bandwidth only (netem, for delay, is not available here)")
 
 

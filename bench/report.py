@@ -51,7 +51,7 @@ def goal_rows(rows):
 def training(doc):
     out = [header(doc, "Training: plain 1-worker training vs 2 workers of each strategy (`bench/train_scaling.py`)")]
     out.append("Same data and epochs for every row of a task (batch 64 per worker, `--threads 1` per worker); "
-               f"median of {doc['config']['repetitions']} repetition(s). s/epoch = steady state (each worker's median of epochs 2.., the slower worker's); "
+               f"median of {doc['config']['repetitions']} repetition(s). s/epoch = steady state (each worker's mean of epochs 2.., the slower worker's: a mean, so that syncs landing in some epochs only are counted); "
                "examples/s over all workers; speedup = plain 1-worker training's s/epoch (or process wall time) / this row's; "
                "cycle = the same over each epoch's whole cycle (training, held-out evaluation, checkpoint: epoch start to epoch start); "
                "wall = the training stage's processes from start to exit (start-up, cluster join, evaluation, saving).\n")
@@ -175,6 +175,24 @@ def server(doc):
     return "\n".join(out)
 
 
+def metrics(doc):
+    res, c = doc["results"], doc["config"]
+    out = [header(doc, "What `/metrics` costs: `:predict` with and without metrics (`bench/metrics_bench.py`)")]
+    out.append(f"`disttrain-server {c['server']}` against the same with `--no-metrics`, single-instance `:predict` at concurrency "
+               f"{c['concurrency']} for {c['seconds_per_point']:.0f} s per point, the two servers in alternating order in each of "
+               f"{c['repetitions']} repetition(s); while the metrics server is loaded, /metrics is scraped every {c['scrape_every_sec']:g} s. "
+               f"Cost = 1 - requests/s with metrics / without, per repetition's pair; issue 13's goal is under {c['goal_percent']:g} %.\n")
+    out.append("| server | requests/s (median) | requests/s per repetition | p50 ms | p95 ms | p99 ms | requests |")
+    out.append("|---|---|---|---|---|---|---|")
+    for r in res["summary"]:
+        out.append(f"| {r['target']} | {f(r['requests_per_sec'], 1)} | {', '.join(map(str, r['requests_per_sec_all']))} | "
+                   f"{f(r['p50_ms'], 2)} | {f(r['p95_ms'], 2)} | {f(r['p99_ms'], 2)} | {r['requests']} |")
+    out.append(f"\nCost per pair: {', '.join(f'{v:+.1f} %' for v in res['cost_percent_per_pair'])}; median "
+               f"{res['cost_percent_median_of_pairs']:+.2f} % ({'under' if res['goal_met'] else '**not under**'} the goal). "
+               f"A scrape: {f(res['scrape_ms_p50'], 1)} ms p50, {f(res['scrape_bytes'], 0)} bytes ({res['scrapes']} scrapes).")
+    return "\n".join(out)
+
+
 def search(doc):
     c = doc["config"]
     out = [header(doc, "Face search under concurrency: one OpenCV cascade per thread, a lock, or shared (`bench/search_bench.py`)")]
@@ -260,7 +278,7 @@ def combine(doc):
 
 def main():
     parts = []
-    for name, fn in (("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("search", search), ("copier", copier), ("aggregator", aggregator), ("combine", combine)):
+    for name, fn in (("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator), ("combine", combine)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))

@@ -9,7 +9,7 @@ The copier runs once per task and shard count; each run trains into its own --ou
 aggregated into its own --savefile, so the held-out split is the same for every row of a task.
 
 Reported per configuration (median over repetitions):
-  seconds per epoch  (steady state: the median of epochs 2.. of each worker, the slower worker's; epoch 1
+  seconds per epoch  (steady state: the mean of epochs 2.. of each worker, the slower worker's; epoch 1
                       separately, it includes tf.function tracing), examples/s over all workers, step time,
   speedup (1-worker sec/epoch / 2-worker sec/epoch, same strategy), process wall time (start-up,
   cluster join, training, saving), CPU seconds of all trainer processes (less sensitive than wall
@@ -22,7 +22,7 @@ import os
 import shutil
 import sys
 
-from common import BIN, Bench, median, reps, run_measured, start, tail, tmpdir, wait_measured
+from common import BIN, Bench, load_result, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured, write_result
 from stages import free_port_block
 
 PY = sys.executable
@@ -96,17 +96,13 @@ def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH, extra=()
     # average: the workers are not in step (one may be evaluating while the other trains), so each
     # worker's own steady epoch time, and the slower worker's; multiworker: they are in step anyway
     walls = [[e["wall_time_sec"] for e in m] for m in metrics]
-    steady = max(median(w[1:]) if epochs > 1 else w[0] for w in walls)
     # the whole cycle of an epoch (training, held-out evaluation, checkpoint), the same way
     cycles = [[e["cycle_sec"] for e in m] for m in metrics]
-    steady_cycle = max(median(c[1:]) if epochs > 1 else c[0] for c in cycles)
     cpu = [u["user_sec"] + u["sys_sec"] for u in usage]
-    return {
+    return with_steady_figures({
         "task": task, "workers": workers, "strategy": strategy, "rep": rep, "epochs": epochs, "batch_per_worker": batch,
         "steps_per_epoch": steps, "examples_per_epoch": total_examples,
-        "first_epoch_sec": max(w[0] for w in walls), "sec_per_epoch": steady, "epoch_wall_sec": walls,
-        "cycle_sec_per_epoch": steady_cycle, "epoch_cycle_sec": cycles,
-        "examples_per_sec": total_examples / steady, "step_ms": steady / steps * 1000,
+        "first_epoch_sec": max(w[0] for w in walls), "epoch_wall_sec": walls, "epoch_cycle_sec": cycles,
         "process_wall_sec": wall, "worker_cpu_sec": cpu, "cpu_sec": sum(cpu),
         "worker_max_rss_mb": [u["max_rss_mb"] for u in usage],
         "final_accuracy": report["final"]["test_accuracy"],
@@ -114,7 +110,14 @@ def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH, extra=()
         "test_examples": report["test_examples"],
         "curves": [[e["test_accuracy"] for e in m if "test_accuracy" in e] for m in metrics],
         "run_dir": run_dir, "loadavg_1min_after": os.getloadavg()[0],
-    }
+    })
+
+
+def with_steady_figures(run):
+    """The run's steady figures, from its per-epoch times (so stored runs can be summarised again)."""
+    steady = steady_epoch_sec(run["epoch_wall_sec"])
+    return dict(run, sec_per_epoch=steady, cycle_sec_per_epoch=steady_epoch_sec(run["epoch_cycle_sec"]),
+                examples_per_sec=run["examples_per_epoch"] / steady, step_ms=steady / run["steps_per_epoch"] * 1000)
 
 
 def measured(base, task, workers, strategy, rep, epochs, n, extra=()):
@@ -168,20 +171,23 @@ def add_speedups(rows, baselines):
     return rows
 
 
-def main():
+def main(strategies=None):
+    """strategies: only these (with the 1-worker baseline) and no H sweep, into results/train_scaling-<names>.json:
+    re-measuring a few rows after a change without replacing the full run's file."""
     n = reps(full=3, quick=1)
     base = tmpdir("train")
+    configs = [c for c in CONFIGS if c == (1, "average") or strategies is None or c[1] in strategies]
     config = {"tasks": {t: {"source": s, "epochs": e, "flags": list(map(str, x))} for t, (s, e, x) in TASKS.items()},
-              "configs": CONFIGS, "sync_every_and_dtype": SYNC_EVERY,
+              "configs": configs, "sync_every_and_dtype": SYNC_EVERY if strategies is None else [],
               "batch_per_worker": BATCH, "threads_per_worker": 1, "repetitions": n, "seed": 42}
-    with Bench("train_scaling", config) as bench:
+    with Bench("train_scaling" + ("" if strategies is None else "-" + "-".join(strategies)), config) as bench:
         runs, sweep = [], []
         try:
             for rep in range(n):
                 for task, (_, epochs, _) in TASKS.items():
-                    for workers, strategy in CONFIGS:
+                    for workers, strategy in configs:
                         runs.append(measured(base, task, workers, strategy, rep, epochs, n))
-                for h, dtype in SYNC_EVERY:
+                for h, dtype in config["sync_every_and_dtype"]:
                     r = measured(base, "movie-reviews", 2, "localsgd", rep, TASKS["movie-reviews"][1], n,
                                  ("--sync-every", h, "--allreduce-dtype", dtype))
                     sweep.append(dict(r, sync_every=h, allreduce_dtype=dtype))
@@ -195,14 +201,40 @@ def main():
                 shutil.rmtree(base, ignore_errors=True)
         for r in runs + sweep:
             r.pop("run_dir")
-        summary = add_speedups(summarise(runs), summarise(runs))
-        sync_every = add_speedups(summarise(sweep, SYNC_EVERY, key=lambda r: (r["sync_every"], r["allreduce_dtype"])), summary)
-        bench.results = {"summary": summary, "sync_every": sync_every, "collective": probes, "runs": runs, "sweep": sweep}
-        bench.notes.append("sec_per_epoch: each worker's median of epochs 2.. (epoch 1 includes tf.function tracing), the slower worker's; "
-                           "excludes the per-epoch held-out evaluation and checkpointing. cycle_sec_per_epoch: the same over each epoch's whole cycle "
-                           "(training, evaluation, checkpoint: epoch start to epoch start). process_wall_sec: trainer processes "
-                           "start to exit (TensorFlow import, cluster join, all epochs, evaluation, saving).")
+        bench.results = dict(summaries(runs, sweep), collective=probes)
+        bench.notes.append(STEADY_NOTE)
+
+
+# the definition of the steady figures, in every result file
+STEADY_NOTE = ("sec_per_epoch: each worker's mean of epochs 2.. (epoch 1 includes tf.function tracing), the slower worker's; "
+               "excludes the per-epoch held-out evaluation and checkpointing. cycle_sec_per_epoch: the same over each epoch's whole cycle "
+               "(training, evaluation, checkpoint: epoch start to epoch start). process_wall_sec: trainer processes "
+               "start to exit (TensorFlow import, cluster join, all epochs, evaluation, saving).")
+
+
+def summaries(runs, sweep):
+    summary = add_speedups(summarise(runs), summarise(runs))
+    sync_every = add_speedups(summarise(sweep, SYNC_EVERY, key=lambda r: (r["sync_every"], r["allreduce_dtype"])), summary)
+    return {"summary": summary, "sync_every": sync_every, "runs": runs, "sweep": sweep}
+
+
+def resummarise():
+    """--resummarise: recompute every steady figure and summary of results/train_scaling.json from
+    its stored per-epoch times (after a change of definition), without training again; the
+    machine facts and the raw times stay those of the run that measured them."""
+    doc = load_result("train_scaling")
+    results = doc["results"]
+    runs = [with_steady_figures(r) for r in results["runs"]]
+    sweep = [with_steady_figures(r) for r in results["sweep"]]
+    doc["results"] = dict(summaries(runs, sweep), collective=results["collective"])
+    doc["notes"] = [STEADY_NOTE]
+    write_result("train_scaling", doc)
+    print("train_scaling: summaries recomputed from the stored per-epoch times", file=sys.stderr)
 
 
 if __name__ == "__main__":
-    main()
+    # (no flags: the full benchmark; --resummarise; --only average,localsgd: those rows again)
+    if sys.argv[1:] == ["--resummarise"]:
+        resummarise()
+    else:
+        main(sys.argv[2].split(",") if sys.argv[1:2] == ["--only"] else None)

@@ -40,7 +40,7 @@ STRATEGY=${STRATEGY:-average}
 if [ "$COMBINE" = best ]; then VALIDATION=${VALIDATION:-0.1}; fi  # best ranks the workers on their validation split
 
 # A fresh run: old markers must not satisfy this run's stages.
-rm -rf "$WORKDIR/data" "$WORKDIR/train" "$WORKDIR/final" "$WORKDIR/sweep"
+rm -rf "$WORKDIR/data" "$WORKDIR/train" "$WORKDIR/final" "$WORKDIR/sweep" "$WORKDIR/tensorboard"
 mkdir -p "$WORKDIR/logs"
 started=$(date +%s)
 

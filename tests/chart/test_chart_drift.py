@@ -143,6 +143,7 @@ def check_meaning(stage, parsed, values, docs):
         assert parsed.gallery_max_entries == server["gallery"]["maxEntries"]
         assert float(parsed.gallery_max_mb) == pytest.approx(float(server["gallery"]["maxMB"]))
         assert parsed.max_request_pixels == server["maxRequestPixels"]
+        assert parsed.no_metrics is not values["metrics"]["enabled"]  # issue 13: /metrics
         assert bool(parsed.read_only_gallery) == server["gallery"]["readOnly"]
         hosts = parsed.allowed_hosts
         hosts = hosts.split(",") if isinstance(hosts, str) else list(hosts or [])

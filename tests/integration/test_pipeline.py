@@ -21,6 +21,18 @@ TASKS = {
 _baselines = {}
 
 
+def aggregator_scalars(workdir):
+    """{run: {tag: (step, value)}} of the aggregator's TensorBoard event files (WORKDIR/tensorboard), read with TensorBoard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.util.tensor_util import make_ndarray
+
+    out = {}
+    for run in sorted(os.listdir(os.path.join(workdir, "tensorboard"))):
+        events = EventAccumulator(os.path.join(workdir, "tensorboard", run), size_guidance={"tensors": 0}).Reload()
+        out[run] = {tag: [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)] for tag in events.Tags()["tensors"]}
+    return out
+
+
 def baseline(source, tmp_path_factory):
     """Held-out accuracy of 1 worker on all the training data, and its report.json (computed once per source)."""
     if source not in _baselines:
@@ -70,6 +82,12 @@ def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strate
         assert metrics[-1]["loss"] < metrics[0]["loss"]
         assert all(m["examples_per_sec"] > 0 and m["wall_time_sec"] > 0 for m in metrics)
         assert os.listdir(tmp_path / "train" / f"worker-{i:05d}" / "tensorboard")
+    # the aggregator's held-out metrics for TensorBoard (issue 13): one point each, at the last epoch
+    scalars = aggregator_scalars(tmp_path)
+    assert sorted(scalars) == ["final"] + [f"worker-{w['worker_index']:05d}" for w in report["workers"]]
+    for run, metrics in [("final", report["final"])] + [(f"worker-{w['worker_index']:05d}", w) for w in report["workers"]]:
+        assert scalars[run]["test_accuracy"] == [(epochs, pytest.approx(metrics["test_accuracy"], abs=1e-6))]
+        assert scalars[run]["test_loss"] == [(epochs, pytest.approx(metrics["test_loss"], rel=1e-6))]
     assert (tmp_path / "final" / "report.png").stat().st_size > 10_000
     assert (tmp_path / "final" / "_SUCCESS").exists()
     check_analysis(report, tmp_path, source, strategy)

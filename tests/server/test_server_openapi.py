@@ -13,6 +13,8 @@ from server.serving import predict_url
 PREDICT_PATH = "/v1/models/{model_name}:predict"
 # Files a browser fetches by itself (/static/*, /favicon.ico): not API operations, not in the spec.
 BROWSER_FILES = {"static", "web.favicon"}
+# Prometheus' text format for its scraper (metrics.py): not a JSON API operation either.
+NOT_JSON_API = BROWSER_FILES | {"metrics.scrape"}
 
 
 def spec_of(client):
@@ -26,7 +28,7 @@ def test_spec_lists_exactly_the_routes_the_app_serves(text_client):
     assert spec["openapi"].startswith("3.")
     routes = {}
     for rule in text_client.application.url_map.iter_rules():
-        if rule.endpoint in BROWSER_FILES:
+        if rule.endpoint in NOT_JSON_API:
             continue
         path = re.sub(r"<(?:\w+:)?(\w+)>", r"{\1}", rule.rule)
         # One path may have several rules (GET and POST /v1/gallery are two views).

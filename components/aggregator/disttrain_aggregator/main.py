@@ -40,6 +40,7 @@ import numpy as np
 
 from disttrain_aggregator import analysis, combine, gate
 from disttrain_aggregator.data_summary import data_summary
+from disttrain_aggregator.tensorboard_events import write_event_files
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
 from disttrain_contract.artifact import load_model, read_meta, save_model
 from disttrain_contract.evaluation import as_model_input, evaluate
@@ -373,6 +374,7 @@ def main(argv=None):
         raise gate.GateRefused(f"refused to publish the final model: {'; '.join(verdict['reasons'])}. "
                                f"It is kept with its report in {rejected}; the published model is unchanged "
                                "(--force publishes it anyway)")
+    write_event_files(os.path.dirname(final_dir), report)  # WORKDIR/tensorboard: the held-out metrics for TensorBoard
     write_model_and_report(final_dir, savefile, final, meta, report, histories)
     write_marker(final_dir, "aggregator", model=os.path.basename(savefile), strategy=strategy,
                  test_accuracy=final_metrics["test_accuracy"])

@@ -9,7 +9,7 @@ import os
 from flask import Flask
 
 from disttrain_contract import Workdir, default_workdir
-from disttrain_server import api, faces, security, web
+from disttrain_server import api, faces, metrics, security, web
 from disttrain_server.errors import register_error_handlers
 from disttrain_server.gallery import Gallery
 from disttrain_server.model_store import ModelStore
@@ -33,6 +33,7 @@ DEFAULT_CONFIG = {
     "GALLERY_MAX_BYTES": 200 * 1024 * 1024,  # the gallery folder's bytes; enrolment past it answers 507
     "ALLOWED_HOSTS": [],  # Host headers served; empty: any (see security.check_host)
     "MAX_REQUEST_PIXELS": 16_000_000,  # encoded images of one request, summed, before decoding (uploads.PixelBudget)
+    "METRICS": True,  # GET /metrics and the counting behind it (see metrics); False: neither
 }
 
 
@@ -46,10 +47,11 @@ def create_app(config=None):
     # docstring; no other module-level state of ours changes per request (face detection
     # keeps one OpenCV cascade per thread: disttrain_contract.faces).
     model_path = app.config["MODEL_PATH"] or Workdir(default_workdir()).final_model
+    observer = metrics.init_app(app)  # first: its hooks time every request, refused ones too (None: metrics off)
     # One store per process: each gunicorn worker loads its own copy after the fork.
     app.extensions[api.STORE_KEY] = ModelStore(
         model_path, app.config["RELOAD_INTERVAL"],
-        max_batch_size=app.config["MAX_BATCH_SIZE"], batch_timeout=app.config["BATCH_TIMEOUT_MS"] / 1000,
+        max_batch_size=app.config["MAX_BATCH_SIZE"], batch_timeout=app.config["BATCH_TIMEOUT_MS"] / 1000, observer=observer,
     )
     gallery = Gallery(app.config["GALLERY_DIR"] or os.path.join(Workdir(default_workdir()).root, "gallery"),
                       max_entries=app.config["GALLERY_MAX_ENTRIES"], max_bytes=app.config["GALLERY_MAX_BYTES"])

@@ -12,7 +12,9 @@ worker on its own (see model_store).
 import argparse
 import logging
 import os
+import shutil
 import sys
+import tempfile
 
 from gunicorn.app.base import BaseApplication
 
@@ -21,6 +23,7 @@ from disttrain_server.api import STORE_KEY
 from disttrain_server.app import create_app
 from disttrain_server.errors import ModelUnavailable
 from disttrain_server.faces import MAX_TOP_K
+from disttrain_server.metrics import MULTIPROC_ENV
 
 # OpenCV's decompression-bomb guard defaults to 2^30 pixels (GBs of RAM for a
 # few-KB PNG). It is read once, when cv2 loads, so it must be in the environment
@@ -52,7 +55,7 @@ def parse_args(argv=None):
         prog="disttrain-server",
         description="Serve the final model (stage 4 of disttrain): a web demo at / and a TensorFlow-Serving-shaped "
         "JSON API (GET /v1/models/NAME, GET /v1/models/NAME/metadata, POST /v1/models/NAME:predict), "
-        "plus /healthz, /readyz, /report and /openapi.json.",
+        "plus /healthz, /readyz, /report, /openapi.json and /metrics (Prometheus).",
         epilog="A model published later at --model (the aggregator replaces the file atomically) is loaded without a "
         "restart; until a model exists the server runs and /readyz answers 503. "
         "Security: with --api-token-file, gallery writes (or, with --token-required-for all, every /v1 call) need "
@@ -80,6 +83,9 @@ def parse_args(argv=None):
     p.add_argument("--gallery-seed", help="enrol the photos in this folder at start-up unless already enrolled: one sub-folder "
                    "per person, or files named PERSON.jpg/.png")
     p.add_argument("--top-k", type=int, default=3, help=f"matches a face search returns unless it asks for k (default 3, at most {MAX_TOP_K})")
+    p.add_argument("--no-metrics", action="store_true", help="no GET /metrics and no counting behind it. With metrics on, the "
+                   f"workers share their values through files in ${MULTIPROC_ENV} (emptied of *.db files at start) or, "
+                   "unset, in a new temporary directory removed at exit")
     security = p.add_argument_group("security")
     security.add_argument("--api-token-file", metavar="PATH", help="a file holding the API token (surrounding whitespace removed); "
                           "clients send it as 'Authorization: Bearer <token>'. Default: no token (anyone may call everything)")
@@ -144,6 +150,7 @@ def app_config(args):
         "GALLERY_MAX_BYTES": int(args.gallery_max_mb * 1024 * 1024),
         "ALLOWED_HOSTS": args.allowed_hosts,
         "MAX_REQUEST_PIXELS": args.max_request_pixels,
+        "METRICS": not args.no_metrics,
     }
 
 
@@ -153,6 +160,34 @@ def post_worker_init(worker):
         worker.wsgi.extensions[STORE_KEY].get()
     except ModelUnavailable as err:
         worker.log.warning("worker %s starts without a model: %s", worker.pid, err.reason)
+
+
+def child_exit(server, worker):
+    """A worker exited (crashed, killed, or replaced): its gauges leave /metrics (the liveall
+    modes); its counters and histograms stay, so totals never go down."""
+    from prometheus_client import multiprocess  # in the master, after main() set MULTIPROC_ENV
+
+    multiprocess.mark_process_dead(worker.pid)
+
+
+def metrics_dir():
+    """(directory, made here) where the workers share their metric values (prometheus_client's
+    multiprocess mode), ready before gunicorn forks: $PROMETHEUS_MULTIPROC_DIR emptied of an earlier
+    server's *.db files (its counts would otherwise carry on into this one's; the chart points it at the
+    pod's /tmp emptyDir, which outlives a container restart), or a new private temporary directory."""
+    path = os.environ.get(MULTIPROC_ENV)
+    try:
+        if not path:
+            return tempfile.mkdtemp(prefix="disttrain-metrics-"), True
+        os.makedirs(path, exist_ok=True)
+        for name in os.listdir(path):
+            if name.endswith(".db"):
+                os.remove(os.path.join(path, name))
+        return path, False
+    except OSError as err:
+        where = f"{MULTIPROC_ENV}={path}" if path else f"a temporary directory in {tempfile.gettempdir()}"
+        raise ContractError(f"metrics: cannot prepare {where} ({err.strerror}): give {MULTIPROC_ENV} a writable "
+                            "directory, or --no-metrics") from None
 
 
 def when_ready(server):
@@ -200,6 +235,7 @@ def gunicorn_options(args):
         "control_socket_disable": True,  # gunicorn's shared ~/.gunicorn control socket would clash between servers
         "post_worker_init": post_worker_init,
         "when_ready": when_ready,
+        **({"child_exit": child_exit} if not args.no_metrics else {}),
     }
 
 
@@ -211,7 +247,21 @@ def main(argv=None):
         print(f"disttrain-server: no model at {config['MODEL_PATH']} yet; /readyz answers 503 until one is published", file=sys.stderr)
     elif not os.path.isfile(config["MODEL_PATH"]):
         raise ContractError(f"--model {config['MODEL_PATH']} is not a file")
-    ServerApplication(config, gunicorn_options(args)).run()
+    made = None
+    if config["METRICS"]:
+        # In the environment before the fork: each worker imports prometheus_client, which reads it then.
+        os.environ[MULTIPROC_ENV], made_here = metrics_dir()
+        made = os.environ[MULTIPROC_ENV] if made_here else None
+        # child_exit's module, imported now (after the variable is set): the hook runs in the master's
+        # SIGCHLD handling, no place for a first import
+        from prometheus_client import multiprocess  # noqa: F401
+    master = os.getpid()
+    try:
+        ServerApplication(config, gunicorn_options(args)).run()
+    finally:
+        # gunicorn's workers leave run() too, by SystemExit; only the master removes the directory
+        if made and os.getpid() == master:
+            shutil.rmtree(made, ignore_errors=True)
     return 0
 
 

@@ -159,13 +159,15 @@ class ModelStore:
     """Holds one LoadedModel per process; thread-safe (gunicorn --threads).
 
     max_batch_size > 1 answers concurrent predict calls with shared model calls
-    (see batching; batch_timeout seconds is how long a batch may wait for more)."""
+    (see batching; batch_timeout seconds is how long a batch may wait for more).
+    observer: metrics.ServerMetrics (told of each load, counts each model call's instances) or None."""
 
-    def __init__(self, path, reload_interval=5.0, clock=time.monotonic, max_batch_size=1, batch_timeout=0.0):
+    def __init__(self, path, reload_interval=5.0, clock=time.monotonic, max_batch_size=1, batch_timeout=0.0, observer=None):
         self.path = os.path.abspath(os.fspath(path))
         self.reload_interval = float(reload_interval)
         self.max_batch_size = int(max_batch_size)
         self.batch_timeout = float(batch_timeout)
+        self.observer = observer
         self._clock = clock
         self._lock = threading.Lock()  # one thread checks and loads at a time
         self._current = None
@@ -216,8 +218,13 @@ class ModelStore:
             return
         # If the file was replaced again between stat and load we loaded the newer
         # one under the older key; the next check then just loads it once more.
+        if self.observer:
+            serve = self.observer.count_instances(serve)  # every model call: batched, direct and the gallery's
         # Each model gets its own batcher: a batch never mixes two model versions.
         batcher = MicroBatcher(serve, self.max_batch_size, self.batch_timeout) if self.max_batch_size > 1 else None
         self._current = LoadedModel(model=model, meta=meta, path=self.path, key=key, serve=serve, batcher=batcher)
         self._failed_key, self._error = None, None
-        log.info("loaded %s (version %d, %s task) in %.1fs", self.path, self._current.version, meta["task"], time.monotonic() - started)
+        seconds = time.monotonic() - started
+        if self.observer:
+            self.observer.model_loaded(self._current, seconds)
+        log.info("loaded %s (version %d, %s task) in %.1fs", self.path, self._current.version, meta["task"], seconds)

@@ -12,6 +12,9 @@ Paths that stay open whatever --token-required-for says, and why:
   /, /static/*, /favicon.ico the page must load before it can ask for the token
   /openapi.json, /report    the API's description and the training report: no gallery data,
                             no predictions (the same model facts as the page shows)
+  /metrics                  Prometheus scrapes: counts, latencies, the model's version and the
+                            gallery's size, no names, ids or inputs (metrics.py). Like the probes it
+                            skips the Host allowlist: Prometheus scrapes pods by IP, which is the Host
 Everything under /v1/ is the API, which --token-required-for all protects.
 
 Shared by request threads: only app.config (read-only after create_app). The
@@ -41,6 +44,7 @@ SECURITY_HEADERS = {
 
 # Probes: open to any Host and to callers without a token.
 PROBE_PATHS = ("/healthz", "/readyz")
+SCRAPE_PATH = "/metrics"  # open the same way (metrics.py)
 API_PREFIX = "/v1/"
 STATE_CHANGING = ("POST", "PUT", "PATCH", "DELETE")
 BODY_TYPES = ("application/json", "multipart/form-data")
@@ -57,7 +61,7 @@ def init_app(app):
 
 
 def check_request():
-    if request.path in PROBE_PATHS:
+    if request.path in PROBE_PATHS or request.path == SCRAPE_PATH:
         return
     check_host()
     if request.method in STATE_CHANGING:

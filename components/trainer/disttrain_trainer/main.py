@@ -360,6 +360,7 @@ def main(argv=None):
     os.makedirs(worker_dir, exist_ok=True)
     summaries = tf.summary.create_file_writer(os.path.join(worker_dir, "tensorboard"))
     iterator = strategy.iterator(dataset_fn, start_epoch * steps_per_epoch)
+    strategy.before_training(start_epoch * steps_per_epoch)
     print(
         f"{tag}: {args.strategy}, {manifest.task} task, shard(s) {examples} examples, {steps_per_epoch} steps/epoch "
         f"x batch {args.batch} x {strategy.tf_strategy.num_replicas_in_sync} replica(s), epochs {start_epoch + 1}..{args.epochs}, "

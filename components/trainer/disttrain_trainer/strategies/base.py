@@ -74,6 +74,10 @@ class Base:
     def bind(self, model):
         """Called once the model exists (before any checkpoint is restored)."""
 
+    def before_training(self, step):
+        """Called once on every worker, after any checkpoint is restored and before the first
+        step; `step` is where the run (re)starts."""
+
     def steps_to_sync(self, step):
         return math.inf
 
