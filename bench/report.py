@@ -267,9 +267,42 @@ def progress(doc):
     return "\n".join(out)
 
 
+def combine(doc):
+    out = [header(doc, "aggregator --combine: average, ensemble and best on the held-out split (`bench/combine_bench.py`)")]
+    c = doc["config"]
+    out.append(f"`{c['strategy']}` strategy, seed {c['seed']}, batch {c['batch']}, epochs "
+               + ", ".join(f"{task} {n}" for task, n in c["epochs"].items())
+               + f"; every run's trainers keep `--validation-fraction {c['validation_fraction']}` of their shard, so all three "
+               "candidates are trained on the same examples; one run per row. best = the worker with the highest validation "
+               "accuracy (never the held-out split). Latency: "
+               + (doc["results"]["runs"][0]["latency_method"] if doc["results"]["runs"] else "-") + ".\n")
+    out.append("| task | workers | held-out | average | ensemble | best (worker, validation acc.) | workers alone "
+               "| latency ms/instance: average / ensemble / best | forward passes: average / ensemble / best |")
+    out.append("|---|---|---|---|---|---|---|---|---|")
+    for r in doc["results"]["runs"]:
+        cand = r["candidates"]
+        top = max(v["test_accuracy"] for v in cand.values() if "test_accuracy" in v)
+
+        def acc(name):
+            v = cand.get(name) or {}
+            if "test_accuracy" not in v:
+                return "-"
+            text = f"{v['test_accuracy']:.4f}"
+            return f"**{text}**" if v["test_accuracy"] == top else text
+
+        best = cand.get("best") or {}
+        best_cell = acc("best") + (f" ({best['worker_index']}, {best['validation_accuracy']:.3f})" if "worker_index" in best else "")
+        out.append(f"| {r['task']} | {r['workers']} | {r['test_examples']:,} | {acc('average')} | {acc('ensemble')} | {best_cell} | "
+                   f"{', '.join(f'{a:.4f}' for a in r['workers_test_accuracy'])} | "
+                   + " / ".join(f(cand[n].get("latency_ms_per_instance") if n in cand else None, 2) for n in ("average", "ensemble", "best"))
+                   + " | " + " / ".join(str(cand[n].get("forward_passes", "-")) if n in cand else "-" for n in ("average", "ensemble", "best"))
+                   + " |")
+    return "\n".join(out)
+
+
 def main():
     parts = []
-    for name, fn in (("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator), ("progress_overhead", progress)):
+    for name, fn in (("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))

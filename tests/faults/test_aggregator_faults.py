@@ -24,7 +24,7 @@ from stages import stage
 
 pytestmark = pytest.mark.faults
 
-FINAL_FILES = ("model.keras", "report.json", "report.png", "_SUCCESS")
+FINAL_FILES = ("model.keras", "report.json", "report.png", "analysis.png", "_SUCCESS")
 
 
 @pytest.fixture
@@ -146,7 +146,7 @@ def test_truncated_test_split(work):
 def test_unwritable_final_dir(work):
     with read_only_dir(work / "final"):
         result = aggregate(work, process=True)
-        assert_nothing_published(result, r"cannot write .*final/(model\.keras|report\.json|report\.png): (Read-only file system|Permission denied)", work)
+        assert_nothing_published(result, r"cannot write .*final/(model\.keras|report\.json|report\.png|analysis\.png): (Read-only file system|Permission denied)", work)
 
 
 def test_full_disk_while_writing_the_final_model(work):
@@ -191,3 +191,21 @@ def test_worker_model_with_a_lambda_layer_is_refused_and_not_run(work, tmp_path,
     result = aggregate(work)
     assert_nothing_published(result, r"cannot load model .*worker-00001/model\.keras: ValueError: .*`Lambda` layer .*arbitrary code", work)
     assert not sentinel.exists()
+
+
+@pytest.mark.parametrize("content, message", [
+    ("{not json", r"--baseline .*baseline\.json is unreadable"),
+    (json.dumps({"workers": [{}, {}], "strategy": "average", "final": {"test_accuracy": 0.9}}),
+     r"--baseline .*baseline\.json is a 2-worker average run, not a 1-worker one"),
+    (json.dumps({"workers": [{}], "strategy": "average", "final": {"test_accuracy": 0.9}, "task": "image",
+                 "source": "sample:other", "split_seed": 0, "test_examples": 1, "labels": ["a"]}),
+     r"--baseline .*baseline\.json is of other data: its (task|source|split_seed|test_examples|labels) is"),
+])
+def test_a_baseline_report_that_cannot_be_compared_is_refused(work, tmp_path, content, message):
+    baseline = tmp_path / "baseline.json"
+    baseline.write_text(content)
+    assert_nothing_published(aggregate(work, "--baseline", baseline), message, work)
+
+
+def test_a_missing_baseline_report_is_refused(work, tmp_path):
+    assert_nothing_published(aggregate(work, "--baseline", tmp_path / "nothing.json"), r"--baseline .*nothing\.json: no such file", work)

@@ -74,7 +74,7 @@ def refused_then_forced(work, good, before, base):
     assert served_accuracy(base, work) > 0.9  # still the good model
     (rejected,) = (work / "rejected").iterdir()
     assert str(rejected) in line
-    assert sorted(os.listdir(rejected)) == ["model.keras", "report.json", "report.png"]
+    assert sorted(os.listdir(rejected)) == ["analysis.png", "model.keras", "report.json", "report.png"]
     report = json.loads((rejected / "report.json").read_text())
     gate = report["gate"]
     assert not gate["passed"] and not gate["forced"] and gate["reasons"]

@@ -34,20 +34,21 @@ def aggregator_scalars(workdir):
 
 
 def baseline(source, tmp_path_factory):
-    """Held-out accuracy of 1 worker on all the training data (computed once per source)."""
+    """Held-out accuracy of 1 worker on all the training data, and its report.json (computed once per source)."""
     if source not in _baselines:
         epochs, batch, _ = TASKS[source]
-        report = run_pipeline(str(tmp_path_factory.mktemp("baseline")), source, 1, "average", epochs, batch)
-        _baselines[source] = report["final"]["test_accuracy"]
+        work = tmp_path_factory.mktemp("baseline")
+        report = run_pipeline(str(work), source, 1, "average", epochs, batch)
+        _baselines[source] = report["final"]["test_accuracy"], str(work / "final" / "report.json")
     return _baselines[source]
 
 
 def two_workers_against_one(tmp_path, tmp_path_factory, source, strategy, ps=0):
     """Train 2 workers (and `ps` parameter servers) and check the held-out accuracy against 1 worker's."""
     epochs, batch, well_above_chance = TASKS[source]
-    report = run_pipeline(str(tmp_path), source, 2, strategy, epochs, batch, ps=ps)
+    one_worker, baseline_report = baseline(source, tmp_path_factory)
+    report = run_pipeline(str(tmp_path), source, 2, strategy, epochs, batch, ps=ps, aggregator_args=("--baseline", baseline_report))
     final = report["final"]["test_accuracy"]
-    one_worker = baseline(source, tmp_path_factory)
     print(f"{source} {strategy}: final {final:.4f}, 1-worker baseline {one_worker:.4f}, "
           f"workers {[round(w['test_accuracy'], 4) for w in report['workers']]}")
     assert final > well_above_chance
@@ -101,6 +102,41 @@ def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strate
         assert scalars[run]["test_loss"] == [(epochs, pytest.approx(metrics["test_loss"], rel=1e-6))]
     assert (tmp_path / "final" / "report.png").stat().st_size > 10_000
     assert (tmp_path / "final" / "_SUCCESS").exists()
+    check_analysis(report, tmp_path, source, strategy)
+
+
+def check_analysis(report, work, source, strategy):
+    """The model analysis (issue 18) agrees with the held-out figures it reuses, and compares the
+    final model with the best worker and the 1-worker baseline given by --baseline."""
+    section = report["analysis"]
+    models = section["models"]
+    candidates = [name for name, c in report.get("combine", {}).get("candidates", {}).items() if c.get("available") is not False]
+    assert candidates == (["average", "ensemble"] if strategy == "average" else [])  # no validation split: no best
+    assert section["order"] == [w["name"] for w in report["workers"]] + candidates + ["final"]
+    for row in report["workers"]:  # the same predictions as the held-out evaluation's, not a second run
+        assert models[row["name"]]["accuracy"] == pytest.approx(row["test_accuracy"])
+    assert models["final"]["accuracy"] == pytest.approx(report["final"]["test_accuracy"])
+    for name in candidates:
+        assert models[name]["accuracy"] == pytest.approx(report["combine"]["candidates"][name]["test_accuracy"])
+    final = models["final"]
+    labels = report["labels"]
+    assert len(final["confusion_matrix"]) == len(labels)
+    assert sum(map(sum, final["confusion_matrix"])) == report["test_examples"]
+    assert sum(c["support"] for c in final["per_class"]) == report["test_examples"]
+    assert 0 < final["macro_f1"] <= 1 and 0 <= final["ece"] < 0.5
+    assert sum(b["examples"] for b in final["reliability"]) == report["test_examples"]
+    assert sum(s["examples"] for s in final["slices"]) == report["test_examples"]
+    if source == "sample:movie-reviews":
+        assert len(final["slices"]) >= 3 and all(s["slice"].endswith("tokens") for s in final["slices"])
+    else:
+        assert [s["slice"] for s in final["slices"]] == labels
+    rows = section["compare"]["rows"]
+    assert [r["model"] for r in rows][1:] == [f"best worker ({section['compare']['best_worker']}, by held-out accuracy)", "1-worker baseline"]
+    baseline_report = json.load(open(section["compare"]["baseline"]["report"]))
+    assert rows[2]["accuracy"] == baseline_report["final"]["test_accuracy"]
+    assert rows[2]["macro_f1"] == baseline_report["analysis"]["models"]["final"]["macro_f1"]
+    assert baseline_report["analysis"]["compare"]["baseline"]["available"] is False  # a plain run has none
+    assert (work / "final" / "analysis.png").stat().st_size > 20_000
 
 
 def test_workers_from_different_seeds_are_refused(tmp_path):

@@ -116,7 +116,8 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
     publishes, its held-out metrics, extra metadata for its artifact, the report's "combine" section).
 
     worker_paths: each worker's model file, in the order of markers and rows (rows: the workers'
-    held-out metrics, already measured by main); averaged: the weight-averaged model."""
+    held-out metrics, already measured by main); averaged: the weight-averaged model; held_out(model, meta,
+    name): its held-out metrics, its predictions kept under `name` for the analysis."""
     instance = latency_input(task, x_test, meta)
     members = []
     for path in worker_paths:
@@ -135,9 +136,9 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
     section = {"published": mode, "latency_method": f"median of {LATENCY_REPEATS} single-instance calls of each model "
                "compiled as one graph (as the server calls it), interleaved, after a warm-up; the machine may be shared",
                "candidates": {}}
-    average_metrics = held_out(averaged, meta)
+    average_metrics = held_out(averaged, meta, "average")
     section["candidates"]["average"] = {"forward_passes": 1, **average_metrics, "latency_ms_per_instance": latency_ms[0]}
-    ensemble_metrics = held_out(ensemble, meta)
+    ensemble_metrics = held_out(ensemble, meta, "ensemble")
     section["candidates"]["ensemble"] = {"forward_passes": len(members), "members": [m["worker_index"] for m in markers],
                                          **ensemble_metrics, "latency_ms_per_instance": latency_ms[1]}
     if best_index is None:

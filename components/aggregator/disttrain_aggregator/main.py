@@ -19,8 +19,10 @@
    chief's model is promoted once every task's marker (chief, ps, workers) is in
    its place;
 5. evaluate the result, and the published model (if any) on this run's held-out
-   split; the quality gate (gate.py) decides whether the result may replace it;
-6. publish final/model.keras (atomically), report.json, report.png, _SUCCESS --
+   split; analysis.py analyses every model evaluated (per class, calibration, slices)
+   from the predictions already made; the quality gate (gate.py) decides whether the
+   result may replace the published model;
+6. publish final/model.keras (atomically), report.json, report.png, analysis.png, _SUCCESS --
    only after every check passed, so bad input publishes nothing. A model the
    gate refuses goes to rejected/<time>/ beside final/ with its report, and the
    aggregator exits 4 (--force publishes it anyway, recorded in the report).
@@ -36,7 +38,7 @@ import time
 
 import numpy as np
 
-from disttrain_aggregator import combine, gate
+from disttrain_aggregator import analysis, combine, gate
 from disttrain_aggregator.data_summary import data_summary
 from disttrain_aggregator.tensorboard_events import write_event_files
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
@@ -72,6 +74,9 @@ def parse_args(argv=None):
                    "mean of the worker models' probabilities, N forward passes), or the best worker by its validation "
                    "accuracy (trainer --validation-fraction; never the held-out split). The report evaluates all three "
                    "either way. Refused for the other strategies: their workers end with one shared model")
+    p.add_argument("--baseline", metavar="REPORT_JSON",
+                   help="a 1-worker run's report.json on the same data, for the analysis' comparison (final vs best "
+                   "worker vs this baseline); without it the report says there is none")
     gating = p.add_argument_group("quality gate", "the final model is published only if its held-out accuracy passes both checks")
     gating.add_argument("--max-drop-vs-best-worker", type=float, default=1.0, metavar="POINTS",
                         help="at most this many accuracy points below the best single worker model (default 1.0)")
@@ -256,10 +261,16 @@ def main(argv=None):
     else:
         print(f"aggregator: {expect} workers finished ({strategy}); loading models ...", flush=True)
 
+    if args.baseline:  # refused now, not after every model was evaluated
+        analysis.read_baseline(args.baseline, {"task": manifest.task, "source": manifest.source, "split_seed": manifest.seed,
+                                               "test_examples": manifest.test.examples, "labels": manifest.labels})
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     x_test = as_model_input(manifest.task, x_test)
-    def held_out(model, meta):  # meta: a faces model is fed crops preprocessed its own way (faces.preprocessing_of)
-        return {f"test_{key}": value for key, value in evaluate(model, manifest.task, x_test, y_test, manifest.seed, meta).items()}
+    outputs = {}  # model name -> its held-out predictions, kept for analysis.py (no second pass over the split)
+
+    def held_out(model, meta, name=None):  # meta: a faces model is fed crops preprocessed its own way (faces.preprocessing_of)
+        kept = outputs.setdefault(name, {}) if name else None
+        return {f"test_{key}": value for key, value in evaluate(model, manifest.task, x_test, y_test, manifest.seed, meta, kept).items()}
 
     # ------------------------------- check, evaluate, sum: one model at a time
     # Holding every worker model at once costs memory in proportion to the worker count;
@@ -278,10 +289,10 @@ def main(argv=None):
         model, meta = load_model(os.path.join(d, marker["model"]))
         signature = model_signature(model, meta)
         check_model(marker, signature, first_signature)
-        rows.append({"name": f"worker {marker['worker_index']}" if strategy == "average" else PROMOTED[strategy],
-                     "worker_index": marker["worker_index"],
+        name = f"worker {marker['worker_index']}" if strategy == "average" else PROMOTED[strategy]
+        rows.append({"name": name, "worker_index": marker["worker_index"],
                      "examples": marker["examples"] if strategy == "average" else manifest.train_examples,
-                     **held_out(model, meta)})
+                     **held_out(model, meta, name)})
         if strategy == "average":
             weighted_sum.add(model.get_weights(), marker["examples"])
         if final is None:  # multiworker, localsgd: the chief's model as is
@@ -302,7 +313,7 @@ def main(argv=None):
             args.combine, manifest.task, combine.worker_model_paths(worker_dirs, markers), markers, rows, final,
             final_meta, held_out, x_test)
     else:
-        final_metrics, combine_meta = held_out(final, final_meta), {}
+        final_metrics, combine_meta = held_out(final, final_meta, "final"), {}
     # the examples behind the final model: fewer than the data set's when workers were left out
     trained_on = sum(m["examples"] for m in markers) if strategy == "average" else manifest.train_examples
     histories = [load_metrics(d) for d in worker_dirs]
@@ -329,6 +340,8 @@ def main(argv=None):
         "data": data_summary(data_dir, manifest),  # the copier's statistics and validation result
         "created_at": time.time(),
     }
+    report["analysis"] = analysis.analyse(report, outputs, x_test, y_test, args.baseline)
+    outputs.clear()  # the predictions are summarised; free them before publishing
 
     # -------------------------------------------------------------------- gate
     published = evaluate_published(args.published or savefile, manifest, held_out)
@@ -339,6 +352,7 @@ def main(argv=None):
     print_table(report)
     if combined:
         combine.print_candidates(combined, manifest.task)
+    analysis.print_summary(report["analysis"])
     if report["training_parameters"]:
         origin = report["parameters_origin"] or {}
         print("aggregator: trained with " + ", ".join(f"{k}={v:g}" for k, v in sorted(report["training_parameters"].items()))
@@ -375,10 +389,13 @@ def write_model_and_report(directory, savefile, final, meta, report, histories):
     # disk while writing the model leaves no new report next to the old model, and no
     # temporary behind.
     with contextlib.ExitStack() as publish:
-        report_tmp, png_tmp = (publish.enter_context(atomic_path(os.path.join(directory, name)))
-                               for name in ("report.json", "report.png"))
-        atomic_write_json(report_tmp, report)
+        report_tmp, png_tmp, analysis_tmp = (publish.enter_context(atomic_path(os.path.join(directory, name)))
+                                             for name in ("report.json", "report.png", "analysis.png"))
         plot_report(report, histories, png_tmp)
+        started = time.perf_counter()
+        analysis.plot(report["analysis"], report, analysis_tmp)
+        report["analysis"]["plot_sec"] = time.perf_counter() - started
+        atomic_write_json(report_tmp, report)
         save_model(final, savefile, meta)
 
 
@@ -478,8 +495,9 @@ def print_hard_queries(final):
 
 
 def plot_report(report, histories, path):
-    """Bars: held-out accuracy per worker and final. Curves: per-epoch held-out
-    accuracy of each worker, with the final model as a line."""
+    """Bars: held-out accuracy per worker, per combine candidate (average runs) and final. Curves:
+    per-epoch held-out accuracy of each worker, with the final model as a line. Under them, one
+    line of the copier's data validation (when the dataset has it)."""
     os.environ.setdefault("MPLCONFIGDIR", os.path.join(os.path.dirname(path), ".matplotlib"))
     import matplotlib
 
@@ -492,15 +510,22 @@ def plot_report(report, histories, path):
     hard = report["task"] == "faces" and "test_darker_margin" in report["final"]  # issue 14's harder queries
     fig, axes = plt.subplots(1, 3 if hard else 2, figsize=(16 if hard else 11, 4))
     bars, curves = axes[0], axes[1]
-    names = [r["name"] for r in report["workers"]] + ["final"]
-    values = [r["test_accuracy"] for r in report["workers"]] + [report["final"]["test_accuracy"]]
-    colors = ["#8da0cb"] * len(report["workers"]) + ["#fc8d62"]
+    candidates = [(name, c) for name, c in (report.get("combine") or {}).get("candidates", {}).items()
+                  if c.get("available") is not False]
+    names = ([r["name"] for r in report["workers"]]
+             + [f"best (w{c['worker_index']})" if name == "best" else name for name, c in candidates] + ["final"])
+    values = ([r["test_accuracy"] for r in report["workers"]] + [c["test_accuracy"] for _, c in candidates]
+              + [report["final"]["test_accuracy"]])
+    colors = ["#8da0cb"] * len(report["workers"]) + ["#66c2a5"] * len(candidates) + ["#fc8d62"]
     bars.bar(names, values, color=colors)
     for x, v in enumerate(values):
-        bars.text(x, v, f"{v:.3f}", ha="center", va="bottom")
+        bars.text(x, v, f"{v:.3f}", ha="center", va="bottom", fontsize=8 if len(values) > 5 else 10)
+    if len(values) > 5:
+        bars.tick_params(axis="x", labelrotation=30, labelsize=8)
     bars.set_ylim(0, 1.05)
     bars.set_ylabel("held-out top-1 retrieval" if report["task"] == "faces" else "held-out accuracy")
-    bars.set_title(f"{report['task']} / {report['strategy']}")
+    bars.set_title(f"{report['task']} / {report['strategy']}"
+                   + (f": {report['combine']['published']} published" if report.get("combine") else ""))
     for i, history in enumerate(histories):
         evaluated = [e for e in history if "test_accuracy" in e]  # multiworker, localsgd: the chief evaluates
         if evaluated:
@@ -513,7 +538,17 @@ def plot_report(report, histories, path):
     curves.legend()
     if hard:
         plot_hard_queries(axes[2], report["final"])
-    fig.tight_layout()
+    data = report.get("data")
+    if data:
+        skew = [v for v in (data.get("label_skew") or {}).values() if isinstance(v, (int, float))]
+        fig.text(0.01, 0.01, f"data: validation {'passed' if data['passed'] else 'FAILED'}, {len(data['warnings'])} warning(s), "
+                 f"{data['leaked_duplicates']} held-out input(s) also in training"
+                 + (f", largest label skew {max(skew):.3f} (total-variation distance)" if skew else "")
+                 + f"; {report['final']['examples']:,} training / {report['test_examples']:,} held-out examples",
+                 fontsize=8, color="#555555")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+    else:
+        fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=100)
     plt.close(fig)

@@ -46,14 +46,20 @@ def call_in_chunks(fn, x, batch=512):
     return np.concatenate(outputs).astype(np.float64)
 
 
-def evaluate(model, task, x, y, seed=0, meta=None):
+def evaluate(model, task, x, y, seed=0, meta=None, outputs=None):
     """A dict with at least "accuracy" (and "loss" for classification). `meta`: the model's
-    disttrain.json, for a faces model's preprocessing version (None: the trainer's current one)."""
+    disttrain.json, for a faces model's preprocessing version (None: the trainer's current one).
+    `outputs`: a dict to receive what the figures were computed from, for the aggregator's
+    analysis (so it does not run the model over the split again): "probabilities" [n, classes];
+    faces: "people" (the label of each gallery column), "distances" [queries, gallery] and
+    "<kind>_distances" for each hard query."""
     if task == "faces":
         from disttrain_contract.faces import FACE_PREPROCESSING, preprocessing_of
 
-        return evaluate_retrieval(model, x, y, seed, FACE_PREPROCESSING if meta is None else preprocessing_of(meta))
+        return evaluate_retrieval(model, x, y, seed, FACE_PREPROCESSING if meta is None else preprocessing_of(meta), outputs)
     probs = predict(model, x)
+    if outputs is not None:
+        outputs["probabilities"] = probs
     labels = np.asarray(y)
     picked = np.clip(probs[np.arange(len(labels)), labels], 1e-7, 1.0)
     return {"loss": float(-np.log(picked).mean()), "accuracy": float((probs.argmax(axis=-1) == labels).mean())}
@@ -65,7 +71,7 @@ def pairwise_distances(a, b):
     return np.sqrt(np.maximum(squared, 0.0))
 
 
-def evaluate_retrieval(model, x, y, seed=0, preprocessing=1):
+def evaluate_retrieval(model, x, y, seed=0, preprocessing=1, outputs=None):
     from disttrain_contract.faces import HARD_QUERIES, augment, hard_query, preprocess
 
     def embed(crops):
@@ -91,9 +97,13 @@ def evaluate_retrieval(model, x, y, seed=0, preprocessing=1):
         "different_person_distance": float(others.mean()),
         "people": n,
     }
+    if outputs is not None:
+        outputs.update(people=people, distances=distances)
     for kind in HARD_QUERIES:
         hard = pairwise_distances(embed([hard_query(face, kind) for face in gallery]), gallery_vectors)
         result.update({f"{kind}_{key}": value for key, value in retrieval_margin(hard).items()})
+        if outputs is not None:
+            outputs[f"{kind}_distances"] = hard
     return result
 
 
