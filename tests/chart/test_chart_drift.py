@@ -274,7 +274,7 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         if self.path == "/v1/models/disttrain":
             return self.reply(200, {"model_version_status": [{"state": "AVAILABLE"}]})
         if self.path == "/v1/models/disttrain/metadata" and self.embedding_size:
-            return self.reply(200, {"metadata": {"task": "faces", "embedding_size": self.embedding_size}})
+            return self.reply(200, {"metadata": {"disttrain": {"task": "faces", "embedding_size": self.embedding_size}}})
         self.reply(404, {"error": "not found"})
 
     def do_POST(self):
@@ -284,12 +284,14 @@ class StandIn(http.server.BaseHTTPRequestHandler):
             return self.reply(404, {"error": f"unknown path {self.path}"})
         body = self.rfile.read(int(self.headers["Content-Length"]))
         from disttrain_server.errors import ApiError
-        from disttrain_server.instances import read_instances, to_batch
+        from disttrain_server.instances import read_predict, to_batch
 
         try:
             # issue 11's server adds a per-request pixel budget to to_batch (the chart's default, 16 Mpx)
             budget = [16_000_000] if "pixel_budget" in inspect.signature(to_batch).parameters else []
-            batch = to_batch(read_instances(body, 64), self.spec, 10000, *budget)
+            # the input's name is the kind for text and image models; the pod sends unnamed instances anyway
+            instances, _ = read_predict(body, self.spec["kind"], 64)
+            batch = to_batch(instances, self.spec, 10000, *budget)
         except ApiError as err:
             return self.reply(422, {"error": str(err)})
         type(self).received.append(batch)

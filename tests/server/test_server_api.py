@@ -20,17 +20,19 @@ def test_predict_returns_one_probability_row_per_instance(text_client):
 
 
 def test_obvious_reviews_get_the_obvious_sentiment(text_client):
-    meta = text_client.get("/v1/models/disttrain/metadata").get_json()["metadata"]
+    meta = text_client.get("/v1/models/disttrain/metadata").get_json()["metadata"]["disttrain"]
     positive = meta["labels"].index("positive")
     predictions = text_client.post(predict_url(), json={"instances": [POSITIVE, NEGATIVE]}).get_json()["predictions"]
     assert predictions[0][positive] > 0.5
     assert predictions[1][positive] < 0.5
 
 
-def test_columnar_inputs_form_gives_the_same_predictions(text_client):
-    rows = text_client.post(predict_url(), json={"instances": [POSITIVE]}).get_json()["predictions"]
-    columns = text_client.post(predict_url(), json={"inputs": [POSITIVE]}).get_json()["predictions"]
-    assert columns[0] == pytest.approx(rows[0])
+def test_columnar_inputs_answer_outputs_with_the_same_numbers(text_client):
+    rows = text_client.post(predict_url(), json={"instances": [POSITIVE]}).get_json()
+    assert set(rows) == {"predictions"}
+    for body in ({"inputs": [POSITIVE]}, {"inputs": {"text": [POSITIVE]}}):  # TF Serving: columnar in, "outputs" out
+        columns = text_client.post(predict_url(), json=body).get_json()
+        assert set(columns) == {"outputs"} and columns["outputs"] == rows["predictions"]
 
 
 def test_body_without_content_type_is_accepted_like_tf_serving(text_client):
@@ -41,7 +43,7 @@ def test_body_without_content_type_is_accepted_like_tf_serving(text_client):
 def test_model_status_in_tf_serving_shape(text_client):
     body = text_client.get("/v1/models/disttrain").get_json()
     (status,) = body["model_version_status"]
-    assert status["state"] == "AVAILABLE"
+    assert status["state"] == "AVAILABLE" and body["ready"] is True
     assert status["status"] == {"error_code": "OK", "error_message": ""}
     assert int(status["version"]) > 1_600_000_000  # mtime in seconds
     ready = text_client.get("/readyz")
@@ -51,9 +53,10 @@ def test_model_status_in_tf_serving_shape(text_client):
 def test_metadata_has_labels_input_spec_and_limits(text_client):
     body = text_client.get("/v1/models/disttrain/metadata").get_json()
     assert body["model_spec"]["name"] == "disttrain"
-    assert body["metadata"]["labels"] == ["negative", "positive"]
-    assert body["metadata"]["input"] == {"kind": "text"}
-    assert body["metadata"]["limits"] == {"max_instances": 256, "max_text_chars": 10_000, "max_upload_bytes": 8 * 1024 * 1024,
+    ours = body["metadata"]["disttrain"]
+    assert ours["labels"] == ["negative", "positive"]
+    assert ours["input"] == {"kind": "text"}
+    assert ours["limits"] == {"max_instances": 256, "max_text_chars": 10_000, "max_upload_bytes": 8 * 1024 * 1024,
                                           "max_request_pixels": 16_000_000}
 
 
@@ -70,6 +73,7 @@ def test_without_a_model_the_app_runs_and_says_why(empty_client):
     assert "no model at" in error_of(empty_client.post(predict_url(), json={"instances": ["good"]}), 503)
     (status,) = empty_client.get("/v1/models/disttrain").get_json()["model_version_status"]
     assert status["state"] == "UNKNOWN" and status["status"]["error_code"] == "UNAVAILABLE"
+    assert empty_client.get("/v1/models/disttrain").get_json()["ready"] is False
     page = empty_client.get("/")
     assert page.status_code == 200 and "No model is being served yet" in page.get_data(as_text=True)
 
@@ -86,7 +90,13 @@ def test_without_a_model_the_app_runs_and_says_why(empty_client):
         (json.dumps({"text": "a review"}).encode(), 400, 'missing "instances"'),
         (json.dumps({"instances": ["a"], "inputs": ["b"]}).encode(), 400, "not both"),
         (json.dumps({"instances": "a review"}).encode(), 400, '"instances" must be a list'),
-        (json.dumps({"inputs": {"text": "x"}}).encode(), 400, '"inputs" must be a list'),
+        (json.dumps({"inputs": "x"}).encode(), 400, '"inputs" must be a list'),
+        (json.dumps({"inputs": {"text": "x"}}).encode(), 400, '"inputs"."text" must be a list'),
+        (json.dumps({"inputs": {"review": ["x"]}}).encode(), 400, 'exactly one key, this model\'s input "text"'),
+        (json.dumps({"instances": ["a"], "signature_name": "predict_images"}).encode(), 400, "unknown signature_name 'predict_images'"),
+        (json.dumps({"instances": ["a"], "signature_name": 1}).encode(), 400, '"signature_name" must be a string'),
+        (json.dumps({"instances": [{"text": "a", "lang": "en"}]}).encode(), 422, 'instance 0: this model has one input, "text"'),
+        (json.dumps({"instances": [{"text": 3}]}).encode(), 422, "instance 0: this model takes text; expected a string, got number"),
         (json.dumps({"instances": []}).encode(), 400, '"instances" is empty'),
         (json.dumps({"instances": ["ok"] * 257}).encode(), 413, "too many instances: 257"),
         (json.dumps({"instances": [3]}).encode(), 422, "instance 0: this model takes text; expected a string, got number"),

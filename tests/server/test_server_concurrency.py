@@ -1,7 +1,7 @@
 """Concurrent identical requests under real gunicorn (the defaults: 2 workers x 8 threads) get the serial answer.
 
-Every endpoint that computes something: :predict (text and image models), :search, model metadata and
-enrolment. Byte-identical JSON where the API is deterministic; for an enrolment (a new id and time each
+Every endpoint that computes something: :predict (text and image models; row and columnar requests),
+KServe's V2 infer (the same batch path), :search, model metadata and enrolment. Byte-identical JSON where the API is deterministic; for an enrolment (a new id and time each
 time) the same person, box and faces found, and the same stored face crop, byte for byte.
 
 :predict is byte-identical with micro-batching off (--max-batch-size 1). With it on (the default) a
@@ -24,6 +24,7 @@ REQUESTS = 160  # per endpoint and model: 10 rounds of 16 concurrent requests
 PREDICT = "/v1/models/disttrain:predict"
 SEARCH = "/v1/models/disttrain:search"
 METADATA = "/v1/models/disttrain/metadata"
+INFER = "/v2/models/disttrain/infer"
 
 
 def body(obj):
@@ -32,13 +33,16 @@ def body(obj):
 
 def text_calls():
     return [Call("POST", PREDICT, body({"instances": [POSITIVE]})),
-            Call("POST", PREDICT, body({"instances": [NEGATIVE, "an uneven but often charming comedy", POSITIVE]}))]
+            Call("POST", PREDICT, body({"instances": [NEGATIVE, "an uneven but often charming comedy", POSITIVE]})),
+            Call("POST", PREDICT, body({"inputs": {"text": [NEGATIVE, POSITIVE]}})),
+            Call("POST", INFER, body({"id": "t", "inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": [POSITIVE, "a slow, muddled story"]}]}))]
 
 
 def image_calls(digits_test):
     images = digits_test[0]
     return [Call("POST", PREDICT, body({"instances": [images[i].tolist()]})) for i in range(3)] + [
-        Call("POST", PREDICT, body({"instances": [img.tolist() for img in images[3:8]]}))]
+        Call("POST", PREDICT, body({"instances": [img.tolist() for img in images[3:8]]})),
+        Call("POST", INFER, body({"inputs": [{"name": "image", "shape": [2, 8, 8, 1], "datatype": "UINT8", "data": images[8:10].ravel().tolist()}]}))]
 
 
 def search_calls():
@@ -50,15 +54,28 @@ def enrol_call():
     return Call("POST", "/v1/gallery", body({"name": "Newcomer", "image": b64(lfw_photos()[50])}))
 
 
+def rows_and_rest(answer):
+    """(the prediction rows, every other field) of a :predict answer ("predictions", or "outputs" for a
+    columnar request) or a V2 infer answer (one tensor in "outputs", its data flat)."""
+    outputs = answer.get("outputs")
+    if isinstance(outputs, list) and len(outputs) == 1 and isinstance(outputs[0], dict):
+        tensor = dict(outputs[0])
+        rows = np.reshape(tensor.pop("data"), tensor["shape"])
+        return rows, ({k: v for k, v in answer.items() if k != "outputs"}, tensor)
+    if set(answer) not in ({"predictions"}, {"outputs"}):
+        return None, answer
+    (key, rows), = answer.items()
+    return np.asarray(rows), key
+
+
 def same_but_batch_rounding(got, want):
     """Equal answers but for the last bits of the predictions (see the module's docstring)."""
     if got == want:
         return True
     (got_status, got_raw), (want_status, want_raw) = got, want
-    got_json, want_json = json.loads(got_raw), json.loads(want_raw)
-    if got_status != want_status or set(got_json) != {"predictions"} or set(want_json) != {"predictions"}:
+    (got_p, got_rest), (want_p, want_rest) = rows_and_rest(json.loads(got_raw)), rows_and_rest(json.loads(want_raw))
+    if got_status != want_status or got_p is None or want_p is None or got_rest != want_rest:
         return False
-    got_p, want_p = np.asarray(got_json["predictions"]), np.asarray(want_json["predictions"])
     return (got_p.shape == want_p.shape and np.array_equal(got_p.argmax(-1), want_p.argmax(-1))
             and np.abs(got_p - want_p).max() <= 1e-6)
 

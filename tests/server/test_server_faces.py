@@ -197,7 +197,7 @@ def test_predict_gives_embeddings_of_face_crops(face_client):
     # the view is near; the stranger at least 1.5x farther (issue 14's margin). Since the wider augmentation
     # of issue 14 this stranger (sample person 40) is 0.46 away, no longer over 0.6
     assert distances[0, 1] < 0.6 and distances[0, 2] > 1.5 * distances[0, 1], distances[0]
-    meta = face_client.get("/v1/models/disttrain/metadata").get_json()["metadata"]
+    meta = face_client.get("/v1/models/disttrain/metadata").get_json()["metadata"]["disttrain"]
     assert meta["task"] == "faces" and meta["embedding_size"] == 64 and meta["labels"] == []
 
 

@@ -103,6 +103,6 @@ def test_image_upload_over_the_size_limit_is_413(image_client):
 
 
 def test_metadata_describes_the_image_input(image_client):
-    meta = image_client.get("/v1/models/disttrain/metadata").get_json()["metadata"]
+    meta = image_client.get("/v1/models/disttrain/metadata").get_json()["metadata"]["disttrain"]
     assert meta["labels"] == [str(d) for d in range(10)]
     assert meta["input"] == {"kind": "image", "height": 8, "width": 8, "channels": 1}

@@ -42,15 +42,17 @@ def test_spec_follows_the_loaded_model_and_limits(text_client, image_client, emp
         body = spec_of(client)["paths"][PREDICT_PATH]["post"]["requestBody"]["content"]["application/json"]["schema"]
         return body["oneOf"][0]["properties"]["instances"]
 
-    text = instance_schema(text_client)
-    assert text["maxItems"] == 256 and text["items"]["type"] == "string" and text["items"]["maxLength"] == 10_000
-    image = instance_schema(image_client)["items"]["anyOf"]
-    assert image[0]["required"] == ["b64"]
-    assert image[1]["minItems"] == 8 and image[1]["items"]["items"]["minItems"] == 1  # [8][8][1]
-    assert len(instance_schema(empty_client)["items"]["anyOf"]) == 4  # no model yet: text or any image form
+    # items: the instance, or the instance keyed by the input name ({"text": ...}, {"image": ...})
+    text, keyed = instance_schema(text_client)["items"]["anyOf"]
+    assert instance_schema(text_client)["maxItems"] == 256 and text["type"] == "string" and text["maxLength"] == 10_000
+    assert keyed["properties"] == {"text": text}
+    image, keyed = instance_schema(image_client)["items"]["anyOf"]
+    assert image["anyOf"][0]["required"] == ["b64"] and keyed["properties"] == {"image": image}
+    assert image["anyOf"][1]["minItems"] == 8 and image["anyOf"][1]["items"]["items"]["minItems"] == 1  # [8][8][1]
+    assert len(instance_schema(empty_client)["items"]["anyOf"][0]["anyOf"]) == 4  # no model yet: text or any image form
 
 
-json_values = fuzz.json_values(["b64", "instances", "inputs", "x"])
+json_values = fuzz.json_values(["b64", "instances", "inputs", "x", "text", "image", "signature_name"])
 bodies = st.one_of(
     json_values.map(lambda value: json.dumps(value).encode()),
     json_values.map(lambda value: json.dumps({"instances": value}).encode()),
@@ -70,6 +72,11 @@ def test_any_body_gets_json_and_a_documented_status(request, client_name, body):
     assert str(response.status_code) in documented
     payload = response.get_json()
     if response.status_code == 200:
-        assert len(payload["predictions"]) == len(json.loads(body)["instances"])
+        sent = json.loads(body)
+        if "instances" in sent:  # TF Serving: a row request answers "predictions", a columnar one "outputs"
+            assert len(payload["predictions"]) == len(sent["instances"])
+        else:
+            columns = sent["inputs"]
+            assert len(payload["outputs"]) == len(columns if isinstance(columns, list) else next(iter(columns.values())))
     else:
         assert payload["error"]

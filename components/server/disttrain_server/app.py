@@ -9,7 +9,7 @@ import os
 from flask import Flask
 
 from disttrain_contract import Workdir, default_workdir
-from disttrain_server import api, faces, metrics, progress, security, web
+from disttrain_server import api, faces, metrics, progress, security, v2, web
 from disttrain_server.errors import register_error_handlers
 from disttrain_server.gallery import Gallery
 from disttrain_server.model_store import ModelStore
@@ -66,9 +66,11 @@ def create_app(config=None):
         # lazily); seeding is idempotent and locked, so the first one does the work.
         gallery.seed(app.config["GALLERY_SEED"])
     app.url_map.converters["model_name"] = api.ModelNameConverter  # before the routes that use it
+    app.url_map.converters["segment"] = api.SegmentConverter
     register_error_handlers(app)
     security.init_app(app)  # Host, cross-site, token checks before every view; security headers on every response
     app.register_blueprint(api.bp)
+    app.register_blueprint(v2.bp)  # KServe's Open Inference Protocol
     app.register_blueprint(faces.bp)
     app.register_blueprint(web.bp)
     app.register_blueprint(progress.bp)

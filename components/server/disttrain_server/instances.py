@@ -1,4 +1,4 @@
-"""Turn a :predict request body into a model batch, or say exactly what is wrong with it.
+"""Turn a :predict or :classify request body into a model batch, or say exactly what is wrong with it.
 
 Status codes: 400 for a body that is not a predict request at all (not JSON,
 not an object, no instance list), 413 for too many instances, 422 for a
@@ -17,9 +17,11 @@ from disttrain_contract import ContractError
 from disttrain_contract.artifact import decode_image
 from disttrain_contract.evaluation import as_model_input
 from disttrain_server.errors import ApiError, json_type
+from disttrain_server.signature import SIGNATURE_NAME
 
-# TF Serving's row form is {"instances": [...]}; its columnar form {"inputs": [...]}
-# is the same list for a model with a single input, which ours always have.
+# TF Serving's row form is {"instances": [...]} and answers {"predictions": [...]}; its columnar
+# form {"inputs": [...]} (or {"inputs": {"<input name>": [...]}}) answers {"outputs": [...]}.
+# Our models have a single input and a single output, so both are one list of instances.
 INSTANCE_KEYS = ("instances", "inputs")
 _WHITESPACE = re.compile(rb"\s+")
 
@@ -39,23 +41,84 @@ def read_json_object(body, example):
     return payload
 
 
-def read_instances(body, max_instances):
-    """The list of instances in a raw request body (bytes)."""
+def check_signature(payload):
+    """TF Serving's optional "signature_name": ours is serving_default (empty means the default too); others are a 400."""
+    name = payload.get("signature_name", "")
+    if not isinstance(name, str):
+        raise ApiError(400, f'"signature_name" must be a string, got {json_type(name)}')
+    if name not in ("", SIGNATURE_NAME):
+        raise ApiError(400, f"unknown signature_name {name!r}: this model has one signature, {SIGNATURE_NAME!r}")
+
+
+def check_count(count, max_instances):
+    if count > max_instances:
+        raise ApiError(413, f"too many instances: {count}, at most {max_instances} per request (--max-instances)")
+
+
+def read_predict(body, input_name, max_instances):
+    """(instances, columnar) from a raw :predict body (bytes): the instance list, and whether the
+    request used the columnar "inputs" form (whose answer is {"outputs": ...})."""
     payload = read_json_object(body, '{"instances": [...]}')
+    check_signature(payload)
     keys = [key for key in INSTANCE_KEYS if key in payload]
     if not keys:
         raise ApiError(400, 'missing "instances": send {"instances": [...]} (or TF Serving\'s {"inputs": [...]})')
     if len(keys) > 1:
         raise ApiError(400, 'send either "instances" or "inputs", not both')
-    key = keys[0]
-    instances = payload[key]
+    columnar = keys[0] == "inputs"
+    instances, field = payload[keys[0]], f'"{keys[0]}"'
+    if columnar and isinstance(instances, dict):
+        instances, field = _named_column(instances, input_name), f'"inputs"."{input_name}"'
     if not isinstance(instances, list):
-        raise ApiError(400, f'"{key}" must be a list of instances, got {json_type(instances)}')
+        raise ApiError(400, f"{field} must be a list of instances, got {json_type(instances)}")
     if not instances:
-        raise ApiError(400, f'"{key}" is empty; send at least one instance')
-    if len(instances) > max_instances:
-        raise ApiError(413, f"too many instances: {len(instances)}, at most {max_instances} per request (--max-instances)")
+        raise ApiError(400, f"{field} is empty; send at least one instance")
+    check_count(len(instances), max_instances)
+    if not columnar:
+        instances = [_named_row(i, instance, input_name) for i, instance in enumerate(instances)]
+    return instances, columnar
+
+
+def read_classify(body, input_name, max_instances):
+    """The instances of a raw :classify body (bytes): TF Serving's {"examples": [{"<input name>": value}, ...]},
+    with an optional "context" of features shared by every example."""
+    example = f'{{"examples": [{{"{input_name}": ...}}]}}'
+    payload = read_json_object(body, example)
+    check_signature(payload)
+    examples, context = payload.get("examples"), payload.get("context", {})
+    if not isinstance(examples, list) or not examples:
+        raise ApiError(400, f'"examples" must be a non-empty list of objects like {example}, got {json_type(examples)}')
+    if not isinstance(context, dict):
+        raise ApiError(400, f'"context" must be an object of features shared by all examples, got {json_type(context)}')
+    check_count(len(examples), max_instances)
+    instances = []
+    for index, features in enumerate(examples):
+        if not isinstance(features, dict):
+            raise ApiError(422, f"example {index}: expected an object of features like {{\"{input_name}\": ...}}, got {json_type(features)}")
+        shared = set(features) & set(context)
+        if shared:
+            raise ApiError(400, f"example {index}: features {sorted(shared)} are also in \"context\" (TF Serving: a feature is in one or the other)")
+        features = {**context, **features}
+        if set(features) != {input_name}:
+            raise ApiError(422, f'example {index}: this model has one feature, "{input_name}"; got {sorted(features)}')
+        instances.append(features[input_name])
     return instances
+
+
+def _named_column(inputs, input_name):
+    """The tensor of TF Serving's columnar object form, {"<input name>": [...]}."""
+    if set(inputs) != {input_name}:
+        raise ApiError(400, f'"inputs" as an object must have exactly one key, this model\'s input "{input_name}" (see /metadata); got keys {sorted(inputs)}')
+    return inputs[input_name]
+
+
+def _named_row(index, instance, input_name):
+    """A row instance keyed by the input name, {"<input name>": value}, is that value; others pass as they are."""
+    if isinstance(instance, dict) and input_name in instance:
+        if len(instance) > 1:
+            raise ApiError(422, f'instance {index}: this model has one input, "{input_name}"; got keys {sorted(instance)}')
+        return instance[input_name]
+    return instance
 
 
 def to_batch(instances, input_spec, max_text_chars, pixel_budget):
@@ -85,7 +148,7 @@ def _text(index, instance, max_chars):
 def _image(index, instance, shape, pixel_budget):
     if isinstance(instance, dict):
         return _encoded_image(index, instance, shape, pixel_budget)
-    if isinstance(instance, list):
+    if isinstance(instance, (list, np.ndarray)):  # JSON arrays; arrays V2 already typed as UINT8
         return _pixels(index, instance, shape)
     raise ApiError(
         422,

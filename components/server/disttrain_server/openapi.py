@@ -7,10 +7,13 @@ schemas for a text model accept only strings, for an image model only
 """
 
 from disttrain_server import progress
+from disttrain_server.security import PROBE_PATHS, is_api
+from disttrain_server.signature import INPUT_NAMES, OUTPUT_NAMES, PREDICT_METHOD, SIGNATURE_NAME
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 STRING = {"type": "string"}
 INTEGER = {"type": "integer"}
+BOOLEAN = {"type": "boolean"}
 
 
 def _object(**properties):
@@ -158,6 +161,207 @@ def _gallery_paths(limits, model_name, unknown_model):
     }
 
 
+def _ref(name):
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+# TF Serving's TensorInfo in JSON (GetModelMetadataResponse): sizes are strings, -1 for the batch.
+TENSOR_INFO = _object(
+    dtype=_enum("DT_STRING", "DT_UINT8", "DT_FLOAT"),
+    tensor_shape=_object(dim=_array(_object(size=STRING, name=STRING)), unknown_rank=BOOLEAN),
+    name=STRING,
+)
+V2_TENSOR = _object(name=STRING, datatype=_enum("BYTES", "UINT8", "FP32"), shape=_array(INTEGER))
+# Data: flat or nested row-major; elements are strings (BYTES) or numbers.
+V2_DATA = {"type": "array", "items": {}, "description": "The tensor's elements in row-major order, flat or nested."}
+V2_PARAMETERS = {"type": "object", "nullable": True, "description": "Accepted and ignored: no parameters are defined."}
+V2_SCHEMAS = {
+    "V2ServerMetadata": _object(name=STRING, version=STRING, extensions=_array(STRING)),
+    "V2Live": _object(live=BOOLEAN),
+    "V2Ready": _object(ready=BOOLEAN),
+    "V2ModelReady": _object(name=STRING, ready=BOOLEAN),
+    "V2ModelMetadata": _object(name=STRING, versions=_array(STRING), platform=STRING, inputs=_array(V2_TENSOR), outputs=_array(V2_TENSOR)),
+    "V2InferRequest": {
+        **_with_optional(
+            _object(inputs={"type": "array", "minItems": 1, "maxItems": 1,
+                            "items": _with_optional(_object(name=STRING, shape=_array({"type": "integer", "minimum": 0}),
+                                                            datatype=_enum("BYTES", "UINT8"), data=V2_DATA), parameters=V2_PARAMETERS)}),
+            id=STRING,
+            parameters=V2_PARAMETERS,
+            outputs=_array(_with_optional(_object(name=STRING), parameters=V2_PARAMETERS)),
+        ),
+        "description": "One input, named as the model's metadata says: BYTES [n] (or [n, 1]) of texts for a text model; "
+        "UINT8 [n, height, width, channels] of pixels, or BYTES [n] of base64 PNG/JPEG files, for an image or faces model.",
+    },
+    "V2InferResponse": _with_optional(
+        _object(model_name=STRING, model_version=STRING, outputs=_array(_object(name=STRING, datatype=_enum("FP32"), shape=_array(INTEGER), data=V2_DATA))),
+        id={"type": "string", "description": "The request's id, if it had one."},
+    ),
+}
+
+
+def _tf_serving_paths(limits, instance, model_name, kind, task):
+    """TF Serving's REST API: status, metadata, :predict and :classify, each also under /versions/V and /labels/L."""
+    names = [INPUT_NAMES[task]] if task else sorted(set(INPUT_NAMES.values()))
+    instance_list = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": instance}
+    # A row instance may be keyed by the input name; the columnar form may be an object keyed by it.
+    keyed_instance = {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False, "properties": {n: instance for n in names}}
+    rows = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": {"anyOf": [instance, keyed_instance]}}
+    columns = {"anyOf": [instance_list, {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
+                                         "properties": {n: instance_list for n in names}}]}
+    signature = {"type": "string", "enum": [SIGNATURE_NAME, ""], "description": f"Optional; {SIGNATURE_NAME!r} (or empty) is the only signature."}
+    version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[^/:]+$"},
+               "description": "The served version (see the status); any other is a 404."}
+    label = {"name": "label", "in": "path", "required": True, "schema": {"type": "string", "enum": ["latest", "stable"]},
+             "description": "A version label: 'latest' and 'stable' both name the one served version; any other is a 404."}
+    not_found = _response("Unknown model name, version or label.")
+    if task == "faces":
+        predict_summary = "Embeddings of face crops (faces models)."
+        predict_200 = "One embedding (L2-normalised) per face crop; compare by Euclidean distance. For whole photos use :search."
+    else:
+        predict_summary = "Class probabilities for a batch of instances."
+        predict_200 = "One row of probabilities per instance, in label order (see metadata)."
+    example_instance = "a wonderful, moving film" if kind != "image" else {"b64": "iVBORw0KGgo..."}
+    bad_instances = "An instance this model cannot take: wrong type, empty or too long text, bad base64, corrupt image, wrong pixel shape or range."
+    paths = {}
+    for prefix, extra in (("/v1/models/{model_name}", []), ("/v1/models/{model_name}/versions/{version}", [version]),
+                          ("/v1/models/{model_name}/labels/{label}", [label])):
+        parameters = [model_name, *extra]
+        paths[prefix] = {
+            "get": {
+                "summary": "Model version status (TF Serving's GetModelStatus).",
+                "parameters": parameters,
+                "responses": {
+                    "200": _response("Status of the served version; state UNKNOWN while no model is loaded.", _ref("ModelStatus")),
+                    "404": not_found,
+                },
+            }
+        }
+        paths[prefix + "/metadata"] = {
+            "get": {
+                "summary": "The serving_default signature_def (TF Serving's GetModelMetadata), and labels, input and limits under metadata.disttrain.",
+                "parameters": parameters,
+                "responses": {"200": _response("Metadata.", _ref("Metadata")), "404": not_found, "503": _response("No model is loaded.")},
+            }
+        }
+        paths[prefix + ":predict"] = {
+            "post": {
+                "summary": predict_summary,
+                "description": "TF Serving's Predict. Row form: {\"instances\": [...]} answers {\"predictions\": [...]}; columnar form: "
+                "{\"inputs\": [...]} or {\"inputs\": {\"<input name>\": [...]}} answers {\"outputs\": [...]}. Row instances may be "
+                "keyed by the input name ({\"<input name>\": value}). Text models take strings; image models take {\"b64\": ...} "
+                "(an encoded image file) or pixel arrays [height][width][channels] (or [height][width] for one channel). "
+                f"The request body may be at most {limits['max_upload_bytes']} bytes.",
+                "parameters": parameters,
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "oneOf": [
+                                    {"type": "object", "required": ["instances"], "properties": {"instances": rows, "signature_name": signature}, "not": {"required": ["inputs"]}},
+                                    {"type": "object", "required": ["inputs"], "properties": {"inputs": columns, "signature_name": signature}, "not": {"required": ["instances"]}},
+                                ]
+                            },
+                            "example": {"instances": [example_instance]},
+                        }
+                    },
+                },
+                "responses": {
+                    "200": _response(predict_200 + " Under \"predictions\" for a row request, \"outputs\" for a columnar one.",
+                                     {"oneOf": [_ref("Predictions"), _ref("Outputs")]}),
+                    "400": _response("Not a predict request: empty or invalid JSON, not an object, no instance list, empty list, "
+                                     "an unknown signature_name, a columnar object not keyed by the input name."),
+                    "404": not_found,
+                    "413": _response("Body over the upload limit, or more instances than allowed."),
+                    "422": _response(bad_instances),
+                    "503": _response("No model is loaded."),
+                },
+            }
+        }
+        paths[prefix + ":classify"] = {
+            "post": {
+                "summary": "TF Serving's Classify: [label, score] pairs per example, in label order (classifiers only).",
+                "parameters": parameters,
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": _with_optional(
+                                _object(examples={"type": "array", "minItems": 1, "maxItems": limits["max_instances"],
+                                                  "items": {**keyed_instance, "minProperties": 0}}),  # {} when "context" holds the feature
+                                signature_name=signature,
+                                context={"type": "object", "description": "Features shared by every example (then absent from the examples)."},
+                            ),
+                            "example": {"examples": [{names[0]: example_instance}]},
+                        }
+                    },
+                },
+                "responses": {
+                    "200": _response("One list of [label, score] per example.", _ref("ClassifyResult")),
+                    "400": _response("Not a classify request: empty or invalid JSON, no examples, an unknown signature_name, a feature in both context and an example."),
+                    "404": not_found,
+                    "409": _response("The served model is a faces model, which has no classes."),
+                    "413": _response("Body over the upload limit, or more examples than allowed."),
+                    "422": _response("An example this model cannot take: not an object keyed by the input name, or " + bad_instances[0].lower() + bad_instances[1:]),
+                    "503": _response("No model is loaded."),
+                },
+            }
+        }
+    return paths
+
+
+def _v2_paths(model_name, task):
+    """KServe's Open Inference Protocol (REST): server and model health and metadata, typed-tensor inference."""
+    version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string"},
+               "description": "The served version (versions in the model metadata); any other is a 404."}
+    not_found = _response("Unknown model name or version.")
+    output = OUTPUT_NAMES[task] if task else "probabilities (classifiers) or embedding (faces)"
+    paths = {
+        "/v2": {"get": {"summary": "Server metadata (Open Inference Protocol).", "responses": {"200": _response("The server.", _ref("V2ServerMetadata"))}}},
+        "/v2/health/live": {"get": {"summary": "Server liveness (V2).", "responses": {"200": _response("Alive.", _ref("V2Live"))}}},
+        "/v2/health/ready": {
+            "get": {
+                "summary": "Server readiness (V2): the model is loaded.",
+                "responses": {"200": _response("Ready.", _ref("V2Ready")), "503": _response("No model is loaded.", _ref("V2Ready"))},
+            }
+        },
+    }
+    for prefix, extra in (("/v2/models/{model_name}", []), ("/v2/models/{model_name}/versions/{version}", [version])):
+        parameters = [model_name, *extra]
+        paths[prefix] = {
+            "get": {
+                "summary": "Model metadata (V2): its one input and one output, with datatype and shape.",
+                "parameters": parameters,
+                "responses": {"200": _response("Metadata.", _ref("V2ModelMetadata")), "404": not_found, "503": _response("No model is loaded.")},
+            }
+        }
+        paths[prefix + "/ready"] = {
+            "get": {
+                "summary": "Model readiness (V2).",
+                "parameters": parameters,
+                "responses": {"200": _response("Ready.", _ref("V2ModelReady")), "404": not_found, "503": _response("Not loaded.", _ref("V2ModelReady"))},
+            }
+        }
+        paths[prefix + "/infer"] = {
+            "post": {
+                "summary": f"Inference (V2): FP32 [n, width] output {output!r}; the request's id is echoed.",
+                "parameters": parameters,
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("V2InferRequest")}}},
+                "responses": {
+                    "200": _response("The output tensor.", _ref("V2InferResponse")),
+                    "400": _response("Not an inference request for this model: invalid JSON, an unknown input or output name, "
+                                     "a datatype it does not take, a shape that does not fit it or disagrees with the data."),
+                    "404": not_found,
+                    "413": _response("Body over the upload limit, or more instances than allowed."),
+                    "422": _response("An instance this model cannot take: empty or too long text, bad base64, corrupt image."),
+                    "503": _response("No model is loaded."),
+                },
+            }
+        }
+    return paths
+
+
 def build_spec(name, limits, input_spec=None, task=None):
     """`limits`: max_instances, max_text_chars, max_upload_bytes; `input_spec` and `task`: the model's, if loaded."""
     kind = input_spec["kind"] if input_spec else None
@@ -167,7 +371,6 @@ def build_spec(name, limits, input_spec=None, task=None):
     if kind in ("image", None):
         variants.extend(_image_instances(input_spec if kind == "image" else None))
     instance = variants[0] if len(variants) == 1 else {"anyOf": variants}
-    instance_list = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": instance}
     model_name = {
         "name": "model_name",
         "in": "path",
@@ -176,20 +379,17 @@ def build_spec(name, limits, input_spec=None, task=None):
         "description": f"The served model's name: {name!r}. Any other name is a 404.",
     }
     unknown_model = _response("Unknown model name.")
-    if task == "faces":
-        predict_summary = "Embeddings of face crops (faces models)."
-        predict_200 = "One embedding (L2-normalised) per face crop; compare by Euclidean distance. For whole photos use :search."
-    else:
-        predict_summary = "Class probabilities for a batch of instances."
-        predict_200 = "One row of probabilities per instance, in label order (see metadata)."
+    rows = _array(_array({"type": "number", "minimum": -1 if task == "faces" else 0, "maximum": 1}))
     spec = {
         "openapi": "3.0.3",
         "info": {
             "title": "disttrain model server",
             "version": "1",
-            "description": "TensorFlow-Serving-shaped REST API for the model disttrain trained. "
+            "description": "The model disttrain trained, behind TensorFlow Serving's REST API (/v1) and KServe's Open "
+            "Inference Protocol (/v2). "
             'Every error is JSON: {"error": "<message>"}. '
-            "With a token configured (--api-token-file), gallery writes, or every /v1 call (--token-required-for all), "
+            "With a token configured (--api-token-file), gallery writes, or every /v1 and /v2 call except the /v2/health "
+            "probes (--token-required-for all), "
             "need `Authorization: Bearer <token>`. POST bodies must be application/json or multipart/form-data; multipart "
             "also needs an X-Requested-With header. Images must be PNG or JPEG.",
         },
@@ -209,58 +409,8 @@ def build_spec(name, limits, input_spec=None, task=None):
                     },
                 }
             },
-            "/v1/models/{model_name}": {
-                "get": {
-                    "summary": "Model version status (TF Serving shape).",
-                    "parameters": [model_name],
-                    "responses": {
-                        "200": _response("Status of the served version; state UNKNOWN while no model is loaded.", {"$ref": "#/components/schemas/ModelStatus"}),
-                        "404": unknown_model,
-                    },
-                }
-            },
-            "/v1/models/{model_name}/metadata": {
-                "get": {
-                    "summary": "Labels and input spec of the served model.",
-                    "parameters": [model_name],
-                    "responses": {
-                        "200": _response("Metadata.", {"$ref": "#/components/schemas/Metadata"}),
-                        "404": unknown_model,
-                        "503": _response("No model is loaded."),
-                    },
-                }
-            },
-            "/v1/models/{model_name}:predict": {
-                "post": {
-                    "summary": predict_summary,
-                    "description": "Text models take strings; image models take {\"b64\": ...} (an encoded image file) "
-                    "or pixel arrays [height][width][channels] (or [height][width] for one channel). "
-                    f"The request body may be at most {limits['max_upload_bytes']} bytes.",
-                    "parameters": [model_name],
-                    "requestBody": {
-                        "required": True,
-                        "content": {
-                            "application/json": {
-                                "schema": {
-                                    "oneOf": [
-                                        {"type": "object", "required": ["instances"], "properties": {"instances": instance_list}, "not": {"required": ["inputs"]}},
-                                        {"type": "object", "required": ["inputs"], "properties": {"inputs": instance_list}, "not": {"required": ["instances"]}},
-                                    ]
-                                },
-                                "example": {"instances": ["a wonderful, moving film"] if kind != "image" else [{"b64": "iVBORw0KGgo..."}]},
-                            }
-                        },
-                    },
-                    "responses": {
-                        "200": _response(predict_200, {"$ref": "#/components/schemas/Predictions"}),
-                        "400": _response("Not a predict request: empty or invalid JSON, not an object, no instance list, empty list."),
-                        "404": unknown_model,
-                        "413": _response("Body over the upload limit, or more instances than allowed."),
-                        "422": _response("An instance this model cannot take: wrong type, empty or too long text, bad base64, corrupt image, wrong pixel shape or range."),
-                        "503": _response("No model is loaded."),
-                    },
-                }
-            },
+            **_tf_serving_paths(limits, instance, model_name, kind, task),
+            **_v2_paths(model_name, task),
             **_gallery_paths(limits, model_name, unknown_model),
             "/report": {
                 "get": {
@@ -295,26 +445,40 @@ def build_spec(name, limits, input_spec=None, task=None):
                     batching=_object(max_batch_size=INTEGER, model_calls=INTEGER, requests=INTEGER, instances=INTEGER),
                 ),
                 "NotReady": _object(status=_enum("unavailable"), reason=STRING),
-                "ModelStatus": _object(
-                    model_version_status=_array(
-                        _object(
-                            version=STRING,
-                            state=_enum("AVAILABLE", "UNKNOWN"),
-                            status=_object(error_code=STRING, error_message=STRING),
+                "ModelStatus": _with_optional(
+                    _object(
+                        model_version_status=_array(
+                            _object(
+                                version=STRING,
+                                state=_enum("AVAILABLE", "UNKNOWN"),
+                                status=_object(error_code=STRING, error_message=STRING),
+                            )
                         )
-                    )
+                    ),
+                    ready={"type": "boolean", "description": "Not TF Serving's: what KServe's V1 clients read (is_model_ready)."},
                 ),
                 "Metadata": _object(
-                    model_spec=_object(name=STRING, version=STRING),
+                    model_spec=_object(name=STRING, signature_name=STRING, version=STRING),
                     metadata=_object(
-                        task=STRING,
-                        labels=_array(STRING),
-                        input=_object(kind=_enum("text", "image")),  # plus height, width, channels for images
-                        limits=_object(max_instances=INTEGER, max_text_chars=INTEGER, max_upload_bytes=INTEGER, max_request_pixels=INTEGER),
+                        signature_def=_object(signature_def=_object(serving_default=_object(
+                            inputs={"type": "object", "additionalProperties": TENSOR_INFO},
+                            outputs={"type": "object", "additionalProperties": TENSOR_INFO},
+                            method_name=_enum(PREDICT_METHOD),
+                        ))),
+                        disttrain=_object(
+                            task=STRING,
+                            labels=_array(STRING),
+                            input=_object(kind=_enum("text", "image")),  # plus height, width, channels for images
+                            limits=_object(max_instances=INTEGER, max_text_chars=INTEGER, max_upload_bytes=INTEGER, max_request_pixels=INTEGER),
+                        ),
                     ),
                 ),
                 # Probabilities for a classifier; embedding components (-1..1) for a faces model.
-                "Predictions": _object(predictions=_array(_array({"type": "number", "minimum": -1 if task == "faces" else 0, "maximum": 1}))),
+                "Predictions": _object(predictions=rows),
+                "Outputs": _object(outputs=rows),
+                "ClassifyResult": _object(result=_array(_array({"type": "array", "minItems": 2, "maxItems": 2, "items": {"anyOf": [STRING, {"type": "number"}]},
+                                                                 "description": "[label, score]"}))),
+                **V2_SCHEMAS,
                 "GalleryEntry": {
                     # confidence and eyes: entries enrolled before the detector reported them have neither
                     **_with_optional(_object(id=STRING, name=STRING, box=_array(INTEGER), faces_found=INTEGER, created=STRING,
@@ -354,13 +518,13 @@ SECURITY_RESPONSES = {
 
 def _with_security_responses(spec):
     for path, operations in spec["paths"].items():
-        if path in ("/healthz", "/readyz"):
+        if path in PROBE_PATHS:
             continue
         for method, operation in operations.items():
             if method not in ("get", "post", "delete"):
                 continue  # path-level "parameters"
             kinds = ["any"]
-            kinds += ["api"] if path.startswith("/v1/") else []
+            kinds += ["api"] if is_api(path) else []
             kinds += ["write"] if method in ("post", "delete") else []
             kinds += ["body", "images"] if method == "post" else []
             kinds += ["enrol"] if (path, method) == ("/v1/gallery", "post") else []

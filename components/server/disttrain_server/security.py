@@ -7,8 +7,8 @@ site have sent it (Origin, Sec-Fetch-Site, Content-Type, X-Requested-With), is
 the caller allowed (token). Every refusal is our JSON error (errors.ApiError).
 
 Paths that stay open whatever --token-required-for says, and why:
-  /healthz, /readyz         the kubelet's probes cannot send a token (they also skip the Host
-                            allowlist: the kubelet sends the pod IP as Host)
+  /healthz, /readyz,        the kubelet's probes cannot send a token (they also skip the Host
+  /v2/health/live|ready     allowlist: the kubelet sends the pod IP as Host)
   /, /static/*, /favicon.ico the page must load before it can ask for the token
   /openapi.json, /report    the API's description and the training report: no gallery data,
                             no predictions (the same model facts as the page shows)
@@ -16,7 +16,8 @@ Paths that stay open whatever --token-required-for says, and why:
   /metrics                  Prometheus scrapes: counts, latencies, the model's version and the
                             gallery's size, no names, ids or inputs (metrics.py). Like the probes it
                             skips the Host allowlist: Prometheus scrapes pods by IP, which is the Host
-Everything under /v1/ is the API, which --token-required-for all protects.
+Everything under /v1/ and /v2 (TF Serving's and KServe's APIs) is the API, which
+--token-required-for all protects.
 
 Shared by request threads: only app.config (read-only after create_app). The
 token is bytes in app.config, compared with hmac.compare_digest (constant
@@ -44,9 +45,8 @@ SECURITY_HEADERS = {
 }
 
 # Probes: open to any Host and to callers without a token.
-PROBE_PATHS = ("/healthz", "/readyz")
+PROBE_PATHS = ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready")
 SCRAPE_PATH = "/metrics"  # open the same way (metrics.py)
-API_PREFIX = "/v1/"
 STATE_CHANGING = ("POST", "PUT", "PATCH", "DELETE")
 BODY_TYPES = ("application/json", "multipart/form-data")
 # A custom header makes a cross-origin request non-simple: the browser asks first (CORS
@@ -121,6 +121,11 @@ def check_body_type():
                        f"'{CUSTOM_HEADER}: curl') so that a form on another site cannot send it")
 
 
+def is_api(path):
+    """TF Serving's API under /v1/, KServe's V2 under /v2 (its server metadata is /v2 itself)."""
+    return path.startswith(("/v1/", "/v2/")) or path == "/v2"
+
+
 def is_gallery_write():
     return request.method in STATE_CHANGING and request.path.startswith("/v1/gallery")
 
@@ -129,7 +134,7 @@ def needs_token():
     if current_app.config["API_TOKEN"] is None:
         return False
     if current_app.config["TOKEN_REQUIRED_FOR"] == "all":
-        return request.path.startswith(API_PREFIX)
+        return is_api(request.path)
     return is_gallery_write()
 
 
@@ -157,6 +162,6 @@ class Unauthorized(ApiError):
 def add_security_headers(response):
     for name, value in SECURITY_HEADERS.items():
         response.headers.setdefault(name, value)
-    if request.path.startswith(API_PREFIX) and "Cache-Control" not in response.headers:
+    if is_api(request.path) and "Cache-Control" not in response.headers:
         response.headers["Cache-Control"] = "no-store"  # gallery lists, matches, predictions: never kept by a cache
     return response

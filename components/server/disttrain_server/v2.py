@@ -1,0 +1,184 @@
+"""KServe's Open Inference Protocol (V2) over REST: health, metadata and typed-tensor inference.
+
+Spec: https://github.com/kserve/open-inference-protocol/blob/main/specification/protocol/inference_rest.md
+(the same text as kserve/docs/predict-api/v2/required_api.md). A request names the model's one
+input ("text", "image" or "face": signature.py) with its datatype and shape:
+
+    text models          BYTES  [n] or [n, 1]            one string per text
+    image, faces models  UINT8  [n, h, w, c] ([n, h, w]) pixels 0..255, flat or nested, row-major
+                         BYTES  [n] or [n, 1]            base64 of a PNG or JPEG file each
+
+and gets the output ("probabilities" or "embedding") as FP32 [n, width]. The instances go through
+the same checks, limits and batch path as /v1 (api.predict_rows); errors are {"error": "..."}:
+400 for a request that does not fit the model's tensors (unknown input or output name, wrong
+datatype, shape and data disagreeing), 413 and 422 as in /v1. Tensor data in binary form (the
+"binary tensor data" extension, an application/octet-stream body) is not supported: 415.
+"""
+
+import math
+from importlib.metadata import version as package_version
+
+import numpy as np
+from flask import Blueprint, current_app, request
+
+from disttrain_server.api import model_routes, model_store, predict_rows, resolve
+from disttrain_server.errors import ApiError, ModelUnavailable, json_type
+from disttrain_server.instances import check_count, read_json_object
+from disttrain_server.signature import input_tensor, output_tensor
+
+bp = Blueprint("v2", __name__)
+
+SERVER_NAME = "disttrain-server"
+# "<project>_<format>" (the protocol's Platforms section): a Keras model file run by TensorFlow.
+PLATFORM = "tensorflow_keras"
+MODEL_PATHS = ("/v2/models/<model_name:model_name>", "/v2/models/<model_name:model_name>/versions/<segment:version>")
+EXAMPLE = '{"inputs": [{"name": ..., "shape": [...], "datatype": ..., "data": [...]}]}'
+
+
+@bp.get("/v2")
+def server_metadata():
+    return {"name": SERVER_NAME, "version": package_version(SERVER_NAME), "extensions": []}
+
+
+@bp.get("/v2/health/live")
+def server_live():
+    return {"live": True}
+
+
+@bp.get("/v2/health/ready")
+def server_ready():
+    # Like /readyz: 503 until the one model is loaded, so it works as a readinessProbe too.
+    try:
+        model_store().get()
+    except ModelUnavailable:
+        return {"ready": False}, 503
+    return {"ready": True}
+
+
+@model_routes(bp, MODEL_PATHS, "/ready", "GET")
+def model_ready(model_name, version=None):
+    try:
+        resolve(model_name, version)
+    except ModelUnavailable:
+        return {"name": model_name, "ready": False}, 503
+    return {"name": model_name, "ready": True}
+
+
+@model_routes(bp, MODEL_PATHS, "", "GET")
+def model_metadata(model_name, version=None):
+    loaded = resolve(model_name, version)
+    return {
+        "name": model_name,
+        "versions": [str(loaded.version)],
+        "platform": PLATFORM,
+        "inputs": [input_tensor(loaded).v2()],
+        "outputs": [output_tensor(loaded).v2()],
+    }
+
+
+@model_routes(bp, MODEL_PATHS, "/infer", "POST")
+def infer(model_name, version=None):
+    loaded = resolve(model_name, version)
+    payload = read_json_object(request.get_data(cache=False), EXAMPLE)
+    request_id = payload.get("id")
+    if request_id is not None and not isinstance(request_id, str):
+        raise ApiError(400, f'"id" must be a string, got {json_type(request_id)}')
+    if not isinstance(payload.get("parameters", {}), (dict, type(None))):
+        raise ApiError(400, f'"parameters" must be an object, got {json_type(payload["parameters"])}')
+    out = output_tensor(loaded)
+    check_requested_outputs(payload.get("outputs"), out.name)
+    count, instances = read_input(payload.get("inputs"), input_tensor(loaded))
+    rows = predict_rows(loaded, instances)
+    answer = {"model_name": model_name, "model_version": str(loaded.version)}
+    if request_id is not None:
+        answer["id"] = request_id  # the protocol: an "id" given must be returned
+    # The one output, requested or by default ("outputs" absent: every output), row-major.
+    answer["outputs"] = [{"name": out.name, "datatype": out.v2_datatype, "shape": [count, rows.shape[1]],
+                          "data": rows.astype(np.float32).ravel().tolist()}]
+    return answer
+
+
+def check_requested_outputs(outputs, output_name):
+    """Requested outputs ("outputs", optional) must name the model's one output."""
+    if outputs is None:
+        return
+    if not isinstance(outputs, list):
+        raise ApiError(400, f'"outputs" must be a list of {{"name": ...}} objects, got {json_type(outputs)}')
+    for index, output in enumerate(outputs):
+        if not isinstance(output, dict) or output.get("name") != output_name:
+            got = repr(output.get("name")) if isinstance(output, dict) else json_type(output)
+            raise ApiError(400, f'outputs[{index}]: unknown output {got}; this model has one output, "{output_name}"')
+        parameters = output.get("parameters") or {}
+        if not isinstance(parameters, dict):
+            raise ApiError(400, f'outputs[{index}]: "parameters" must be an object, got {json_type(parameters)}')
+        if parameters.get("binary_data"):
+            raise ApiError(400, f"outputs[{index}]: binary_data outputs are not supported; this server answers JSON tensors")
+
+
+def read_input(inputs, tensor):
+    """(n, instances) for the model's one input tensor, checked against `tensor` (signature.Tensor)."""
+    if not isinstance(inputs, list) or not inputs:
+        raise ApiError(400, f'"inputs" must be a non-empty list of tensors like {EXAMPLE}, got {json_type(inputs)}')
+    names = [item.get("name") if isinstance(item, dict) else None for item in inputs]
+    unknown = [name for name in names if name != tensor.name]
+    if unknown:
+        raise ApiError(400, f"unknown input {unknown[0]!r}; this model has one input, {tensor.name!r} ({tensor.v2_datatype} {list(tensor.shape)})")
+    if len(inputs) > 1:
+        raise ApiError(400, f"input {tensor.name!r} is given {len(inputs)} times; send it once")
+    (item,) = inputs
+    datatype, shape, data = item.get("datatype"), item.get("shape"), item.get("data")
+    if not isinstance(item.get("parameters", {}), (dict, type(None))):
+        raise ApiError(400, f'input {tensor.name!r}: "parameters" must be an object')
+    rank = max(len(tensor.shape), 2)  # strings may come as [n] or [n, 1]
+    if not isinstance(shape, list) or not 1 <= len(shape) <= rank or not all(type(size) is int and size >= 0 for size in shape):
+        raise ApiError(400, f'input {tensor.name!r}: "shape" must be a list of 1 to {rank} non-negative integers, '
+                       f"batch first (this model: {list(tensor.shape)}), got {shape!r}")
+    if shape[0] == 0:
+        raise ApiError(400, f"input {tensor.name!r}: shape {shape} has no instances; send at least one")
+    check_count(shape[0], current_app.config["MAX_INSTANCES"])
+    accepted = ["BYTES"] if tensor.dtype == "DT_STRING" else ["UINT8", "BYTES"]
+    if datatype not in accepted:
+        raise ApiError(400, f"input {tensor.name!r}: datatype {datatype!r} is not accepted; send {' or '.join(accepted)} (see /v2/models/NAME)")
+    if not isinstance(data, list):
+        raise ApiError(400, f'input {tensor.name!r}: "data" must be a list (flat or nested, row-major), got {json_type(data)}')
+    flat = _flatten(data, len(shape), tensor.name)
+    if len(flat) != math.prod(shape):
+        raise ApiError(400, f"input {tensor.name!r}: shape {shape} has {math.prod(shape)} elements but data has {len(flat)}")
+    if datatype == "BYTES":
+        if shape[1:] not in ([], [1]):
+            raise ApiError(400, f"input {tensor.name!r}: BYTES shape must be [n] or [n, 1], one {'text' if tensor.dtype == 'DT_STRING' else 'encoded image'} per instance; got {shape}")
+        bad = next((i for i, value in enumerate(flat) if not isinstance(value, str)), None)
+        if bad is not None:
+            raise ApiError(400, f"input {tensor.name!r}: BYTES element {bad} is a {json_type(flat[bad])}, expected a string")
+        # An image model's BYTES are encoded files, base64 in JSON: TF Serving's {"b64": ...} instances.
+        return shape[0], flat if tensor.dtype == "DT_STRING" else [{"b64": value} for value in flat]
+    return shape[0], _pixels(flat, shape, tensor)
+
+
+def _pixels(flat, shape, tensor):
+    """UINT8 data -> one [h, w, c] (or [h, w]) array per instance, for instances.to_batch to check and stack."""
+    height, width, channels = tensor.shape[1:]
+    if shape[1:] not in ([height, width, channels], [height, width] if channels == 1 else None):
+        expected = f"[n, {height}, {width}, {channels}]" + (f" or [n, {height}, {width}]" if channels == 1 else "")
+        raise ApiError(400, f"input {tensor.name!r}: shape {shape} does not fit this model's images, {expected}")
+    bad = next((i for i, value in enumerate(flat) if type(value) is not int or not 0 <= value <= 255), None)
+    if bad is not None:
+        raise ApiError(400, f"input {tensor.name!r}: UINT8 element {bad} is {flat[bad]!r}, expected an integer 0..255")
+    return list(np.asarray(flat, dtype=np.uint8).reshape(shape))
+
+
+def _flatten(data, rank, name):
+    """The elements of `data` in row-major order; nesting may be natural (up to the shape's rank) or flat."""
+    flat = []
+
+    def walk(value, depth):
+        if isinstance(value, list):
+            if depth == rank:
+                raise ApiError(400, f'input {name!r}: "data" is nested deeper than the shape\'s {rank} dimensions')
+            for element in value:
+                walk(element, depth + 1)
+        else:
+            flat.append(value)
+
+    walk(data, 0)
+    return flat
