@@ -8,6 +8,7 @@ import json
 import os
 import platform
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -269,6 +270,20 @@ def load_result(name):
         return None
     with open(path) as fh:
         return json.load(fh)
+
+
+def stop_and_remove(procs, base):
+    """A benchmark's end: stop its servers (SIGTERM, then SIGKILL after 30 s) and remove its
+    scratch directory unless BENCH_KEEP is set."""
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    if not os.environ.get("BENCH_KEEP"):
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def tmpdir(prefix):

@@ -12,14 +12,13 @@ While the metrics server is under load a scraper thread GETs /metrics every SCRA
 
 import argparse
 import os
-import shutil
 import subprocess
 import sys
 import threading
 import time
 import urllib.request
 
-from common import BIN, QUICK, Bench, median, reps, tmpdir
+from common import BIN, Bench, QUICK, median, reps, stop_and_remove, tmpdir
 from server_bench import SERVER_ARGS, http_factory, prepare_model, run_load, wait_http
 from stages import free_port_block
 
@@ -84,15 +83,7 @@ def main():
                     if r["errors"]:
                         raise SystemExit(f"{name}: {r['errors']} errors, e.g. {r['last_error']}")
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            if not os.environ.get("BENCH_KEEP"):
-                shutil.rmtree(base, ignore_errors=True)
+            stop_and_remove(procs, base)
         rps = {name: [r["requests_per_sec"] for r in runs if r["target"] == name] for name in TARGETS}
         # each repetition's pair, measured back to back: the cost as a share of the no-metrics rate
         pairs = [100 * (off - on) / off for on, off in zip(rps["metrics"], rps["no-metrics"])]

@@ -23,7 +23,7 @@ import subprocess
 import sys
 import time
 
-from common import BIN, QUICK, Bench, median, reps, run_measured, tail, tmpdir
+from common import BIN, Bench, QUICK, median, reps, run_measured, stop_and_remove, tail, tmpdir
 from server_bench import run_load, wait_http
 from stages import free_port_block
 
@@ -128,15 +128,7 @@ def main():
                               f"p95 {r['p95_ms']:6.1f} ms  wrong {len(wrong)}/{r['requests']}  errors {r['errors']}",
                               file=sys.stderr, flush=True)
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            if not os.environ.get("BENCH_KEEP"):
-                shutil.rmtree(base, ignore_errors=True)
+            stop_and_remove(procs, base)
         summary = []
         for c in CONCURRENCY:
             for policy in POLICIES:

@@ -21,7 +21,6 @@ import http.client
 import json
 import os
 import resource
-import shutil
 import subprocess
 import sys
 import threading
@@ -30,7 +29,7 @@ import urllib.request
 
 import numpy as np
 
-from common import BIN, QUICK, Bench, median, reps, run_measured, tail, tmpdir
+from common import BIN, Bench, QUICK, median, reps, run_measured, stop_and_remove, tail, tmpdir
 from stages import free_port_block
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -289,15 +288,7 @@ def main():
                     print(f"  rep {rep + 1}/{n} c={r['concurrency']:<2} {'in-process':<17} {r['requests_per_sec']:7.1f} req/s  "
                           f"p50 {r['p50_ms']:7.1f}  p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms", file=sys.stderr, flush=True)
         finally:
-            for proc in procs:
-                proc.terminate()
-            for proc in procs:
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-            if not os.environ.get("BENCH_KEEP"):
-                shutil.rmtree(base, ignore_errors=True)
+            stop_and_remove(procs, base)
         summary = []
         for c in CONCURRENCY:
             for name in TARGETS:
