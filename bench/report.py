@@ -143,6 +143,19 @@ def network(doc):
     return "\n".join(out)
 
 
+def contention(doc):
+    out = [header(doc, "Two independent processes, by kind of work (`bench/contention.py`)")]
+    out.append("numpy, one thread per process: one process alone, then two started together; the ratio is both "
+               "together against one alone (2.00x: the cores are independent for that work).\n")
+    out.append("| work | working set | one process | two processes | ratio |")
+    out.append("|---|---|---|---|---|")
+    for r in doc["results"]["rows"]:
+        work = "matmul 96x96 float32 (in cache)" if r["kind"] == "compute" else "Adam-like update, in place"
+        size = "-" if r["working_set_mb"] is None else f"{r['working_set_mb']:g} MB"
+        out.append(f"| {work} | {size} | {f(r['alone'], 2)} {r['unit']} | {f(r['two_processes'], 2)} {r['unit']} | {f(r['ratio'], 2)}x |")
+    return "\n".join(out)
+
+
 def server(doc):
     res = doc["results"]
     out = [header(doc, "Serving: single-instance `:predict` (`bench/server_bench.py`)")]
@@ -302,7 +315,7 @@ def combine(doc):
 
 def main():
     parts = []
-    for name, fn in (("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress)):
+    for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))
