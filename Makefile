@@ -3,6 +3,8 @@ SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# the kserve SDK's own venv: a test client that pins protobuf<7 (tests/server/kserve_client_calls.py)
+KSERVE_BIN := .venv-kserve/bin
 COMPONENTS := contract copier trainer sweep aggregator server
 
 # make demo variables
@@ -50,7 +52,14 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt $(foreach c,$(COMPONENT
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet --no-deps $(foreach c,$(COMPONENTS),-e components/$(c))
 	touch $@
 
-venv: $(BIN)/.installed
+$(KSERVE_BIN)/.installed: requirements-kserve.txt
+	test -x $(KSERVE_BIN)/python || $(PYTHON) -m venv .venv-kserve
+	$(KSERVE_BIN)/pip install --quiet --upgrade pip
+	$(KSERVE_BIN)/pip install --quiet --no-deps -r requirements-kserve.txt
+	$(KSERVE_BIN)/pip check
+	touch $@
+
+venv: $(BIN)/.installed $(KSERVE_BIN)/.installed
 
 demo: venv
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) PORT=$(PORT) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) \
@@ -107,4 +116,4 @@ bench-quick: venv
 	BENCH_QUICK=1 bash bench/run_all.sh
 
 clean:
-	rm -rf $(VENV) workdir
+	rm -rf $(VENV) .venv-kserve workdir

@@ -1,0 +1,117 @@
+"""The kserve SDK's REST client (V1 and V2) against a running disttrain-server: run by
+tests/server/test_server_kserve_client.py with the python of its own virtualenv (.venv-kserve,
+`make venv`), because every kserve release pins protobuf<7 and python-dateutil<3, older than what
+TensorFlow's own resolution picks: one venv for both would test our code with a protobuf the
+images do not have. The SDK only talks HTTP to the server, so it needs nothing else of ours.
+
+    .venv-kserve/bin/python kserve_client_calls.py text BASE_URL POSITIVE NEGATIVE
+    .venv-kserve/bin/python kserve_client_calls.py image BASE_URL DIGITS.npy
+
+Exit status 0 when every check passed; an AssertionError's traceback otherwise (a test's output).
+"""
+
+import asyncio
+import base64
+import sys
+
+import httpx
+import numpy as np
+from kserve import InferenceRESTClient, InferInput, InferRequest, RESTConfig
+from PIL import Image  # the SDK's own dependency: encodes the PNGs the way a user's client would
+
+MODEL = "disttrain"
+
+
+def clients():
+    return InferenceRESTClient(RESTConfig(protocol="v1", timeout=60)), InferenceRESTClient(RESTConfig(protocol="v2", timeout=60))
+
+
+async def v2_infer(client, base, infer_input, request_id):
+    return await client.infer(base, InferRequest(model_name=MODEL, infer_inputs=[infer_input], request_id=request_id), model_name=MODEL)
+
+
+def only_output(response, name, shape):
+    (output,) = response.outputs
+    assert (output.name, output.datatype, list(output.shape)) == (name, "FP32", shape), (output.name, output.datatype, output.shape)
+    return output.as_numpy()
+
+
+async def expect_refusal(call, status, words):
+    """The SDK raises httpx.HTTPStatusError carrying our {"error": ...} message."""
+    try:
+        await call
+    except httpx.HTTPStatusError as refused:
+        assert refused.response.status_code == status and words in str(refused), (refused.response.status_code, str(refused))
+    else:
+        raise AssertionError(f"expected a {status} refusal")
+
+
+async def text_model_calls(base, positive, negative):
+    texts = [positive, negative, "an ordinary film"]
+    v1, v2 = clients()
+    try:
+        assert await v1.is_model_ready(base, MODEL) is True  # reads "ready" from GET /v1/models/NAME
+        rows = np.array((await v1.infer(base, {"instances": texts}, model_name=MODEL))["predictions"])
+        assert rows.shape == (3, 2) and rows[0].argmax() == 1 and rows[1].argmax() == 0, rows  # positive, negative
+        columns = await v1.infer(base, {"inputs": {"text": texts}}, model_name=MODEL)
+        np.testing.assert_allclose(columns["outputs"], rows, atol=1e-6)
+
+        assert await v2.is_server_live(base) is True
+        assert await v2.is_server_ready(base) is True
+        assert await v2.is_model_ready(base, MODEL) is True
+        text = InferInput("text", [3], "BYTES")
+        text.set_data_from_numpy(np.array(texts, dtype=object), binary_data=False)
+        response = await v2_infer(v2, base, text, "request-1")
+        assert response.id == "request-1" and response.model_name == MODEL, (response.id, response.model_name)
+        np.testing.assert_allclose(only_output(response, "probabilities", [3, 2]), rows, atol=1e-6)  # FP32 of /v1's numbers
+
+        wrong = InferInput("review", [1], "BYTES", data=["good"])
+        await expect_refusal(v2_infer(v2, base, wrong, "request-2"), 400, "unknown input 'review'")
+        # The binary tensor extension (the SDK's default, binary_data=True) is not supported: a 415 that says so.
+        binary = InferInput("text", [1], "BYTES")
+        binary.set_data_from_numpy(np.array([positive], dtype=object))
+        await expect_refusal(v2_infer(v2, base, binary, "request-3"), 415, "application/json")
+    finally:
+        await v1.close()
+        await v2.close()
+
+
+def png_b64(pixels):
+    import io
+
+    buffer = io.BytesIO()
+    Image.fromarray(pixels.squeeze(-1) if pixels.shape[-1] == 1 else pixels).save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode()
+
+
+async def image_model_calls(base, digits):
+    v1, v2 = clients()
+    try:
+        pngs = [{"b64": png_b64(d)} for d in digits]
+        rows = np.array((await v1.infer(base, {"instances": pngs}, model_name=MODEL))["predictions"])
+        assert rows.shape == (len(digits), 10), rows.shape
+        pixels = await v1.infer(base, {"signature_name": "serving_default", "instances": [{"image": d.tolist()} for d in digits]}, model_name=MODEL)
+        np.testing.assert_allclose(pixels["predictions"], rows, atol=1e-6)
+
+        image = InferInput("image", list(digits.shape), "UINT8")
+        image.set_data_from_numpy(digits, binary_data=False)
+        response = await v2_infer(v2, base, image, "digits")
+        np.testing.assert_allclose(only_output(response, "probabilities", [len(digits), 10]), rows, atol=1e-6)
+    finally:
+        await v1.close()
+        await v2.close()
+
+
+def main(argv):
+    task, base = argv[0], argv[1]
+    if task == "text":
+        asyncio.run(text_model_calls(base, argv[2], argv[3]))
+    elif task == "image":
+        asyncio.run(image_model_calls(base, np.load(argv[2], allow_pickle=False)))
+    else:
+        sys.exit(f"unknown task {task!r}: text or image")
+    print(f"kserve SDK {task} calls: every check passed")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
