@@ -69,7 +69,8 @@ def test_healthz_always_ok(text_client, empty_client):
 def test_without_a_model_the_app_runs_and_says_why(empty_client):
     ready = empty_client.get("/readyz")
     assert ready.status_code == 503
-    assert ready.get_json()["status"] == "unavailable" and "no model at" in ready.get_json()["reason"]
+    assert ready.get_json()["status"] == "unavailable" and "no model at final/model.keras" in ready.get_json()["reason"]
+    assert "/" + "final/model.keras" not in ready.get_json()["reason"]  # the server's own directories stay private
     assert "no model at" in error_of(empty_client.post(predict_url(), json={"instances": ["good"]}), 503)
     (status,) = empty_client.get("/v1/models/disttrain").get_json()["model_version_status"]
     assert status["state"] == "UNKNOWN" and status["status"]["error_code"] == "UNAVAILABLE"

@@ -164,6 +164,9 @@ class ModelStore:
 
     def __init__(self, path, reload_interval=5.0, clock=time.monotonic, max_batch_size=1, batch_timeout=0.0, observer=None):
         self.path = os.path.abspath(os.fspath(path))
+        # What callers are told (503 reasons, /readyz, the page) names the file by its last two
+        # parts ("final/model.keras"): the server's own paths stay in its log, not in public answers.
+        self.public_name = os.path.join(os.path.basename(os.path.dirname(self.path)), os.path.basename(self.path))
         self.reload_interval = float(reload_interval)
         self.max_batch_size = int(max_batch_size)
         self.batch_timeout = float(batch_timeout)
@@ -200,7 +203,7 @@ class ModelStore:
         except OSError as err:
             # Keep serving what is loaded: a model in memory stays valid even if
             # its file went away; the aggregator never deletes, it replaces.
-            self._error = f"no model at {self.path} ({err.strerror})"
+            self._error = f"no model at {self.public_name} ({err.strerror})"
             return
         key = (st.st_ino, st.st_mtime_ns, st.st_size)
         current = self._current
@@ -213,7 +216,7 @@ class ModelStore:
             serve = compiled_call(model)
         except ContractError as err:
             # A half-copied or foreign file: report it, keep the previous model.
-            self._failed_key, self._error = key, str(err)
+            self._failed_key, self._error = key, str(err).replace(self.path, self.public_name)
             log.warning("cannot load %s: %s%s", self.path, err, "; still serving the previous model" if current else "")
             return
         # If the file was replaced again between stat and load we loaded the newer
