@@ -217,6 +217,25 @@ def run_measured(cmd, log=None, env=None, cwd=None, timeout=1800):
             "user_sec": user, "sys_sec": system}
 
 
+def process_tree_cpu_sec(pid):
+    """CPU seconds (user + system) of a live process and of its live descendants: e.g. a gunicorn
+    master and its workers, read from /proc while they run (RUSAGE_CHILDREN counts a child only
+    after it has been waited for)."""
+    tick, total, todo = os.sysconf("SC_CLK_TCK"), 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()  # after "pid (comm)": comm may hold spaces
+            total += (int(fields[11]) + int(fields[12])) / tick  # utime, stime (fields 14 and 15 of stat)
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as fh:
+                    todo.extend(int(c) for c in fh.read().split())
+        except (OSError, ValueError):
+            continue  # gone between listing and reading
+    return total
+
+
 def _first_child(pid):
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
