@@ -203,6 +203,11 @@ def metrics(doc):
     out.append(f"\nCost per pair: {', '.join(f'{v:+.1f} %' for v in res['cost_percent_per_pair'])}; median "
                f"{res['cost_percent_median_of_pairs']:+.2f} % ({'under' if res['goal_met'] else '**not under**'} the goal). "
                f"A scrape: {f(res['scrape_ms_p50'], 1)} ms p50, {f(res['scrape_bytes'], 0)} bytes ({res['scrapes']} scrapes).")
+    if "cpu_cost_percent_per_pair" in res:  # recorded since 24 Nov
+        cpu = {r["target"]: r["server_cpu_ms_per_request"] for r in res["summary"]}
+        out.append(f"\nThe servers' own CPU per request (gunicorn master and workers): {cpu['metrics']:.3f} ms with metrics, "
+                   f"{cpu['no-metrics']:.3f} ms without; per pair {', '.join(f'{v:+.1f} %' for v in res['cpu_cost_percent_per_pair'])}, "
+                   f"median {res['cpu_cost_percent_median_of_pairs']:+.2f} %.")
     return "\n".join(out)
 
 
