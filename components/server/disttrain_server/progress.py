@@ -136,7 +136,13 @@ def run_progress(run_dir, now=None):
 
 @bp.get("/progress.json")
 def progress_json():
-    response = current_app.json.response(run_progress(current_app.extensions[FINDER_KEY].run_dir()))
+    from disttrain_server import runs  # (here: runs imports this module)
+
+    run_dir = current_app.extensions[FINDER_KEY].run_dir()
+    body = run_progress(run_dir)
+    # the run's dashboard page, and the finished run's analysis.png beside its report.png
+    body["dashboard"], body["analysis"] = runs.run_links(run_dir, body["state"] == "finished") if body["run"] else (None, None)
+    response = current_app.json.response(body)
     response.headers["Cache-Control"] = "no-store"  # always the newest
     return response
 
