@@ -59,7 +59,7 @@ def parse_args(argv=None):
         epilog="A model published later at --model (the aggregator replaces the file atomically) is loaded without a "
         "restart; until a model exists the server runs and /readyz answers 503. "
         "Security: with --api-token-file, gallery writes (or, with --token-required-for all, every /v1 call) need "
-        "'Authorization: Bearer <token>'; /healthz, /readyz (probes), the page, /static, /openapi.json and /report stay open. "
+        "'Authorization: Bearer <token>'; /healthz, /readyz (probes), the page, /static, /openapi.json, /report and the run dashboard (/runs) stay open. "
         "POST bodies must be application/json or multipart/form-data, and multipart needs an X-Requested-With header "
         "(any value) unless a browser says it comes from this server's own page; cross-site browser requests are refused.",
     )

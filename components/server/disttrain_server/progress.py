@@ -77,8 +77,15 @@ class RunFinder:
         except OSError:
             return None
         runs = [(int(m.group(1)), name) for name in names if (m := RUN_DIR.fullmatch(name))]
-        runs = [run for run in runs if os.path.isdir(os.path.join(self.runs_dir, run[1]))]
+        runs = [run for run in runs if is_run_dir(self.runs_dir, run[1])]
         return os.path.join(self.runs_dir, max(runs)[1]) if runs else None
+
+
+def is_run_dir(runs_dir, name):
+    """A directory of the runs dir itself, not a file or a symbolic link that leads elsewhere (the
+    dashboard, runs.py, lists and serves the same ones)."""
+    path = os.path.join(runs_dir, name)
+    return os.path.isdir(path) and not os.path.islink(path)
 
 
 def read_progress(path):

@@ -32,7 +32,7 @@ from flask import Blueprint, current_app, render_template, send_file, url_for
 from disttrain_contract.layout import MARKER, PROGRESS_FILE, Workdir
 from disttrain_server import api  # (the module: api imports openapi, which imports this one)
 from disttrain_server.errors import ApiError
-from disttrain_server.progress import MAX_WORKERS, RUN_DIR, WORKER_DIR, read_progress
+from disttrain_server.progress import MAX_WORKERS, RUN_DIR, WORKER_DIR, is_run_dir, read_progress
 
 bp = Blueprint("runs", __name__)
 
@@ -226,9 +226,8 @@ def resolve(name):
         return served_run_dir()
     runs = runs_dir()
     if runs and RUN_DIR.fullmatch(name):
-        path = os.path.join(runs, name)
-        if os.path.isdir(path):
-            return path
+        if is_run_dir(runs, name):
+            return os.path.join(runs, name)
     raise ApiError(404, f"no run {name!r} here: a run is '{SERVED}' or a run-N directory of --runs-dir"
                    + ("" if runs else " (this server has no --runs-dir)"))
 
@@ -299,7 +298,7 @@ def list_runs():
     except OSError:
         names = []
     numbered = sorted(((int(m.group(1)), name) for name in names if (m := RUN_DIR.fullmatch(name))), reverse=True)
-    numbered = [(n, name) for n, name in numbered if os.path.isdir(os.path.join(runs, name))]
+    numbered = [(n, name) for n, name in numbered if is_run_dir(runs, name)]
     rows = [run_row(name, os.path.join(runs, name), name == served) for _, name in numbered[:MAX_RUNS]]
     if served == SERVED:  # the served model is not one of the runs (a --model elsewhere): listed first
         rows.insert(0, run_row(SERVED, served_run_dir(), True))
