@@ -24,6 +24,7 @@ else is read from the files on each request.
 import json
 import math
 import os
+import re
 import threading
 from collections import OrderedDict
 
@@ -48,6 +49,7 @@ MAX_RUNS = 1000  # newest run-N listed; older ones are counted, not read
 MAX_CURVE_WORKERS = 64  # workers whose progress.json the run page draws (one line each)
 # Line colours of the per-worker curves (matplotlib's tab10, as report.png draws them).
 COLORS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf")
+REJECTED_DIR = re.compile(r"\d{8}T\d{6}\.\d{9}Z")  # a refused model's rejected/<time>/ (aggregator main.py)
 STATUS_TEXT = {"finished": "finished", "rejected": "refused by the quality gate", "training": "training",
                "none": "no report"}
 
@@ -240,8 +242,8 @@ def report_dir(run_dir):
         return "finished", final
     rejected = os.path.join(run_dir, "rejected")
     try:
-        # <UTC time>.<ns>Z names, written by the aggregator: the newest sorts last
-        for name in sorted(os.listdir(rejected), reverse=True):
+        # the aggregator's <UTC time>.<ns>Z names (not its temporary ones, still being written): newest last
+        for name in sorted((n for n in os.listdir(rejected) if REJECTED_DIR.fullmatch(n)), reverse=True):
             if os.path.isfile(os.path.join(rejected, name, "report.json")):
                 return "rejected", os.path.join(rejected, name)
     except OSError:
@@ -307,7 +309,7 @@ def list_runs():
 
 def curves(run_dir):
     """The per-epoch curves of the run's workers (their progress.json histories, bounded reads):
-    {"loss": chart, "test_accuracy": chart}, a chart being None when no worker has that metric."""
+    {"loss": chart, "accuracy": chart, "test_accuracy": chart}, a chart being None when no worker has that metric."""
     series = []
     for index, path in worker_progress_files(run_dir, limit=MAX_CURVE_WORKERS):
         progress = read_progress(path)
