@@ -57,6 +57,23 @@ def pipeline_run(tmp_path_factory, workers=2, epochs=12):
     return root
 
 
+def refused_run(tmp_path_factory, published):
+    """A whole real run the quality gate refuses: 3 epochs of batch 64 (held-out accuracy about 0.75)
+    compared with `published`, a better model (pipeline_run's, about 0.97): more than --max-regression's
+    1 point below it, so the aggregator keeps the model with its report in rejected/<time>/ and exits 4.
+    Its workdir; once per session."""
+    root = tmp_path_factory.getbasetemp() / "sample-models" / "digits-run-refused"
+    if not os.path.isdir(os.path.join(root, "rejected")):
+        shutil.rmtree(root, ignore_errors=True)
+        try:
+            run_pipeline(str(root), "sample:digits", 2, "average", epochs=3, batch=64, aggregator_args=("--published", published))
+        except AssertionError as err:
+            assert "exited 4" in str(err) and "refused to publish" in str(err), err
+        else:
+            raise AssertionError("the aggregator published the 3-epoch model; it should have refused it")
+    return root
+
+
 def worker_model(root):
     return os.path.join(Workdir(root).worker(0), "model.keras")
 
