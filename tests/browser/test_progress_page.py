@@ -116,6 +116,9 @@ def test_the_page_follows_a_real_run_then_shows_its_report(tmp_path, tmp_path_fa
         wait_until(lambda: page.title() == "disttrain · image classifier", "the page to reload with the model")
         page.wait_for_selector("#progress-report:not([hidden])")
         wait_until(lambda: page.locator("#report-plot").evaluate("img => img.naturalWidth") > 500, "report.png to load")
+        # issue 13: analysis.png under it, and the link to the run's dashboard (no --runs-dir: the served run)
+        wait_until(lambda: page.locator("#analysis-plot").evaluate("img => img.naturalWidth") > 500, "analysis.png to load")
+        assert page.get_attribute("#progress-dashboard", "href") == "/runs/served" and page.is_visible("#progress-dashboard")
         assert page.get_attribute("#progress-card", "data-state") == "finished"
         assert page.locator("#progress-workers .worker").count() == 0  # the plots replace the bars
         assert page.locator("#predict").is_visible()  # and the demo works

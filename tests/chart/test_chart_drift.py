@@ -138,8 +138,10 @@ def check_meaning(stage, parsed, values, docs):
         assert parsed.host == "0.0.0.0"
         assert parsed.port == values["server"]["port"]
         assert parsed.model_name == values["server"]["modelName"]
-        # issue 18: the page shows the newest run-N on the volume while it trains
-        assert parsed.runs_dir == ("/workdir" if values["server"]["liveProgress"] else None)
+        # issue 18: the page shows the newest run-N on the volume while it trains; issue 13: the dashboard lists them
+        live, dashboard = values["server"]["liveProgress"], values["server"]["dashboard"]["enabled"]
+        assert parsed.runs_dir == ("/workdir" if live or dashboard else None)
+        assert parsed.progress_run == ("served" if dashboard and not live else "newest")
         # issue 11: the gallery on its own writable mount, its caps, the token (flags of the server half)
         server = values["server"]
         assert parsed.gallery == "/var/lib/disttrain/gallery"

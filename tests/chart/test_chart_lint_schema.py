@@ -97,6 +97,8 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["trainer.progressIntervalSeconds=-1"], ["/trainer/progressIntervalSeconds"]),
         (["trainer.progressIntervalSeconds=often"], ["/trainer/progressIntervalSeconds"]),
         (["server.liveProgress=yes"], ["/server/liveProgress", "boolean"]),
+        (["server.dashboard.enabled=yes"], ["/server/dashboard/enabled", "boolean"]),
+        (["server.dashboard.listAll=true"], ["/server/dashboard", "listAll"]),
         (["strategy=multiworker", "aggregator.combine=ensemble"],
          ["aggregator.combine ensemble needs one model per worker (strategy average); a multiworker run's workers end with one shared model"]),
         (["aggregator.combine=best"], ["aggregator.combine best ranks the workers by their validation accuracy: set trainer.validationFraction"]),

@@ -323,6 +323,24 @@ def test_jobs_and_workdir_carry_the_revision():
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0  # the old model serves until the new is ready
 
 
+@pytest.mark.parametrize("live, dashboard, runs_dir, progress_run", [
+    (True, True, "/workdir", None),  # defaults: the dashboard lists the runs, the page shows the newest one training
+    (False, True, "/workdir", "served"),  # the runs listed, the progress of the served run only
+    (True, False, "/workdir", None),  # issue 18's setting alone still passes the volume
+    (False, False, None, None),  # neither: the served run only, on the page and on the dashboard
+])
+def test_the_dashboard_and_live_progress_read_the_runs_on_the_volume(live, dashboard, runs_dir, progress_run):
+    """Issue 13 point 4: --runs-dir (the volume, whose run-N directories the dashboard lists) whenever either
+    needs it; --progress-run served keeps liveProgress false meaning what it meant."""
+    server = main_container(render(sets=(f"server.liveProgress={str(live).lower()}",
+                                         f"server.dashboard.enabled={str(dashboard).lower()}")), "server")
+    assert (arg(server, "--runs-dir") if "--runs-dir" in server["args"] else None) == runs_dir
+    assert (arg(server, "--progress-run") if "--progress-run" in server["args"] else None) == progress_run
+    # every run on the volume is visible to the server: the whole volume is mounted, not the run's directory
+    mount = next(m for m in server["volumeMounts"] if m["name"] == "workdir")
+    assert mount["mountPath"] == "/workdir" and "subPath" not in mount
+
+
 # -------------------------------------------------------------------- storage
 
 

@@ -15,7 +15,7 @@ import urllib.request
 
 from disttrain_contract import Workdir
 from disttrain_server import create_app
-from stages import free_port_block, stage, start_stage
+from stages import free_port_block, run_pipeline, stage, start_stage
 
 POSITIVE = "a wonderful, moving, brilliant film; one of the best of the year"
 NEGATIVE = "a dull, boring, awful mess; one of the worst films of the year, a total waste of time"
@@ -43,6 +43,35 @@ def faces_model(tmp_path_factory, epochs=30):
         stage("trainer", "--workdir", root, "--worker-index", 0, "--epochs", epochs, "--batch", 32)
         stage("aggregator", "--workdir", root)
     return model
+
+
+def pipeline_run(tmp_path_factory, workers=2, epochs=12):
+    """A whole real run (copier, `workers` average trainers, aggregator) on the digits sample: its workdir,
+    with final/report.json, report.png, analysis.png, model.keras and each worker's progress.json.
+    Once per session (~30-60 s on 2 busy cores), shared by the dashboard's server and browser tests."""
+    root = tmp_path_factory.getbasetemp() / "sample-models" / f"digits-run-{workers}-workers-{epochs}-epochs"
+    if not os.path.exists(os.path.join(Workdir(root).final, "_SUCCESS")):
+        shutil.rmtree(root, ignore_errors=True)  # (a run interrupted earlier in this session)
+        # (at 3 epochs of batch 64 the average was 3.9 points below the best worker: the gate refused it)
+        run_pipeline(str(root), "sample:digits", workers, "average", epochs=epochs, batch=32)
+    return root
+
+
+def refused_run(tmp_path_factory, published):
+    """A whole real run the quality gate refuses: 3 epochs of batch 64 (held-out accuracy about 0.75)
+    compared with `published`, a better model (pipeline_run's, about 0.97): more than --max-regression's
+    1 point below it, so the aggregator keeps the model with its report in rejected/<time>/ and exits 4.
+    Its workdir; once per session."""
+    root = tmp_path_factory.getbasetemp() / "sample-models" / "digits-run-refused"
+    if not os.path.isdir(os.path.join(root, "rejected")):
+        shutil.rmtree(root, ignore_errors=True)
+        try:
+            run_pipeline(str(root), "sample:digits", 2, "average", epochs=3, batch=64, aggregator_args=("--published", published))
+        except AssertionError as err:
+            assert "exited 4" in str(err) and "refused to publish" in str(err), err
+        else:
+            raise AssertionError("the aggregator published the 3-epoch model; it should have refused it")
+    return root
 
 
 def worker_model(root):

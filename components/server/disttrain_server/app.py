@@ -9,7 +9,7 @@ import os
 from flask import Flask
 
 from disttrain_contract import Workdir, default_workdir
-from disttrain_server import api, faces, metrics, progress, security, v2, web
+from disttrain_server import api, faces, metrics, progress, runs, security, v2, web
 from disttrain_server.errors import register_error_handlers
 from disttrain_server.gallery import Gallery
 from disttrain_server.model_store import ModelStore
@@ -17,7 +17,8 @@ from disttrain_server.model_store import ModelStore
 DEFAULT_CONFIG = {
     "MODEL_PATH": None,  # None: WORKDIR/final/model.keras of $DISTTRAIN_WORKDIR (or ./workdir)
     "WORKDIR": None,  # the run whose progress the page shows (None: the one MODEL_PATH is in, WORKDIR/final/model.keras) ...
-    "RUNS_DIR": None,  # ... unless this is set: then the newest run-N directory in it (the chart's volume)
+    "RUNS_DIR": None,  # ... unless this is set: then the newest run-N directory in it (the chart's volume); the dashboard lists its runs
+    "PROGRESS_RUN": "newest",  # with RUNS_DIR: "served" shows the served run's progress, not the newest run's
     "MODEL_NAME": "disttrain",
     "MAX_CONTENT_LENGTH": 8 * 1024 * 1024,
     "MAX_TEXT_CHARS": 10_000,
@@ -45,7 +46,7 @@ def create_app(config=None):
     app.config.from_mapping(config or {})
     app.json.sort_keys = False  # keep responses in the order TF Serving writes them
     # What request threads share (gunicorn --threads): app.config, read-only after this
-    # function; the ModelStore, the Gallery and the RunFinder below, each thread-safe and saying why
+    # function; the ModelStore, the Gallery, the RunFinder and the dashboard's ReportCache below, each thread-safe and saying why
     # in its docstring; no other module-level state of ours changes per request (face detection
     # keeps one OpenCV cascade per thread: disttrain_contract.faces).
     model_path = app.config["MODEL_PATH"] or Workdir(default_workdir()).final_model
@@ -60,7 +61,8 @@ def create_app(config=None):
     app.extensions[faces.GALLERY_KEY] = gallery
     # (no WORKDIR given: the run whose final/model.keras is served)
     run_dir = app.config["WORKDIR"] or os.path.dirname(os.path.dirname(os.path.abspath(model_path)))
-    app.extensions[progress.FINDER_KEY] = progress.RunFinder(run_dir, app.config["RUNS_DIR"])
+    app.extensions[progress.FINDER_KEY] = progress.RunFinder(
+        run_dir, app.config["RUNS_DIR"] if app.config["PROGRESS_RUN"] == "newest" else None)
     if app.config["GALLERY_SEED"]:
         # Every worker runs this after the fork (no TensorFlow needed: faces are embedded
         # lazily); seeding is idempotent and locked, so the first one does the work.
@@ -74,4 +76,5 @@ def create_app(config=None):
     app.register_blueprint(faces.bp)
     app.register_blueprint(web.bp)
     app.register_blueprint(progress.bp)
+    runs.init_app(app)  # the run dashboard and its report cache
     return app

@@ -55,11 +55,11 @@ def parse_args(argv=None):
         prog="disttrain-server",
         description="Serve the final model (stage 4 of disttrain): a web demo at / and a TensorFlow-Serving-shaped "
         "JSON API (GET /v1/models/NAME, GET /v1/models/NAME/metadata, POST /v1/models/NAME:predict), "
-        "plus /healthz, /readyz, /report, /progress.json (the run in training), /openapi.json and /metrics (Prometheus).",
+        "plus /healthz, /readyz, /report, /progress.json (the run in training), /runs (the run dashboard), /openapi.json and /metrics (Prometheus).",
         epilog="A model published later at --model (the aggregator replaces the file atomically) is loaded without a "
         "restart; until a model exists the server runs and /readyz answers 503. "
         "Security: with --api-token-file, gallery writes (or, with --token-required-for all, every /v1 call) need "
-        "'Authorization: Bearer <token>'; /healthz, /readyz (probes), the page, /static, /openapi.json and /report stay open. "
+        "'Authorization: Bearer <token>'; /healthz, /readyz (probes), the page, /static, /openapi.json, /report and the run dashboard (/runs) stay open. "
         "POST bodies must be application/json or multipart/form-data, and multipart needs an X-Requested-With header "
         "(any value) unless a browser says it comes from this server's own page; cross-site browser requests are refused.",
     )
@@ -78,8 +78,11 @@ def parse_args(argv=None):
                    "one model call of up to this many instances; 1 turns batching off (default 32)")
     p.add_argument("--batch-timeout-ms", type=float, default=0, help="how long a batch waits for more requests; 0 never waits: a lone "
                    "request runs at once and batches form from requests that queue during a model call (default 0)")
-    p.add_argument("--runs-dir", metavar="DIR", help="the page shows the training progress of the newest run-N directory in DIR "
-                   "(the chart's volume, one run-N per release revision); default: that of --workdir")
+    p.add_argument("--runs-dir", metavar="DIR", help="a directory of run-N runs (the chart's volume, one run-N per release "
+                   "revision): the run dashboard (/runs) lists and compares them, and the page shows the training progress "
+                   "of the newest one (see --progress-run); default: neither, only the served run's (--workdir)")
+    p.add_argument("--progress-run", choices=("newest", "served"), default="newest", help="with --runs-dir: whose training "
+                   "progress the page shows, the newest run-N's (default) or the served model's own run's")
     p.add_argument("--reload-interval", type=float, default=5, help="seconds between checks for a newly published model (default 5)")
     p.add_argument("--gallery", help="folder of enrolled faces for face search, shared by all workers (default WORKDIR/gallery)")
     p.add_argument("--gallery-seed", help="enrol the photos in this folder at start-up unless already enrolled: one sub-folder "
@@ -138,6 +141,7 @@ def app_config(args):
         "MODEL_NAME": args.model_name,
         "WORKDIR": os.path.abspath(args.workdir),
         "RUNS_DIR": args.runs_dir and os.path.abspath(args.runs_dir),
+        "PROGRESS_RUN": args.progress_run,
         "MAX_CONTENT_LENGTH": int(args.max_upload_mb * 1024 * 1024),
         "MAX_TEXT_CHARS": args.max_text_chars,
         "MAX_INSTANCES": args.max_instances,

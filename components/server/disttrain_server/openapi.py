@@ -6,7 +6,7 @@ schemas for a text model accept only strings, for an image model only
 {"b64": ...} objects or pixel arrays.
 """
 
-from disttrain_server import progress
+from disttrain_server import progress, runs
 from disttrain_server.security import PROBE_PATHS, is_api
 from disttrain_server.signature import INPUT_NAMES, OUTPUT_NAMES, PREDICT_METHOD, SIGNATURE_NAME
 
@@ -422,6 +422,7 @@ def build_spec(name, limits, input_spec=None, task=None):
                 }
             },
             **progress.openapi_paths(),
+            **runs.openapi_paths(),
             "/openapi.json": {
                 "get": {
                     "summary": "This description.",

@@ -77,8 +77,15 @@ class RunFinder:
         except OSError:
             return None
         runs = [(int(m.group(1)), name) for name in names if (m := RUN_DIR.fullmatch(name))]
-        runs = [run for run in runs if os.path.isdir(os.path.join(self.runs_dir, run[1]))]
+        runs = [run for run in runs if is_run_dir(self.runs_dir, run[1])]
         return os.path.join(self.runs_dir, max(runs)[1]) if runs else None
+
+
+def is_run_dir(runs_dir, name):
+    """A directory of the runs dir itself, not a file or a symbolic link that leads elsewhere (the
+    dashboard, runs.py, lists and serves the same ones)."""
+    path = os.path.join(runs_dir, name)
+    return os.path.isdir(path) and not os.path.islink(path)
 
 
 def read_progress(path):
@@ -136,7 +143,13 @@ def run_progress(run_dir, now=None):
 
 @bp.get("/progress.json")
 def progress_json():
-    response = current_app.json.response(run_progress(current_app.extensions[FINDER_KEY].run_dir()))
+    from disttrain_server import runs  # (here: runs imports this module)
+
+    run_dir = current_app.extensions[FINDER_KEY].run_dir()
+    body = run_progress(run_dir)
+    # the run's dashboard page, and the finished run's analysis.png beside its report.png
+    body["dashboard"], body["analysis"] = runs.run_links(run_dir, body["state"] == "finished") if body["run"] else (None, None)
+    response = current_app.json.response(body)
     response.headers["Cache-Control"] = "no-store"  # always the newest
     return response
 

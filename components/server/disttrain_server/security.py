@@ -13,6 +13,8 @@ Paths that stay open whatever --token-required-for says, and why:
   /openapi.json, /report    the API's description and the training report: no gallery data,
                             no predictions (the same model facts as the page shows)
   /progress.json, /progress/report.png   the run in training and its plots (the page shows them)
+  /runs, /runs.json, /runs/*  the run dashboard: the runs' reports and plots (read-only files of a
+                            fixed allow-list; the same facts as /report, for every run on --runs-dir)
   /metrics                  Prometheus scrapes: counts, latencies, the model's version and the
                             gallery's size, no names, ids or inputs (metrics.py). Like the probes it
                             skips the Host allowlist: Prometheus scrapes pods by IP, which is the Host

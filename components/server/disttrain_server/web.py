@@ -4,8 +4,9 @@ import json
 import os
 from datetime import datetime, timezone
 
-from flask import Blueprint, current_app, render_template
+from flask import Blueprint, current_app, render_template, url_for
 
+from disttrain_server import runs
 from disttrain_server.api import limits, model_store
 from disttrain_server.errors import ModelUnavailable
 
@@ -74,7 +75,8 @@ def index():
     return render_template("index.html", title=page_title(name, loaded), name=name, model=loaded,
                            unavailable=unavailable, limits=limits(), token_required_for=token_required_for,
                            read_only_gallery=config["READ_ONLY_GALLERY"],
-                           data=training_data(model_store().path) if loaded else None)
+                           data=training_data(model_store().path) if loaded else None,
+                           dashboard=url_for("runs.run_page", run=runs.served_name()))
 
 
 @bp.get("/favicon.ico")

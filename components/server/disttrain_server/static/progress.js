@@ -13,6 +13,8 @@
   const curvesBox = document.getElementById("progress-curves");
   const reportBox = document.getElementById("progress-report");
   const reportImg = document.getElementById("report-plot");
+  const analysisImg = document.getElementById("analysis-plot");
+  const dashboardLink = document.getElementById("progress-dashboard");
   const heading = card.querySelector("h2");
 
   // The trainers write at most once a second; polling twice as often keeps the page within 2 s of them
@@ -157,6 +159,8 @@
       if (reportImg.getAttribute("src") !== data.report) reportImg.src = data.report;
       reportBox.hidden = false;
     }
+    analysisImg.hidden = !data.analysis;
+    if (data.analysis && analysisImg.getAttribute("src") !== data.analysis) analysisImg.src = data.analysis;
   }
 
   // The page was rendered before any model existed: once the run's model is served, load the page again.
@@ -175,6 +179,8 @@
       card.hidden = data.state === "none";
       card.dataset.state = data.state;
       runLabel.textContent = data.run || "";
+      dashboardLink.hidden = !data.dashboard;
+      if (data.dashboard) dashboardLink.href = data.dashboard;
       if (data.state === "finished") {
         showFinished(data);
         await reloadWhenServed();
