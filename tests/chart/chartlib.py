@@ -36,6 +36,7 @@ VARIANTS = {
     "faces": "faces-values.yaml",
     "shared-cluster": "shared-cluster-values.yaml",
     "gpu": "gpu-values.yaml",
+    "tfserving": "tfserving-values.yaml",
 }
 
 # Kubernetes versions the manifests are validated against (kubernetes-validate's schemas).

@@ -55,7 +55,7 @@ def test_an_existing_secret_is_used_as_it_is():
     assert volume["secret"]["secretName"] == "my-token" and volume["secret"]["items"] == [{"key": "api", "path": "token"}]
     assert arg(main_container(docs, "server"), "--token-required-for") == "all"
     test = one(docs, "Pod", "test")
-    assert test["spec"]["containers"][0]["command"][-2:] == ["/etc/disttrain/api-token/token", "all"]
+    assert test["spec"]["containers"][0]["command"][-3:-1] == ["/etc/disttrain/api-token/token", "all"]
     assert {"name": "api-token", "mountPath": "/etc/disttrain/api-token", "readOnly": True} in test["spec"]["containers"][0]["volumeMounts"]
 
 
@@ -65,7 +65,7 @@ def test_no_auth_no_token_anywhere():
     server = main_container(docs, "server")
     assert "--api-token-file" not in server["args"] and "--token-required-for" not in server["args"]
     assert server["args"][server["args"].index("--read-only-gallery") - 1] != "--read-only-gallery"
-    assert one(docs, "Pod", "test")["spec"]["containers"][0]["command"][-2:] == ["", ""]
+    assert one(docs, "Pod", "test")["spec"]["containers"][0]["command"][-3:-1] == ["", ""]
 
 
 def test_server_limits_and_hosts_reach_the_args():
