@@ -498,7 +498,8 @@ aggregator averages at least (default: the trainer's). Equal to workers unless t
 - name: api-token
   secret:
     secretName: {{ include "disttrain.authSecretName" . }}
-    defaultMode: 0440
+    # 0440 in decimal: YAML 1.1 (Kubernetes) reads 0440 as octal, YAML 1.2 (ruamel, pytest-helm) as 440
+    defaultMode: 288
     items:
       - key: {{ include "disttrain.authSecretKey" . }}
         path: token
