@@ -201,6 +201,16 @@ def test_notes_tell_how_to_reach_tf_serving():
                    "curl -s http://127.0.0.1:8080/v1/models/disttrain/metadata", "/monitoring/prometheus/metrics"):
         assert needle in notes, needle
     assert "/readyz" not in notes and "open http://127.0.0.1:8080/" not in notes
+    assert "report.png\n\n3. TF Serving" in notes and "--logs\n\n5. Metrics" in notes  # the numbered steps keep their blank line
+
+
+def test_notes_of_the_disttrain_backend_keep_their_steps():
+    from chartlib import helm
+
+    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x")
+    notes = out.stdout.split("NOTES:", 1)[1]
+    assert "report.png\n\n3. Open the demo and the API:\n" in notes and "--logs\n\n5. Metrics: Prometheus text at /metrics " in notes
+    assert "TF Serving" not in notes
 
 
 # ------------------------------------------------------------------ every rendering, through pytest-helm
