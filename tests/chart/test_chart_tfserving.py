@@ -56,6 +56,12 @@ def test_tfserving_values_reach_the_flags():
     assert "prometheus.io/scrape" not in (deployment["spec"]["template"]["metadata"].get("annotations") or {})
 
 
+def test_a_numeric_tag_is_taken_as_its_text():
+    docs = render(sets=TFSERVING + ("server.tfserving.image.tag=2.19",))
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == SERVER]
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["image"] == "tensorflow/serving:2.19"
+
+
 def test_a_digest_pins_the_image():
     docs = render(sets=TFSERVING + (f"server.tfserving.image.digest={DIGEST}",))
     (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == SERVER]
@@ -154,6 +160,7 @@ def test_the_disttrain_backend_is_the_default(defaults_manifest):
         (TFSERVING + ("server.tfserving.image.digest=sha256:short",), ["/server/tfserving/image/digest"]),
         (TFSERVING + ("server.tfserving.extraArgs={rm -rf}",), ["/server/tfserving/extraArgs/0"]),
         (TFSERVING + ("server.tfserving.grpcPort=0",), ["/server/tfserving/grpcPort"]),
+        (TFSERVING + ("server.tfserving.image.tag=a b",), ["/server/tfserving/image/tag"]),
     ],
 )
 def test_schema_refuses(sets, expected):
