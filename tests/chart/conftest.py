@@ -9,15 +9,10 @@ What pytest-helm does not do stays in chartlib.py (renderings with per-test --se
 Kubernetes versions, Helm 3, expected failures); its docstring says why.
 """
 
-import os
-import sys
-
 from pytest_helm import manifest_fixture
 
 from chartlib import CHART, CI_VALUES, DEFAULT_KUBE, NAMESPACE, RELEASE, ROOT, VARIANTS
 
-# get_helm.sh installs the pinned helm with this python's pip when it is missing
-os.environ.setdefault("PYTHON", sys.executable)
 HELM = str(ROOT / "tests" / "chart" / "helm.sh")
 
 
