@@ -498,10 +498,24 @@ def test_helm_test_against_tfserving_needs_the_serving_default_signature(stand_i
     assert not StandIn.received
 
 
-def test_helm_test_against_tfserving_stops_after_the_metadata_of_an_image_model(stand_in, tmp_path):
+def test_helm_test_against_tfserving_predicts_a_blank_image(stand_in, tmp_path):
     StandIn.tfserving = True
-    StandIn.signatures = {"serving_default": {"inputs": {"image_bytes": {"dtype": "DT_STRING"}}}}
-    spec = {"kind": "image", "height": 8, "width": 8, "channels": 1}
-    out = run_test_pod(stand_in, tmp_path, {"task": "image", "labels": ["0", "1"], "input": spec}, sets=TFSERVING)
+    StandIn.signatures = {"serving_default": {"inputs": {"image": {"dtype": "DT_UINT8"}}}}
+    StandIn.spec = spec = {"kind": "image", "height": 8, "width": 8, "channels": 1}
+    StandIn.labels = [str(i) for i in range(10)]
+    out = run_test_pod(stand_in, tmp_path, {"task": "image", "labels": StandIn.labels, "input": spec}, sets=TFSERVING)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "no :predict sent" in out.stdout and not StandIn.received
+    (batch,) = StandIn.received
+    assert batch.shape == (1, 8, 8, 1)
+
+
+@pytest.mark.parametrize("embedding, ok", [([0.125] * 64, True), ([0.5] * 64, False)])
+def test_helm_test_against_tfserving_checks_a_unit_embedding_without_our_metadata(stand_in, tmp_path, embedding, ok):
+    """TF Serving's /metadata has no embedding_size (the stand-in's has none either): the unit length is checked."""
+    StandIn.tfserving, StandIn.spec, StandIn.embedding_size, StandIn.probabilities = True, FACES_MANIFEST["input"], 64, embedding
+    StandIn.signatures = {"serving_default": {"inputs": {"face": {"dtype": "DT_UINT8"}}}}
+    out = run_test_pod(stand_in, tmp_path, FACES_MANIFEST, sets=TFSERVING)
+    if ok:
+        assert out.returncode == 0 and "an embedding of 64 values, norm 1.0000: OK" in out.stdout, out.stdout + out.stderr
+    else:
+        assert out.returncode != 0 and "unit-length embedding of 64 values" in out.stderr
