@@ -3,6 +3,17 @@
 helm comes from tests/chart/get_helm.sh (helm on PATH, else a pinned static
 binary extracted into .cache/bin/helm). No cluster is needed: everything is
 `helm lint` / `helm template` plus offline schema validation.
+
+The renderings of the ci/ values files as they are come from pytest-helm's session fixtures
+(conftest.py: `defaults_manifest`, `tfserving_manifest`, ... and `ManifestIndex.get("Kind/name")`,
+with the names in NAMES below). What stays here is what pytest-helm does not do:
+* renderings with per-test `--set` values, another --kube-version, extra flags (its fixtures are
+  built from one fixed command at import time), cached and rendered in parallel (prerender: the
+  validity tests render 14 variants x 10 Kubernetes versions; helm's start-up dominates each);
+* Helm 3 next to Helm 4 (helm_path(3)) and renderings that must fail (render_error: pytest-helm
+  raises on a failed helm, without a way to read the message it should contain);
+* walking every manifest of a rendering (workloads, containers, find): pytest-helm's ManifestIndex
+  only answers `.get(selector)` and has no public way to list what it holds.
 """
 
 import functools
@@ -36,7 +47,31 @@ VARIANTS = {
     "faces": "faces-values.yaml",
     "shared-cluster": "shared-cluster-values.yaml",
     "gpu": "gpu-values.yaml",
+    "tfserving": "tfserving-values.yaml",
 }
+
+# Resources of release dt at revision 1, as pytest-helm selectors (ManifestIndex.get).
+NAMES = {
+    "copier": f"Job/{RELEASE}-disttrain-copier-r1",
+    "trainer": f"Job/{RELEASE}-disttrain-trainer-r1",
+    "aggregator": f"Job/{RELEASE}-disttrain-aggregator-r1",
+    "server": f"Deployment/{RELEASE}-disttrain-server",
+    "service": f"Service/{RELEASE}-disttrain-server",
+    "claim": f"PersistentVolumeClaim/{RELEASE}-disttrain-workdir",
+    "test": f"Pod/{RELEASE}-disttrain-test",
+}
+
+
+def policy_of(index, suffix):
+    """The NetworkPolicy <release>-disttrain-<suffix> of a pytest-helm ManifestIndex."""
+    return index.get(f"NetworkPolicy/{RELEASE}-disttrain-{suffix}")
+
+
+def stage_container(index, stage):
+    """The main container of a stage (copier, trainer, aggregator, server) in a pytest-helm ManifestIndex."""
+    (container,) = [c for c in pod_spec(index.get(NAMES[stage]))["containers"] if c["name"] == stage]
+    return container
+
 
 # Kubernetes versions the manifests are validated against (kubernetes-validate's schemas).
 KUBE_VERSIONS = ["1.29.0", "1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0"]

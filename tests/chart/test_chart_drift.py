@@ -70,6 +70,10 @@ def test_rendered_args_are_accepted_by_the_real_clis(variant, monkeypatch, tmp_p
         for c in pod_spec(doc)["containers"]:
             if c["name"] not in STAGES:
                 continue
+            if c["name"] == "server" and values["server"]["backend"] == "tfserving":
+                check_tfserving(c, values)  # not our CLI: TF Serving's flags, checked against the values
+                seen.add(c["name"])
+                continue
             assert "command" not in c, f"{c['name']}: the image ENTRYPOINT is the CLI; pass only args"
             env = {e["name"]: e["value"] for e in c.get("env", []) if "value" in e}
             if c["name"] == "trainer":
@@ -84,6 +88,18 @@ def test_rendered_args_are_accepted_by_the_real_clis(variant, monkeypatch, tmp_p
             seen.add(c["name"])
             check_meaning(c["name"], parsed, values, docs)
     assert seen == set(STAGES)
+
+
+def check_tfserving(container, values):
+    """server.backend tfserving: tensorflow_model_server's flags say what the values say."""
+    server = values["server"]
+    assert container["command"] == ["/usr/bin/tensorflow_model_server"]
+    flags = dict(a.removeprefix("--").split("=", 1) for a in container["args"])
+    assert flags["model_name"] == server["modelName"]
+    assert flags["model_base_path"] == "/workdir/run-1/final/saved_model"  # the version directories' parent
+    assert int(flags["rest_api_port"]) == server["port"] and int(flags["port"]) == server["tfserving"]["grpcPort"]
+    assert int(flags["file_system_poll_wait_seconds"]) == server["reloadIntervalSeconds"]
+    assert ("monitoring_config_file" in flags) is values["metrics"]["enabled"]
 
 
 def check_meaning(stage, parsed, values, docs):
@@ -241,6 +257,8 @@ class StandIn(http.server.BaseHTTPRequestHandler):
     probabilities = None
     embedding_size = None  # set: a faces model (metadata has embedding_size; :predict answers embeddings)
     token = None  # set: /v1 calls need `Authorization: Bearer <token>` (401 otherwise), as --token-required-for all
+    tfserving = False  # set: answers as TF Serving (no /readyz; the model status says LOADING until ready_after)
+    signatures = {"serving_default": {"inputs": {"text": {"dtype": "DT_STRING"}}}}
     received = []
     authorizations = []
 
@@ -267,6 +285,14 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def do_GET(self):
+        loading = time.monotonic() - self.started < self.ready_after
+        if self.tfserving:
+            if self.path == "/v1/models/disttrain":
+                return self.reply(200, {"model_version_status": [{"version": "1", "state": "LOADING" if loading else "AVAILABLE"}]})
+            if self.path == "/v1/models/disttrain/metadata" and not loading:
+                return self.reply(200, {"model_spec": {"name": "disttrain", "version": "1"},
+                                        "metadata": {"signature_def": {"signature_def": self.signatures}}})
+            return self.reply(404, {"error": f"Malformed request: GET {self.path}"})
         if self.path == "/readyz":
             if time.monotonic() - self.started < self.ready_after:
                 return self.reply(503, {"status": "unavailable"})
@@ -317,7 +343,8 @@ def stand_in():
     server.shutdown()
     server.server_close()
     for key, value in (("spec", {"kind": "text"}), ("labels", ["negative", "positive"]), ("ready_after", 0.0), ("probabilities", None),
-                       ("embedding_size", None), ("token", None)):
+                       ("embedding_size", None), ("token", None), ("tfserving", False),
+                       ("signatures", {"serving_default": {"inputs": {"text": {"dtype": "DT_STRING"}}}})):
         setattr(StandIn, key, value)
 
 
@@ -443,3 +470,54 @@ def test_helm_test_without_auth_sends_no_token(stand_in, tmp_path):
     out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=("server.auth.enabled=false", "server.gallery.readOnly=true"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert StandIn.authorizations == [None]
+
+
+# ---------------------------------------------- the helm test pod's python, server.backend tfserving
+
+TFSERVING = ("server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP")
+
+
+def test_helm_test_against_tfserving_waits_for_available_then_predicts_a_text(stand_in, tmp_path):
+    StandIn.tfserving, StandIn.ready_after = True, 1.0
+    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=TFSERVING)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert '"LOADING"' in out.stdout and "serving_default inputs ['text']: OK" in out.stdout
+    (batch,) = StandIn.received
+    assert batch.shape == (1, 1) and "moving" in batch[0, 0]
+    assert StandIn.authorizations == [None]  # no token: TF Serving checks none
+
+
+def test_helm_test_against_tfserving_fails_while_the_model_is_loading(stand_in, tmp_path):
+    StandIn.tfserving, StandIn.ready_after = True, 3600
+    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, timeout="1", sets=TFSERVING)
+    assert out.returncode != 0 and "not ready" in out.stderr and "no version AVAILABLE" in out.stderr
+
+
+def test_helm_test_against_tfserving_needs_the_serving_default_signature(stand_in, tmp_path):
+    StandIn.tfserving, StandIn.signatures = True, {"predict": {"inputs": {}}}
+    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=TFSERVING)
+    assert out.returncode != 0 and "no serving_default signature, only ['predict']" in out.stderr
+    assert not StandIn.received
+
+
+def test_helm_test_against_tfserving_predicts_a_blank_image(stand_in, tmp_path):
+    StandIn.tfserving = True
+    StandIn.signatures = {"serving_default": {"inputs": {"image": {"dtype": "DT_UINT8"}}}}
+    StandIn.spec = spec = {"kind": "image", "height": 8, "width": 8, "channels": 1}
+    StandIn.labels = [str(i) for i in range(10)]
+    out = run_test_pod(stand_in, tmp_path, {"task": "image", "labels": StandIn.labels, "input": spec}, sets=TFSERVING)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (batch,) = StandIn.received
+    assert batch.shape == (1, 8, 8, 1)
+
+
+@pytest.mark.parametrize("embedding, ok", [([0.125] * 64, True), ([0.5] * 64, False)])
+def test_helm_test_against_tfserving_checks_a_unit_embedding_without_our_metadata(stand_in, tmp_path, embedding, ok):
+    """TF Serving's /metadata has no embedding_size (the stand-in's has none either): the unit length is checked."""
+    StandIn.tfserving, StandIn.spec, StandIn.embedding_size, StandIn.probabilities = True, FACES_MANIFEST["input"], 64, embedding
+    StandIn.signatures = {"serving_default": {"inputs": {"face": {"dtype": "DT_UINT8"}}}}
+    out = run_test_pod(stand_in, tmp_path, FACES_MANIFEST, sets=TFSERVING)
+    if ok:
+        assert out.returncode == 0 and "an embedding of 64 values, norm 1.0000: OK" in out.stdout, out.stdout + out.stderr
+    else:
+        assert out.returncode != 0 and "unit-length embedding of 64 values" in out.stderr

@@ -11,6 +11,7 @@ from chartlib import (
     NAMESPACE,
     OLD_KUBE_VERSIONS,
     RELEASE,
+    NAMES,
     VARIANTS,
     arg,
     containers,
@@ -23,6 +24,7 @@ from chartlib import (
     prerender,
     render,
     render_error,
+    stage_container,
     stage_of,
     wait_containers,
     workloads,
@@ -147,19 +149,18 @@ def test_epochs_batch_strategy_reach_the_trainer(sets, strategy, epochs, batch):
         assert "--learning-rate" not in trainer["args"]
 
 
-def test_localsgd_passes_sync_every_only_to_localsgd():
-    trainer = main_container(render("localsgd"), "trainer")
+def test_localsgd_passes_sync_every_only_to_localsgd(localsgd_manifest, multiworker_manifest):
+    trainer = stage_container(localsgd_manifest, "trainer")
     assert (arg(trainer, "--strategy"), arg(trainer, "--sync-every")) == ("localsgd", "16")
     trainer = main_container(render(sets=("strategy=localsgd",)), "trainer")
     assert "--sync-every" not in trainer["args"]  # null: the trainer's default
-    assert "--sync-every" not in main_container(render("multiworker"), "trainer")["args"]
+    assert "--sync-every" not in stage_container(multiworker_manifest, "trainer")["args"]
 
 
-def test_parameterserver_runs_chief_ps_and_workers_in_one_indexed_job():
-    docs = render("parameterserver")
-    job = one(docs, "Job", "trainer")
+def test_parameterserver_runs_chief_ps_and_workers_in_one_indexed_job(parameterserver_manifest):
+    job = parameterserver_manifest.get(NAMES["trainer"])
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4  # 1 chief + 1 ps + 2 workers
-    trainer = main_container(docs, "trainer")
+    trainer = stage_container(parameterserver_manifest, "trainer")
     assert (arg(trainer, "--strategy"), arg(trainer, "--ps"), arg(trainer, "--workers")) == ("parameterserver", "1", "2")
     # (the aggregator waits for every task's marker: test_workers_reach_completions_parallelism_shards_and_markers)
     assert "--ps" not in main_container(render(sets=("parameterServers=3",)), "trainer")["args"]  # average ignores it
@@ -215,8 +216,8 @@ def test_trainer_failure_handling_on_older_clusters(kube, failure_policy):
     assert ("podFailurePolicy" in spec) == failure_policy
 
 
-def test_aggregator_gate_args_come_from_values():
-    aggregator = main_container(render(), "aggregator")
+def test_aggregator_gate_args_come_from_values(defaults_manifest):
+    aggregator = stage_container(defaults_manifest, "aggregator")
     assert arg(aggregator, "--max-drop-vs-best-worker") == "1" and arg(aggregator, "--max-regression") == "1"
     # every run has its own directory: the model published last is in an earlier run's final/
     assert arg(aggregator, "--published") == "/workdir/run-*/final/model.keras"
@@ -252,12 +253,12 @@ def test_job_deadlines_and_ttl_come_from_values():
         assert "ttlSecondsAfterFinished" not in job["spec"]  # null = keep
 
 
-def test_workers_prefer_different_nodes():
-    spec = pod_spec(one(render("eight-workers"), "Job", "trainer"))
+def test_workers_prefer_different_nodes(eight_workers_manifest, one_worker_manifest):
+    spec = pod_spec(eight_workers_manifest.get(NAMES["trainer"]))
     (term,) = spec["affinity"]["podAntiAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
     assert term["podAffinityTerm"]["topologyKey"] == "kubernetes.io/hostname"
     assert term["podAffinityTerm"]["labelSelector"]["matchLabels"]["app.kubernetes.io/component"] == "trainer"
-    assert "affinity" not in pod_spec(one(render("one-worker"), "Job", "trainer"))
+    assert "affinity" not in pod_spec(one_worker_manifest.get(NAMES["trainer"]))
     off = pod_spec(one(render(sets=("trainer.spreadWorkers=false",)), "Job", "trainer"))
     assert "affinity" not in off
 
@@ -301,25 +302,23 @@ def test_wait_timeouts_come_from_values():
     assert arg(main_container(docs, "aggregator"), "--timeout") == "222"
 
 
-def test_peer_wait_comes_from_values():
-    assert arg(main_container(render(), "trainer"), "--peer-wait") == "600"
+def test_peer_wait_comes_from_values(defaults_manifest):
+    assert arg(stage_container(defaults_manifest, "trainer"), "--peer-wait") == "600"
     assert arg(main_container(render(sets=("trainer.peerWaitSeconds=0",)), "trainer"), "--peer-wait") == "0"
 
 
-def test_jobs_and_workdir_carry_the_revision():
-    docs = render()
+def test_jobs_and_workdir_carry_the_revision(defaults_manifest):
     for stage in ("copier", "trainer", "aggregator"):
-        job = one(docs, "Job", stage)
-        assert job["metadata"]["name"] == f"{RELEASE}-disttrain-{stage}-r1"
+        job = defaults_manifest.get(f"Job/{RELEASE}-disttrain-{stage}-r1")  # KeyError naming the Jobs there are otherwise
         assert job["spec"]["template"]["metadata"]["labels"]["disttrain.io/run"] == "r1"
     for stage in STAGES:
-        c = main_container(docs, stage)
+        c = stage_container(defaults_manifest, stage)
         assert arg(c, "--workdir") == "/workdir/run-1"
         assert {"name": "DISTTRAIN_WORKDIR", "value": "/workdir/run-1"} in c["env"]
-    assert arg(main_container(docs, "copier"), "--cache-dir") == "/workdir/.cache"  # shared by all runs
-    assert arg(main_container(docs, "server"), "--model") == "/workdir/run-1/final/model.keras"
-    assert arg(main_container(docs, "aggregator"), "--savefile") == "/workdir/run-1/final/model.keras"
-    deployment = one(docs, "Deployment", "server")
+    assert arg(stage_container(defaults_manifest, "copier"), "--cache-dir") == "/workdir/.cache"  # shared by all runs
+    assert arg(stage_container(defaults_manifest, "server"), "--model") == "/workdir/run-1/final/model.keras"
+    assert arg(stage_container(defaults_manifest, "aggregator"), "--savefile") == "/workdir/run-1/final/model.keras"
+    deployment = defaults_manifest.get(NAMES["server"])
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0  # the old model serves until the new is ready
 
 
@@ -366,14 +365,14 @@ def test_storage_class_reaches_the_claim():
     assert not find(docs, "PersistentVolume")
 
 
-def test_dash_storage_class_means_no_class():
-    pvc = one(render("no-class"), "PersistentVolumeClaim")
+def test_dash_storage_class_means_no_class(no_class_manifest):
+    pvc = no_class_manifest.get(NAMES["claim"])
     assert pvc["spec"]["storageClassName"] == ""
     assert pvc["spec"]["resources"]["requests"]["storage"] == "5Gi"
 
 
-def test_one_worker_may_use_read_write_once():
-    pvc = one(render("one-worker"), "PersistentVolumeClaim")
+def test_one_worker_may_use_read_write_once(one_worker_manifest):
+    pvc = one_worker_manifest.get(NAMES["claim"])
     assert pvc["spec"]["accessModes"] == ["ReadWriteOnce"]
     assert pvc["spec"]["storageClassName"] == "standard"
 

@@ -4,7 +4,7 @@ NetworkPolicy openings, as rendered."""
 
 import pytest
 
-from chartlib import DEFAULT_KUBE, arg, find, main_container, one, pod_spec, render, render_error
+from chartlib import DEFAULT_KUBE, NAMES, arg, find, main_container, one, pod_spec, render, render_error, stage_container
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)")
 
@@ -44,18 +44,18 @@ def validate(docs):
 # ------------------------------------------------------------------ metrics
 
 
-def test_server_pods_are_annotated_for_scraping_and_share_a_multiprocess_dir_on_tmp():
-    docs = render()
-    pod = server_pod(docs)
+def test_server_pods_are_annotated_for_scraping_and_share_a_multiprocess_dir_on_tmp(defaults_manifest):
+    pod = defaults_manifest.get(NAMES["server"])["spec"]["template"]
     assert pod["metadata"]["annotations"] == SCRAPE
-    server = main_container(docs, "server")
+    server = stage_container(defaults_manifest, "server")
     assert "--no-metrics" not in server["args"]
     directory = env_of(server)["PROMETHEUS_MULTIPROC_DIR"]
     # the root filesystem is read-only: the directory must be on the writable /tmp emptyDir
     assert server["securityContext"]["readOnlyRootFilesystem"] is True
     assert directory.startswith("/tmp/") and {m["mountPath"]: m["name"] for m in server["volumeMounts"]}["/tmp"] == "tmp"
     assert "emptyDir" in {v["name"]: v for v in pod["spec"]["volumes"]}["tmp"]
-    assert not find(docs, "ServiceMonitor")
+    with pytest.raises(KeyError, match="Kind 'ServiceMonitor' not found"):
+        defaults_manifest.get("ServiceMonitor/dt-disttrain-server")
 
 
 def test_scrape_port_follows_the_server_port_and_pod_annotations_win(tmp_path):

@@ -5,7 +5,7 @@ import base64
 
 import pytest
 
-from chartlib import CHART, arg, find, helm, main_container, one, pod_spec, render, render_error, wait_containers
+from chartlib import CHART, NAMES, arg, find, helm, main_container, one, pod_spec, policy_of, render, render_error, wait_containers
 
 PUBLIC_OPEN = ("server.auth.enabled=false",)  # with the defaults: LoadBalancer, no source ranges, writable gallery
 REFUSAL = "lets anyone"
@@ -55,7 +55,7 @@ def test_an_existing_secret_is_used_as_it_is():
     assert volume["secret"]["secretName"] == "my-token" and volume["secret"]["items"] == [{"key": "api", "path": "token"}]
     assert arg(main_container(docs, "server"), "--token-required-for") == "all"
     test = one(docs, "Pod", "test")
-    assert test["spec"]["containers"][0]["command"][-2:] == ["/etc/disttrain/api-token/token", "all"]
+    assert test["spec"]["containers"][0]["command"][-3:-1] == ["/etc/disttrain/api-token/token", "all"]
     assert {"name": "api-token", "mountPath": "/etc/disttrain/api-token", "readOnly": True} in test["spec"]["containers"][0]["volumeMounts"]
 
 
@@ -65,7 +65,7 @@ def test_no_auth_no_token_anywhere():
     server = main_container(docs, "server")
     assert "--api-token-file" not in server["args"] and "--token-required-for" not in server["args"]
     assert server["args"][server["args"].index("--read-only-gallery") - 1] != "--read-only-gallery"
-    assert one(docs, "Pod", "test")["spec"]["containers"][0]["command"][-2:] == ["", ""]
+    assert one(docs, "Pod", "test")["spec"]["containers"][0]["command"][-3:-1] == ["", ""]
 
 
 def test_server_limits_and_hosts_reach_the_args():
@@ -142,15 +142,16 @@ def test_each_way_out_is_accepted(sets):
     helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", *sum((["--set", s] for s in sets), []))
 
 
-def test_allocate_load_balancer_node_ports():
-    assert one(render(), "Service", "server")["spec"]["allocateLoadBalancerNodePorts"] is True
+def test_allocate_load_balancer_node_ports(defaults_manifest):
+    assert defaults_manifest.get(NAMES["service"])["spec"]["allocateLoadBalancerNodePorts"] is True
     spec = one(render(sets=("server.service.allocateLoadBalancerNodePorts=false",)), "Service", "server")["spec"]
     assert spec["allocateLoadBalancerNodePorts"] is False
     assert "allocateLoadBalancerNodePorts" not in one(render(sets=("server.service.type=ClusterIP",)), "Service", "server")["spec"]
 
 
-def test_ingress_is_optional_and_points_at_the_service():
-    assert not find(render(), "Ingress")
+def test_ingress_is_optional_and_points_at_the_service(defaults_manifest):
+    with pytest.raises(KeyError, match="Kind 'Ingress' not found"):
+        defaults_manifest.get("Ingress/dt-disttrain-server")
     docs = render(sets=("server.ingress.enabled=true", "server.ingress.className=nginx",
                         "server.ingress.annotations.cert-manager\\.io/cluster-issuer=le",
                         "server.ingress.hosts[0].host=demo.example.com", "server.ingress.hosts[0].paths[0].path=/",
@@ -222,19 +223,19 @@ def test_trainers_reach_only_trainers_on_the_collective_port(variant):
         assert not selects(trainers["spec"]["podSelector"], pod_labels(docs, *other))
 
 
-def test_server_port_is_open_to_all_by_default_and_to_the_test_pod():
-    docs = render()
-    server = policy(docs, "server")
-    assert selects(server["spec"]["podSelector"], pod_labels(docs, "Deployment", "server"))
+def test_server_port_is_open_to_all_by_default_and_to_the_test_pod(defaults_manifest):
+    server_labels = defaults_manifest.get(NAMES["server"])["spec"]["template"]["metadata"]["labels"]
+    server = policy_of(defaults_manifest, "server")
+    assert selects(server["spec"]["podSelector"], server_labels)
     assert server["spec"]["policyTypes"] == ["Ingress"]
     anyone, tester = server["spec"]["ingress"]
     assert anyone == {"ports": [{"protocol": "TCP", "port": 8080}]}  # no `from`: any source
     (peer,) = tester["from"]
-    assert selects(peer["podSelector"], pod_labels(docs, "Pod", "test")) and tester["ports"] == anyone["ports"]
-    test = policy(docs, "test")
+    assert selects(peer["podSelector"], defaults_manifest.get(NAMES["test"])["metadata"]["labels"]) and tester["ports"] == anyone["ports"]
+    test = policy_of(defaults_manifest, "test")
     assert test["spec"]["policyTypes"] == ["Egress"]
     (out,) = test["spec"]["egress"]
-    assert selects(out["to"][0]["podSelector"], pod_labels(docs, "Deployment", "server"))
+    assert selects(out["to"][0]["podSelector"], server_labels)
     assert out["ports"] == [{"protocol": "TCP", "port": 8080}]
 
 
@@ -254,10 +255,9 @@ def test_without_the_helm_test_there_is_no_test_policy():
     assert len(policy(docs, "server")["spec"]["ingress"]) == 1
 
 
-def test_copier_egress_is_https_by_default_and_a_value():
-    docs = render()
-    copier = policy(docs, "copier")
-    assert selects(copier["spec"]["podSelector"], pod_labels(docs, "Job", "copier"))
+def test_copier_egress_is_https_by_default_and_a_value(defaults_manifest):
+    copier = policy_of(defaults_manifest, "copier")
+    assert selects(copier["spec"]["podSelector"], defaults_manifest.get(NAMES["copier"])["spec"]["template"]["metadata"]["labels"])
     assert copier["spec"]["policyTypes"] == ["Egress"]
     assert copier["spec"]["egress"] == [{"ports": [{"protocol": "TCP", "port": 443}]}]
     offline = render(sets=("copier.networkPolicy.egress=null",))

@@ -181,7 +181,7 @@ that depends on the storage choice.
 {{- fail "disttrain: set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred" -}}
 {{- end -}}
 {{- range $stage := list "copier" "trainer" "aggregator" "server" }}
-{{- $taken := ternary (list "workdir" "tmp" "gallery" "api-token") (list "workdir" "tmp") (eq $stage "server") }}
+{{- $taken := ternary (list "workdir" "tmp" "gallery" "api-token" "tfserving-config") (list "workdir" "tmp") (eq $stage "server") }}
 {{- range (index $.Values $stage).extraVolumes }}
 {{- if has .name $taken -}}
 {{- fail (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (%s); choose another" $stage .name (join ", " $taken)) -}}
@@ -225,6 +225,50 @@ that depends on the storage choice.
 {{- fail (printf "disttrain: allreduceDtype applies to the strategies whose workers all-reduce (multiworker, localsgd), not %s" .Values.strategy) -}}
 {{- end -}}
 {{- include "disttrain.validateExposure" . -}}
+{{- include "disttrain.validateBackend" . -}}
+{{- end -}}
+
+{{/*
+server.backend (the schema says the same; this repeats it for --skip-schema-validation). With
+tfserving, what promises a protection TF Serving cannot give is refused; our server's other
+settings are ignored (values.yaml, section Server, says which and why).
+*/}}
+{{- define "disttrain.validateBackend" -}}
+{{- $s := .Values.server -}}
+{{- if not (has $s.backend (list "disttrain" "tfserving")) -}}
+{{- fail (printf "disttrain: unknown server.backend %q: use disttrain (our server) or tfserving (the official TensorFlow Serving image on the exported SavedModel)" (toString $s.backend)) -}}
+{{- end -}}
+{{- if eq $s.backend "tfserving" -}}
+{{- if $s.auth.enabled -}}
+{{- fail "disttrain: server.backend tfserving checks no API token: set server.auth.enabled=false and restrict who reaches it (server.service.type ClusterIP, server.service.loadBalancerSourceRanges, server.networkPolicy.allowFrom, or an authenticating gateway in front)" -}}
+{{- end -}}
+{{- if $s.allowedHosts -}}
+{{- fail "disttrain: server.backend tfserving answers any Host header: server.allowedHosts applies to the disttrain backend only; leave it empty (an Ingress with hosts filters by host)" -}}
+{{- end -}}
+{{- if and (eq $s.service.type "LoadBalancer") (not $s.service.loadBalancerSourceRanges) (not $s.service.allowPublicUnauthenticated) -}}
+{{- fail "disttrain: server.backend tfserving behind a LoadBalancer with no server.service.loadBalancerSourceRanges lets anyone on the network call the model (TF Serving checks no token): use server.service.type ClusterIP or loadBalancerSourceRanges, or accept it with server.service.allowPublicUnauthenticated=true" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the server is TF Serving ("true" or empty). */}}
+{{- define "disttrain.tfserving" -}}
+{{- if eq .Values.server.backend "tfserving" -}}true{{- end -}}
+{{- end -}}
+
+{{/* TF Serving's base path: the aggregator's SavedModel export, one numeric directory per version (TF Serving's layout). */}}
+{{- define "disttrain.savedModelBase" -}}
+{{- printf "%s/final/saved_model" (include "disttrain.workdir" .) -}}
+{{- end -}}
+
+{{/* The server's API ports as NetworkPolicy port entries: HTTP, plus TF Serving's gRPC. */}}
+{{- define "disttrain.serverApiPorts" -}}
+- protocol: TCP
+  port: {{ .Values.server.port | int }}
+{{- if include "disttrain.tfserving" . }}
+- protocol: TCP
+  port: {{ .Values.server.tfserving.grpcPort | int }}
+{{- end }}
 {{- end -}}
 
 {{/* Pod-level settings every disttrain pod shares. */}}
@@ -454,7 +498,8 @@ aggregator averages at least (default: the trainer's). Equal to workers unless t
 - name: api-token
   secret:
     secretName: {{ include "disttrain.authSecretName" . }}
-    defaultMode: 0440
+    # 0440 in decimal: YAML 1.1 (Kubernetes) reads 0440 as octal, YAML 1.2 (ruamel, pytest-helm) as 440
+    defaultMode: 288
     items:
       - key: {{ include "disttrain.authSecretKey" . }}
         path: token
@@ -478,7 +523,7 @@ server.service.allowPublicUnauthenticated (the schema says the same; this repeat
 */}}
 {{- define "disttrain.validateExposure" -}}
 {{- $svc := .Values.server.service -}}
-{{- if and (eq $svc.type "LoadBalancer") (not $svc.loadBalancerSourceRanges) (not .Values.server.gallery.readOnly) (not .Values.server.auth.enabled) (not $svc.allowPublicUnauthenticated) -}}
+{{- if and (ne .Values.server.backend "tfserving") (eq $svc.type "LoadBalancer") (not $svc.loadBalancerSourceRanges) (not .Values.server.gallery.readOnly) (not .Values.server.auth.enabled) (not $svc.allowPublicUnauthenticated) -}}
 {{- fail "disttrain: server.service.type LoadBalancer with no server.service.loadBalancerSourceRanges, a writable gallery (server.gallery.readOnly=false) and no API token (server.auth.enabled=false) lets anyone on the network enrol and delete face photos. Set server.auth.enabled=true, server.gallery.readOnly=true or loadBalancerSourceRanges, or accept it with server.service.allowPublicUnauthenticated=true" -}}
 {{- end -}}
 {{- if and .Values.nfsServer.enabled .Values.networkPolicy.enabled (not .Values.nfsServer.networkPolicy.allowedCIDRs) -}}
