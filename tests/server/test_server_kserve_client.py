@@ -13,16 +13,14 @@ import time
 
 import numpy as np
 
+from kserve_venv import KSERVE_PYTHON, run_with_kserve
 from server.serving import NEGATIVE, POSITIVE, http, publish, running_server
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-KSERVE_PYTHON = os.environ.get("DISTTRAIN_KSERVE_PYTHON", os.path.join(ROOT, ".venv-kserve", "bin", "python"))
 CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kserve_client_calls.py")
 
 
 def kserve_calls(*args):
-    assert os.path.exists(KSERVE_PYTHON), f"no kserve virtualenv at {KSERVE_PYTHON}: run `make venv` (it builds .venv-kserve too)"
-    done = subprocess.run([KSERVE_PYTHON, CALLS, *map(str, args)], capture_output=True, text=True, timeout=300)
+    done = run_with_kserve(CALLS, *args)
     sys.stdout.write(done.stdout)
     assert done.returncode == 0, f"the kserve SDK's checks failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
     assert "every check passed" in done.stdout
