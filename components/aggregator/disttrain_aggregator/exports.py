@@ -28,11 +28,11 @@ Staged.publish() then renames the version directory and the .tflite file into pl
 model.keras is: TF Serving polling the base path only ever sees whole versions. Any failure is a
 ContractError naming what failed, and nothing is published.
 
-TFLite: converted from the SavedModel's serving_default with builtin ops only; if the converter refuses
-(the text model: the vectorizer's string ops, which TFLite has no builtins for), again with SELECT_TF_OPS
-(those ops then run on TensorFlow's kernels: the runtime needs the Flex delegate, which the tensorflow
-package's tf.lite.Interpreter has and the slim tflite-runtime lacks). The report says which, and lists
-the Flex ops.
+TFLite: serving_default's function with its variables frozen, builtin ops only (convert_tflite). No
+SELECT_TF_OPS: the Flex delegate that runs them is not in the tensorflow package's tf.lite.Interpreter
+since TF 2.20 (google-ai-edge/LiteRT#6458), so such a model could not be checked here. The text model's
+vectorizer is all string ops (no builtins), so its model.tflite is the core on token ids (build()); a text
+model without one vectorizer before one core (an ensemble) gets no model.tflite, and the report says why.
 """
 
 import argparse
@@ -157,8 +157,8 @@ def text_parts(model):
 
 
 def convert_tflite(model, task, meta, scratch, core=None):
-    """(flatbuffer bytes, whether SELECT_TF_OPS was needed, why) of the task's serving_default function
-    (`core`: a text model's core alone, token ids in; see build()), builtin ops only if the converter can.
+    """The TFLite flatbuffer of the task's serving_default function (`core`: a text model's core alone,
+    token ids in; see build()), builtin ops only.
 
     The function's variables are frozen into constants first (convert_variables_to_constants_v2) and
     the frozen function saved as a SavedModel in `scratch` for the converter: converted with its Keras
@@ -180,26 +180,15 @@ def convert_tflite(model, task, meta, scratch, core=None):
     wrapper = tf.function(lambda *args: {out: frozen(*args)[0]}, input_signature=[spec], autograph=False)
     tf.saved_model.save(tf.Module(), scratch, signatures={SIGNATURE_NAME: wrapper.get_concrete_function()})
 
-    def convert(ops):
-        converter = tf.lite.TFLiteConverter.from_saved_model(scratch, signature_keys=[SIGNATURE_NAME])
-        converter.target_spec.supported_ops = ops
-        return converter.convert()
-
+    converter = tf.lite.TFLiteConverter.from_saved_model(scratch, signature_keys=[SIGNATURE_NAME])
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     try:
-        return convert([tf.lite.OpsSet.TFLITE_BUILTINS]), False, None
-    except Exception as err:  # ConverterError, with the ops TFLite has no builtin for in its message
-        why = next((line.strip() for line in str(err).splitlines() if line.startswith("TF Select ops")),
-                   f"{type(err).__name__}: {first_line(err)}")
-    return convert([tf.lite.OpsSet.TFLITE_BUILTINS, tf.lite.OpsSet.SELECT_TF_OPS]), True, why
-
-
-def flex_ops(content):
-    """The TensorFlow ops a TFLite model runs through the Flex delegate (SELECT_TF_OPS), sorted: its
-    operator codes' custom names ("FlexStringLower", ...), read from the flatbuffer."""
-    from tensorflow.lite.tools import flatbuffer_utils
-
-    codes = flatbuffer_utils.convert_bytearray_to_object(bytearray(content)).operatorCodes or []
-    return sorted({code.customCode.decode() for code in codes if code.customCode and code.customCode.startswith(b"Flex")})
+        return converter.convert()
+    except Exception as err:  # ConverterError: its "TF Select ops: ..." line names what has no builtin
+        why = next((line.strip() for line in str(err).splitlines() if line.startswith("TF Select ops")), first_line(err))
+        raise ContractError(f"the TFLite converter needs ops that are not TFLite builtins ({why}); SELECT_TF_OPS "
+                            "models cannot run in the tensorflow package's tf.lite.Interpreter since TF 2.20 (no "
+                            "Flex delegate): publish without it with --exports saved_model") from None
 
 
 def signature_dtype(task):
@@ -269,7 +258,7 @@ class Staged:
                 for old in kept[:-KEEP_VERSIONS]:
                     shutil.rmtree(os.path.join(base, str(old)), ignore_errors=True)
                 self.report["saved_model"]["versions_kept"] = kept[-KEEP_VERSIONS:]
-            if "tflite" in self.kinds:
+            if "tflite" in self.kinds and os.path.exists(self.tflite_path):  # (not when skipped)
                 os.replace(self.tflite_path, os.path.join(final_dir, TFLITE_FILE))
         except OSError as err:
             raise ContractError(f"cannot publish the exports in {final_dir}: {err}") from None
@@ -391,8 +380,13 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_accuracy, now)
     # order), builtin ops only; the vectorizer runs in TensorFlow before it.
     parts = text_parts(model) if task == "text" else None
     vectorize = parts[0] if parts else None
+    if task == "text" and parts is None:  # e.g. --combine ensemble: each member has its own vectorizer
+        staged.report["tflite"] = {"skipped": "the text model is not one vectorizer before one core (an ensemble?), "
+                                              "and TFLite cannot take its strings (no builtin string ops, no Flex "
+                                              "delegate in the tensorflow package since TF 2.20)"}
+        return
     t0 = time.perf_counter()
-    content, select_ops, why = convert_tflite(model, task, meta, os.path.join(staged.staging, "tflite-source"),
+    content = convert_tflite(model, task, meta, os.path.join(staged.staging, "tflite-source"),
                                               parts[1] if parts else None)
     convert_sec = time.perf_counter() - t0
     with open(staged.tflite_path, "wb") as fh:
@@ -408,18 +402,12 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_accuracy, now)
                   else {"name": name, "dtype": dtype_name(signature_dtype(task)),
                         "shape": [-1] if task == "text" else [-1, *model.inputs[0].shape[1:]]}),
         "size_bytes": len(content),
-        "builtin_ops_only": not select_ops,
-        "select_tf_ops": select_ops,
-        **({"select_tf_ops_why": why, "flex_ops": flex_ops(content)} if select_ops else {}),
+        "builtin_ops_only": True,
+        "select_tf_ops": False,
         "signature": SIGNATURE_NAME,
         "keras_test_accuracy": keras_accuracy,
         "convert_sec": round(convert_sec, 3),
     }
-    if select_ops:  # (a model of another structure than the trainer's, e.g. a text ensemble)
-        section["test_accuracy"] = None
-        section["not_evaluated"] = ("its Flex ops need the Flex delegate, which the tensorflow package's "
-                                    "tf.lite.Interpreter lacks since TF 2.20 (google-ai-edge/LiteRT#6458)")
-        return
     with warnings.catch_warnings():  # "tf.lite.Interpreter is deprecated ... use ai_edge_litert": not pinned here
         warnings.simplefilter("ignore", UserWarning)
         interpreter = tf.lite.Interpreter(model_content=content)

@@ -441,14 +441,13 @@ def print_exports(section, final_dir):
               f"{os.path.join(final_dir, saved['base_path'])}): {signatures}; outputs within "
               f"{saved['max_abs_diff_vs_keras']:.2g} of the Keras model's", flush=True)
     lite = section.get("tflite")
-    if lite:
+    if lite and "skipped" in lite:
+        print(f"aggregator: no TFLite model: {lite['skipped']}", flush=True)
+    elif lite:
         print(f"aggregator: TFLite {os.path.join(final_dir, lite['path'])} ({lite['input']['name']} in): "
-              f"{lite['size_bytes']:,} bytes, "
-              + ("builtin ops only" if lite["builtin_ops_only"] else f"SELECT_TF_OPS for {', '.join(lite['flex_ops'])}")
-              + (f"; not evaluated: {lite['not_evaluated']}" if lite["test_accuracy"] is None else
-                 f"; held-out accuracy {lite['test_accuracy']:.4f} (Keras {lite['keras_test_accuracy']:.4f}); "
-                 f"one instance {lite['latency_ms']['tflite_median']:.2f} ms (Keras {lite['latency_ms']['keras_median']:.2f} ms)"),
-              flush=True)
+              f"{lite['size_bytes']:,} bytes, builtin ops only; held-out accuracy {lite['test_accuracy']:.4f} "
+              f"(Keras {lite['keras_test_accuracy']:.4f}); one instance {lite['latency_ms']['tflite_median']:.2f} ms "
+              f"(Keras {lite['latency_ms']['keras_median']:.2f} ms)", flush=True)
 
 
 def newest_published(path_or_glob):
