@@ -22,10 +22,15 @@
    split; analysis.py analyses every model evaluated (per class, calibration, slices)
    from the predictions already made; the quality gate (gate.py) decides whether the
    result may replace the published model;
-6. publish final/model.keras (atomically), report.json, report.png, analysis.png, _SUCCESS --
-   only after every check passed, so bad input publishes nothing. A model the
-   gate refuses goes to rejected/<time>/ beside final/ with its report, and the
-   aggregator exits 4 (--force publishes it anyway, recorded in the report).
+6. export (exports.py, --exports): a TensorFlow SavedModel for TF Serving and KServe
+   (final/saved_model/<version>/) and a TFLite model (final/model.tflite), built and
+   checked against the Keras model on the held-out split in a staging directory; a
+   failed export is an error and publishes nothing;
+7. publish the exports, final/model.keras (atomically), report.json, report.png,
+   analysis.png, _SUCCESS -- only after every check passed, so bad input publishes
+   nothing. A model the gate refuses goes to rejected/<time>/ beside final/ with its
+   report (without exports), and the aggregator exits 4 (--force publishes it anyway,
+   recorded in the report).
 """
 
 import argparse
@@ -38,7 +43,7 @@ import time
 
 import numpy as np
 
-from disttrain_aggregator import analysis, combine, gate
+from disttrain_aggregator import analysis, combine, exports, gate
 from disttrain_aggregator.data_summary import data_summary
 from disttrain_aggregator.tensorboard_events import write_event_files
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
@@ -54,7 +59,8 @@ def parse_args(argv=None):
         prog="disttrain-aggregator",
         description="Check, combine (average or promote) and evaluate the worker models; publish the final model "
         "and report.json (stage 3 of disttrain) if it passes the quality gate.",
-        epilog="exit status: 0 published; 2 bad input or a broken stage contract; 3 timed out waiting for a stage; "
+        epilog="exit status: 0 published; 2 bad input, a broken stage contract, or an export that failed (nothing "
+        "published); 3 timed out waiting for a stage; "
         f"{gate.EXIT_REFUSED} the quality gate refused the final model (kept with its report in rejected/<time>/ "
         "beside the final directory; the published model is left as it was).",
     )
@@ -74,6 +80,11 @@ def parse_args(argv=None):
                    "mean of the worker models' probabilities, N forward passes), or the best worker by its validation "
                    "accuracy (trainer --validation-fraction; never the held-out split). The report evaluates all three "
                    "either way. Refused for the other strategies: their workers end with one shared model")
+    p.add_argument("--exports", type=exports.parse_kinds, default=exports.KINDS, metavar="LIST",
+                   help="what to export next to the final model, comma-separated: saved_model (SAVEFILE's directory"
+                   "/saved_model/<version>/, for TensorFlow Serving and KServe), tflite (model.tflite); or none "
+                   "(default: saved_model,tflite). Each is checked against the Keras model on the held-out split, "
+                   "and the report has their numbers")
     p.add_argument("--baseline", metavar="REPORT_JSON",
                    help="a 1-worker run's report.json on the same data, for the analysis' comparison (final vs best "
                    "worker vs this baseline); without it the report says there is none")
@@ -374,16 +385,36 @@ def main(argv=None):
         raise gate.GateRefused(f"refused to publish the final model: {'; '.join(verdict['reasons'])}. "
                                f"It is kept with its report in {rejected}; the published model is unchanged "
                                "(--force publishes it anyway)")
-    write_event_files(os.path.dirname(final_dir), report)  # WORKDIR/tensorboard: the held-out metrics for TensorBoard
-    write_model_and_report(final_dir, savefile, final, meta, report, histories)
+    staged = None
+    if args.exports:  # built and checked before anything is published; a failure publishes nothing
+        print(f"aggregator: exporting {', '.join(args.exports)} ...", flush=True)
+        staged = exports.stage(final_dir, args.exports, final, manifest.task, meta, x_test, y_test, manifest.seed,
+                               final_metrics["test_accuracy"])
+        report["exports"] = staged.report
+    else:
+        report["exports"] = {"requested": []}
+    left = exports.stale(final_dir, args.exports)
+    if left:
+        report["exports"]["stale"] = left
+        print(f"aggregator: warning: {', '.join(left)} in {final_dir} are an earlier model's exports (not in --exports "
+              f"{','.join(args.exports) or 'none'}); left as they are", flush=True)
+    try:
+        write_event_files(os.path.dirname(final_dir), report)  # WORKDIR/tensorboard: the held-out metrics for TensorBoard
+        write_model_and_report(final_dir, savefile, final, meta, report, histories, staged)
+    finally:
+        if staged:
+            staged.discard()  # (already gone once published)
+    if staged:
+        print_exports(report["exports"], final_dir)
     write_marker(final_dir, "aggregator", model=os.path.basename(savefile), strategy=strategy,
                  test_accuracy=final_metrics["test_accuracy"])
     print(f"aggregator: published {savefile} (report: {os.path.join(final_dir, 'report.json')})")
     return 0
 
 
-def write_model_and_report(directory, savefile, final, meta, report, histories):
-    """The model, report.json and report.png into `directory`, each atomically."""
+def write_model_and_report(directory, savefile, final, meta, report, histories, staged=None):
+    """The model, report.json and report.png into `directory`, each atomically; `staged`: the exports
+    (exports.Staged), renamed into place first."""
     os.makedirs(directory, exist_ok=True)
     # The report is renamed into place only after the model is (both atomically): a full
     # disk while writing the model leaves no new report next to the old model, and no
@@ -395,8 +426,28 @@ def write_model_and_report(directory, savefile, final, meta, report, histories):
         started = time.perf_counter()
         analysis.plot(report["analysis"], report, analysis_tmp)
         report["analysis"]["plot_sec"] = time.perf_counter() - started
+        if staged:  # before the model: a server or TF Serving that sees the new model.keras finds its exports
+            staged.publish(directory)
         atomic_write_json(report_tmp, report)
         save_model(final, savefile, meta)
+
+
+def print_exports(section, final_dir):
+    """One line per export: where it is, and the TFLite model's numbers against the Keras model's."""
+    saved = section.get("saved_model")
+    if saved:
+        signatures = ", ".join(f"{key}({', '.join(sig['inputs'])})" for key, sig in saved["signatures"].items())
+        print(f"aggregator: SavedModel {os.path.join(final_dir, saved['path'])} (TF Serving --model_base_path="
+              f"{os.path.join(final_dir, saved['base_path'])}): {signatures}; outputs within "
+              f"{saved['max_abs_diff_vs_keras']:.2g} of the Keras model's", flush=True)
+    lite = section.get("tflite")
+    if lite and "skipped" in lite:
+        print(f"aggregator: no TFLite model: {lite['skipped']}", flush=True)
+    elif lite:
+        print(f"aggregator: TFLite {os.path.join(final_dir, lite['path'])} ({lite['input']['name']} in): "
+              f"{lite['size_bytes']:,} bytes, builtin ops only; held-out accuracy {lite['test_accuracy']:.4f} "
+              f"(Keras {lite['keras_test_accuracy']:.4f}); one instance {lite['latency_ms']['tflite_median']:.2f} ms "
+              f"(Keras {lite['latency_ms']['keras_median']:.2f} ms)", flush=True)
 
 
 def newest_published(path_or_glob):

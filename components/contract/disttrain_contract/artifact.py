@@ -111,3 +111,29 @@ def resize_image(image, height, width, channels):
         shrinking = image.shape[0] > height or image.shape[1] > width
         image = cv2.resize(image, (width, height), interpolation=cv2.INTER_AREA if shrinking else cv2.INTER_LINEAR)
     return image.reshape(height, width, channels).astype(np.uint8)
+
+
+def decode_image_graph(data, height, width, channels):
+    """`decode_image` as TensorFlow ops, for the image SavedModel's encoded-image signature: a batch
+    of encoded files (tf.string [n]) -> uint8 [n, height, width, channels]. tf.io.decode_image (PNG,
+    JPEG, GIF's first frame, BMP) instead of OpenCV, and tf.image.resize with OpenCV's choice of
+    method (area when shrinking, bilinear otherwise). The same pixels as OpenCV for an image already
+    of the model's size in a lossless format; otherwise close, not equal (other JPEG decoder and
+    resize arithmetic: tests/integration/test_exports_savedmodel.py measures the difference)."""
+    import tensorflow as tf
+
+    def decode(one):
+        image = tf.io.decode_image(one, channels=channels, expand_animations=False, dtype=tf.uint8)
+        size = tf.shape(image)[:2]
+        same = tf.reduce_all(tf.equal(size, [height, width]))
+        shrinking = tf.logical_or(size[0] > height, size[1] > width)
+
+        def resize(method):
+            resized = tf.image.resize(image, [height, width], method=method)
+            return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
+
+        out = tf.cond(same, lambda: image,
+                      lambda: tf.cond(shrinking, lambda: resize("area"), lambda: resize("bilinear")))
+        return tf.ensure_shape(out, [height, width, channels])
+
+    return tf.map_fn(decode, data, fn_output_signature=tf.TensorSpec([height, width, channels], tf.uint8))

@@ -196,6 +196,37 @@ def preprocess(crops, version):
     return out.reshape(batch.shape)
 
 
+def preprocess_graph(crops, version):
+    """`preprocess` as TensorFlow ops, for the aggregator's SavedModel and TFLite exports, whose
+    serving graph takes the raw crops the server's API takes: uint8 [n, size, size, 1] in, the same
+    shape out. Version 2 computes exactly what cv2.equalizeHist computes per crop (tests/integration/
+    test_exports_savedmodel.py: equal on every held-out crop): the histogram h, its running sum c, and
+    for every level v >= the darkest level d, lut[v] = round((c[v] - h[d]) * (255 / (n - h[d]))) in
+    float32, rounded half to even (OpenCV's saturate_cast); a crop of one level keeps it. Only ops
+    TFLite has as builtins (unsorted segment sum, cumsum, gather), and memory in proportion to the
+    pixels: not a one-hot [n, pixels, 256] comparison."""
+    import tensorflow as tf
+
+    if version == 1:
+        return crops
+    if version != 2:
+        raise ContractError(f"face_preprocessing {version!r} is not one of {PREPROCESSING_VERSIONS}")
+    shape = tf.shape(crops)
+    n = shape[0]
+    flat = tf.reshape(tf.cast(crops, tf.int32), [n, -1])  # [n, pixels]
+    pixels = tf.cast(tf.shape(flat)[1], tf.float32)
+    ids = flat + tf.range(n)[:, None] * 256  # one histogram per crop
+    hist = tf.reshape(tf.math.unsorted_segment_sum(tf.ones_like(flat, tf.float32), ids, n * 256), [n, 256])
+    cumulative = tf.cumsum(hist, axis=1)
+    darkest = tf.reduce_min(tf.where(hist > 0, cumulative, pixels), axis=1, keepdims=True)  # h[d] = c[d]
+    scale = 255.0 / tf.maximum(pixels - darkest, 1.0)
+    lut = tf.clip_by_value(tf.round((cumulative - darkest) * scale), 0.0, 255.0)
+    equalised = tf.gather(tf.reshape(lut, [-1]), ids)
+    one_level = tf.equal(darkest, pixels)  # [n, 1]: cv2.equalizeHist leaves such a crop as it is
+    out = tf.where(one_level, tf.cast(flat, tf.float32), equalised)
+    return tf.reshape(tf.cast(out, tf.uint8), shape)
+
+
 # -------------------------------------------------------------- augmentation
 
 # Ranges of real uploads (issue 14: phone photos 0.7x darker or brighter, a few degrees

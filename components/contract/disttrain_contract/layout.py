@@ -19,6 +19,8 @@
           _SUCCESS               marker: this worker finished (JSON: init hash, example count ...)
       final/                     written by the aggregator
         model.keras              the model the server serves
+        saved_model/<version>/   the same model as a TensorFlow SavedModel (TF Serving, KServe; aggregator --exports)
+        model.tflite             the same model for TensorFlow Lite (aggregator --exports)
         report.json              per-worker and final held-out metrics; average: the three --combine candidates
         report.png               the same as bar and curve plots
         _SUCCESS                 marker: the aggregator published a model

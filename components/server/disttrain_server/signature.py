@@ -13,10 +13,9 @@ column), an image is uint8 pixels [n, height, width, channels].
 
 from dataclasses import dataclass
 
-SIGNATURE_NAME = "serving_default"  # TF Serving's default signature key; the only one we serve
-PREDICT_METHOD = "tensorflow/serving/predict"
-INPUT_NAMES = {"text": "text", "image": "image", "faces": "face"}
-OUTPUT_NAMES = {"text": "probabilities", "image": "probabilities", "faces": "embedding"}
+# Shared with the aggregator's SavedModel export (the server serves only SIGNATURE_NAME)
+from disttrain_contract.serving import INPUT_NAMES, OUTPUT_NAMES, PREDICT_METHOD, SIGNATURE_NAME  # noqa: F401
+
 # TF DataType enum names (TF Serving's JSON) -> the Open Inference Protocol's datatypes.
 V2_DATATYPES = {"DT_STRING": "BYTES", "DT_UINT8": "UINT8", "DT_FLOAT": "FP32"}
 
