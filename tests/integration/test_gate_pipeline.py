@@ -19,9 +19,11 @@ pytestmark = pytest.mark.slow
 
 
 def final_state(final):
-    """Every published file's bytes, and the model file's (inode, mtime_ns, size): what the
+    """Every published file's bytes (the exports' directories too: a refused run must not touch
+    the SavedModel TF Serving serves), and the model file's (inode, mtime_ns, size): what the
     server's ModelStore compares to decide on a reload."""
-    files = {name: hashlib.sha256((final / name).read_bytes()).hexdigest() for name in sorted(os.listdir(final))}
+    files = {str(path.relative_to(final)): hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(final.rglob("*")) if path.is_file()}
+    assert any(name.startswith("saved_model/") for name in files), sorted(files)  # the exports are published
     st = (final / "model.keras").stat()
     return files, (st.st_ino, st.st_mtime_ns, st.st_size)
 
