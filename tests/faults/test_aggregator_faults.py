@@ -24,7 +24,7 @@ from stages import stage
 
 pytestmark = pytest.mark.faults
 
-FINAL_FILES = ("model.keras", "report.json", "report.png", "analysis.png", "_SUCCESS")
+FINAL_FILES = ("model.keras", "report.json", "report.png", "analysis.png", "_SUCCESS", "model.tflite", "saved_model")
 
 
 @pytest.fixture
@@ -146,12 +146,22 @@ def test_truncated_test_split(work):
 def test_unwritable_final_dir(work):
     with read_only_dir(work / "final"):
         result = aggregate(work, process=True)
-        assert_nothing_published(result, r"cannot write .*final/(model\.keras|report\.json|report\.png|analysis\.png): (Read-only file system|Permission denied)", work)
+        # the exports are staged first (final/.exports.tmp-*), so they meet the read-only directory first
+        assert_nothing_published(result, r"cannot write (in )?.*final(/(model\.keras|report\.json|report\.png|analysis\.png))?: (\[Errno \d+\] )?(Read-only file system|Permission denied)", work)
 
 
 def test_full_disk_while_writing_the_final_model(work):
-    with tmpfs(work / "final", size="2m"):  # report.json and report.png fit, the ~5 MB model does not
+    # report.json and report.png would fit, the ~5 MB model does not; the exports, staged first
+    # (a SavedModel written by TensorFlow's own SaveV2), meet the full disk first
+    with tmpfs(work / "final", size="2m"):
         result = aggregate(work, process=True)
+        assert_nothing_published(result, r"no space left on device while writing (the exports in )?.*final(/model\.keras)?", work)
+        assert os.listdir(work / "final") == []
+
+
+def test_full_disk_while_writing_the_final_model_without_exports(work):
+    with tmpfs(work / "final", size="2m"):
+        result = aggregate(work, "--exports", "none", process=True)
         assert_nothing_published(result, r"no space left on device while writing .*final/model\.keras", work)
         assert os.listdir(work / "final") == []
 
@@ -160,19 +170,25 @@ def digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
+def digests(final):
+    """Every file under final/ (the SavedModel's directory too), relative name -> sha256."""
+    return {str(p.relative_to(final)): digest(p) for p in sorted(final.rglob("*")) if p.is_file()}
+
+
 def test_full_disk_on_a_rerun_keeps_the_previous_publication(work):
     """The previous model, report and marker stay byte for byte; the server keeps serving the old model."""
     final = work / "final"
-    with tmpfs(final, size="8m"):
+    with tmpfs(final, size="24m"):  # one publication (model, SavedModel, TFLite: ~16 MB) fits, not two
         stage("aggregator", "--workdir", work, "--timeout", 0)  # a real process, like the failing re-run
-        before = {f: digest(final / f) for f in FINAL_FILES}
+        before = digests(final)
+        assert {"model.keras", "model.tflite"} <= set(before) and any(f.startswith("saved_model/") for f in before)
         # leave about 1 MB free: the report fits, a second ~5 MB model does not
         st = os.statvfs(final)
         (final / "filler").write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - (1 << 20)))
         result = aggregate(work, process=True)
-        assert_failed_cleanly(result, r"no space left on device while writing .*final/model\.keras", work, exit_code=2)
+        assert_failed_cleanly(result, r"no space left on device while writing (the exports in )?.*final(/model\.keras)?", work, exit_code=2)
         (final / "filler").unlink()
-        assert {f: digest(final / f) for f in FINAL_FILES} == before
+        assert digests(final) == before
         assert sorted(os.listdir(final)) == sorted(FINAL_FILES)
         assert temp_leftovers(work) == []
 

@@ -47,6 +47,7 @@ import warnings
 import numpy as np
 
 from disttrain_contract import ContractError
+from disttrain_contract.atomic import describe_os_error
 from disttrain_contract.evaluation import call_in_chunks, compiled, evaluate
 from disttrain_contract.serving import (BYTES_SIGNATURE_NAME, IMAGE_BYTES_INPUT, INPUT_NAMES, OUTPUT_NAMES,
                                         SIGNATURE_NAME)
@@ -321,6 +322,11 @@ def stage(final_dir, kinds, model, task, meta, x, y, seed, keras_accuracy, now=N
             with_suppressed_rmdir(final_dir)
         if isinstance(err, ContractError):
             raise ContractError(f"{failed}{err}") from None
+        if isinstance(err, OSError):
+            raise ContractError(f"{failed}{describe_os_error(err, final_dir)}") from None
+        if isinstance(err, Exception) and "No space left on device" in str(err):
+            # TensorFlow's own writers (SaveV2) raise ResourceExhaustedError, not OSError
+            raise ContractError(f"{failed}no space left on device while writing the exports in {final_dir}") from None
         if isinstance(err, Exception):  # TensorFlow's: the converter's, a full disk while saving ...
             raise ContractError(f"{failed}{type(err).__name__}: {first_line(err)}") from err
         raise

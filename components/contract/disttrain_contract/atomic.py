@@ -16,7 +16,8 @@ import tempfile
 from disttrain_contract.errors import ContractError
 
 
-def _describe_os_error(err, path):
+def describe_os_error(err, path):
+    """One line for a failed write: what every stage prints for a full disk or a read-only place."""
     if err.errno == errno.ENOSPC:
         return f"no space left on device while writing {path}"
     if err.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
@@ -38,7 +39,7 @@ def atomic_path(path):
         os.close(fd)
         os.unlink(tmp)  # the body decides whether it is a file or a directory
     except OSError as err:
-        raise ContractError(_describe_os_error(err, path)) from None
+        raise ContractError(describe_os_error(err, path)) from None
     try:
         yield tmp
         if os.path.isdir(path) and os.path.isdir(tmp):
@@ -46,7 +47,7 @@ def atomic_path(path):
         os.replace(tmp, path)
     except OSError as err:
         _remove(tmp)
-        raise ContractError(_describe_os_error(err, path)) from None
+        raise ContractError(describe_os_error(err, path)) from None
     except BaseException:
         _remove(tmp)
         raise
