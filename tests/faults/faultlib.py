@@ -14,6 +14,7 @@ import os
 import re
 import stat
 import subprocess
+import sys
 import threading
 import time
 import zipfile
@@ -78,6 +79,28 @@ def check_complete(path):
             if not (data.startswith(PNG_SIGNATURE) and data.endswith(PNG_END)):
                 raise Incomplete("not a whole PNG (signature or IEND chunk missing)")
             return "png"
+        if name in ("saved_model.pb", "fingerprint.pb"):  # the aggregator's SavedModel export
+            from tensorflow.core.protobuf import fingerprint_pb2, saved_model_pb2
+
+            with open(path, "rb") as fh:
+                data = fh.read()
+            if name == "saved_model.pb":
+                message = saved_model_pb2.SavedModel.FromString(data)
+                if not message.meta_graphs:
+                    raise Incomplete("a SavedModel without a meta graph")
+            elif not fingerprint_pb2.FingerprintDef.FromString(data).saved_model_checksum:
+                raise Incomplete("a fingerprint without the SavedModel's checksum")
+            return "savedmodel-proto"
+        if name.endswith(".tflite"):
+            # TFLite verifies the FlatBuffer as it loads it; a torn file can crash the interpreter
+            # (a segfault seen here), so it loads in a process of its own, once per file version
+            done = subprocess.run([sys.executable, "-c", "import sys, tensorflow as tf; tf.lite.Interpreter(model_path=sys.argv[1])", path],
+                                  capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+            if done.returncode != 0:
+                if not os.path.exists(path):
+                    raise FileNotFoundError(path)
+                raise Incomplete(f"TFLite cannot load it (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:] }")
+            return "tflite"
         if name.endswith(".txt"):
             with open(path, "rb") as fh:
                 data = fh.read()
@@ -169,6 +192,15 @@ class Watcher(threading.Thread):
                 continue
             if any(OUR_TEMP in p for p in parts):
                 self.our_temps.add(rel_dir)
+                continue
+            if "saved_model" in parts and parts[-1] == "variables":
+                # a SavedModel's variables are a TensorFlow checkpoint named `variables`: whole by the
+                # checkpoint rules (index footer, every data shard); the version directory they are in
+                # is renamed into place whole, so here they must always be
+                if filenames and self._tf_checkpoint_whole(dirpath, "variables") is not True:
+                    if os.path.isdir(dirpath):  # not an old version being removed meanwhile
+                        self._violation(rel_dir, "a SavedModel's variables are not a whole checkpoint")
+                dirnames[:] = []
                 continue
             if any(p.endswith("checkpoints") for p in parts):
                 self._scan_checkpoints(dirpath, rel_dir, filenames)
