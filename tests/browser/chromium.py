@@ -24,3 +24,13 @@ def chromium_page(width=900, height=700):
             yield page
         finally:
             browser.close()
+
+
+def screenshot(page, folder, name):
+    """Save a full-page screenshot to folder/name for a human to look at (the path is printed:
+    run pytest -s to see it); a near-empty file means the page did not render."""
+    path = folder / name
+    page.screenshot(path=str(path), full_page=True)
+    print(f"screenshot: {path}")
+    assert path.stat().st_size > 10_000
+    return path

@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from browser.chromium import chromium_page, needs_chromium
+from browser.chromium import chromium_page, needs_chromium, screenshot
 from server.serving import pipeline_run, refused_run, running_server
 
 # two real runs (~30-60 s on 2 busy cores, the 12-epoch one shared with tests/server/test_server_dashboard.py)
@@ -54,15 +54,6 @@ def volume(tmp_path_factory):
 
 def natural_width(page, selector):
     return page.locator(selector).evaluate("img => img.complete ? img.naturalWidth : 0")
-
-
-def screenshot(page, folder, name):
-    """Saved for a human to look at (the path is printed: pytest -s; $DISTTRAIN_SCREENSHOT_DIR or /tmp/disttrain-screenshots)."""
-    path = folder / name
-    page.screenshot(path=str(path), full_page=True)
-    print(f"screenshot: {path}")
-    assert path.stat().st_size > 10_000
-    return path
 
 
 def test_demo_page_to_the_dashboard_and_the_runs(volume, tmp_path_factory):

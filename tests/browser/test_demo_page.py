@@ -8,7 +8,7 @@ import cv2
 import numpy as np
 import pytest
 
-from browser.chromium import chromium_page, needs_chromium
+from browser.chromium import chromium_page, needs_chromium, screenshot
 from server.serving import NEGATIVE, POSITIVE, http, publish, running_server, sample_model, worker_model
 
 
@@ -33,14 +33,6 @@ def demo_url(demo):
 def page(demo_url):
     with chromium_page() as page:
         yield page
-
-
-def screenshot(page, tmp_path_factory, name):
-    """Saved for a human to look at (the path is printed; run pytest -s to see it)."""
-    shot = tmp_path_factory.mktemp("screenshots") / name
-    page.screenshot(path=str(shot), full_page=True)
-    print(f"screenshot: {shot}")
-    assert shot.stat().st_size > 10_000
 
 
 def check_publication_time(page, version):
@@ -86,7 +78,7 @@ def test_review_gets_a_probability(page, demo_url, tmp_path_factory):
     assert label == "positive" and percent > 50.0
     assert page.locator("#result .row").count() == 2  # one bar per label
 
-    screenshot(page, tmp_path_factory, "text-demo.png")
+    screenshot(page, tmp_path_factory.mktemp("screenshots"), "text-demo.png")
 
     assert predicted_percent(page, NEGATIVE)[0] == "negative"
     assert outside == []
@@ -146,7 +138,7 @@ def test_page_shows_the_training_data_summary(page, demo, tmp_path_factory):
         assert re.search(r"Data: \d+ training examples in 1 shard\(s\) \(\d+\), \d+ held out", text), text
         assert "validation passed (label skew passed, leakage warning, missing class passed, schema skipped)" in text
         assert page.locator("#data-warnings li").count() == 1 and page.is_visible("#data-warnings")
-        screenshot(page, tmp_path_factory, "demo-page-training-data.png")
+        screenshot(page, tmp_path_factory.mktemp("screenshots"), "demo-page-training-data.png")
     finally:
         os.remove(report)
 
@@ -187,7 +179,7 @@ def test_image_page_after_an_image_model_is_published(page, demo, tmp_path_facto
     headline = page.inner_text("#result .headline")
     assert re.fullmatch(r"\d: \d+(\.\d+)?%", headline.strip()), headline
     assert page.locator("#result .row").count() == 10
-    screenshot(page, tmp_path_factory, "image-demo.png")
+    screenshot(page, tmp_path_factory.mktemp("screenshots"), "image-demo.png")
 
     page.set_input_files("#image", {"name": "broken.png", "mimeType": "image/png", "buffer": b"\x89PNG\r\n\x1a\n broken"})
     page.click("#predict")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from browser.chromium import chromium_page, needs_chromium
+from browser.chromium import chromium_page, needs_chromium, screenshot
 from server.serving import running_server
 from stages import free_port_block, stage, start_stage
 
@@ -44,15 +44,6 @@ def wait_until(condition, what, timeout=60):
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.25)
-
-
-def screenshot(page, folder, name):
-    """Saved for a human to look at (run pytest -s to see the path); kept like test_demo_page's."""
-    path = folder / name
-    page.screenshot(path=str(path), full_page=True)
-    print(f"screenshot: {path}")
-    assert path.stat().st_size > 10_000
-    return path
 
 
 def test_the_page_follows_a_real_run_then_shows_its_report(tmp_path, tmp_path_factory):
