@@ -208,6 +208,15 @@ def test_trainer_failure_handling_on_new_clusters(kube):
     assert spec["activeDeadlineSeconds"] == 86400
 
 
+@pytest.mark.parametrize("exports, expected", [(None, "saved_model,tflite"), ('["tflite"]', "tflite"),
+                                               ('["tflite","saved_model"]', "tflite,saved_model"), ("[]", "none")])
+def test_aggregator_exports_come_from_values(exports, expected):
+    """aggregator.exports reaches --exports (the aggregator orders the kinds itself); [] is none.
+    (--set-json: --set a={} gives a list of one empty string, not an empty list.)"""
+    aggregator = main_container(render(extra=("--set-json", f"aggregator.exports={exports}") if exports else ()), "aggregator")
+    assert arg(aggregator, "--exports") == expected
+
+
 @pytest.mark.parametrize("kube, failure_policy", [("1.25.0", False), ("1.26.0", True), ("1.28.0", True)])
 def test_trainer_failure_handling_on_older_clusters(kube, failure_policy):
     spec = one(render(kube_version=kube), "Job", "trainer")["spec"]

@@ -161,6 +161,9 @@ def test_the_disttrain_backend_is_the_default(defaults_manifest):
         (TFSERVING + ("server.tfserving.extraArgs={rm -rf}",), ["/server/tfserving/extraArgs/0"]),
         (TFSERVING + ("server.tfserving.grpcPort=0",), ["/server/tfserving/grpcPort"]),
         (TFSERVING + ("server.tfserving.image.tag=a b",), ["/server/tfserving/image/tag"]),
+        (("aggregator.exports={onnx}",), ["/aggregator/exports/0", "saved_model", "tflite"]),
+        (("aggregator.exports={tflite,tflite}",), ["/aggregator/exports"]),
+        (TFSERVING + ("aggregator.exports={tflite}",), ["keep saved_model in aggregator.exports"]),
     ],
 )
 def test_schema_refuses(sets, expected):
@@ -178,6 +181,7 @@ def test_schema_refuses(sets, expected):
         (("server.backend=tfserving", "server.auth.enabled=false"), "behind a LoadBalancer with no server.service.loadBalancerSourceRanges"),
         (TFSERVING + ("server.extraVolumes[0].name=tfserving-config", "server.extraVolumes[0].emptyDir.medium=Memory"),
          'the volume name "tfserving-config" is the chart\'s own'),
+        (TFSERVING + ("aggregator.exports={tflite}",), "serves the SavedModel the aggregator exports: keep saved_model in aggregator.exports"),
     ],
 )
 def test_template_refuses_without_the_schema(sets, expected):

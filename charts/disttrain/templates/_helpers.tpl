@@ -239,6 +239,9 @@ settings are ignored (values.yaml, section Server, says which and why).
 {{- fail (printf "disttrain: unknown server.backend %q: use disttrain (our server) or tfserving (the official TensorFlow Serving image on the exported SavedModel)" (toString $s.backend)) -}}
 {{- end -}}
 {{- if eq $s.backend "tfserving" -}}
+{{- if not (has "saved_model" .Values.aggregator.exports) -}}
+{{- fail "disttrain: server.backend tfserving serves the SavedModel the aggregator exports: keep saved_model in aggregator.exports" -}}
+{{- end -}}
 {{- if $s.auth.enabled -}}
 {{- fail "disttrain: server.backend tfserving checks no API token: set server.auth.enabled=false and restrict who reaches it (server.service.type ClusterIP, server.service.loadBalancerSourceRanges, server.networkPolicy.allowFrom, or an authenticating gateway in front)" -}}
 {{- end -}}
