@@ -31,12 +31,14 @@ is not a per-process value at all: the folder is shared, so it is counted at scr
 process that answers (a custom collector in the scrape's registry; prometheus_client's limitation on
 custom collectors in multiprocess mode is about values held in other processes' memory).
 
-Shared by request threads: the ServerMetrics object (created by create_app, never changed after) and
+Shared by request threads: the ServerMetrics object (created by create_app, never changed after but
+for its deque of model-call sizes and its cache of series, each thread-safe and saying why), and
 prometheus_client's metric objects, which lock every update (one lock per value in a single process,
 one process-wide lock around the file writes in multiprocess mode). The start time of a request is
 in flask.g, which belongs to that request alone.
 """
 
+import collections
 import time
 
 from flask import Blueprint, Response, current_app, g, request
@@ -54,6 +56,17 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 INSTANCE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 UNMATCHED = "unmatched"
+# PENDING_CALL_SIZES: a model call's size is appended to a deque on the micro-batcher's thread and
+# observed by the request threads (record) and scrapes. That thread is the one every request of a
+# worker waits for, and an observe() there takes prometheus_client's process-wide lock and writes
+# the memory-mapped files. In the runs of bench/metrics_bench.py that led here (24 Nov, never
+# scraped, 2-3 sessions each, and sessions vary from 1.4 % to 11 %: a direction, not a measured
+# gain) metrics cost 4.9 % and 8.3 % of requests/s with the observe() on that thread and 1.9 % with
+# no instance counting at all. Handing all the counting to a background thread instead cost 9.6 %
+# (scraped every second, against 5.4 % for this design): a CPU-bound thread keeps the GIL from the
+# request threads and the batcher for 5 ms at a time (CPython's switch interval), so the counting
+# stays on the request threads, after each response is built. deque.append and popleft are
+# atomic: no lock.
 
 
 class ServerMetrics:
@@ -87,6 +100,8 @@ class ServerMetrics:
         self.model_load_seconds = Gauge("disttrain_model_load_seconds", "Seconds the worker's last model load took",
                                         ("model",), multiprocess_mode="liveall", registry=holder)
         self.registry.register(GalleryCollector(app))
+        self.pending_call_sizes = collections.deque()  # PENDING_CALL_SIZES
+        self._series = {}  # request_series
 
     # -- the ModelStore's observer
     def model_loaded(self, loaded, seconds):
@@ -94,14 +109,39 @@ class ServerMetrics:
         self.model_load_seconds.labels(self.model_name).set(seconds)
 
     def count_instances(self, call):
-        """`call` (batch -> outputs), observing each batch's size."""
-        observe = self.call_instances.observe
+        """`call` (batch -> outputs), noting each batch's size for the call_instances histogram: see
+        PENDING_CALL_SIZES."""
+        pending = self.pending_call_sizes
 
         def counted(batch):
-            observe(len(batch))
+            pending.append(len(batch))
             return call(batch)
 
         return counted
+
+    def request_series(self, method, route, status):
+        """The requests counter's and latency histogram's children for one (method, route, status),
+        from a dict after the first request: labels() converts and checks the values and takes a lock
+        on every call, work repeated per request that the cache skips. Thread-safe without a lock: a
+        dict read or write is atomic under the GIL, and two threads missing at once both store the
+        same children (labels() returns one child per label set). Bounded like the label values
+        (module docstring): methods x URL rules x the status codes the app answers."""
+        key = (method, route, status)
+        series = self._series.get(key)
+        if series is None:
+            series = self._series[key] = (self.requests.labels(method, route, str(status)), self.latency.labels(method, route))
+        return series
+
+    def observe_call_sizes(self):
+        """Observe the model calls' sizes noted since the last time (request threads, after their
+        response is built, and a scrape)."""
+        pending, observe = self.pending_call_sizes, self.call_instances.observe
+        while True:
+            try:
+                size = pending.popleft()
+            except IndexError:
+                return
+            observe(size)
 
 
 class GalleryCollector:
@@ -147,8 +187,10 @@ def record(response):
         ours = current_app.extensions[METRICS_KEY]
         method = request.method if request.method in METHODS else "other"
         route = request.url_rule.rule if request.url_rule is not None else UNMATCHED
-        ours.requests.labels(method, route, str(response.status_code)).inc()
-        ours.latency.labels(method, route).observe(time.perf_counter() - started)
+        counter, histogram = ours.request_series(method, route, response.status_code)
+        counter.inc()
+        histogram.observe(time.perf_counter() - started)
+        ours.observe_call_sizes()
     return response
 
 
@@ -160,6 +202,8 @@ def scrape():
 
     # What the scraper's Accept header asks for (Prometheus prefers OpenMetrics); else text format 0.0.4
     encode, content_type = choose_encoder(request.headers.get("Accept"))
-    response = Response(encode(current_app.extensions[METRICS_KEY].registry), content_type=content_type)
+    ours = current_app.extensions[METRICS_KEY]
+    ours.observe_call_sizes()  # this worker's model calls since its last request (other workers' are in their files)
+    response = Response(encode(ours.registry), content_type=content_type)
     response.headers["Cache-Control"] = "no-store"
     return response
