@@ -291,9 +291,9 @@ def load_result(name):
         return json.load(fh)
 
 
-def stop_and_remove(procs, base):
+def stop_and_remove(procs, base, keep=False):
     """A benchmark's end: stop its servers (SIGTERM, then SIGKILL after 30 s) and remove its
-    scratch directory unless BENCH_KEEP is set."""
+    scratch directory unless BENCH_KEEP is set or `keep` (servers stopped mid-benchmark)."""
     for proc in procs:
         proc.terminate()
     for proc in procs:
@@ -301,7 +301,7 @@ def stop_and_remove(procs, base):
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-    if not os.environ.get("BENCH_KEEP"):
+    if not (keep or os.environ.get("BENCH_KEEP")):
         shutil.rmtree(base, ignore_errors=True)
 
 

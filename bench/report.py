@@ -190,24 +190,43 @@ def server(doc):
 
 def metrics(doc):
     res, c = doc["results"], doc["config"]
-    out = [header(doc, "What `/metrics` costs: `:predict` with and without metrics (`bench/metrics_bench.py`)")]
+    same = c.get("a_a_check")
+    if same:
+        title = "The A/A check of the `/metrics` benchmark: both servers without metrics (`bench/metrics_bench.py --same`)"
+    elif not c.get("scraped", True):
+        title = "What counting alone costs: metrics on, never scraped (`bench/metrics_bench.py --no-scrape`)"
+    elif c["scrape_every_sec"] < 30:
+        title = f"What `/metrics` costs, scraped every {c['scrape_every_sec']:g} s (`bench/metrics_bench.py --scrape-every {c['scrape_every_sec']:g}`)"
+    else:
+        title = "What `/metrics` costs: `:predict` with and without metrics (`bench/metrics_bench.py`)"
+    out = [header(doc, title)]
+    if "sessions" in c:  # since 24 Nov 05:30: sessions of fresh servers, short points
+        design = (f"{c['sessions']} session(s), each starting both servers afresh, of {c['pairs_per_session']} pairs of "
+                  f"{c['seconds_per_point']:g}-s points (ABBA order)")
+    else:
+        design = f"{c['repetitions']} pair(s) of {c['seconds_per_point']:g}-s points on one pair of servers"
     out.append(f"`disttrain-server {c['server']}` against the same with `--no-metrics`, single-instance `:predict` at concurrency "
-               f"{c['concurrency']} for {c['seconds_per_point']:.0f} s per point, the two servers in alternating order in each of "
-               f"{c['repetitions']} repetition(s); while the metrics server is loaded, /metrics is scraped every {c['scrape_every_sec']:g} s. "
-               f"Cost = 1 - requests/s with metrics / without, per repetition's pair; issue 13's goal is under {c['goal_percent']:g} %.\n")
-    out.append("| server | requests/s (median) | requests/s per repetition | p50 ms | p95 ms | p99 ms | requests |")
+               f"{c['concurrency']}: {design}; " + (f"/metrics is scraped every {c['scrape_every_sec']:g} s of the metrics server's load time. "
+               if c.get("scraped", True) and not same else "no scrapes. ") + f"Issue 13's goal: under {c['goal_percent']:g} % of requests/s.\n")
+    out.append("| server | requests/s (median point) | p50 ms | p95 ms | p99 ms | server CPU ms/request (median point) | requests |")
     out.append("|---|---|---|---|---|---|---|")
     for r in res["summary"]:
-        out.append(f"| {r['target']} | {f(r['requests_per_sec'], 1)} | {', '.join(map(str, r['requests_per_sec_all']))} | "
-                   f"{f(r['p50_ms'], 2)} | {f(r['p95_ms'], 2)} | {f(r['p99_ms'], 2)} | {r['requests']} |")
-    out.append(f"\nCost per pair: {', '.join(f'{v:+.1f} %' for v in res['cost_percent_per_pair'])}; median "
-               f"{res['cost_percent_median_of_pairs']:+.2f} % ({'under' if res['goal_met'] else '**not under**'} the goal). "
-               f"A scrape: {f(res['scrape_ms_p50'], 1)} ms p50, {f(res['scrape_bytes'], 0)} bytes ({res['scrapes']} scrapes).")
-    if "cpu_cost_percent_per_pair" in res:  # recorded since 24 Nov
-        cpu = {r["target"]: r["server_cpu_ms_per_request"] for r in res["summary"]}
-        out.append(f"\nThe servers' own CPU per request (gunicorn master and workers): {cpu['metrics']:.3f} ms with metrics, "
-                   f"{cpu['no-metrics']:.3f} ms without; per pair {', '.join(f'{v:+.1f} %' for v in res['cpu_cost_percent_per_pair'])}, "
-                   f"median {res['cpu_cost_percent_median_of_pairs']:+.2f} %.")
+        out.append(f"| {r['target']} | {f(r['requests_per_sec'], 1)} | {f(r['p50_ms'], 2)} | {f(r['p95_ms'], 2)} | {f(r['p99_ms'], 2)} | "
+                   f"{f(r.get('server_cpu_ms_per_request'), 3)} | {r['requests']} |")
+    if "cost_percent" in res:
+        low, high = res["cost_percent_ci95"]
+        cpu_low, cpu_high = res["cpu_cost_percent_ci95"]
+        out.append(f"\n**{'Difference (nothing to find: the row named metrics runs without them too)' if same else 'Cost'}: "
+                   f"{res['cost_percent']:.2f} % of requests/s** (all points together; 95 % bootstrap interval {low:.2f} "
+                   f"to {high:.2f} %" + ("" if same else f"; {'under' if res['goal_met'] else '**not under**'} the goal"
+                                         f"{', the whole interval too' if res.get('goal_met_by_whole_interval') else ''}") + "); per session: "
+                   f"{', '.join(f'{v:+.2f} %' for v in res.get('cost_percent_per_session', []))}; median of the pairs "
+                   f"{res['cost_percent_median_of_pairs']:+.2f} %. The servers' own CPU per request (gunicorn master and workers): "
+                   f"{res['cpu_cost_percent']:+.2f} % with metrics ({cpu_low:+.2f} to {cpu_high:+.2f} %). A scrape: "
+                   f"{f(res['scrape_ms_p50'], 1)} ms p50, {f(res['scrape_bytes'], 0)} bytes ({res['scrapes']} scrapes).")
+    else:  # the format of runs before 24 Nov 05:00
+        out.append(f"\nCost per pair: {', '.join(f'{v:+.1f} %' for v in res['cost_percent_per_pair'])}; median "
+                   f"{res['cost_percent_median_of_pairs']:+.2f} % ({'under' if res['goal_met'] else '**not under**'} the goal).")
     return "\n".join(out)
 
 
@@ -320,7 +339,7 @@ def combine(doc):
 
 def main():
     parts = []
-    for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress)):
+    for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))
