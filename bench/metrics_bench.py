@@ -28,6 +28,7 @@ with batch sizes: a slower server forms larger micro-batches).
 """
 
 import argparse
+import math
 import os
 import subprocess
 import sys
@@ -62,14 +63,8 @@ def scrape_offsets(loaded_before, seconds, every):
     """When, within a metrics point, the scrapes fall: every `every` seconds of the metrics server's
     load time (`loaded_before` of it before this point), so the rate is the same whatever the
     length of the points (with every=30 and 3-s points, one point in ten has a scrape)."""
-    first = -(-loaded_before // every) * every  # the first multiple of `every` at or after loaded_before
-    return [t - loaded_before for t in _frange(first, loaded_before + seconds, every)]
-
-
-def _frange(start, stop, step):
-    while start < stop - 1e-9:
-        yield start
-        start += step
+    first, end = math.ceil(loaded_before / every), math.ceil((loaded_before + seconds) / every)
+    return [k * every - loaded_before for k in range(first, end)]  # the multiples of `every` in [before, before + seconds)
 
 
 def cost_percent(on, off):
