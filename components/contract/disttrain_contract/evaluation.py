@@ -1,7 +1,9 @@
 """Held-out evaluation, computed the same way by the trainer (per epoch) and the
 aggregator (per worker model and the final one), so their numbers compare.
 
-Classification (text, image): cross-entropy and accuracy of the softmax.
+Classification (text, image, table, array): cross-entropy and accuracy of the class probabilities
+(the model's head says how its output becomes them: a softmax, logits, or one sigmoid unit for two
+labels; see `probabilities`). Regression: mean squared error (the loss), RMSE, MAE and R².
 Faces: retrieval on held-out people. The gallery holds each person's first
 photo; the query is an augmented view of another photo of that person (of the
 same photo when there is only one). Top-1 accuracy = the nearest gallery entry
@@ -17,10 +19,53 @@ import numpy as np
 
 
 def as_model_input(task, x):
-    """Text models take a [n, 1] column of strings; image arrays pass as they are."""
+    """Text models take a [n, 1] column of strings; arrays pass as they are."""
     if task == "text":
         return np.asarray(x, dtype=object).reshape(-1, 1)
     return x
+
+
+# How a model's output becomes what evaluation needs (recorded as "head" in the model's disttrain.json;
+# absent = "softmax", the built-in classifiers):
+#   softmax         [n, classes] probabilities
+#   logits          [n, classes] unnormalised scores (a model compiled with from_logits=True)
+#   sigmoid         [n, 1] the probability of the second of two labels
+#   sigmoid_logits  [n, 1] its logit
+#   value           [n] or [n, 1] a regression's prediction
+HEADS = ("softmax", "logits", "sigmoid", "sigmoid_logits", "value")
+
+
+def head_of(meta):
+    """The output kind of a model from its disttrain.json (None: the trainer's current built-in)."""
+    return (meta or {}).get("head", "softmax")
+
+
+def probabilities(outputs, head):
+    """[n, classes] class probabilities from a classifier's raw outputs."""
+    outputs = np.asarray(outputs, dtype=np.float64)
+    if head == "softmax":
+        return outputs
+    if head == "logits":
+        shifted = outputs - outputs.max(axis=-1, keepdims=True)
+        exp = np.exp(shifted)
+        return exp / exp.sum(axis=-1, keepdims=True)
+    if head in ("sigmoid", "sigmoid_logits"):
+        p = outputs.reshape(len(outputs), -1)[:, 0]
+        if head == "sigmoid_logits":
+            p = 1.0 / (1.0 + np.exp(-p))
+        return np.stack([1.0 - p, p], axis=1)
+    raise ValueError(f"head {head!r} is not a classifier's")
+
+
+def regression_metrics(predictions, targets):
+    """{"loss": mean squared error, "rmse", "mae", "r2"} of predictions [n] or [n, 1] against targets [n]."""
+    predicted = np.asarray(predictions, dtype=np.float64).reshape(len(predictions), -1)[:, 0]
+    target = np.asarray(targets, dtype=np.float64)
+    error = predicted - target
+    mse = float(np.mean(error ** 2))
+    variance = float(np.var(target))
+    return {"loss": mse, "rmse": float(np.sqrt(mse)), "mae": float(np.mean(np.abs(error))),
+            "r2": float(1.0 - mse / variance) if variance > 0 else float("nan")}
 
 
 def compiled(model):
@@ -39,16 +84,24 @@ def predict(model, x, batch=512):
 
 def call_in_chunks(fn, x, batch=512):
     """fn (a Keras model's call, or a tf.function) over x, `batch` rows at a time, as float64:
-    memory stays bounded however many rows x has."""
+    memory stays bounded however many rows x has. x: an array, or a dict of arrays (a model with
+    several named inputs), whose rows are taken together."""
     import tensorflow as tf
 
-    outputs = [fn(tf.constant(x[i : i + batch])).numpy() for i in range(0, len(x), batch)]
+    if isinstance(x, dict):
+        n = len(next(iter(x.values())))
+        chunks = ({name: tf.constant(v[i : i + batch]) for name, v in x.items()} for i in range(0, n, batch))
+    else:
+        chunks = (tf.constant(x[i : i + batch]) for i in range(0, len(x), batch))
+    outputs = [np.asarray(fn(chunk)) for chunk in chunks]
     return np.concatenate(outputs).astype(np.float64)
 
 
-def evaluate(model, task, x, y, seed=0, meta=None, outputs=None):
-    """A dict with at least "accuracy" (and "loss" for classification). `meta`: the model's
-    disttrain.json, for a faces model's preprocessing version (None: the trainer's current one).
+def evaluate(model, task, x, y, seed=0, meta=None, outputs=None, head=None):
+    """A dict of held-out metrics (metrics.metrics_of: "accuracy" and "loss" for classification;
+    "loss", "rmse", "mae", "r2" for regression; faces: retrieval). `meta`: the model's
+    disttrain.json, for a faces model's preprocessing version (None: the trainer's current one) and
+    the model's head (how its output is read; `head` overrides it, for the trainer's own model).
     `outputs`: a dict to receive what the figures were computed from, for the aggregator's
     analysis (so it does not run the model over the split again): "probabilities" [n, classes];
     faces: "people" (the label of each gallery column), "distances" [queries, gallery] and
@@ -57,7 +110,13 @@ def evaluate(model, task, x, y, seed=0, meta=None, outputs=None):
         from disttrain_contract.faces import FACE_PREPROCESSING, preprocessing_of
 
         return evaluate_retrieval(model, x, y, seed, FACE_PREPROCESSING if meta is None else preprocessing_of(meta), outputs)
-    probs = predict(model, x)
+    head = head or head_of(meta)
+    raw = predict(model, x)
+    if head == "value":
+        if outputs is not None:
+            outputs["predictions"] = raw.reshape(len(raw), -1)[:, 0]
+        return regression_metrics(raw, y)
+    probs = probabilities(raw, head)
     if outputs is not None:
         outputs["probabilities"] = probs
     labels = np.asarray(y)

@@ -2,8 +2,24 @@
 
 Two storage formats, chosen by the task:
   * "jsonl" (text): one {"text": str, "label": int} object per line;
-  * "npy" (images): NAME.x.npy (uint8 [n, h, w, c]) and NAME.y.npy (int64 [n]).
+  * "npy" (every other task): NAME.x.npy and NAME.y.npy. x: images uint8 [n, h, w, c]; a table's
+    numeric feature columns float32 [n, features]; an array source's own shape and dtype. y: int64
+    label indices [n] (classification), or float32 targets [n] (regression).
 Both are read without pickle (np.load(allow_pickle=False), json).
+
+The tasks (the kinds of input, and so which built-in model and evaluation apply):
+  text   strings; input {"kind": "text"}
+  image  pixels; input {"kind": "image", "height", "width", "channels"}
+  faces  face crops, labels are people; input as image
+  table  numeric feature columns (copier source table:PATH); input {"kind": "table", "name": "features",
+         "shape": [n_features], "dtype": "float32", "features": [column names], "statistics": {...}}
+  array  numeric arrays of any shape (npz:PATH that is not images); input {"kind": "array", "name": "x",
+         "shape": [...], "dtype": ..., "statistics": {...}}
+"statistics" (table, array): per element of the last axis, over the training shards: "mean", "variance",
+"min", "max" lists (what a model needs for keras.layers.Normalization(mean=..., variance=...)).
+
+The problem is "classification" (`labels` names the classes; y indexes them) or "regression"
+(`labels` is empty, `target` names the predicted quantity; y holds its values).
 """
 
 import dataclasses
@@ -19,7 +35,10 @@ from disttrain_contract.errors import ContractError
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 VOCAB = "vocab.txt"
-TASKS = ("text", "image", "faces")
+TASKS = ("text", "image", "faces", "table", "array")
+PROBLEMS = ("classification", "regression")
+# the tasks whose x is stored as given (any numeric dtype and shape) rather than as uint8 pixels
+NUMERIC_TASKS = ("table", "array")
 
 
 def shard_name(index):
@@ -49,8 +68,8 @@ class Manifest:
     source: str
     seed: int
     test_fraction: float
-    labels: list
-    input: dict  # {"kind": "text"} or {"kind": "image", "height": h, "width": w, "channels": c}
+    labels: list  # class names (classification); [] for regression
+    input: dict  # {"kind": "text"}, {"kind": "image", "height": h, "width": w, "channels": c}, table/array: see above
     storage: str
     shards: list  # [SplitInfo]
     test: SplitInfo
@@ -60,6 +79,8 @@ class Manifest:
     # "max_label_skew", "stats": "stats.json", "plot": "stats.png", "stats_sha256"}; None before issue 18
     validation: dict = None
     format_version: int = FORMAT_VERSION
+    problem: str = "classification"  # or "regression" (PROBLEMS)
+    target: str = None  # regression: the name of the predicted quantity (a table's label column)
 
     @property
     def n_shards(self):
@@ -98,11 +119,19 @@ class Manifest:
             manifest = cls(**kwargs)
             if manifest.task not in TASKS:
                 raise ValueError(f"unknown task {manifest.task!r}")
+            if manifest.problem not in PROBLEMS:
+                raise ValueError(f"unknown problem {manifest.problem!r}")
+            if manifest.problem == "regression" and manifest.task == "faces":
+                raise ValueError("a faces dataset is not a regression problem")
             if not manifest.shards:
                 raise ValueError("no shards")
         except (KeyError, TypeError, ValueError) as err:
             raise ContractError(f"dataset manifest {path} is malformed: {err}") from None
         return manifest
+
+    @property
+    def is_regression(self):
+        return self.problem == "regression"
 
     def shard(self, index):
         if not 0 <= index < self.n_shards:
