@@ -41,19 +41,18 @@ import numpy as np
 import tensorflow as tf
 tf.config.threading.set_intra_op_parallelism_threads(1)
 tf.config.threading.set_inter_op_parallelism_threads(1)
-from disttrain_contract.evaluation import as_model_input
-from disttrain_contract.manifest import Manifest, read_split, read_vocab
+from disttrain_contract.manifest import Manifest, read_split
 from disttrain_trainer.data import shuffled_batches
-from disttrain_trainer.models import build_model, text_vectorizer
+from disttrain_trainer import tasks
+from disttrain_trainer.main import parse_args
 from disttrain_trainer.step import make_train_call
 
 data_dir, pipeline, what, batch, calls, per_call = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
 manifest = Manifest.read(data_dir)
 x, y = read_split(data_dir, manifest, manifest.shard(0))
-vocabulary = None
-if manifest.task == "text":
-    vocabulary = read_vocab(data_dir, manifest)
-    x = text_vectorizer(vocabulary, ragged=True)(as_model_input("text", x))
+task = tasks.create(manifest, parse_args([]))  # the trainer's task: its own data preparation and model
+task.apply_defaults(task.args)
+x = task.prepare(data_dir, x)
 
 def element_wise():
     ds = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(y), seed=42, reshuffle_each_iteration=True).repeat()
@@ -71,8 +70,7 @@ if what == "pipeline":
     sys.exit()
 
 keras.utils.set_random_seed(42)
-size = text_vectorizer(vocabulary).vocabulary_size() if vocabulary else None
-model = build_model(manifest, size, 64, "cnn", None)
+model = task.build()
 optimizer = keras.optimizers.Adam(1e-3)
 optimizer.build(model.trainable_variables)
 def loss_and_hits(labels, outputs):

@@ -2,7 +2,8 @@
 
 import pytest
 
-from disttrain_trainer.main import TEXT_LEARNING_RATE, parse_args
+from disttrain_trainer.main import parse_args
+from disttrain_trainer.tasks import text as text_task
 
 
 @pytest.mark.parametrize(
@@ -50,9 +51,9 @@ def test_the_new_flags_parse():
 
 
 def test_learning_rate_defaults_per_task_unless_given():
-    assert parse_args([]).learning_rate is None  # main() picks TEXT_LEARNING_RATE or LEARNING_RATE from the dataset
+    assert parse_args([]).learning_rate is None  # main() takes the task's default (tasks/)
     assert parse_args(["--learning-rate", "0.01"]).learning_rate == 0.01
-    assert TEXT_LEARNING_RATE > 0
+    assert text_task.Task.learning_rate > 0
 
 
 def test_parameter_server_flags_default_to_one_ps():

@@ -81,6 +81,8 @@ class Manifest:
     format_version: int = FORMAT_VERSION
     problem: str = "classification"  # or "regression" (PROBLEMS)
     target: str = None  # regression: the name of the predicted quantity (a table's label column)
+    # regression: {"mean", "variance", "min", "max"} of the target over the training shards (numbers)
+    target_statistics: dict = None
 
     @property
     def n_shards(self):

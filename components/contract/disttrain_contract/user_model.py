@@ -20,12 +20,14 @@ Note that `--model-module` runs the user's code in every stage that is given it,
 server included: it is code the operator chose to install, like the image itself.
 """
 
+import dataclasses
 import hashlib
 import importlib
 import json
 import os
 import sys
 import zipfile
+from typing import Optional
 
 from disttrain_contract.errors import ContractError
 
@@ -122,8 +124,9 @@ def check_archive_classes(path, config):
                 lambdas.append(node.get("config", {}).get("name", "?"))
             registered = node.get("registered_name")
             module = node.get("module")
-            if isinstance(cls, str) and cls != "__keras_tensor__" and not module and registered \
-                    and "__lambda__" not in str(registered):
+            # Keras' own classes name their keras.* module; a user's class its own module (or none)
+            if isinstance(cls, str) and cls != "__keras_tensor__" and registered \
+                    and not str(module or "").startswith("keras"):
                 if keras.saving.get_registered_object(registered) is None:
                     unknown.append(registered)
             for value in node.values():
@@ -160,3 +163,57 @@ def load_model_file(path, compile=True):
     if not isinstance(model, keras.Model):
         raise ContractError(f"--model-file {path} holds a {type(model).__name__}, not a keras.Model")
     return model
+
+
+@dataclasses.dataclass(frozen=True)
+class InputSpec:
+    name: str  # the dataset's input name: "features" (table), "x" (array), "image", "text"
+    shape: tuple  # one example's shape (no batch dimension)
+    dtype: str  # "float32", "uint8", "string", ...
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """What `build(spec)` of a --model-module is told about the data.
+
+        def build(spec):
+            inputs = keras.Input(shape=spec.input.shape, name=spec.input.name)
+            x = keras.layers.Normalization(mean=spec.statistics["mean"], variance=spec.statistics["variance"])(inputs)
+            ...
+            return keras.Model(inputs, keras.layers.Dense(spec.n_outputs, activation="softmax")(x))
+    """
+
+    task: str  # "table", "array", "image", "text" (manifest.TASKS)
+    input: InputSpec
+    problem: str  # "classification" or "regression"
+    labels: tuple  # class names (classification), () for regression
+    target: Optional[str]  # regression: the target's name (a table's label column)
+    train_examples: int  # over every worker's shard
+    features: Optional[tuple] = None  # a table's feature column names, in the order of the input's last axis
+    statistics: Optional[dict] = None  # table/array: {"mean", "variance", "min", "max"}: numpy arrays over the
+    # training shards, per element of the last axis (keras.layers.Normalization(mean=..., variance=...))
+    target_statistics: Optional[dict] = None  # regression: the target's {"mean", "variance", "min", "max"}
+
+    @property
+    def n_outputs(self):
+        """Output units of a usual head: one per label (softmax), or 1 for a regression."""
+        return 1 if self.problem == "regression" else len(self.labels)
+
+    @classmethod
+    def of(cls, manifest):
+        import numpy as np
+
+        spec = manifest.input
+        kind = spec.get("kind", manifest.task)
+        if kind == "text":
+            shape, dtype, name = (1,), "string", "text"
+        elif kind == "image":
+            shape, dtype, name = (spec["height"], spec["width"], spec["channels"]), "uint8", "image"
+        else:
+            shape, dtype, name = tuple(spec["shape"]), spec.get("dtype", "float32"), spec.get("name", "x")
+        stats = spec.get("statistics")
+        return cls(task=manifest.task, input=InputSpec(name, shape, dtype), problem=manifest.problem,
+                   labels=tuple(manifest.labels), target=manifest.target, train_examples=manifest.train_examples,
+                   features=tuple(spec["features"]) if spec.get("features") else None,
+                   statistics={k: np.asarray(v, dtype=np.float32) for k, v in stats.items()} if stats else None,
+                   target_statistics=dict(manifest.target_statistics) if manifest.target_statistics else None)

@@ -30,8 +30,8 @@ import time
 
 from disttrain_contract import ContractError, Workdir, atomic_write_json, read_json, read_marker, default_workdir, job_completion_index, run_cli, wait_for_marker, wait_for_quorum, write_marker
 from disttrain_contract.artifact import save_model, weights_fingerprint
-from disttrain_contract.evaluation import as_model_input, compiled, evaluate
-from disttrain_contract.manifest import Manifest, read_split, read_vocab
+from disttrain_contract.evaluation import compiled
+from disttrain_contract.manifest import Manifest, read_split
 from disttrain_contract.layout import PROGRESS_FILE
 from disttrain_contract.params import read_params_file
 from disttrain_contract.tensorflow_import import import_tensorflow
@@ -39,13 +39,6 @@ from disttrain_trainer import peers, strategies
 from disttrain_trainer.progress import ProgressFile, TerminalBar
 from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, default_host_pattern, parse_ps_tf_config, parse_tf_config, ps_task
 
-# The text model (an embedding bag, models.build_text_core) moves its output 1/length as far per
-# step as a multi-hot layer would: at 0.001 one worker reached 0.770 in 5 epochs, and the
-# strategies that take half as many sequential steps (multiworker, localsgd) 0.74-0.76.
-# At 0.003 all three reached 0.767-0.774 on movie reviews (this machine, 5 epochs, batch 64).
-LEARNING_RATE, TEXT_LEARNING_RATE = 1e-3, 3e-3
-# --width and --dropout (models.build_text_core, build_image_model); the sweep searches around them
-WIDTH, TEXT_DROPOUT, IMAGE_DROPOUT = 64, 0.5, 0.3
 IMAGE_MODELS = ("cnn", "mobilenetv2", "resnet50")  # --model (models.build_image_model)
 # --allreduce-dtype (collectives.WIRE_DTYPES). Not bfloat16: TensorFlow's collective all-reduce
 # refuses it ("DataType bfloat16 not in list of allowed values: float32, float16, float64, ...").
@@ -68,7 +61,7 @@ def parse_args(argv=None):
     p.add_argument("--epochs", "--epoch", dest="epochs", type=int, default=5, help="default 5")
     p.add_argument("--batch", type=int, default=64, help="examples per step per worker (default 64)")
     p.add_argument("--learning-rate", type=float, default=None,
-                   help=f"Adam learning rate (default {TEXT_LEARNING_RATE} for text, {LEARNING_RATE} otherwise)")
+                   help="Adam learning rate (default: the task's, 0.003 for text, 0.001 otherwise)")
     p.add_argument("--seed", type=int, default=42, help="seed of the shared initial weights (default 42)")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
                    help="adam (default): Keras' Adam, which updates every embedding row every step; lazyadam: Adam that "
@@ -82,14 +75,23 @@ def parse_args(argv=None):
                    help="multiworker, localsgd: dtype of the gradients/weight changes on the wire (default float32)")
     p.add_argument("--allreduce-pack-bytes", type=int, default=0,
                    help="multiworker, localsgd: split collectives into packs of this size (default 0: one pack)")
+    own = p.add_argument_group("your own model (instead of the task's built-in one; contract user_model)")
+    own.add_argument("--model-file", metavar="PATH",
+                     help="a Keras 3 .keras file (model.save()): its weights are every worker's starting point (fresh: "
+                          "training from scratch; trained: fine-tuning), its compiled loss is used; loaded in safe mode "
+                          "(no Lambda layers: register custom layers in a --model-module)")
+    own.add_argument("--model-module", metavar="MODULE[:FUNCTION]",
+                     help="a module on the Python path (a derived image or a mounted directory on PYTHONPATH): its "
+                          "FUNCTION(spec) (default build) returns the keras.Model; with --model-file it is only imported, "
+                          "for the custom layers the file uses. The aggregator and the server need the same module")
     p.add_argument("--model", choices=IMAGE_MODELS, default="cnn",
                    help="image task: the small CNN (default) or a keras.applications network trained from scratch")
     p.add_argument("--image-size", type=int, default=None,
                    help="--model mobilenetv2/resnet50: resize images to this size inside the model (default: 32 or the image size)")
     p.add_argument("--width", type=int, default=None,
-                   help="text: embedding width; image (--model cnn): hidden units (default 64)")
+                   help="text: embedding width; image (--model cnn), table: hidden units (default 64)")
     p.add_argument("--dropout", type=float, default=None,
-                   help="text, image (--model cnn): dropout rate before the softmax (default 0.5 text, 0.3 image)")
+                   help="the built-in models' dropout rate before the output (default 0.5 text, 0.3 image, 0.1 table)")
     p.add_argument("--params-from", metavar="BEST_JSON",
                    help="take learning_rate, batch, epochs, width and dropout from the sweep's WORKDIR/sweep/best.json "
                         "(they replace those flags); an unknown key or a bad value is an error (exit 2)")
@@ -205,14 +207,7 @@ def main(argv=None):
     manifest = Manifest.read(data_dir)
     workers = args.workers or manifest.n_shards
     index = args.worker_index or 0
-    if args.learning_rate is None:
-        args.learning_rate = TEXT_LEARNING_RATE if manifest.task == "text" else LEARNING_RATE
-    if args.width is None:
-        args.width = WIDTH
-    if args.dropout is None:
-        args.dropout = TEXT_DROPOUT if manifest.task == "text" else IMAGE_DROPOUT
-    if args.model != "cnn" and manifest.task != "image":
-        raise ContractError(f"--model {args.model} is for image datasets; this one is {manifest.task}")
+    tf = import_tensorflow()  # before keras, which imports it: quietly (see tensorflow_import)
 
     # ---------------------------------------------------------- distributed setup
     # Connected strategies: TF_CONFIG names every worker and this one's index; TensorFlow
@@ -239,7 +234,6 @@ def main(argv=None):
     worker_dir = workdir.worker(index, train_dir)
     tag = f"worker {index}/{workers}" if not args.ps else "{} {} (task {})".format(*ps_task(index, args.ps, workers), index)
 
-    tf = import_tensorflow()  # before keras, which imports it: quietly (see tensorflow_import)
     import keras
     import numpy as np
 
@@ -257,17 +251,18 @@ def main(argv=None):
         strategy = strategies.create(args.strategy, args, workers, index)
     if strategy.serves:  # a parameter server or worker of parameterserver: serves until the chief is done
         return strategy.serve(args, workdir.worker(0, train_dir), worker_dir)
-    if args.strategy == "parameterserver" and manifest.task == "faces":
-        raise ContractError("--strategy parameterserver trains the text and image tasks, not faces")
+
+    # ------------------------------------------------------------------- task
+    # The data's kind and the model (the user's, or the built-in one), after the strategy: a connected
+    # strategy must be created before anything starts TensorFlow's runtime, which loading a model does.
+    # A user's model is loaded and checked here, before any step, and before anything is written.
+    from disttrain_trainer import tasks
+
+    task = tasks.create(manifest, args)
+    task.apply_defaults(args)
+    task.check(args)
 
     # ------------------------------------------------------------------- data
-    # Text is tokenized once, here, not in every step: the model trains on token ids and
-    # the published model puts the same vectorizer in front of it (models.with_vectorizer).
-    from disttrain_trainer.data import shuffled_batches
-    from disttrain_trainer.models import build_model, text_vectorizer, with_vectorizer
-    from disttrain_contract.faces import FACE_PREPROCESSING  # view_batches and evaluate use it; the artifact records it
-    from disttrain_trainer.triplets import semi_hard_triplet_loss, view_batches
-
     shards = strategy.train_shards(manifest)  # one; parameterserver's chief: every worker's
     parts = [read_split(data_dir, manifest, s) for s in shards]
     x_train, y_train = (np.concatenate(a) if len(parts) > 1 else a[0] for a in zip(*parts))
@@ -278,48 +273,32 @@ def main(argv=None):
 
         kept, held = carve(len(y_train), args.validation_fraction, args.seed)
         pick = (lambda x, rows: [x[i] for i in rows]) if isinstance(x_train, list) else (lambda x, rows: x[rows])
-        x_validation, y_validation = as_model_input(manifest.task, pick(x_train, held)), y_train[held]
+        x_validation, y_validation = task.model_input(pick(x_train, held)), y_train[held]
         x_train, y_train, examples = pick(x_train, kept), y_train[kept], len(kept)
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
-    vectorizer = None
-    x_test = as_model_input(manifest.task, x_test)  # the held-out split goes through the published model
-    if manifest.task == "text":
-        vocabulary = read_vocab(data_dir, manifest)
-        vectorizer = text_vectorizer(vocabulary)
-        # ragged: memory in proportion to the tokens, not to shard size x the longest review;
-        # each batch is padded to its own longest review (dataset_fn)
-        x_train = text_vectorizer(vocabulary, ragged=True)(as_model_input("text", x_train))
-    # (faces: an epoch shows every photo `--views` times, each time differently augmented)
-    images_per_epoch = strategy.examples_per_epoch(manifest, examples) * (args.views if manifest.task == "faces" else 1)
-    steps_per_epoch = -(-images_per_epoch // args.batch)
+    x_test = task.model_input(x_test)  # the held-out split goes through the published model
+    # once, here, not in every step (text: token ids; the published model has the vectorizer in front)
+    x_train = task.prepare(data_dir, x_train)
+    steps_per_epoch = -(-strategy.examples_per_epoch(manifest, examples) * task.views // args.batch)
 
     def dataset_fn(_input_context, batches_done=0):
         # each worker already has its own shard on disk: no auto-sharding.
         # The stream is the same on every run (seeded), and a resumed run skips the
         # batches its restored epochs already took: it sees the data an undisturbed
         # run would, in the same order (tests: a resumed model equals an undisturbed one).
-        if manifest.task == "faces":  # people x augmented views, for in-batch triplet mining
-            spec = manifest.input
-            ds = tf.data.Dataset.from_generator(
-                lambda: view_batches(x_train, y_train, args.batch, args.views, args.seed + index),
-                output_signature=(tf.TensorSpec([None, spec["height"], spec["width"], spec["channels"]], tf.uint8),
-                                  tf.TensorSpec([None], tf.int64)),
-            )
-        else:
-            ds = shuffled_batches(x_train, y_train, args.batch, strategy.shuffle_seed(args.seed))
+        ds = task.dataset(x_train, y_train, args.batch, strategy.shuffle_seed(args.seed), index)
         return ds.skip(batches_done).prefetch(2)
 
-    # ------------------------------------------------ model from the shared seed
+    # ------------------------------------------------ model from the shared seed (or the user's file)
     keras.utils.set_random_seed(args.seed)
     with strategy.scope():
-        model = build_model(manifest, vectorizer.vocabulary_size() if vectorizer else None, args.embedding_size,
-                            args.model, args.image_size, width=args.width, dropout=args.dropout)
+        model = task.build()
         from disttrain_trainer.optimizers import LazyAdam
 
         optimizer = (LazyAdam if args.optimizer == "lazyadam" else keras.optimizers.Adam)(learning_rate=args.learning_rate)
         optimizer.build(model.trainable_variables)
         epoch_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-    published = with_vectorizer(model, vectorizer) if vectorizer else model
+    published = task.publish(model)
     inference = compiled(published)  # the held-out evaluation, every epoch
     init_sha = weights_fingerprint(model.get_weights())
     strategy.bind(model)
@@ -330,7 +309,7 @@ def main(argv=None):
         "strategy": args.strategy, "seed": args.seed, "workers": workers, "batch": args.batch,
         "learning_rate": args.learning_rate, "optimizer": args.optimizer, "init_weights_sha256": init_sha, "margin": args.margin,
         "width": args.width, "dropout": args.dropout,
-        "dataset": [s.sha256 for s in manifest.shards], **strategy.run_config(),
+        "dataset": [s.sha256 for s in manifest.shards], **strategy.run_config(), **task.run_config(),
         # (only when set: checkpoints of a run without it still resume)
         **({"validation_fraction": args.validation_fraction} if args.validation_fraction else {}),
     }
@@ -351,16 +330,9 @@ def main(argv=None):
     history = [m for m in read_json(metrics_path, []) if m["epoch"] <= start_epoch]
 
     # ------------------------------------------------------------- train step
-    def loss_and_hits(y, outputs):
-        """Per-example loss and per-example "right" (the class; faces: the nearest view is the same person)."""
-        if manifest.task == "faces":
-            return semi_hard_triplet_loss(y, outputs, args.margin)
-        per_example = keras.losses.sparse_categorical_crossentropy(y, outputs)
-        return per_example, tf.cast(tf.equal(tf.argmax(outputs, axis=-1), y), tf.float32)
-
     from disttrain_trainer.step import make_train_call
 
-    train_call = make_train_call(strategy.tf_strategy, model, optimizer, loss_and_hits, strategy.reduce_gradients,
+    train_call = make_train_call(strategy.tf_strategy, model, optimizer, task.loss_and_score, strategy.reduce_gradients,
                                  strategy.run_call)
 
     # -------------------------------------------------------------- the loop
@@ -368,19 +340,25 @@ def main(argv=None):
     summaries = tf.summary.create_file_writer(os.path.join(worker_dir, "tensorboard"))
     iterator = strategy.iterator(dataset_fn, start_epoch * steps_per_epoch)
     strategy.before_training(start_epoch * steps_per_epoch)
+    if start_epoch == 0 and strategy.evaluates and task.evaluate_before_training():
+        before = task.evaluate(inference, x_test, y_test)  # a pre-trained model: where fine-tuning starts
+        initial_metric = before.get(task.primary.name)
+        print(f"{tag}: held-out {task.primary.label} before training: {initial_metric:.4f}", flush=True)
+    else:
+        initial_metric = None
     print(
-        f"{tag}: {args.strategy}, {manifest.task} task, shard(s) {examples} examples, {steps_per_epoch} steps/epoch "
+        f"{tag}: {args.strategy}, {task.describe()} task, {manifest.problem}, shard(s) {examples} examples, {steps_per_epoch} steps/epoch "
         f"x batch {args.batch} x {strategy.tf_strategy.num_replicas_in_sync} replica(s), epochs {start_epoch + 1}..{args.epochs}, "
         f"init {init_sha[:12]}", flush=True,
     )
     progress = ProgressFile(os.path.join(worker_dir, PROGRESS_FILE), args.progress_interval, worker=index, tag=tag,
                             strategy=args.strategy, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
-                            start_epoch=start_epoch, history=history)
+                            start_epoch=start_epoch, history=history, score=task.score.name)
     step = start_epoch * steps_per_epoch  # this run's steps over all epochs (local SGD syncs every H of them)
     try:
         for epoch in range(start_epoch + 1, args.epochs + 1):
             started = time.monotonic()
-            bar = TerminalBar(f"{tag} epoch {epoch}/{args.epochs}", steps_per_epoch)
+            bar = TerminalBar(f"{tag} epoch {epoch}/{args.epochs}", steps_per_epoch, task.score.name)
             progress.start_epoch(epoch)
 
             def on_steps(done, sums):
@@ -393,20 +371,20 @@ def main(argv=None):
             bar.close()
             if strategy.evaluates or x_validation is not None:
                 progress.evaluating()
-            loss_sum, correct, seen = strategy.epoch_metrics(sums)  # one collective per epoch, not per step
+            loss_sum, score_sum, seen = strategy.epoch_metrics(sums)  # one collective per epoch, not per step
             wall = time.monotonic() - started
             record = {
-                "epoch": epoch, "loss": loss_sum / seen, "accuracy": correct / seen, "examples": int(seen),
+                "epoch": epoch, "loss": loss_sum / seen, task.score.name: score_sum / seen, "examples": int(seen),
                 "examples_per_sec": seen / wall, "wall_time_sec": wall, **strategy.epoch_facts(),
             }
             if strategy.evaluates:
-                held_out = evaluate(inference, manifest.task, x_test, y_test, seed=manifest.seed)
+                held_out = task.evaluate(inference, x_test, y_test)
                 record.update({f"test_{key}": value for key, value in held_out.items()})
             if x_validation is not None:
-                validation = evaluate(inference, manifest.task, x_validation, y_validation, seed=manifest.seed)
+                validation = task.evaluate(inference, x_validation, y_validation)
                 record.update({f"validation_{key}": value for key, value in validation.items()})
             history.append(record)
-            print(epoch_line(tag, epoch, args.epochs, record), flush=True)
+            print(epoch_line(tag, epoch, args.epochs, record, task.score.name), flush=True)
             with summaries.as_default(step=epoch):
                 for key, value in record.items():
                     if key != "epoch" and isinstance(value, (int, float)):  # (not parameterserver's steps per worker, localsgd's scope)
@@ -430,22 +408,27 @@ def main(argv=None):
                 "init_weights_sha256": init_sha, "strategy": args.strategy, "seed": args.seed,
                 "worker_index": index, "workers": workers, "epochs": args.epochs,
                 "examples": examples if args.strategy == "average" else manifest.train_examples,
-                "vocab_sha256": manifest.vocab["sha256"] if manifest.vocab else None,
-                **({"embedding_size": args.embedding_size, "margin": args.margin,
-                    "face_preprocessing": FACE_PREPROCESSING} if manifest.task == "faces" else {}),
+                **task.metadata(published),
                 **({"sync_every": strategy.every} if args.strategy == "localsgd" else {}),
                 "training_parameters": {"learning_rate": args.learning_rate, "batch": args.batch, "epochs": args.epochs,
                                         "width": args.width, "dropout": args.dropout,
                                         **({"sync_every": strategy.every} if args.strategy == "localsgd" else {})},
                 "parameters_origin": args.params_origin,
             })
+        last = history[-1] if history else {}
+        primary = task.primary
         write_marker(
             worker_dir, "trainer", worker_index=index, workers=workers, strategy=args.strategy, epochs=args.epochs,
             init_weights_sha256=init_sha, examples=examples, model=model_file,
-            final_weights_sha256=weights_fingerprint(model.get_weights()),
-            final_test_accuracy=history[-1].get("test_accuracy") if history else None, **strategy.marker_info(),
+            final_weights_sha256=weights_fingerprint(model.get_weights()), problem=manifest.problem,
+            final_test_accuracy=last.get("test_accuracy"), **strategy.marker_info(),
+            final_test_metric={"name": primary.name, "value": last.get(primary.key), "direction": primary.direction},
+            **({"initial_test_metric": {"name": primary.name, "value": initial_metric, "direction": primary.direction}}
+               if initial_metric is not None else {}),
             **({"validation_fraction": args.validation_fraction, "validation_examples": len(y_validation),
-                "validation_accuracy": history[-1].get("validation_accuracy") if history else None}
+                "validation_accuracy": last.get("validation_accuracy"),
+                "validation_metric": {"name": primary.name, "value": last.get(f"validation_{primary.name}"),
+                                      "direction": primary.direction}}
                if x_validation is not None else {}),
         )
         progress.finish("done")
@@ -470,11 +453,11 @@ def linger_for_peers(tag, worker_dirs, seconds):
         print(f"{tag}: exiting without worker(s) " + ", ".join(str(i) for i, m in enumerate(markers) if m is None), flush=True)
 
 
-def epoch_line(tag, epoch, epochs, record):
+def epoch_line(tag, epoch, epochs, record, score="accuracy"):
     """The one line per epoch: fixed words, then key=value pairs a log collector can split."""
     from disttrain_contract.faces import HARD_QUERIES
 
-    fields = [("loss", record["loss"], ".4f"), ("accuracy", record["accuracy"], ".4f")]
+    fields = [("loss", record["loss"], ".4f"), (score, record[score], ".4f")]
     # (faces: the harder retrieval's 12 numbers stay in metrics.json; the aggregator's table shows them)
     hard = tuple(f"test_{kind}_" for kind in HARD_QUERIES)
     fields += [(key, record[key], ".4f") for key in sorted(record) if key.startswith(("test_", "validation_")) and not key.startswith(hard)]

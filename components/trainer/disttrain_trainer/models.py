@@ -94,15 +94,3 @@ def build_face_model(height, width, channels, embedding_size=64):
     x = keras.layers.Dense(embedding_size, name="embedding")(x)
     outputs = keras.layers.UnitNormalization(name="l2_normalise")(x)
     return keras.Model(inputs, outputs, name="face_embedding")
-
-
-def build_model(manifest, vocabulary_size=None, embedding_size=64, architecture="cnn", image_size=None, width=64,
-                dropout=None):
-    """The model the trainer trains (text: on token ids; see with_vectorizer for the published one)."""
-    spec = manifest.input
-    if manifest.task == "faces":
-        return build_face_model(spec["height"], spec["width"], spec["channels"], embedding_size)
-    if manifest.task == "text":
-        return build_text_core(vocabulary_size, len(manifest.labels), width, 0.5 if dropout is None else dropout)
-    return build_image_model(spec["height"], spec["width"], spec["channels"], len(manifest.labels),
-                             0.3 if dropout is None else dropout, architecture, image_size, hidden=width)

@@ -33,7 +33,9 @@ import time
 from disttrain_contract import ContractError, atomic_write_bytes
 
 # An epoch's record keys the page draws, when the worker has them (faces: no accuracy on the held-out split).
-HISTORY_KEYS = ("loss", "accuracy", "test_accuracy", "validation_accuracy", "examples_per_sec")
+# Regression: the training MAE and the held-out RMSE in place of the accuracies ("score" names the running one).
+HISTORY_KEYS = ("loss", "accuracy", "test_accuracy", "validation_accuracy", "mae", "test_rmse", "validation_rmse",
+                "examples_per_sec")
 # The newest epochs kept in the file, so that it stays small (the server reads at most 256 KiB of it).
 MAX_HISTORY = 500
 
@@ -42,7 +44,7 @@ class ProgressFile:
     """progress.json of one worker. Used by the training thread only (no locking needed)."""
 
     def __init__(self, path, interval, *, worker, tag, strategy, epochs, steps_per_epoch, start_epoch=0, history=(),
-                 clock=time.monotonic, wall_clock=time.time):
+                 clock=time.monotonic, wall_clock=time.time, score="accuracy"):
         self.path, self.interval = path, interval
         self.enabled = interval > 0
         self.clock, self.wall_clock = clock, wall_clock
@@ -52,18 +54,20 @@ class ProgressFile:
         done = start_epoch * steps_per_epoch
         self.run_started, self.run_start_step = clock(), done  # this process's pace (a resumed run starts later)
         self.epoch_started = self.run_started
+        self.score = score  # the step's second running sum: "accuracy", or "mae" for a regression
         self.state = {
-            "worker": worker, "tag": tag, "strategy": strategy, "state": "starting",
+            "worker": worker, "tag": tag, "strategy": strategy, "state": "starting", "score": score,
             "epoch": start_epoch, "epochs": epochs, "step": 0, "steps_per_epoch": steps_per_epoch,
             "global_step": done, "total_steps": epochs * steps_per_epoch,
-            "loss": None, "accuracy": None, "examples_per_sec": None, "eta_sec": None, "time": None,
+            "loss": None, score: None, "examples_per_sec": None, "eta_sec": None, "time": None,
             "history": [history_entry(record) for record in history][-MAX_HISTORY:],
         }
 
     # ------------------------------------------------------------------ the trainer's calls
     def start_epoch(self, epoch):
         self.epoch_started = self.clock()
-        self.state.update(epoch=epoch, step=0, state="training", loss=None, accuracy=None, examples_per_sec=None)
+        self.state.update({"epoch": epoch, "step": 0, "state": "training", "loss": None, self.score: None,
+                           "examples_per_sec": None})
         self.update(0, None)
 
     def update(self, step, sums):
@@ -74,7 +78,7 @@ class ProgressFile:
         state["step"] = step
         state["global_step"] = (state["epoch"] - 1) * state["steps_per_epoch"] + step
         if sums is not None and sums[2] > 0:
-            state["loss"], state["accuracy"] = sums[0] / sums[2], sums[1] / sums[2]
+            state["loss"], state[self.score] = sums[0] / sums[2], sums[1] / sums[2]
             elapsed = now - self.epoch_started
             state["examples_per_sec"] = sums[2] / elapsed if elapsed > 0 else None
         done_here = state["global_step"] - self.run_start_step
@@ -91,7 +95,8 @@ class ProgressFile:
     def end_epoch(self, record):
         """The epoch's record (metrics.json's): into the history, and always written."""
         self.state["history"] = (self.state["history"] + [history_entry(record)])[-MAX_HISTORY:]
-        self.state.update(loss=record["loss"], accuracy=record["accuracy"], examples_per_sec=record["examples_per_sec"])
+        self.state.update({"loss": record["loss"], self.score: record[self.score],
+                           "examples_per_sec": record["examples_per_sec"]})
         self.flush()
 
     def finish(self, state, error=None):
@@ -133,9 +138,10 @@ class TerminalBar:
     """tqdm's bar for one epoch when stdout is a terminal; nothing otherwise (logs and `kubectl logs`
     get the one line per epoch the trainer prints either way, which the bar leaves room for)."""
 
-    def __init__(self, label, total):
+    def __init__(self, label, total, score="accuracy"):
         from tqdm import tqdm
 
+        self.score = score
         self.bar = tqdm(total=total, desc=label, unit="step", file=sys.stdout, leave=False, mininterval=0.1,
                         dynamic_ncols=True, disable=not sys.stdout.isatty())
 
@@ -143,7 +149,8 @@ class TerminalBar:
         if self.bar.disable:
             return
         if sums is not None and sums[2] > 0:
-            self.bar.set_postfix(loss=f"{sums[0] / sums[2]:.4f}", accuracy=f"{sums[1] / sums[2]:.4f}", refresh=False)
+            self.bar.set_postfix({"loss": f"{sums[0] / sums[2]:.4f}", self.score: f"{sums[1] / sums[2]:.4f}"},
+                                 refresh=False)
         self.bar.update(step - self.bar.n)
 
     def close(self):

@@ -1,0 +1,26 @@
+"""One module per task, all of one shape (base.Task), chosen in one place (`create`):
+
+  text    movie reviews and other text CSVs: the embedding bag on token ids, published behind its vectorizer
+  image   pixels: the small CNN or a keras.applications network (--model)
+  faces   face crops: an embedding trained with in-batch triplet mining
+  table   numeric feature columns (and `array`, numeric arrays of any shape): a small MLP
+  own     the user's model (--model-file, --model-module) on any of these inputs but faces
+
+A task owns what differs between them: its flags' defaults and checks, how its data becomes the
+model's input and batches, the model, the per-example loss and score, how the held-out split is
+evaluated, what is published and what the artifact's metadata says. main.py only composes a
+task with a strategy (strategies/). Importing this package does not import TensorFlow.
+"""
+
+import importlib
+
+BUILTIN = {"text": "text", "image": "image", "faces": "faces", "table": "table", "array": "table"}
+
+
+def create(manifest, args):
+    """The task for this dataset and these flags: the user's model when one is given, else the built-in one."""
+    if args.model_file or args.model_module:
+        module = "own"
+    else:
+        module = BUILTIN[manifest.task]
+    return importlib.import_module(f"disttrain_trainer.tasks.{module}").Task(manifest, args)

@@ -1,0 +1,19 @@
+"""image: the small CNN, or MobileNetV2/ResNet50 from scratch (--model), on uint8 pixels scaled inside the model."""
+
+from disttrain_trainer.models import build_image_model
+from disttrain_trainer.tasks import base
+
+
+class Task(base.Task):
+    name = "image"
+
+    def check(self, args):
+        pass  # --model and --image-size are this task's (parse_args checks them)
+
+    def build(self):
+        spec = self.manifest.input
+        return build_image_model(spec["height"], spec["width"], spec["channels"], len(self.manifest.labels),
+                                 self.args.dropout, self.args.model, self.args.image_size, hidden=self.args.width)
+
+    def describe(self):
+        return f"image ({self.args.model})"

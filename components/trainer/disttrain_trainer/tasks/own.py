@@ -1,0 +1,283 @@
+"""own: the user's Keras model (--model-file, --model-module) on the copier's data (table, array,
+image or text; not faces, whose training is triplet mining of the built-in embedding).
+
+Where the model comes from:
+  --model-file PATH      a .keras archive, loaded in safe mode (contract user_model). Its weights are
+                         every worker's starting point: a freshly initialised file trains from scratch,
+                         a trained one is fine-tuned, and no seed is needed to share the start.
+  --model-module M[:F]   F(spec) (default `build`) returns the model; the seed (--seed) makes every
+                         worker's initialisation the same. With --model-file too, the module is only
+                         imported, for the custom layers the file uses.
+
+What is trained: the model's single output against the labels. The loss is the one the model was
+compiled with, else the problem's: a softmax (or logits) classifier -> sparse categorical
+cross-entropy, one sigmoid unit (or logit) for two labels -> binary cross-entropy, regression ->
+mean squared error. The optimizer is the trainer's (--optimizer, --learning-rate), whatever the file
+was compiled with: its state would not be the same on every worker after a resume otherwise.
+
+Everything that can be checked before a step is checked when the task is created, in the trainer's
+own process and before it joins any peer: a file that does not load, a module without the function
+or a function that returns no keras.Model, inputs of another shape or dtype than the data (both
+named), more labels than output units, a regression target with a softmax model. Each is one line
+and exit 2, and nothing has been written.
+"""
+
+import hashlib
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from disttrain_contract.errors import ContractError
+from disttrain_contract.user_model import ModelSpec, code_info, import_model_module, load_model_file
+from disttrain_trainer.tasks import base
+
+# string and numeric inputs never mix; numeric data goes into a float input of any width (cast in the
+# input pipeline), and into an integer input only from integers
+FLOAT_KINDS = "fc"
+
+
+class Task(base.Task):
+    name = "own"
+
+    def __init__(self, manifest, args):
+        super().__init__(manifest, args)
+        if manifest.task == "faces":
+            raise ContractError("--model-file and --model-module train the table, array, image and text tasks; faces "
+                                "trains the built-in embedding with triplet mining")
+        self.module = self.function = None
+        if args.model_module:
+            self.module, self.function = import_model_module(args.model_module)
+            if not args.model_file and not callable(getattr(self.module, self.function, None)):
+                raise ContractError(f"--model-module {args.model_module}: the module {self.module.__name__} has no "
+                                    f"function {self.function}(spec) that returns the model")
+        self.model_source = "file" if args.model_file else "module"
+        self.spec = ModelSpec.of(manifest)
+        probe = self._model()  # checked here, before any peer is joined and anything is written
+        self.head_kind, self.loss_fn = self._head_and_loss(probe)
+        self.input_names = [t.name.split(":")[0] for t in probe.inputs]
+        self._check_inputs(probe)
+        self.dtype = str(probe.inputs[0].dtype) if len(probe.inputs) == 1 else "float32"
+        del probe
+
+    # ------------------------------------------------------------------ flags
+    def check(self, args):
+        if args.model != "cnn":
+            raise ContractError("--model chooses a built-in image network; it does not apply with --model-file/--model-module")
+
+    # ------------------------------------------------------------------ model
+    def _model(self):
+        if self.args.model_file:
+            model = load_model_file(self.args.model_file, compile=True)
+        else:
+            keras.utils.set_random_seed(self.args.seed)
+            name = f"{self.module.__name__}.{self.function}"
+            try:
+                model = getattr(self.module, self.function)(self.spec)
+            except ContractError:
+                raise
+            except Exception as err:  # the user's code may raise anything
+                raise ContractError(f"--model-module {name}(spec) failed: {type(err).__name__}: {err}") from None
+            if not isinstance(model, keras.Model):
+                raise ContractError(f"--model-module {name}(spec) returned {type(model).__name__}, not a keras.Model")
+        if len(model.outputs) != 1:
+            raise ContractError(f"the model has {len(model.outputs)} outputs; disttrain trains a model with one output "
+                                "(class scores or the regression's value)")
+        return model
+
+    def build(self):
+        return self._model()
+
+    @property
+    def head(self):
+        return self.head_kind
+
+    def _head_and_loss(self, model):
+        """How the output reads (evaluation.HEADS) and the per-example loss function."""
+        output = model.outputs[0]
+        units = int(np.prod([d for d in output.shape[1:] if d is not None])) if len(output.shape) > 1 else 1
+        activation = output_activation(output)
+        compiled = getattr(model, "loss", None) if getattr(model, "compiled", False) else None
+        if isinstance(compiled, (dict, list, tuple)):
+            raise ContractError("the model was compiled with several losses; disttrain trains one output")
+        loss_config = compiled_loss_config(compiled)
+        from_logits = bool(loss_config.get("from_logits"))
+        where = f"the model's output {output.name.split('/')[0]!r} ({units} unit(s), activation {activation})"
+        if self.problem == "regression":
+            if activation in ("softmax", "sigmoid"):
+                raise ContractError(f"{where} is a classifier's, but the target {self.manifest.target!r} is a regression "
+                                    "target: end the model in Dense(1) with no activation")
+            if units != 1:
+                raise ContractError(f"{where}: a regression predicts one value per example; end the model in Dense(1)")
+            head = "value"
+        else:
+            n_labels = len(self.manifest.labels)
+            if units == 1:
+                if n_labels > 2:
+                    raise ContractError(f"{where}: the data has {n_labels} labels, more than the output's 1 unit; end "
+                                        f"the model in Dense({n_labels}, activation='softmax')")
+                if activation == "sigmoid":
+                    head = "sigmoid"
+                elif activation == "linear" and from_logits:
+                    head = "sigmoid_logits"
+                else:
+                    raise ContractError(f"{where}: one output unit classifies two labels only with activation "
+                                        "'sigmoid' (or compiled with BinaryCrossentropy(from_logits=True))")
+            else:
+                if units < n_labels:
+                    raise ContractError(f"{where}: the data has {n_labels} labels, more than the output's {units} units")
+                if activation == "softmax":
+                    head = "softmax"
+                elif activation == "linear":
+                    head = "logits"  # (a model compiled without from_logits=True would train on wrong numbers)
+                    if compiled is not None and not from_logits:
+                        raise ContractError(f"{where} outputs logits but was compiled with a loss that expects "
+                                            "probabilities: compile it with from_logits=True or end it in a softmax")
+                else:
+                    raise ContractError(f"{where}: a classifier ends in a softmax (or no activation: logits)")
+        if compiled is None:
+            return head, default_loss(head)
+        loss = keras.losses.get(compiled)
+        # a Loss object's __call__ reduces over the batch; its call() gives the per-example values
+        return head, (loss.call if isinstance(loss, keras.losses.Loss) else loss)
+
+    def _check_inputs(self, model):
+        data = self.spec.input
+        if len(model.inputs) > 1:
+            features = list(self.spec.features or [])
+            if self.manifest.task != "table":
+                raise ContractError(f"the model has {len(model.inputs)} inputs; a {self.manifest.task} dataset has one "
+                                    f"({data.name} {list(data.shape)} {data.dtype}); several named inputs work for tables")
+            for t in model.inputs:
+                name = t.name.split(":")[0]
+                if name not in features:
+                    raise ContractError(f"the model's input {name!r} is not a column of the table (columns: "
+                                        f"{', '.join(features[:12])}{', ...' if len(features) > 12 else ''}): name each "
+                                        "input after the feature column it takes")
+                if tuple(d for d in t.shape[1:]) not in ((), (1,), (None,)):
+                    raise ContractError(f"the model's input {name!r} has shape {list(t.shape[1:])}; an input named "
+                                        "after a column takes one value per example (shape [] or [1])")
+            self.columns = {t.name.split(":")[0]: (features.index(t.name.split(":")[0]), len(t.shape) > 1)
+                            for t in model.inputs}
+            return
+        t = model.inputs[0]
+        shape = tuple(t.shape[1:])
+        model_dtype, data_dtype = str(t.dtype), data.dtype
+        fits = len(shape) == len(data.shape) and all(m is None or m == d for m, d in zip(shape, data.shape))
+        if not fits:
+            raise ContractError(f"the model's input {t.name.split(':')[0]!r} has shape {list(shape)} and dtype "
+                                f"{model_dtype}, the data's {data.name!r} has shape {list(data.shape)} and dtype "
+                                f"{data_dtype}: make the model's input keras.Input(shape={tuple(data.shape)})")
+        if not dtype_fits(data_dtype, model_dtype):
+            raise ContractError(f"the model's input {t.name.split(':')[0]!r} has dtype {model_dtype}, the data's "
+                                f"{data.name!r} is {data_dtype} (shape {list(data.shape)}): they do not convert")
+
+    # ------------------------------------------------------------------- data
+    def model_input(self, x):
+        x = super().model_input(x)
+        if len(self.input_names) > 1:
+            return {name: (x[:, [j]] if keep_axis else x[:, j]).astype(np.float32)
+                    for name, (j, keep_axis) in self.columns.items()}
+        if self.dtype != "string" and np.asarray(x).dtype != np.dtype(self.dtype):
+            return np.asarray(x).astype(self.dtype)
+        return x
+
+    def dataset(self, x, y, batch, seed, index):
+        ds = super().dataset(self.model_input(x) if len(self.input_names) == 1 else np.asarray(x, np.float32),
+                             y, batch, seed, index)
+        if len(self.input_names) > 1:
+            columns = dict(self.columns)
+
+            def to_inputs(features, labels):
+                return {name: (features[:, j:j + 1] if keep_axis else features[:, j])
+                        for name, (j, keep_axis) in columns.items()}, labels
+
+            ds = ds.map(to_inputs)
+        return ds
+
+    def loss_and_score(self, y, outputs):
+        head = self.head_kind
+        if head == "value":
+            predicted = tf.reshape(outputs, [tf.shape(outputs)[0]])
+            target = tf.cast(y, predicted.dtype)
+            per_example = self.loss_fn(tf.reshape(target, tf.shape(outputs)), outputs)
+            return flat(per_example), tf.abs(predicted - target)
+        if head in ("sigmoid", "sigmoid_logits"):
+            per_example = self.loss_fn(tf.reshape(tf.cast(y, outputs.dtype), tf.shape(outputs)), outputs)
+            positive = tf.reshape(outputs, [-1]) > (0.5 if head == "sigmoid" else 0.0)
+            return flat(per_example), tf.cast(tf.equal(tf.cast(positive, y.dtype), y), tf.float32)
+        per_example = self.loss_fn(y, outputs)
+        return flat(per_example), tf.cast(tf.equal(tf.argmax(outputs, axis=-1), y), tf.float32)
+
+    def evaluate_before_training(self):
+        return self.model_source == "file"  # a pre-trained file: what fine-tuning starts from
+
+    # --------------------------------------------------------------- artifacts
+    def run_config(self):
+        config = {"model_source": self.model_source}
+        if self.args.model_file:
+            config["model_file_sha256"] = file_sha256(self.args.model_file)
+        if self.module is not None:
+            config["model_code_sha256"] = code_info(self.module)["sha256"]
+        return config
+
+    def metadata(self, published):
+        meta = super().metadata(published)
+        if self.module is not None:
+            meta["model_code"] = code_info(self.module, None if self.args.model_file else self.function)
+        if self.args.model_file:
+            meta["model_file_sha256"] = file_sha256(self.args.model_file)
+        return meta
+
+    def describe(self):
+        source = self.args.model_file or f"{self.module.__name__}.{self.function}"
+        return f"{self.manifest.task}, own model {source} ({self.head_kind} head)"
+
+
+def default_loss(head):
+    return {
+        "softmax": keras.losses.sparse_categorical_crossentropy,
+        "logits": lambda y, out: keras.losses.sparse_categorical_crossentropy(y, out, from_logits=True),
+        "sigmoid": keras.losses.binary_crossentropy,
+        "sigmoid_logits": lambda y, out: keras.losses.binary_crossentropy(y, out, from_logits=True),
+        "value": keras.losses.mean_squared_error,
+    }[head]
+
+
+def compiled_loss_config(loss):
+    """The compiled loss's config ({} for a function or a name)."""
+    if isinstance(loss, keras.losses.Loss):
+        return loss.get_config()
+    return {}
+
+
+def output_activation(output):
+    """The activation that produces a model's output: a Dense's, or an Activation/Softmax layer's."""
+    layer = output._keras_history[0]
+    if isinstance(layer, keras.layers.Softmax):
+        return "softmax"
+    activation = getattr(layer, "activation", None)
+    if activation is None:
+        return "linear"
+    name = getattr(activation, "__name__", None) or str(activation)
+    return {"softmax_v2": "softmax"}.get(name, name)
+
+
+def dtype_fits(data, model):
+    if data == "string" or model == "string":
+        return data == model
+    data_kind, model_kind = np.dtype(data).kind, np.dtype(model).kind
+    return model_kind in FLOAT_KINDS or (data_kind in "iub" and model_kind in "iu")
+
+
+def flat(per_example):
+    """A loss function's per-example values as [batch] (some return [batch, 1])."""
+    return tf.reshape(per_example, [tf.shape(per_example)[0], -1])[:, 0] if per_example.shape.rank and per_example.shape.rank > 1 else per_example
+
+
+def file_sha256(path):
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
