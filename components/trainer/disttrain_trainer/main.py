@@ -42,7 +42,7 @@ from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, defau
 # The text model (an embedding bag, models.build_text_core) moves its output 1/length as far per
 # step as a multi-hot layer would: at 0.001 one worker reached 0.770 in 5 epochs, and the
 # strategies that take half as many sequential steps (multiworker, localsgd) 0.74-0.76.
-# At 0.003 all three reached 0.767-0.774 on movie reviews (this machine, 5 epochs, batch 64).
+# At 0.003 all three reached 0.767-0.774 on movie reviews (a 2-core host, 5 epochs, batch 64).
 LEARNING_RATE, TEXT_LEARNING_RATE = 1e-3, 3e-3
 # --width and --dropout (models.build_text_core, build_image_model); the sweep searches around them
 WIDTH, TEXT_DROPOUT, IMAGE_DROPOUT = 64, 0.5, 0.3
