@@ -79,7 +79,7 @@ docs-gen: venv
 	$(BIN)/python scripts/gen_docs.py
 
 docs: docs-gen docs-venv
-	$(DOCS_BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(DOCS_BIN)/mkdocs build --strict
 
 demo: venv
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) PORT=$(PORT) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) \

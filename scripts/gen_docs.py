@@ -27,7 +27,7 @@ DOCS = ROOT / "docs"
 STAGES = ("copier", "trainer", "sweep", "aggregator", "server")
 HELP_COLUMNS = "100"  # argparse wraps to $COLUMNS: fixed, so the page does not depend on the terminal
 
-sys.path[:0] = [str(ROOT / "tests" / "chart"), str(ROOT / "bench")]
+sys.path += [str(ROOT / "tests" / "chart"), str(ROOT / "bench")]  # appended: nothing of theirs shadows a module
 
 
 def values_page():
