@@ -1,10 +1,12 @@
-# disttrain: `make demo` runs the whole pipeline on this machine, `make test` the tests that need no Docker or fault injection.
+# disttrain: `make demo` runs the whole pipeline on one machine, `make test` the tests that need no Docker or fault injection.
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # the kserve SDK's own venv: a test client that pins protobuf<7 (tests/server/kserve_client_calls.py)
 KSERVE_BIN := .venv-kserve/bin
+# the docs site's own venv: MkDocs and Material for MkDocs, pinned in requirements-docs.txt (make docs)
+DOCS_BIN := .venv-docs/bin
 COMPONENTS := contract copier trainer sweep aggregator server
 
 # make demo variables
@@ -24,7 +26,7 @@ TRIALS ?= 12
 PARALLEL ?= 2
 SWEEP_ARGS ?=
 
-.PHONY: help venv demo pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
+.PHONY: help venv docs docs-venv docs-gen demo pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
@@ -39,6 +41,7 @@ help:
 	@echo "make images       build disttrain-{copier,trainer,aggregator,server}:$(TAG)"
 	@echo "make push REGISTRY=registry.example.com/team   tag and push them"
 	@echo "make bench        benchmarks -> bench/results/*.json, bench/plots/*.png, bench/README.md"
+	@echo "make docs         the docs site: regenerate docs/reference and docs/benchmarks/results.md, then mkdocs build --strict into site/"
 	@echo "make clean    remove the virtualenv and working directories"
 	@echo "DISTTRAIN_LOG_LEVEL=debug make demo   keep TensorFlow's own start-up lines (hidden by default)"
 
@@ -60,6 +63,23 @@ $(KSERVE_BIN)/.installed: requirements-kserve.txt
 	touch $@
 
 venv: $(BIN)/.installed $(KSERVE_BIN)/.installed
+
+$(DOCS_BIN)/.installed: requirements-docs.txt
+	test -x $(DOCS_BIN)/python || $(PYTHON) -m venv .venv-docs
+	$(DOCS_BIN)/pip install --quiet --upgrade pip
+	$(DOCS_BIN)/pip install --quiet --no-deps -r requirements-docs.txt
+	$(DOCS_BIN)/pip check
+	touch $@
+
+docs-venv: $(DOCS_BIN)/.installed
+
+# The generated pages (chart values, each stage's --help, benchmark results and plots) need the
+# stages installed, hence .venv; tests/docs fails when the checked-in copies are stale.
+docs-gen: venv
+	$(BIN)/python scripts/gen_docs.py
+
+docs: docs-gen docs-venv
+	NO_MKDOCS_2_WARNING=1 $(DOCS_BIN)/mkdocs build --strict
 
 demo: venv
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) PORT=$(PORT) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) \
@@ -116,4 +136,4 @@ bench-quick: venv
 	BENCH_QUICK=1 bash bench/run_all.sh
 
 clean:
-	rm -rf $(VENV) .venv-kserve workdir
+	rm -rf $(VENV) .venv-kserve .venv-docs site workdir

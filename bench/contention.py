@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What two independent single-thread processes get from this machine, by kind of work: the
+"""What two independent single-thread processes get from the host, by kind of work: the
 ceiling under every 2-worker row of train_scaling.py, measured without TensorFlow.
 
 Two `average` workers never talk, yet on some hosts they are far from 2x one worker (text 1.29x

@@ -1,6 +1,6 @@
 """Start-up race: N multiworker pairs in which worker 1 starts DELAY seconds after worker 0.
 
-Issue 19's goal: 0 start-up failures in 20 runs where one worker starts 30 s late. Each pair
+The goal: 0 start-up failures in 20 runs where one worker starts 30 s late. Each pair
 trains sample:digits for 1 epoch on its own ports and output folder; CONCURRENT pairs run at
 once (the waiting is idle, so they share 2 cores well). Prints each run's wait and the failure
 count; writes bench/results/late_peer.json; exits 1 if any run failed.

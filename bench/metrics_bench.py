@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What /metrics costs (issue 13's goal: under 3 % of requests/s at concurrency 8).
+"""What /metrics costs (the goal: under 3 % of requests/s at concurrency 8).
 
 Two disttrain-servers on the same model with the same flags (bench/server_bench.py's SERVER_ARGS:
 gunicorn, 2 workers x 8 threads, micro-batching), one with metrics (the default: every request
@@ -7,7 +7,7 @@ counted and timed into prometheus_client's multiprocess files) and one with --no
 instance :predict calls at concurrency 8 from this process, each point 3 s long, the two servers
 back to back in alternating order (ABBA), so a change in the machine's speed hits both.
 
-Why short points, many pairs and several sessions: this machine's speed drifts by up to 30 % over
+Why short points, many pairs and several sessions: the host's speed drifts by up to 30 % over
 tens of seconds (one run of 20-s points saw both servers 25 % slower for 40 s; its 7 pairs ranged
 from -5 % to +21 %), so pairs 3 s apart see the same machine. And a pair of server processes has a
 speed of its own for its whole life: sessions of the same code on an idle machine cost from 2.9 %

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""progress: what the trainer's live progress file costs (issue 18: under 1 % of training time).
+"""progress: what the trainer's live progress file costs (the goal: under 1 % of training time).
 
 Two measurements:
   end to end  the same 1-worker `average` run on digits (seed 42, batch 64), with progress.json

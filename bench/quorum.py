@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What a quorum costs (issue 19): 4 `average` workers, one of them lost for good, against all 4.
+"""What a quorum costs (aggregator --min-workers): 4 `average` workers, one of them lost for good, against all 4.
 
 Per task: the copier makes 4 shards; 4 trainer processes start (each lingering for the others,
 as the chart runs them with trainer.minWorkers: 3); worker 3 is killed with SIGKILL after its

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Markdown tables from bench/results/*.json, written into bench/README.md between the
-`<!-- results:begin -->` and `<!-- results:end -->` markers (the text around them is kept).
-Also printed. `python bench/report.py --print` only prints."""
+"""Markdown tables from bench/results/*.json, written into docs/benchmarks/results.md (the docs site's
+benchmark results page) between the `<!-- results:begin -->` and `<!-- results:end -->` markers (the
+text around them is kept). Also printed. `python bench/report.py --print` only prints."""
 
 import os
 import sys
@@ -26,11 +26,11 @@ def header(doc, title):
             if cpu else f"1-min load average {m['before']['loadavg_1_5_15'][0]} before, {m['after']['loadavg_1_5_15'][0]} after")
     return (f"### {title}\n\n"
             f"{status}. Measured {m['before']['time_utc']} on {m['nproc']} cores ({m['cpu']}); {busy}; took {doc['duration_sec']:.0f} s; "
-            f"TensorFlow {v.get('tensorflow-cpu') or v.get('tensorflow')}, Keras {v.get('keras')}, Python {v['python']}, "
-            f"commit {m['git_commit']}. Raw: `bench/results/{doc['benchmark']}.json`.\n")
+            f"TensorFlow {v.get('tensorflow-cpu') or v.get('tensorflow')}, Keras {v.get('keras')}, Python {v['python']}. "
+            f"Raw: `bench/results/{doc['benchmark']}.json`.\n")
 
 
-# issue 9's goals: (task, strategy, least steady speedup vs plain 1-worker training); accuracy within 1 point
+# the training speed goals: (task, strategy, least steady speedup vs plain 1-worker training); accuracy within 1 point
 GOALS = [("movie-reviews", "multiworker", 1.3), ("digits", "multiworker", 1.0),
          ("movie-reviews", "localsgd", 1.8), ("digits", "localsgd", 1.8), ("digits-mobilenetv2", "localsgd", 1.8),
          ("movie-reviews", "average", 1.85), ("digits", "average", 1.85), ("digits-mobilenetv2", "average", 1.85)]
@@ -63,7 +63,7 @@ def training(doc):
                    f"{f(r['speedup_vs_1_worker'], 2)}x | {f(r.get('cycle_sec_per_epoch'), 2)} | {f(r.get('cycle_speedup_vs_1_worker'), 2)}x | "
                    f"{f(r['process_wall_sec'], 1)} | {f(r['wall_speedup_vs_1_worker'], 2)}x | "
                    f"{f(r.get('cpu_sec'), 1)} | {f(r['final_accuracy'], 3)} |")
-    out.append("\nThe goals of issue 9 against these numbers:\n")
+    out.append("\nThe training speed goals against these numbers:\n")
     out += goal_rows(doc["results"]["summary"])
     if doc["results"].get("sync_every"):
         out.append("\nLocal SGD: choosing H (`--sync-every`) and the wire dtype, movie reviews, 2 workers (80 steps per epoch, "
@@ -207,7 +207,7 @@ def metrics(doc):
         design = f"{c['repetitions']} pair(s) of {c['seconds_per_point']:g}-s points on one pair of servers"
     out.append(f"`disttrain-server {c['server']}` against the same with `--no-metrics`, single-instance `:predict` at concurrency "
                f"{c['concurrency']}: {design}; " + (f"/metrics is scraped every {c['scrape_every_sec']:g} s of the metrics server's load time. "
-               if c.get("scraped", True) and not same else "no scrapes. ") + f"Issue 13's goal: under {c['goal_percent']:g} % of requests/s.\n")
+               if c.get("scraped", True) and not same else "no scrapes. ") + f"Goal: under {c['goal_percent']:g} % of requests/s.\n")
     out.append("| server | requests/s (median point) | p50 ms | p95 ms | p99 ms | server CPU ms/request (median point) | requests |")
     out.append("|---|---|---|---|---|---|---|")
     for r in res["summary"]:
@@ -286,7 +286,7 @@ def progress(doc):
     out.append(f"One `average` worker on digits, {c['epochs']} epochs, batch {c['batch']}, with `--progress-interval "
                f"{c['interval_sec']:g}` (the default) and 0 (no file), alternating, median of {c['repetitions']} repetition(s) each. "
                "Training = the epochs' steps (metrics.json wall_time_sec, where the writes happen); cycle = plus each epoch's "
-               "evaluation, checkpoint and end-of-epoch write; process = the whole trainer process. Issue 18's goal: under 1 %.\n")
+               "evaluation, checkpoint and end-of-epoch write; process = the whole trainer process. Goal: under 1 %.\n")
     out.append("| time | with progress s (min-max) | without s (min-max) | cost |")
     out.append("|---|---|---|---|")
     for key, name in (("training_sec", "training"), ("cycle_sec", "cycle"), ("process_wall_sec", "process")):
@@ -337,17 +337,21 @@ def combine(doc):
     return "\n".join(out)
 
 
-def main():
+def tables():
     parts = []
     for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))
-    text = "\n\n".join(parts)
+    return "\n\n".join(parts)
+
+
+def main():
+    text = tables()
     print(text)
     if "--print" in sys.argv:
         return
-    readme = os.path.join(BENCH, "README.md")
+    readme = os.path.join(BENCH, "..", "docs", "benchmarks", "results.md")
     with open(readme) as fh:
         current = fh.read()
     if BEGIN not in current or END not in current:

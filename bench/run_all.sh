@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Every benchmark, then the plots and the tables in bench/README.md. One command:
+# Every benchmark, then the plots and the tables in docs/benchmarks/results.md. One command:
 #   bash bench/run_all.sh                  full run (3 repetitions each; about 60 min on an idle 2-core machine; net needs root)
 #   BENCH_QUICK=1 bash bench/run_all.sh    1 repetition (metrics: 3), fewer requests (provisional numbers; about 10-14 min)
 # Also: BENCH_REPS=N (repetitions), BENCH_ONLY="contention train input net sweep server metrics search copier aggregator combine progress" (a subset; net needs root),
@@ -21,4 +21,4 @@ for name in $ONLY; do
 done
 "$PY" plots.py
 "$PY" report.py > /dev/null
-echo "== tables: bench/README.md; plots: bench/plots/; raw: bench/results/"
+echo "== tables: docs/benchmarks/results.md; plots: bench/plots/; raw: bench/results/"

@@ -6,7 +6,7 @@ request searches another view of one of 4 enrolled people (the face tests' queri
 for OpenCV's CascadeClassifier (bench/search_variant.py), each in its own server:
   per-thread  one cascade per request thread (shipped)
   lock        one cascade per process, detection serialised by a lock
-  shared      one cascade per process, unguarded: the code before issue 16
+  shared      one cascade per process, unguarded: the code before per-thread cascades
 Every answer is compared with the serial answer the same server gave for that photo before the load:
 a "wrong" answer is any byte difference in the JSON body (box, faces found, matches, distances) or a
 non-200 (e.g. 422 "no face found"). Load: C = 1 and 8 client threads on loopback, each rep runs every
@@ -91,7 +91,7 @@ def main():
               "repetitions": n, "server": "with its defaults (2 workers x 8 threads)",
               "gallery": f"{len(SEEDED)} lfw_subset people", "queries": "other_view of lfw 50, 4, 15, 33, k=5",
               "policies": {"per-thread": "one cascade per thread (shipped)", "lock": "one cascade per process + lock",
-                           "shared": "one unguarded cascade per process (before issue 16)"}}
+                           "shared": "one unguarded cascade per process (the code before per-thread cascades)"}}
     procs = []
     with Bench("search", config) as bench:
         try:

@@ -5,7 +5,7 @@
 
   per-thread  the shipped code: one CascadeClassifier per request thread (threading.local)
   lock        one cascade for the process, detectMultiScale serialised by a lock
-  shared      one cascade for the process, no lock: the code before issue 16 (wrong answers)
+  shared      one cascade for the process, no lock: the code before per-thread cascades (wrong answers)
 
 The policy is swapped in the gunicorn master before it forks its workers (no preload: the
 workers import nothing else of ours before), so each worker serves with it.

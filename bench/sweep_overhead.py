@@ -7,7 +7,7 @@ process from start to exit, TensorFlow's start-up included).
 
 Also the whole process: wall time x processes minus the trials' time, which adds the sweep's
 start-up (Python, Optuna's import, the validation split, the study) and the final outputs
-(best.json, trials.csv, three plots). Goal (issue 12): the search's own overhead under 5 % of a
+(best.json, trials.csv, three plots). Goal: the search's own overhead under 5 % of a
 trial's time.
 
     .venv/bin/python bench/sweep_overhead.py [--trials 8] [--processes 2] [--epochs 5]

@@ -2,7 +2,7 @@
 """Training scaling: plain 1-worker training vs 2 workers of every strategy, on text, digits and a
 compute-bound image model (MobileNetV2 from scratch on digits resized to 32x32), same data and epochs.
 
-Every worker runs with --threads 1 (one intra-op and one inter-op thread), so 2 workers on this
+Every worker runs with --threads 1 (one intra-op and one inter-op thread), so 2 workers on a
 2-core machine use at most the cores one worker would leave idle. For each repetition every
 configuration runs once, in turn (side by side: drift in the machine's load hits all of them).
 The copier runs once per task and shard count; each run trains into its own --out and is

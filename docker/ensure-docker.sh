@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make `docker` usable on this machine (used by `make test-images` and CI):
+# Make `docker` usable on the host (used by `make test-images` and CI):
 # installs Debian's docker.io and debootstrap when missing, and starts dockerd in the
 # background when no daemon answers, then waits until `docker info` works.
 #

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole disttrain pipeline on this machine, one process per stage:
+# Run the whole disttrain pipeline on one machine, one process per stage:
 #   copier -> WORKERS trainer processes -> aggregator -> server (foreground).
 # The same programs the containers run; the "shared volume" is a local folder.
 # Configuration comes from the environment (the Makefile passes its variables).

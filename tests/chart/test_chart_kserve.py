@@ -79,4 +79,4 @@ def test_the_readme_shows_the_example():
     body = "\n".join(line for line in EXAMPLE.read_text().splitlines() if not line.startswith("#"))
     (block,) = re.findall(r"\n( *)```yaml\n(.*?)\n\1```", readme, re.S)  # in a list item: indented
     assert textwrap.dedent(block[1]) == body
-    assert "charts/disttrain/examples/kserve-inferenceservice.yaml" in (ROOT / "README.md").read_text()
+    assert "charts/disttrain/examples/kserve-inferenceservice.yaml" in (ROOT / "docs" / "serving.md").read_text()  # the serving page tells it

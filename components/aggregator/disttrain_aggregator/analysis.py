@@ -1,4 +1,4 @@
-"""Model analysis (issue 18): beyond one accuracy number, on the held-out split, for every worker
+"""Model analysis: beyond one accuracy number, on the held-out split, for every worker
 model, every combine candidate and the final model.
 
 Classifiers (text, image), from the predicted probabilities the held-out evaluation already

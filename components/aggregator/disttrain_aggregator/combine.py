@@ -1,7 +1,7 @@
 """--combine: which model an `average` run publishes from its worker models.
 
     average   the example-weighted mean of the workers' weights (main.WeightedSum): one model,
-              one forward pass per instance (the default, and the only mode before issue 18);
+              one forward pass per instance (the default, and the only mode before --combine);
     ensemble  one Keras model that calls every worker model and outputs the mean of their
               predicted probabilities (faces: the mean of their L2-normalised embeddings,
               normalised again). Built from Keras' own layers only (Average, UnitNormalization),

@@ -1,4 +1,4 @@
-"""The copier's data statistics, summarised for report.json (issue 18): what a person checks before
+"""The copier's data statistics, summarised for report.json (the data validation): what a person checks before
 trusting the numbers above them in the report: was the data validated, what warned, how big and
 how balanced each split is."""
 

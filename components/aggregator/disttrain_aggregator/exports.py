@@ -1,4 +1,4 @@
-"""Exports of the published model for stock serving stacks (issue 13), next to final/model.keras:
+"""Exports of the published model for stock serving stacks (TF Serving, KServe, TFLite), next to final/model.keras:
 
     final/saved_model/<version>/   a TensorFlow SavedModel: TF Serving (--model_base_path=<final>/saved_model)
                                    and KServe's TensorFlow runtime load it as it is

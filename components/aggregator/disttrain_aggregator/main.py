@@ -558,7 +558,7 @@ def plot_report(report, histories, path):
 
     from disttrain_contract import atomic_path
 
-    hard = report["task"] == "faces" and "test_darker_margin" in report["final"]  # issue 14's harder queries
+    hard = report["task"] == "faces" and "test_darker_margin" in report["final"]  # the faces' harder queries
     fig, axes = plt.subplots(1, 3 if hard else 2, figsize=(16 if hard else 11, 4))
     bars, curves = axes[0], axes[1]
     candidates = [(name, c) for name, c in (report.get("combine") or {}).get("candidates", {}).items()

@@ -64,7 +64,7 @@ def _remove(tmp):
 def atomic_write_bytes(path, data, fsync=True):
     """fsync=False: still atomic for readers (the rename), but not flushed to the disk first: for a file
     rewritten every second that a crash may lose (a trainer's progress.json). The flush cost 7 ms a
-    write on this machine's busy disk (bench/progress_overhead.py), 0.7 % of a second."""
+    write on a busy 2-core host's disk (bench/progress_overhead.py), 0.7 % of a second."""
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as fh:
             fh.write(data)

@@ -8,7 +8,7 @@ Faces: retrieval on held-out people. The gallery holds each person's first
 photo; the query is an augmented view of another photo of that person (of the
 same photo when there is only one). Top-1 accuracy = the nearest gallery entry
 is the right person; plus the mean distance to the same person and to others.
-The harder part (issue 14): the gallery photo itself, 0.7x darker, rotated 6
+The harder part (darker, rotated, smaller): the gallery photo itself, 0.7x darker, rotated 6
 degrees, or at 1/3 resolution (faces.hard_query), as the query: top-1 for each,
 and the margin, the mean distance to the nearest wrong person over the mean
 distance to the right one (1.5 means the nearest stranger is 1.5x farther).

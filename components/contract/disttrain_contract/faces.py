@@ -229,7 +229,7 @@ def preprocess_graph(crops, version):
 
 # -------------------------------------------------------------- augmentation
 
-# Ranges of real uploads (issue 14: phone photos 0.7x darker or brighter, a few degrees
+# Ranges of real uploads (phone photos 0.7x darker or brighter, a few degrees
 # of tilt, 1/3 size): every training view draws its brightness, contrast, rotation and
 # scale from them, and is then preprocessed like a served crop.
 ROTATION_DEGREES = 10

@@ -76,7 +76,7 @@ class Manifest:
     vocab: dict = None  # {"file": "vocab.txt", "sha256": ..., "size": n} for text
     skipped: list = dataclasses.field(default_factory=list)  # inputs left out: [{"input", "reason"}]
     # the copier's data validation: {"passed", "checks": {name: {"status", "message", ...}}, "warnings",
-    # "max_label_skew", "stats": "stats.json", "plot": "stats.png", "stats_sha256"}; None before issue 18
+    # "max_label_skew", "stats": "stats.json", "plot": "stats.png", "stats_sha256"}; None before data validation
     validation: dict = None
     format_version: int = FORMAT_VERSION
     problem: str = "classification"  # or "regression" (PROBLEMS)

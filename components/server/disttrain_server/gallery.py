@@ -126,7 +126,7 @@ def _stat_key(path):
 def public(entry):
     """An index entry as the API shows it (the photo hash is only for idempotent seeding)."""
     shown = {key: entry[key] for key in ("id", "name", "box", "confidence", "eyes", "faces_found", "created", "source")
-             if key in entry}  # (entries enrolled before issue 14 have no confidence or eyes)
+             if key in entry}  # (entries enrolled before eye-ranked detection have no confidence or eyes)
     shown["thumbnail"] = f"/v1/gallery/{entry['id']}/thumbnail.png"
     return shown
 

@@ -41,7 +41,7 @@ def page_title(name, model):
 
 def training_data(model_path):
     """The "data" part of the report.json beside the served model (the copier's statistics and
-    validation result, issue 18), or None: no report, an older one without it, or unreadable. The page
+    validation result), or None: no report, an older one without it, or unreadable. The page
     reads the small file on each visit, so it follows a newly published report; nothing is shared
     between request threads."""
     try:

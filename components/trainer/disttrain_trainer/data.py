@@ -14,7 +14,7 @@ def shuffled_batches(features, labels, batch, seed):
     one op. That gives the batches shuffling the examples themselves gives (a shuffle's
     order depends on its seed and buffer size, not on what it holds: tests/unit/test_data.py),
     at a fraction of the CPU: a text batch cost 2.5-2.8 ms of CPU element by element and
-    0.3-0.4 ms gathered (this machine). That CPU runs beside the step on the other core,
+    0.3-0.4 ms gathered (on a 2-core host). That CPU runs beside the step on the other core,
     so two workers sharing two cores paid for it twice."""
     features = features if isinstance(features, tf.RaggedTensor) else tf.constant(features)
     labels = tf.constant(labels)

@@ -42,7 +42,7 @@ def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradien
         # call: the next step's sparse gradient, with another number of rows, fails with
         # "Shape mismatch in the collective instance". Unrolling the steps in Python
         # instead works, but tracing 32 text steps took 15 s, more than the 0.15 s per
-        # epoch that fewer calls saved (80 steps per epoch, 2 workers, this machine).
+        # epoch that fewer calls saved (80 steps per epoch, 2 workers, a 2-core host).
         single = tf.function(one_step)
         return lambda iterator, steps: sum(single(iterator).numpy() for _ in range(steps))
 
