@@ -24,13 +24,14 @@ TRIALS ?= 12
 PARALLEL ?= 2
 SWEEP_ARGS ?=
 
-.PHONY: help venv demo pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
+.PHONY: help lint venv demo pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
 	@echo "              variables: TASK=movie-reviews|digits|faces WORKERS=2 EPOCHS BATCH STRATEGY=average|multiworker|localsgd|parameterserver SYNC_EVERY PS=1 PORT=8080 "
 	@echo "              COMBINE=average|ensemble|best (average strategy; best: VALIDATION=0.1 by default, the trainers' validation split)"
 	@echo "make sweep    copier -> Optuna sweep (TRIALS=12 PARALLEL=2 processes, SWEEP_ARGS) -> trainers with its best.json -> aggregator"
+	@echo "make lint         ruff over every Python file (rules: ruff.toml); quick, run first by CI"
 	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
 	@echo "make test-long    longer real-training integration tests (sweeps, multi-model runs) kept out of make test's 15-minute budget"
 	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk"
@@ -75,6 +76,10 @@ sweep: venv
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) \
 	  WORKDIR=workdir/sweep-$(TASK) BIN=$(BIN) SERVE=0 SWEEP=1 TRIALS=$(TRIALS) PARALLEL=$(PARALLEL) SWEEP_ARGS="$(SWEEP_ARGS)" \
 	  scripts/run-local.sh
+
+# ruff's rule set and the reasons for it are in ruff.toml
+lint: $(BIN)/.installed
+	$(BIN)/ruff check
 
 # Debian's Chromium for the browser test (Playwright drives it; never `playwright install`).
 browser-deps:

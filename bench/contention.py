@@ -15,7 +15,6 @@ cores are independent for that work; less means they share what the work needs (
 bandwidth, or an SMT core).
 """
 
-import json
 import os
 import subprocess
 import sys
@@ -75,7 +74,7 @@ def main():
     with Bench("contention", {"seconds": SECONDS, "reps": n, "workloads": WORKLOADS}) as bench:
         for kind, mb in WORKLOADS:
             alone, both = [], []
-            for rep in range(n):
+            for _ in range(n):
                 alone.append(run(kind, mb, 1))
                 both.append(run(kind, mb, 2))
             unit = "GFLOP/s" if kind == "compute" else "GB/s"

@@ -22,7 +22,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 from common import BIN, Bench, median, reps, tail, tmpdir
 

@@ -16,7 +16,8 @@ import matplotlib.ticker  # noqa: E402
 from common import BENCH, load_result  # noqa: E402
 
 PLOTS = os.path.join(BENCH, "plots")
-COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860", "disttrain": "#4C72B0", "disttrain-nobatch": "#8172B3", "flask-dev": "#C44E52", "in-process": "#55A868"}
+COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860",
+          "disttrain": "#4C72B0", "disttrain-nobatch": "#8172B3", "flask-dev": "#C44E52", "in-process": "#55A868"}
 
 
 def subtitle(doc):

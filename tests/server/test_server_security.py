@@ -240,7 +240,7 @@ def test_security_headers_on_every_response(writes_client, text_client):
         "icon": text_client.get("/favicon.ico"),
         "openapi": text_client.get("/openapi.json"),
     }
-    for kind, response in responses.items():
+    for response in responses.values():
         check_security_headers(response)
     assert [r.status_code for r in responses.values()] == [200, 200, 200, 200, 404, 405, 415, 401, 200, 200, 200]
     assert responses["json"].headers["Cache-Control"] == "no-store" and responses["predict"].headers["Cache-Control"] == "no-store"

@@ -95,7 +95,8 @@ def _photo_body(example, **fields):
 def _gallery_paths(limits, model_name, unknown_model):
     entry_id = {"name": "entry_id", "in": "path", "required": True, "schema": STRING, "description": "A gallery entry's id."}
     no_entry = _response("No gallery entry with this id.")
-    upload = f"The photo goes through the same face detector as the training photos; the most face-like one is used (eyes found in it, then the detector's confidence). The body may be at most {limits['max_upload_bytes']} bytes."
+    upload = ("The photo goes through the same face detector as the training photos; the most face-like one is used "
+              f"(eyes found in it, then the detector's confidence). The body may be at most {limits['max_upload_bytes']} bytes.")
     return {
         "/v1/models/{model_name}:search": {
             "post": {
