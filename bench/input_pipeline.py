@@ -23,7 +23,7 @@ import os
 import subprocess
 import sys
 
-from common import BIN, Bench, median, reps, tail, tmpdir
+from common import BIN, Bench, command_line, median, reps, tail, tmpdir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = sys.executable
@@ -158,4 +158,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__)
     main()

@@ -6,7 +6,7 @@ Also printed. `python bench/report.py --print` only prints."""
 import os
 import sys
 
-from common import BENCH, load_result
+from common import BENCH, command_line, load_result
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -364,4 +364,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__, lambda parser: parser.add_argument("--print", action="store_true", help="print the tables only; bench/README.md is left alone"))
     main()
