@@ -20,19 +20,29 @@ PS ?= 1
 COMBINE ?= average
 VALIDATION ?=
 PORT ?= 8080
+# make demo and make pipeline run in workdir/demo, make sweep in workdir/sweep-$(TASK), unless WORKDIR is given
 WORKDIR ?= workdir/demo
+SWEEP_WORKDIR := $(if $(filter file,$(origin WORKDIR)),workdir/sweep-$(TASK),$(WORKDIR))
 # make sweep variables
 TRIALS ?= 12
 PARALLEL ?= 2
 SWEEP_ARGS ?=
 
-.PHONY: help venv docs docs-venv docs-gen demo pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
+# every one of these is in `make help` (tests/unit/test_makefile.py checks it)
+.PHONY: help lint venv venv-kserve docs docs-venv docs-gen demo pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
 	@echo "              variables: TASK=movie-reviews|digits|faces WORKERS=2 EPOCHS BATCH STRATEGY=average|multiworker|localsgd|parameterserver SYNC_EVERY PS=1 PORT=8080 "
 	@echo "              COMBINE=average|ensemble|best (average strategy; best: VALIDATION=0.1 by default, the trainers' validation split)"
+	@echo "              WORKDIR=workdir/demo (where the data, checkpoints, logs and the published model go)"
+	@echo "make pipeline the same as make demo without the server (same variables)"
 	@echo "make sweep    copier -> Optuna sweep (TRIALS=12 PARALLEL=2 processes, SWEEP_ARGS) -> trainers with its best.json -> aggregator"
+	@echo "              in WORKDIR (default workdir/sweep-TASK)"
+	@echo "make venv     the virtualenv .venv (requirements.txt, requirements-dev.txt, the components editable); every target that needs it builds it"
+	@echo "make venv-kserve  .venv-kserve, the kserve SDK's own virtualenv for two test clients (make test and test-long build it)"
+	@echo "make browser-deps Debian's chromium and curl, which make test drives (needs root; otherwise names the sudo command)"
+	@echo "make lint         ruff over every Python file (rules: ruff.toml); quick, run first by CI"
 	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
 	@echo "make test-long    longer real-training integration tests (sweeps, multi-model runs) kept out of make test's 15-minute budget"
 	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk"
@@ -41,8 +51,12 @@ help:
 	@echo "make images       build disttrain-{copier,trainer,aggregator,server}:$(TAG)"
 	@echo "make push REGISTRY=registry.example.com/team   tag and push them"
 	@echo "make bench        benchmarks -> bench/results/*.json, bench/plots/*.png, bench/README.md"
+	@echo "make bench-quick  the same with one repetition and fewer requests: provisional numbers in about 8 minutes"
 	@echo "make docs         the docs site: regenerate docs/reference and docs/benchmarks/results.md, then mkdocs build --strict into site/"
-	@echo "make clean    remove the virtualenv and working directories"
+	@echo "make docs-gen     only regenerate the generated docs pages (chart values, each stage's --help, benchmark results)"
+	@echo "make docs-venv    only build .venv-docs (MkDocs and Material, pinned in requirements-docs.txt)"
+	@echo "make clean    remove the virtualenvs and working directories"
+	@echo "make help     this list"
 	@echo "DISTTRAIN_LOG_LEVEL=debug make demo   keep TensorFlow's own start-up lines (hidden by default)"
 
 # The virtualenv is rebuilt when a pin or a component's metadata changes.
@@ -62,7 +76,10 @@ $(KSERVE_BIN)/.installed: requirements-kserve.txt
 	$(KSERVE_BIN)/pip check
 	touch $@
 
-venv: $(BIN)/.installed $(KSERVE_BIN)/.installed
+venv: $(BIN)/.installed
+
+# only the tests that run the kserve SDK need it (tests/kserve_venv.py): not make demo
+venv-kserve: $(KSERVE_BIN)/.installed
 
 $(DOCS_BIN)/.installed: requirements-docs.txt
 	test -x $(DOCS_BIN)/python || $(PYTHON) -m venv .venv-docs
@@ -93,21 +110,33 @@ pipeline: venv
 # the pipeline with a hyper-parameter sweep between copier and trainers (components/sweep)
 sweep: venv
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) \
-	  WORKDIR=workdir/sweep-$(TASK) BIN=$(BIN) SERVE=0 SWEEP=1 TRIALS=$(TRIALS) PARALLEL=$(PARALLEL) SWEEP_ARGS="$(SWEEP_ARGS)" \
+	  WORKDIR=$(SWEEP_WORKDIR) BIN=$(BIN) SERVE=0 SWEEP=1 TRIALS=$(TRIALS) PARALLEL=$(PARALLEL) SWEEP_ARGS="$(SWEEP_ARGS)" \
 	  scripts/run-local.sh
 
-# Debian's Chromium for the browser test (Playwright drives it; never `playwright install`).
+# ruff's rule set and the reasons for it are in ruff.toml
+lint: venv
+	$(BIN)/ruff check
+
+# Debian's Chromium for the browser test (Playwright drives it; never `playwright install`), and curl, which
+# the TF Serving test runs as TF Serving's docs do. Installing needs root: anyone else is told the command.
+BROWSER_DEPS := chromium curl
 browser-deps:
-	@command -v chromium >/dev/null || { apt-get update -q && apt-get install -y -q chromium; }
+	@missing=; for p in $(BROWSER_DEPS); do command -v $$p >/dev/null || missing="$${missing:+$$missing }$$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "make test needs $$missing, and installing it needs root: run \`sudo apt-get install -y $$missing\` first" >&2; exit 1; \
+	  fi; \
+	  apt-get update -q && apt-get install -y -q $$missing; \
+	fi
 
 # tests/images runs only under `make test-images`, tests/cluster's Docker runs only under
 # `make test-cluster`; the fault tests only under `make test-faults`.
-test: venv browser-deps
+test: venv venv-kserve browser-deps
 	$(BIN)/python -m pytest tests -q -m "not faults and not long"
 
 # Real-training integration tests too long for make test's ~15-minute budget on 2 cores.
 # pytest exits 5 when no test carries the marker: that is an empty target, not a failure.
-test-long: venv
+test-long: venv venv-kserve
 	$(BIN)/python -m pytest tests -q -m long || [ $$? -eq 5 ]
 
 test-faults: venv

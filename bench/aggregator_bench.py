@@ -14,7 +14,7 @@ import os
 import shutil
 import sys
 
-from common import BIN, Bench, median, reps, run_measured, start, tail, tmpdir, wait_measured
+from common import BIN, Bench, command_line, median, reps, run_measured, start, tail, tmpdir, wait_measured
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = 8
@@ -76,4 +76,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__)
     main()

@@ -13,7 +13,7 @@ import os
 import shutil
 import sys
 
-from common import Bench, median, reps, tmpdir
+from common import Bench, command_line, median, reps, tmpdir
 from train_scaling import train_once
 
 TASK, EPOCHS = "movie-reviews", 3
@@ -59,4 +59,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__)
     main()

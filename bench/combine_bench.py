@@ -14,7 +14,7 @@ import json
 import os
 import sys
 
-from common import BIN, Bench, ROOT, run_measured, start, tail, tmpdir, wait_measured
+from common import BIN, ROOT, Bench, command_line, run_measured, start, tail, tmpdir, wait_measured
 
 TASKS = (("digits", "sample:digits", 20), ("movie-reviews", "sample:movie-reviews", 5))  # scripts/run-local.sh's epochs
 WORKERS = (2, 3)
@@ -103,4 +103,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__)
     main()

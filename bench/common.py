@@ -4,6 +4,7 @@ Every benchmark writes bench/results/<name>.json:
   {"benchmark", "quick", "provisional", "note", "machine": {"before": ..., "after": ...}, "config", "results"}
 """
 
+import argparse
 import json
 import os
 import platform
@@ -319,3 +320,13 @@ def tail(path, n=3000):
 
 
 sys.path.insert(0, os.path.join(ROOT, "tests"))  # stages.free_port_block
+
+
+def command_line(doc, configure=None):
+    """A benchmark script's arguments, parsed before it starts anything: --help prints `doc` (its module
+    docstring) and exits. configure(parser) adds the script's own; without it the script takes none
+    (BENCH_QUICK and the other knobs are environment variables: run_all.sh)."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if configure is not None:
+        configure(parser)
+    return parser.parse_args()

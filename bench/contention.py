@@ -15,7 +15,7 @@ cores are independent for that work; less means they share what the work needs (
 bandwidth, or an SMT core).
 """
 
-import json
+import argparse
 import os
 import subprocess
 import sys
@@ -75,7 +75,7 @@ def main():
     with Bench("contention", {"seconds": SECONDS, "reps": n, "workloads": WORKLOADS}) as bench:
         for kind, mb in WORKLOADS:
             alone, both = [], []
-            for rep in range(n):
+            for _ in range(n):
                 alone.append(run(kind, mb, 1))
                 both.append(run(kind, mb, 2))
             unit = "GFLOP/s" if kind == "compute" else "GB/s"
@@ -89,7 +89,10 @@ def main():
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] == ["--work"]:
-        print(work(sys.argv[2], float(sys.argv[3]), float(sys.argv[4]), SECONDS))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--work", nargs=3, metavar=("KIND", "MB", "START_AT"), help="(internal) one measuring process of main()")
+    args = parser.parse_args()
+    if args.work:
+        print(work(args.work[0], float(args.work[1]), float(args.work[2]), SECONDS))
     else:
         main()

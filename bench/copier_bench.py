@@ -20,7 +20,7 @@ import zipfile
 
 import numpy as np
 
-from common import BIN, Bench, median, reps, run_measured, tail, tmpdir
+from common import BIN, Bench, command_line, median, reps, run_measured, tail, tmpdir
 
 ROW = (32, 32, 3)
 
@@ -90,4 +90,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__)
     main()

@@ -10,15 +10,20 @@ works. Same URL and JSON shape as disttrain-server, so the same load generator d
     python bench/flask_baseline.py MODEL.keras PORT
 """
 
+import argparse
 import os
-import sys
 
+# parsed before TensorFlow is imported: --help answers at once
+parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+parser.add_argument("model", help="a .keras model file")
+parser.add_argument("port", type=int, help="the port to serve on (127.0.0.1)")
+args = parser.parse_args()
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import keras  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from flask import Flask, jsonify, request  # noqa: E402
 
-model = keras.models.load_model(sys.argv[1], compile=False)
+model = keras.models.load_model(args.model, compile=False)
 app = Flask(__name__)
 
 
@@ -36,4 +41,4 @@ def healthz():
 
 
 if __name__ == "__main__":
-    app.run(host="127.0.0.1", port=int(sys.argv[2]))  # the development server (threaded by default)
+    app.run(host="127.0.0.1", port=args.port)  # the development server (threaded by default)

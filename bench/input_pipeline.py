@@ -22,9 +22,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 
-from common import BIN, Bench, median, reps, tail, tmpdir
+from common import BIN, Bench, command_line, median, reps, tail, tmpdir
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = sys.executable
@@ -157,4 +156,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__)
     main()

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import time
 
-from common import BIN, Bench, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured
+from common import BIN, Bench, command_line, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured
 
 NAMESPACES = ("dtbench-w0", "dtbench-w1")
 ADDRESSES = ("10.233.0.1", "10.233.0.2")
@@ -147,4 +147,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__)
     main()

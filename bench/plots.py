@@ -13,10 +13,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
-from common import BENCH, load_result  # noqa: E402
+from common import BENCH, command_line, load_result  # noqa: E402
 
 PLOTS = os.path.join(BENCH, "plots")
-COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860", "disttrain": "#4C72B0", "disttrain-nobatch": "#8172B3", "flask-dev": "#C44E52", "in-process": "#55A868"}
+COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860",
+          "disttrain": "#4C72B0", "disttrain-nobatch": "#8172B3", "flask-dev": "#C44E52", "in-process": "#55A868"}
 
 
 def subtitle(doc):
@@ -176,4 +177,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__)
     main()

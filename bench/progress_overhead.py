@@ -23,7 +23,7 @@ import statistics
 import sys
 import time
 
-from common import BIN, QUICK, Bench, median, reps, run_measured, tail, tmpdir
+from common import BIN, QUICK, Bench, command_line, median, reps, run_measured, tail, tmpdir
 
 EPOCHS = 15 if QUICK else 40
 INTERVAL = 1.0  # the trainer's default
@@ -104,4 +104,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__)
     main()

@@ -20,7 +20,7 @@ import signal
 import sys
 import time
 
-from common import BIN, Bench, start, tail, tmpdir
+from common import BIN, Bench, command_line, start, tail, tmpdir
 
 WORKERS, MIN_WORKERS, SEED = 4, 3, 42
 # the integration tests' settings (tests/integration/test_pipeline.py): (epochs, batch)
@@ -102,4 +102,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__)
     main()

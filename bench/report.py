@@ -6,7 +6,7 @@ text around them is kept). Also printed. `python bench/report.py --print` only p
 import os
 import sys
 
-from common import BENCH, load_result
+from common import BENCH, command_line, load_result
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -51,11 +51,13 @@ def goal_rows(rows):
 def training(doc):
     out = [header(doc, "Training: plain 1-worker training vs 2 workers of each strategy (`bench/train_scaling.py`)")]
     out.append("Same data and epochs for every row of a task (batch 64 per worker, `--threads 1` per worker); "
-               f"median of {doc['config']['repetitions']} repetition(s). s/epoch = steady state (each worker's mean of epochs 2.., the slower worker's: a mean, so that syncs landing in some epochs only are counted); "
+               f"median of {doc['config']['repetitions']} repetition(s). s/epoch = steady state (each worker's mean of epochs 2.., "
+               "the slower worker's: a mean, so that syncs landing in some epochs only are counted); "
                "examples/s over all workers; speedup = plain 1-worker training's s/epoch (or process wall time) / this row's; "
                "cycle = the same over each epoch's whole cycle (training, held-out evaluation, checkpoint: epoch start to epoch start); "
                "wall = the training stage's processes from start to exit (start-up, cluster join, evaluation, saving).\n")
-    out.append("| task | workers | strategy | steps/epoch | s/epoch | 1st epoch s | examples/s | step ms | speedup | cycle s | cycle speedup | wall s | wall speedup | CPU s (all workers) | final acc. |")
+    out.append("| task | workers | strategy | steps/epoch | s/epoch | 1st epoch s | examples/s | step ms | speedup "
+               "| cycle s | cycle speedup | wall s | wall speedup | CPU s (all workers) | final acc. |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in doc["results"]["summary"]:
         out.append(f"| {r['task']} | {r['workers']} | {r['strategy']} | {r['steps_per_epoch']} | {f(r['sec_per_epoch'], 2 if r['sec_per_epoch'] >= 0.1 else 3)} | "
@@ -339,7 +341,9 @@ def combine(doc):
 
 def tables():
     parts = []
-    for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline), ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search), ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress)):
+    for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline),
+                     ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search),
+                     ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))
@@ -364,4 +368,5 @@ def main():
 
 
 if __name__ == "__main__":
+    command_line(__doc__, lambda parser: parser.add_argument("--print", action="store_true", help="print the tables only; bench/README.md is left alone"))
     main()

@@ -21,7 +21,6 @@ import os
 import shutil
 import subprocess
 import sys
-import time
 
 from common import BIN, Bench, QUICK, median, reps, run_measured, stop_and_remove, tail, tmpdir
 from server_bench import run_load, wait_http

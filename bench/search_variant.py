@@ -41,9 +41,15 @@ POLICIES = {
 }
 
 if __name__ == "__main__":
+    usage = f"usage: search_variant.py {'|'.join(POLICIES)} -- <disttrain-server arguments>"
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(f"{usage}\n\n{__doc__.strip()}")
+        sys.exit(0)
+    if len(sys.argv) < 3:
+        raise SystemExit(usage)
     policy, separator, *server_args = sys.argv[1:]
     if policy not in POLICIES or separator != "--":
-        raise SystemExit(f"usage: search_variant.py {'|'.join(POLICIES)} -- <disttrain-server arguments>")
+        raise SystemExit(usage)
     if POLICIES[policy] is not None:
         faces._cascade = POLICIES[policy]
     sys.argv = ["disttrain-server", *server_args]

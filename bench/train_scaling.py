@@ -22,7 +22,7 @@ import os
 import shutil
 import sys
 
-from common import BIN, Bench, load_result, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured, write_result
+from common import BIN, Bench, load_result, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured, write_result, command_line
 from stages import free_port_block
 
 PY = sys.executable
@@ -232,9 +232,15 @@ def resummarise():
     print("train_scaling: summaries recomputed from the stored per-epoch times", file=sys.stderr)
 
 
+def options(parser):
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--resummarise", action="store_true", help="recompute the summaries from the stored per-epoch times; train nothing")
+    which.add_argument("--only", metavar="STRATEGIES", help="run these rows again, e.g. average,localsgd (default: the full benchmark)")
+
+
 if __name__ == "__main__":
-    # (no flags: the full benchmark; --resummarise; --only average,localsgd: those rows again)
-    if sys.argv[1:] == ["--resummarise"]:
+    args = command_line(__doc__, options)
+    if args.resummarise:
         resummarise()
     else:
-        main(sys.argv[2].split(",") if sys.argv[1:2] == ["--only"] else None)
+        main(args.only.split(",") if args.only else None)

@@ -15,7 +15,7 @@ missing=()
 command -v dockerd >/dev/null || missing+=(docker.io)
 command -v debootstrap >/dev/null || missing+=(debootstrap)
 if [ ${#missing[@]} -gt 0 ]; then
-    [ "$(id -u)" = 0 ] || { echo "need root to install ${missing[*]}" >&2; exit 1; }
+    [ "$(id -u)" = 0 ] || { echo "${missing[*]} missing, and installing needs root: run \`sudo apt-get install -y ${missing[*]}\` first" >&2; exit 1; }
     echo "installing ${missing[*]} ..."
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -q >/dev/null
@@ -25,7 +25,14 @@ fi
 if docker info >/dev/null 2>&1; then
     exit 0
 fi
-[ "$(id -u)" = 0 ] || { echo "no docker daemon answers and only root can start one" >&2; exit 1; }
+if [ "$(id -u)" != 0 ]; then
+    if [ -S /var/run/docker.sock ]; then
+        echo "a docker daemon runs but $(id -un) may not use it: run \`sudo usermod -aG docker $(id -un)\` first, then log in again" >&2
+    else
+        echo "no docker daemon runs, and only root can start one: run \`sudo docker/ensure-docker.sh\` first" >&2
+    fi
+    exit 1
+fi
 echo "starting dockerd (log: $LOG) ..."
 nohup dockerd --bridge=none >"$LOG" 2>&1 </dev/null &
 for _ in $(seq "$WAIT"); do

@@ -24,7 +24,7 @@ if docker image inspect "$TAG" >/dev/null 2>&1 && [ "$(docker image inspect -f '
 fi
 
 if [ ! -s "$TARBALL" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$RECIPE" ]; then
-    command -v debootstrap >/dev/null || { echo "debootstrap is missing (apt-get install -y debootstrap)" >&2; exit 1; }
+    command -v debootstrap >/dev/null || { echo "debootstrap is missing: run \`sudo apt-get install -y debootstrap\` first" >&2; exit 1; }
     [ "$(id -u)" = 0 ] || { echo "debootstrap needs root" >&2; exit 1; }
     mirror=${DEBIAN_MIRROR:-}
     if [ -z "$mirror" ]; then

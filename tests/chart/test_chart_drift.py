@@ -13,7 +13,6 @@ import http.server
 import inspect
 import importlib
 import json
-import os
 import pathlib
 import subprocess
 import sys

@@ -119,7 +119,8 @@ def test_schema_rejects_no_storage_naming_every_choice(sets):
         assert field in err, err
 
 
-@pytest.mark.parametrize("storage", [["storage.storageClass=x"], ["storage.existingClaim=c"], ["storage.nfs.server=10.0.0.1"], ["nfsServer.enabled=true", "nfsServer.networkPolicy.allowedCIDRs={10.0.0.0/8}"], ["storage.storageClass=-"]])
+@pytest.mark.parametrize("storage", [["storage.storageClass=x"], ["storage.existingClaim=c"], ["storage.nfs.server=10.0.0.1"],
+                                     ["nfsServer.enabled=true", "nfsServer.networkPolicy.allowedCIDRs={10.0.0.0/8}"], ["storage.storageClass=-"]])
 def test_schema_accepts_each_storage_choice(storage):
     helm("template", "dt", str(CHART), *sum((["--set", s] for s in storage), []))
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from chartlib import arg, containers, find, one, pod_spec, render, render_error, stage_of
+from chartlib import arg, containers, one, pod_spec, render, render_error, stage_of
 
 ON = ("sweep.enabled=true", "sweep.trials=9", "sweep.parallelism=3", "sweep.space.learningRate=1e-4:1e-2",
       "sweep.space.batch=32\\,64")

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from chartlib import CHART, NAMESPACE, RELEASE, _render, arg, helm_path, main_container, one, pod_spec, wait_containers, yaml
+from chartlib import CHART, NAMESPACE, RELEASE, _render, arg, helm_path, main_container, one, wait_containers, yaml
 
 
 class FakeApiServer(http.server.BaseHTTPRequestHandler):

@@ -45,7 +45,7 @@ import docker.errors
 import docker.types
 import requests
 
-from cluster_plan import Job, NetworkPolicy, PodTemplate, Release, network_policy_rules, selector_matches
+from cluster_plan import Job, PodTemplate, Release, network_policy_rules, selector_matches
 
 PROXY = pathlib.Path(__file__).with_name("cluster_proxy.py")
 BACKOFF_BASE = 10.0  # the Job controller's pod-failure backoff: 10 s, 20 s, 40 s ... (max 6 min)

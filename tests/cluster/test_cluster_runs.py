@@ -9,7 +9,6 @@ answering :predict through the published Service port -> `helm test`.
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import threading

@@ -3,7 +3,6 @@ unpickler for the IMDB file) and models load in Keras safe mode, so a `.keras` c
 Python code is refused instead of run."""
 
 import ast
-import os
 import pathlib
 
 import numpy as np

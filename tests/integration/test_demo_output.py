@@ -67,7 +67,7 @@ def test_make_demo_prints_only_our_lines(tmp_path):
     assert not [line for line in lines if TENSORFLOW_NOTICE.match(line)], transcript
     assert not [line for line in lines if NOT_OURS.search(line)], transcript
     # the aggregator's report table is ours too: its lines sit between its start and the wall time
-    table = lines[lines.index("== aggregator") + 1:next(i for i, l in enumerate(lines) if l.startswith("pipeline wall time"))]
+    table = lines[lines.index("== aggregator") + 1:next(i for i, line in enumerate(lines) if line.startswith("pipeline wall time"))]
     strangers = [line for line in lines if line not in table and not any(re.fullmatch(pattern, line) for pattern in OURS)]
     assert not strangers, f"lines that are not ours: {strangers}\n{transcript}"
     for worker in range(WORKERS):

@@ -1,6 +1,6 @@
 """The kserve SDK's REST client (V1 and V2) against a running disttrain-server: run by
 tests/server/test_server_kserve_client.py with the python of its own virtualenv (.venv-kserve,
-`make venv`), because every kserve release pins protobuf<7 and python-dateutil<3, older than what
+`make venv-kserve`), because every kserve release pins protobuf<7 and python-dateutil<3, older than what
 TensorFlow's own resolution picks: one venv for both would test our code with a protobuf the
 images do not have. The SDK only talks HTTP to the server, so it needs nothing else of ours.
 

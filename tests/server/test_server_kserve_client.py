@@ -2,7 +2,7 @@
 talking V1 (TF Serving's :predict) and V2 (the Open Inference Protocol) to the real
 `disttrain-server` under gunicorn, on the text model and then, published over it, the digits model.
 
-The SDK runs in its own virtualenv (.venv-kserve, built by `make venv`; see kserve_client_calls.py
+The SDK runs in its own virtualenv (.venv-kserve, built by `make venv-kserve`; see kserve_client_calls.py
 for why), as a separate process: the checks are in kserve_client_calls.py, and this test fails
 with that script's output when any of them fails."""
 

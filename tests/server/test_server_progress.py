@@ -163,7 +163,7 @@ def test_concurrent_requests_while_the_trainers_rewrite_their_files(tmp_path):
                 problems.append((response.status_code, response.get_data()[:200]))
                 continue
             steps = [w.get("step") for w in body["workers"]]
-            if any(s is None or s < l for s, l in zip(steps, last)):
+            if any(s is None or s < before for s, before in zip(steps, last)):
                 problems.append(("went back or broken", steps, last))
             last = steps
 

@@ -5,6 +5,7 @@ models (the text model; enrolment needs no model, only the real face detector)."
 import base64
 import hmac
 import io
+import json
 import struct
 import threading
 
@@ -197,16 +198,18 @@ def test_cross_site_form_posts_are_refused(face_model, tmp_path):
     client = make_client(face_model, tmp_path)
     raw_json = '{"name": "Ada", "image": {"b64": "%s"}, "instances": ["%s"]}' % (b64(lfw_photos()[3])["b64"], POSITIVE)
     for path in ("/v1/gallery", SEARCH, predict_url()):
-        # What an HTML form on another site (or a no-cors fetch) can send without asking the browser first:
-        assert "got Content-Type text/plain" in error_of(client.post(path, data=raw_json, content_type="text/plain"), 415)
-        assert "got Content-Type application/x-www-form-urlencoded" in error_of(
-            client.post(path, data={"name": "Ada", "k": "3"}, content_type="application/x-www-form-urlencoded"), 415)
+        # What an HTML form on another site (or a no-cors fetch) can send without asking the browser first
+        # (the prediction calls read it as JSON when no other site sent it: the test below):
+        if path != predict_url():
+            assert "got Content-Type text/plain" in error_of(client.post(path, data=raw_json, content_type="text/plain"), 415)
+            assert "got Content-Type application/x-www-form-urlencoded" in error_of(
+                client.post(path, data={"name": "Ada", "k": "3"}, content_type="application/x-www-form-urlencoded"), 415)
+            # A browser always names a Content-Type; without one it is refused, from a script it is read as JSON.
+            assert "got no Content-Type" in error_of(client.post(path, data=raw_json, headers={"Origin": "http://localhost"}), 415)
         assert "needs an X-Requested-With header" in error_of(client.post(path, data=photo_form()), 403)
         for headers in ({"Origin": EVIL}, {"Origin": EVIL, **FORM}, {"Sec-Fetch-Site": "cross-site", **FORM}, {"Sec-Fetch-Site": "same-site", **FORM}):
             assert "cross-site request refused" in error_of(client.post(path, data=photo_form(), headers=headers), 403)
             assert "cross-site request refused" in error_of(client.post(path, data=raw_json, content_type="application/json", headers=headers), 403)
-        # A browser always names a Content-Type; without one it is refused, from a script it is read as JSON.
-        assert "got no Content-Type" in error_of(client.post(path, data=raw_json, headers={"Origin": "http://localhost"}), 415)
     assert "cross-site request refused" in error_of(client.delete("/v1/gallery/0123456789abcdef", headers={"Origin": EVIL}), 403)
     assert count(client) == 0  # none of it enrolled anyone
 
@@ -216,6 +219,57 @@ def test_cross_site_form_posts_are_refused(face_model, tmp_path):
     assert client.post(SEARCH, data=photo_form(name=None), headers={"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"}).status_code == 200
     assert client.post(predict_url(), data=raw_json, headers={"X-Anything": "1"}).status_code == 422  # a script without Content-Type: JSON, a faces model
     assert count(client) == 3
+
+
+PREDICTION_CALLS = {  # each read-only prediction call, a body for the text model, and the answer's key
+    predict_url(): ({"instances": [POSITIVE]}, "predictions"),
+    "/v1/models/disttrain:classify": ({"examples": [{"text": POSITIVE}]}, "result"),
+    "/v1/models/disttrain/versions/{version}:predict": ({"instances": [POSITIVE]}, "predictions"),
+    "/v2/models/disttrain/infer": ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [POSITIVE]}]}, "outputs"),
+}
+AS_JSON = ("application/x-www-form-urlencoded", "text/plain;charset=UTF-8", None)  # None: no Content-Type
+
+
+def test_prediction_endpoints_are_routes(tmp_path):
+    """security.PREDICTION_ENDPOINTS names views by endpoint: a renamed view must not silently drop out of it."""
+    app = make_client(None, tmp_path).application
+    endpoints = {rule.endpoint for rule in app.url_map.iter_rules() if "POST" in rule.methods}
+    assert set(security.PREDICTION_ENDPOINTS) <= endpoints
+    assert {"faces.search", "faces.enrol"} & endpoints and not {"faces.search", "faces.enrol"} & set(security.PREDICTION_ENDPOINTS)
+
+
+def test_prediction_calls_read_json_sent_as_a_form_unless_another_site_sent_it(text_client):
+    """TF Serving's docs call :predict with `curl -d` (a form-urlencoded body); a page on another site can send
+    the same content type from an HTML form, so such a request is refused when a browser says another site
+    sent it (the real curl: test_server_tf_serving.py)."""
+    version = text_client.get("/v1/models/disttrain").get_json()["model_version_status"][0]["version"]
+    for path, (body, key) in PREDICTION_CALLS.items():
+        path = path.format(version=version)
+        raw = json.dumps(body)
+        expected = text_client.post(path, json=body)
+        assert expected.status_code == 200, expected.get_data(as_text=True)
+        for kind in AS_JSON:
+            # a script or curl (no browser headers), and this server's own page
+            for headers in ({}, {"Origin": "http://localhost"}, {"Sec-Fetch-Site": "same-origin"},
+                            {"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"}):
+                response = text_client.post(path, data=raw, content_type=kind, headers=headers)
+                assert response.status_code == 200, (path, kind, headers, response.get_data(as_text=True))
+                assert response.get_json()[key] == expected.get_json()[key]
+            # another site's page: another origin, or the browser's word for it (same-site: a sibling origin)
+            for headers, named in [({"Origin": EVIL}, EVIL), ({"Origin": "null"}, "null"), ({"Origin": "http://localhost:8081"}, "localhost:8081"),
+                                   ({"Sec-Fetch-Site": "cross-site"}, "cross-site"), ({"Sec-Fetch-Site": "same-site"}, "same-site"),
+                                   ({"Origin": "http://localhost", "Sec-Fetch-Site": "cross-site"}, "cross-site")]:
+                response = text_client.post(path, data=raw, content_type=kind, headers=headers)
+                message = error_of(response, 403)
+                assert "cross-site request refused" in message and named in message, message
+                assert response.get_data(as_text=True).strip().count("\n") == 0  # one JSON line
+        # Other declared types stay refused, with a message that says what is read
+        for kind in ("application/xml", "application/octet-stream", "image/png"):
+            message = error_of(text_client.post(path, data=raw, content_type=kind), 415)
+            assert f"got Content-Type {kind}" in message and "must be application/json" in message and "x-www-form-urlencoded" in message
+    # Writes keep the JSON-only rule whoever sends them (test_cross_site_form_posts_are_refused)
+    assert "got Content-Type application/x-www-form-urlencoded" in error_of(
+        text_client.post("/v1/gallery", data=json.dumps(enrol_json()), content_type="application/x-www-form-urlencoded"), 415)
 
 
 def check_security_headers(response):
@@ -234,13 +288,13 @@ def test_security_headers_on_every_response(writes_client, text_client):
         "probe": text_client.get("/healthz"),
         "404": text_client.get("/nowhere"),
         "405": text_client.get(predict_url()),
-        "415": text_client.post(predict_url(), data="x", content_type="text/plain"),
+        "415": text_client.post(predict_url(), data="x", content_type="application/xml"),
         "401": writes_client.post("/v1/gallery", json=enrol_json()),
         "static": text_client.get("/static/demo.js"),
         "icon": text_client.get("/favicon.ico"),
         "openapi": text_client.get("/openapi.json"),
     }
-    for kind, response in responses.items():
+    for response in responses.values():
         check_security_headers(response)
     assert [r.status_code for r in responses.values()] == [200, 200, 200, 200, 404, 405, 415, 401, 200, 200, 200]
     assert responses["json"].headers["Cache-Control"] == "no-store" and responses["predict"].headers["Cache-Control"] == "no-store"

@@ -10,12 +10,15 @@ theirs. Each is accepted and answered in the documented shape, or refused with t
 
 import base64
 import json
+import re
+import shutil
+import subprocess
 
 import cv2
 import numpy as np
 import pytest
 
-from server.serving import NEGATIVE, POSITIVE, error_of, predict_url
+from server.serving import NEGATIVE, POSITIVE, error_of, http, predict_url, publish, running_server
 
 DOC = "https://www.tensorflow.org/tfx/serving/api_rest"
 MODEL = "/v1/models/disttrain"
@@ -196,3 +199,53 @@ def test_documented_errors(text_client):
     assert "no such endpoint" in error_of(text_client.post(f"{MODEL}:regress", data=json.dumps({"examples": [{"x": 1.0}]})), 404)
     assert "unknown signature_name 'tensorflow/serving/regress'" in error_of(
         text_client.post(predict_url(), json={"signature_name": "tensorflow/serving/regress", "instances": ["a"]}), 400)
+
+
+# -- The docs' own call, with the real curl against the real server (gunicorn)
+#
+# TF Serving's Docker page (https://www.tensorflow.org/tfx/serving/docker) queries a model with
+#     curl -d '{"instances": [1.0, 2.0, 5.0]}' -X POST http://localhost:8501/v1/models/half_plus_two:predict
+# and curl -d declares the body application/x-www-form-urlencoded. KServe's docs call V2 infer the same way
+# (curl -d @./input.json). The same content type is what a form on another site can send: a browser's
+# request from another site is refused (security.py; every case, unit-level: test_server_security.py).
+
+def curl(*args):
+    """The real curl: (HTTP status, body, the Content-Type curl sent)."""
+    assert shutil.which("curl"), "this test runs the real curl, as TF Serving's docs do: apt-get install curl"
+    done = subprocess.run(["curl", "-sS", "-v", "-w", "\n%{http_code}", *args], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    body, _, status = done.stdout.rpartition("\n")
+    sent = re.search(r"^> content-type: (.*?)\s*$", done.stderr, re.M | re.I)
+    return int(status), body, sent and sent.group(1)
+
+
+def test_the_documented_curl_call_on_a_real_server(text_model, tmp_path):
+    publish(text_model, tmp_path)
+    with running_server(tmp_path, "--workers", "1") as (base, _proc, _log):
+        url = base + predict_url()
+        expected = http("POST", url, {"instances": [POSITIVE, NEGATIVE]})[1]["predictions"]
+        status, body, sent = curl("-d", json.dumps({"instances": [POSITIVE, NEGATIVE]}), "-X", "POST", url)
+        assert sent == "application/x-www-form-urlencoded"
+        assert status == 200, body
+        np.testing.assert_allclose(json.loads(body)["predictions"], expected, atol=1e-6)
+
+        status, body, _ = curl("-d", json.dumps({"examples": [{"text": POSITIVE}]}), base + f"{MODEL}:classify")
+        assert status == 200, body
+        assert dict(json.loads(body)["result"][0])["positive"] > 0.5
+        infer = {"inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": [POSITIVE, NEGATIVE]}]}
+        status, body, _ = curl("-d", json.dumps(infer), base + "/v2/models/disttrain/infer")
+        assert status == 200, body
+        np.testing.assert_allclose(np.reshape(json.loads(body)["outputs"][0]["data"], (2, -1)), expected, atol=1e-5)
+
+        # The same request as a browser sends it for a page on another site: refused, one JSON line saying why.
+        for header, named in [("Origin: https://evil.example", "https://evil.example"), ("Sec-Fetch-Site: cross-site", "cross-site"),
+                              ("Sec-Fetch-Site: same-site", "same-site")]:
+            status, body, _ = curl("-d", json.dumps({"instances": [POSITIVE]}), "-H", header, url)
+            assert status == 403, body
+            assert body.strip().count("\n") == 0 and "cross-site request refused" in json.loads(body)["error"] and named in body
+        # The page's own origin is served
+        status, body, _ = curl("-d", json.dumps({"instances": [POSITIVE]}), "-H", f"Origin: {base}", url)
+        assert status == 200, body
+        # Writes stay JSON-only: curl -d to the gallery is refused, and says how to send JSON
+        status, body, _ = curl("-d", json.dumps({"name": "Ada", "image": "x"}), base + "/v1/gallery")
+        assert status == 415 and "--json" in json.loads(body)["error"], body

@@ -18,7 +18,7 @@ def detected():
 
 def test_the_real_face_is_chosen_over_every_texture_box(detected):
     wrong, decoys, largest_wrong = [], 0, 0
-    for name, photo, truth, candidates in detected:
+    for name, _photo, truth, candidates in detected:
         if not same_face(candidates[0].box, truth):
             wrong.append((name, candidates[0].box, truth, candidates))
         decoys += any(not same_face(c.box, truth) for c in candidates)

@@ -95,7 +95,8 @@ def _photo_body(example, **fields):
 def _gallery_paths(limits, model_name, unknown_model):
     entry_id = {"name": "entry_id", "in": "path", "required": True, "schema": STRING, "description": "A gallery entry's id."}
     no_entry = _response("No gallery entry with this id.")
-    upload = f"The photo goes through the same face detector as the training photos; the most face-like one is used (eyes found in it, then the detector's confidence). The body may be at most {limits['max_upload_bytes']} bytes."
+    upload = ("The photo goes through the same face detector as the training photos; the most face-like one is used "
+              f"(eyes found in it, then the detector's confidence). The body may be at most {limits['max_upload_bytes']} bytes.")
     return {
         "/v1/models/{model_name}:search": {
             "post": {
@@ -511,7 +512,8 @@ SECURITY_RESPONSES = {
     "any": {"400": "The Host header is not in --allowed-hosts."},
     "api": {"401": "This call needs the API token (Authorization: Bearer), or the token is wrong."},
     "write": {"403": "A cross-site browser request (Origin, Sec-Fetch-Site), multipart without X-Requested-With, or a write to a --read-only-gallery."},
-    "body": {"415": "The body is not application/json or multipart/form-data, or an image is not a PNG or JPEG."},
+    "body": {"415": "The body is not application/json or multipart/form-data, or an image is not a PNG or JPEG "
+             "(:predict, :classify and V2 infer also read a text/plain, form-urlencoded or untyped body as JSON)."},
     "images": {"413": "Images over --max-request-pixels in total, or the body over the upload limit."},
     "enrol": {"507": "The gallery is full: --gallery-max-entries or --gallery-max-mb."},
 }

@@ -21,6 +21,20 @@ Paths that stay open whatever --token-required-for says, and why:
 Everything under /v1/ and /v2 (TF Serving's and KServe's APIs) is the API, which
 --token-required-for all protects.
 
+The body types a POST may declare. Writes (the gallery) and :search: JSON or multipart only, because
+text/plain and application/x-www-form-urlencoded are what an HTML form on another site can send
+without asking the browser first (CSRF). The prediction calls (PREDICTION_ENDPOINTS: TF Serving's
+:predict and :classify, KServe V2's infer) also read a JSON body declared as either, or undeclared:
+TF Serving's and KServe's own docs call them with `curl -d '{"instances": ...}'`, which curl sends as
+application/x-www-form-urlencoded. They change nothing, and the cross-site check still runs first:
+a browser names the page that started a request (Origin, and Sec-Fetch-Site since 2020-2023), and
+one from another origin is refused with a 403 before its body is looked at. Sec-Fetch-Site:
+same-site is refused too, as for writes: it means another origin on the same registrable domain
+(a sibling subdomain, another port), whose pages are not this server's page; a dashboard there
+can call the API from its own server. What is left: a browser old enough to send neither header
+could let another site's form start a prediction. It gets nothing back (no CORS, so the answer
+is not readable), it changes nothing, and under --token-required-for all it has no token.
+
 Shared by request threads: only app.config (read-only after create_app). The
 token is bytes in app.config, compared with hmac.compare_digest (constant
 time) and never logged.
@@ -51,6 +65,11 @@ PROBE_PATHS = ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready")
 SCRAPE_PATH = "/metrics"  # open the same way (metrics.py)
 STATE_CHANGING = ("POST", "PUT", "PATCH", "DELETE")
 BODY_TYPES = ("application/json", "multipart/form-data")
+# Read-only model calls that read their body as JSON whatever it is declared as (docstring above):
+# Flask endpoint names (blueprint.view), checked against the app's routes by the tests.
+PREDICTION_ENDPOINTS = ("api.predict", "api.classify", "v2.infer")
+# curl -d's default, a form's other type, and none ("" is request.mimetype without Content-Type).
+JSON_AS_OTHER_TYPES = ("application/x-www-form-urlencoded", "text/plain", "")
 # A custom header makes a cross-origin request non-simple: the browser asks first (CORS
 # preflight), which this server never approves. Any value; the page sends "fetch".
 CUSTOM_HEADER = "X-Requested-With"
@@ -110,12 +129,19 @@ def check_not_cross_site():
 def check_body_type():
     """Only JSON or multipart (or, from a non-browser client, no Content-Type, read as JSON): text/plain
     and urlencoded bodies are what a cross-site HTML form (or a no-cors fetch) can send without a preflight. Multipart can be sent that way too, so it also needs
-    the custom header or a same-origin browser."""
+    the custom header or a same-origin browser. The prediction calls also take text/plain, urlencoded or
+    untyped bodies as JSON (module docstring): check_not_cross_site has already refused other sites."""
     kind = request.mimetype
+    prediction = request.endpoint in PREDICTION_ENDPOINTS
+    if prediction and kind in JSON_AS_OTHER_TYPES:
+        return  # read as JSON, e.g. TF Serving's documented `curl -d '{"instances": ...}'`
     if not kind and not is_browser():
         return  # read as JSON: TF Serving clients do not always send a Content-Type (a browser always names its page)
     if kind not in BODY_TYPES:
         got = f"Content-Type {kind}" if kind else "no Content-Type"
+        if prediction:
+            raise ApiError(415, f"request body must be application/json (or JSON sent as text/plain, "
+                           f"application/x-www-form-urlencoded or without a Content-Type), got {got}")
         raise ApiError(415, f"request body must be application/json or multipart/form-data, got {got} "
                        "(curl: --json DATA, or -H 'Content-Type: application/json')")
     if kind == "multipart/form-data" and CUSTOM_HEADER not in request.headers and not same_origin():

@@ -362,7 +362,7 @@ def main(argv=None):
             progress.start_epoch(epoch)
 
             def on_steps(done, sums):
-                bar.update(done, sums)
+                bar.update(done, sums)  # noqa: B023  called only within this epoch's train_epoch
                 progress.update(done, sums)
 
             sums, step = strategy.train_epoch(train_call, iterator, step, steps_per_epoch, args.steps_per_call, on_steps)
