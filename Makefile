@@ -27,6 +27,12 @@ SWEEP_WORKDIR := $(if $(filter file,$(origin WORKDIR)),workdir/sweep-$(TASK),$(W
 TRIALS ?= 12
 PARALLEL ?= 2
 SWEEP_ARGS ?=
+# your own data and model: make demo SOURCE=table:my.csv LABEL_COLUMN=target MODEL_FILE=my.keras (MODEL_MODULE=mymodels)
+SOURCE ?=
+LABEL_COLUMN ?=
+PROBLEM ?=
+MODEL_FILE ?=
+MODEL_MODULE ?=
 
 # every one of these is in `make help` (tests/unit/test_makefile.py checks it)
 .PHONY: help lint venv venv-kserve docs docs-venv docs-gen demo pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
@@ -34,6 +40,7 @@ SWEEP_ARGS ?=
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
 	@echo "              variables: TASK=movie-reviews|digits|faces WORKERS=2 EPOCHS BATCH STRATEGY=average|multiworker|localsgd|parameterserver SYNC_EVERY PS=1 PORT=8080 "
+	@echo "              your data and model: SOURCE=table:my.csv LABEL_COLUMN=label PROBLEM=classification|regression MODEL_FILE=my.keras MODEL_MODULE=mymodels[:build]"
 	@echo "              COMBINE=average|ensemble|best (average strategy; best: VALIDATION=0.1 by default, the trainers' validation split)"
 	@echo "              WORKDIR=workdir/demo (where the data, checkpoints, logs and the published model go)"
 	@echo "make pipeline the same as make demo without the server (same variables)"
@@ -99,11 +106,13 @@ docs: docs-gen docs-venv
 	NO_MKDOCS_2_WARNING=1 $(DOCS_BIN)/mkdocs build --strict
 
 demo: venv
+	SOURCE=$(SOURCE) LABEL_COLUMN=$(LABEL_COLUMN) PROBLEM=$(PROBLEM) MODEL_FILE=$(MODEL_FILE) MODEL_MODULE=$(MODEL_MODULE) \
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) PORT=$(PORT) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) \
 	  WORKDIR=$(WORKDIR) BIN=$(BIN) scripts/run-local.sh
 
 # the same as demo without the server (used to measure the README's table)
 pipeline: venv
+	SOURCE=$(SOURCE) LABEL_COLUMN=$(LABEL_COLUMN) PROBLEM=$(PROBLEM) MODEL_FILE=$(MODEL_FILE) MODEL_MODULE=$(MODEL_MODULE) \
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) \
 	  WORKDIR=$(WORKDIR) BIN=$(BIN) SERVE=0 scripts/run-local.sh
 

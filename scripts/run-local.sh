@@ -26,7 +26,16 @@ SWEEP=${SWEEP:-0}                  # 1: an Optuna sweep after the copier; the tr
 TRIALS=${TRIALS:-12}               # sweep: trials in total
 PARALLEL=${PARALLEL:-2}            # sweep: disttrain-sweep processes on the one study
 SWEEP_ARGS=${SWEEP_ARGS:-}         # sweep: more flags, e.g. "--epochs 2:4 --learning-rate 1e-3:1e-2"
+# your own data and model (docs: "Train your own model")
+SOURCE=${SOURCE:-}                 # e.g. table:my.csv (CSV or Parquet), npz:arrays.npz, images:DIR, csv:reviews.csv
+LABEL_COLUMN=${LABEL_COLUMN:-}     # table: the label column (copier default: label)
+PROBLEM=${PROBLEM:-}               # table, npz: classification (copier default) | regression
+MODEL_FILE=${MODEL_FILE:-}         # a .keras file (model.save()): every worker starts from it
+MODEL_MODULE=${MODEL_MODULE:-}     # MODULE[:FUNCTION]: build(spec) returns the model, or the custom layers of MODEL_FILE;
+                                   # the current directory is on PYTHONPATH, so ./mymodels.py is MODEL_MODULE=mymodels
 
+# a table is small and quick to go over: more epochs, smaller batches (before the TASK defaults)
+case "$SOURCE" in table:*|npz:*) EPOCHS=${EPOCHS:-30}; BATCH=${BATCH:-32} ;; esac
 case "$TASK" in
   movie-reviews) SOURCE=${SOURCE:-sample:movie-reviews}; EPOCHS=${EPOCHS:-5}; BATCH=${BATCH:-64} ;;
   digits)        SOURCE=${SOURCE:-sample:digits}; EPOCHS=${EPOCHS:-20}; BATCH=${BATCH:-64} ;;
@@ -44,8 +53,17 @@ rm -rf "$WORKDIR/data" "$WORKDIR/train" "$WORKDIR/final" "$WORKDIR/sweep" "$WORK
 mkdir -p "$WORKDIR/logs"
 started=$(date +%s)
 
+COPIER_ARGS=() MODEL_ARGS=() MODULE_ARGS=()
+[ -n "$LABEL_COLUMN" ] && COPIER_ARGS+=(--label-column "$LABEL_COLUMN")
+[ -n "$PROBLEM" ] && COPIER_ARGS+=(--problem "$PROBLEM")
+[ -n "$MODEL_FILE" ] && MODEL_ARGS+=(--model-file "$MODEL_FILE")
+if [ -n "$MODEL_MODULE" ]; then
+  MODULE_ARGS+=(--model-module "$MODEL_MODULE")
+  export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"  # the trainer, aggregator and server import it
+fi
+
 echo "== copier: $SOURCE -> $WORKERS shards"
-"$BIN/disttrain-copier" --source "$SOURCE" --n-shards "$WORKERS" --workdir "$WORKDIR"
+"$BIN/disttrain-copier" --source "$SOURCE" --n-shards "$WORKERS" --workdir "$WORKDIR" "${COPIER_ARGS[@]}"
 
 # Wait for every process; when one fails, stop the others and exit naming what failed.
 wait_all() {
@@ -82,21 +100,21 @@ for ((i = 0; i < TASKS; i++)); do
   "$BIN/disttrain-trainer" --workdir "$WORKDIR" --worker-index "$i" --workers "$WORKERS" --epochs "$EPOCHS" \
     --batch "$BATCH" --strategy "$STRATEGY" --seed "$SEED" --port "$TRAINER_PORT" ${SYNC_EVERY:+--sync-every "$SYNC_EVERY"} \
     ${VALIDATION:+--validation-fraction "$VALIDATION"} \
-    "${PS_ARGS[@]}" "${PARAMS_ARGS[@]}" > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered -E "^(worker|ps|chief|trainer:|error:|disttrain-trainer: error:) ") 2>&1 &
+    "${PS_ARGS[@]}" "${PARAMS_ARGS[@]}" "${MODEL_ARGS[@]}" "${MODULE_ARGS[@]}" > >(tee "$WORKDIR/logs/worker-$i.log" | grep --line-buffered -E "^(worker|ps|chief|trainer:|error:|disttrain-trainer: error:) ") 2>&1 &
   pids+=($!)
 done
 wait_all "a trainer" "${pids[@]}"
 
 echo "== aggregator"
 # shellcheck disable=SC2086  # AGGREGATOR_ARGS: several words
-"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" --combine "$COMBINE" $AGGREGATOR_ARGS 2> "$WORKDIR/logs/aggregator.err" || {
+"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" --combine "$COMBINE" "${MODULE_ARGS[@]}" $AGGREGATOR_ARGS 2> "$WORKDIR/logs/aggregator.err" || {
   echo "the aggregator failed: $(grep -m1 '^error:' "$WORKDIR/logs/aggregator.err" || tail -n 1 "$WORKDIR/logs/aggregator.err") (all of it: $WORKDIR/logs/aggregator.err)" >&2
   exit 1
 }
 echo "pipeline wall time: $(( $(date +%s) - started ))s; report: $WORKDIR/final/report.json, plots: $WORKDIR/final/report.png"
 
 if [ "$SERVE" = 1 ]; then
-  server_args=(--workdir "$WORKDIR" --host "$HOST" --port "$PORT")
+  server_args=(--workdir "$WORKDIR" --host "$HOST" --port "$PORT" "${MODULE_ARGS[@]}")
   if [ "$TASK" = faces ]; then
     # a gallery to search: 10 photos of sample people (the test suite's photo maker) and the astronaut
     "$BIN/python" tests/server/face_photos.py "$WORKDIR/people" 10

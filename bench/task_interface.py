@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The built-in tasks through the task registry against the trainer before it: the same speed, the same model.
+
+The trainer now builds every model through one interface (disttrain_trainer/tasks/: the built-in text,
+image, faces and table tasks, and a user's own model). This benchmark trains each built-in task with the
+trainer of this tree and with the trainer of an earlier revision (--before, default: the last revision
+before the registry), one worker, --threads 1, the same seed and data, in turns (ABAB...: drift in the
+machine's speed hits both), and reports per task:
+  seconds per epoch  (steady: the mean of epochs 2.., epoch 1 traces the step), before and after, and their ratio
+                     (goal: within 5 %);
+  held-out accuracy  before and after (goal: the same);
+  final weights      whether the two trainers end with the same weights (sha256 of every weight, from the markers):
+                     the strongest form of "the same model".
+The earlier revision is checked out with `git worktree` into a scratch directory and imported through
+PYTHONPATH (the stages' packages resolve there first), so both trainers run in the same venv.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from common import BIN, ROOT, Bench, command_line, median, reps, run_measured, steady_epoch_sec, tmpdir
+
+# the last commit whose trainer had no task registry (task == branches in main.py)
+BEFORE = "000eb55"
+# task -> (source, epochs, batch, extra trainer flags)
+TASKS = {
+    "movie-reviews": ("sample:movie-reviews", 5, 64, ()),
+    "digits": ("sample:digits", 20, 64, ()),
+    "digits-mobilenetv2": ("sample:digits", 3, 64, ("--model", "mobilenetv2", "--image-size", "32")),
+    "faces": ("sample:faces", 6, 32, ()),
+}
+COMPONENTS = ("contract", "copier", "trainer", "aggregator", "server", "sweep")
+
+
+def checkout(revision, where):
+    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "--force", where, revision], check=True,
+                   capture_output=True)
+    return where
+
+
+def pythonpath(tree):
+    return os.pathsep.join(os.path.join(tree, "components", c) for c in COMPONENTS)
+
+
+def train(tree, data_dir, out, epochs, batch, extra, log):
+    env = {**os.environ, "PYTHONPATH": pythonpath(tree)}
+    cmd = [sys.executable, "-m", "disttrain_trainer.main", "--data", data_dir, "--out", out, "--worker-index", 0,
+           "--workers", 1, "--epochs", epochs, "--batch", batch, "--threads", 1, "--seed", 42, *extra]
+    measured = run_measured(cmd, log=log, env=env, timeout=3600)
+    if measured["rc"] != 0:
+        raise SystemExit(f"trainer ({tree}) failed: see {log}")
+    worker = os.path.join(out, "worker-00000")
+    metrics = json.load(open(os.path.join(worker, "metrics.json")))
+    marker = json.load(open(os.path.join(worker, "_SUCCESS")))
+    return {"epoch_sec": steady_epoch_sec([[m["wall_time_sec"] for m in metrics]]),
+            "test_accuracy": metrics[-1].get("test_accuracy"), "weights": marker["final_weights_sha256"],
+            "wall_sec": measured["wall_sec"]}
+
+
+def main():
+    args = command_line(__doc__, lambda p: (
+        p.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})"),
+        p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset of " + ", ".join(TASKS))))
+    tasks = [t for t in args.tasks.split(",") if t]
+    repetitions = reps(3)
+    scratch = tmpdir("task-interface")
+    old_tree = checkout(args.before, os.path.join(scratch, "before"))
+    rows = {}
+    try:
+        with Bench("task_interface", {"before": args.before, "tasks": {t: TASKS[t] for t in tasks},
+                                      "repetitions": repetitions, "threads": 1}) as bench:
+            for task in tasks:
+                source, epochs, batch, extra = TASKS[task]
+                data = os.path.join(scratch, f"data-{task}")
+                subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "1",
+                                "--out", data], check=True, capture_output=True)
+                runs = {"before": [], "after": []}
+                for rep in range(repetitions):
+                    for side, tree in (("before", old_tree), ("after", ROOT)) if rep % 2 == 0 else (("after", ROOT), ("before", old_tree)):
+                        out = os.path.join(scratch, f"{task}-{side}-{rep}")
+                        runs[side].append(train(tree, data, out, epochs, batch, extra, out + ".log"))
+                        shutil.rmtree(out, ignore_errors=True)
+                        print(f"{task} {side} rep {rep}: {runs[side][-1]}", flush=True)
+                before, after = (median([r["epoch_sec"] for r in runs[s]]) for s in ("before", "after"))
+                rows[task] = {
+                    "epoch_sec_before": before, "epoch_sec_after": after, "ratio": after / before,
+                    "test_accuracy_before": median([r["test_accuracy"] for r in runs["before"]]),
+                    "test_accuracy_after": median([r["test_accuracy"] for r in runs["after"]]),
+                    "same_weights": all(a["weights"] == b["weights"] for a, b in zip(runs["before"], runs["after"])),
+                    "runs": runs,
+                }
+                print(f"{task}: s/epoch {before:.3f} -> {after:.3f} ({100 * (after / before - 1):+.1f} %), accuracy "
+                      f"{rows[task]['test_accuracy_before']} -> {rows[task]['test_accuracy_after']}, same weights: "
+                      f"{rows[task]['same_weights']}", flush=True)
+                bench.results = rows
+    finally:
+        subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old_tree], capture_output=True)
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
