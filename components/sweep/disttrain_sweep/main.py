@@ -50,6 +50,7 @@ import threading
 import time
 import warnings
 
+from disttrain_contract.metrics import primary_metric
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_bytes, atomic_write_json, default_workdir, job_completion_index, read_marker, run_cli, wait_for_marker, write_marker
 from disttrain_contract.manifest import Manifest
 from disttrain_contract.ports import free_port_block
@@ -58,7 +59,9 @@ from disttrain_sweep.space import DEFAULTS, SYNC_EVERY_DEFAULT, build_space, dis
 
 STUDY_NAME = "disttrain"
 # The trainer's line per epoch; in a trial its "test" split is the validation split.
-EPOCH_LINE = re.compile(r" epoch (\d+)/(\d+): .*\btest_accuracy=([0-9.]+)")
+def epoch_line(metric):
+    """The trainer's per-epoch line with the held-out value of `metric` (a trial's "test" split is its validation carve)."""
+    return re.compile(rf" epoch (\d+)/(\d+): .*\b{metric.key}=([-+0-9.eE]+|nan|inf)")
 # this process's last study.tell time, added to its next trial's optuna_sec (a told trial is read-only)
 TELL_SECONDS = [0.0]
 
@@ -88,6 +91,8 @@ def parse_args(argv=None):
     p.add_argument("--start", help="the first trial's parameters, NAME=VALUE,... (e.g. a known-bad learning rate to beat)")
     p.add_argument("--validation-fraction", type=float, default=0.2,
                    help="share of the training shards' examples the trials are scored on (default 0.2)")
+    p.add_argument("--model-file", metavar="PATH", help="the trials train this .keras model (the trainer's --model-file)")
+    p.add_argument("--model-module", metavar="MODULE[:FUNCTION]", help="the trainer's --model-module, for every trial")
     p.add_argument("--seed", type=int, default=42, help="seed of the validation split, the trials' initial weights and the sampler (default 42)")
     p.add_argument("--pruner", choices=("median", "halving", "none"), default="median",
                    help="stop bad trials early: median (MedianPruner), halving (SuccessiveHalvingPruner) or none (default median)")
@@ -121,7 +126,11 @@ def main(argv=None):
     manifest = Manifest.read(data_dir)
     space = build_space(manifest.task, {name: getattr(args, name) for name in (*DEFAULTS["text"], "sync_every")},
                         args.strategy)
+    if args.model_file or args.model_module:  # the user's model has no --width or --dropout of ours to search
+        space = {name: dim for name, dim in space.items() if name not in ("width", "dropout")}
     start = parse_start(args.start, space)
+    # the objective: the problem's primary metric on the validation carve, in its direction (RMSE: lower)
+    args.metric = primary_metric(manifest.task, manifest.problem)
     if read_marker(sweep_dir) is not None:
         print(f"{tag}: {sweep_dir} already holds a finished sweep (best.json); delete it to search again", flush=True)
         return 0
@@ -151,11 +160,14 @@ def main(argv=None):
               "dataset": [s.sha256 for s in manifest.shards]}
     if args.strategy != "average":  # (an average study's config keeps its earlier form)
         config.update(strategy=args.strategy, trial_workers=args.trial_workers)
+    if args.metric.name != "accuracy" or args.model_file or args.model_module:  # (likewise)
+        config.update(metric=args.metric.name, model_file=args.model_file, model_module=args.model_module)
     with locked(schedule):
         split_manifest = split.prepare(data_dir, os.path.join(sweep_dir, "data"), args.validation_fraction, args.seed,
                                        log=lambda line: print(f"{tag}: {line.removeprefix('sweep: ')}", flush=True),
                                        n_shards=args.trial_workers)
-        study = optuna.create_study(study_name=STUDY_NAME, storage=storage, direction="maximize", sampler=sampler,
+        study = optuna.create_study(study_name=STUDY_NAME, storage=storage, sampler=sampler,
+                                    direction="maximize" if args.metric.direction == "max" else "minimize",
                                     pruner=pruner, load_if_exists=True)
         if "config" not in study.user_attrs:
             study.set_user_attr("config", config)
@@ -224,6 +236,8 @@ def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, be
     cmd = [sys.executable, "-m", "disttrain_trainer.main", "--workdir", workdir.root, "--data",
            os.path.join(sweep_dir, "data"), "--out", trial_dir, "--workers", str(workers),
            "--strategy", args.strategy, "--seed", str(args.seed), "--threads", str(args.threads), "--wait-timeout", "0"]
+    cmd += ["--model-file", args.model_file] if args.model_file else []
+    cmd += ["--model-module", args.model_module] if args.model_module else []
     # a localsgd group over loopback: ports base..base+workers-1 (TF_CONFIG built by the trainer); a port
     # taken by another process in between fails the trial, which is retried (--retries)
     if workers > 1:
@@ -246,7 +260,7 @@ def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, be
             for line in proc.stdout:
                 log.write(line)
                 lines.append(line.rstrip())
-                match = EPOCH_LINE.search(line)
+                match = epoch_line(args.metric).search(line)
                 if not match:
                     continue
                 epoch, epochs, accuracy = int(match[1]), int(match[2]), float(match[3])
@@ -255,7 +269,7 @@ def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, be
                 trial.report(accuracy, epoch)
                 prune = trial.should_prune()
                 optuna_seconds += time.monotonic() - clock
-                print(f"{tag}: trial {trial.number} epoch {epoch}/{epochs}: validation accuracy {accuracy:.4f}"
+                print(f"{tag}: trial {trial.number} epoch {epoch}/{epochs}: validation {args.metric.label} {accuracy:.4f}"
                       + (" -> pruned" if prune else ""), flush=True)
                 if prune:
                     pruned = True
@@ -300,7 +314,7 @@ def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, be
             outcome = f"pruned after {len(values)} epoch(s) at {values[-1]:.4f}"
         elif returncode == 0 and values:
             study.tell(trial, values[-1])
-            outcome = f"validation accuracy {values[-1]:.4f}"
+            outcome = f"validation {args.metric.label} {values[-1]:.4f}"
         else:
             last = next((line for line in reversed(lines) if line.strip()), "no output")
             with locked(schedule):  # FAIL and its retry together: the budget never sees the gap
@@ -336,7 +350,7 @@ def write_outputs(study, space, sweep_dir, split_manifest, manifest, args, tag):
         counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
     atomic_write_json(os.path.join(sweep_dir, "best.json"), {
         "params": params_of(best, space), "value": best.value, "trial": best.number,
-        "metric": "validation accuracy after the last epoch",
+        "metric": f"validation {args.metric.label} after the last epoch", "direction": args.metric.direction,
         "task": manifest.task, "source": manifest.source, "trials": counts, "space": distribution_sketch(space),
         "validation_examples": split_manifest.test.examples, "train_examples": split_manifest.train_examples,
         "validation_fraction": args.validation_fraction, "seed": args.seed, "pruner": args.pruner,
@@ -355,7 +369,7 @@ def write_outputs(study, space, sweep_dir, split_manifest, manifest, args, tag):
     write_plots(study, sweep_dir, tag)
     write_marker(sweep_dir, "sweep", best_value=best.value, best_trial=best.number, params=params_of(best, space),
                  trials=counts)
-    print(f"{tag}: best trial {best.number}: validation accuracy {best.value:.4f} with "
+    print(f"{tag}: best trial {best.number}: validation {args.metric.label} {best.value:.4f} with "
           + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params_of(best, space).items()),
           flush=True)
 

@@ -21,7 +21,11 @@ DEFAULTS = {
              "epochs": "2:6"},
     "image": {"learning_rate": "1e-4:1e-2", "batch": "32,64,128", "width": "32,64,128", "dropout": "0:0.5",
               "epochs": "8:20"},
+    # tables and arrays: a few hundred to thousands of rows, an MLP (or the user's own model)
+    "table": {"learning_rate": "1e-4:3e-2", "batch": "16,32,64", "width": "16,32,64,128", "dropout": "0:0.4",
+              "epochs": "10:40"},
 }
+DEFAULTS["array"] = DEFAULTS["table"]
 # localsgd's H (--sync-every), searched only by sweeps whose trials are localsgd groups
 # (--strategy localsgd): one worker alone has nothing to average. Around the trainer's default
 # of 32; a text epoch of a 2-worker group is ~80 steps per worker, so 128 averages less than twice
@@ -82,7 +86,7 @@ def build_space(task, overrides, strategy="average"):
     """The task's default space with the given flags (name -> text, None = default) replacing dimensions;
     strategy localsgd adds sync_every."""
     if task not in DEFAULTS:
-        raise ContractError(f"the sweep searches text and image tasks; this dataset's task is {task}")
+        raise ContractError(f"the sweep searches text, image, table and array tasks; this dataset's task is {task}")
     defaults = dict(DEFAULTS[task])
     if strategy == "localsgd":
         defaults["sync_every"] = SYNC_EVERY_DEFAULT

@@ -65,7 +65,8 @@ def prepare(data_dir, out_dir, fraction, seed, log=print, n_shards=1):
             vocab = source.vocab
         Manifest(task=source.task, source=f"{source.source} (training shards, validation {fraction:g}, seed {seed})",
                  seed=source.seed, test_fraction=fraction, labels=source.labels, input=source.input,
-                 storage=source.storage, shards=shards, test=test, vocab=vocab).write(tmp)
+                 storage=source.storage, shards=shards, test=test, vocab=vocab, problem=source.problem,
+                 target=source.target, target_statistics=source.target_statistics).write(tmp)
         with open(os.path.join(tmp, "split.json"), "w") as fh:
             json.dump(wanted, fh, indent=2, sort_keys=True)
         write_marker(tmp, "sweep-split", train_examples=len(train), validation_examples=len(validation))
@@ -82,6 +83,6 @@ def write_split(directory, name, storage, x, y, rows):
                 fh.write(json.dumps({"text": x[i], "label": int(y[i])}, ensure_ascii=False) + "\n")
     else:
         np.save(os.path.join(directory, f"{name}.x.npy"), x[rows], allow_pickle=False)
-        np.save(os.path.join(directory, f"{name}.y.npy"), y[rows].astype(np.int64), allow_pickle=False)
+        np.save(os.path.join(directory, f"{name}.y.npy"), y[rows], allow_pickle=False)  # int64 labels or float32 targets
     return SplitInfo(name, int(len(rows)), {f: sha256_file(os.path.join(directory, f)) for f in split_files(name, storage)})
 
