@@ -495,9 +495,10 @@ class Validator:
             found = list(self.input_spec["features"])
             extra = [v for v in found if v not in features]
             absent = [v for v in features if v not in found]
-            violations.append(f"feature columns {found} are not the schema's {list(features)}"
-                              + (f" (not in the schema: {extra})" if extra else "")
-                              + (f" (not in the data: {absent})" if absent else "")
+            violations.append(f"the {len(found)} feature columns {_brief(found)} are not the schema's {len(features)} "
+                              f"{_brief(features)}"
+                              + (f" (not in the schema: {_brief(extra)})" if extra else "")
+                              + (f" (not in the data: {_brief(absent)})" if absent else "")
                               + (" (the same columns in another order)" if not extra and not absent else ""))
         bounds = self.schema.get("text_length")
         if bounds and self.kind == "text":
@@ -533,6 +534,12 @@ class Validator:
         shares = counts / max(counts.sum(), 1)
         return "{" + ", ".join(f"{label}: {share:.2f}" for label, share in list(zip(self.labels, shares))[:10]) + \
             (", ..." if len(self.labels) > 10 else "") + "}"
+
+
+def _brief(names, limit=6):
+    """A list of names for a one-line message: the first `limit`, then how many more."""
+    shown = ", ".join(repr(v) for v in names[:limit])
+    return f"[{shown}{f', ... {len(names) - limit} more' if len(names) > limit else ''}]"
 
 
 def _listing(labels, limit=5):
@@ -598,14 +605,15 @@ def _label_bars(bars, stats, names):
     bars.legend(fontsize="small")
 
 
-def _finish(fig, stats, path, plt):
+def _finish(fig, stats, path, plt, tight=True):
     validation = stats["validation"]
     verdict = "passed" if validation["passed"] and not validation["warnings"] else (
         f"{len(validation['warnings'])} warning(s)" if validation["passed"] else "failed")
     what = stats["task"] + (f" regression of {stats['target']['name']!r}" if stats.get("problem") == "regression" else "")
     fig.suptitle(f"data validation {verdict}: {what}, {stats[TRAIN]['examples']} training examples, "
                  f"{stats['splits'][TEST]['examples']} held out")
-    fig.tight_layout()
+    if tight:
+        fig.tight_layout()
     fig.savefig(path, format="png", dpi=90)
     plt.close(fig)
 
@@ -645,10 +653,13 @@ def plot_numeric(stats, values, path, plt):
                 if total:
                     ax.stairs(counts[name][j] / total, edges[j], label=name)
             ax.set_title(feature if len(feature) <= 32 else feature[:29] + "...", fontsize="medium")
-            ax.set_ylabel("share of the split", fontsize="small")
             ax.tick_params(labelsize="small")
+            ax.locator_params(nbins=4)
         axes[1].legend(fontsize="x-small")
         axes[1].set_xlabel("value (held-out values outside the training range are clipped)", fontsize="small")
+        axes[1].set_ylabel("share of the split", fontsize="small")
+        # a fixed layout: tight_layout's text measuring costs more than drawing a dozen panels
+        fig.subplots_adjust(left=0.05, right=0.98, bottom=0.07, top=1 - 0.6 / fig.get_figheight(), hspace=0.45, wspace=0.22)
     else:
         mean, std = np.asarray(train["mean"]), np.sqrt(np.asarray(train["variance"]))
         scale = np.where(std > 0, std, 1.0)
@@ -665,7 +676,7 @@ def plot_numeric(stats, values, path, plt):
         for ax in axes[1:3]:
             ax.set_xlabel("feature (table column or last-axis element), in order")
             ax.legend(fontsize="x-small")
-    _finish(fig, stats, path, plt)
+    _finish(fig, stats, path, plt, tight=not few)
 
 
 def _target_histograms(ax, stats, values, names):
