@@ -297,14 +297,14 @@ def npz_arrays(path, problem="classification"):
         y = y.astype(np.float64)
         bad = np.flatnonzero(~np.isfinite(y))
         if len(bad):
-            raise ContractError(f"{path}: y[{int(bad[0])}] is {y[bad[0]]!r}: a regression target must be a finite number")
+            raise ContractError(f"{path}: y[{int(bad[0])}] is {float(y[bad[0]])!r}: a regression target must be a finite number")
         names, target = [], "y"
     else:
         if y.dtype.kind == "f":
             fractional = np.flatnonzero(~np.isfinite(y) | (y != np.round(y)))
             if len(fractional):
                 raise ContractError(f"{path}: y must be [n] integers for classification, got {y.dtype} values such as "
-                                    f"{y[fractional[0]]!r}: for a numeric target use --problem regression")
+                                    f"{float(y[fractional[0]])!r}: for a numeric target use --problem regression")
             y = y.astype(np.int64)
         n_classes = int(y.max()) + 1 if y.size else 0
         if y.size and y.min() < 0:
@@ -342,7 +342,7 @@ def npz_arrays(path, problem="classification"):
                         continue
                     if x_dtype.kind == "f" and not np.isfinite(values).all():
                         raise ContractError(f"{path}: x[{i}] has a value that is not a finite number "
-                                            f"({values[~np.isfinite(values)].flat[0]!r}); x must hold finite numbers")
+                                            f"({float(values[~np.isfinite(values)].flat[0])!r}); x must hold finite numbers")
                     yield values.astype(store), (float(label) if regression else int(label))
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:  # a corrupt member shows only when read
             raise ContractError(f"{path}: x.npy is corrupt: {err}") from None

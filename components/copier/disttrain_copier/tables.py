@@ -157,7 +157,7 @@ def check_finite(values, names, batch):
     bad = np.argwhere(~np.isfinite(values))
     if len(bad):
         i, j = (int(v) for v in bad[0])
-        raise ContractError(f"{batch.path}: column {names[j]!r} has {values[i, j]!r} in {batch.where(i)}; "
+        raise ContractError(f"{batch.path}: column {names[j]!r} has {float(values[i, j])!r} in {batch.where(i)}; "
                             "feature values must be finite numbers")
 
 
