@@ -659,7 +659,8 @@ def plot_numeric(stats, values, path, plt):
         axes[1].set_xlabel("value (held-out values outside the training range are clipped)", fontsize="small")
         axes[1].set_ylabel("share of the split", fontsize="small")
         # a fixed layout: tight_layout's text measuring costs more than drawing a dozen panels
-        fig.subplots_adjust(left=0.05, right=0.98, bottom=0.07, top=1 - 0.6 / fig.get_figheight(), hspace=0.45, wspace=0.22)
+        fig.subplots_adjust(left=0.05, right=0.98, bottom=0.6 / fig.get_figheight(), top=1 - 0.6 / fig.get_figheight(),
+                            hspace=0.45, wspace=0.22)
     else:
         mean, std = np.asarray(train["mean"]), np.sqrt(np.asarray(train["variance"]))
         scale = np.where(std > 0, std, 1.0)
