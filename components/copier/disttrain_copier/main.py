@@ -300,6 +300,7 @@ def copy(args):
                         "stats_sha256": sha256_file(os.path.join(tmp, STATS))},
             problem=dataset.problem,
             target=dataset.target,
+            target_statistics=validator.target_statistics() if dataset.problem == "regression" else None,
         )
         manifest.write(tmp)
         write_marker(tmp, "copier", n_shards=args.n_shards, examples=progress.count)

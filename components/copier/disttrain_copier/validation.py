@@ -318,6 +318,13 @@ class Validator:
         (empty for a numeric classification): for the plot."""
         return {name: s.values for name, s in self.splits.items()}
 
+    def target_statistics(self):
+        """A regression target's {"mean", "variance" (population), "min", "max"} over the training shards: what a
+        model needs to predict in the target's unit from standardised layers (the manifest's target_statistics)."""
+        values = np.concatenate([np.asarray(self.splits[n].values, dtype=np.float64) for n in self.names])
+        return {"mean": float(values.mean()), "variance": float(values.var()), "min": float(values.min()),
+                "max": float(values.max())}
+
     def feature_statistics(self):
         """The training shards' per-feature statistics (the manifest's input["statistics"]); None for
         text and images."""
