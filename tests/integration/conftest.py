@@ -1,0 +1,29 @@
+"""Fixtures of the integration tests: a user's tables, copied once per session."""
+
+import pytest
+
+from own_models import breast_cancer_csv, diabetes_csv, wine_csv
+from stages import stage
+
+
+def copied(tmp_path_factory, name, write_csv, *copier_args):
+    """A table copied once per session into 2 shards; each test copies the data directory into its own workdir."""
+    root = tmp_path_factory.mktemp(name)
+    csv = write_csv(str(root / f"{name}.csv"))
+    stage("copier", "--source", f"table:{csv}", "--n-shards", 2, "--workdir", root / "work", *copier_args)
+    return root / "work" / "data"
+
+
+@pytest.fixture(scope="session")
+def cancer_data(tmp_path_factory):
+    return copied(tmp_path_factory, "cancer", breast_cancer_csv)
+
+
+@pytest.fixture(scope="session")
+def diabetes_data(tmp_path_factory):
+    return copied(tmp_path_factory, "diabetes", diabetes_csv, "--label-column", "progression", "--problem", "regression")
+
+
+@pytest.fixture(scope="session")
+def wine_data(tmp_path_factory):
+    return copied(tmp_path_factory, "wine", wine_csv)

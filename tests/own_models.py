@@ -1,0 +1,188 @@
+"""A user's data and models, written the way a user would: tables as CSV files and Keras models saved by
+model.save(), none of them made by disttrain. Shared by the integration tests, the own-model benchmark
+and the image and cluster runs.
+
+    breast_cancer_csv(path)   scikit-learn's breast-cancer table: 30 numeric columns + `label` (malignant, benign)
+    diabetes_csv(path)        its diabetes table: 10 numeric columns + `progression` (a regression target)
+    wine_csv(path)            its wine table: 13 numeric columns + `label` (3 classes)
+    classifier(...), regressor(...)   small Keras models of the kind a notebook builds
+"""
+
+import csv
+import json
+import os
+import shutil
+import textwrap
+
+import numpy as np
+
+
+def _write_csv(path, names, x, label_name, labels):
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow([*names, label_name])
+        for row, label in zip(x, labels):
+            writer.writerow([*(repr(float(v)) for v in row), label])
+    return path
+
+
+def column_names(raw):
+    return [name.replace(" ", "_") for name in raw]
+
+
+def breast_cancer_csv(path):
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    return _write_csv(path, column_names(data.feature_names), data.data, "label", [data.target_names[t] for t in data.target])
+
+
+def diabetes_csv(path):
+    from sklearn.datasets import load_diabetes
+
+    data = load_diabetes(scaled=False)
+    return _write_csv(path, column_names(data.feature_names), data.data, "progression", [repr(float(t)) for t in data.target])
+
+
+def wine_csv(path):
+    from sklearn.datasets import load_wine
+
+    data = load_wine()
+    return _write_csv(path, column_names(data.feature_names), data.data, "label", [data.target_names[t] for t in data.target])
+
+
+def table_statistics(manifest_path):
+    """(mean, variance) per feature from a copied dataset's manifest: what a user would compute in a notebook."""
+    import json
+
+    stats = json.load(open(manifest_path))["input"]["statistics"]
+    return np.asarray(stats["mean"], np.float32), np.maximum(np.asarray(stats["variance"], np.float32), 1e-12)
+
+
+def classifier(n_features, mean, variance, head="sigmoid", hidden=16, seed=0, compile=True):
+    """A notebook's tabular classifier: Normalization, one hidden layer, and a head:
+    "sigmoid" (one unit, two labels), "softmax" (two units) or "logits" (two units, from_logits=True)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input(shape=(n_features,), name="measurements")
+    x = keras.layers.Normalization(mean=mean, variance=variance)(inputs)
+    x = keras.layers.Dense(hidden, activation="relu")(x)
+    if head == "sigmoid":
+        outputs = keras.layers.Dense(1, activation="sigmoid", name="malignant_or_benign")(x)
+        loss = "binary_crossentropy"
+    elif head == "softmax":
+        outputs = keras.layers.Dense(2, activation="softmax")(x)
+        loss = "sparse_categorical_crossentropy"
+    else:
+        outputs = keras.layers.Dense(2)(x)
+        loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model = keras.Model(inputs, outputs)
+    if compile:
+        model.compile(optimizer="adam", loss=loss, metrics=["accuracy"])
+    return model
+
+
+def regressor(n_features, mean, variance, target_mean, target_std, hidden=32, seed=0):
+    """A notebook's regression model: Normalization in, the target's scale out."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    inputs = keras.Input(shape=(n_features,), name="measurements")
+    x = keras.layers.Normalization(mean=mean, variance=variance)(inputs)
+    x = keras.layers.Dense(hidden, activation="relu")(x)
+    x = keras.layers.Dense(1)(x)
+    outputs = keras.layers.Rescaling(target_std, target_mean, name="progression")(x)
+    model = keras.Model(inputs, outputs)
+    model.compile(optimizer="adam", loss="mse")
+    return model
+
+
+# A user's module: a registered custom layer and build(spec). Written into a directory that goes on
+# PYTHONPATH, as a ConfigMap or a derived image would put it.
+USER_MODULE = textwrap.dedent('''
+    """The user's model code: a custom layer and build(spec)."""
+    import keras
+
+
+    @keras.saving.register_keras_serializable(package="tabular_models")
+    class FeatureGate(keras.layers.Layer):
+        """Learns one weight per feature (a custom layer with state)."""
+
+        def build(self, input_shape):
+            self.gate = self.add_weight(shape=(input_shape[-1],), initializer="ones", name="gate")
+
+        def call(self, x):
+            return x * self.gate
+
+
+    def build(spec):
+        inputs = keras.Input(shape=spec.input.shape, name=spec.input.name)
+        x = keras.layers.Normalization(mean=spec.statistics["mean"], variance=spec.statistics["variance"])(inputs)
+        x = FeatureGate(name="gate")(x)
+        x = keras.layers.Dense(16, activation="relu")(x)
+        if spec.problem == "regression":
+            t = spec.target_statistics
+            out = keras.layers.Rescaling(t["variance"] ** 0.5, t["mean"])(keras.layers.Dense(1)(x))
+        else:
+            out = keras.layers.Dense(spec.n_outputs, activation="softmax", name="probabilities")(x)
+        return keras.Model(inputs, out)
+
+
+    def not_a_model(spec):
+        return "a string"
+''')
+
+
+def write_user_module(directory, name="tabular_models"):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{name}.py"), "w") as fh:
+        fh.write(USER_MODULE)
+    return str(directory)
+
+
+# ---------------------------------------------------------------- running the stages on them
+def workdir_with(data, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(data, work / "data")
+    return work
+
+
+def saved(model, path):
+    model.save(str(path))
+    return str(path)
+
+
+def train(work, *args, index=0, env=None):
+    from stages import stage
+
+    return stage("trainer", "--workdir", work, "--worker-index", index, "--batch", 32, *args, check=False, env=env)
+
+
+def with_pythonpath(directory):
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(directory), os.environ.get("PYTHONPATH")]))}
+
+
+def only_error_line(result):
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    errors = [line for line in lines if line.startswith("error:")]
+    assert len(errors) == 1 and "Traceback" not in result.stderr, result.stderr
+    return errors[0]
+
+
+def run_own_pipeline(work, workers, strategy, *trainer_args, epochs=12, env=None, aggregator_args=()):
+    from stages import free_port_block, stage, start_stage
+
+    tasks = workers + (2 if strategy == "parameterserver" else 0)
+    port = free_port_block(tasks)
+    procs = [start_stage("trainer", "--workdir", work, "--worker-index", i, "--workers", workers, "--epochs", epochs,
+                         "--batch", 32, "--strategy", strategy, "--port", port, *trainer_args,
+                         *(("--ps", 1) if strategy == "parameterserver" else ()),
+                         log=str(work / f"worker-{i}.log"), env=env) for i in range(tasks)]
+    for i, proc in enumerate(procs):
+        if proc.wait(timeout=600) != 0:
+            for p in procs:
+                p.kill()
+            raise AssertionError(f"trainer {i} failed:\n" + open(work / f"worker-{i}.log").read()[-3000:])
+    stage("aggregator", "--workdir", work, "--expect", workers, "--timeout", 60, *aggregator_args, env=env)
+    return json.load(open(work / "final" / "report.json"))
