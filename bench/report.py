@@ -339,11 +339,42 @@ def combine(doc):
     return "\n".join(out)
 
 
+def task_interface(doc):
+    out = [header(doc, "The built-in tasks through the task registry, against the trainer before it (`bench/task_interface.py`)")]
+    c = doc["config"]
+    out.append(f"1 worker, `--threads {c['threads']}`, the same seed and data, {c['repetitions']} repetition(s) of each side in "
+               "turns; before = the trainer before the task registry (its `task ==` branches; the revision is in the raw file), "
+               "after = the trainer with it. "
+               "Goals: s/epoch within 5 %, the same held-out accuracy.\n")
+    out.append("| task | s/epoch before | s/epoch after | after / before | held-out accuracy before | after | same final weights |")
+    out.append("|---|---|---|---|---|---|---|")
+    for task, r in doc["results"].items():
+        out.append(f"| {task} | {f(r['epoch_sec_before'], 3)} | {f(r['epoch_sec_after'], 3)} | {r['ratio']:.3f} | "
+                   f"{f(r['test_accuracy_before'], 4)} | {f(r['test_accuracy_after'], 4)} | {'yes' if r['same_weights'] else 'no'} |")
+    return "\n".join(out)
+
+
+def own_model(doc):
+    out = [header(doc, "Your own model through the pipeline against plain `model.fit` (`bench/own_model.py`)")]
+    c = doc["config"]
+    out.append(f"{c['seeds']} seeds (initial weights) per table, {c['workers']} workers per strategy, the same epochs and batch "
+               "as `fit` (one process, every training row). Held-out metric: mean +- standard deviation over the seeds; "
+               "difference of the mean from fit's (goals: within 1 point of accuracy, within 5 % of RMSE).\n")
+    out.append("| table | run | metric | mean +- sd over seeds | difference from fit |")
+    out.append("|---|---|---|---|---|")
+    for table, rows in doc["results"].items():
+        for name, r in rows.items():
+            diff = "-" if name == "fit" else f"{r['difference_from_fit']:+.2f} {r['difference_unit']}"
+            out.append(f"| {table} | {name} | {r['metric']} | {r['mean']:.4f} +- {r['sd']:.4f} | {diff} |")
+    return "\n".join(out)
+
+
 def tables():
     parts = []
     for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline),
                      ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search),
-                     ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress)):
+                     ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress),
+                     ("task_interface", task_interface), ("own_model", own_model)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))
