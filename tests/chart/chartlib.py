@@ -48,6 +48,7 @@ VARIANTS = {
     "shared-cluster": "shared-cluster-values.yaml",
     "gpu": "gpu-values.yaml",
     "tfserving": "tfserving-values.yaml",
+    "own-model": "own-model-values.yaml",
 }
 
 # Resources of release dt at revision 1, as pytest-helm selectors (ManifestIndex.get).

@@ -144,6 +144,7 @@ POD_SPEC = {
         "persistentVolumeClaim": {"claimName": H, "readOnly": H},
         "emptyDir": {"sizeLimit": H, "medium": H},
         "secret": {"secretName": H, "defaultMode": H, "optional": H, "items": [{"key": H, "path": H, "mode": H}]},
+        "configMap": {"name": H, "defaultMode": H, "optional": H, "items": [{"key": H, "path": H, "mode": H}]},
     }],
 }
 
@@ -193,6 +194,7 @@ KINDS = {
         "storageClassName": NOOPS["storageClassName"],
     },
     ("v1", "Secret"): None,  # type, data, stringData: read below
+    ("v1", "ConfigMap"): None,  # data, binaryData: read below
     ("v1", "ServiceAccount"): None,
     ("networking.k8s.io/v1", "NetworkPolicy"): {
         "podSelector": LABEL_SELECTOR,
@@ -206,6 +208,7 @@ KINDS = {
 
 TOP_LEVEL = {
     ("v1", "Secret"): {"type": H, "data": FREE, "stringData": FREE},
+    ("v1", "ConfigMap"): {"data": FREE, "binaryData": FREE, "immutable": H},
     ("v1", "ServiceAccount"): {"automountServiceAccountToken": NOOPS["automountSA"]},
 }
 
@@ -254,11 +257,11 @@ class Mount:
 @dataclasses.dataclass
 class Volume:
     name: str
-    kind: str  # claim | emptyDir | secret
+    kind: str  # claim | emptyDir | secret | configMap
     claim: str = ""
     size_limit: int | None = None  # bytes
     memory: bool = False
-    secret: str = ""
+    secret: str = ""  # the Secret's or the ConfigMap's name
     items: list = dataclasses.field(default_factory=list)  # [(key, path, mode)]
     mode: int = 0o644
     optional: bool = False
@@ -401,6 +404,7 @@ class Release:
     network_policies: list
     service_accounts: list
     noops: list  # (where, field path, reason): what README lists and the tests print
+    config_maps: dict = dataclasses.field(default_factory=dict)  # name -> {key: bytes}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -513,6 +517,8 @@ def translate(docs, namespace="default", cluster_domain="cluster.local", runtime
             release.claims.append(name)
         elif kind == "Secret":
             release.secrets[name] = secret_data(doc, where)
+        elif kind == "ConfigMap":
+            release.config_maps[name] = config_map_data(doc, where)
         elif kind == "ServiceAccount":
             release.service_accounts.append(name)
         elif kind == "NetworkPolicy":
@@ -640,9 +646,9 @@ def pod_template(name, labels, annotations, spec, where, runtimes):
 
 
 def volume(v, where):
-    kinds = [k for k in ("persistentVolumeClaim", "emptyDir", "secret") if k in v]
+    kinds = [k for k in ("persistentVolumeClaim", "emptyDir", "secret", "configMap") if k in v]
     if len(kinds) != 1:
-        raise Unsupported(f"{where}: exactly one of persistentVolumeClaim, emptyDir, secret is run, got {sorted(set(v) - {'name'})}")
+        raise Unsupported(f"{where}: exactly one of persistentVolumeClaim, emptyDir, secret, configMap is run, got {sorted(set(v) - {'name'})}")
     kind = kinds[0]
     if kind == "persistentVolumeClaim":
         return Volume(v["name"], "claim", claim=v[kind]["claimName"], read_only=bool(v[kind].get("readOnly")))
@@ -655,9 +661,14 @@ def volume(v, where):
         return Volume(v["name"], "emptyDir", size_limit=None if size is None else int(quantity(size, f"{where}.emptyDir.sizeLimit")),
                       memory=medium == "Memory")
     s = v[kind]
-    items = [(i["key"], i["path"], i.get("mode")) for i in s.get("items", [])]
-    return Volume(v["name"], "secret", secret=s["secretName"], items=items, mode=int(s.get("defaultMode", 0o644)),
-                  optional=bool(s.get("optional")), read_only=True)
+    items = []
+    for i in s.get("items", []):
+        if i["path"].startswith("/") or ".." in i["path"].split("/"):
+            raise Unsupported(f"{where}.{kind}.items[{i['key']}].path {i['path']!r}: a relative path without '..'")
+        items.append((i["key"], i["path"], i.get("mode")))
+    # Kubernetes mounts Secret and ConfigMap volumes read-only, whatever the mount says
+    return Volume(v["name"], "secret" if kind == "secret" else "configMap", secret=s["secretName" if kind == "secret" else "name"],
+                  items=items, mode=int(s.get("defaultMode", 0o644)), optional=bool(s.get("optional")), read_only=True)
 
 
 def container(c, pod_security, volumes, where):
@@ -841,8 +852,26 @@ def secret_data(doc, where):
     return data
 
 
+def config_map_data(doc, where):
+    """A ConfigMap's files: data (UTF-8 text) and binaryData (base64); a key in both is refused, as the API server does."""
+    import base64
+
+    data = {key: str(value).encode() for key, value in (doc.get("data") or {}).items()}
+    for key, value in (doc.get("binaryData") or {}).items():
+        if key in data:
+            raise Unsupported(f"{where}: key {key!r} is in both data and binaryData")
+        data[key] = base64.b64decode(value)
+    for key in data:
+        if not CONFIG_KEY.match(key) or key in (".", ".."):
+            raise Unsupported(f"{where}: key {key!r} is not a valid ConfigMap key ([-._a-zA-Z0-9]+)")
+    return data
+
+
+CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+
+
 def check_references(release):
-    """Claims, Secrets and ServiceAccounts a pod uses must be in the release (there is no API server to hold others)."""
+    """Claims, Secrets, ConfigMaps and ServiceAccounts a pod uses must be in the release (there is no API server to hold others)."""
     pods = [j.template for j in release.jobs] + [d.template for d in release.deployments] + release.test_pods
     for pod in pods:
         where = pod.owner
@@ -851,6 +880,13 @@ def check_references(release):
                 raise Unsupported(f"{where}: volume {v.name} uses claim {v.claim!r}, which is not in the release (the harness has no existing claims)")
             if v.kind == "secret" and v.secret not in release.secrets and not v.optional:
                 raise Unsupported(f"{where}: volume {v.name} uses Secret {v.secret!r}, which is not in the release")
+            if v.kind == "configMap" and v.secret not in release.config_maps and not v.optional:
+                raise Unsupported(f"{where}: volume {v.name} uses ConfigMap {v.secret!r}, which is not in the release "
+                                  "(the harness has no API server holding others: pass it with the release's manifests)")
+            if v.kind == "configMap" and v.secret in release.config_maps:
+                missing = [key for key, _, _ in v.items if key not in release.config_maps[v.secret]]
+                if missing:
+                    raise Unsupported(f"{where}: volume {v.name}: ConfigMap {v.secret!r} has no key {missing[0]!r}")
         for c in pod.init_containers + pod.containers:
             for e in c.env:
                 if e.secret and e.secret[0] not in release.secrets and not e.secret[2]:

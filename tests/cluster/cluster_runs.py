@@ -34,6 +34,8 @@ class Run:
     undisturbed_tolerance: float = 0.02
     helm_test: bool = True
     min_accuracy: float = 0.8  # held-out accuracy of the final model (report.json), and of :predict on the test split
+    seed_data: str | None = None  # files the test writes onto the shared volume before the release starts
+    # (a user's data copied there; test_cluster_runs.SEED_DATA names them)
 
     @property
     def values_files(self):
@@ -53,6 +55,9 @@ RUNS = [
     Run("digits-sweep", "digits-sweep.yaml", pipeline_tolerance=None),
     Run("digits-sweep-localsgd", "digits-sweep-localsgd.yaml", pipeline_tolerance=None),
     Run("faces", "faces.yaml", pipeline_tolerance=None, min_accuracy=0.3),  # top-1 on held-out people; chance is 1/19
+    # your own table (copier table:) and your own model from a ConfigMap (model.code, model.module): `make
+    # pipeline` has no own-model mode, so no pipeline comparison
+    Run("table-own-model", "table-own-model.yaml", pipeline_tolerance=None, min_accuracy=0.85, seed_data="breast-cancer"),
 ]
 
 BY_NAME = {run.name: run for run in RUNS}

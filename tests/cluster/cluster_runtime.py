@@ -9,9 +9,10 @@ and Deployment controllers would: real images, real containers, one network per 
   search path (``<ns>.svc.<domain> svc.<domain> <domain>``, ndots 5), so ``<job>-0.<service>``
   resolves the way it does in a cluster.
 * Volumes: each claim is one host directory shared by every pod (group fsGroup, setgid, as the
-  kubelet prepares it); an emptyDir is a tmpfs volume of the pod with its sizeLimit; a Secret is
-  a read-only directory of files. The termination-message file is mounted at
-  terminationMessagePath in every container and read when it ends.
+  kubelet prepares it); an emptyDir is a tmpfs volume of the pod with its sizeLimit; a Secret or
+  a ConfigMap is a read-only directory of files (its keys, or its items' paths, with defaultMode).
+  The termination-message file is mounted at terminationMessagePath in every container and read
+  when it ends.
 * A ClusterIP/LoadBalancer/NodePort Service is a small proxy container (cluster_proxy.py) that
   carries the Service's DNS name and forwards to the ready endpoints; its ports are published
   on 127.0.0.1. Readiness comes from the containers' probes.
@@ -168,20 +169,12 @@ class Pod:
                                               labels=c.labels(pod=self.name))
                 self.volumes.append(vol)
                 self.mounts[v.name] = ("volume", vol.name)
-            elif v.kind == "secret":
-                path = self.dir / "secrets" / v.name
+            elif v.kind in ("secret", "configMap"):
+                # a read-only directory of the object's files (Kubernetes adds ..data symlinks: not needed here)
+                path = self.dir / ("secrets" if v.kind == "secret" else "configmaps") / v.name
                 path.mkdir(parents=True)
-                data = c.release.secrets.get(v.secret, {})
-                items = v.items or [(key, key, None) for key in data]
-                for key, rel, mode in items:
-                    if key not in data:
-                        raise RuntimeError(f"Secret {v.secret} has no key {key!r}")
-                    target = path / rel
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(data[key])
-                    os.chmod(target, mode if mode is not None else v.mode)
-                    if self.template.fs_group is not None:
-                        os.chown(target, 0, self.template.fs_group)
+                objects = c.release.secrets if v.kind == "secret" else c.release.config_maps
+                write_volume_files(path, v, objects.get(v.secret, {}), self.template.fs_group)
                 self.mounts[v.name] = ("bind", str(path))
 
     def _create(self, spec):
@@ -855,6 +848,23 @@ class Cluster:
         self._iptables_clear()
         remove_everything(self.client, self.prefix)
         shutil.rmtree(self.root / "endpoints", ignore_errors=True)
+
+
+def write_volume_files(path, volume, data, fs_group=None):
+    """The files of a Secret or ConfigMap volume in the directory `path`, as the kubelet writes them:
+    every key (or the volume's items: key -> relative path, mode), mode defaultMode, owner root and
+    group fsGroup. data: {key: bytes}."""
+    what = "Secret" if volume.kind == "secret" else "ConfigMap"
+    items = volume.items or [(key, key, None) for key in data]
+    for key, rel, mode in items:
+        if key not in data:
+            raise RuntimeError(f"{what} {volume.secret} has no key {key!r}")
+        target = pathlib.Path(path) / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data[key])
+        os.chmod(target, mode if mode is not None else volume.mode)
+        if fs_group is not None:
+            os.chown(target, 0, fs_group)
 
 
 def remove_everything(client, prefix):

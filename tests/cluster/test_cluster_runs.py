@@ -6,6 +6,7 @@ cluster_runtime.Cluster (Jobs, Deployment, Services, init containers, policies) 
 answering :predict through the published Service port -> `helm test`.
 """
 
+import csv
 import json
 import os
 import re
@@ -15,6 +16,7 @@ import threading
 import time
 import urllib.request
 import uuid
+import zipfile
 
 import numpy as np
 import pytest
@@ -167,6 +169,25 @@ def pipeline_accuracy(values, tmp_path_factory):
 PIPELINES = {}
 
 
+def breast_cancer_table(claim):
+    """A user's table copied onto the volume: scikit-learn's breast-cancer data as a CSV with 30 numeric
+    feature columns and the label column `diagnosis` (benign or malignant)."""
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    path = claim / "own" / "breast_cancer.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow([name.replace(" ", "_") for name in data.feature_names] + ["diagnosis"])
+        for row, target in zip(data.data, data.target):
+            writer.writerow([repr(float(v)) for v in row] + [data.target_names[target]])
+
+
+# Run.seed_data -> what writes it into the claim's host directory (before any pod mounts it)
+SEED_DATA = {"breast-cancer": breast_cancer_table}
+
+
 def execute(run, tmp_path_factory):
     """Run one release to a served model (once per session; the kill run reuses the undisturbed one)."""
     if run.name in RESULTS:
@@ -179,6 +200,8 @@ def execute(run, tmp_path_factory):
     started = time.monotonic()
     with cluster(release, tmp, run.name) as c:
         killed = {}
+        if run.seed_data:
+            SEED_DATA[run.seed_data](tmp / "cluster" / "claims" / f"{RELEASE}-disttrain-workdir")
         c.start()
         if run.kill:
             killer = threading.Thread(target=kill_when, args=(c, run.kill, killed), daemon=True)
@@ -205,6 +228,9 @@ def execute(run, tmp_path_factory):
                     result["sync_every"] = best["params"]["sync_every"]
             result["predict_accuracy"], result["predictions"] = predict_test_split(base, workdir, report.get("task", ""))
             result["task"] = json.loads((workdir / "data" / "manifest.json").read_text())["task"]
+            with zipfile.ZipFile(workdir / "final" / "model.keras") as archive:  # the published model's disttrain.json
+                result["model_meta"] = json.loads(archive.read("disttrain.json"))
+            result["model_module"] = values["model"]["module"]
             if run.helm_test:
                 result["helm_test"] = [(pod.name, ok, logs) for pod, ok, logs in c.helm_test(timeout=300)]
             result["trainer"] = c.jobs[job_name("trainer")].status
@@ -231,6 +257,10 @@ def test_release_runs_to_a_served_model(run, tmp_path_factory):
     else:
         assert result["predict_accuracy"] >= run.min_accuracy, f":predict through the Service: accuracy {result['predict_accuracy']:.3f}"
         assert np.allclose(result["predictions"].sum(axis=1), 1.0, atol=1e-3)
+    if result["model_module"]:  # trained with the module's build(spec), loaded by the aggregator with it
+        meta = result["model_meta"]
+        assert meta.get("model_source") == "module", meta.get("model_source")
+        assert meta["model_code"]["module"] == result["model_module"].partition(":")[0], meta.get("model_code")
     if run.helm_test:
         for name, ok, logs in result["helm_test"]:
             assert ok, f"helm test pod {name} failed:\n{logs[-3000:]}"

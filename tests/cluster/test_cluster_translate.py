@@ -23,10 +23,9 @@ REFUSED = {
     "external-nfs": "kind PersistentVolume (v1) is not supported",
     "nfs-server": "kind PersistentVolume (v1) is not supported",
     "gpu": "nodeSelector nvidia.com/gpu.present=true: the node",
-    # server.backend tfserving: its monitoring ConfigMap is the first thing the harness refuses; past that,
-    # the tensorflow/serving image cannot be pulled here, so this backend is render-tested only (tests/chart)
-    "tfserving": "ConfigMap/dt-disttrain-tfserving: kind ConfigMap (v1) is not supported",
 }
+# server.backend tfserving translates (its monitoring ConfigMap is a volume like any other), but the
+# tensorflow/serving image cannot be pulled here, so that backend is not run (tests/chart render-tests it).
 
 
 def rendered(variant="defaults", sets=(), kube_version="1.33.0"):
@@ -274,3 +273,89 @@ def test_network_policy_rules_add_up_and_deny_last():
     assert not allowed("copier", "trainer", 12345) and not allowed("server", "trainer", 12345)
     assert allowed("test", "server", 8080) and allowed("copier", "server", 8080)  # allowFrom empty: any source
     assert not allowed("test", "server", 9999) and not allowed("server", "copier", 8080)
+
+
+# ----------------------------------------------------------------------------- ConfigMaps (your model's code)
+
+CODE_DIR = "/opt/disttrain/user-code"
+
+
+def test_the_model_code_configmap_is_mounted_read_only_where_the_code_is_imported():
+    release = translate(rendered("own-model"), namespace="ml")
+    source = release.config_maps["dt-disttrain-model-code"]["tabular.py"].decode()
+    assert source.startswith("import keras") and "def build(spec):" in source
+    pods = {j.name.rsplit("-", 2)[-2]: j.template for j in release.jobs}
+    pods["server"] = release.deployments[0].template
+    for stage, pod in pods.items():
+        (main,) = pod.containers
+        mounts = {m.volume: m for m in main.mounts}
+        env = {e.name: e.value for e in main.env}
+        if stage == "copier":
+            assert "user-code" not in pod.volumes and "user-code" not in mounts and "PYTHONPATH" not in env
+            continue
+        volume = pod.volumes["user-code"]
+        assert (volume.kind, volume.secret, volume.mode, volume.read_only) == ("configMap", "dt-disttrain-model-code", 0o444, True)
+        assert (mounts["user-code"].path, mounts["user-code"].read_only) == (CODE_DIR, True)
+        assert env["PYTHONPATH"] == CODE_DIR and env["PYTHONDONTWRITEBYTECODE"] == "1"
+        for init in pod.init_containers:
+            assert "user-code" not in {m.volume for m in init.mounts}
+        assert "--model-module" in main.args and main.args[main.args.index("--model-module") + 1] == "tabular:build"
+
+
+def test_the_tfserving_monitoring_configmap_translates_too():
+    release = translate(rendered("tfserving"), namespace="ml")
+    assert "dt-disttrain-tfserving" in release.config_maps
+    assert release.deployments[0].template.volumes["tfserving-config"].kind == "configMap"
+
+
+def external_code(name="my-model-code", data=None):
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ml"},
+            "data": data if data is not None else {"tabular.py": "import keras\n"}}
+
+
+def test_a_configmap_outside_the_release_is_refused_unless_given_with_it():
+    sets = ("model.codeConfigMap=my-model-code", "model.code=null")
+    with pytest.raises(Unsupported, match="uses ConfigMap 'my-model-code', which is not in the release"):
+        translate(rendered("own-model", sets=sets), namespace="ml")
+    release = translate(rendered("own-model", sets=sets) + [external_code()], namespace="ml")
+    assert release.config_maps["my-model-code"] == {"tabular.py": b"import keras\n"}
+
+
+@pytest.mark.parametrize(
+    "mutate, expected",
+    [
+        (lambda cm, vol: cm.update(binaryData={"tabular.py": "eA=="}), "key 'tabular.py' is in both data and binaryData"),
+        (lambda cm, vol: cm.update(data={"a/b.py": "x"}), "key 'a/b.py' is not a valid ConfigMap key"),
+        (lambda cm, vol: vol["configMap"].update(items=[{"key": "tabular.py", "path": "../escape.py"}]), "a relative path without '..'"),
+        (lambda cm, vol: vol["configMap"].update(items=[{"key": "missing.py", "path": "m.py"}]), "has no key 'missing.py'"),
+        (lambda cm, vol: vol["configMap"].update(sources=[]), "volumes[user-code].configMap.sources"),
+    ],
+)
+def test_configmap_mistakes_are_refused_by_name(mutate, expected):
+    docs = rendered("own-model")
+    cm = one(docs, "ConfigMap", "model-code")
+    (vol,) = [v for v in trainer(docs)["spec"]["template"]["spec"]["volumes"] if v["name"] == "user-code"]
+    mutate(cm, vol)
+    with pytest.raises(Unsupported, match=re.escape(expected)):
+        translate(docs, namespace="ml")
+
+
+def test_binary_data_and_items_reach_the_volume_files(tmp_path):
+    from cluster_runtime import write_volume_files
+
+    docs = rendered("own-model")
+    cm = one(docs, "ConfigMap", "model-code")
+    cm["binaryData"] = {"blob.bin": "AAEC"}
+    (vol,) = [v for v in trainer(docs)["spec"]["template"]["spec"]["volumes"] if v["name"] == "user-code"]
+    release = translate(docs, namespace="ml")
+    volume = next(j for j in release.jobs if "trainer" in j.name).template.volumes["user-code"]
+    write_volume_files(tmp_path / "all", volume, release.config_maps["dt-disttrain-model-code"])
+    assert (tmp_path / "all" / "blob.bin").read_bytes() == b"\x00\x01\x02"
+    assert (tmp_path / "all" / "tabular.py").read_text().startswith("import keras")
+    assert (tmp_path / "all" / "tabular.py").stat().st_mode & 0o777 == 0o444  # defaultMode 292
+    vol["configMap"]["items"] = [{"key": "tabular.py", "path": "pkg/model.py", "mode": 0o400}]
+    release = translate(docs, namespace="ml")
+    volume = next(j for j in release.jobs if "trainer" in j.name).template.volumes["user-code"]
+    write_volume_files(tmp_path / "items", volume, release.config_maps["dt-disttrain-model-code"])
+    assert sorted(str(p.relative_to(tmp_path / "items")) for p in (tmp_path / "items").rglob("*")) == ["pkg", "pkg/model.py"]
+    assert (tmp_path / "items" / "pkg" / "model.py").stat().st_mode & 0o777 == 0o400

@@ -5,6 +5,9 @@ DISTTRAIN_TEST_IMAGES=1, so `make test` does not need Docker. Every container ru
 image's own non-root user with a read-only root filesystem (`--read-only --tmpfs /tmp`),
 sharing one host directory bind-mounted at /workdir; only the server gets a network
 (`--network host`, on a free loopback port), every other stage runs with `--network none`.
+Two pipelines: the movie-review sample with the built-in model, and a user's own table and
+model file (scikit-learn's breast-cancer data as a CSV and a `.keras` file written onto the
+volume by the test: copier `table:` -> trainers `--model-file` -> aggregator -> server).
 """
 
 import json
@@ -217,3 +220,106 @@ def test_server_healthcheck_turns_healthy(pipeline):
         time.sleep(2)
     health = docker("inspect", "-f", "{{json .State.Health}}", pipeline["server"], check=False).stdout
     pytest.fail(f"server health is {status!r} after 90s: {health[-2000:]}")
+
+
+# ----------------------------------------------------------------------------- your own model and table
+
+
+def write_breast_cancer(workdir):
+    """A user's table and model file on the volume: scikit-learn's breast-cancer data as a CSV (30 numeric
+    columns and the label column `diagnosis`) and a freshly initialised Keras model for it (plain layers:
+    no code needed to load it)."""
+    import csv
+
+    import numpy as np
+    from sklearn.datasets import load_breast_cancer
+
+    data = load_breast_cancer()
+    own = workdir / "own"
+    own.mkdir()
+    with open(own / "breast_cancer.csv", "w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow([name.replace(" ", "_") for name in data.feature_names] + ["diagnosis"])
+        for row, target in zip(data.data, data.target):
+            writer.writerow([repr(float(v)) for v in row] + [data.target_names[target]])
+    import keras
+
+    keras.utils.set_random_seed(0)
+    x = data.data.astype("float32")
+    inputs = keras.Input(shape=(x.shape[1],), name="features")
+    hidden = keras.layers.Normalization(mean=x.mean(axis=0), variance=x.var(axis=0))(inputs)
+    hidden = keras.layers.Dense(16, activation="relu")(hidden)
+    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(hidden))
+    model.compile(loss="sparse_categorical_crossentropy")
+    model.save(own / "model.keras")
+    for path in (own, own / "breast_cancer.csv", own / "model.keras"):
+        os.chmod(path, 0o755 if path.is_dir() else 0o644)  # readable by the containers' UID 10001
+    return np.asarray(x[:3].tolist())
+
+
+@pytest.fixture(scope="module")
+def own_pipeline(tmp_path_factory):
+    """copier table: -> 2 trainers with --model-file -> aggregator -> server, with `docker run` only."""
+    workdir = tmp_path_factory.mktemp("own-model-workdir")
+    rows = write_breast_cancer(workdir)
+    if os.geteuid() == 0:
+        os.chown(workdir, int(UID), int(UID))
+    else:
+        os.chmod(workdir, 0o777)
+    stages = Pipeline(workdir)
+    try:
+        stages.run("own-copier", "copier", "--source", "table:/workdir/own/breast_cancer.csv", "--label-column", "diagnosis",
+                   "--n-shards", "2", "--workdir", "/workdir")
+        trainers = [
+            subprocess.Popen(
+                stages.args(f"own-trainer-{i}", "trainer", "none") + [
+                    "--worker-index", str(i), "--workers", "2", "--epochs", "20", "--batch", "32", "--workdir", "/workdir",
+                    "--model-file", "/workdir/own/model.keras"],
+                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            )
+            for i in range(2)
+        ]
+        for i, proc in enumerate(trainers):
+            out, _ = proc.communicate(timeout=1200)
+            assert proc.returncode == 0, f"trainer {i} exited {proc.returncode}:\n{out[-3000:]}"
+        # --force: the held-out split is 111 rows (one is 0.9 points): the average may miss the gate by a row
+        stages.run("own-aggregator", "aggregator", "--expect", "2", "--workdir", "/workdir", "--force")
+        port = free_port()
+        server = f"{PREFIX}-own-server"
+        subprocess.run(
+            stages.args("own-server", "server", "host", "--detach", "--init") + ["--host", "127.0.0.1", "--port", str(port), "--workdir", "/workdir"],
+            check=True, capture_output=True, timeout=120,
+        )
+        wait_ready(server, f"http://127.0.0.1:{port}/readyz", timeout=300)
+        yield {"workdir": workdir, "port": port, "rows": rows}
+    finally:
+        stages.remove()
+        clean(workdir)
+
+
+def test_own_model_file_trains_on_a_table_and_serves(own_pipeline):
+    import zipfile
+
+    workdir = own_pipeline["workdir"]
+    manifest = json.loads((workdir / "data" / "manifest.json").read_text())
+    assert manifest["task"] == "table" and manifest["labels"] == ["benign", "malignant"]
+    assert manifest["input"]["shape"] == [30]
+    with zipfile.ZipFile(workdir / "final" / "model.keras") as archive:
+        meta = json.loads(archive.read("disttrain.json"))
+    assert meta["model_source"] == "file"
+    report = json.loads((workdir / "final" / "report.json").read_text())
+    assert report["final"]["test_accuracy"] >= 0.85, report["final"]
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{own_pipeline['port']}/v1/models/disttrain:predict",
+        data=json.dumps({"instances": own_pipeline["rows"].tolist()}).encode(),  # TF Serving's row format: 30 features each
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(request, timeout=60) as response:
+        assert response.status == 200
+        predictions = json.loads(response.read())["predictions"]
+    assert len(predictions) == 3
+    for probabilities in predictions:
+        assert len(probabilities) == 2 and sum(probabilities) == pytest.approx(1.0, abs=1e-4)
+    # the first three rows of the data set are malignant tumours (label index 1 of [benign, malignant])
+    assert sum(p[1] > 0.5 for p in predictions) >= 2, predictions

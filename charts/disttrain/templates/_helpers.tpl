@@ -181,7 +181,7 @@ that depends on the storage choice.
 {{- fail "disttrain: set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred" -}}
 {{- end -}}
 {{- range $stage := list "copier" "trainer" "aggregator" "server" }}
-{{- $taken := ternary (list "workdir" "tmp" "gallery" "api-token" "tfserving-config") (list "workdir" "tmp") (eq $stage "server") }}
+{{- $taken := ternary (list "workdir" "tmp" "gallery" "api-token" "tfserving-config" "user-code") (ternary (list "workdir" "tmp") (list "workdir" "tmp" "user-code") (eq $stage "copier")) (eq $stage "server") }}
 {{- range (index $.Values $stage).extraVolumes }}
 {{- if has .name $taken -}}
 {{- fail (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (%s); choose another" $stage .name (join ", " $taken)) -}}
@@ -226,6 +226,101 @@ that depends on the storage choice.
 {{- end -}}
 {{- include "disttrain.validateExposure" . -}}
 {{- include "disttrain.validateBackend" . -}}
+{{- include "disttrain.validateOwnModel" . -}}
+{{- end -}}
+
+{{/*
+Your own model and data (values.yaml, section Your own model; the schema says the same, this
+repeats it for --skip-schema-validation).
+*/}}
+{{- define "disttrain.validateOwnModel" -}}
+{{- $m := .Values.model -}}
+{{- $d := .Values.data -}}
+{{- if and $m.module (not (regexMatch "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$" $m.module)) -}}
+{{- fail (printf "disttrain: model.module %q is not MODULE[:FUNCTION] (e.g. mymodels.tabular:build)" $m.module) -}}
+{{- end -}}
+{{- if and $m.file (not (regexMatch "^/.*\\.keras$" $m.file)) -}}
+{{- fail (printf "disttrain: model.file %q must be the absolute path of a .keras file in the trainer pods (e.g. %s/models/mine.keras)" $m.file (trimSuffix "/" .Values.storage.mountPath)) -}}
+{{- end -}}
+{{- if and (include "disttrain.ownModel" .) (or (eq $d.task "faces") (eq $d.source "sample:faces")) -}}
+{{- fail "disttrain: model.file and model.module train the table, array, image and text tasks; faces trains its built-in embedding: unset them, or use another data.source/data.task" -}}
+{{- end -}}
+{{- if and (include "disttrain.ownModel" .) .Values.sweep.enabled -}}
+{{- fail "disttrain: sweep.enabled tunes the built-in model, not model.file or model.module: disable the sweep for your own model" -}}
+{{- end -}}
+{{- if and $m.code $m.codeConfigMap -}}
+{{- fail "disttrain: set at most one of model.code and model.codeConfigMap" -}}
+{{- end -}}
+{{- if and (or $m.code $m.codeConfigMap) (not $m.module) -}}
+{{- fail "disttrain: model.code and model.codeConfigMap are imported through model.module: set model.module (MODULE[:FUNCTION])" -}}
+{{- end -}}
+{{- if and $d.labelColumn (not (hasPrefix "table:" $d.source)) -}}
+{{- fail (printf "disttrain: data.labelColumn applies to data.source table:PATH only, not %s" $d.source) -}}
+{{- end -}}
+{{- if not (has $d.problem (list "classification" "regression")) -}}
+{{- fail (printf "disttrain: unknown data.problem %q: use classification or regression" (toString $d.problem)) -}}
+{{- end -}}
+{{- if and (eq $d.problem "regression") (not (or (hasPrefix "table:" $d.source) (hasPrefix "npz:" $d.source))) -}}
+{{- fail (printf "disttrain: data.problem regression needs a numeric target: data.source table:PATH or npz:PATH, not %s" $d.source) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Whether the trainer trains the user's model ("true" or empty). */}}
+{{- define "disttrain.ownModel" -}}
+{{- if or .Values.model.file .Values.model.module -}}true{{- end -}}
+{{- end -}}
+
+{{/* The ConfigMap of the user's model code: model.codeConfigMap, or the one the chart renders from model.code; empty = none. */}}
+{{- define "disttrain.modelCodeConfigMap" -}}
+{{- if .Values.model.codeConfigMap -}}
+{{- .Values.model.codeConfigMap -}}
+{{- else if .Values.model.code -}}
+{{- include "disttrain.componentName" (list . "model-code") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* Where the model code is mounted (read-only), and PYTHONPATH with it. */}}
+{{- define "disttrain.userCodeDir" -}}/opt/disttrain/user-code{{- end -}}
+
+{{/* --model-module of the trainer, aggregator and server (args list entries; empty without model.module). */}}
+{{- define "disttrain.modelModuleArgs" -}}
+{{- with .Values.model.module }}
+- --model-module
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/*
+The environment of a container that imports the user's code from the ConfigMap: PYTHONPATH, and no
+bytecode written (the mount and the root filesystem are read-only; the images set it too, a derived
+image may not). Not PYTHONPYCACHEPREFIX: with it Python would also look for every library's bytecode
+under that prefix only, and recompile TensorFlow's at every start.
+*/}}
+{{- define "disttrain.userCodeEnv" -}}
+{{- if include "disttrain.modelCodeConfigMap" . }}
+- name: PYTHONPATH
+  value: {{ include "disttrain.userCodeDir" . | quote }}
+- name: PYTHONDONTWRITEBYTECODE
+  value: "1"
+{{- end }}
+{{- end -}}
+
+{{- define "disttrain.userCodeMount" -}}
+{{- if include "disttrain.modelCodeConfigMap" . }}
+- name: user-code
+  mountPath: {{ include "disttrain.userCodeDir" . }}
+  readOnly: true
+{{- end }}
+{{- end -}}
+
+{{- define "disttrain.userCodeVolume" -}}
+{{- with include "disttrain.modelCodeConfigMap" . }}
+- name: user-code
+  configMap:
+    name: {{ . }}
+    # 0444 in decimal: YAML 1.1 (Kubernetes) reads 0444 as octal, YAML 1.2 (ruamel, pytest-helm) as 444
+    defaultMode: 292
+{{- end }}
 {{- end -}}
 
 {{/*
