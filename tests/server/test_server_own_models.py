@@ -266,3 +266,26 @@ def test_any_body_to_an_own_model_gets_json_and_a_documented_status(request, cli
     assert response.status_code < 500, response.get_data(as_text=True)
     assert str(response.status_code) in documented
     assert response.is_json and (response.status_code == 200 or response.get_json()["error"])
+
+
+v2_tensors = st.fixed_dictionaries(
+    {"name": st.sampled_from(["features", "age", "bmi", "x"]), "datatype": st.sampled_from(["FP32", "FP64", "INT64", "INT8", "BYTES", "BOOL"]),
+     "shape": st.lists(st.integers(-1, 6), max_size=3), "data": st.one_of(json_values, st.lists(st.floats(width=32), max_size=12))},
+    optional={"parameters": json_values})
+v2_bodies = st.one_of(
+    json_values.map(lambda value: json.dumps(value).encode()),
+    st.fixed_dictionaries({"inputs": st.lists(v2_tensors, max_size=3)}, optional={"id": json_values, "outputs": json_values})
+    .map(lambda v: json.dumps(v).encode()),
+)
+
+
+@pytest.mark.parametrize("client_name", ["cancer_client", "two_inputs_client", "counts_client"])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(body=v2_bodies)
+def test_any_v2_body_to_an_own_model_gets_json_and_a_documented_status(request, client_name, body):
+    client = request.getfixturevalue(client_name)
+    documented = client.get("/openapi.json").get_json()["paths"]["/v2/models/{model_name}/infer"]["post"]["responses"]
+    response = client.post(INFER, data=body)
+    assert response.status_code < 500, response.get_data(as_text=True)
+    assert str(response.status_code) in documented, response.get_data(as_text=True)
+    assert response.get_json()["outputs" if response.status_code == 200 else "error"]
