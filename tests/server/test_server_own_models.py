@@ -189,6 +189,7 @@ BAD_V2_REQUESTS = [
     ({"name": "features", "shape": [1, 5], "datatype": "FP32", "data": [1.0, 2.0, 3.0, 4.0, "x"]}, ["element 4 is string"]),
     ({"name": "features", "shape": [1, 5], "datatype": "INT64", "data": [1, 2, 3, 4, 5.5]}, ["(INT64)", "5.5", "integers"]),
     ({"name": "radius", "shape": [1, 5], "datatype": "FP32", "data": [1.0] * 5}, ["unknown input 'radius'", "'features' (FP32 [-1, 5])"]),
+    ({"name": {}, "shape": [], "datatype": "FP16", "data": []}, ["unknown input name of type object"]),  # (found by schemathesis: was a 500)
 ]
 
 

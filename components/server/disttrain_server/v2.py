@@ -192,9 +192,10 @@ def read_numeric_inputs(inputs, tensors):
     by_name = {tensor.name: tensor for tensor in tensors}
     takes = ", ".join(f"{tensor.name!r} ({tensor.describe()})" for tensor in tensors[:20])
     names = [item.get("name") if isinstance(item, dict) else None for item in inputs]
-    unknown = [name for name in names if name not in by_name]
+    unknown = [name for name in names if not isinstance(name, str) or name not in by_name]
     if unknown:
-        raise ApiError(400, f"unknown input {unknown[0]!r}; this model's input{'s are' if len(tensors) > 1 else ' is'} {takes}")
+        shown = repr(unknown[0]) if isinstance(unknown[0], str) or unknown[0] is None else f"name of type {json_type(unknown[0])}"
+        raise ApiError(400, f"unknown input {shown}; this model's input{'s are' if len(tensors) > 1 else ' is'} {takes}")
     repeated = next((name for name in names if names.count(name) > 1), None)
     if repeated is not None:
         raise ApiError(400, f"input {repeated!r} is given {names.count(repeated)} times; send it once")
