@@ -277,7 +277,7 @@ def _check_artifact(model, meta, path):
     """Refuse a model the API could not describe, at load time instead of on every request."""
     if not isinstance(meta, dict):
         raise ContractError(f"{path}: disttrain.json is not a JSON object")
-    spec, labels = meta.get("input"), meta.get("labels")
+    spec = meta.get("input")
     if meta.get("task") not in SERVED_TASKS:
         raise ContractError(f"{path}: task {meta.get('task')!r} is not served; this server serves the tasks {', '.join(SERVED_TASKS)}")
     if meta["task"] != "faces" and meta.get("problem") == "regression" and meta["task"] not in NUMERIC_TASKS:
