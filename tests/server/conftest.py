@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 
 from disttrain_contract.artifact import load_model, save_model
+from server import own_models
 from server.serving import faces_model, make_client, sample_model, worker_model
 
 
@@ -73,3 +74,52 @@ def other_face_model(face_model, tmp_path_factory):
     path = str(tmp_path_factory.mktemp("other-faces") / "model.keras")
     save_model(model, path, meta)
     return path
+
+
+# A user's own models (tables, arrays, several inputs), published with their data (server.own_models).
+@pytest.fixture(scope="session")
+def cancer_root(tmp_path_factory):
+    return own_models.cancer(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def diabetes_root(tmp_path_factory):
+    return own_models.diabetes(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def two_inputs_root(tmp_path_factory):
+    return own_models.two_inputs(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def counts_root(tmp_path_factory):
+    return own_models.counts(tmp_path_factory)
+
+
+def own_client(root):
+    """A test client serving the model in root/final, with root as its workdir (the page reads root/data)."""
+    from disttrain_server import create_app
+
+    app = create_app({"MODEL_PATH": str(root / "final" / "model.keras"), "GALLERY_DIR": str(root / "gallery"), "TESTING": True})
+    return app.test_client()
+
+
+@pytest.fixture(scope="session")
+def cancer_client(cancer_root):
+    return own_client(cancer_root)
+
+
+@pytest.fixture(scope="session")
+def diabetes_client(diabetes_root):
+    return own_client(diabetes_root)
+
+
+@pytest.fixture(scope="session")
+def two_inputs_client(two_inputs_root):
+    return own_client(two_inputs_root)
+
+
+@pytest.fixture(scope="session")
+def counts_client(counts_root):
+    return own_client(counts_root)

@@ -6,6 +6,8 @@ images do not have. The SDK only talks HTTP to the server, so it needs nothing e
 
     .venv-kserve/bin/python kserve_client_calls.py text BASE_URL POSITIVE NEGATIVE
     .venv-kserve/bin/python kserve_client_calls.py image BASE_URL DIGITS.npy
+    .venv-kserve/bin/python kserve_client_calls.py table BASE_URL X.npy EXPECTED.npy          (one input "features")
+    .venv-kserve/bin/python kserve_client_calls.py two-inputs BASE_URL X.npy EXPECTED.npy     (inputs "age" and "bmi")
 
 Exit status 0 when every check passed; an AssertionError's traceback otherwise (a test's output).
 """
@@ -102,14 +104,55 @@ async def image_model_calls(base, digits):
         await v2.close()
 
 
+async def table_model_calls(base, x, expected):
+    """A user's own table classifier (one input, "features" FP32 [-1, n_features]): V1 rows and V2 FP32 and FP64."""
+    v1, v2 = clients()
+    try:
+        rows = np.array((await v1.infer(base, {"instances": x.tolist()}, model_name=MODEL))["predictions"])
+        np.testing.assert_allclose(rows, expected, atol=1e-6)
+        assert await v2.is_model_ready(base, MODEL) is True
+        features = InferInput("features", list(x.shape), "FP32")
+        features.set_data_from_numpy(x.astype(np.float32), binary_data=False)
+        np.testing.assert_allclose(only_output(await v2_infer(v2, base, features, "table"), "probabilities", list(expected.shape)), expected, atol=1e-6)
+        as_fp64 = InferInput("features", list(x.shape), "FP64")
+        as_fp64.set_data_from_numpy(x.astype(np.float64), binary_data=False)
+        np.testing.assert_allclose(only_output(await v2_infer(v2, base, as_fp64, "table-fp64"), "probabilities", list(expected.shape)), expected, atol=1e-6)
+        wrong = InferInput("features", [1, x.shape[1] - 1], "FP32", data=[0.0] * (x.shape[1] - 1))
+        await expect_refusal(v2_infer(v2, base, wrong, "short"), 400, f"does not fit this input's [-1, {x.shape[1]}]")
+    finally:
+        await v1.close()
+        await v2.close()
+
+
+async def two_inputs_calls(base, x, expected):
+    """A model with two named inputs: V1 rows as objects, and one V2 request with two input tensors."""
+    v1, v2 = clients()
+    try:
+        instances = [{"age": float(age), "bmi": float(bmi)} for age, bmi in x]
+        rows = np.array((await v1.infer(base, {"instances": instances}, model_name=MODEL))["predictions"])
+        np.testing.assert_allclose(rows, expected, atol=1e-6)
+        age, bmi = InferInput("age", [len(x), 1], "FP32"), InferInput("bmi", [len(x), 1], "FP32")
+        age.set_data_from_numpy(x[:, :1].astype(np.float32), binary_data=False)
+        bmi.set_data_from_numpy(x[:, 1:].astype(np.float32), binary_data=False)
+        request = InferRequest(model_name=MODEL, infer_inputs=[age, bmi], request_id="two")
+        response = await v2.infer(base, request, model_name=MODEL)
+        np.testing.assert_allclose(only_output(response, "probabilities", list(expected.shape)), expected, atol=1e-6)
+    finally:
+        await v1.close()
+        await v2.close()
+
+
 def main(argv):
     task, base = argv[0], argv[1]
     if task == "text":
         asyncio.run(text_model_calls(base, argv[2], argv[3]))
     elif task == "image":
         asyncio.run(image_model_calls(base, np.load(argv[2], allow_pickle=False)))
+    elif task in ("table", "two-inputs"):
+        calls = table_model_calls if task == "table" else two_inputs_calls
+        asyncio.run(calls(base, np.load(argv[2], allow_pickle=False), np.load(argv[3], allow_pickle=False)))
     else:
-        sys.exit(f"unknown task {task!r}: text or image")
+        sys.exit(f"unknown task {task!r}: text, image, table or two-inputs")
     print(f"kserve SDK {task} calls: every check passed")
 
 

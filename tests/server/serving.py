@@ -124,12 +124,13 @@ def http(method, url, body=None, timeout=30):
 
 
 @contextlib.contextmanager
-def running_server(workdir, *args, ready_timeout=120, ready_path="/readyz"):
+def running_server(workdir, *args, ready_timeout=120, ready_path="/readyz", env=None):
     """Start `disttrain-server` on a free loopback port, wait for `ready_path` to answer 200 (/readyz: a model
-    is loaded; /healthz: the server runs, with or without one), yield its base URL; always stop it."""
+    is loaded; /healthz: the server runs, with or without one), yield its base URL; always stop it.
+    `env`: the server's environment (default: this process's)."""
     port = free_port_block(1)
     log = os.path.join(workdir, f"server-{port}.log")
-    proc = start_stage("server", "--workdir", workdir, "--host", "127.0.0.1", "--port", port, *args, log=log)
+    proc = start_stage("server", "--workdir", workdir, "--host", "127.0.0.1", "--port", port, *args, log=log, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + ready_timeout

@@ -6,9 +6,10 @@ from flask import Blueprint, current_app, request, send_file
 from werkzeug.routing import BaseConverter
 
 from disttrain_server.errors import ApiError, ModelUnavailable
+from disttrain_server import numeric
 from disttrain_server.instances import read_classify, read_predict, to_batch
 from disttrain_server.openapi import build_spec
-from disttrain_server.signature import input_tensor, signature_def
+from disttrain_server.signature import input_tensor, input_tensors, signature_def
 from disttrain_server.uploads import PixelBudget
 
 bp = Blueprint("api", __name__)
@@ -111,7 +112,10 @@ def predict_rows(loaded, instances):
     """Model outputs (float64 numpy [n, width]) for a list of request instances: the one batch path
     of every API (TF Serving :predict and :classify, KServe V2 infer), through the micro-batcher."""
     config = current_app.config
-    batch = to_batch(instances, loaded.input_spec, config["MAX_TEXT_CHARS"], PixelBudget(config["MAX_REQUEST_PIXELS"]))
+    if loaded.is_numeric:
+        batch = numeric.to_batch(instances, input_tensors(loaded), loaded.features)
+    else:
+        batch = to_batch(instances, loaded.input_spec, config["MAX_TEXT_CHARS"], PixelBudget(config["MAX_REQUEST_PIXELS"]))
     return loaded.predict(batch)
 
 
@@ -133,6 +137,9 @@ def model_metadata(model_name, version=None, label=None):
     (task, labels, input, limits, embedding_size) as a second metadata field, "disttrain"."""
     loaded = resolve(model_name, version, label)
     ours = {"task": loaded.task, "labels": loaded.labels, "input": loaded.input_spec, "limits": limits()}
+    if loaded.is_numeric:
+        # classification (probabilities over labels) or regression (one value of target per instance)
+        ours.update(problem=loaded.meta.get("problem", "classification"), target=loaded.target)
     if loaded.is_faces:
         # :predict answers embeddings of face crops; :search takes whole photos.
         ours["embedding_size"] = loaded.meta["embedding_size"]
@@ -147,7 +154,8 @@ def predict(model_name, version=None, label=None):
     loaded = resolve(model_name, version, label)
     # Read the body ourselves instead of request.get_json(): its errors are HTML-ish
     # prose and it insists on a Content-Type, which TF Serving clients do not always send.
-    instances, columnar = read_predict(request.get_data(cache=False), input_tensor(loaded).name, current_app.config["MAX_INSTANCES"])
+    names = [tensor.name for tensor in input_tensors(loaded)]
+    instances, columnar = read_predict(request.get_data(cache=False), names, current_app.config["MAX_INSTANCES"])
     rows = predict_rows(loaded, instances).tolist()
     # TF Serving: a row request ("instances") answers "predictions", a columnar one ("inputs") "outputs".
     return {"outputs": rows} if columnar else {"predictions": rows}
@@ -160,7 +168,10 @@ def classify(model_name, version=None, label=None):
     loaded = resolve(model_name, version, label)
     if loaded.is_faces:
         raise ApiError(409, "this is a faces model, which has no classes: use :predict for embeddings or :search to find people")
-    instances = read_classify(request.get_data(cache=False), input_tensor(loaded).name, current_app.config["MAX_INSTANCES"])
+    if loaded.is_regression:
+        raise ApiError(409, f"this is a regression model (it predicts {loaded.target or 'a value'}), which has no classes: use :predict")
+    instances = read_classify(request.get_data(cache=False), input_tensor(loaded).name, current_app.config["MAX_INSTANCES"],
+                              objects=loaded.is_numeric)
     rows = predict_rows(loaded, instances).tolist()
     return {"result": [[[label, score] for label, score in zip(loaded.labels, row)] for row in rows]}
 
@@ -176,9 +187,12 @@ def report():
 
 @bp.get("/openapi.json")
 def openapi():
+    numeric = None
     try:
         loaded = model_store().get()
         input_spec, task = loaded.input_spec, loaded.task
+        if loaded.is_numeric:
+            numeric = {"tensors": input_tensors(loaded), "features": loaded.features, "regression": loaded.is_regression}
     except ModelUnavailable:
         input_spec, task = None, None  # describe both instance kinds until we know which one applies
-    return build_spec(current_app.config["MODEL_NAME"], limits(), input_spec, task)
+    return build_spec(current_app.config["MODEL_NAME"], limits(), input_spec, task, numeric)

@@ -20,6 +20,7 @@ DEFAULT_CONFIG = {
     "RUNS_DIR": None,  # ... unless this is set: then the newest run-N directory in it (the chart's volume); the dashboard lists its runs
     "PROGRESS_RUN": "newest",  # with RUNS_DIR: "served" shows the served run's progress, not the newest run's
     "MODEL_NAME": "disttrain",
+    "MODEL_MODULE": None,  # --model-module MODULE[:FUNCTION]: imported before a model loads (its custom layers register)
     "MAX_CONTENT_LENGTH": 8 * 1024 * 1024,
     "MAX_TEXT_CHARS": 10_000,
     "MAX_INSTANCES": 256,
@@ -55,6 +56,7 @@ def create_app(config=None):
     app.extensions[api.STORE_KEY] = ModelStore(
         model_path, app.config["RELOAD_INTERVAL"],
         max_batch_size=app.config["MAX_BATCH_SIZE"], batch_timeout=app.config["BATCH_TIMEOUT_MS"] / 1000, observer=observer,
+        model_module=app.config["MODEL_MODULE"],
     )
     gallery = Gallery(app.config["GALLERY_DIR"] or os.path.join(Workdir(default_workdir()).root, "gallery"),
                       max_entries=app.config["GALLERY_MAX_ENTRIES"], max_bytes=app.config["GALLERY_MAX_BYTES"])

@@ -25,6 +25,19 @@ import time
 import numpy as np
 
 
+def rows(batch):
+    """How many instances a batch holds: an array's rows, or those of each array of a dict (a model
+    with several named inputs, whose arrays have one row per instance each)."""
+    return len(next(iter(batch.values()))) if isinstance(batch, dict) else len(batch)
+
+
+def concatenate(batches):
+    """One batch of the instances of `batches`, in order (dicts: input by input)."""
+    if isinstance(batches[0], dict):
+        return {name: np.concatenate([batch[name] for batch in batches]) for name in batches[0]}
+    return np.concatenate(batches)
+
+
 class _Pending:
     """One request's batch, waiting for its rows of the answer."""
 
@@ -56,7 +69,7 @@ class MicroBatcher:
 
     def predict(self, batch):
         """The model's answer for `batch`, computed together with whatever else is waiting."""
-        if len(batch) >= self.max_batch_size:
+        if rows(batch) >= self.max_batch_size:
             return self._call(batch)  # a full batch on its own: no reason to queue it
         pending = _Pending(batch)
         self._queue.put(pending)
@@ -83,7 +96,7 @@ class MicroBatcher:
                             self._thread = None
                             return
                     continue
-            group, size = [first], len(first.batch)
+            group, size = [first], rows(first.batch)
             deadline = time.monotonic() + self.timeout
             while size < self.max_batch_size:
                 try:
@@ -91,11 +104,11 @@ class MicroBatcher:
                     item = self._queue.get(timeout=left) if left > 0 else self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if size + len(item.batch) > self.max_batch_size:
+                if size + rows(item.batch) > self.max_batch_size:
                     carried = item
                     break
                 group.append(item)
-                size += len(item.batch)
+                size += rows(item.batch)
             self._answer(group)
 
     def _answer(self, group):
@@ -103,9 +116,9 @@ class MicroBatcher:
             if len(group) == 1:
                 outputs = [self._call(group[0].batch)]
             else:
-                rows = self._call(np.concatenate([p.batch for p in group]))
-                ends = np.cumsum([len(p.batch) for p in group])
-                outputs = np.split(rows, ends[:-1])
+                answer = self._call(concatenate([p.batch for p in group]))
+                ends = np.cumsum([rows(p.batch) for p in group])
+                outputs = np.split(answer, ends[:-1])
         except BaseException as err:  # noqa: BLE001 - handed to the waiting threads, which must never wait forever
             if len(group) == 1:
                 group[0].error = err
@@ -117,7 +130,7 @@ class MicroBatcher:
             return
         self.calls += 1
         self.requests += len(group)
-        self.instances += sum(len(p.batch) for p in group)
+        self.instances += sum(rows(p.batch) for p in group)
         for pending, output in zip(group, outputs):
             pending.result = output
             pending.done.set()

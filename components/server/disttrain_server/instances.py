@@ -21,7 +21,9 @@ from disttrain_server.signature import SIGNATURE_NAME
 
 # TF Serving's row form is {"instances": [...]} and answers {"predictions": [...]}; its columnar
 # form {"inputs": [...]} (or {"inputs": {"<input name>": [...]}}) answers {"outputs": [...]}.
-# Our models have a single input and a single output, so both are one list of instances.
+# The built-in models have a single input and a single output, so both are one list of instances;
+# a numeric model with several named inputs takes row objects keyed by input name, or one column per
+# input (turned into such rows here), and numeric.to_batch checks them.
 INSTANCE_KEYS = ("instances", "inputs")
 _WHITESPACE = re.compile(rb"\s+")
 
@@ -57,7 +59,12 @@ def check_count(count, max_instances):
 
 def read_predict(body, input_name, max_instances):
     """(instances, columnar) from a raw :predict body (bytes): the instance list, and whether the
-    request used the columnar "inputs" form (whose answer is {"outputs": ...})."""
+    request used the columnar "inputs" form (whose answer is {"outputs": ...}). `input_name`: the
+    model's input, or a list of its several inputs' names."""
+    if not isinstance(input_name, str):
+        if len(input_name) > 1:
+            return _read_predict_inputs(body, list(input_name), max_instances)
+        (input_name,) = input_name
     payload = read_json_object(body, '{"instances": [...]}')
     check_signature(payload)
     keys = [key for key in INSTANCE_KEYS if key in payload]
@@ -79,9 +86,48 @@ def read_predict(body, input_name, max_instances):
     return instances, columnar
 
 
-def read_classify(body, input_name, max_instances):
+def _read_predict_inputs(body, names, max_instances):
+    """read_predict for a model with several named inputs: rows are objects keyed by them (checked by
+    numeric.to_batch); the columnar form is an object of one list per input, turned into such rows."""
+    payload = read_json_object(body, '{"instances": [{' + ", ".join(f'"{name}": ...' for name in names[:3]) + '}]}')
+    check_signature(payload)
+    keys = [key for key in INSTANCE_KEYS if key in payload]
+    if not keys:
+        raise ApiError(400, 'missing "instances": send {"instances": [...]} (or TF Serving\'s {"inputs": {...}})')
+    if len(keys) > 1:
+        raise ApiError(400, 'send either "instances" or "inputs", not both')
+    columnar, instances = keys[0] == "inputs", payload[keys[0]]
+    if columnar:
+        if not isinstance(instances, dict):
+            raise ApiError(400, f'"inputs" must be an object with one list per input of this model ({", ".join(names)}), got {json_type(instances)}')
+        missing, unknown = [n for n in names if n not in instances], sorted(set(instances) - set(names))
+        if missing or unknown:
+            raise ApiError(400, f'"inputs" must have exactly this model\'s inputs as keys ({", ".join(names)}); '
+                           + "; ".join(([f"missing {missing}"] if missing else []) + ([f"unknown {unknown}"] if unknown else [])))
+        bad = next((n for n in names if not isinstance(instances[n], list)), None)
+        if bad is not None:
+            raise ApiError(400, f'"inputs"."{bad}" must be a list of instances, got {json_type(instances[bad])}')
+        counts = {n: len(instances[n]) for n in names}
+        if len(set(counts.values())) > 1:
+            raise ApiError(400, f'the inputs\' lists must have one entry per instance each; got {counts}')
+        count = counts[names[0]]
+        if not count:
+            raise ApiError(400, '"inputs" are empty; send at least one instance')
+        check_count(count, max_instances)
+        return [{n: instances[n][i] for n in names} for i in range(count)], True
+    if not isinstance(instances, list):
+        raise ApiError(400, f'"instances" must be a list of instances, got {json_type(instances)}')
+    if not instances:
+        raise ApiError(400, '"instances" is empty; send at least one instance')
+    check_count(len(instances), max_instances)
+    return instances, False
+
+
+def read_classify(body, input_name, max_instances, objects=False):
     """The instances of a raw :classify body (bytes): TF Serving's {"examples": [{"<input name>": value}, ...]},
-    with an optional "context" of features shared by every example."""
+    with an optional "context" of features shared by every example. `objects`: a numeric model's
+    examples (several inputs, or a table's features by name) pass as whole objects, for numeric.to_batch
+    to check; `input_name` is then its first input's."""
     example = f'{{"examples": [{{"{input_name}": ...}}]}}'
     payload = read_json_object(body, example)
     check_signature(payload)
@@ -99,6 +145,9 @@ def read_classify(body, input_name, max_instances):
         if shared:
             raise ApiError(400, f"example {index}: features {sorted(shared)} are also in \"context\" (TF Serving: a feature is in one or the other)")
         features = {**context, **features}
+        if objects and set(features) != {input_name}:
+            instances.append(features)
+            continue
         if set(features) != {input_name}:
             raise ApiError(422, f'example {index}: this model has one feature, "{input_name}"; got {sorted(features)}')
         instances.append(features[input_name])

@@ -10,6 +10,7 @@ worker on its own (see model_store).
 """
 
 import argparse
+import importlib.util
 import logging
 import os
 import shutil
@@ -19,6 +20,7 @@ import tempfile
 from gunicorn.app.base import BaseApplication
 
 from disttrain_contract import ContractError, Workdir, default_workdir, run_cli
+from disttrain_contract.user_model import parse_module_spec
 from disttrain_server.api import STORE_KEY
 from disttrain_server.app import create_app
 from disttrain_server.errors import ModelUnavailable
@@ -66,6 +68,10 @@ def parse_args(argv=None):
     p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
     p.add_argument("--model", help="the model file to serve (default WORKDIR/final/model.keras)")
     p.add_argument("--model-name", default="disttrain", help="the NAME in /v1/models/NAME (default disttrain)")
+    p.add_argument("--model-module", metavar="MODULE[:FUNCTION]", help="the Python module of a model trained with --model-module "
+                   "(the trainer's): each worker imports it before loading the model, so that the custom layers it registers "
+                   "load in Keras safe mode. It must be importable (PYTHONPATH, or installed in a derived image); this runs its "
+                   "code in the server. A model that needs a module and was not given it is not served (/readyz says why)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes, each with its own model copy (default 2)")
@@ -132,6 +138,11 @@ def parse_args(argv=None):
         p.error(f"--gallery-seed {args.gallery_seed} is not a directory")
     if "/" in args.model_name or ":" in args.model_name or not args.model_name:
         p.error(f"--model-name must be non-empty without '/' or ':', got {args.model_name!r}")
+    if args.model_module is not None:
+        try:
+            parse_module_spec(args.model_module)
+        except ContractError as err:
+            p.error(str(err))
     return args
 
 
@@ -139,6 +150,7 @@ def app_config(args):
     return {
         "MODEL_PATH": os.path.abspath(args.model or Workdir(args.workdir).final_model),
         "MODEL_NAME": args.model_name,
+        "MODEL_MODULE": args.model_module,
         "WORKDIR": os.path.abspath(args.workdir),
         "RUNS_DIR": args.runs_dir and os.path.abspath(args.runs_dir),
         "PROGRESS_RUN": args.progress_run,
@@ -160,6 +172,21 @@ def app_config(args):
         "MAX_REQUEST_PIXELS": args.max_request_pixels,
         "METRICS": not args.no_metrics,
     }
+
+
+def check_module_exists(spec):
+    """--model-module names a module on the Python path: found without importing it (its code
+    imports Keras, and so TensorFlow, which the gunicorn master must never do; the workers import
+    it). Only the top-level package is looked up: finding a submodule would run its package's code."""
+    top = parse_module_spec(spec)[0].split(".")[0]
+    try:
+        found = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        found = None
+    if found is None:
+        raise ContractError(f"--model-module {spec}: no module {top!r} on the Python path (PYTHONPATH="
+                            f"{os.environ.get('PYTHONPATH', '')!r}); mount its directory and add it to PYTHONPATH, "
+                            "or install it in a derived image")
 
 
 def post_worker_init(worker):
@@ -256,6 +283,8 @@ def main(argv=None):
     elif not os.path.isfile(config["MODEL_PATH"]):
         raise ContractError(f"--model {config['MODEL_PATH']} is not a file")
     # (checked here, not in parse_args: the chart's tests parse its args where its volume does not exist)
+    if config["MODEL_MODULE"]:
+        check_module_exists(config["MODEL_MODULE"])
     if config["RUNS_DIR"] and not os.path.isdir(config["RUNS_DIR"]):
         raise ContractError(f"--runs-dir {config['RUNS_DIR']} is not a directory")
     made = None

@@ -44,6 +44,7 @@ import time
 from flask import Blueprint, Response, current_app, g, request
 
 from disttrain_contract import ContractError
+from disttrain_server.batching import rows
 from disttrain_server.faces import GALLERY_KEY
 
 bp = Blueprint("metrics", __name__)
@@ -114,7 +115,7 @@ class ServerMetrics:
         pending = self.pending_call_sizes
 
         def counted(batch):
-            pending.append(len(batch))
+            pending.append(rows(batch))
             return call(batch)
 
         return counted

@@ -13,6 +13,13 @@ answered by shared model calls (see batching).
 
 TensorFlow is imported only when a model is loaded: gunicorn forks its workers
 from a master that must never have touched TensorFlow (it is not fork-safe).
+So is the user's --model-module (it registers custom Keras layers, so it imports
+Keras): each worker imports it before its first load.
+
+A user's own model (tasks table and array, CONTRACT-own-model.md) takes the
+numeric inputs its disttrain.json lists ("inputs": one, or several named ones)
+and answers through its "head": a classifier's raw output becomes class
+probabilities (evaluation.probabilities), a regression's one value per instance.
 """
 
 import logging
@@ -23,19 +30,25 @@ from dataclasses import dataclass
 
 
 from disttrain_contract import ContractError
-from disttrain_contract.artifact import load_model
-from disttrain_contract.evaluation import call_in_chunks
+from disttrain_contract.artifact import load_model, read_meta
+from disttrain_contract.evaluation import HEADS, call_in_chunks, head_of, probabilities
+from disttrain_contract.manifest import NUMERIC_TASKS
+from disttrain_contract.user_model import archive_config, check_archive_classes, check_code_matches, import_model_module
 from disttrain_server.batching import MicroBatcher
 from disttrain_server.errors import ModelUnavailable
 
 log = logging.getLogger(__name__)
 
-INPUT_KINDS = ("text", "image")
-# Classifiers (softmax over meta["labels"]) and the faces task's embedding
-# model (L2-normalised vectors of meta["embedding_size"], compared by distance).
+INPUT_KINDS = ("text", "image") + NUMERIC_TASKS
+# Classifiers (probabilities over meta["labels"]), the faces task's embedding
+# model (L2-normalised vectors of meta["embedding_size"], compared by distance),
+# and a user's own models of numeric inputs (classifiers or regressions).
 CLASSIFIER_TASKS = ("text", "image")
 EMBEDDING_TASKS = ("faces",)
-SERVED_TASKS = CLASSIFIER_TASKS + EMBEDDING_TASKS
+SERVED_TASKS = CLASSIFIER_TASKS + EMBEDDING_TASKS + NUMERIC_TASKS
+CLASSIFIER_HEADS = tuple(head for head in HEADS if head != "value")
+SIGMOID_HEADS = ("sigmoid", "sigmoid_logits")
+REASON_CHARS = 500  # a 503 reason is one line of at most this many characters (Keras' messages can be pages)
 CALL_CHUNK = 512  # most instances per model call: bounds memory when the gallery embeds many faces at once
 
 
@@ -50,6 +63,7 @@ class LoadedModel:
     key: tuple  # (st_ino, st_mtime_ns, st_size) of the file it was loaded from
     serve: object = None  # batch -> float64 outputs: the compiled model (see compiled_call)
     batcher: object = None  # the MicroBatcher in front of it, if batching is on
+    inputs: tuple = ()  # numeric tasks: the model's inputs, [{"name", "shape", "dtype"}] (see numeric_inputs)
 
     @property
     def version(self):
@@ -65,6 +79,29 @@ class LoadedModel:
         return self.task in EMBEDDING_TASKS
 
     @property
+    def is_numeric(self):
+        """A table or array model (a user's own, or the built-in MLP): numeric inputs named by its disttrain.json."""
+        return self.task in NUMERIC_TASKS
+
+    @property
+    def is_regression(self):
+        return self.meta.get("problem") == "regression"
+
+    @property
+    def head(self):
+        return head_of(self.meta)
+
+    @property
+    def target(self):
+        """What a regression predicts (its training label column), or None."""
+        return self.meta.get("target") if self.is_regression else None
+
+    @property
+    def features(self):
+        """A table's feature column names, in the order of its "features" input ([] otherwise)."""
+        return list(self.input_spec.get("features") or []) if self.input_spec.get("kind") == "table" else []
+
+    @property
     def cache_key(self):
         """Names this model's gallery embeddings (see gallery): mtime_ns and size, which every
         process and NFS client sees the same, unlike a version in whole seconds."""
@@ -72,8 +109,8 @@ class LoadedModel:
 
     @property
     def labels(self):
-        # A faces model's meta lists the training people, but its outputs are not over them.
-        return [] if self.is_faces else self.meta["labels"]
+        # A faces model's meta lists the training people, but its outputs are not over them; a regression has none.
+        return [] if self.is_faces or self.is_regression else self.meta["labels"]
 
     @property
     def input_spec(self):
@@ -88,9 +125,10 @@ class LoadedModel:
         return preprocessing_of(self.meta) if self.is_faces else None
 
     def predict(self, batch):
-        """Softmax probabilities [n, n_labels] (faces: embeddings [n, embedding_size]) as float64
-        for a batch built by instances.to_batch. A faces model gets its crops preprocessed the
-        way it was trained (gallery faces, search queries and :predict alike)."""
+        """Class probabilities [n, n_labels] (faces: embeddings [n, embedding_size]; regression: values [n])
+        as float64 for a batch built by instances.to_batch (numeric models: numeric.to_batch, a dict of
+        arrays for several inputs). A faces model gets its crops preprocessed the way it was trained
+        (gallery faces, search queries and :predict alike)."""
         if self.is_faces:
             from disttrain_contract.faces import preprocess
 
@@ -98,8 +136,12 @@ class LoadedModel:
         return self.batcher.predict(batch) if self.batcher else self.serve(batch)
 
 
-def compiled_call(model):
+def compiled_call(model, inputs=None, finish=None):
     """batch -> float64 outputs through one tf.function traced once for any batch size.
+
+    `inputs`: a numeric model's inputs (numeric_inputs): the batch is one array, or a dict of
+    arrays by input name; None: the model's one input (text, image). `finish`: raw outputs ->
+    what the server answers (a head's probabilities, a regression's values), per model call.
 
     Calling the model (not model.predict, which fails on string inputs in Keras 3 and
     costs ~60 ms a call) inside a graph: a single text costs ~0.4 ms instead of ~3.4 ms
@@ -107,23 +149,139 @@ def compiled_call(model):
     generated files to a temp dir that a read-only container may not have."""
     import tensorflow as tf
 
-    spec = model.inputs[0]
-    graph = tf.function(lambda x: model(x, training=False), input_signature=[tf.TensorSpec(spec.shape, spec.dtype)], autograph=False)
-    graph.get_concrete_function()  # trace now, at load, instead of in the first request
+    if inputs is None:
+        spec = model.inputs[0]
+        graph = tf.function(lambda x: model(x, training=False), input_signature=[tf.TensorSpec(spec.shape, spec.dtype)], autograph=False)
+        graph.get_concrete_function()  # trace now, at load, instead of in the first request
+    else:
+        graph = _numeric_graph(model, inputs)
 
     # Thread-safe: a traced tf.function can run from many threads at once (each call has
     # its own execution state; the variables are only read), which the batcher's direct
     # path for full batches and --max-batch-size 1 both rely on.
-    return lambda batch: call_in_chunks(graph, batch, CALL_CHUNK)
+    if finish is None:
+        return lambda batch: call_in_chunks(graph, batch, CALL_CHUNK)
+    return lambda batch: finish(call_in_chunks(graph, batch, CALL_CHUNK))
+
+
+def _numeric_graph(model, inputs):
+    """The tf.function of a numeric model: one tensor in, or a dict of named tensors (passed the way
+    the model takes them: a dict, or a list in its inputs' order); refuses a model whose output is not
+    one tensor (ContractError, at load)."""
+    import tensorflow as tf
+
+    specs = {item["name"]: tf.TensorSpec((None, *item["shape"]), item["dtype"]) for item in inputs}
+    if len(inputs) == 1:
+        signature, call = [next(iter(specs.values()))], (lambda x: model(x, training=False))
+    elif isinstance(model.input, dict):
+        signature, call = [specs], (lambda x: model(x, training=False))
+    else:
+        order = [tensor.name for tensor in model.inputs]
+        signature, call = [specs], (lambda x: model([x[name] for name in order], training=False))
+    graph = tf.function(call, input_signature=signature, autograph=False)
+    try:
+        outputs = graph.get_concrete_function().structured_outputs
+    except Exception as err:  # a model that cannot take the inputs its disttrain.json describes
+        raise ContractError(f"the model does not run on the inputs its disttrain.json describes ({_describe(inputs)}): "
+                            f"{type(err).__name__}: {_one_line(str(err))}") from None
+    if not isinstance(outputs, tf.Tensor):
+        raise ContractError(f"the model has {len(tf.nest.flatten(outputs))} outputs; this server serves models with one output tensor")
+    return graph
+
+
+def numeric_inputs(model, meta, path):
+    """A table or array model's inputs, [{"name", "shape" (per example, None = any size), "dtype"}]:
+    disttrain.json's "inputs" (the trainer writes them for every model), checked against the Keras
+    model's own; without them, the model's (one input: named as the input spec says)."""
+    from disttrain_server.signature import TF_DTYPES
+
+    ours = [(tensor.name, list(tensor.shape[1:]), str(tensor.dtype)) for tensor in model.inputs]
+    declared = meta.get("inputs")
+    if declared is None:
+        if len(ours) == 1:
+            ours[0] = (meta["input"].get("name") or ours[0][0], *ours[0][1:])
+        declared = [{"name": name, "shape": shape, "dtype": dtype} for name, shape, dtype in ours]
+    if not isinstance(declared, list) or not declared or not all(
+            isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"] and isinstance(item.get("shape"), list)
+            and all(size is None or (type(size) is int and size >= 0) for size in item["shape"]) for item in declared):
+        raise ContractError(f'{path}: disttrain.json "inputs" must be a list of {{"name", "shape", "dtype"}} objects, got {declared!r:.200}')
+    names = [item["name"] for item in declared]
+    if len(set(names)) != len(names):
+        raise ContractError(f"{path}: disttrain.json names an input twice: {names}")
+    unsupported = [f"{item['name']} ({item.get('dtype')})" for item in declared if item.get("dtype") not in TF_DTYPES]
+    if unsupported:
+        raise ContractError(f"{path}: inputs of a type this server cannot take: {', '.join(unsupported)}; it serves numeric "
+                            f"inputs ({', '.join(TF_DTYPES)})")
+    if len(declared) != len(ours):
+        raise ContractError(f"{path}: disttrain.json lists {len(declared)} inputs ({', '.join(names)}), the model has {len(ours)}")
+    if len(declared) > 1:
+        expected = sorted(model.input) if isinstance(model.input, dict) else sorted(name for name, _, _ in ours)
+        if sorted(names) != expected:
+            raise ContractError(f"{path}: disttrain.json's inputs are {sorted(names)}, the model's are {expected}")
+    by_name = {name: (shape, dtype) for name, shape, dtype in ours} if len(ours) > 1 else {names[0]: ours[0][1:]}
+    for item in declared:
+        shape, dtype = by_name.get(item["name"], (item["shape"], item["dtype"]))  # (a dict's key may differ from its tensor's name)
+        fits = len(shape) == len(item["shape"]) and all(a is None or b is None or a == b for a, b in zip(shape, item["shape"]))
+        if not fits or dtype != item["dtype"]:
+            raise ContractError(f"{path}: disttrain.json says input {item['name']!r} is {item['dtype']} {item['shape']}, "
+                                f"the model takes {dtype} {shape}")
+    return [{"name": item["name"], "shape": list(item["shape"]), "dtype": item["dtype"]} for item in declared]
+
+
+def _describe(inputs):
+    return ", ".join(f"{item['name']} {item['dtype']} {item['shape']}" for item in inputs)
+
+
+def _one_line(message):
+    """The first non-empty line of an error message, at most REASON_CHARS characters."""
+    line = next((part.strip() for part in str(message).splitlines() if part.strip()), "")
+    return line if len(line) <= REASON_CHARS else line[: REASON_CHARS - 3] + "..."
+
+
+def finish_outputs(meta):
+    """raw outputs -> what the server answers, or None when they are that already (softmax classifiers, faces)."""
+    head = head_of(meta)
+    if meta.get("problem") == "regression":
+        return lambda raw: raw.reshape(len(raw), -1)[:, 0]
+    if head == "softmax" or meta.get("task") in EMBEDDING_TASKS:
+        return None
+    return lambda raw: probabilities(raw, head)
+
+
+def _check_head(model, meta, path):
+    """A classifier's output width fits its labels and head; a regression answers one value per instance."""
+    head, labels = head_of(meta), meta.get("labels")
+    shape = tuple(getattr(model, "output_shape", (None,)))
+    problem = meta.get("problem", "classification")
+    if problem not in ("classification", "regression"):
+        raise ContractError(f"{path}: unknown problem {problem!r} in disttrain.json (classification or regression)")
+    if problem == "regression":
+        if head != "value":
+            raise ContractError(f'{path}: a regression model\'s head must be "value", disttrain.json says {head!r}')
+        if len(shape) > 2 or (len(shape) == 2 and shape[-1] != 1):
+            raise ContractError(f"{path}: a regression model must answer one value per instance ([n] or [n, 1]); its output is {list(shape)}")
+        return
+    if head not in CLASSIFIER_HEADS:
+        raise ContractError(f"{path}: a classifier's head must be one of {', '.join(CLASSIFIER_HEADS)}; disttrain.json says {head!r}")
+    if not isinstance(labels, list) or not labels:
+        raise ContractError(f"{path}: disttrain.json has no label names")
+    if head in SIGMOID_HEADS:
+        if len(labels) != 2 or (len(shape) == 2 and shape[-1] != 1) or len(shape) > 2:
+            raise ContractError(f"{path}: a {head} head is one unit for two labels; the model's output is {list(shape)}, "
+                                f"disttrain.json names {len(labels)} labels")
+    elif shape[-1] != len(labels):
+        raise ContractError(f"{path}: the model has {shape[-1]} outputs but disttrain.json names {len(labels)} labels")
 
 
 def _check_artifact(model, meta, path):
     """Refuse a model the API could not describe, at load time instead of on every request."""
     if not isinstance(meta, dict):
         raise ContractError(f"{path}: disttrain.json is not a JSON object")
-    spec, labels = meta.get("input"), meta.get("labels")
+    spec = meta.get("input")
     if meta.get("task") not in SERVED_TASKS:
-        raise ContractError(f"{path}: task {meta.get('task')!r} is not served; this server serves classifiers ({', '.join(SERVED_TASKS)})")
+        raise ContractError(f"{path}: task {meta.get('task')!r} is not served; this server serves the tasks {', '.join(SERVED_TASKS)}")
+    if meta["task"] != "faces" and meta.get("problem") == "regression" and meta["task"] not in NUMERIC_TASKS:
+        raise ContractError(f"{path}: a {meta['task']} regression is not served; regressions are served for the tasks {', '.join(NUMERIC_TASKS)}")
     if not isinstance(spec, dict) or spec.get("kind") not in INPUT_KINDS:
         raise ContractError(f"{path}: disttrain.json has no usable input spec (kind must be one of {INPUT_KINDS})")
     if spec["kind"] == "image" and not all(isinstance(spec.get(k), int) and spec[k] > 0 for k in ("height", "width", "channels")):
@@ -132,10 +290,7 @@ def _check_artifact(model, meta, path):
     if meta["task"] in EMBEDDING_TASKS:
         _check_face_model(meta, spec, outputs, path)
         return
-    if not isinstance(labels, list) or not labels:
-        raise ContractError(f"{path}: disttrain.json has no label names")
-    if outputs != len(labels):
-        raise ContractError(f"{path}: the model has {outputs} outputs but disttrain.json names {len(labels)} labels")
+    _check_head(model, meta, path)
 
 
 def _check_face_model(meta, spec, outputs, path):
@@ -162,8 +317,10 @@ class ModelStore:
     (see batching; batch_timeout seconds is how long a batch may wait for more).
     observer: metrics.ServerMetrics (told of each load, counts each model call's instances) or None."""
 
-    def __init__(self, path, reload_interval=5.0, clock=time.monotonic, max_batch_size=1, batch_timeout=0.0, observer=None):
+    def __init__(self, path, reload_interval=5.0, clock=time.monotonic, max_batch_size=1, batch_timeout=0.0, observer=None,
+                 model_module=None):
         self.path = os.path.abspath(os.fspath(path))
+        self.model_module = model_module  # --model-module MODULE[:FUNCTION]: imported before each load (its layers register)
         # What callers are told (503 reasons, /readyz, the page) names the file by its last two
         # parts ("final/model.keras"): the server's own paths stay in its log, not in public answers.
         self.public_name = os.path.join(os.path.basename(os.path.dirname(self.path)), os.path.basename(self.path))
@@ -211,13 +368,13 @@ class ModelStore:
             return
         started = time.monotonic()
         try:
-            model, meta = load_model(self.path)
-            _check_artifact(model, meta, self.path)
-            serve = compiled_call(model)
+            model, meta, inputs = self._load()
+            serve = compiled_call(model, inputs, finish_outputs(meta))
         except ContractError as err:
-            # A half-copied or foreign file: report it, keep the previous model.
-            self._failed_key, self._error = key, str(err).replace(self.path, self.public_name)
-            log.warning("cannot load %s: %s%s", self.path, err, "; still serving the previous model" if current else "")
+            # A half-copied or foreign file, or one that needs code this server was not given:
+            # report it (one line), keep the previous model.
+            self._failed_key, self._error = key, _one_line(str(err).replace(self.path, self.public_name))
+            log.warning("cannot load %s: %s%s", self.path, _one_line(err), "; still serving the previous model" if current else "")
             return
         # If the file was replaced again between stat and load we loaded the newer
         # one under the older key; the next check then just loads it once more.
@@ -225,9 +382,30 @@ class ModelStore:
             serve = self.observer.count_instances(serve)  # every model call: batched, direct and the gallery's
         # Each model gets its own batcher: a batch never mixes two model versions.
         batcher = MicroBatcher(serve, self.max_batch_size, self.batch_timeout) if self.max_batch_size > 1 else None
-        self._current = LoadedModel(model=model, meta=meta, path=self.path, key=key, serve=serve, batcher=batcher)
+        self._current = LoadedModel(model=model, meta=meta, path=self.path, key=key, serve=serve, batcher=batcher, inputs=tuple(inputs or ()))
         self._failed_key, self._error = None, None
         seconds = time.monotonic() - started
         if self.observer:
             self.observer.model_loaded(self._current, seconds)
         log.info("loaded %s (version %d, %s task) in %.1fs", self.path, self._current.version, meta["task"], seconds)
+
+    def _load(self):
+        """(model, meta, numeric inputs or None) of the file, refusing with one line what cannot be served:
+        code it needs and was not given (--model-module), a class nothing registered, a Lambda layer."""
+        from disttrain_contract.tensorflow_import import import_tensorflow
+
+        meta = read_meta(self.path)
+        import_tensorflow()  # quietly, before the user's module or the class check imports Keras
+        if self.model_module:
+            import_model_module(self.model_module)  # registers the module's layers (imported once per process)
+        if isinstance(meta, dict):
+            check_code_matches(meta, self.model_module, self.public_name)
+        try:
+            check_archive_classes(self.path, archive_config(self.path))
+        except ContractError as err:
+            # (its messages name the trainer's flag; here the file is the published model)
+            raise ContractError(str(err).replace(f"--model-file {self.path}", self.public_name)) from None
+        model, meta = load_model(self.path)
+        _check_artifact(model, meta, self.path)
+        inputs = numeric_inputs(model, meta, self.path) if meta["task"] in NUMERIC_TASKS else None
+        return model, meta, inputs

@@ -3,12 +3,14 @@
 Built per request from the live limits and, when a model is loaded, its input
 kind, so the schema a fuzzer reads is the one the server enforces: instance
 schemas for a text model accept only strings, for an image model only
-{"b64": ...} objects or pixel arrays.
+{"b64": ...} objects or pixel arrays, for a numeric model (table, array) numbers
+nested as its inputs' shapes (or objects of its named inputs, or of a table's
+features).
 """
 
 from disttrain_server import progress, runs
 from disttrain_server.security import PROBE_PATHS, is_api
-from disttrain_server.signature import INPUT_NAMES, OUTPUT_NAMES, PREDICT_METHOD, SIGNATURE_NAME
+from disttrain_server.signature import INPUT_NAMES, OUTPUT_NAMES, PREDICT_METHOD, SIGNATURE_NAME, TF_DTYPES, V2_DATATYPES
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 STRING = {"type": "string"}
@@ -70,6 +72,46 @@ def _image_instances(spec):
         "properties": {"b64": {"type": "string", "format": "byte", "description": "base64 of a PNG or JPEG file."}},
     }
     return [b64, *shapes]
+
+
+def _numeric_value(tensor):
+    """One instance's value of a numeric input: numbers nested as its per-example shape (-1: any length);
+    a number alone for an input of shape [] or [1]."""
+    schema = {"type": "integer" if tensor.numpy_dtype[0] in "iu" else "number"}
+    number = dict(schema)
+    for size in reversed(tensor.example_shape):
+        schema = {"type": "array", "items": schema}
+        if size != -1:
+            schema.update(minItems=size, maxItems=size)
+    return {"anyOf": [number, schema]} if tensor.example_shape in ((), (1,)) else schema
+
+
+def _numeric_instance(numeric):
+    """A row instance of a numeric model: its one input's value (or a table's features by name), or an
+    object of its several named inputs."""
+    tensors = numeric["tensors"]
+    if len(tensors) > 1:
+        return _with_closed(_object(**{tensor.name: _numeric_value(tensor) for tensor in tensors}))
+    variants = [_numeric_value(tensors[0])]
+    features = numeric["features"]
+    if features and tensors[0].example_shape == (len(features),):
+        variants.append(_with_closed(_object(**{feature: {"type": "number"} for feature in features})))
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def _with_closed(schema):
+    return {**schema, "additionalProperties": False}
+
+
+def _numeric_example(numeric):
+    def zeros(tensor):
+        value = 0
+        for size in reversed(tensor.example_shape):
+            value = [value] * (size if size != -1 else 1)
+        return value
+
+    tensors = numeric["tensors"]
+    return {t.name: zeros(t) for t in tensors} if len(tensors) > 1 else zeros(tensors[0])
 
 
 def _photo_body(example, **fields):
@@ -168,11 +210,11 @@ def _ref(name):
 
 # TF Serving's TensorInfo in JSON (GetModelMetadataResponse): sizes are strings, -1 for the batch.
 TENSOR_INFO = _object(
-    dtype=_enum("DT_STRING", "DT_UINT8", "DT_FLOAT"),
+    dtype=_enum("DT_STRING", *TF_DTYPES.values()),
     tensor_shape=_object(dim=_array(_object(size=STRING, name=STRING)), unknown_rank=BOOLEAN),
     name=STRING,
 )
-V2_TENSOR = _object(name=STRING, datatype=_enum("BYTES", "UINT8", "FP32"), shape=_array(INTEGER))
+V2_TENSOR = _object(name=STRING, datatype=_enum(*V2_DATATYPES.values()), shape=_array(INTEGER))
 # Data: flat or nested row-major; elements are strings (BYTES) or numbers.
 V2_DATA = {"type": "array", "items": {}, "description": "The tensor's elements in row-major order, flat or nested."}
 V2_PARAMETERS = {"type": "object", "nullable": True, "description": "Accepted and ignored: no parameters are defined."}
@@ -201,15 +243,25 @@ V2_SCHEMAS = {
 }
 
 
-def _tf_serving_paths(limits, instance, model_name, kind, task):
+def _tf_serving_paths(limits, instance, model_name, kind, task, numeric=None):
     """TF Serving's REST API: status, metadata, :predict and :classify, each also under /versions/V and /labels/L."""
-    names = [INPUT_NAMES[task]] if task else sorted(set(INPUT_NAMES.values()))
+    if numeric:
+        names = [tensor.name for tensor in numeric["tensors"]]
+    else:
+        names = [INPUT_NAMES[task]] if task else sorted(set(INPUT_NAMES.values()))
     instance_list = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": instance}
     # A row instance may be keyed by the input name; the columnar form may be an object keyed by it.
     keyed_instance = {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False, "properties": {n: instance for n in names}}
     rows = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": {"anyOf": [instance, keyed_instance]}}
     columns = {"anyOf": [instance_list, {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
                                          "properties": {n: instance_list for n in names}}]}
+    if numeric and len(names) > 1:
+        # several named inputs: rows are objects of them (`instance`), columns one list per input
+        values = {tensor.name: {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": _numeric_value(tensor)}
+                  for tensor in numeric["tensors"]}
+        keyed_instance = _with_closed(_object(**{n: instance["properties"][n] for n in names}))
+        rows = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": instance}
+        columns = _with_closed(_object(**values))
     signature = {"type": "string", "enum": [SIGNATURE_NAME, ""], "description": f"Optional; {SIGNATURE_NAME!r} (or empty) is the only signature."}
     version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[^/:]+$"},
                "description": "The served version (see the status); any other is a 404."}
@@ -219,10 +271,15 @@ def _tf_serving_paths(limits, instance, model_name, kind, task):
     if task == "faces":
         predict_summary = "Embeddings of face crops (faces models)."
         predict_200 = "One embedding (L2-normalised) per face crop; compare by Euclidean distance. For whole photos use :search."
+    elif numeric and numeric["regression"]:
+        predict_summary = "Predicted values (a regression) for a batch of instances."
+        predict_200 = "One number per instance: the model's prediction of its target (see metadata)."
     else:
         predict_summary = "Class probabilities for a batch of instances."
         predict_200 = "One row of probabilities per instance, in label order (see metadata)."
     example_instance = "a wonderful, moving film" if kind != "image" else {"b64": "iVBORw0KGgo..."}
+    if numeric:
+        example_instance = _numeric_example(numeric)
     bad_instances = "An instance this model cannot take: wrong type, empty or too long text, bad base64, corrupt image, wrong pixel shape or range."
     paths = {}
     for prefix, extra in (("/v1/models/{model_name}", []), ("/v1/models/{model_name}/versions/{version}", [version]),
@@ -272,7 +329,9 @@ def _tf_serving_paths(limits, instance, model_name, kind, task):
                     "200": _response(predict_200 + " Under \"predictions\" for a row request, \"outputs\" for a columnar one.",
                                      {"oneOf": [_ref("Predictions"), _ref("Outputs")]}),
                     "400": _response("Not a predict request: empty or invalid JSON, not an object, no instance list, empty list, "
-                                     "an unknown signature_name, a columnar object not keyed by the input name."),
+                                     "an unknown signature_name, a columnar object not keyed by the input name; for a numeric "
+                                     "(table, array) model also an instance that does not fit its inputs: a missing or unknown "
+                                     "input or feature, a wrong shape, a value that is not a finite number of the input's dtype."),
                     "404": not_found,
                     "413": _response("Body over the upload limit, or more instances than allowed."),
                     "422": _response(bad_instances),
@@ -294,7 +353,7 @@ def _tf_serving_paths(limits, instance, model_name, kind, task):
                                 signature_name=signature,
                                 context={"type": "object", "description": "Features shared by every example (then absent from the examples)."},
                             ),
-                            "example": {"examples": [{names[0]: example_instance}]},
+                            "example": {"examples": [example_instance if numeric and len(names) > 1 else {names[0]: example_instance}]},
                         }
                     },
                 },
@@ -302,7 +361,7 @@ def _tf_serving_paths(limits, instance, model_name, kind, task):
                     "200": _response("One list of [label, score] per example.", _ref("ClassifyResult")),
                     "400": _response("Not a classify request: empty or invalid JSON, no examples, an unknown signature_name, a feature in both context and an example."),
                     "404": not_found,
-                    "409": _response("The served model is a faces model, which has no classes."),
+                    "409": _response("The served model is a faces model or a regression, which have no classes."),
                     "413": _response("Body over the upload limit, or more examples than allowed."),
                     "422": _response("An example this model cannot take: not an object keyed by the input name, or " + bad_instances[0].lower() + bad_instances[1:]),
                     "503": _response("No model is loaded."),
@@ -312,12 +371,14 @@ def _tf_serving_paths(limits, instance, model_name, kind, task):
     return paths
 
 
-def _v2_paths(model_name, task):
+def _v2_paths(model_name, task, numeric=None):
     """KServe's Open Inference Protocol (REST): server and model health and metadata, typed-tensor inference."""
     version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string"},
                "description": "The served version (versions in the model metadata); any other is a 404."}
     not_found = _response("Unknown model name or version.")
-    output = OUTPUT_NAMES[task] if task else "probabilities (classifiers) or embedding (faces)"
+    output = OUTPUT_NAMES.get(task, "probabilities") if task else "probabilities (classifiers) or embedding (faces)"
+    if numeric and numeric["regression"]:
+        output = "value"
     paths = {
         "/v2": {"get": {"summary": "Server metadata (Open Inference Protocol).", "responses": {"200": _response("The server.", _ref("V2ServerMetadata"))}}},
         "/v2/health/live": {"get": {"summary": "Server liveness (V2).", "responses": {"200": _response("Alive.", _ref("V2Live"))}}},
@@ -346,7 +407,7 @@ def _v2_paths(model_name, task):
         }
         paths[prefix + "/infer"] = {
             "post": {
-                "summary": f"Inference (V2): FP32 [n, width] output {output!r}; the request's id is echoed.",
+                "summary": f"Inference (V2): FP32 [n, width] output {output!r} ([n] for a regression's 'value'); the request's id is echoed.",
                 "parameters": parameters,
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("V2InferRequest")}}},
                 "responses": {
@@ -363,14 +424,17 @@ def _v2_paths(model_name, task):
     return paths
 
 
-def build_spec(name, limits, input_spec=None, task=None):
-    """`limits`: max_instances, max_text_chars, max_upload_bytes; `input_spec` and `task`: the model's, if loaded."""
+def build_spec(name, limits, input_spec=None, task=None, numeric=None):
+    """`limits`: max_instances, max_text_chars, max_upload_bytes; `input_spec` and `task`: the model's, if loaded;
+    `numeric`: a loaded table or array model's {"tensors" (signature.input_tensors), "features", "regression"}."""
     kind = input_spec["kind"] if input_spec else None
     variants = []
     if kind in ("text", None):
         variants.append(_text_instance(limits["max_text_chars"]))
     if kind in ("image", None):
         variants.extend(_image_instances(input_spec if kind == "image" else None))
+    if numeric:
+        variants = [_numeric_instance(numeric)]
     instance = variants[0] if len(variants) == 1 else {"anyOf": variants}
     model_name = {
         "name": "model_name",
@@ -381,6 +445,8 @@ def build_spec(name, limits, input_spec=None, task=None):
     }
     unknown_model = _response("Unknown model name.")
     rows = _array(_array({"type": "number", "minimum": -1 if task == "faces" else 0, "maximum": 1}))
+    if numeric and numeric["regression"]:
+        rows = _array({"type": "number"})
     spec = {
         "openapi": "3.0.3",
         "info": {
@@ -410,8 +476,8 @@ def build_spec(name, limits, input_spec=None, task=None):
                     },
                 }
             },
-            **_tf_serving_paths(limits, instance, model_name, kind, task),
-            **_v2_paths(model_name, task),
+            **_tf_serving_paths(limits, instance, model_name, kind, task, numeric),
+            **_v2_paths(model_name, task, numeric),
             **_gallery_paths(limits, model_name, unknown_model),
             "/report": {
                 "get": {
@@ -470,7 +536,7 @@ def build_spec(name, limits, input_spec=None, task=None):
                         disttrain=_object(
                             task=STRING,
                             labels=_array(STRING),
-                            input=_object(kind=_enum("text", "image")),  # plus height, width, channels for images
+                            input=_object(kind=_enum("text", "image", "table", "array")),  # plus height, width, channels for images; ...
                             limits=_object(max_instances=INTEGER, max_text_chars=INTEGER, max_upload_bytes=INTEGER, max_request_pixels=INTEGER),
                         ),
                     ),
@@ -504,7 +570,26 @@ def build_spec(name, limits, input_spec=None, task=None):
             "securitySchemes": {"bearerToken": {"type": "http", "scheme": "bearer", "description": "--api-token-file's token"}},
         },
     }
+    if numeric:
+        spec["components"]["schemas"]["V2InferRequest"] = _v2_numeric_request(numeric)
     return _with_security_responses(spec)
+
+
+def _v2_numeric_request(numeric):
+    """A numeric model's V2 request: each of its inputs once, in any order, a numeric datatype."""
+    from disttrain_server.v2 import accepted_datatypes
+
+    tensors = numeric["tensors"]
+    datatypes = sorted({datatype for tensor in tensors for datatype in accepted_datatypes(tensor)})
+    item = _with_optional(_object(name=_enum(*(t.name for t in tensors)), shape=_array({"type": "integer", "minimum": 0}),
+                                  datatype=_enum(*datatypes), data=V2_DATA), parameters=V2_PARAMETERS)
+    schema = V2_SCHEMAS["V2InferRequest"]
+    request = {**schema, "properties": {**schema["properties"], "inputs": {"type": "array", "minItems": len(tensors),
+                                                                           "maxItems": len(tensors), "items": item}}}
+    request["description"] = ("Each of the model's inputs once (see /v2/models/NAME), shape [n, *its shape] ([n] also for an "
+                              "input of shape [1]): a float input takes any numeric datatype (cast to its dtype), an integer "
+                              "input integer datatypes only.")
+    return request
 
 
 # What security.py and uploads.py may answer, by operation (the probes skip every check).

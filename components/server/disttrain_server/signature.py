@@ -1,4 +1,4 @@
-"""The served model's one input and one output, named and typed, as the compatible APIs announce them.
+"""The served model's inputs and its one output, named and typed, as the compatible APIs announce them.
 
 TF Serving clients read a `serving_default` signature_def (/v1/models/NAME/metadata) and may key
 row instances and columnar inputs by the input's name; KServe's V2 clients read typed tensors
@@ -9,6 +9,12 @@ Names: the trainer's keras.Input names ("text", "image", "face") and the output 
 ("probabilities" for classifiers, "embedding" for the faces model). Shapes are what a request
 sends, batch first (-1): a text is one string per instance (not the model's internal [n, 1]
 column), an image is uint8 pixels [n, height, width, channels].
+
+A user's own model (tasks table and array) has the inputs its disttrain.json lists ("inputs": name,
+per-example shape, numpy dtype), one or several (a dict of named inputs), numeric. Its output is what
+the server answers, not the raw Keras output: a classifier's "probabilities" over the labels (its
+head -- logits, one sigmoid unit -- turned into probabilities), a regression's "value", one float
+per instance.
 """
 
 from dataclasses import dataclass
@@ -16,15 +22,28 @@ from dataclasses import dataclass
 # Shared with the aggregator's SavedModel export (the server serves only SIGNATURE_NAME)
 from disttrain_contract.serving import INPUT_NAMES, OUTPUT_NAMES, PREDICT_METHOD, SIGNATURE_NAME  # noqa: F401
 
-# TF DataType enum names (TF Serving's JSON) -> the Open Inference Protocol's datatypes.
-V2_DATATYPES = {"DT_STRING": "BYTES", "DT_UINT8": "UINT8", "DT_FLOAT": "FP32"}
+# numpy dtype names (disttrain.json "inputs") -> TF DataType enum names (TF Serving's JSON) ->
+# the Open Inference Protocol's datatypes.
+TF_DTYPES = {
+    "float16": "DT_HALF", "float32": "DT_FLOAT", "float64": "DT_DOUBLE",
+    "int8": "DT_INT8", "int16": "DT_INT16", "int32": "DT_INT32", "int64": "DT_INT64",
+    "uint8": "DT_UINT8", "uint16": "DT_UINT16", "uint32": "DT_UINT32", "uint64": "DT_UINT64",
+}
+NUMPY_DTYPES = {tf_name: numpy_name for numpy_name, tf_name in TF_DTYPES.items()}
+V2_DATATYPES = {
+    "DT_STRING": "BYTES", "DT_HALF": "FP16", "DT_FLOAT": "FP32", "DT_DOUBLE": "FP64",
+    "DT_INT8": "INT8", "DT_INT16": "INT16", "DT_INT32": "INT32", "DT_INT64": "INT64",
+    "DT_UINT8": "UINT8", "DT_UINT16": "UINT16", "DT_UINT32": "UINT32", "DT_UINT64": "UINT64",
+}
+# A regression's output: one value per instance (TF Serving's Regress answers a float per example).
+REGRESSION_OUTPUT = "value"
 
 
 @dataclass(frozen=True)
 class Tensor:
     name: str
-    dtype: str  # a TF DataType enum name: DT_STRING, DT_UINT8 or DT_FLOAT
-    shape: tuple  # -1 for the batch dimension
+    dtype: str  # a TF DataType enum name: DT_STRING, DT_UINT8, DT_FLOAT (own models: any of TF_DTYPES)
+    shape: tuple  # -1 for the batch dimension (and for a size the model leaves open)
     graph_name: str  # the tensor's name in a SavedModel's graph, as TF Serving prints it
 
     @property
@@ -40,9 +59,34 @@ class Tensor:
         """A $metadata_tensor of the Open Inference Protocol."""
         return {"name": self.name, "datatype": self.v2_datatype, "shape": list(self.shape)}
 
+    @property
+    def numpy_dtype(self):
+        """The numpy dtype name of a numeric tensor ("float32", "int64", ...)."""
+        return NUMPY_DTYPES[self.dtype]
+
+    @property
+    def example_shape(self):
+        """The shape of one instance (the batch dimension left out); -1 where any size goes."""
+        return tuple(self.shape[1:])
+
+    def describe(self):
+        """'FP32 [-1, 30]': how a message names what this input takes."""
+        return f"{self.v2_datatype} {list(self.shape)}"
+
+
+def input_tensors(loaded):
+    """Every input a request sends, in the model's order: one for the built-in tasks."""
+    if loaded.is_numeric:
+        return [Tensor(item["name"], TF_DTYPES[item["dtype"]], (-1, *(-1 if size is None else size for size in item["shape"])),
+                       f"serving_default_{item['name']}:0") for item in loaded.inputs]
+    return [input_tensor(loaded)]
+
 
 def input_tensor(loaded):
-    """What a request sends: strings for a text model, uint8 pixels for an image or faces model."""
+    """What a request sends: strings for a text model, uint8 pixels for an image or faces model
+    (an own model's first input: see input_tensors)."""
+    if loaded.is_numeric:
+        return input_tensors(loaded)[0]
     name = INPUT_NAMES[loaded.task]
     spec = loaded.input_spec
     if spec["kind"] == "text":
@@ -51,18 +95,21 @@ def input_tensor(loaded):
 
 
 def output_tensor(loaded):
-    """Probabilities over the labels (classifiers) or the embedding (faces), float32, one row per instance."""
+    """Probabilities over the labels (classifiers) or the embedding (faces), float32, one row per
+    instance; a regression's value, one float per instance."""
+    if loaded.is_regression:
+        return Tensor(REGRESSION_OUTPUT, "DT_FLOAT", (-1,), "StatefulPartitionedCall:0")
     width = loaded.meta["embedding_size"] if loaded.is_faces else len(loaded.labels)
-    return Tensor(OUTPUT_NAMES[loaded.task], "DT_FLOAT", (-1, width), "StatefulPartitionedCall:0")
+    return Tensor(OUTPUT_NAMES.get(loaded.task, "probabilities"), "DT_FLOAT", (-1, width), "StatefulPartitionedCall:0")
 
 
 def signature_def(loaded):
     """TF Serving's GetModelMetadataResponse.metadata["signature_def"] for the served model."""
-    inputs, outputs = input_tensor(loaded), output_tensor(loaded)
+    inputs, outputs = input_tensors(loaded), output_tensor(loaded)
     return {
         "signature_def": {
             SIGNATURE_NAME: {
-                "inputs": {inputs.name: inputs.tf_serving()},
+                "inputs": {tensor.name: tensor.tf_serving() for tensor in inputs},
                 "outputs": {outputs.name: outputs.tf_serving()},
                 "method_name": PREDICT_METHOD,
             }

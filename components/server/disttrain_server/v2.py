@@ -8,7 +8,21 @@ input ("text", "image" or "face": signature.py) with its datatype and shape:
     image, faces models  UINT8  [n, h, w, c] ([n, h, w]) pixels 0..255, flat or nested, row-major
                          BYTES  [n] or [n, 1]            base64 of a PNG or JPEG file each
 
-and gets the output ("probabilities" or "embedding") as FP32 [n, width]. The instances go through
+and gets the output ("probabilities" or "embedding") as FP32 [n, width].
+
+A numeric model (tables, arrays: a user's own model) takes its own inputs, each named and typed as
+/v2/models/NAME lists them, each given once, all with the same n:
+
+    float inputs (FP32, FP64, FP16)   any of FP16, FP32, FP64, INT8..INT64, UINT8..UINT64: the numbers
+                                      are cast to the input's dtype (FP64 -> FP32 rounds to nearest, what
+                                      TF Serving does with JSON numbers; a value beyond its range is a 400)
+    integer inputs (INT64, INT32 ...) INT8..INT64, UINT8..UINT64 with values in the input's range; FP
+                                      datatypes are refused (a cast would truncate 2.5 to 2)
+    shape                             [n, *the input's shape] (-1 there: any size); an input of shape
+                                      [] or [1] also takes [n] and [n, 1]
+
+and gets "probabilities" FP32 [n, labels] (classifiers, whatever their head) or "value" FP32 [n]
+(regressions). The instances go through
 the same checks, limits and batch path as /v1 (api.predict_rows); errors are {"error": "..."}:
 400 for a request that does not fit the model's tensors (unknown input or output name, wrong
 datatype, shape and data disagreeing), 413 and 422 as in /v1. Tensor data in binary form (the
@@ -21,10 +35,11 @@ from importlib.metadata import version as package_version
 import numpy as np
 from flask import Blueprint, current_app, request
 
+from disttrain_server import numeric
 from disttrain_server.api import model_routes, model_store, predict_rows, resolve
 from disttrain_server.errors import ApiError, ModelUnavailable, json_type
 from disttrain_server.instances import check_count, read_json_object
-from disttrain_server.signature import input_tensor, output_tensor
+from disttrain_server.signature import input_tensor, input_tensors, output_tensor
 
 bp = Blueprint("v2", __name__)
 
@@ -71,7 +86,7 @@ def model_metadata(model_name, version=None):
         "name": model_name,
         "versions": [str(loaded.version)],
         "platform": PLATFORM,
-        "inputs": [input_tensor(loaded).v2()],
+        "inputs": [tensor.v2() for tensor in input_tensors(loaded)],
         "outputs": [output_tensor(loaded).v2()],
     }
 
@@ -87,13 +102,17 @@ def infer(model_name, version=None):
         raise ApiError(400, f'"parameters" must be an object, got {json_type(payload["parameters"])}')
     out = output_tensor(loaded)
     check_requested_outputs(payload.get("outputs"), out.name)
-    count, instances = read_input(payload.get("inputs"), input_tensor(loaded))
-    rows = predict_rows(loaded, instances)
+    if loaded.is_numeric:
+        count, batch = read_numeric_inputs(payload.get("inputs"), input_tensors(loaded))
+        rows = loaded.predict(batch)
+    else:
+        count, instances = read_input(payload.get("inputs"), input_tensor(loaded))
+        rows = predict_rows(loaded, instances)
     answer = {"model_name": model_name, "model_version": str(loaded.version)}
     if request_id is not None:
         answer["id"] = request_id  # the protocol: an "id" given must be returned
     # The one output, requested or by default ("outputs" absent: every output), row-major.
-    answer["outputs"] = [{"name": out.name, "datatype": out.v2_datatype, "shape": [count, rows.shape[1]],
+    answer["outputs"] = [{"name": out.name, "datatype": out.v2_datatype, "shape": [count, *rows.shape[1:]],
                           "data": rows.astype(np.float32).ravel().tolist()}]
     return answer
 
@@ -153,6 +172,71 @@ def read_input(inputs, tensor):
         # An image model's BYTES are encoded files, base64 in JSON: TF Serving's {"b64": ...} instances.
         return shape[0], flat if tensor.dtype == "DT_STRING" else [{"b64": value} for value in flat]
     return shape[0], _pixels(flat, shape, tensor)
+
+
+FLOAT_DATATYPES = ("FP16", "FP32", "FP64")
+INTEGER_DATATYPES = ("INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64")
+
+
+def accepted_datatypes(tensor):
+    """What a numeric input takes: any number type for a float input, integer types for an integer one."""
+    own = tensor.v2_datatype
+    others = FLOAT_DATATYPES + INTEGER_DATATYPES if own in FLOAT_DATATYPES else INTEGER_DATATYPES
+    return [own] + [datatype for datatype in others if datatype != own]
+
+
+def read_numeric_inputs(inputs, tensors):
+    """(n, batch) for a numeric model: one tensor per input (numeric.to_batch's batch: an array, or a dict by name)."""
+    if not isinstance(inputs, list) or not inputs:
+        raise ApiError(400, f'"inputs" must be a non-empty list of tensors like {EXAMPLE}, got {json_type(inputs)}')
+    by_name = {tensor.name: tensor for tensor in tensors}
+    takes = ", ".join(f"{tensor.name!r} ({tensor.describe()})" for tensor in tensors[:20])
+    names = [item.get("name") if isinstance(item, dict) else None for item in inputs]
+    unknown = [name for name in names if not isinstance(name, str) or name not in by_name]
+    if unknown:
+        shown = repr(unknown[0]) if isinstance(unknown[0], str) or unknown[0] is None else f"name of type {json_type(unknown[0])}"
+        raise ApiError(400, f"unknown input {shown}; this model's input{'s are' if len(tensors) > 1 else ' is'} {takes}")
+    repeated = next((name for name in names if names.count(name) > 1), None)
+    if repeated is not None:
+        raise ApiError(400, f"input {repeated!r} is given {names.count(repeated)} times; send it once")
+    missing = [tensor.name for tensor in tensors if tensor.name not in names]
+    if missing:
+        raise ApiError(400, f"missing input {missing[0]!r}; this model takes {takes}, each once")
+    arrays, counts = {}, {}
+    for item in inputs:
+        tensor = by_name[item["name"]]
+        counts[tensor.name], arrays[tensor.name] = _numeric_tensor(item, tensor)
+    if len(set(counts.values())) > 1:
+        raise ApiError(400, f"the inputs' first dimensions differ ({counts}); every input has one row per instance")
+    return counts[tensors[0].name], arrays[tensors[0].name] if len(tensors) == 1 else arrays
+
+
+def _numeric_tensor(item, tensor):
+    name, expected = tensor.name, tensor.example_shape
+    datatype, shape, data = item.get("datatype"), item.get("shape"), item.get("data")
+    if not isinstance(item.get("parameters", {}), (dict, type(None))):
+        raise ApiError(400, f'input {name!r}: "parameters" must be an object')
+    accepted = accepted_datatypes(tensor)
+    if datatype not in accepted:
+        raise ApiError(400, f"input {name!r}: datatype {datatype!r} is not accepted; send {accepted[0]}"
+                       + (f" (or {', '.join(accepted[1:])})" if len(accepted) > 1 else "") + " (see /v2/models/NAME)")
+    if not isinstance(shape, list) or not shape or not all(type(size) is int and size >= 0 for size in shape):
+        raise ApiError(400, f'input {name!r}: "shape" must be a list of non-negative integers, batch first '
+                       f"({list(tensor.shape)}), got {shape!r}")
+    scalar = expected in ((), (1,)) and shape[1:] in ([], [1])
+    if not scalar and not numeric.fits(tuple(shape[1:]), expected):
+        raise ApiError(400, f"input {name!r}: shape {shape} does not fit this input's {list(tensor.shape)} ({tensor.describe()})")
+    if shape[0] == 0:
+        raise ApiError(400, f"input {name!r}: shape {shape} has no instances; send at least one")
+    check_count(shape[0], current_app.config["MAX_INSTANCES"])
+    if not isinstance(data, list):
+        raise ApiError(400, f'input {name!r}: "data" must be a list (flat or nested, row-major), got {json_type(data)}')
+    flat = _flatten(data, len(shape), name)
+    if len(flat) != math.prod(shape):
+        raise ApiError(400, f"input {name!r}: shape {shape} has {math.prod(shape)} elements but data has {len(flat)}")
+    rows = (shape[0], *expected) if scalar else tuple(shape)
+    array = np.asarray(flat, dtype=object).reshape(rows) if flat else np.empty(rows, dtype=object)
+    return shape[0], numeric.elements(f"input {name!r} ({datatype})", array, tensor, integers_only=datatype in INTEGER_DATATYPES)
 
 
 def _pixels(flat, shape, tensor):

@@ -6,7 +6,7 @@ from datetime import datetime, timezone
 
 from flask import Blueprint, current_app, render_template, url_for
 
-from disttrain_server import runs
+from disttrain_server import runs, tryit
 from disttrain_server.api import limits, model_store
 from disttrain_server.errors import ModelUnavailable
 
@@ -35,7 +35,10 @@ def page_title(name, model):
     """'disttrain · text classifier'; the model's --model-name too when it is not the default,
     which is also the product's name and read 'disttrain · disttrain'."""
     parts = ["disttrain"] if name == "disttrain" else ["disttrain", name]
-    parts.append(TASK_TITLES.get(model.task, f"{model.task} model") if model else "no model yet")
+    if model and model.is_numeric:
+        parts.append(f"{model.task} {'regression' if model.is_regression else 'classifier'}")
+    else:
+        parts.append(TASK_TITLES.get(model.task, f"{model.task} model") if model else "no model yet")
     return " · ".join(parts)
 
 
@@ -76,6 +79,7 @@ def index():
                            unavailable=unavailable, limits=limits(), token_required_for=token_required_for,
                            read_only_gallery=config["READ_ONLY_GALLERY"],
                            data=training_data(model_store().path) if loaded else None,
+                           tryit=tryit.form(loaded) if loaded and loaded.is_numeric else None,
                            dashboard=url_for("runs.run_page", run=runs.served_name()))
 
 

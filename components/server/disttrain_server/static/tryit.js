@@ -1,0 +1,137 @@
+// The try-it form of a table or array model: the fields (or JSON boxes) become one instance of
+// POST /v1/models/NAME:predict, and the answer is shown as class probabilities or the predicted value.
+(function () {
+  "use strict";
+
+  const app = document.getElementById("app");
+  const card = document.getElementById("tryit-card");
+  if (!card) return; // no model yet: the page only shows why
+
+  const name = app.dataset.modelName;
+  const labels = JSON.parse(app.dataset.labels);
+  const inputs = JSON.parse(card.dataset.inputs);
+  const examples = JSON.parse(card.dataset.examples);
+  const regression = card.dataset.problem === "regression";
+  const target = card.dataset.target || "value";
+  const button = document.getElementById("predict");
+  const exampleButton = document.getElementById("example");
+  const note = document.getElementById("example-note");
+  const result = document.getElementById("result");
+  let current = 0;
+
+  function element(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined) node.textContent = text; // never innerHTML: labels, names and errors are data
+    return node;
+  }
+
+  function percent(p) {
+    return (100 * p).toFixed(1) + "%";
+  }
+
+  // flat values -> nested lists of `shape` (row-major); shape [] is one number
+  function nest(flat, shape) {
+    if (shape.length === 0) return flat[0];
+    if (shape.length === 1) return flat.slice();
+    const inner = shape.slice(1).reduce((a, b) => a * b, 1);
+    const out = [];
+    for (let i = 0; i < shape[0]; i++) out.push(nest(flat.slice(i * inner, (i + 1) * inner), shape.slice(1)));
+    return out;
+  }
+
+  function fieldsOf(input) {
+    return Array.from(card.querySelectorAll('input[data-input]')).filter((f) => f.dataset.input === input.name);
+  }
+
+  function boxOf(input) {
+    return document.getElementById(input.id);
+  }
+
+  function fill(index) {
+    const example = examples[index];
+    if (!example) return;
+    for (const input of inputs) {
+      const values = example.values[input.name];
+      if (input.box) {
+        if (values) boxOf(input).value = JSON.stringify(nest(values, input.shape.map((s) => (s === null ? values.length : s))));
+      } else {
+        for (const field of fieldsOf(input)) field.value = values ? String(values[Number(field.dataset.index)]) : "";
+      }
+    }
+    const source = examples.length > 1 || example.truth ? "held-out example " + (index + 1) + " of " + examples.length : "";
+    if (source) note.textContent = "Prefilled with " + source + (example.truth ? " (its true " + example.truth + ")" : "") + ".";
+  }
+
+  // The form as one instance: the value of the model's one input, or an object of its named inputs.
+  function instance() {
+    const values = {};
+    for (const input of inputs) {
+      if (input.box) {
+        try {
+          values[input.name] = JSON.parse(boxOf(input).value);
+        } catch (err) {
+          throw new Error(input.name + ": not valid JSON (" + err.message + ")");
+        }
+        continue;
+      }
+      const flat = fieldsOf(input).map((field) => {
+        const text = field.value.trim();
+        const label = card.querySelector('label[for="' + field.id + '"]').textContent;
+        if (text === "" || !Number.isFinite(Number(text))) throw new Error("enter a number for " + label);
+        return Number(text);
+      });
+      values[input.name] = nest(flat, input.shape);
+    }
+    return inputs.length === 1 ? values[inputs[0].name] : values;
+  }
+
+  function showProbabilities(probs) {
+    const order = probs.map((p, i) => i).sort((a, b) => probs[b] - probs[a]);
+    const best = order[0];
+    const rows = order.map((i) => {
+      const row = element("div", i === best ? "row best" : "row");
+      const fill = element("div", "fill");
+      fill.style.width = percent(probs[i]); // CSSOM, allowed by the page's CSP
+      const track = element("div", "track");
+      track.append(fill);
+      row.append(element("span", "label", labels[i]), track, element("span", "value", percent(probs[i])));
+      return row;
+    });
+    result.replaceChildren(element("p", "headline", labels[best] + ": " + percent(probs[best])), ...rows);
+  }
+
+  function showValue(value) {
+    const headline = element("p", "headline", target + ": " + Number(value.toPrecision(6)));
+    headline.dataset.value = String(value); // the API's number, unrounded
+    result.replaceChildren(headline, element("p", "hint", "the model's prediction of " + target + " (regression)"));
+  }
+
+  async function predict() {
+    button.disabled = true;
+    result.replaceChildren(element("p", "muted", "Predicting…"));
+    try {
+      const body = await disttrainApi.call("POST", "/v1/models/" + encodeURIComponent(name) + ":predict",
+        JSON.stringify({ instances: [instance()] }));
+      if (regression) showValue(body.predictions[0]);
+      else showProbabilities(body.predictions[0]);
+    } catch (err) {
+      result.replaceChildren(element("p", "error", err.message));
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  button.addEventListener("click", predict);
+  card.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && event.target.tagName === "INPUT") predict();
+  });
+  if (exampleButton) {
+    exampleButton.addEventListener("click", () => {
+      current = (current + 1) % examples.length;
+      fill(current);
+      result.replaceChildren(); // the last result was for other values
+    });
+  }
+  fill(0);
+})();
