@@ -6,14 +6,18 @@
 2. check the markers belong together: same strategy, same worker count, same
    initial-weights hash (recorded by each trainer from the shared seed);
    refuse otherwise -- averaging unrelated networks gives garbage;
-3. one worker model at a time: load it, check it against its marker and the
-   first model (initial weights, architecture, vocabulary), evaluate it on the
-   held-out split, add its weights to a running weighted sum, drop it -- so the
+3. one worker model at a time: load it (--model-module imported first, for an own
+   model's registered layers), check it against its marker, the dataset (task,
+   problem, labels, a head that fits the problem) and the first model (initial
+   weights, architecture, vocabulary, head, inputs, outputs, model code), evaluate it
+   on the held-out split (its primary metric: accuracy, or RMSE for regression, with
+   the problem's other metrics), add its weights to a running weighted sum, drop it -- so the
    memory held is one worker model besides the first and the sum, for any count
    (until combine.py's ensemble, which holds all of them: see step 4);
 4. average: weighted mean of every weight array, weights = shard sizes; then
    combine.py evaluates it beside the ensemble of the worker models and the best
-   worker by validation accuracy, and --combine says which one is published;
+   worker by its validation value of the primary metric (in the metric's direction:
+   the lowest RMSE), and --combine says which one is published;
    multiworker, localsgd: the workers end in sync (localsgd: their markers' final
    weight hashes must agree), the chief's model is promoted; parameterserver: the
    chief's model is promoted once every task's marker (chief, ps, workers) is in
