@@ -69,3 +69,34 @@ def test_relative_threshold_flags():
     with pytest.raises(SystemExit):
         parse_args(["--max-relative-drop-vs-best-worker", "-1"])
     assert primary_metric("table", "regression") is RMSE
+
+
+def test_the_regression_analysis_of_known_predictions_and_its_plot(tmp_path, capsys):
+    import json
+
+    import numpy as np
+
+    from disttrain_aggregator import analysis
+
+    y = np.arange(40, dtype=np.float64)
+    good, biased = y + np.where(np.arange(40) % 2, 0.5, -0.5), y + 2.0  # rmse 0.5 bias 0; rmse 2 bias 2
+    out = analysis.regression(good, y, *analysis.target_slices(y))
+    assert out["rmse"] == pytest.approx(0.5) and out["mae"] == pytest.approx(0.5) and out["bias"] == pytest.approx(0.0)
+    assert [s["examples"] for s in out["slices"]] == [10, 10, 10, 10]
+    assert len(out["predicted_vs_actual"]) == 10 and out["predicted_vs_actual"][0]["mean_target"] == pytest.approx(1.5)
+    report = {"task": "table", "problem": "regression", "target": "price", "labels": [], "strategy": "average",
+              "test_examples": 40, "workers": [{"name": "worker 0", "worker_index": 0}, {"name": "worker 1", "worker_index": 1}],
+              "final": {}}
+    outputs = {"worker 0": {"predictions": biased}, "worker 1": {"predictions": good}, "final": {"predictions": good}}
+    section = analysis.analyse(report, outputs, None, y)
+    assert section["compare"]["best_worker"] == "worker 1"  # the LOWER RMSE
+    assert section["compare"]["rows"][1] == {"model": "best worker (worker 1, by held-out RMSE)", "rmse": pytest.approx(0.5),
+                                             "mae": pytest.approx(0.5), "r2": pytest.approx(out["r2"])}
+    assert section["models"]["worker 0"]["bias"] == pytest.approx(2.0) and "points" not in section["models"]["worker 0"]
+    assert "skipped" in section["method"]["calibration"]
+    json.dumps(section)
+    path = tmp_path / "analysis.png"
+    analysis.plot(section, report, str(path))
+    assert path.stat().st_size > 20_000
+    analysis.print_summary(section)
+    assert capsys.readouterr().out.splitlines()[0].split()[:3] == ["model", "bias", "resid"]
