@@ -16,9 +16,21 @@ figures of evaluation.evaluate_retrieval broken down by held-out person: for the
 and each harder query (darker, rotated, smaller), whether the nearest gallery photo is the
 person's own, the distance to it and to the nearest wrong person, who that is, and the margin.
 
-At the top of the section ("compare"): the final model against the best worker (by held-out
-accuracy: for the comparison only, never to choose) and a 1-worker baseline's report when
---baseline names one; a plain run has none, and the section says so.
+Regression (problem "regression", a model with the head "value"), from the predicted values
+evaluate() kept: the residuals (prediction - target: their mean, the bias, their spread, quantiles
+of the absolute error), predicted against actual in RESIDUAL_BINS bins cut at the deciles of the true
+target (the mean true and the mean predicted value in each: a model that shrinks towards the mean
+shows a flatter line than the diagonal), slices by quartile of the true target (RMSE, MAE, bias in
+each), and a sample of up to RESIDUAL_POINTS (actual, predicted) pairs of the final model and the
+best worker for the scatter plots. No confusion matrix (there are no classes) and no calibration:
+calibration compares a classifier's predicted probabilities with how often it is right, and a
+regression model outputs one value with no probability or interval to calibrate; the section's
+method says so ("calibration": {"skipped": ...}).
+
+At the top of the section ("compare"): the final model against the best worker (by the held-out
+primary metric, in its direction: accuracy, or the lowest RMSE; for the comparison only, never to
+choose) and a 1-worker baseline's report when --baseline names one; a plain run has none, and the
+section says so.
 """
 
 import os
@@ -27,12 +39,20 @@ import time
 import numpy as np
 
 from disttrain_contract import ContractError, read_json
+from disttrain_contract.evaluation import regression_metrics
 from disttrain_contract.faces import HARD_QUERIES
 from disttrain_contract.manifest import tokenize
+from disttrain_contract.metrics import primary_metric
 
 CALIBRATION_BINS = 10
 LENGTH_QUANTILES = (0.25, 0.5, 0.75)  # text slices: cut at the quartiles of the held-out lengths
 QUERIES = ("query",) + HARD_QUERIES  # faces: the augmented query, then the harder ones
+RESIDUAL_BINS = 10  # regression: predicted vs actual, in bins cut at the deciles of the true target
+RESIDUAL_POINTS = 300  # regression: (actual, predicted) pairs kept for the scatter plots (final, best worker)
+TARGET_QUANTILES = (0.25, 0.5, 0.75)  # regression slices: the quartiles of the true target
+CALIBRATION_SKIPPED = ("calibration compares a classifier's predicted probabilities with how often it is right; a "
+                       "regression model outputs one value with no probability or interval to calibrate (see the "
+                       "residuals and predicted vs actual instead)")
 
 
 # --------------------------------------------------------------------------- classification
@@ -100,6 +120,58 @@ def classification(probabilities, labels, label_names, slice_of, slices):
     }
 
 
+# ---------------------------------------------------------------------------------- regression
+def quantile_bins(values, quantiles):
+    """(bin index of each value, [(low, high)]): cut at the given quantiles of `values` (equal cuts
+    merge; an empty bin is dropped)."""
+    values = np.asarray(values, dtype=np.float64)
+    if not len(values):
+        return np.zeros(0, dtype=int), []
+    edges = np.unique(np.quantile(values, quantiles))
+    index = np.searchsorted(edges, values, side="right")  # value < edges[0] -> 0, ...
+    lows = [float(values.min())] + [float(e) for e in edges]
+    highs = [float(e) for e in edges] + [float(values.max())]
+    kept, remap = [], np.full(len(edges) + 1, -1)
+    for i in range(len(edges) + 1):
+        if (index == i).any():
+            remap[i] = len(kept)
+            kept.append((lows[i], highs[i]))
+    return remap[index], kept
+
+
+def target_slices(targets, quantiles=TARGET_QUANTILES):
+    """(slice of each example, the slices): the true target's quartiles."""
+    slice_of, ranges = quantile_bins(targets, quantiles)
+    return slice_of, [{"slice": f"{low:.4g} to {high:.4g}", "min_target": low, "max_target": high} for low, high in ranges]
+
+
+def regression(predictions, targets, slice_of, slices, points=RESIDUAL_POINTS):
+    """One regression model's analysis (see the module docstring): predictions [n] or [n, 1]."""
+    predicted = np.asarray(predictions, dtype=np.float64).reshape(len(predictions), -1)[:, 0]
+    actual = np.asarray(targets, dtype=np.float64)
+    residual = predicted - actual
+    error = np.abs(residual)
+    figures = regression_metrics(predicted, actual)
+    bin_of, ranges = quantile_bins(actual, np.linspace(0, 1, RESIDUAL_BINS + 1)[1:-1])
+    bins = [{"min_target": low, "max_target": high, "examples": int((bin_of == i).sum()),
+             "mean_target": float(actual[bin_of == i].mean()), "mean_predicted": float(predicted[bin_of == i].mean())}
+            for i, (low, high) in enumerate(ranges)]
+    sample = np.sort(np.random.default_rng(0).choice(len(actual), size=min(points, len(actual)), replace=False))
+    return {
+        "rmse": figures["rmse"], "mae": figures["mae"], "r2": figures["r2"],
+        "bias": float(residual.mean()) if len(residual) else 0.0,
+        "residual_std": float(residual.std()) if len(residual) else 0.0,
+        "abs_error_quantiles": {key: float(np.quantile(error, q)) if len(error) else 0.0
+                                for key, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))},
+        "predicted_vs_actual": bins,
+        "slices": [dict(s, examples=int((slice_of == i).sum()),
+                        rmse=float(np.sqrt(np.mean(residual[slice_of == i] ** 2))),
+                        mae=float(error[slice_of == i].mean()), bias=float(residual[slice_of == i].mean()))
+                   for i, s in enumerate(slices) if (slice_of == i).any()],
+        "points": {"actual": actual[sample].tolist(), "predicted": predicted[sample].tolist()},
+    }
+
+
 # -------------------------------------------------------------------------------------- faces
 def retrieval_per_person(outputs, label_names):
     """One face model's retrieval figures per held-out person (evaluate_retrieval's outputs).
@@ -140,8 +212,9 @@ def read_baseline(path, report):
     if len(baseline["workers"]) != 1 or baseline.get("strategy") != "average":
         raise ContractError(f"--baseline {path} is a {len(baseline['workers'])}-worker {baseline.get('strategy')} run, "
                             "not a 1-worker one")
-    for key in ("task", "source", "split_seed", "test_examples", "labels"):
-        if baseline.get(key) != report.get(key):
+    for key in ("task", "source", "split_seed", "test_examples", "labels", "problem", "target"):
+        default = "classification" if key == "problem" else None  # reports before this round: classification
+        if baseline.get(key, default) != report.get(key, default):
             raise ContractError(f"--baseline {path} is of other data: its {key} is {baseline.get(key)!r}, "
                                 f"this run's {report.get(key)!r}")
     return baseline
@@ -153,6 +226,9 @@ def baseline_row(path, report):
                       "--baseline names a 1-worker run's report.json on the same data; the benchmarks and "
                       "tests/integration/test_pipeline.py train one)"}
     baseline = read_baseline(path, report)
+    if report.get("problem") == "regression":
+        row = {"model": "1-worker baseline", **{key: baseline["final"].get(f"test_{key}") for key in ("rmse", "mae", "r2")}}
+        return row, {"available": True, "report": os.path.abspath(path), "created_at": baseline.get("created_at")}
     final = (baseline.get("analysis") or {}).get("models", {}).get("final", {})
     row = {"model": "1-worker baseline", "accuracy": baseline["final"]["test_accuracy"],
            **{key: final[key] for key in ("macro_f1", "ece") if key in final}}
@@ -180,8 +256,20 @@ def analyse(report, outputs, x_test, y_test, baseline=None):
     named as main.py names them (the workers' row names, "average", "ensemble", "final")."""
     started = time.perf_counter()
     task, labels = report["task"], report["labels"]
+    problem = report.get("problem", "classification")
+    metric = primary_metric(task, problem)
     y = np.asarray(y_test)
-    if task == "faces":
+    if problem == "regression":
+        slice_of, slices = target_slices(y)
+        method = {"kind": "regression", "residual": "prediction - target (bias: their mean)",
+                  "predicted_vs_actual": f"{RESIDUAL_BINS} bins cut at the deciles of the true target: the mean true "
+                                         "and the mean predicted value in each",
+                  "slices": "quartiles of the true target",
+                  "points": f"up to {RESIDUAL_POINTS} (actual, predicted) pairs of the final model and the best "
+                            "worker, a fixed random sample, for the scatter plots",
+                  "calibration": {"skipped": CALIBRATION_SKIPPED}}
+        analyse_one = lambda out: regression(out["predictions"], y, slice_of, slices)  # noqa: E731
+    elif task == "faces":
         method = {"kind": "retrieval per held-out person",
                   "queries": "query: an augmented other photo of the person (their only photo when they have one); "
                              + ", ".join(HARD_QUERIES) + ": their gallery photo altered (evaluation.evaluate_retrieval)",
@@ -206,11 +294,19 @@ def analyse(report, outputs, x_test, y_test, baseline=None):
         models[name] = dict(analyse_one(out), role=role)
         order.append(name)
     workers = [name for name in order if models[name]["role"] == "worker"]
-    best_worker = max(workers, key=lambda name: models[name]["accuracy"])  # the first of equals
-    keys = ("accuracy",) if task == "faces" else ("accuracy", "macro_f1", "ece")
+    value = metric.name if problem != "regression" else "rmse"
+    best_value = metric.best([models[name][value] for name in workers])
+    best_worker = next((name for name in workers if models[name][value] == best_value), workers[0])  # the first of equals
+    keys = (("rmse", "mae", "r2") if problem == "regression" else ("accuracy",) if task == "faces"
+            else ("accuracy", "macro_f1", "ece"))
     final_label = "final" + (f" ({report['combine']['published']})" if report.get("combine") else "")
+    by = "accuracy" if metric.unit == "fraction" else metric.label
     rows = [{"model": final_label, **{k: models["final"][k] for k in keys}},
-            {"model": f"best worker ({best_worker}, by held-out accuracy)", **{k: models[best_worker][k] for k in keys}}]
+            {"model": f"best worker ({best_worker}, by held-out {by})", **{k: models[best_worker][k] for k in keys}}]
+    if problem == "regression":  # the scatter plots' samples: the final model's and the best worker's only
+        for name in order:
+            if name not in ("final", best_worker):
+                models[name].pop("points", None)
     baseline_figures, baseline_facts = baseline_row(baseline, report)
     if baseline_figures:
         rows.append(baseline_figures)
@@ -226,7 +322,13 @@ def analyse(report, outputs, x_test, y_test, baseline=None):
 def print_summary(section):
     """One short line per model under the aggregator's table."""
     models = section["models"]
-    if section["method"]["kind"] == "classification":
+    if section["method"]["kind"] == "regression":
+        print(f"{'model':<24}{'bias':>10}{'resid sd':>10}{'p90 |err|':>11}  (residual = prediction - target)")
+        for name in section["order"]:
+            m = models[name]
+            print(f"{name:<24}{m['bias']:>10.4g}{m['residual_std']:>10.4g}{m['abs_error_quantiles']['p90']:>11.4g}")
+        print("calibration: none for regression (" + section["method"]["calibration"]["skipped"].split(";")[0] + ")")
+    elif section["method"]["kind"] == "classification":
         print(f"{'model':<24}{'macro-F1':>10}{'ECE':>8}  ({section['method']['calibration_bins']} bins)")
         for name in section["order"]:
             print(f"{name:<24}{models[name]['macro_f1']:>10.4f}{models[name]['ece']:>8.4f}")
@@ -254,7 +356,14 @@ def plot(section, report, path):
 
     from disttrain_contract import atomic_path
 
-    if section["method"]["kind"] == "classification":
+    if section["method"]["kind"] == "regression":
+        fig, axes = plt.subplots(2, 2, figsize=(13, 10))
+        target = report.get("target") or "target"
+        plot_predicted_vs_actual(axes[0, 0], section, target)
+        plot_residuals(axes[0, 1], section, target)
+        plot_residual_histogram(axes[1, 0], section)
+        plot_slice_errors(axes[1, 1], section, target)
+    elif section["method"]["kind"] == "classification":
         fig, axes = plt.subplots(2, 2, figsize=(13, 10))
         plot_confusion(axes[0, 0], section, report["labels"])
         plot_reliability(axes[0, 1], section)
@@ -273,6 +382,68 @@ def plot(section, report, path):
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=90)
     plt.close(fig)
+
+
+def plot_predicted_vs_actual(axis, section, target):
+    """Final model (and the best worker, faded): each sampled example, the deciles' means, the diagonal."""
+    best = section["compare"]["best_worker"]
+    final = section["models"]["final"]
+    shown = [(best, BEST, 0.35, f"best worker ({best})"), ("final", FINAL, 0.6, "final")] if best != "final" else []
+    for name, color, alpha, label in shown:
+        points = section["models"][name].get("points") or {"actual": [], "predicted": []}
+        axis.scatter(points["actual"], points["predicted"], s=10, color=color, alpha=alpha, label=label)
+    bins = final["predicted_vs_actual"]
+    axis.plot([b["mean_target"] for b in bins], [b["mean_predicted"] for b in bins], color="black", marker="o",
+              linewidth=1.5, label="final: mean per decile of the target")
+    values = final["points"]["actual"] + final["points"]["predicted"]
+    if values:
+        low, high = min(values), max(values)
+        axis.plot([low, high], [low, high], color="black", linestyle=":", linewidth=1, label="predicted = actual")
+    axis.set_xlabel(f"actual {target}")
+    axis.set_ylabel(f"predicted {target}")
+    axis.set_title(f"predicted vs actual (final: RMSE {final['rmse']:.4g}, MAE {final['mae']:.4g}, R² {final['r2']:.3f})")
+    axis.legend(fontsize=8, loc="upper left")
+
+
+def plot_residuals(axis, section, target):
+    final = section["models"]["final"]
+    points = final["points"]
+    residual = np.asarray(points["predicted"]) - np.asarray(points["actual"])
+    axis.scatter(points["predicted"], residual, s=10, color=FINAL, alpha=0.6)
+    axis.axhline(0.0, color="black", linestyle=":", linewidth=1)
+    axis.axhline(final["bias"], color=FINAL, linestyle="--", linewidth=1, label=f"bias (mean residual) {final['bias']:.4g}")
+    axis.set_xlabel(f"predicted {target}")
+    axis.set_ylabel("residual: prediction - target")
+    axis.set_title("final model: residuals (no pattern = the errors do not depend on the prediction)")
+    axis.legend(fontsize=8, loc="upper left")
+
+
+def plot_residual_histogram(axis, section):
+    best = section["compare"]["best_worker"]
+    for name, color, label in ((best, BEST, f"best worker ({best})"), ("final", FINAL, "final")):
+        points = section["models"][name].get("points")
+        if not points or not points["actual"]:
+            continue
+        residual = np.asarray(points["predicted"]) - np.asarray(points["actual"])
+        axis.hist(residual, bins=30, color=color, alpha=0.55, label=f"{label}, sd {section['models'][name]['residual_std']:.3g}")
+    axis.axvline(0.0, color="black", linestyle=":", linewidth=1)
+    axis.set_xlabel("residual: prediction - target")
+    axis.set_ylabel("examples (the plotted sample)")
+    axis.set_title("residuals: final vs best worker")
+    axis.legend(fontsize=8, loc="upper right")
+
+
+def plot_slice_errors(axis, section, target):
+    best = section["compare"]["best_worker"]
+    slices = section["models"]["final"]["slices"]
+    x = np.arange(len(slices))
+    axis.bar(x - 0.2, [s["rmse"] for s in slices], 0.4, color=FINAL, label="final")
+    axis.bar(x + 0.2, [s["rmse"] for s in section["models"][best]["slices"]], 0.4, color=BEST, label=f"best worker ({best})")
+    axis.set_xticks(x, [f"{s['slice']}\n({s['examples']} ex.)" for s in slices], fontsize=8)
+    axis.set_ylabel("RMSE (lower is better)")
+    axis.set_title(f"RMSE by quartile of the true {target}")
+    axis.legend(fontsize=8, loc="upper left")
+    axis.grid(axis="y", alpha=0.3)
 
 
 def plot_confusion(axis, section, labels):

@@ -13,7 +13,14 @@ against our server works against TF Serving on the SavedModel):
     faces  serving_default  face uint8 [n, 32, 32, 1] (raw crops, as the server's :predict takes them; the
                             model's face preprocessing runs in the graph: faces.preprocess_graph)
                             -> embedding float32 [n, size]
-The model.tflite is serving_default's function.
+    table, array, and every own model (--model-file/--model-module; disttrain.json model_source "file"
+    or "module"): serving_default takes the model's OWN inputs, named, shaped and typed as its
+    disttrain.json's `inputs` records them (several for a multi-input model: one named tensor each)
+    -> one output named as its `outputs` records it, else by its head: "probabilities" (softmax,
+    sigmoid), "logits" (logits, sigmoid_logits), "predictions" (value: regression)
+    (a faces model, own or not, keeps the faces signature: its crops are preprocessed in the graph)
+The model.tflite is serving_default's function. For an own model it is skipped, with the reason in
+the report and the log, when it cannot be one (string inputs; ops without a TFLite builtin), and only it.
 
 Version: TF Serving loads only numeric version directories and serves the highest. <version> is the
 publish time in whole seconds, or one more than the highest version present when that is larger (two
@@ -48,7 +55,9 @@ import numpy as np
 
 from disttrain_contract import ContractError
 from disttrain_contract.atomic import describe_os_error
-from disttrain_contract.evaluation import call_in_chunks, compiled, evaluate
+from disttrain_contract.evaluation import call_in_chunks, compiled, evaluate, head_of
+from disttrain_contract.manifest import NUMERIC_TASKS
+from disttrain_contract.metrics import ACCURACY
 from disttrain_contract.serving import (BYTES_SIGNATURE_NAME, IMAGE_BYTES_INPUT, INPUT_NAMES, OUTPUT_NAMES,
                                         SIGNATURE_NAME)
 from disttrain_contract.tensorflow_import import import_tensorflow
@@ -98,9 +107,55 @@ def dtype_name(dtype):
     return types_pb2.DataType.Name(dtype.as_datatype_enum)
 
 
+# an own model's output name when its disttrain.json records none, by its head
+HEAD_OUTPUT_NAMES = {"softmax": "probabilities", "sigmoid": "probabilities", "logits": "logits",
+                     "sigmoid_logits": "logits", "value": "predictions"}
+
+
+def own_signature(task, meta):
+    """Whether serving_default takes the model's own inputs (table, array, own models; not faces)."""
+    return task != "faces" and (task in NUMERIC_TASKS or (meta or {}).get("model_source") not in (None, "builtin"))
+
+
+def output_name(task, meta):
+    """serving_default's output name: the built-in models' (serving.OUTPUT_NAMES), else the model's
+    recorded one (disttrain.json outputs), else by its head."""
+    if not own_signature(task, meta):
+        return OUTPUT_NAMES[task]
+    recorded = ((meta or {}).get("outputs") or [{}])[0].get("name")
+    return recorded or HEAD_OUTPUT_NAMES.get(head_of(meta), "outputs")
+
+
+def input_specs(model, meta):
+    """[(name, tf dtype, per-example shape)] of the model's own inputs: its disttrain.json's `inputs`,
+    else its Keras inputs."""
+    tf = import_tensorflow()
+    recorded = (meta or {}).get("inputs")
+    if isinstance(recorded, list) and recorded:
+        return [(spec["name"], tf.as_dtype(spec.get("dtype") or "float32"),
+                 tuple(None if d is None else int(d) for d in (spec.get("shape") or []))) for spec in recorded]
+    return [(tensor.name, tf.as_dtype(tensor.dtype), tuple(tensor.shape[1:])) for tensor in model.inputs]
+
+
+def own_serving_function(model, task, meta):
+    """serving_default of a model that takes its own inputs: one named tensor per input (a dict of
+    them for a multi-input model) -> {output_name: the model's output}."""
+    tf = import_tensorflow()
+    specs = input_specs(model, meta)
+    names, out = [name for name, _, _ in specs], output_name(task, meta)
+    signature = [tf.TensorSpec([None, *shape], dtype, name=name) for name, dtype, shape in specs]
+    if len(specs) > 1:
+        fn = lambda *args: {out: model(dict(zip(names, args)), training=False)}  # noqa: E731
+    else:
+        fn = lambda *args: {out: model(args[0], training=False)}  # noqa: E731
+    return tf.function(fn, input_signature=signature, autograph=False)
+
+
 def serving_functions(model, task, meta):
     """{signature name: tf.function with an input signature} for the task (see the module docstring)."""
     tf = import_tensorflow()
+    if own_signature(task, meta):
+        return {SIGNATURE_NAME: own_serving_function(model, task, meta)}
     name, out = INPUT_NAMES[task], OUTPUT_NAMES[task]
     # autograph off: nothing to convert, and it would write generated code to a temp dir
     function = lambda fn, spec: tf.function(fn, input_signature=[spec], autograph=False)  # noqa: E731
@@ -168,17 +223,17 @@ def convert_tflite(model, task, meta, scratch, core=None):
     tf = import_tensorflow()
     from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
-    out = OUTPUT_NAMES[task]
+    out = output_name(task, meta)
     if core is not None:
-        spec = tf.TensorSpec([None, None], tf.int64, name=TOKEN_IDS)
-        function = tf.function(lambda token_ids: {out: core(token_ids, training=False)}, input_signature=[spec],
+        specs = [tf.TensorSpec([None, None], tf.int64, name=TOKEN_IDS)]
+        function = tf.function(lambda token_ids: {out: core(token_ids, training=False)}, input_signature=specs,
                                autograph=False)
     else:
         function = serving_functions(model, task, meta)[SIGNATURE_NAME]
-        spec = function.input_signature[0]
+        specs = list(function.input_signature)
     frozen = convert_variables_to_constants_v2(function.get_concrete_function())
-    # a positional argument named like the input: the TFLite signature's input name
-    wrapper = tf.function(lambda *args: {out: frozen(*args)[0]}, input_signature=[spec], autograph=False)
+    # positional arguments named like the inputs: the TFLite signature's input names
+    wrapper = tf.function(lambda *args: {out: frozen(*args)[0]}, input_signature=specs, autograph=False)
     tf.saved_model.save(tf.Module(), scratch, signatures={SIGNATURE_NAME: wrapper.get_concrete_function()})
 
     converter = tf.lite.TFLiteConverter.from_saved_model(scratch, signature_keys=[SIGNATURE_NAME])
@@ -224,8 +279,13 @@ def keras_reference(model, task, meta, x):
         prepare = lambda batch: preprocess(batch, version)  # noqa: E731
     outputs = call_in_chunks(lambda chunk: model(chunk, training=False), prepare(x), CHUNK)
     graph = compiled(model)  # the server's call: one tf.function (disttrain_server.model_store.compiled_call)
-    one = x[:1]
-    return outputs, lambda: graph(tf.constant(prepare(one))).numpy()
+    one = tf.nest.map_structure(tf.constant, prepare(first_row(x)))
+    return outputs, lambda: graph(one).numpy()
+
+
+def first_row(x):
+    """The first instance of x: an array, or a dict of arrays (a model with several named inputs)."""
+    return {name: value[:1] for name, value in x.items()} if isinstance(x, dict) else x[:1]
 
 
 class Staged:
@@ -297,10 +357,10 @@ def check_final_dir(final_dir, prefix=""):
         raise ContractError(f"{prefix}cannot export the TFLite model: {tflite} is a directory")
 
 
-def stage(final_dir, kinds, model, task, meta, x, y, seed, keras_accuracy, now=None):
+def stage(final_dir, kinds, model, task, meta, x, y, seed, keras_accuracy, metric=ACCURACY, now=None):
     """Build and check the exports `kinds` of `model` in a staging directory inside `final_dir`
-    (x, y: the held-out split as the Keras model takes it; keras_accuracy: its held-out accuracy, the
-    report's). Returns a Staged whose .report is report.json's "exports"; ContractError if any
+    (x, y: the held-out split as the Keras model takes it, a dict of named arrays for a multi-input
+    model; keras_accuracy: its held-out value of `metric`, the primary metric, the report's). Returns a Staged whose .report is report.json's "exports"; ContractError if any
     export fails, with nothing left behind."""
     started = time.perf_counter()
     failed = "export failed, nothing was published: "
@@ -315,7 +375,7 @@ def stage(final_dir, kinds, model, task, meta, x, y, seed, keras_accuracy, now=N
         raise ContractError(f"{failed}cannot write in {final_dir}: {err}") from None
     staged = Staged(staging, kinds)
     try:
-        build(staged, final_dir, model, task, meta, x, y, seed, keras_accuracy, now)
+        build(staged, final_dir, model, task, meta, x, y, seed, keras_accuracy, now, metric)
     except BaseException as err:
         staged.discard()
         if created:
@@ -341,13 +401,23 @@ def with_suppressed_rmdir(path):
         pass
 
 
-def build(staged, final_dir, model, task, meta, x, y, seed, keras_accuracy, now):
+def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, metric=ACCURACY):
     tf = import_tensorflow()
-    name, out = INPUT_NAMES[task], OUTPUT_NAMES[task]
-    flatten = (lambda chunk: tf.reshape(chunk, [-1])) if task == "text" else (lambda chunk: chunk)  # noqa: E731
+    own = own_signature(task, meta)
+    out = output_name(task, meta)
+    specs = input_specs(model, meta) if own else [(INPUT_NAMES[task], signature_dtype(task), None)]
+    names = [name for name, _, _ in specs]
+    flatten = (lambda chunk: tf.reshape(chunk, [-1])) if task == "text" and not own else (lambda chunk: chunk)  # noqa: E731
+
+    def arguments(chunk):
+        """A chunk of x as the signature's keyword arguments, in each input's dtype."""
+        values = chunk if isinstance(chunk, dict) else {names[0]: flatten(chunk)}
+        return {name: (tf.cast(values[name], dtype) if dtype != tf.string else values[name]) for name, dtype, _ in specs}
+
     # faces: the exports take raw crops and preprocess them themselves, so evaluate() must not
     eval_meta = {"face_preprocessing": 1} if task == "faces" else meta
     keras_outputs, keras_one = keras_reference(model, task, meta, x)
+    n = len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
 
     # ------------------------------------------------------------ SavedModel
     t0 = time.perf_counter()
@@ -356,8 +426,8 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_accuracy, now)
     saved_sec = time.perf_counter() - t0
     loaded = tf.saved_model.load(staged.saved_model_path)  # what TF Serving does, in this process
     signature = loaded.signatures[SIGNATURE_NAME]
-    outputs = call_in_chunks(lambda chunk: signature(**{name: flatten(chunk)})[out], x, CHUNK)  # noqa: F821  runs here, before the del below
-    difference = float(np.abs(outputs - keras_outputs).max()) if len(x) else 0.0
+    outputs = call_in_chunks(lambda chunk: signature(**arguments(chunk))[out], x, CHUNK)
+    difference = float(np.abs(outputs - keras_outputs).max()) if n else 0.0
     if not difference <= TOLERANCE:  # also nan
         raise ContractError(f"the SavedModel's {SIGNATURE_NAME} outputs differ from the Keras model's by "
                             f"{difference:.3g} on the held-out split (at most {TOLERANCE:g} allowed)")
@@ -381,61 +451,90 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_accuracy, now)
     # Text: TFLite has no builtins for the vectorizer's string ops (lower, regex replace, split: the
     # converter names them), and the Flex delegate that would run them as SELECT_TF_OPS is not in
     # the tensorflow pip package's tf.lite.Interpreter since TF 2.20 (google-ai-edge/LiteRT#6458): a
-    # strings-in model.tflite would run nowhere here. So the text model.tflite is the core alone,
-    # token ids in (TextVectorization's: 0 padding, 1 out of vocabulary, then the vocabulary in
-    # order), builtin ops only; the vectorizer runs in TensorFlow before it.
-    parts = text_parts(model) if task == "text" else None
+    # strings-in model.tflite would run nowhere here. So the text model.tflite is the core on token
+    # ids (TextVectorization's: 0 padding, 1 out of vocabulary, then the vocabulary in order), builtin
+    # ops only; the vectorizer runs in TensorFlow before it.
+    parts = text_parts(model) if task == "text" and not own else None
     vectorize = parts[0] if parts else None
-    if task == "text" and parts is None:  # e.g. --combine ensemble: each member has its own vectorizer
+    if task == "text" and not own and parts is None:  # e.g. --combine ensemble: each member has its own vectorizer
         staged.report["tflite"] = {"skipped": "the text model is not one vectorizer before one core (an ensemble?), "
                                               "and TFLite cannot take its strings (no builtin string ops, no Flex "
                                               "delegate in the tensorflow package since TF 2.20)"}
         return
+    strings = [name for name, dtype, _ in specs if own and dtype == tf.string]
+    if strings:
+        staged.report["tflite"] = {"skipped": f"the model's input(s) {', '.join(strings)} are strings, and TFLite has no "
+                                              "builtin string ops (no Flex delegate in the tensorflow package since "
+                                              "TF 2.20); the SavedModel serves it"}
+        return
     t0 = time.perf_counter()
-    content = convert_tflite(model, task, meta, os.path.join(staged.staging, "tflite-source"),
-                                              parts[1] if parts else None)
+    try:
+        content = convert_tflite(model, task, meta, os.path.join(staged.staging, "tflite-source"),
+                                 parts[1] if parts else None)
+    except Exception as err:  # an own model's ops are its author's: skip its model.tflite, publish the rest
+        if not own:
+            raise
+        staged.report["tflite"] = {"skipped": f"the model does not convert to TFLite with builtin ops only: "
+                                              f"{first_line(err)[:400]}"}
+        return
     convert_sec = time.perf_counter() - t0
     with open(staged.tflite_path, "wb") as fh:
         fh.write(content)
         fh.flush()
         os.fsync(fh.fileno())
+    fraction = metric.unit == "fraction"
+    if vectorize is not None:
+        lite_inputs = [{"name": TOKEN_IDS, "dtype": "int64", "shape": [-1, -1],
+                        "what": "the vectorizer's token ids (0 padding, 1 out of vocabulary, then the model's vocabulary "
+                                "in order: data/vocab.txt); the strings go through the SavedModel's or the Keras model's "
+                                "TextVectorization first"}]
+    elif own:
+        lite_inputs = [{"name": name, "dtype": dtype_name(dtype), "shape": [-1, *(-1 if d is None else int(d) for d in shape)]}
+                       for name, dtype, shape in specs]
+    else:
+        lite_inputs = [{"name": names[0], "dtype": dtype_name(signature_dtype(task)),
+                        "shape": [-1] if task == "text" else [-1, *model.inputs[0].shape[1:]]}]
     section = staged.report["tflite"] = {
         "path": TFLITE_FILE,
-        "input": ({"name": TOKEN_IDS, "dtype": "int64", "shape": [-1, -1],
-                   "what": "the vectorizer's token ids (0 padding, 1 out of vocabulary, then the model's vocabulary "
-                           "in order: data/vocab.txt); the strings go through the SavedModel's or the Keras model's "
-                           "TextVectorization first"} if vectorize is not None
-                  else {"name": name, "dtype": dtype_name(signature_dtype(task)),
-                        "shape": [-1] if task == "text" else [-1, *model.inputs[0].shape[1:]]}),
+        **({"input": lite_inputs[0]} if len(lite_inputs) == 1 else {}),
+        "inputs": lite_inputs,
+        "output": out,
         "size_bytes": len(content),
         "builtin_ops_only": True,
         "select_tf_ops": False,
         "signature": SIGNATURE_NAME,
-        "keras_test_accuracy": keras_accuracy,
+        "metric": metric.name,
+        f"keras_{metric.key}": keras_value,
         "convert_sec": round(convert_sec, 3),
     }
     with warnings.catch_warnings():  # "tf.lite.Interpreter is deprecated ... use ai_edge_litert": not pinned here
         warnings.simplefilter("ignore", UserWarning)
         interpreter = tf.lite.Interpreter(model_content=content)
     runner = interpreter.get_signature_runner(SIGNATURE_NAME)
-    lite_name = TOKEN_IDS if vectorize is not None else name
-    feed = ((lambda chunk: vectorize(chunk).numpy().astype(np.int64)) if vectorize is not None
-            else (lambda chunk: np.asarray(flatten(chunk).numpy())))
+
+    def feed(chunk):
+        if vectorize is not None:
+            return {TOKEN_IDS: vectorize(chunk).numpy().astype(np.int64)}
+        return {name: np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+                for name, value in arguments(chunk).items()}
 
     def lite(chunk, training=False):  # a tensor in and out, as evaluation.predict calls a model
-        return tf.constant(runner(**{lite_name: feed(chunk)})[out])
+        return tf.constant(runner(**feed(chunk))[out])
 
     kept = {}
     metrics = evaluate(lite, task, x, y, seed, eval_meta, kept)
-    lite_outputs = kept["probabilities"] if task != "faces" else call_in_chunks(lite, x, CHUNK)
-    difference = float(np.abs(lite_outputs - keras_outputs).max()) if len(x) else 0.0
-    one = tf.constant(x[:1])
+    lite_outputs = (kept["probabilities"] if task != "faces" and head_of(meta) == "softmax"
+                    else call_in_chunks(lite, x, CHUNK))
+    difference = float(np.abs(lite_outputs.reshape(keras_outputs.shape) - keras_outputs).max()) if n else 0.0
+    one = first_row(x)
+    value = metrics[metric.name]
     section.update({
-        "test_accuracy": metrics["accuracy"],
-        "accuracy_points_vs_keras": round(100 * (metrics["accuracy"] - keras_accuracy), 4),
+        metric.key: value,
+        **({"accuracy_points_vs_keras": round(100 * (value - keras_value), 4)} if fraction
+           else {"difference_vs_keras": value - keras_value}),
         "max_abs_diff_vs_keras": difference,
         "latency_ms": {
-            "tflite_median": round(median_ms(lambda: runner(**{lite_name: feed(one)})), 4),
+            "tflite_median": round(median_ms(lambda: runner(**feed(one))), 4),
             "keras_median": round(median_ms(keras_one), 4),
             "calls": LATENCY_CALLS,
             "warmup": LATENCY_WARMUP,

@@ -6,14 +6,18 @@
 2. check the markers belong together: same strategy, same worker count, same
    initial-weights hash (recorded by each trainer from the shared seed);
    refuse otherwise -- averaging unrelated networks gives garbage;
-3. one worker model at a time: load it, check it against its marker and the
-   first model (initial weights, architecture, vocabulary), evaluate it on the
-   held-out split, add its weights to a running weighted sum, drop it -- so the
+3. one worker model at a time: load it (--model-module imported first, for an own
+   model's registered layers), check it against its marker, the dataset (task,
+   problem, labels, a head that fits the problem) and the first model (initial
+   weights, architecture, vocabulary, head, inputs, outputs, model code), evaluate it
+   on the held-out split (its primary metric: accuracy, or RMSE for regression, with
+   the problem's other metrics), add its weights to a running weighted sum, drop it -- so the
    memory held is one worker model besides the first and the sum, for any count
    (until combine.py's ensemble, which holds all of them: see step 4);
 4. average: weighted mean of every weight array, weights = shard sizes; then
    combine.py evaluates it beside the ensemble of the worker models and the best
-   worker by validation accuracy, and --combine says which one is published;
+   worker by its validation value of the primary metric (in the metric's direction:
+   the lowest RMSE), and --combine says which one is published;
    multiworker, localsgd: the workers end in sync (localsgd: their markers' final
    weight hashes must agree), the chief's model is promoted; parameterserver: the
    chief's model is promoted once every task's marker (chief, ps, workers) is in
@@ -43,15 +47,17 @@ import time
 
 import numpy as np
 
-from disttrain_aggregator import analysis, combine, exports, gate
+from disttrain_aggregator import analysis, combine, exports, feeds, gate
 from disttrain_aggregator.data_summary import data_summary
 from disttrain_aggregator.tensorboard_events import write_event_files
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
 from disttrain_contract.artifact import load_model, read_meta, save_model
-from disttrain_contract.evaluation import as_model_input, evaluate
+from disttrain_contract.evaluation import HEADS, as_model_input, evaluate, head_of
+from disttrain_contract.metrics import metrics_of, primary_metric
 from disttrain_contract.layout import marker_path
 from disttrain_contract.manifest import Manifest, read_split
 from disttrain_contract.tensorflow_import import import_tensorflow
+from disttrain_contract.user_model import import_model_module
 
 
 def parse_args(argv=None):
@@ -77,23 +83,44 @@ def parse_args(argv=None):
                    help="once --min-workers have finished, seconds to wait for the rest (default 600; never past --timeout)")
     p.add_argument("--combine", choices=combine.MODES, default="average",
                    help="--strategy average: publish the weight average (default), an ensemble (one Keras model: the "
-                   "mean of the worker models' probabilities, N forward passes), or the best worker by its validation "
-                   "accuracy (trainer --validation-fraction; never the held-out split). The report evaluates all three "
-                   "either way. Refused for the other strategies: their workers end with one shared model")
+                   "mean of the worker models' probabilities, or of their predictions for regression; N forward "
+                   "passes), or the best worker by its validation value of the primary metric (accuracy; regression: "
+                   "the lowest RMSE) from trainer --validation-fraction, never the held-out split. The report "
+                   "evaluates all three either way. Refused for the other strategies: their workers end with one "
+                   "shared model")
+    p.add_argument("--model-module", metavar="MODULE[:FUNCTION]",
+                   help="the Python module the workers' models were built with (trainer --model-module): imported "
+                   "before any model is loaded, so that its registered custom layers load in Keras safe mode; a "
+                   "model whose disttrain.json records a module (model_code) is refused without it. The module must "
+                   "be importable here (PYTHONPATH, or a derived image); FUNCTION is not called")
     p.add_argument("--exports", type=exports.parse_kinds, default=exports.KINDS, metavar="LIST",
                    help="what to export next to the final model, comma-separated: saved_model (SAVEFILE's directory"
-                   "/saved_model/<version>/, for TensorFlow Serving and KServe), tflite (model.tflite); or none "
+                   "/saved_model/<version>/, for TensorFlow Serving and KServe; an own model's signature takes its "
+                   "own input names), tflite (model.tflite; skipped with the reason in the report when the model "
+                   "cannot be one, e.g. string inputs or ops without a TFLite builtin); or none "
                    "(default: saved_model,tflite). Each is checked against the Keras model on the held-out split, "
                    "and the report has their numbers")
     p.add_argument("--baseline", metavar="REPORT_JSON",
                    help="a 1-worker run's report.json on the same data, for the analysis' comparison (final vs best "
                    "worker vs this baseline); without it the report says there is none")
-    gating = p.add_argument_group("quality gate", "the final model is published only if its held-out accuracy passes both checks")
+    gating = p.add_argument_group(
+        "quality gate",
+        "the final model is published only if its held-out value of the primary metric passes both checks: "
+        "classification (accuracy; faces: top-1 retrieval) in accuracy points with the first two thresholds, "
+        "regression (RMSE, lower is better) in percent of the reference's RMSE with the --max-relative-* ones")
     gating.add_argument("--max-drop-vs-best-worker", type=float, default=1.0, metavar="POINTS",
-                        help="at most this many accuracy points below the best single worker model (default 1.0)")
+                        help="classification: at most this many accuracy points below the best single worker model "
+                        "(default 1.0); not used for regression")
     gating.add_argument("--max-regression", type=float, default=1.0, metavar="POINTS",
-                        help="at most this many accuracy points below the published model, evaluated on this run's "
-                        "held-out split (default 1.0; 0: no regression at all)")
+                        help="classification: at most this many accuracy points below the published model, evaluated "
+                        "on this run's held-out split (default 1.0; 0: no regression at all); not used for regression")
+    gating.add_argument("--max-relative-drop-vs-best-worker", type=float, default=5.0, metavar="PERCENT",
+                        help="regression: the final model's held-out RMSE at most this many percent above the best "
+                        "single worker model's (default 5: RMSE 1.05 against 1.00 passes); not used for classification")
+    gating.add_argument("--max-relative-regression", type=float, default=5.0, metavar="PERCENT",
+                        help="regression: the final model's held-out RMSE at most this many percent above the "
+                        "published model's, evaluated on this run's held-out split (default 5; 0: no worse at all); "
+                        "not used for classification")
     gating.add_argument("--published", metavar="PATH_OR_GLOB",
                         help="the published model to compare with: a path, or a glob of which the newest match with "
                         "its _SUCCESS marker counts (default: --savefile)")
@@ -110,6 +137,9 @@ def parse_args(argv=None):
     for flag in ("max_drop_vs_best_worker", "max_regression"):
         if not 0 <= getattr(args, flag) <= 100:  # also refuses nan
             p.error(f"--{flag.replace('_', '-')} must be between 0 and 100 (accuracy points)")
+    for flag in ("max_relative_drop_vs_best_worker", "max_relative_regression"):
+        if not 0 <= getattr(args, flag) <= 1000:  # also refuses nan
+            p.error(f"--{flag.replace('_', '-')} must be between 0 and 1000 (percent)")
     return args
 
 
@@ -213,11 +243,35 @@ def different_initial_weights(detail):
     )
 
 
+# what every worker model's disttrain.json must agree on (when recorded) for them to be combined:
+# an average of models that read their output differently, take other inputs or were built
+# from other code is no model at all
+SHARED_META = ("task", "problem", "target", "labels", "head", "inputs", "outputs", "model_source", "model_code")
+
+
+def layer_summary(model):
+    """Each layer as "name (Class) weight shapes", for saying where two architectures differ."""
+    return [f"{layer.name} ({type(layer).__name__}) {[tuple(w.shape) for w in layer.weights]}" for layer in getattr(model, "layers", [])]
+
+
 def model_signature(model, meta):
     """What must be the same in every worker's model for them to be combined."""
     return {"init_weights_sha256": meta.get("init_weights_sha256"),
             "architecture": json.dumps(model.get_config(), sort_keys=True, default=str),
-            "vocab_sha256": meta.get("vocab_sha256")}
+            "layers": layer_summary(model),
+            "vocab_sha256": meta.get("vocab_sha256"),
+            "meta": {key: meta.get(key) for key in SHARED_META}}
+
+
+def architecture_difference(signature, first):
+    """Where two architectures differ, in a few words."""
+    mine, theirs = signature["layers"], first["layers"]
+    for i, (a, b) in enumerate(zip(mine, theirs)):
+        if a != b:
+            return f"layer {i}: {a} vs {b}"
+    if len(mine) != len(theirs):
+        return f"{len(mine)} layers vs {len(theirs)}"
+    return "the same layers, configured differently"
 
 
 def check_model(marker, signature, first):
@@ -226,10 +280,67 @@ def check_model(marker, signature, first):
     if signature["init_weights_sha256"] != marker["init_weights_sha256"]:
         raise different_initial_weights(f"worker {marker['worker_index']}: marker {marker['init_weights_sha256'][:12]}, "
                                         f"model {str(signature['init_weights_sha256'])[:12]}")
-    if first is not None and signature["architecture"] != first["architecture"]:
-        raise ContractError("the worker models have different architectures")
-    if first is not None and signature["vocab_sha256"] != first["vocab_sha256"]:
+    if first is None:
+        return
+    if signature["architecture"] != first["architecture"]:
+        raise ContractError(f"the worker models have different architectures (worker {marker['worker_index']} vs the "
+                            f"first: {architecture_difference(signature, first)}); averaging needs the same network on "
+                            "every worker: train them all from the same --model-file/--model-module and flags")
+    if signature["vocab_sha256"] != first["vocab_sha256"]:
         raise ContractError("the worker models were trained with different vocabularies")
+    for key in SHARED_META:
+        if signature["meta"][key] != first["meta"][key]:
+            raise ContractError(f"the worker models differ in their {key}: worker {marker['worker_index']}'s is "
+                                f"{json.dumps(signature['meta'][key], default=str)[:200]}, the first's "
+                                f"{json.dumps(first['meta'][key], default=str)[:200]}")
+
+
+def check_meta(meta, manifest, where):
+    """A model's disttrain.json against this run's dataset: the same task, problem and labels, and a
+    head that reads its output as the problem needs (evaluation.HEADS). Keys a model does not record
+    (older trainers) are not checked; a missing head is the built-in classifiers' softmax."""
+    if meta.get("task") is not None and meta["task"] != manifest.task:
+        raise ContractError(f"{where} is a {meta['task']!r} model, the dataset's task is {manifest.task!r}")
+    problem = meta.get("problem", "classification")
+    if problem != manifest.problem:
+        raise ContractError(f"{where} is a {problem} model, the dataset is a {manifest.problem} problem")
+    if "labels" in meta and list(meta["labels"] or []) != list(manifest.labels or []):
+        raise ContractError(f"{where} was trained with other labels ({meta['labels']}) than the dataset's "
+                            f"({manifest.labels})")
+    head = head_of(meta)
+    if head not in HEADS:
+        raise ContractError(f"{where} has the head {head!r}, not one of {', '.join(HEADS)} (evaluation.HEADS)")
+    if manifest.problem == "regression" and head != "value":
+        raise ContractError(f"{where} is for a regression dataset but its head is {head!r} (a regression model's "
+                            "disttrain.json says head \"value\")")
+    if manifest.problem == "classification" and head == "value":
+        raise ContractError(f"{where} has a regression head (\"value\") but the dataset is a classification problem")
+    if head in ("sigmoid", "sigmoid_logits") and len(manifest.labels) != 2:
+        raise ContractError(f"{where} has a one-unit {head} head, which reads two labels; the dataset has "
+                            f"{len(manifest.labels)}")
+
+
+def load_checked(path, model_module, manifest=None):
+    """(model, meta) of a model artifact, with one-line errors for what loading it needs: the module
+    its disttrain.json records (--model-module), and every custom class registered (Keras' own
+    message for an unregistered class is a long dump of the config)."""
+    from disttrain_contract.user_model import archive_config, check_archive_classes, check_code_matches
+
+    where = f"the model {path}"
+    check_code_matches(read_meta(path), model_module, where)
+    try:
+        config = archive_config(path)
+    except ContractError:
+        config = None  # load_model says what is wrong with the file
+    if config is not None:
+        try:
+            check_archive_classes(path, config)
+        except ContractError as err:
+            raise ContractError(str(err).replace(f"--model-file {path}", where, 1)) from None
+    model, meta = load_model(path)
+    if manifest is not None:
+        check_meta(meta, manifest, where)
+    return model, meta
 
 
 def main(argv=None):
@@ -239,9 +350,13 @@ def main(argv=None):
     data_dir = args.data or workdir.data
     savefile = args.savefile or workdir.final_model
     final_dir = os.path.dirname(os.path.abspath(savefile))
+    if args.model_module:  # before any model is loaded: its registered layers load in safe mode
+        import_tensorflow()  # quietly, before the user's module imports keras
+        import_model_module(args.model_module)
 
     wait_for_marker(data_dir, args.timeout, "the copier's dataset")
     manifest = Manifest.read(data_dir)
+    metric = primary_metric(manifest.task, manifest.problem)  # what ranks and gates the models, in its direction
     expect = args.expect or manifest.n_shards
     min_workers = args.min_workers or expect
     if min_workers > expect:
@@ -263,7 +378,7 @@ def main(argv=None):
         check_ps_roles(markers)
     check_compatible(markers, expect)
     strategy = markers[0]["strategy"]
-    combine.check_mode(args.combine, strategy, markers)
+    combine.check_mode(args.combine, strategy, markers, metric)
     left_out = missing_workers(manifest, missing)
     if left_out:
         print(f"aggregator: {len(markers)} of {expect} workers finished ({strategy}); averaging without "
@@ -278,10 +393,18 @@ def main(argv=None):
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     x_test = as_model_input(manifest.task, x_test)
     outputs = {}  # model name -> its held-out predictions, kept for analysis.py (no second pass over the split)
+    fed = {}  # a model's input specs -> the held-out inputs as such a model takes them (feeds.feed)
+
+    def feed_for(meta):
+        key = json.dumps(feeds.input_specs(meta), sort_keys=True, default=str)
+        if key not in fed:
+            fed[key] = feeds.feed(manifest.task, manifest.input, meta, x_test)
+        return fed[key]
 
     def held_out(model, meta, name=None):  # meta: a faces model is fed crops preprocessed its own way (faces.preprocessing_of)
         kept = outputs.setdefault(name, {}) if name else None
-        return {f"test_{key}": value for key, value in evaluate(model, manifest.task, x_test, y_test, manifest.seed, meta, kept).items()}
+        return {f"test_{key}": value
+                for key, value in evaluate(model, manifest.task, feed_for(meta), y_test, manifest.seed, meta, kept).items()}
 
     # ------------------------------- check, evaluate, sum: one model at a time
     # Holding every worker model at once costs memory in proportion to the worker count;
@@ -297,7 +420,7 @@ def main(argv=None):
     for d, marker in zip(worker_dirs, streamed):
         if not marker.get("model"):
             raise ContractError(f"{marker_path(d)} names no model; the worker did not save one")
-        model, meta = load_model(os.path.join(d, marker["model"]))
+        model, meta = load_checked(os.path.join(d, marker["model"]), args.model_module, manifest)
         signature = model_signature(model, meta)
         check_model(marker, signature, first_signature)
         name = f"worker {marker['worker_index']}" if strategy == "average" else PROMOTED[strategy]
@@ -322,7 +445,7 @@ def main(argv=None):
     if strategy == "average":  # average, ensemble and best, all evaluated; --combine says which is published
         final, final_metrics, combine_meta, combined = combine.candidates(
             args.combine, manifest.task, combine.worker_model_paths(worker_dirs, markers), markers, rows, final,
-            final_meta, held_out, x_test)
+            final_meta, held_out, feed_for(final_meta), metric=metric)
     else:
         final_metrics, combine_meta = held_out(final, final_meta, "final"), {}
     # the examples behind the final model: fewer than the data set's when workers were left out
@@ -331,6 +454,12 @@ def main(argv=None):
     report = {
         "strategy": strategy,
         "task": manifest.task,
+        "problem": manifest.problem,
+        "target": manifest.target,
+        # the metric the models are ranked and gated by; every model's row has test_<name> of each of
+        # metrics.metrics_of(task, problem) (regression: rmse, mae, r2, loss = the mean squared error)
+        "primary_metric": {"name": metric.name, "direction": metric.direction, "label": metric.label},
+        "metrics": [m.name for m in metrics_of(manifest.task, manifest.problem)],
         "labels": manifest.labels,
         "source": manifest.source,
         "seed": final_meta.get("seed"),
@@ -355,14 +484,16 @@ def main(argv=None):
     outputs.clear()  # the predictions are summarised; free them before publishing
 
     # -------------------------------------------------------------------- gate
-    published = evaluate_published(args.published or savefile, manifest, held_out)
-    verdict = gate.decide(final_metrics["test_accuracy"], [(r["name"], r["test_accuracy"]) for r in rows], published,
-                          args.max_drop_vs_best_worker, args.max_regression, promoted=strategy != "average")
+    published = evaluate_published(args.published or savefile, manifest, held_out, metric, args.model_module)
+    thresholds = ((args.max_drop_vs_best_worker, args.max_regression) if metric.unit == "fraction"
+                  else (args.max_relative_drop_vs_best_worker, args.max_relative_regression))
+    verdict = gate.decide(final_metrics[metric.key], [(r["name"], r[metric.key]) for r in rows], published,
+                          *thresholds, promoted=strategy != "average", metric=metric)
     # forced: published only because of --force
     report["gate"] = dict(verdict, forced=args.force and not verdict["passed"], published=published)
     print_table(report)
     if combined:
-        combine.print_candidates(combined, manifest.task)
+        combine.print_candidates(combined, manifest.task, metric)
     analysis.print_summary(report["analysis"])
     if report["training_parameters"]:
         origin = report["parameters_origin"] or {}
@@ -388,8 +519,8 @@ def main(argv=None):
     staged = None
     if args.exports:  # built and checked before anything is published; a failure publishes nothing
         print(f"aggregator: exporting {', '.join(args.exports)} ...", flush=True)
-        staged = exports.stage(final_dir, args.exports, final, manifest.task, meta, x_test, y_test, manifest.seed,
-                               final_metrics["test_accuracy"])
+        staged = exports.stage(final_dir, args.exports, final, manifest.task, meta, feed_for(meta), y_test,
+                               manifest.seed, final_metrics[metric.key], metric)
         report["exports"] = staged.report
     else:
         report["exports"] = {"requested": []}
@@ -407,7 +538,8 @@ def main(argv=None):
     if staged:
         print_exports(report["exports"], final_dir)
     write_marker(final_dir, "aggregator", model=os.path.basename(savefile), strategy=strategy,
-                 test_accuracy=final_metrics["test_accuracy"])
+                 test_accuracy=final_metrics.get("test_accuracy"), problem=manifest.problem,
+                 final_test_metric={"name": metric.name, "value": final_metrics[metric.key], "direction": metric.direction})
     print(f"aggregator: published {savefile} (report: {os.path.join(final_dir, 'report.json')})")
     return 0
 
@@ -444,9 +576,12 @@ def print_exports(section, final_dir):
     if lite and "skipped" in lite:
         print(f"aggregator: no TFLite model: {lite['skipped']}", flush=True)
     elif lite:
-        print(f"aggregator: TFLite {os.path.join(final_dir, lite['path'])} ({lite['input']['name']} in): "
-              f"{lite['size_bytes']:,} bytes, builtin ops only; held-out accuracy {lite['test_accuracy']:.4f} "
-              f"(Keras {lite['keras_test_accuracy']:.4f}); one instance {lite['latency_ms']['tflite_median']:.2f} ms "
+        name = lite.get("metric", "accuracy")
+        title = "accuracy" if name == "accuracy" else name.upper() if name in ("rmse", "mae") else name
+        print(f"aggregator: TFLite {os.path.join(final_dir, lite['path'])} "
+              f"({', '.join(i['name'] for i in lite['inputs'])} in): "
+              f"{lite['size_bytes']:,} bytes, builtin ops only; held-out {title} {lite[f'test_{name}']:.4f} "
+              f"(Keras {lite[f'keras_test_{name}']:.4f}); one instance {lite['latency_ms']['tflite_median']:.2f} ms "
               f"(Keras {lite['latency_ms']['keras_median']:.2f} ms)", flush=True)
 
 
@@ -466,26 +601,27 @@ def newest_published(path_or_glob):
     return max(published)[1] if published else None
 
 
-def evaluate_published(path_or_glob, manifest, held_out):
-    """What the gate compares with: the published model's accuracy on this run's held-out split
+def evaluate_published(path_or_glob, manifest, held_out, metric=None, model_module=None):
+    """What the gate compares with: the published model's primary metric on this run's held-out split
     (an old report's number may be of other data). None: nothing published;
     comparable False: it cannot be measured on this split, or not loaded at all (then it
     protects nothing: the server cannot load it either)."""
+    key = (metric or primary_metric(manifest.task, manifest.problem)).key
     path = newest_published(path_or_glob)
     if path is None:
         return None
     try:
         why = gate.comparable(read_meta(path), manifest)
         if why is None:
-            model, meta = load_model(path)
-            accuracy = held_out(model, meta)["test_accuracy"]
+            model, meta = load_checked(path, model_module, manifest)
+            value = held_out(model, meta)[key]
             del model
             gc.collect(1)
     except ContractError as err:
         why = f"cannot read it: {err}"
     if why:
         return {"path": path, "comparable": False, "why": why}
-    return {"path": path, "comparable": True, "test_accuracy": accuracy}
+    return {"path": path, "comparable": True, key: value}
 
 
 def missing_workers(manifest, missing):
@@ -513,13 +649,20 @@ def load_metrics(worker_dir):
         return []
 
 
-def print_table(report):
-    """The report as a table: loss for classifiers; retrieval distances for faces."""
+def table_columns(report):
+    """(report key, title) of the printed table's metric columns."""
+    if report.get("problem") == "regression":
+        return [("test_rmse", "RMSE"), ("test_mae", "MAE"), ("test_r2", "R²")]
     columns = [("test_accuracy", "test acc" if report["task"] != "faces" else "top-1")]
     if report["task"] == "faces":
-        columns += [("test_same_person_distance", "same dist"), ("test_different_person_distance", "other dist")]
-    else:
-        columns += [("test_loss", "test loss")]
+        return columns + [("test_same_person_distance", "same dist"), ("test_different_person_distance", "other dist")]
+    return columns + [("test_loss", "test loss")]
+
+
+def print_table(report):
+    """The report as a table: accuracy and loss for classifiers; RMSE, MAE, R² for regression;
+    retrieval distances for faces."""
+    columns = table_columns(report)
     final_label = ("final (promoted)" if report["strategy"] != "average"
                    else f"final ({report.get('combine', {}).get('published', 'average')})")
     rows = [(r["name"], r) for r in report["workers"]] + [(final_label, report["final"])]
@@ -530,6 +673,9 @@ def print_table(report):
     held_out = f"{report['test_examples']} held-out examples"
     if report["task"] == "faces":
         held_out += f" of {report['final']['test_people']} people never seen in training"
+    if report.get("problem") == "regression":
+        held_out += (f"; target {report.get('target')!r}, RMSE and MAE in its unit (lower is better), R² of 1 is a "
+                     "perfect fit")
     print(held_out + "\n")
     if report["task"] == "faces" and "test_darker_margin" in report["final"]:
         print_hard_queries(report["final"])
@@ -546,8 +692,9 @@ def print_hard_queries(final):
 
 
 def plot_report(report, histories, path):
-    """Bars: held-out accuracy per worker, per combine candidate (average runs) and final. Curves:
-    per-epoch held-out accuracy of each worker, with the final model as a line. Under them, one
+    """Bars: the held-out primary metric (accuracy; regression: RMSE) per worker, per combine
+    candidate (average runs) and final. Curves: its per-epoch held-out value for each worker (the
+    trainers' test_<metric>), with the final model as a line. Under them, one
     line of the copier's data validation (when the dataset has it)."""
     os.environ.setdefault("MPLCONFIGDIR", os.path.join(os.path.dirname(path), ".matplotlib"))
     import matplotlib
@@ -559,32 +706,36 @@ def plot_report(report, histories, path):
     from disttrain_contract import atomic_path
 
     hard = report["task"] == "faces" and "test_darker_margin" in report["final"]  # the faces' harder queries
+    primary = report.get("primary_metric") or {"name": "accuracy", "label": "accuracy", "direction": "max"}
+    key, fraction = f"test_{primary['name']}", primary["name"] == "accuracy"
+    ylabel = ("held-out top-1 retrieval" if report["task"] == "faces"
+              else f"held-out {primary['label']}" + ("" if fraction else f" ({'lower' if primary['direction'] == 'min' else 'higher'} is better)"))
     fig, axes = plt.subplots(1, 3 if hard else 2, figsize=(16 if hard else 11, 4))
     bars, curves = axes[0], axes[1]
     candidates = [(name, c) for name, c in (report.get("combine") or {}).get("candidates", {}).items()
                   if c.get("available") is not False]
     names = ([r["name"] for r in report["workers"]]
              + [f"best (w{c['worker_index']})" if name == "best" else name for name, c in candidates] + ["final"])
-    values = ([r["test_accuracy"] for r in report["workers"]] + [c["test_accuracy"] for _, c in candidates]
-              + [report["final"]["test_accuracy"]])
+    values = [r[key] for r in report["workers"]] + [c[key] for _, c in candidates] + [report["final"][key]]
     colors = ["#8da0cb"] * len(report["workers"]) + ["#66c2a5"] * len(candidates) + ["#fc8d62"]
     bars.bar(names, values, color=colors)
     for x, v in enumerate(values):
-        bars.text(x, v, f"{v:.3f}", ha="center", va="bottom", fontsize=8 if len(values) > 5 else 10)
+        bars.text(x, v, f"{v:.3f}" if fraction else f"{v:.4g}", ha="center", va="bottom", fontsize=8 if len(values) > 5 else 10)
     if len(values) > 5:
         bars.tick_params(axis="x", labelrotation=30, labelsize=8)
-    bars.set_ylim(0, 1.05)
-    bars.set_ylabel("held-out top-1 retrieval" if report["task"] == "faces" else "held-out accuracy")
+    finite = [v for v in values if np.isfinite(v)]
+    bars.set_ylim(0, 1.05 if fraction else 1.15 * max(finite + [1e-9]))
+    bars.set_ylabel(ylabel)
     bars.set_title(f"{report['task']} / {report['strategy']}"
                    + (f": {report['combine']['published']} published" if report.get("combine") else ""))
     for i, history in enumerate(histories):
-        evaluated = [e for e in history if "test_accuracy" in e]  # multiworker, localsgd: the chief evaluates
+        evaluated = [e for e in history if key in e]  # multiworker, localsgd: the chief evaluates
         if evaluated:
-            curves.plot([e["epoch"] for e in evaluated], [e["test_accuracy"] for e in evaluated], marker="o", label=f"worker {i}")
-    curves.axhline(report["final"]["test_accuracy"], color="#fc8d62", linestyle="--", label="final model")
+            curves.plot([e["epoch"] for e in evaluated], [e[key] for e in evaluated], marker="o", label=f"worker {i}")
+    curves.axhline(report["final"][key], color="#fc8d62", linestyle="--", label="final model")
     curves.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     curves.set_xlabel("epoch")
-    curves.set_ylabel("held-out accuracy")
+    curves.set_ylabel(ylabel if report["task"] != "faces" else "held-out accuracy")
     curves.set_title("training curves")
     curves.legend()
     if hard:

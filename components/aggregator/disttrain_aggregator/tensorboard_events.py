@@ -5,7 +5,8 @@
                                        the other strategies: the one model the chief wrote)
 
 The scalars are the report's held-out metrics under the trainers' names (test_accuracy, test_loss;
-faces: test_top1_accuracy, ...) at step = the epochs trained, so `tensorboard --logdir WORKDIR`
+faces: test_top1_accuracy, ...; regression: test_rmse, test_mae, test_r2, and test_loss, the mean
+squared error, as the trainers' epoch records name them) at step = the epochs trained, so `tensorboard --logdir WORKDIR`
 draws them as the last point of each held-out curve, with the final model's beside the workers'.
 Outside final/, whose files the server watches and the fault tests list; the whole folder is
 replaced in one rename, so a reader sees one run's files or the previous run's.
