@@ -426,7 +426,7 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
     saved_sec = time.perf_counter() - t0
     loaded = tf.saved_model.load(staged.saved_model_path)  # what TF Serving does, in this process
     signature = loaded.signatures[SIGNATURE_NAME]
-    outputs = call_in_chunks(lambda chunk: signature(**arguments(chunk))[out], x, CHUNK)
+    outputs = call_in_chunks(lambda chunk: signature(**arguments(chunk))[out], x, CHUNK)  # noqa: F821  runs here, before the del below
     difference = float(np.abs(outputs - keras_outputs).max()) if n else 0.0
     if not difference <= TOLERANCE:  # also nan
         raise ContractError(f"the SavedModel's {SIGNATURE_NAME} outputs differ from the Keras model's by "
