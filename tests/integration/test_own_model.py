@@ -200,7 +200,7 @@ def test_a_custom_layer_module_in_all_three_stages(cancer_data, tmp_path, monkey
     meta = json.loads(__import__("zipfile").ZipFile(work / "final" / "model.keras").read("disttrain.json"))
     assert meta["model_code"]["module"] == "tabular_models" and len(meta["model_code"]["sha256"]) == 64
 
-    refused = stage("aggregator", "--workdir", work, "--expect", 2, "--timeout", 10, "--out", tmp_path / "again",
+    refused = stage("aggregator", "--workdir", work, "--expect", 2, "--timeout", 10, "--savefile", tmp_path / "again" / "model.keras",
                     check=False, env=env)
     assert refused.returncode == 2 and "--model-module tabular_models" in only_error_line(refused)
 

@@ -88,7 +88,8 @@
     const stats = element("div", "worker-stats");
     stats.append(
       element("span", "", `loss ${number(w.loss, 4)}`),
-      element("span", "", `accuracy ${number(w.accuracy, 4)}`),
+      // the step's running score: "accuracy", or a regression's "mae" (progress.json's "score" names it)
+      element("span", "", `${w.score || "accuracy"} ${number(w[w.score || "accuracy"], 4)}`),
       element("span", "", `${typeof w.examples_per_sec === "number" ? Math.round(w.examples_per_sec).toLocaleString("en") : "–"} examples/s`),
       element("span", "", `ETA ${w.state === "done" ? "done" : duration(w.eta_sec)}`),
       element("span", "worker-age", `updated ${number(w.age_sec, 1)} s ago`)
@@ -136,6 +137,12 @@
     return box;
   }
 
+  // training accuracy (a fraction: 0..1 axis), or a regression's training MAE (the target's unit)
+  function scoreChart(workers) {
+    const score = workers[0].score || "accuracy";
+    return score === "accuracy" ? chart("training accuracy", "accuracy", workers, 1) : chart(`training ${score.toUpperCase()}`, score, workers);
+  }
+
   function showTraining(data) {
     heading.firstChild.textContent = "Training ";
     const workers = data.workers;
@@ -145,7 +152,7 @@
     workersBox.replaceChildren(...workers.map(workerRow));
     const drawn = workers.filter((w) => !w.error);
     curvesBox.replaceChildren(
-      ...(drawn.length ? [chart("training loss", "loss", drawn), chart("training accuracy", "accuracy", drawn, 1)] : [])
+      ...(drawn.length ? [chart("training loss", "loss", drawn), scoreChart(drawn)] : [])
     );
     reportBox.hidden = true;
   }
