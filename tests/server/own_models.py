@@ -1,6 +1,6 @@
 """A user's own Keras models on a user's own data, built here the way a user would (keras.Input,
 layers, model.fit) and published the way the trainer and aggregator publish them
-(CONTRACT-own-model.md): WORKDIR/final/model.keras with disttrain.json (contract artifact.save_model),
+(docs/formats.md): WORKDIR/final/model.keras with disttrain.json (contract artifact.save_model),
 the aggregator's _SUCCESS and report.json, and WORKDIR/data (manifest.json, a shard and the held-out
 test split) as the copier writes it for a table or array source. Imported as `server.own_models` by
 tests/server and tests/browser; each model is built once per test session (a few seconds each).

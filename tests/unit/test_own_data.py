@@ -1,4 +1,4 @@
-"""The copier's own-data sources (CONTRACT-own-model.md): table:PATH (CSV and Parquet) for classification
+"""The copier's own-data sources (docs/formats.md): table:PATH (CSV and Parquet) for classification
 and regression, npz:PATH with any numeric x, and the data checks for a regression target. Real files,
 the real `disttrain-copier` program; results compared with numpy. Fast (no TensorFlow)."""
 

@@ -16,7 +16,7 @@ from a master that must never have touched TensorFlow (it is not fork-safe).
 So is the user's --model-module (it registers custom Keras layers, so it imports
 Keras): each worker imports it before its first load.
 
-A user's own model (tasks table and array, CONTRACT-own-model.md) takes the
+A user's own model (tasks table and array; docs/formats.md) takes the
 numeric inputs its disttrain.json lists ("inputs": one, or several named ones)
 and answers through its "head": a classifier's raw output becomes class
 probabilities (evaluation.probabilities), a regression's one value per instance.
