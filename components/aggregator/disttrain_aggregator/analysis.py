@@ -414,7 +414,7 @@ def plot_residuals(axis, section, target):
     axis.axhline(final["bias"], color=FINAL, linestyle="--", linewidth=1, label=f"bias (mean residual) {final['bias']:.4g}")
     axis.set_xlabel(f"predicted {target}")
     axis.set_ylabel("residual: prediction - target")
-    axis.set_title("final model: residuals (no pattern = the errors do not depend on the prediction)")
+    axis.set_title("final model: residuals against the prediction\n(no pattern: the errors do not depend on it)", fontsize=10)
     axis.legend(fontsize=8, loc="upper left")
 
 

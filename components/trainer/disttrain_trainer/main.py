@@ -411,7 +411,9 @@ def main(argv=None):
                 **task.metadata(published),
                 **({"sync_every": strategy.every} if args.strategy == "localsgd" else {}),
                 "training_parameters": {"learning_rate": args.learning_rate, "batch": args.batch, "epochs": args.epochs,
-                                        "width": args.width, "dropout": args.dropout,
+                                        # (--width and --dropout shape the built-in models only)
+                                        **({"width": args.width, "dropout": args.dropout}
+                                           if task.model_source == "builtin" else {}),
                                         **({"sync_every": strategy.every} if args.strategy == "localsgd" else {})},
                 "parameters_origin": args.params_origin,
             })
