@@ -310,6 +310,9 @@ def check_meta(meta, manifest, where):
     head = head_of(meta)
     if head not in HEADS:
         raise ContractError(f"{where} has the head {head!r}, not one of {', '.join(HEADS)} (evaluation.HEADS)")
+    if "head" in meta and (head == "embedding") != (manifest.task == "faces"):
+        raise ContractError(f"{where} has the head {head!r}; an embedding head is the faces task's, and the faces "
+                            f"task's model is an embedding (this dataset's task is {manifest.task})")
     if manifest.problem == "regression" and head != "value":
         raise ContractError(f"{where} is for a regression dataset but its head is {head!r} (a regression model's "
                             "disttrain.json says head \"value\")")

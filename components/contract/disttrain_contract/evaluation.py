@@ -32,7 +32,8 @@ def as_model_input(task, x):
 #   sigmoid         [n, 1] the probability of the second of two labels
 #   sigmoid_logits  [n, 1] its logit
 #   value           [n] or [n, 1] a regression's prediction
-HEADS = ("softmax", "logits", "sigmoid", "sigmoid_logits", "value")
+#   embedding       [n, d] an L2-normalised embedding (faces: evaluated by retrieval, not read as classes)
+HEADS = ("softmax", "logits", "sigmoid", "sigmoid_logits", "value", "embedding")
 
 
 def head_of(meta):

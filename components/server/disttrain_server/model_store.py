@@ -46,7 +46,7 @@ INPUT_KINDS = ("text", "image") + NUMERIC_TASKS
 CLASSIFIER_TASKS = ("text", "image")
 EMBEDDING_TASKS = ("faces",)
 SERVED_TASKS = CLASSIFIER_TASKS + EMBEDDING_TASKS + NUMERIC_TASKS
-CLASSIFIER_HEADS = tuple(head for head in HEADS if head != "value")
+CLASSIFIER_HEADS = tuple(head for head in HEADS if head not in ("value", "embedding"))  # (embedding: the faces task's)
 SIGMOID_HEADS = ("sigmoid", "sigmoid_logits")
 REASON_CHARS = 500  # a 503 reason is one line of at most this many characters (Keras' messages can be pages)
 CALL_CHUNK = 512  # most instances per model call: bounds memory when the gallery embeds many faces at once
