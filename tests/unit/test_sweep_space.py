@@ -45,7 +45,9 @@ def test_defaults_per_task_and_overrides():
     assert text["learning_rate"].low == 3e-4 and text["batch"].choices == (32, 64, 128)
     image = build_space("image", {"epochs": "3"})
     assert image["epochs"].fixed and image["learning_rate"].describe() == "0.0001:0.01 (log)"
-    with pytest.raises(ContractError, match="text and image tasks; this dataset's task is faces"):
+    table = build_space("table", {})
+    assert table["epochs"].describe() == "10:40" and build_space("array", {})["batch"].choices == table["batch"].choices
+    with pytest.raises(ContractError, match="text, image, table and array tasks; this dataset's task is faces"):
         build_space("faces", {})
 
 
