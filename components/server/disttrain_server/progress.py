@@ -28,18 +28,18 @@ from flask import Blueprint, current_app, send_file
 
 from disttrain_contract.layout import MARKER, PROGRESS_FILE, Workdir
 from disttrain_server.errors import ApiError
+from disttrain_server.shared import run_finder
 
 bp = Blueprint("progress", __name__)
 
-FINDER_KEY = "disttrain.runs"
 MAX_PROGRESS_BYTES = 256 * 1024  # a progress file keeps its newest 500 epochs (disttrain_trainer.progress): ~60 KB
 MAX_WORKERS = 1024  # worker directories listed; the chart refuses more than 256 workers
 RUN_DIR = re.compile(r"run-(\d{1,9})")
 WORKER_DIR = re.compile(r"worker-(\d{5})")
 
 
-def openapi_paths():
-    """This module's part of /openapi.json (openapi.build_spec): a new dict each time, since the spec's
+def openapi_paths(context):
+    """This blueprint's part of /openapi.json (openapi.build_spec): a new dict each time, since the spec's
     builder adds responses to it."""
     return {
         "/progress.json": {
@@ -145,7 +145,7 @@ def run_progress(run_dir, now=None):
 def progress_json():
     from disttrain_server import runs  # (here: runs imports this module)
 
-    run_dir = current_app.extensions[FINDER_KEY].run_dir()
+    run_dir = run_finder().run_dir()
     body = run_progress(run_dir)
     # the run's dashboard page, and the finished run's analysis.png beside its report.png
     body["dashboard"], body["analysis"] = runs.run_links(run_dir, body["state"] == "finished") if body["run"] else (None, None)
@@ -156,7 +156,7 @@ def progress_json():
 
 @bp.get("/progress/report.png")
 def report_png():
-    run_dir = current_app.extensions[FINDER_KEY].run_dir()
+    run_dir = run_finder().run_dir()
     final = run_dir and Workdir(run_dir).final
     try:
         if not final or not os.path.exists(os.path.join(final, MARKER)):

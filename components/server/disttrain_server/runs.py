@@ -31,8 +31,8 @@ from collections import OrderedDict
 from flask import Blueprint, current_app, render_template, send_file, url_for
 
 from disttrain_contract.layout import MARKER, PROGRESS_FILE, Workdir
-from disttrain_server import api  # (the module: api imports openapi, which imports this one)
 from disttrain_server.errors import ApiError
+from disttrain_server.shared import runs_dir, served_run_dir
 from disttrain_server.progress import MAX_WORKERS, RUN_DIR, WORKER_DIR, is_run_dir, read_progress
 
 bp = Blueprint("runs", __name__)
@@ -54,8 +54,8 @@ STATUS_TEXT = {"finished": "finished", "rejected": "refused by the quality gate"
                "none": "no report"}
 
 
-def openapi_paths():
-    """This module's part of /openapi.json (a new dict each time: the spec's builder adds to it)."""
+def openapi_paths(context):
+    """This blueprint's part of /openapi.json (openapi.build_spec; a new dict each time: the builder adds to it)."""
     run = {"name": "run", "in": "path", "required": True,
            "schema": {"type": "string", "pattern": f"^(?:{SERVED}|run-[0-9]+)$"},
            "description": f"run-N of --runs-dir, or '{SERVED}' (the served model's run)"}
@@ -202,15 +202,6 @@ def summarize(report):
                  "reasons": [str(r) for r in gate.get("reasons") or []]} if gate else None,
         "data_passed": data.get("passed") if isinstance(data, dict) else None,
     }
-
-
-def served_run_dir():
-    """The run whose final/model.keras is served (the app's MODEL_PATH)."""
-    return os.path.dirname(os.path.dirname(api.model_store().path))
-
-
-def runs_dir():
-    return current_app.config["RUNS_DIR"]
 
 
 def served_name():
