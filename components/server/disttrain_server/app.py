@@ -14,6 +14,7 @@ from disttrain_server.errors import register_error_handlers
 from disttrain_server.gallery import Gallery
 from disttrain_server.model_store import ModelStore
 from disttrain_server.openapi import Parts
+from disttrain_server.runs_data import RunFinder
 
 DEFAULT_CONFIG = {
     "MODEL_PATH": None,  # None: WORKDIR/final/model.keras of $DISTTRAIN_WORKDIR (or ./workdir)
@@ -64,7 +65,7 @@ def create_app(config=None):
     app.extensions[shared.GALLERY_KEY] = gallery
     # (no WORKDIR given: the run whose final/model.keras is served)
     run_dir = app.config["WORKDIR"] or os.path.dirname(os.path.dirname(os.path.abspath(model_path)))
-    app.extensions[shared.FINDER_KEY] = progress.RunFinder(
+    app.extensions[shared.FINDER_KEY] = RunFinder(
         run_dir, app.config["RUNS_DIR"] if app.config["PROGRESS_RUN"] == "newest" else None)
     if app.config["GALLERY_SEED"]:
         # Every worker runs this after the fork (no TensorFlow needed: faces are embedded

@@ -6,8 +6,9 @@ from datetime import datetime, timezone
 
 from flask import Blueprint, current_app, render_template, url_for
 
-from disttrain_server import runs, tryit
+from disttrain_server import tryit
 from disttrain_server.errors import ModelUnavailable
+from disttrain_server.runs_data import served_name
 from disttrain_server.shared import limits, model_store
 
 bp = Blueprint("web", __name__)
@@ -80,7 +81,7 @@ def index():
                            read_only_gallery=config["READ_ONLY_GALLERY"],
                            data=training_data(model_store().path) if loaded else None,
                            tryit=tryit.form(loaded) if loaded and loaded.is_numeric else None,
-                           dashboard=url_for("runs.run_page", run=runs.served_name()))
+                           dashboard=url_for("runs.run_page", run=served_name()))
 
 
 @bp.get("/favicon.ico")
