@@ -78,8 +78,8 @@ class Context:
 @dataclass(frozen=True)
 class Parts:
     """The blueprints' parts of the document, in its order: `paths` and `schemas` are functions of a
-    Context answering {path: operations} and {name: schema}. Each call makes new dicts: build_spec
-    adds responses to the operations."""
+    Context answering {path: operations} and {name: schema}. A paths function makes new dicts on each
+    call, since build_spec adds responses to the operations; schemas are not changed."""
 
     paths: tuple
     schemas: tuple
