@@ -18,7 +18,7 @@ import pytest
 from markupsafe import escape as html_escape  # as Jinja escapes the page
 
 from disttrain_contract import atomic_write_json
-from disttrain_server import runs as dashboard
+from disttrain_server import runs_data as dashboard
 from disttrain_server.app import create_app
 from server.serving import error_of, pipeline_run
 

@@ -11,7 +11,7 @@ import pytest
 
 from disttrain_contract import atomic_write_json
 from disttrain_server.app import create_app
-from disttrain_server.progress import MAX_PROGRESS_BYTES
+from disttrain_server.runs_data import MAX_PROGRESS_BYTES
 from server.serving import error_of
 
 

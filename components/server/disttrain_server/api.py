@@ -1,21 +1,22 @@
-"""The JSON API: TF Serving's REST API under /v1, health probes, report, OpenAPI (KServe's V2: v2.py)."""
+"""The JSON API: TF Serving's REST API under /v1, health probes, report, OpenAPI (KServe's V2: v2.py); each route's part of
+/openapi.json is described at the end of the module, as in every blueprint."""
 
 import os
 
 from flask import Blueprint, current_app, request, send_file
 from werkzeug.routing import BaseConverter
 
-from disttrain_server.errors import ApiError, ModelUnavailable
 from disttrain_server import numeric
+from disttrain_server.errors import ApiError, ModelUnavailable
 from disttrain_server.instances import read_classify, read_predict, to_batch
-from disttrain_server.openapi import build_spec
-from disttrain_server.signature import input_tensor, input_tensors, signature_def
+from disttrain_server.openapi import (BOOLEAN, INTEGER, STRING, Context, array_of, build_spec, closed, enum_of, json_response, object_of,
+                                      ref, with_optional)
+from disttrain_server.shared import OPENAPI_KEY, limits, model_store, served_model
+from disttrain_server.signature import (INPUT_NAMES, PREDICT_METHOD, SIGNATURE_NAME, TF_DTYPES, input_tensor, input_tensors,
+                                        signature_def)
 from disttrain_server.uploads import PixelBudget
 
 bp = Blueprint("api", __name__)
-
-STORE_KEY = "disttrain_model_store"
-
 
 class ModelNameConverter(BaseConverter):
     """A model name never contains ':' so /v1/models/NAME:predict cannot be read as a model called 'NAME:predict'."""
@@ -25,28 +26,6 @@ class ModelNameConverter(BaseConverter):
 
 class SegmentConverter(ModelNameConverter):
     """A version or label, for the same reason: /v1/models/NAME/versions/V:predict is version V's :predict."""
-
-
-def model_store():
-    return current_app.extensions[STORE_KEY]
-
-
-def limits():
-    config = current_app.config
-    return {
-        "max_instances": config["MAX_INSTANCES"],
-        "max_text_chars": config["MAX_TEXT_CHARS"],
-        "max_upload_bytes": config["MAX_CONTENT_LENGTH"],
-        "max_request_pixels": config["MAX_REQUEST_PIXELS"],
-    }
-
-
-def served_model(name):
-    """The loaded model if `name` is ours: 404 for another name, 503 while none is loaded."""
-    served = current_app.config["MODEL_NAME"]
-    if name != served:
-        raise ApiError(404, f"unknown model {name!r}; this server serves {served!r}")
-    return model_store().get()
 
 
 @bp.get("/healthz")
@@ -195,4 +174,316 @@ def openapi():
             numeric = {"tensors": input_tensors(loaded), "features": loaded.features, "regression": loaded.is_regression}
     except ModelUnavailable:
         input_spec, task = None, None  # describe both instance kinds until we know which one applies
-    return build_spec(current_app.config["MODEL_NAME"], limits(), input_spec, task, numeric)
+    # the parts and their order: the app factory's (app.create_app)
+    return build_spec(current_app.extensions[OPENAPI_KEY], Context(current_app.config["MODEL_NAME"], limits(), input_spec, task, numeric))
+
+
+# This blueprint's part of /openapi.json (openapi.build_spec puts the parts together).
+
+
+def openapi_paths(context):
+    """The health probes, TF Serving's REST API, /report and /openapi.json itself."""
+    return {
+        "/healthz": {
+            "get": {
+                "summary": "Liveness: the process answers.",
+                "responses": {"200": json_response("Alive.", {"$ref": "#/components/schemas/Health"})},
+            }
+        },
+        "/readyz": {
+            "get": {
+                "summary": "Readiness: a model is loaded in this process.",
+                "responses": {
+                    "200": json_response("A model is loaded.", {"$ref": "#/components/schemas/Ready"}),
+                    "503": json_response("No model could be loaded; `reason` says why.", {"$ref": "#/components/schemas/NotReady"}),
+                },
+            }
+        },
+        **_tf_serving_paths(context.limits, _instance(context), context.model_name(), context.kind, context.task, context.numeric),
+        "/report": {
+            "get": {
+                "summary": "The aggregator's report.json (per-worker and final held-out metrics).",
+                "responses": {
+                    "200": {"description": "The report.", "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "404": json_response("No report next to the served model."),
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "summary": "This description.",
+                "responses": {"200": {"description": "OpenAPI 3 document.", "content": {"application/json": {"schema": {"type": "object"}}}}},
+            }
+        },
+    }
+
+
+def openapi_schemas(context):
+    task, numeric = context.task, context.numeric
+    rows = array_of(array_of({"type": "number", "minimum": -1 if task == "faces" else 0, "maximum": 1}))
+    if numeric and numeric["regression"]:
+        rows = array_of({"type": "number"})
+    return {
+        "Health": object_of(status=enum_of("ok")),
+        "Ready": with_optional(
+            object_of(status=enum_of("ready"), model=STRING, version=STRING),
+            # present when micro-batching is on: this worker process's counts so far
+            batching=object_of(max_batch_size=INTEGER, model_calls=INTEGER, requests=INTEGER, instances=INTEGER),
+        ),
+        "NotReady": object_of(status=enum_of("unavailable"), reason=STRING),
+        "ModelStatus": with_optional(
+            object_of(
+                model_version_status=array_of(
+                    object_of(
+                        version=STRING,
+                        state=enum_of("AVAILABLE", "UNKNOWN"),
+                        status=object_of(error_code=STRING, error_message=STRING),
+                    )
+                )
+            ),
+            ready={"type": "boolean", "description": "Not TF Serving's: what KServe's V1 clients read (is_model_ready)."},
+        ),
+        "Metadata": object_of(
+            model_spec=object_of(name=STRING, signature_name=STRING, version=STRING),
+            metadata=object_of(
+                signature_def=object_of(signature_def=object_of(serving_default=object_of(
+                    inputs={"type": "object", "additionalProperties": TENSOR_INFO},
+                    outputs={"type": "object", "additionalProperties": TENSOR_INFO},
+                    method_name=enum_of(PREDICT_METHOD),
+                ))),
+                disttrain=object_of(
+                    task=STRING,
+                    labels=array_of(STRING),
+                    input=object_of(kind=enum_of("text", "image", "table", "array")),  # plus height, width, channels for images; ...
+                    limits=object_of(max_instances=INTEGER, max_text_chars=INTEGER, max_upload_bytes=INTEGER, max_request_pixels=INTEGER),
+                ),
+            ),
+        ),
+        # Probabilities for a classifier; embedding components (-1..1) for a faces model.
+        "Predictions": object_of(predictions=rows),
+        "Outputs": object_of(outputs=rows),
+        "ClassifyResult": object_of(result=array_of(array_of({"type": "array", "minItems": 2, "maxItems": 2, "items": {"anyOf": [STRING, {"type": "number"}]},
+                                                             "description": "[label, score]"}))),
+    }
+
+
+def _instance(context):
+    """The schema of one row instance: the loaded model's kind, or any kind while none is loaded."""
+    kind, numeric = context.kind, context.numeric
+    variants = []
+    if kind in ("text", None):
+        variants.append(_text_instance(context.limits["max_text_chars"]))
+    if kind in ("image", None):
+        variants.extend(_image_instances(context.input_spec if kind == "image" else None))
+    if numeric:
+        variants = [_numeric_instance(numeric)]
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def _text_instance(max_chars):
+    return {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": max_chars,
+        "pattern": r"\S",
+        "description": "A text to classify (not empty or only whitespace).",
+    }
+
+
+def _image_instances(spec):
+    height, width, channels = (spec.get(k) for k in ("height", "width", "channels")) if spec else (None, None, None)
+    pixel = {"type": "number", "minimum": 0, "maximum": 255}
+
+    def dims(*sizes):
+        # Nested arrays, outermost first; sizes are exact when a model is loaded.
+        schema = pixel
+        for size in reversed(sizes):
+            schema = {"type": "array", "items": schema}
+            if size:
+                schema.update(minItems=size, maxItems=size)
+        return schema
+
+    shapes = [dims(height, width, channels)]
+    if channels in (1, None):
+        shapes.append(dims(height, width))
+    b64 = {
+        "type": "object",
+        "required": ["b64"],
+        "additionalProperties": False,
+        "properties": {"b64": {"type": "string", "format": "byte", "description": "base64 of a PNG or JPEG file."}},
+    }
+    return [b64, *shapes]
+
+
+def _numeric_value(tensor):
+    """One instance's value of a numeric input: numbers nested as its per-example shape (-1: any length);
+    a number alone for an input of shape [] or [1]."""
+    schema = {"type": "integer" if tensor.numpy_dtype[0] in "iu" else "number"}
+    number = dict(schema)
+    for size in reversed(tensor.example_shape):
+        schema = {"type": "array", "items": schema}
+        if size != -1:
+            schema.update(minItems=size, maxItems=size)
+    return {"anyOf": [number, schema]} if tensor.example_shape in ((), (1,)) else schema
+
+
+def _numeric_instance(numeric):
+    """A row instance of a numeric model: its one input's value (or a table's features by name), or an
+    object of its several named inputs."""
+    tensors = numeric["tensors"]
+    if len(tensors) > 1:
+        return closed(object_of(**{tensor.name: _numeric_value(tensor) for tensor in tensors}))
+    variants = [_numeric_value(tensors[0])]
+    features = numeric["features"]
+    if features and tensors[0].example_shape == (len(features),):
+        variants.append(closed(object_of(**{feature: {"type": "number"} for feature in features})))
+    return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+
+def _numeric_example(numeric):
+    def zeros(tensor):
+        value = 0
+        for size in reversed(tensor.example_shape):
+            value = [value] * (size if size != -1 else 1)
+        return value
+
+    tensors = numeric["tensors"]
+    return {t.name: zeros(t) for t in tensors} if len(tensors) > 1 else zeros(tensors[0])
+
+
+
+# TF Serving's TensorInfo in JSON (GetModelMetadataResponse): sizes are strings, -1 for the batch.
+TENSOR_INFO = object_of(
+    dtype=enum_of("DT_STRING", *TF_DTYPES.values()),
+    tensor_shape=object_of(dim=array_of(object_of(size=STRING, name=STRING)), unknown_rank=BOOLEAN),
+    name=STRING,
+)
+
+
+def _tf_serving_paths(limits, instance, model_name, kind, task, numeric=None):
+    """TF Serving's REST API: status, metadata, :predict and :classify, each also under /versions/V and /labels/L."""
+    if numeric:
+        names = [tensor.name for tensor in numeric["tensors"]]
+    else:
+        names = [INPUT_NAMES[task]] if task else sorted(set(INPUT_NAMES.values()))
+    instance_list = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": instance}
+    # A row instance may be keyed by the input name; the columnar form may be an object keyed by it.
+    keyed_instance = {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False, "properties": {n: instance for n in names}}
+    rows = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": {"anyOf": [instance, keyed_instance]}}
+    columns = {"anyOf": [instance_list, {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
+                                         "properties": {n: instance_list for n in names}}]}
+    if numeric and len(names) > 1:
+        # several named inputs: rows are objects of them (`instance`), columns one list per input
+        values = {tensor.name: {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": _numeric_value(tensor)}
+                  for tensor in numeric["tensors"]}
+        keyed_instance = closed(object_of(**{n: instance["properties"][n] for n in names}))
+        rows = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": instance}
+        columns = closed(object_of(**values))
+    signature = {"type": "string", "enum": [SIGNATURE_NAME, ""], "description": f"Optional; {SIGNATURE_NAME!r} (or empty) is the only signature."}
+    version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[^/:]+$"},
+               "description": "The served version (see the status); any other is a 404."}
+    label = {"name": "label", "in": "path", "required": True, "schema": {"type": "string", "enum": ["latest", "stable"]},
+             "description": "A version label: 'latest' and 'stable' both name the one served version; any other is a 404."}
+    not_found = json_response("Unknown model name, version or label.")
+    if task == "faces":
+        predict_summary = "Embeddings of face crops (faces models)."
+        predict_200 = "One embedding (L2-normalised) per face crop; compare by Euclidean distance. For whole photos use :search."
+    elif numeric and numeric["regression"]:
+        predict_summary = "Predicted values (a regression) for a batch of instances."
+        predict_200 = "One number per instance: the model's prediction of its target (see metadata)."
+    else:
+        predict_summary = "Class probabilities for a batch of instances."
+        predict_200 = "One row of probabilities per instance, in label order (see metadata)."
+    example_instance = "a wonderful, moving film" if kind != "image" else {"b64": "iVBORw0KGgo..."}
+    if numeric:
+        example_instance = _numeric_example(numeric)
+    bad_instances = "An instance this model cannot take: wrong type, empty or too long text, bad base64, corrupt image, wrong pixel shape or range."
+    paths = {}
+    for prefix, extra in (("/v1/models/{model_name}", []), ("/v1/models/{model_name}/versions/{version}", [version]),
+                          ("/v1/models/{model_name}/labels/{label}", [label])):
+        parameters = [model_name, *extra]
+        paths[prefix] = {
+            "get": {
+                "summary": "Model version status (TF Serving's GetModelStatus).",
+                "parameters": parameters,
+                "responses": {
+                    "200": json_response("Status of the served version; state UNKNOWN while no model is loaded.", ref("ModelStatus")),
+                    "404": not_found,
+                },
+            }
+        }
+        paths[prefix + "/metadata"] = {
+            "get": {
+                "summary": "The serving_default signature_def (TF Serving's GetModelMetadata), and labels, input and limits under metadata.disttrain.",
+                "parameters": parameters,
+                "responses": {"200": json_response("Metadata.", ref("Metadata")), "404": not_found, "503": json_response("No model is loaded.")},
+            }
+        }
+        paths[prefix + ":predict"] = {
+            "post": {
+                "summary": predict_summary,
+                "description": "TF Serving's Predict. Row form: {\"instances\": [...]} answers {\"predictions\": [...]}; columnar form: "
+                "{\"inputs\": [...]} or {\"inputs\": {\"<input name>\": [...]}} answers {\"outputs\": [...]}. Row instances may be "
+                "keyed by the input name ({\"<input name>\": value}). Text models take strings; image models take {\"b64\": ...} "
+                "(an encoded image file) or pixel arrays [height][width][channels] (or [height][width] for one channel). "
+                f"The request body may be at most {limits['max_upload_bytes']} bytes.",
+                "parameters": parameters,
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": {
+                                "oneOf": [
+                                    {"type": "object", "required": ["instances"], "properties": {"instances": rows, "signature_name": signature}, "not": {"required": ["inputs"]}},
+                                    {"type": "object", "required": ["inputs"], "properties": {"inputs": columns, "signature_name": signature}, "not": {"required": ["instances"]}},
+                                ]
+                            },
+                            "example": {"instances": [example_instance]},
+                        }
+                    },
+                },
+                "responses": {
+                    "200": json_response(predict_200 + " Under \"predictions\" for a row request, \"outputs\" for a columnar one.",
+                                     {"oneOf": [ref("Predictions"), ref("Outputs")]}),
+                    "400": json_response("Not a predict request: empty or invalid JSON, not an object, no instance list, empty list, "
+                                     "an unknown signature_name, a columnar object not keyed by the input name; for a numeric "
+                                     "(table, array) model also an instance that does not fit its inputs: a missing or unknown "
+                                     "input or feature, a wrong shape, a value that is not a finite number of the input's dtype."),
+                    "404": not_found,
+                    "413": json_response("Body over the upload limit, or more instances than allowed."),
+                    "422": json_response(bad_instances),
+                    "503": json_response("No model is loaded."),
+                },
+            }
+        }
+        paths[prefix + ":classify"] = {
+            "post": {
+                "summary": "TF Serving's Classify: [label, score] pairs per example, in label order (classifiers only).",
+                "parameters": parameters,
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {
+                            "schema": with_optional(
+                                object_of(examples={"type": "array", "minItems": 1, "maxItems": limits["max_instances"],
+                                                  "items": {**keyed_instance, "minProperties": 0}}),  # {} when "context" holds the feature
+                                signature_name=signature,
+                                context={"type": "object", "description": "Features shared by every example (then absent from the examples)."},
+                            ),
+                            "example": {"examples": [example_instance if numeric and len(names) > 1 else {names[0]: example_instance}]},
+                        }
+                    },
+                },
+                "responses": {
+                    "200": json_response("One list of [label, score] per example.", ref("ClassifyResult")),
+                    "400": json_response("Not a classify request: empty or invalid JSON, no examples, an unknown signature_name, a feature in both context and an example."),
+                    "404": not_found,
+                    "409": json_response("The served model is a faces model or a regression, which have no classes."),
+                    "413": json_response("Body over the upload limit, or more examples than allowed."),
+                    "422": json_response("An example this model cannot take: not an object keyed by the input name, or " + bad_instances[0].lower() + bad_instances[1:]),
+                    "503": json_response("No model is loaded."),
+                },
+            }
+        }
+    return paths

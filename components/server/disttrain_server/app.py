@@ -9,10 +9,12 @@ import os
 from flask import Flask
 
 from disttrain_contract import Workdir, default_workdir
-from disttrain_server import api, faces, metrics, progress, runs, security, v2, web
+from disttrain_server import api, faces, metrics, progress, runs, security, shared, v2, web
 from disttrain_server.errors import register_error_handlers
 from disttrain_server.gallery import Gallery
 from disttrain_server.model_store import ModelStore
+from disttrain_server.openapi import Parts
+from disttrain_server.runs_data import RunFinder
 
 DEFAULT_CONFIG = {
     "MODEL_PATH": None,  # None: WORKDIR/final/model.keras of $DISTTRAIN_WORKDIR (or ./workdir)
@@ -53,17 +55,17 @@ def create_app(config=None):
     model_path = app.config["MODEL_PATH"] or Workdir(default_workdir()).final_model
     observer = metrics.init_app(app)  # first: its hooks time every request, refused ones too (None: metrics off)
     # One store per process: each gunicorn worker loads its own copy after the fork.
-    app.extensions[api.STORE_KEY] = ModelStore(
+    app.extensions[shared.STORE_KEY] = ModelStore(
         model_path, app.config["RELOAD_INTERVAL"],
         max_batch_size=app.config["MAX_BATCH_SIZE"], batch_timeout=app.config["BATCH_TIMEOUT_MS"] / 1000, observer=observer,
         model_module=app.config["MODEL_MODULE"],
     )
     gallery = Gallery(app.config["GALLERY_DIR"] or os.path.join(Workdir(default_workdir()).root, "gallery"),
                       max_entries=app.config["GALLERY_MAX_ENTRIES"], max_bytes=app.config["GALLERY_MAX_BYTES"])
-    app.extensions[faces.GALLERY_KEY] = gallery
+    app.extensions[shared.GALLERY_KEY] = gallery
     # (no WORKDIR given: the run whose final/model.keras is served)
     run_dir = app.config["WORKDIR"] or os.path.dirname(os.path.dirname(os.path.abspath(model_path)))
-    app.extensions[progress.FINDER_KEY] = progress.RunFinder(
+    app.extensions[shared.FINDER_KEY] = RunFinder(
         run_dir, app.config["RUNS_DIR"] if app.config["PROGRESS_RUN"] == "newest" else None)
     if app.config["GALLERY_SEED"]:
         # Every worker runs this after the fork (no TensorFlow needed: faces are embedded
@@ -79,4 +81,9 @@ def create_app(config=None):
     app.register_blueprint(web.bp)
     app.register_blueprint(progress.bp)
     runs.init_app(app)  # the run dashboard and its report cache
+    # /openapi.json: each blueprint describes its own routes; the document lists them in this order.
+    app.extensions[shared.OPENAPI_KEY] = Parts(
+        paths=(api.openapi_paths, v2.openapi_paths, faces.openapi_paths, progress.openapi_paths, runs.openapi_paths, web.openapi_paths),
+        schemas=(api.openapi_schemas, v2.openapi_schemas, faces.openapi_schemas),
+    )
     return app

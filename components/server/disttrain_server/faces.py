@@ -17,25 +17,21 @@ from flask import Blueprint, current_app, request, send_file
 
 from disttrain_contract import ContractError
 from disttrain_contract.faces import NoFaceFound
-from disttrain_server.api import model_store, served_model
 from disttrain_server.errors import ApiError, ModelUnavailable, json_type
 from disttrain_server.gallery import GalleryFull, InvalidName, check_name, public, read_face
 from disttrain_server.instances import decode_b64, read_json_object
+from disttrain_server.openapi import INTEGER, STRING, array_of, json_response, object_of, with_optional
+from disttrain_server.shared import gallery, model_store, served_model
 from disttrain_server.uploads import PixelBudget
 
 bp = Blueprint("faces", __name__)
 
-GALLERY_KEY = "disttrain_gallery"
 MAX_TOP_K = 100
 # Thumbnails are faces: a browser may keep one for an hour (ids are never reused), a shared
 # cache (proxy, CDN) never, so a deleted face does not live on outside the user's browser.
 THUMBNAIL_CACHE_SECONDS = 3600
 SEARCH_EXAMPLE = '{"image": {"b64": "<base64 photo>"}, "k": 3}'
 ENROL_EXAMPLE = '{"name": "Ada Lovelace", "image": {"b64": "<base64 photo>"}}'
-
-
-def gallery():
-    return current_app.extensions[GALLERY_KEY]
 
 
 def faces_model(name):
@@ -196,3 +192,122 @@ def thumbnail(entry_id):
         return response
     except FileNotFoundError:
         raise ApiError(404, f"no gallery entry {entry_id!r}") from None
+
+
+# This blueprint's part of /openapi.json (openapi.build_spec puts the parts together).
+
+
+def _photo_body(example, **fields):
+    """A photo upload: multipart (a browser form) or JSON with TF Serving's {"b64": ...}."""
+    form = {"image": {"type": "string", "format": "binary", "description": "The photo file (PNG or JPEG)."}}
+    form.update({key: {"type": "string", "description": schema["description"]} for key, schema in fields.items()})
+    b64 = {
+        "type": "object",
+        "required": ["b64"],
+        "additionalProperties": False,
+        "properties": {"b64": {"type": "string", "format": "byte", "description": "base64 of the photo file (PNG or JPEG)."}},
+    }
+    required = ["image"] + [key for key, schema in fields.items() if schema.pop("required", False)]
+    return {
+        "required": True,
+        "content": {
+            "multipart/form-data": {"schema": {"type": "object", "required": required, "properties": form}},
+            "application/json": {"schema": {"type": "object", "required": required, "properties": {"image": b64, **fields}}, "example": example},
+        },
+    }
+
+
+def openapi_paths(context):
+    """:search and the gallery."""
+    limits, model_name, unknown_model = context.limits, context.model_name(), json_response("Unknown model name.")
+    entry_id = {"name": "entry_id", "in": "path", "required": True, "schema": STRING, "description": "A gallery entry's id."}
+    no_entry = json_response("No gallery entry with this id.")
+    upload = ("The photo goes through the same face detector as the training photos; the most face-like one is used "
+              f"(eyes found in it, then the detector's confidence). The body may be at most {limits['max_upload_bytes']} bytes.")
+    return {
+        "/v1/models/{model_name}:search": {
+            "post": {
+                "summary": "The enrolled people nearest to the face in a photo (faces models).",
+                "description": f"{upload} The photo is not stored. Matches are sorted by Euclidean distance between embeddings, "
+                "nearest first (the same person is typically below 0.5, different people around 1). An empty gallery answers 200 "
+                "with no matches and a note.",
+                "parameters": [model_name],
+                "requestBody": _photo_body(
+                    {"image": {"b64": "/9j/4AAQSkZJRg..."}, "k": 3},
+                    k={"type": "integer", "minimum": 1, "maximum": 100, "description": "How many matches (default --top-k)."},
+                ),
+                "responses": {
+                    "200": json_response("The face used and the nearest entries.", {"$ref": "#/components/schemas/SearchResult"}),
+                    "400": json_response("Not a search request: no image field, or a body that is not a JSON object."),
+                    "404": unknown_model,
+                    "409": json_response("The served model is not a faces model."),
+                    "413": json_response("Body over the upload limit."),
+                    "422": json_response("Unusable content: not base64, not a decodable image, no face found, k out of range."),
+                    "503": json_response("No model is loaded."),
+                },
+            }
+        },
+        "/v1/gallery": {
+            "get": {
+                "summary": "The enrolled people, oldest first.",
+                "responses": {"200": json_response("The gallery.", {"$ref": "#/components/schemas/Gallery"})},
+            },
+            "post": {
+                "summary": "Enrol a person from a photo.",
+                "description": f"{upload} The face is embedded once now (and once per newly published model), never per search.",
+                "requestBody": _photo_body(
+                    {"name": "Ada Lovelace", "image": {"b64": "/9j/4AAQSkZJRg..."}},
+                    name={"type": "string", "minLength": 1, "maxLength": 100, "required": True, "description": "The person's name (1 to 100 characters)."},
+                ),
+                "responses": {
+                    "201": json_response("The new entry; `note` says if the photo had several faces.", {"$ref": "#/components/schemas/GalleryEntry"}),
+                    "400": json_response("No image or no name field, or a body that is not a JSON object."),
+                    "413": json_response("Body over the upload limit."),
+                    "422": json_response("Unusable content: an empty or too long name, not base64, not a decodable image, no face found."),
+                    "503": json_response("The gallery folder cannot be written."),
+                },
+            },
+        },
+        "/v1/gallery/{entry_id}": {
+            "delete": {
+                "summary": "Remove an entry (its crop, thumbnail and embeddings).",
+                "parameters": [entry_id],
+                "responses": {
+                    "200": json_response("The removed entry.", object_of(deleted={"$ref": "#/components/schemas/GalleryEntry"})),
+                    "404": no_entry,
+                    "503": json_response("The gallery folder cannot be written."),
+                },
+            }
+        },
+        "/v1/gallery/{entry_id}/thumbnail.png": {
+            "get": {
+                "summary": "A small colour picture of the entry's face.",
+                "parameters": [entry_id],
+                "responses": {"200": {"description": "PNG image.", "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}}}, "404": no_entry},
+            }
+        },
+    }
+
+
+def openapi_schemas(context):
+    return {
+        "GalleryEntry": {
+            # confidence and eyes: entries enrolled before the detector reported them have neither
+            **with_optional(object_of(id=STRING, name=STRING, box=array_of(INTEGER), faces_found=INTEGER, created=STRING,
+                                      thumbnail=STRING), confidence={"type": "number"}, eyes=INTEGER),
+            "description": "box is [x, y, width, height] of the face in the enrolled photo; thumbnail is its URL path; "
+            "source is 'api' or 'seed:<file>'; note (on enrolment) says if the photo had several faces.",
+        },
+        "Gallery": object_of(count=INTEGER, entries=array_of({"$ref": "#/components/schemas/GalleryEntry"})),
+        "SearchResult": {
+            **object_of(
+                model_spec=object_of(name=STRING, version=STRING),
+                face=object_of(box=array_of(INTEGER), confidence={"type": "number"}, eyes=INTEGER),
+                faces_found=INTEGER,
+                matches=array_of(object_of(name=STRING, id=STRING, distance={"type": "number", "minimum": 0})),
+            ),
+            "description": "face.box is [x, y, width, height] of the face used (the most face-like: eyes found, then "
+            "face.confidence, the face detector's score, higher is more face-like, not a probability); note appears when "
+            "several faces were found or the gallery is empty.",
+        },
+    }

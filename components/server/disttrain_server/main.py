@@ -21,11 +21,11 @@ from gunicorn.app.base import BaseApplication
 
 from disttrain_contract import ContractError, Workdir, default_workdir, run_cli
 from disttrain_contract.user_model import parse_module_spec
-from disttrain_server.api import STORE_KEY
 from disttrain_server.app import create_app
 from disttrain_server.errors import ModelUnavailable
 from disttrain_server.faces import MAX_TOP_K
 from disttrain_server.metrics import MULTIPROC_ENV
+from disttrain_server.shared import STORE_KEY
 
 # OpenCV's decompression-bomb guard defaults to 2^30 pixels (GBs of RAM for a
 # few-KB PNG). It is read once, when cv2 loads, so it must be in the environment

@@ -45,7 +45,7 @@ from flask import Blueprint, Response, current_app, g, request
 
 from disttrain_contract import ContractError
 from disttrain_server.batching import rows
-from disttrain_server.faces import GALLERY_KEY
+from disttrain_server.shared import GALLERY_KEY
 
 bp = Blueprint("metrics", __name__)
 

@@ -11,35 +11,31 @@ serve (revision N's wait for its model), and their page shows run N. Without it,
 
 No path from the request reaches the filesystem: neither route takes a parameter; the run is the
 newest directory named run-<digits>, the files are WORKDIR/train/worker-NNNNN/progress.json and
-WORKDIR/final/report.png. Each progress file is read up to MAX_PROGRESS_BYTES; a larger or
+WORKDIR/final/report.png. Each progress file is read up to runs_data.MAX_PROGRESS_BYTES; a larger or
 unreadable one is reported as such, not read. The trainers replace the files atomically (a
 temporary name, then a rename), so a read sees a whole file.
 
-Shared by request threads: the RunFinder below, immutable after create_app (two paths); every
+Shared by request threads: the RunFinder (runs_data), immutable after create_app (two paths); every
 request lists and reads the files anew, so there is no cache to keep consistent.
 """
 
-import json
 import os
-import re
 import time
 
 from flask import Blueprint, current_app, send_file
 
 from disttrain_contract.layout import MARKER, PROGRESS_FILE, Workdir
 from disttrain_server.errors import ApiError
+from disttrain_server.runs import run_links
+from disttrain_server.runs_data import MAX_WORKERS, WORKER_DIR, read_progress
+from disttrain_server.shared import run_finder
 
 bp = Blueprint("progress", __name__)
 
-FINDER_KEY = "disttrain.runs"
-MAX_PROGRESS_BYTES = 256 * 1024  # a progress file keeps its newest 500 epochs (disttrain_trainer.progress): ~60 KB
-MAX_WORKERS = 1024  # worker directories listed; the chart refuses more than 256 workers
-RUN_DIR = re.compile(r"run-(\d{1,9})")
-WORKER_DIR = re.compile(r"worker-(\d{5})")
 
 
-def openapi_paths():
-    """This module's part of /openapi.json (openapi.build_spec): a new dict each time, since the spec's
+def openapi_paths(context):
+    """This blueprint's part of /openapi.json (openapi.build_spec): a new dict each time, since the spec's
     builder adds responses to it."""
     return {
         "/progress.json": {
@@ -60,50 +56,6 @@ def openapi_paths():
             }
         },
     }
-
-
-class RunFinder:
-    """Where the run to show lives. Immutable: request threads share it read-only."""
-
-    def __init__(self, workdir, runs_dir=None):
-        self.workdir, self.runs_dir = os.path.abspath(workdir), runs_dir and os.path.abspath(runs_dir)
-
-    def run_dir(self):
-        """The newest run-N of --runs-dir (None: there is none yet), else --workdir."""
-        if not self.runs_dir:
-            return self.workdir
-        try:
-            names = os.listdir(self.runs_dir)
-        except OSError:
-            return None
-        runs = [(int(m.group(1)), name) for name in names if (m := RUN_DIR.fullmatch(name))]
-        runs = [run for run in runs if is_run_dir(self.runs_dir, run[1])]
-        return os.path.join(self.runs_dir, max(runs)[1]) if runs else None
-
-
-def is_run_dir(runs_dir, name):
-    """A directory of the runs dir itself, not a file or a symbolic link that leads elsewhere (the
-    dashboard, runs.py, lists and serves the same ones)."""
-    path = os.path.join(runs_dir, name)
-    return os.path.isdir(path) and not os.path.islink(path)
-
-
-def read_progress(path):
-    """A worker's progress file as a dict; None if there is none; {"error": ...} if it cannot be used."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_PROGRESS_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as err:
-        return {"error": f"unreadable: {err.strerror}"}
-    if len(data) > MAX_PROGRESS_BYTES:
-        return {"error": f"larger than {MAX_PROGRESS_BYTES} bytes: not read"}
-    try:
-        progress = json.loads(data)
-    except ValueError:
-        return {"error": "not JSON"}
-    return progress if isinstance(progress, dict) else {"error": "not a JSON object"}
 
 
 def run_progress(run_dir, now=None):
@@ -143,12 +95,10 @@ def run_progress(run_dir, now=None):
 
 @bp.get("/progress.json")
 def progress_json():
-    from disttrain_server import runs  # (here: runs imports this module)
-
-    run_dir = current_app.extensions[FINDER_KEY].run_dir()
+    run_dir = run_finder().run_dir()
     body = run_progress(run_dir)
     # the run's dashboard page, and the finished run's analysis.png beside its report.png
-    body["dashboard"], body["analysis"] = runs.run_links(run_dir, body["state"] == "finished") if body["run"] else (None, None)
+    body["dashboard"], body["analysis"] = run_links(run_dir, body["state"] == "finished") if body["run"] else (None, None)
     response = current_app.json.response(body)
     response.headers["Cache-Control"] = "no-store"  # always the newest
     return response
@@ -156,7 +106,7 @@ def progress_json():
 
 @bp.get("/progress/report.png")
 def report_png():
-    run_dir = current_app.extensions[FINDER_KEY].run_dir()
+    run_dir = run_finder().run_dir()
     final = run_dir and Workdir(run_dir).final
     try:
         if not final or not os.path.exists(os.path.join(final, MARKER)):

@@ -36,10 +36,12 @@ import numpy as np
 from flask import Blueprint, current_app, request
 
 from disttrain_server import numeric
-from disttrain_server.api import model_routes, model_store, predict_rows, resolve
+from disttrain_server.api import model_routes, predict_rows, resolve
 from disttrain_server.errors import ApiError, ModelUnavailable, json_type
 from disttrain_server.instances import check_count, read_json_object
-from disttrain_server.signature import input_tensor, input_tensors, output_tensor
+from disttrain_server.openapi import BOOLEAN, INTEGER, STRING, array_of, enum_of, json_response, object_of, ref, with_optional
+from disttrain_server.shared import model_store
+from disttrain_server.signature import OUTPUT_NAMES, V2_DATATYPES, input_tensor, input_tensors, output_tensor
 
 bp = Blueprint("v2", __name__)
 
@@ -266,3 +268,112 @@ def _flatten(data, rank, name):
 
     walk(data, 0)
     return flat
+
+
+# This blueprint's part of /openapi.json (openapi.build_spec puts the parts together).
+
+V2_TENSOR = object_of(name=STRING, datatype=enum_of(*V2_DATATYPES.values()), shape=array_of(INTEGER))
+# Data: flat or nested row-major; elements are strings (BYTES) or numbers.
+V2_DATA = {"type": "array", "items": {}, "description": "The tensor's elements in row-major order, flat or nested."}
+V2_PARAMETERS = {"type": "object", "nullable": True, "description": "Accepted and ignored: no parameters are defined."}
+V2_SCHEMAS = {
+    "V2ServerMetadata": object_of(name=STRING, version=STRING, extensions=array_of(STRING)),
+    "V2Live": object_of(live=BOOLEAN),
+    "V2Ready": object_of(ready=BOOLEAN),
+    "V2ModelReady": object_of(name=STRING, ready=BOOLEAN),
+    "V2ModelMetadata": object_of(name=STRING, versions=array_of(STRING), platform=STRING, inputs=array_of(V2_TENSOR), outputs=array_of(V2_TENSOR)),
+    "V2InferRequest": {
+        **with_optional(
+            object_of(inputs={"type": "array", "minItems": 1, "maxItems": 1,
+                              "items": with_optional(object_of(name=STRING, shape=array_of({"type": "integer", "minimum": 0}),
+                                                               datatype=enum_of("BYTES", "UINT8"), data=V2_DATA), parameters=V2_PARAMETERS)}),
+            id=STRING,
+            parameters=V2_PARAMETERS,
+            outputs=array_of(with_optional(object_of(name=STRING), parameters=V2_PARAMETERS)),
+        ),
+        "description": "One input, named as the model's metadata says: BYTES [n] (or [n, 1]) of texts for a text model; "
+        "UINT8 [n, height, width, channels] of pixels, or BYTES [n] of base64 PNG/JPEG files, for an image or faces model.",
+    },
+    "V2InferResponse": with_optional(
+        object_of(model_name=STRING, model_version=STRING, outputs=array_of(object_of(name=STRING, datatype=enum_of("FP32"), shape=array_of(INTEGER), data=V2_DATA))),
+        id={"type": "string", "description": "The request's id, if it had one."},
+    ),
+}
+
+
+def openapi_paths(context):
+    """This blueprint's part of /openapi.json (openapi.build_spec): KServe's Open Inference Protocol (REST),
+    server and model health and metadata, typed-tensor inference."""
+    model_name, task, numeric = context.model_name(), context.task, context.numeric
+    version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string"},
+               "description": "The served version (versions in the model metadata); any other is a 404."}
+    not_found = json_response("Unknown model name or version.")
+    output = OUTPUT_NAMES.get(task, "probabilities") if task else "probabilities (classifiers) or embedding (faces)"
+    if numeric and numeric["regression"]:
+        output = "value"
+    paths = {
+        "/v2": {"get": {"summary": "Server metadata (Open Inference Protocol).", "responses": {"200": json_response("The server.", ref("V2ServerMetadata"))}}},
+        "/v2/health/live": {"get": {"summary": "Server liveness (V2).", "responses": {"200": json_response("Alive.", ref("V2Live"))}}},
+        "/v2/health/ready": {
+            "get": {
+                "summary": "Server readiness (V2): the model is loaded.",
+                "responses": {"200": json_response("Ready.", ref("V2Ready")), "503": json_response("No model is loaded.", ref("V2Ready"))},
+            }
+        },
+    }
+    for prefix, extra in (("/v2/models/{model_name}", []), ("/v2/models/{model_name}/versions/{version}", [version])):
+        parameters = [model_name, *extra]
+        paths[prefix] = {
+            "get": {
+                "summary": "Model metadata (V2): its one input and one output, with datatype and shape.",
+                "parameters": parameters,
+                "responses": {"200": json_response("Metadata.", ref("V2ModelMetadata")), "404": not_found, "503": json_response("No model is loaded.")},
+            }
+        }
+        paths[prefix + "/ready"] = {
+            "get": {
+                "summary": "Model readiness (V2).",
+                "parameters": parameters,
+                "responses": {"200": json_response("Ready.", ref("V2ModelReady")), "404": not_found, "503": json_response("Not loaded.", ref("V2ModelReady"))},
+            }
+        }
+        paths[prefix + "/infer"] = {
+            "post": {
+                "summary": f"Inference (V2): FP32 [n, width] output {output!r} ([n] for a regression's 'value'); the request's id is echoed.",
+                "parameters": parameters,
+                "requestBody": {"required": True, "content": {"application/json": {"schema": ref("V2InferRequest")}}},
+                "responses": {
+                    "200": json_response("The output tensor.", ref("V2InferResponse")),
+                    "400": json_response("Not an inference request for this model: invalid JSON, an unknown input or output name, "
+                                     "a datatype it does not take, a shape that does not fit it or disagrees with the data."),
+                    "404": not_found,
+                    "413": json_response("Body over the upload limit, or more instances than allowed."),
+                    "422": json_response("An instance this model cannot take: empty or too long text, bad base64, corrupt image."),
+                    "503": json_response("No model is loaded."),
+                },
+            }
+        }
+    return paths
+
+
+def openapi_schemas(context):
+    """The V2 messages (a numeric model's request names its own inputs and datatypes)."""
+    if context.numeric:
+        return {**V2_SCHEMAS, "V2InferRequest": _v2_numeric_request(context.numeric)}
+    return V2_SCHEMAS
+
+
+def _v2_numeric_request(numeric):
+    """A numeric model's V2 request: each of its inputs once, in any order, a numeric datatype."""
+    tensors = numeric["tensors"]
+    datatypes = sorted({datatype for tensor in tensors for datatype in accepted_datatypes(tensor)})
+    item = with_optional(object_of(name=enum_of(*(t.name for t in tensors)), shape=array_of({"type": "integer", "minimum": 0}),
+                                   datatype=enum_of(*datatypes), data=V2_DATA), parameters=V2_PARAMETERS)
+    schema = V2_SCHEMAS["V2InferRequest"]
+    infer_request = {**schema, "properties": {**schema["properties"], "inputs": {"type": "array", "minItems": len(tensors),
+                                                                                 "maxItems": len(tensors), "items": item}}}
+    infer_request["description"] = ("Each of the model's inputs once (see /v2/models/NAME), shape [n, *its shape] ([n] also for an "
+                                    "input of shape [1]): a float input takes any numeric datatype (cast to its dtype), an integer "
+                                    "input integer datatypes only.")
+    return infer_request
+

@@ -6,9 +6,10 @@ from datetime import datetime, timezone
 
 from flask import Blueprint, current_app, render_template, url_for
 
-from disttrain_server import runs, tryit
-from disttrain_server.api import limits, model_store
+from disttrain_server import tryit
 from disttrain_server.errors import ModelUnavailable
+from disttrain_server.runs_data import served_name
+from disttrain_server.shared import limits, model_store
 
 bp = Blueprint("web", __name__)
 
@@ -80,7 +81,7 @@ def index():
                            read_only_gallery=config["READ_ONLY_GALLERY"],
                            data=training_data(model_store().path) if loaded else None,
                            tryit=tryit.form(loaded) if loaded and loaded.is_numeric else None,
-                           dashboard=url_for("runs.run_page", run=runs.served_name()))
+                           dashboard=url_for("runs.run_page", run=served_name()))
 
 
 @bp.get("/favicon.ico")
@@ -94,3 +95,15 @@ def favicon():
     response.cache_control.max_age = FAVICON_MAX_AGE
     response.cache_control.no_cache = None  # send_static_file's default: revalidate on every use
     return response
+
+
+def openapi_paths(context):
+    """This blueprint's part of /openapi.json (openapi.build_spec): the page, not its icon (see favicon)."""
+    return {
+        "/": {
+            "get": {
+                "summary": "The web demo page.",
+                "responses": {"200": {"description": "HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}}},
+            }
+        },
+    }
