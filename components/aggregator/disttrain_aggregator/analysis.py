@@ -43,6 +43,7 @@ from disttrain_contract.evaluation import regression_metrics
 from disttrain_contract.faces import HARD_QUERIES
 from disttrain_contract.manifest import tokenize
 from disttrain_contract.metrics import primary_metric
+from disttrain_contract.tasks import task_of
 
 CALIBRATION_BINS = 10
 LENGTH_QUANTILES = (0.25, 0.5, 0.75)  # text slices: cut at the quartiles of the held-out lengths
@@ -258,6 +259,7 @@ def analyse(report, outputs, x_test, y_test, baseline=None):
     task, labels = report["task"], report["labels"]
     problem = report.get("problem", "classification")
     metric = primary_metric(task, problem)
+    facts = task_of(task)
     y = np.asarray(y_test)
     if problem == "regression":
         slice_of, slices = target_slices(y)
@@ -269,14 +271,14 @@ def analyse(report, outputs, x_test, y_test, baseline=None):
                             "worker, a fixed random sample, for the scatter plots",
                   "calibration": {"skipped": CALIBRATION_SKIPPED}}
         analyse_one = lambda out: regression(out["predictions"], y, slice_of, slices)  # noqa: E731
-    elif task == "faces":
+    elif facts.retrieval:
         method = {"kind": "retrieval per held-out person",
                   "queries": "query: an augmented other photo of the person (their only photo when they have one); "
                              + ", ".join(HARD_QUERIES) + ": their gallery photo altered (evaluation.evaluate_retrieval)",
                   "margin": "per person: distance to the nearest wrong person / distance to the right one"}
         analyse_one = lambda out: retrieval_per_person(out, labels)  # noqa: E731
     else:
-        if task == "text":
+        if facts.vocabulary:
             slice_of, slices = length_buckets(np.asarray(x_test).ravel())
             slicing = ("input length in tokens as the model sees them (lower case, punctuation stripped, split on "
                        "whitespace: TextVectorization's standardisation), in buckets cut at the 25/50/75 % quantiles "
@@ -297,7 +299,7 @@ def analyse(report, outputs, x_test, y_test, baseline=None):
     value = metric.name if problem != "regression" else "rmse"
     best_value = metric.best([models[name][value] for name in workers])
     best_worker = next((name for name in workers if models[name][value] == best_value), workers[0])  # the first of equals
-    keys = (("rmse", "mae", "r2") if problem == "regression" else ("accuracy",) if task == "faces"
+    keys = (("rmse", "mae", "r2") if problem == "regression" else ("accuracy",) if facts.retrieval
             else ("accuracy", "macro_f1", "ece"))
     final_label = "final" + (f" ({report['combine']['published']})" if report.get("combine") else "")
     by = "accuracy" if metric.unit == "fraction" else metric.label
@@ -371,7 +373,7 @@ def plot(section, report, path):
                          lambda m: [c["f1"] for c in m["per_class"]], "F1", "per-class F1")
         plot_paired_bars(axes[1, 1], section, [s["slice"] for s in section["models"]["final"]["slices"]],
                          lambda m: [s["accuracy"] for s in m["slices"]], "held-out accuracy",
-                         "accuracy by slice: " + ("input length" if report["task"] == "text" else "true class"),
+                         "accuracy by slice: " + ("input length" if task_of(report).vocabulary else "true class"),
                          counts=[s["examples"] for s in section["models"]["final"]["slices"]])
     else:
         fig, axes = plt.subplots(1, 2, figsize=(14, max(4, 0.3 * section["models"]["final"]["people_count"] + 2)))

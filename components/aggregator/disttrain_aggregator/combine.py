@@ -29,7 +29,8 @@ import time
 from disttrain_contract import ContractError
 from disttrain_contract.artifact import load_model
 from disttrain_contract.evaluation import head_of
-from disttrain_contract.metrics import ACCURACY
+from disttrain_contract.metrics import ACCURACY, TOP1
+from disttrain_contract.tasks import TASKS
 
 MODES = ("average", "ensemble", "best")
 LATENCY_REPEATS, LATENCY_WARMUP = 300, 20
@@ -129,10 +130,11 @@ def build_ensemble(members, task, head=None, output_name=None):
         outputs = [keras.layers.Softmax(name=f"member_{i}_softmax")(o) for i, o in enumerate(outputs)]
     elif head == "sigmoid_logits":
         outputs = [keras.layers.Activation("sigmoid", name=f"member_{i}_sigmoid")(o) for i, o in enumerate(outputs)]
-    if task == "faces":
+    normalise = TASKS[task].retrieval  # embeddings compared by distance
+    if normalise:
         outputs = [keras.layers.UnitNormalization(name=f"member_{i}_l2")(o) for i, o in enumerate(outputs)]
     mean = keras.layers.Average(name=output_name or "mean")(outputs) if len(outputs) > 1 else outputs[0]
-    if task == "faces":
+    if normalise:
         mean = keras.layers.UnitNormalization(name="l2_normalise")(mean)
     return keras.Model(inputs, mean, name=f"ensemble_of_{len(members)}")
 
@@ -181,12 +183,7 @@ def first_rows(x, n=1):
 
 def latency_input(task, x_test, meta):
     """One held-out instance as the model is fed it (faces: preprocessed the model's way)."""
-    instance = first_rows(x_test)
-    if task == "faces":
-        from disttrain_contract.faces import preprocess, preprocessing_of
-
-        instance = preprocess(instance, preprocessing_of(meta))
-    return instance
+    return TASKS[task].preprocess(first_rows(x_test), meta)
 
 
 def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out, x_test, log=print, metric=ACCURACY):
@@ -202,8 +199,9 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
     for path in worker_paths:
         model, _ = load_model(path)
         members.append(model)
-    head = head_of(meta) if task != "faces" else None
-    merged = ensemble_meta(meta) if task != "faces" else {}
+    retrieval = TASKS[task].retrieval  # an embedding: no head, nothing for the ensemble's metadata to change
+    head = head_of(meta) if not retrieval else None
+    merged = ensemble_meta(meta) if not retrieval else {}
     recorded = ((merged.get("outputs") or (meta or {}).get("outputs") or [{}])[0]).get("name")
     input_names = {t.name for t in members[0].inputs}
     ensemble = build_ensemble(members, task, head, recorded if recorded and recorded not in input_names else None)
@@ -257,8 +255,8 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
     return published, metrics, {"combine": mode, **extra}, section
 
 
-def print_candidates(section, task, metric=ACCURACY):
-    title = "top-1" if task == "faces" else "test acc" if metric.name == "accuracy" else f"test {metric.label}"
+def print_candidates(section, metric=ACCURACY):
+    title = "top-1" if metric == TOP1 else "test acc" if metric.name == "accuracy" else f"test {metric.label}"
     print(f"{'candidate':<24}{title:>10}{'passes':>8}{'ms/inst':>10}")
     print("-" * 52)
     for name, c in section["candidates"].items():

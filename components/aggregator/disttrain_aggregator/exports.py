@@ -56,10 +56,9 @@ import numpy as np
 from disttrain_contract import ContractError
 from disttrain_contract.atomic import describe_os_error
 from disttrain_contract.evaluation import call_in_chunks, compiled, evaluate, head_of
-from disttrain_contract.manifest import NUMERIC_TASKS
 from disttrain_contract.metrics import ACCURACY
-from disttrain_contract.serving import (BYTES_SIGNATURE_NAME, IMAGE_BYTES_INPUT, INPUT_NAMES, OUTPUT_NAMES,
-                                        SIGNATURE_NAME)
+from disttrain_contract.serving import BYTES_SIGNATURE_NAME, IMAGE_BYTES_INPUT, SIGNATURE_NAME
+from disttrain_contract.tasks import TASKS
 from disttrain_contract.tensorflow_import import import_tensorflow
 
 KINDS = ("saved_model", "tflite")
@@ -113,15 +112,17 @@ HEAD_OUTPUT_NAMES = {"softmax": "probabilities", "sigmoid": "probabilities", "lo
 
 
 def own_signature(task, meta):
-    """Whether serving_default takes the model's own inputs (table, array, own models; not faces)."""
-    return task != "faces" and (task in NUMERIC_TASKS or (meta or {}).get("model_source") not in (None, "builtin"))
+    """Whether serving_default takes the model's own inputs: a task without a built-in served input
+    (table, array), or an own model of a task that takes them (not faces)."""
+    facts = TASKS[task]
+    return facts.input_name is None or (facts.own_models and (meta or {}).get("model_source") not in (None, "builtin"))
 
 
 def output_name(task, meta):
     """serving_default's output name: the built-in models' (serving.OUTPUT_NAMES), else the model's
     recorded one (disttrain.json outputs), else by its head."""
     if not own_signature(task, meta):
-        return OUTPUT_NAMES[task]
+        return TASKS[task].output_name
     recorded = ((meta or {}).get("outputs") or [{}])[0].get("name")
     return recorded or HEAD_OUTPUT_NAMES.get(head_of(meta), "outputs")
 
@@ -156,28 +157,30 @@ def serving_functions(model, task, meta):
     tf = import_tensorflow()
     if own_signature(task, meta):
         return {SIGNATURE_NAME: own_serving_function(model, task, meta)}
-    name, out = INPUT_NAMES[task], OUTPUT_NAMES[task]
+    facts = TASKS[task]
+    name, out = facts.input_name, facts.output_name
     # autograph off: nothing to convert, and it would write generated code to a temp dir
     function = lambda fn, spec: tf.function(fn, input_signature=[spec], autograph=False)  # noqa: E731
-    if task == "text":
+    if facts.input_dtype == "string":  # a flat [n] of strings; the model takes them as a [n, 1] column
         return {SIGNATURE_NAME: function(lambda text: {out: model(tf.reshape(text, [-1, 1]), training=False)},
                                          tf.TensorSpec([None], tf.string, name=name))}
     shape = tuple(model.inputs[0].shape[1:])
-    if task == "faces":
+    dtype = tf.as_dtype(facts.input_dtype)
+    if facts.face_preprocessing:
         from disttrain_contract.faces import preprocess_graph, preprocessing_of
 
         version = preprocessing_of(meta)
         return {SIGNATURE_NAME: function(lambda face: {out: model(preprocess_graph(face, version), training=False)},
-                                         tf.TensorSpec([None, *shape], tf.uint8, name=name))}
-    from disttrain_contract.artifact import decode_image_graph
+                                         tf.TensorSpec([None, *shape], dtype, name=name))}
+    functions = {SIGNATURE_NAME: function(lambda image: {out: model(image, training=False)},
+                                          tf.TensorSpec([None, *shape], dtype, name=name))}
+    if facts.bytes_signature:
+        from disttrain_contract.artifact import decode_image_graph
 
-    return {
-        SIGNATURE_NAME: function(lambda image: {out: model(image, training=False)},
-                                 tf.TensorSpec([None, *shape], tf.uint8, name=name)),
-        BYTES_SIGNATURE_NAME: function(
+        functions[BYTES_SIGNATURE_NAME] = function(
             lambda image_bytes: {out: model(decode_image_graph(image_bytes, *shape), training=False)},
-            tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT)),
-    }
+            tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT))
+    return functions
 
 
 def save_saved_model(model, task, meta, path):
@@ -248,8 +251,9 @@ def convert_tflite(model, task, meta, scratch, core=None):
 
 
 def signature_dtype(task):
+    """The built-in served input's dtype (tasks.Task.input_dtype: tf.string, tf.uint8)."""
     tf = import_tensorflow()
-    return tf.string if task == "text" else tf.uint8
+    return tf.as_dtype(TASKS[task].input_dtype)
 
 
 def first_line(err):
@@ -271,12 +275,7 @@ def keras_reference(model, task, meta, x):
     """The Keras model's outputs on the held-out inputs as the server computes them (faces: the crops
     preprocessed with OpenCV first), and a single-instance call the same way, for the latency."""
     tf = import_tensorflow()
-    prepare = lambda batch: batch  # noqa: E731
-    if task == "faces":
-        from disttrain_contract.faces import preprocess, preprocessing_of
-
-        version = preprocessing_of(meta)
-        prepare = lambda batch: preprocess(batch, version)  # noqa: E731
+    prepare = lambda batch: TASKS[task].preprocess(batch, meta)  # noqa: E731
     outputs = call_in_chunks(lambda chunk: model(chunk, training=False), prepare(x), CHUNK)
     graph = compiled(model)  # the server's call: one tf.function (disttrain_server.model_store.compiled_call)
     one = tf.nest.map_structure(tf.constant, prepare(first_row(x)))
@@ -403,11 +402,13 @@ def with_suppressed_rmdir(path):
 
 def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, metric=ACCURACY):
     tf = import_tensorflow()
+    facts = TASKS[task]
     own = own_signature(task, meta)
     out = output_name(task, meta)
-    specs = input_specs(model, meta) if own else [(INPUT_NAMES[task], signature_dtype(task), None)]
+    specs = input_specs(model, meta) if own else [(facts.input_name, signature_dtype(task), None)]
     names = [name for name, _, _ in specs]
-    flatten = (lambda chunk: tf.reshape(chunk, [-1])) if task == "text" and not own else (lambda chunk: chunk)  # noqa: E731
+    flat_strings = facts.input_dtype == "string" and not own  # the built-in text signature: a flat [n], not a column
+    flatten = (lambda chunk: tf.reshape(chunk, [-1])) if flat_strings else (lambda chunk: chunk)  # noqa: E731
 
     def arguments(chunk):
         """A chunk of x as the signature's keyword arguments, in each input's dtype."""
@@ -415,7 +416,7 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
         return {name: (tf.cast(values[name], dtype) if dtype != tf.string else values[name]) for name, dtype, _ in specs}
 
     # faces: the exports take raw crops and preprocess them themselves, so evaluate() must not
-    eval_meta = {"face_preprocessing": 1} if task == "faces" else meta
+    eval_meta = {"face_preprocessing": 1} if facts.face_preprocessing else meta
     keras_outputs, keras_one = keras_reference(model, task, meta, x)
     n = len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
 
@@ -454,9 +455,9 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
     # strings-in model.tflite would run nowhere here. So the text model.tflite is the core on token
     # ids (TextVectorization's: 0 padding, 1 out of vocabulary, then the vocabulary in order), builtin
     # ops only; the vectorizer runs in TensorFlow before it.
-    parts = text_parts(model) if task == "text" and not own else None
+    parts = text_parts(model) if facts.vocabulary and not own else None
     vectorize = parts[0] if parts else None
-    if task == "text" and not own and parts is None:  # e.g. --combine ensemble: each member has its own vectorizer
+    if facts.vocabulary and not own and parts is None:  # e.g. --combine ensemble: each member has its own vectorizer
         staged.report["tflite"] = {"skipped": "the text model is not one vectorizer before one core (an ensemble?), "
                                               "and TFLite cannot take its strings (no builtin string ops, no Flex "
                                               "delegate in the tensorflow package since TF 2.20)"}
@@ -493,7 +494,7 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
                        for name, dtype, shape in specs]
     else:
         lite_inputs = [{"name": names[0], "dtype": dtype_name(signature_dtype(task)),
-                        "shape": [-1] if task == "text" else [-1, *model.inputs[0].shape[1:]]}]
+                        "shape": [-1] if flat_strings else [-1, *model.inputs[0].shape[1:]]}]
     section = staged.report["tflite"] = {
         "path": TFLITE_FILE,
         **({"input": lite_inputs[0]} if len(lite_inputs) == 1 else {}),
@@ -523,7 +524,7 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
 
     kept = {}
     metrics = evaluate(lite, task, x, y, seed, eval_meta, kept)
-    lite_outputs = (kept["probabilities"] if task != "faces" and head_of(meta) == "softmax"
+    lite_outputs = (kept["probabilities"] if not facts.retrieval and head_of(meta) == "softmax"
                     else call_in_chunks(lite, x, CHUNK))
     difference = float(np.abs(lite_outputs.reshape(keras_outputs.shape) - keras_outputs).max()) if n else 0.0
     one = first_row(x)
@@ -541,6 +542,6 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
             "what": "one instance per call, in this process: TFLite's signature runner (default threads)"
                     + (", after the Keras vectorizer" if vectorize is not None else "")
                     + " vs the Keras model in one tf.function, as the server calls it"
-                    + (" (with OpenCV's crop preprocessing before it)" if task == "faces" else ""),
+                    + (" (with OpenCV's crop preprocessing before it)" if facts.face_preprocessing else ""),
         },
     })

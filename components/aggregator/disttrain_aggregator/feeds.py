@@ -11,6 +11,7 @@ splitting the dataset's x, and is refused in one line.
 import numpy as np
 
 from disttrain_contract import ContractError
+from disttrain_contract.tasks import TASKS
 
 
 def input_specs(meta):
@@ -25,7 +26,7 @@ def feed(task, manifest_input, meta, x):
     if len(specs) <= 1:
         return x
     names = [spec.get("name") for spec in specs]
-    if task != "table":
+    if not TASKS[task].feature_inputs:
         raise ContractError(f"the model takes {len(specs)} named inputs ({', '.join(map(str, names))}); only a table "
                             "model's inputs can be fed from the dataset (one per feature column), this is a "
                             f"{task!r} dataset")

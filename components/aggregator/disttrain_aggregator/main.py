@@ -56,6 +56,7 @@ from disttrain_contract.evaluation import HEADS, as_model_input, evaluate, head_
 from disttrain_contract.metrics import metrics_of, primary_metric
 from disttrain_contract.layout import marker_path
 from disttrain_contract.manifest import Manifest, read_split
+from disttrain_contract.tasks import task_of
 from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_contract.user_model import import_model_module
 
@@ -496,7 +497,7 @@ def main(argv=None):
     report["gate"] = dict(verdict, forced=args.force and not verdict["passed"], published=published)
     print_table(report)
     if combined:
-        combine.print_candidates(combined, manifest.task, metric)
+        combine.print_candidates(combined, metric)
     analysis.print_summary(report["analysis"])
     if report["training_parameters"]:
         origin = report["parameters_origin"] or {}
@@ -656,8 +657,8 @@ def table_columns(report):
     """(report key, title) of the printed table's metric columns."""
     if report.get("problem") == "regression":
         return [("test_rmse", "RMSE"), ("test_mae", "MAE"), ("test_r2", "R²")]
-    columns = [("test_accuracy", "test acc" if report["task"] != "faces" else "top-1")]
-    if report["task"] == "faces":
+    columns = [("test_accuracy", "top-1" if task_of(report).retrieval else "test acc")]
+    if task_of(report).retrieval:
         return columns + [("test_same_person_distance", "same dist"), ("test_different_person_distance", "other dist")]
     return columns + [("test_loss", "test loss")]
 
@@ -674,13 +675,13 @@ def print_table(report):
     for name, row in rows:
         print(f"{name:<24}{row['examples']:>10}" + "".join(f"{row[key]:>12.4f}" for key, _ in columns))
     held_out = f"{report['test_examples']} held-out examples"
-    if report["task"] == "faces":
+    if task_of(report).retrieval:
         held_out += f" of {report['final']['test_people']} people never seen in training"
     if report.get("problem") == "regression":
         held_out += (f"; target {report.get('target')!r}, RMSE and MAE in its unit (lower is better), R² of 1 is a "
                      "perfect fit")
     print(held_out + "\n")
-    if report["task"] == "faces" and "test_darker_margin" in report["final"]:
+    if task_of(report).retrieval and "test_darker_margin" in report["final"]:
         print_hard_queries(report["final"])
 
 
@@ -708,10 +709,10 @@ def plot_report(report, histories, path):
 
     from disttrain_contract import atomic_path
 
-    hard = report["task"] == "faces" and "test_darker_margin" in report["final"]  # the faces' harder queries
+    hard = task_of(report).retrieval and "test_darker_margin" in report["final"]  # the faces' harder queries
     primary = report.get("primary_metric") or {"name": "accuracy", "label": "accuracy", "direction": "max"}
     key, fraction = f"test_{primary['name']}", primary["name"] == "accuracy"
-    ylabel = ("held-out top-1 retrieval" if report["task"] == "faces"
+    ylabel = ("held-out top-1 retrieval" if task_of(report).retrieval
               else f"held-out {primary['label']}" + ("" if fraction else f" ({'lower' if primary['direction'] == 'min' else 'higher'} is better)"))
     fig, axes = plt.subplots(1, 3 if hard else 2, figsize=(16 if hard else 11, 4))
     bars, curves = axes[0], axes[1]
@@ -738,7 +739,7 @@ def plot_report(report, histories, path):
     curves.axhline(report["final"][key], color="#fc8d62", linestyle="--", label="final model")
     curves.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     curves.set_xlabel("epoch")
-    curves.set_ylabel(ylabel if report["task"] != "faces" else "held-out accuracy")
+    curves.set_ylabel("held-out accuracy" if task_of(report).retrieval else ylabel)
     curves.set_title("training curves")
     curves.legend()
     if hard:

@@ -17,12 +17,12 @@ Every crop goes through the model's own preprocessing version (faces.preprocess)
 
 import numpy as np
 
+from disttrain_contract.tasks import TASKS
+
 
 def as_model_input(task, x):
-    """Text models take a [n, 1] column of strings; arrays pass as they are."""
-    if task == "text":
-        return np.asarray(x, dtype=object).reshape(-1, 1)
-    return x
+    """Text models take a [n, 1] column of strings; arrays pass as they are (tasks.Task.model_input)."""
+    return TASKS[task].model_input(x)
 
 
 # How a model's output becomes what evaluation needs (recorded as "head" in the model's disttrain.json;
@@ -107,7 +107,7 @@ def evaluate(model, task, x, y, seed=0, meta=None, outputs=None, head=None):
     analysis (so it does not run the model over the split again): "probabilities" [n, classes];
     faces: "people" (the label of each gallery column), "distances" [queries, gallery] and
     "<kind>_distances" for each hard query."""
-    if task == "faces":
+    if TASKS[task].retrieval:
         from disttrain_contract.faces import FACE_PREPROCESSING, preprocessing_of
 
         return evaluate_retrieval(model, x, y, seed, FACE_PREPROCESSING if meta is None else preprocessing_of(meta), outputs)

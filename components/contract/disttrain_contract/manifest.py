@@ -31,14 +31,14 @@ import numpy as np
 
 from disttrain_contract.atomic import atomic_write_json, sha256_file
 from disttrain_contract.errors import ContractError
+from disttrain_contract.tasks import PROBLEMS, TASKS as REGISTRY
 
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
 VOCAB = "vocab.txt"
-TASKS = ("text", "image", "faces", "table", "array")
-PROBLEMS = ("classification", "regression")
+TASKS = tuple(REGISTRY)  # the names; their facts: tasks.TASKS
 # the tasks whose x is stored as given (any numeric dtype and shape) rather than as uint8 pixels
-NUMERIC_TASKS = ("table", "array")
+NUMERIC_TASKS = tuple(name for name, task in REGISTRY.items() if task.numeric)
 
 
 def shard_name(index):
@@ -119,12 +119,13 @@ class Manifest:
             kwargs["shards"] = [SplitInfo(**s) for s in raw["shards"]]
             kwargs["test"] = SplitInfo(**raw["test"])
             manifest = cls(**kwargs)
-            if manifest.task not in TASKS:
+            task = REGISTRY.get(manifest.task)
+            if task is None:
                 raise ValueError(f"unknown task {manifest.task!r}")
             if manifest.problem not in PROBLEMS:
                 raise ValueError(f"unknown problem {manifest.problem!r}")
-            if manifest.problem == "regression" and manifest.task == "faces":
-                raise ValueError("a faces dataset is not a regression problem")
+            if manifest.problem not in task.problems:
+                raise ValueError(f"a {task.name} dataset is not a {manifest.problem} problem")
             if not manifest.shards:
                 raise ValueError("no shards")
         except (KeyError, TypeError, ValueError) as err:

@@ -12,6 +12,8 @@ gate, the sweep's objective, the dashboard) read the problem's *primary* metric 
 import dataclasses
 import math
 
+from disttrain_contract.tasks import TASKS
+
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
@@ -64,18 +66,23 @@ def primary_metric(task=None, problem="classification"):
     """The metric a run is judged by: held-out accuracy (faces: top-1 retrieval), RMSE for regression."""
     if problem == "regression":
         return RMSE
-    return TOP1 if task == "faces" else ACCURACY
+    return TOP1 if _retrieval(task) else ACCURACY
 
 
 def metrics_of(task=None, problem="classification"):
     """Every held-out metric evaluate() returns for a problem, the primary one first (faces: more)."""
     if problem == "regression":
         return [RMSE, MAE, R2, LOSS]
-    return [primary_metric(task, problem), LOSS] if task != "faces" else [TOP1]
+    return [TOP1] if _retrieval(task) else [primary_metric(task, problem), LOSS]
 
 
 def training_score(problem="classification"):
     return TRAINING_SCORE[problem]
+
+
+def _retrieval(task):
+    """Whether a task is judged by retrieval (tasks.Task.retrieval); None (or a name no task has): not."""
+    return task in TASKS and TASKS[task].retrieval
 
 
 def _number(value):

@@ -10,9 +10,12 @@ a {"b64": ...} value for any string input; the `_bytes` suffix is its convention
 for binary tensors, so the name says what the input holds.
 """
 
+from disttrain_contract.tasks import TASKS
+
 SIGNATURE_NAME = "serving_default"  # TF Serving's default signature key
 PREDICT_METHOD = "tensorflow/serving/predict"
-INPUT_NAMES = {"text": "text", "image": "image", "faces": "face"}
-OUTPUT_NAMES = {"text": "probabilities", "image": "probabilities", "faces": "embedding"}
+# the built-in models' (tasks.Task.input_name, output_name): {"text": "text", "image": "image", "faces": "face"}
+INPUT_NAMES = {name: task.input_name for name, task in TASKS.items() if task.input_name}
+OUTPUT_NAMES = {name: task.output_name for name, task in TASKS.items() if task.output_name}
 BYTES_SIGNATURE_NAME = "serving_bytes"  # image models: encoded image files in, probabilities out
 IMAGE_BYTES_INPUT = "image_bytes"

@@ -33,7 +33,8 @@ import time
 import numpy as np
 
 from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, run_cli, sha256_file, write_marker
-from disttrain_contract.manifest import NUMERIC_TASKS, VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
+from disttrain_contract.manifest import VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
+from disttrain_contract.tasks import task_of
 from disttrain_copier.sources import open_source
 from disttrain_copier.validation import DEFAULT_MAX_LABEL_SKEW, SCHEMA_HELP, STATS, STATS_PLOT, Validator, read_schema, write_stats
 
@@ -166,8 +167,8 @@ class ArrayShards:
 
     storage = "npy"
 
-    def __init__(self, out_dir, sizes, spec, regression=False):
-        if spec["kind"] in NUMERIC_TASKS:
+    def __init__(self, out_dir, sizes, spec, numeric=False, regression=False):
+        if numeric:  # tasks.Task.numeric: x in the source's own dtype and shape
             shape, self.x_dtype = tuple(spec["shape"]), np.dtype(spec["dtype"])
         else:
             shape, self.x_dtype = (spec["height"], spec["width"], spec["channels"]), np.dtype(np.uint8)
@@ -212,6 +213,7 @@ def copy(args):
                           task=args.task, label_column=args.label_column, problem=args.problem)
     for where, reason in dataset.skipped:
         print(f"copier: skipped {where}: {reason}", file=sys.stderr)
+    task = task_of(dataset)
     out_dir = args.out or Workdir(args.workdir).data
     names = [shard_name(i) for i in range(args.n_shards)]
 
@@ -220,7 +222,7 @@ def copy(args):
 
     def plan():
         """Where each example goes, in stream order (the same on every call)."""
-        if dataset.task == "faces":
+        if task.split_by_person:
             # split by person, not by photo: the held-out split is people the model never saw
             by_person = split_assignments(args.seed, args.test_fraction, args.n_shards)
             person_destination = [next(by_person) for _ in dataset.labels]
@@ -229,14 +231,14 @@ def copy(args):
 
     with atomic_path(out_dir) as tmp:
         os.makedirs(tmp)
-        if dataset.task == "text":
+        if task.storage == TextShards.storage:
             shards = TextShards(tmp, names + [TEST])
         else:
             sizes = collections.Counter({name: 0 for name in names + [TEST]})
             for where in itertools.islice(plan(), dataset.examples):
                 sizes[destination(where)] += 1
             _check_sizes(sizes, names)
-            shards = ArrayShards(tmp, sizes, dataset.input, regression=dataset.problem == "regression")
+            shards = ArrayShards(tmp, sizes, dataset.input, numeric=task.numeric, regression=dataset.problem == "regression")
 
         token_counts = collections.Counter()
         progress = Progress(dataset.examples)
@@ -251,7 +253,7 @@ def copy(args):
                 name = destination(next(assignment))
                 shards.add(name, x, y)
                 tokens = None
-                if dataset.task == "text":
+                if task.vocabulary:
                     tokens = tokenize(x)
                     if name != TEST:
                         token_counts.update(tokens)
@@ -273,11 +275,11 @@ def copy(args):
             return SplitInfo(name, shards.counts[name], {f: sha256_file(os.path.join(tmp, f)) for f in files})
 
         input_spec = dict(dataset.input)
-        if dataset.task in NUMERIC_TASKS:  # what a model's Normalization needs: the training shards' statistics
+        if task.numeric:  # what a model's Normalization needs: the training shards' statistics
             input_spec["statistics"] = validator.feature_statistics()
 
         vocab = None
-        if dataset.task == "text":
+        if task.vocabulary:
             # most frequent first, ties alphabetical: the same corpus always gives the same vocabulary
             tokens = [t for t, _ in sorted(token_counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.max_tokens]]
             with open(os.path.join(tmp, VOCAB), "w", encoding="utf-8") as fh:
@@ -324,11 +326,8 @@ def main(argv=None):
     else:
         what = (f"{len(manifest.labels)} labels ({', '.join(manifest.labels[:5])}"
                 f"{', ...' if len(manifest.labels) > 5 else ''})")
-    inputs = ""
-    if manifest.task == "table":
-        inputs = f", {len(manifest.input['features'])} features"
-    elif manifest.task == "array":
-        inputs = f", x {manifest.input['dtype']} {manifest.input['shape']} per example"
+    inputs = task_of(manifest).describe_input(manifest.input)
+    inputs = f", {inputs}" if inputs else ""
     print(
         f"copier: {manifest.train_examples} training examples in {manifest.n_shards} shards ({sizes}), "
         f"{manifest.test.examples} held out; task {manifest.task}{inputs}, {what} -> {out_dir}"

@@ -40,6 +40,7 @@ import numpy as np
 from disttrain_contract import ContractError
 from disttrain_contract.atomic import atomic_write_json, read_json
 from disttrain_contract.manifest import iter_split_text
+from disttrain_contract.tasks import TASKS
 
 STATS = "stats.json"
 STATS_PLOT = "stats.png"
@@ -55,8 +56,8 @@ CHECKS = ("leakage", "label_skew", "missing_class", "schema")
 # of one class out of two 0.5.
 DEFAULT_MAX_LABEL_SKEW = 0.2
 LEVELS = np.arange(256, dtype=np.float64)
-SCHEMA_KINDS = ("text", "image", "table", "array")
-NUMERIC_KINDS = ("table", "array")  # manifest.NUMERIC_TASKS
+SCHEMA_KINDS = tuple(dict.fromkeys(task.kind for task in TASKS.values()))  # text, image, table, array
+NUMERIC_KINDS = tuple(dict.fromkeys(task.kind for task in TASKS.values() if task.numeric))  # table, array
 # Regression's label_skew: the training targets' quantiles cut the target axis into at most TARGET_BINS
 # bins, and fewer for small shards (one bin per TARGET_BIN_EXAMPLES examples of the smallest shard, at
 # least 2), so that sampling noise stays well under the default limit: a shard of n examples dealt at
@@ -298,7 +299,7 @@ class Validator:
         self.problem, self.target = problem, target
         self.regression = problem == "regression"
         # what the schema's "input".kind names: text, image (faces too), table or array
-        self.kind = "text" if task == "text" else task if task in NUMERIC_KINDS else "image"
+        self.kind = TASKS[task].kind
         self.source_dtype = source_dtype or ("str" if self.kind == "text" else "uint8")
         self.names = list(names)  # the shards, in order
         split_kind = "numeric" if self.kind in NUMERIC_KINDS else self.kind
@@ -354,7 +355,7 @@ class Validator:
             measure = "total-variation distance of the split's label distribution from the training distribution (all shards)"
         if self.kind in NUMERIC_KINDS:
             train["feature_statistics"] = self.feature_statistics()
-        faces = self.task == "faces"
+        faces = TASKS[self.task].split_by_person
         skew = {name: round(tv_distance(histograms[name], train_counts), 6) for name in self.names + [TEST]}
         self.histograms, self.train_histogram = histograms, train_counts
         by_person = "faces are split by person: labels differ between splits by design"
