@@ -366,3 +366,29 @@ def test_the_cache_under_many_threads(runs, real_report, tmp_path):
     # no stale entry: a summary is cached under the identity of the file it was read from (fstat of the
     # open file), so once the writes stop every file answers with its last version
     assert {path: cache.get(path)["strategy"] for path in files} == last
+
+
+def test_regression_runs_are_compared_by_rmse_lowest_first(real_report, tmp_path):
+    """A regression run's report (the aggregator's keys: problem, test_rmse ...) lists RMSE, MAE, R² and MSE, and
+    the best of two regression runs is the lower RMSE; no 0..1 bar for a metric in the target's unit."""
+    runs_dir = tmp_path / "runs"
+    for n, rmse in ((1, 61.5), (2, 54.2)):
+        final = runs_dir / f"run-{n}" / "final"
+        final.mkdir(parents=True)
+        report = {**real_report, "task": "table", "problem": "regression", "target": "progression", "labels": [],
+                  "primary_metric": {"name": "rmse", "direction": "min", "label": "RMSE"},
+                  "workers": [{"name": "worker 0", "examples": 178, "test_rmse": rmse + 1, "test_mae": 44.0,
+                               "test_r2": 0.4, "test_loss": (rmse + 1) ** 2}],
+                  "final": {"examples": 355, "test_rmse": rmse, "test_mae": 43.0, "test_r2": 0.45, "test_loss": rmse ** 2}}
+        (final / "report.json").write_text(json.dumps(report))
+        (final / "_SUCCESS").write_text("{}")
+    c = client(runs_dir, served="run-2")
+    rows = {row["run"]: row["report"] for row in c.get("/runs.json").get_json()["runs"]}
+    assert (rows["run-1"]["final_value"], rows["run-2"]["final_value"]) == (61.5, 54.2)
+    assert rows["run-2"]["metric"] == "RMSE" and rows["run-2"]["direction"] == "min"
+    html = c.get("/runs").get_data(as_text=True)
+    assert "<meter" not in html and html.count('<span class="badge">best</span>') == 1
+    assert re.search(r'data-run="run-2".*?badge">best</span>', html, re.S)
+    page = c.get("/runs/run-2").get_data(as_text=True)
+    for title in ("RMSE", "MAE", "R²", "MSE"):
+        assert f"<th>{title}</th>" in page or f">{title}<" in page, title

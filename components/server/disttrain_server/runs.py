@@ -105,10 +105,12 @@ def list_runs():
 
 def curves(run_dir):
     """The per-epoch curves of the run's workers (their progress.json histories, bounded reads):
-    {"loss": chart, "accuracy": chart, "test_accuracy": chart}, a chart being None when no worker has that metric."""
+    {"loss": chart, "accuracy": chart, "test_accuracy": chart, "mae": chart, "test_rmse": chart}, a chart being
+    None when no worker has that metric (a regression's workers have the last two instead of the accuracies)."""
     series = worker_histories(run_dir, MAX_CURVE_WORKERS)
     return {key: svg_chart(series, key, title) for key, title in
-            (("loss", "training loss"), ("accuracy", "training accuracy"), ("test_accuracy", "held-out accuracy"))}
+            (("loss", "training loss"), ("accuracy", "training accuracy"), ("test_accuracy", "held-out accuracy"),
+             ("mae", "training MAE"), ("test_rmse", "held-out RMSE"))}
 
 
 def run_links(run_dir, finished):
@@ -132,9 +134,19 @@ def enable_hint():
 @bp.get("/runs")
 def runs_page():
     rows, older = list_runs()
-    best = max((r["report"]["final_value"] for r in rows if r["report"] and "error" not in r["report"]), default=None)
-    return render_template("runs.html", rows=rows, older=older, best=best, runs_dir=runs_dir(),
+    mark_best(rows)
+    return render_template("runs.html", rows=rows, older=older, runs_dir=runs_dir(),
                            hint=None if runs_dir() else enable_hint(), name=current_app.config["MODEL_NAME"])
+
+
+def mark_best(rows):
+    """report["best"]: the run's final value is the best among the runs judged by the same metric (accuracy: the
+    highest; a regression's RMSE: the lowest)."""
+    reports = [r["report"] for r in rows if r["report"] and "error" not in r["report"]]
+    for report in reports:
+        peers = [p["final_value"] for p in reports if p.get("metric_key") == report.get("metric_key")]
+        best = max(peers) if report.get("direction", "max") == "max" else min(peers)
+        report["best"] = report["final_value"] == best
 
 
 @bp.get("/runs.json")

@@ -26,6 +26,7 @@ import re
 import threading
 from collections import OrderedDict
 
+from disttrain_contract.metrics import primary_metric
 from disttrain_contract.layout import MARKER, PROGRESS_FILE, Workdir
 from disttrain_server.shared import runs_dir, served_run_dir
 
@@ -152,8 +153,10 @@ def number(value):
     return value
 
 
-def metric_columns(task):
+def metric_columns(task, problem="classification"):
     """(key, title) of the held-out metrics the tables show: the aggregator's own table (print_table)."""
+    if problem == "regression":
+        return [("test_rmse", "RMSE"), ("test_mae", "MAE"), ("test_r2", "R²"), ("test_loss", "MSE")]
     if task == "faces":
         return [("test_accuracy", "top-1 retrieval"), ("test_same_person_distance", "same-person distance"),
                 ("test_different_person_distance", "other-person distance")]
@@ -179,15 +182,17 @@ def summarize(report):
     if not isinstance(report, dict):
         raise TypeError("not a JSON object")
     task, strategy = str(report["task"]), str(report["strategy"])
-    columns = metric_columns(task)
+    problem = str(report.get("problem") or "classification")
+    primary = primary_metric(task, problem)  # the metric runs are compared by, in its direction
+    columns = metric_columns(task, problem)
     rows = []
     for row in report["workers"][:MAX_WORKERS]:
         rows.append({"name": str(row["name"]), "examples": number(row.get("examples")),
                      "metrics": [number(row.get(key)) for key, _ in columns]})
     final = report["final"]
-    final_value = number(final["test_accuracy"])
+    final_value = number(final[primary.key])
     if final_value is None:
-        raise ValueError("final test_accuracy is not a number")
+        raise ValueError(f"final {primary.key} is not a number")
     combine = report.get("combine") or {}
     gate = report.get("gate") or {}
     data = report.get("data") or {}
@@ -205,7 +210,8 @@ def summarize(report):
                            if origin.get("source") == "sweep" else "the trainer's flags" if parameters else None,
         "combine": combine.get("published"),
         "columns": [title for _, title in columns],
-        "metric": columns[0][1],
+        "metric": columns[0][1], "metric_key": primary.key, "direction": primary.direction,
+        "fraction": primary.unit == "fraction", "problem": problem,
         "rows": rows,
         "final": {"name": f"final ({combine.get('published', 'average')})" if strategy == "average" else "final (promoted)",
                   "examples": number(final.get("examples")), "metrics": [number(final.get(key)) for key, _ in columns]},
