@@ -26,10 +26,6 @@
     return node;
   }
 
-  function percent(p) {
-    return (100 * p).toFixed(1) + "%";
-  }
-
   // flat values -> nested lists of `shape` (row-major); shape [] is one number
   function nest(flat, shape) {
     if (shape.length === 0) return flat[0];
@@ -87,18 +83,7 @@
   }
 
   function showProbabilities(probs) {
-    const order = probs.map((p, i) => i).sort((a, b) => probs[b] - probs[a]);
-    const best = order[0];
-    const rows = order.map((i) => {
-      const row = element("div", i === best ? "row best" : "row");
-      const fill = element("div", "fill");
-      fill.style.width = percent(probs[i]); // CSSOM, allowed by the page's CSP
-      const track = element("div", "track");
-      track.append(fill);
-      row.append(element("span", "label", labels[i]), track, element("span", "value", percent(probs[i])));
-      return row;
-    });
-    result.replaceChildren(element("p", "headline", labels[best] + ": " + percent(probs[best])), ...rows);
+    window.disttrainBars.showProbabilities(result, labels, probs); // bars.js
   }
 
   function showValue(value) {
