@@ -11,6 +11,7 @@ Pure functions, no TensorFlow: unit-tested on their own.
 """
 
 import json
+import os
 
 KUBERNETES_PATTERN = "{job}-{index}.{service}:{port}"
 LOCAL_PATTERN = "127.0.0.1:{index_port}"
@@ -102,3 +103,32 @@ def parse_ps_tf_config(text):
             or task_type not in cluster or not 0 <= task_index < len(cluster[task_type]):
         raise ValueError(f"TF_CONFIG task {task} does not fit a cluster of 1 chief, {ps} ps and {workers} workers")
     return workers, job_index(task_type, task_index, ps), ps
+
+
+def configure(args, workers, index, connected):
+    """(workers, index, TF_CONFIG text or None) of this task, with os.environ["TF_CONFIG"] set for a connected
+    strategy: the TF_CONFIG given in the environment wins (its task count and index too; parameter-server
+    training also takes its --ps from it), else one is built from --host-pattern (by default the
+    Kubernetes names `<job>-<index>.<service>` with --service, else loopback ports). A strategy whose
+    workers never talk gets none: a stray TF_CONFIG must not turn the default strategy distributed.
+    ValueError from a malformed TF_CONFIG or pattern is raised as ContractError (one line, exit 2)."""
+    from disttrain_contract import ContractError
+
+    tf_config = os.environ.get("TF_CONFIG")
+    if not connected:
+        os.environ.pop("TF_CONFIG", None)
+        return workers, index, None
+    try:
+        if tf_config and args.ps:
+            workers, index, args.ps = parse_ps_tf_config(tf_config)
+        elif tf_config:
+            workers, index = parse_tf_config(tf_config)
+        else:
+            pattern = args.host_pattern or default_host_pattern(args.service)
+            config = (build_ps_tf_config(args.ps, workers, index, pattern, args.job, args.service, args.port) if args.ps
+                      else build_tf_config(workers, index, pattern, args.job, args.service, args.port))
+            tf_config = json.dumps(config)
+            os.environ["TF_CONFIG"] = tf_config
+    except ValueError as err:
+        raise ContractError(str(err)) from None
+    return workers, index, tf_config

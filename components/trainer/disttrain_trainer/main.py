@@ -37,7 +37,8 @@ from disttrain_contract.params import read_params_file
 from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_trainer import peers, strategies
 from disttrain_trainer.progress import ProgressFile, TerminalBar
-from disttrain_trainer.cluster import build_ps_tf_config, build_tf_config, default_host_pattern, parse_ps_tf_config, parse_tf_config, ps_task
+from disttrain_trainer import cluster
+from disttrain_trainer.cluster import ps_task
 
 IMAGE_MODELS = ("cnn", "mobilenetv2", "resnet50")  # --model (models.build_image_model)
 # --allreduce-dtype (collectives.WIRE_DTYPES). Not bfloat16: TensorFlow's collective all-reduce
@@ -210,25 +211,9 @@ def main(argv=None):
     tf = import_tensorflow()  # before keras, which imports it: quietly (see tensorflow_import)
 
     # ---------------------------------------------------------- distributed setup
-    # Connected strategies: TF_CONFIG names every worker and this one's index; TensorFlow
-    # connects them when the strategy is created (it waits for all of them).
-    tf_config = os.environ.get("TF_CONFIG")
-    if args.strategy in strategies.CONNECTED:
-        try:
-            if tf_config and args.ps:
-                workers, index, args.ps = parse_ps_tf_config(tf_config)
-            elif tf_config:
-                workers, index = parse_tf_config(tf_config)
-            else:
-                pattern = args.host_pattern or default_host_pattern(args.service)
-                config = (build_ps_tf_config(args.ps, workers, index, pattern, args.job, args.service, args.port) if args.ps
-                          else build_tf_config(workers, index, pattern, args.job, args.service, args.port))
-                tf_config = json.dumps(config)
-                os.environ["TF_CONFIG"] = tf_config
-        except ValueError as err:
-            raise ContractError(str(err)) from None
-    else:
-        os.environ.pop("TF_CONFIG", None)  # a stray TF_CONFIG must not turn the default strategy distributed
+    # Connected strategies: TF_CONFIG names every task and this one's index (given, or built from the
+    # Job's index and the headless Service); TensorFlow connects them when the strategy is created.
+    workers, index, tf_config = cluster.configure(args, workers, index, connected=args.strategy in strategies.CONNECTED)
     if workers != manifest.n_shards:
         raise ContractError(f"{workers} workers but the dataset has {manifest.n_shards} shards; run the copier with --n-shards {workers}")
     worker_dir = workdir.worker(index, train_dir)
