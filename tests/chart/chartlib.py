@@ -185,7 +185,7 @@ def stage_of(doc):
 
 
 def main_container(docs, stage):
-    kinds = {"copier": "Job", "trainer": "Job", "aggregator": "Job", "server": "Deployment"}
+    kinds = {"copier": "Job", "sweep": "Job", "trainer": "Job", "aggregator": "Job", "server": "Deployment"}
     doc = one([d for d in docs if stage_of(d) == stage], kinds[stage])
     (container,) = [c for c in pod_spec(doc)["containers"] if c["name"] == stage]
     return container

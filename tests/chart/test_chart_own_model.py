@@ -18,7 +18,7 @@ def own(*sets):
 
 
 def workload(docs, stage):
-    kinds = {"copier": "Job", "trainer": "Job", "aggregator": "Job", "server": "Deployment"}
+    kinds = {"copier": "Job", "sweep": "Job", "trainer": "Job", "aggregator": "Job", "server": "Deployment"}
     return one([d for d in docs if stage_of(d) == stage], kinds[stage])
 
 
@@ -95,6 +95,15 @@ def check_code_mounted(docs, configmap):
     copier = pod_spec(workload(docs, "copier"))
     assert "user-code" not in [v["name"] for v in copier["volumes"]]
     assert "PYTHONPATH" not in env_of(main_container(docs, "copier"))
+
+
+def test_the_sweep_trains_the_users_model_too():
+    docs = own("model.file=/workdir/models/mine.keras", *CODE, "sweep.enabled=true")
+    sweep = main_container(docs, "sweep")
+    assert sweep["args"][sweep["args"].index("--model-file") + 1] == "/workdir/models/mine.keras"
+    assert sweep["args"][sweep["args"].index("--model-module") + 1] == "tabular:build"
+    assert env_of(sweep)["PYTHONPATH"] == "/opt/disttrain/user-code"
+    assert "user-code" in [v["name"] for v in pod_spec(workload(docs, "sweep"))["volumes"]]
 
 
 def test_model_code_is_rendered_into_a_configmap_and_mounted_read_only():
@@ -191,7 +200,6 @@ def test_schema_accepts_module_strings(module):
         (["model.module=x", "data.task=faces"], "faces trains its built-in embedding"),
         (["model.code.x\\.py=y", "model.module=x", "model.codeConfigMap=c"], "set at most one of model.code and model.codeConfigMap"),
         (["model.codeConfigMap=c"], "imported through model.module"),
-        (["model.file=/workdir/m.keras", "sweep.enabled=true"], "sweep.enabled tunes the built-in model"),
     ],
 )
 def test_schema_rejects_own_model_nonsense(sets, expected):
@@ -221,7 +229,6 @@ def test_schema_rejects_data_nonsense(sets, expected):
         (("data.source=sample:faces", "model.module=x"), "faces trains its built-in embedding"),
         (TABLE + ("model.module=a:b:c",), 'disttrain: model.module "a:b:c" is not MODULE[:FUNCTION]'),
         (TABLE + ("model.file=mine.keras",), 'disttrain: model.file "mine.keras" must be the absolute path of a .keras file'),
-        (TABLE + ("model.module=x", "sweep.enabled=true"), "disttrain: sweep.enabled tunes the built-in model"),
         (TABLE + ("model.module=x", "model.codeConfigMap=c", "model.code.x\\.py=y"), "disttrain: set at most one of model.code and model.codeConfigMap"),
         (TABLE + ("model.code.x\\.py=y",), "disttrain: model.code and model.codeConfigMap are imported through model.module"),
         (("data.source=sample:digits", "data.labelColumn=y"), "disttrain: data.labelColumn applies to data.source table:PATH only, not sample:digits"),

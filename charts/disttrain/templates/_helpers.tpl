@@ -245,9 +245,6 @@ repeats it for --skip-schema-validation).
 {{- if and (include "disttrain.ownModel" .) (or (eq $d.task "faces") (eq $d.source "sample:faces")) -}}
 {{- fail "disttrain: model.file and model.module train the table, array, image and text tasks; faces trains its built-in embedding: unset them, or use another data.source/data.task" -}}
 {{- end -}}
-{{- if and (include "disttrain.ownModel" .) .Values.sweep.enabled -}}
-{{- fail "disttrain: sweep.enabled tunes the built-in model, not model.file or model.module: disable the sweep for your own model" -}}
-{{- end -}}
 {{- if and $m.code $m.codeConfigMap -}}
 {{- fail "disttrain: set at most one of model.code and model.codeConfigMap" -}}
 {{- end -}}
