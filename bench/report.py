@@ -357,9 +357,11 @@ def task_interface(doc):
 def own_model(doc):
     out = [header(doc, "Your own model through the pipeline against plain `model.fit` (`bench/own_model.py`)")]
     c = doc["config"]
-    out.append(f"{c['seeds']} seeds (initial weights) per table, {c['workers']} workers per strategy, the same epochs and batch "
-               "as `fit` (one process, every training row). Held-out metric: mean +- standard deviation over the seeds; "
-               "difference of the mean from fit's (goals: within 1 point of accuracy, within 5 % of RMSE).\n")
+    factor = c.get("epoch_factor") or {}
+    out.append(f"{c['seeds']} seeds (initial weights) per table, {c['workers']} workers per strategy, the batch of `fit` (one "
+               "process, every training row) and as many optimizer steps per model: epochs x "
+               + ", ".join(f"{k} {v}" for k, v in factor.items()) + " of fit's. Held-out metric: mean +- standard deviation "
+               "over the seeds; difference of the mean from fit's (goals: within 1 point of accuracy, within 5 % of RMSE).\n")
     out.append("| table | run | metric | mean +- sd over seeds | difference from fit |")
     out.append("|---|---|---|---|---|")
     for table, rows in doc["results"].items():
