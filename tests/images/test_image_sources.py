@@ -93,3 +93,14 @@ def test_lock_hashes_match_the_downloaded_wheels():
             version = line.split("==", 1)[1]
             if (name, version) in found:
                 assert found[(name, version)] == hashes[name][0], f"docker/wheels: {name} {version} differs from docker/requirements/{component}.txt"
+
+
+def test_the_locks_agree_on_every_package_they_share():
+    """docker/download-wheels.sh fetches every lock's wheels in one pip call: a package pinned to two
+    versions in two locks makes that call fail (ResolutionImpossible) before any image is built."""
+    versions = {}
+    for component in locks.COMPONENTS:
+        for name, pin in locks.read_pins(locks.lock_path(component)).items():
+            versions.setdefault(name, {}).setdefault(pin, []).append(component)
+    conflicts = {name: pins for name, pins in versions.items() if len(pins) > 1}
+    assert not conflicts, conflicts
