@@ -81,12 +81,15 @@ esac
 # and build arguments): an image already labelled with it is not rebuilt, which saves sending
 # the build context (with docker/wheels, ~0.5 GB) to the daemon again. DISTTRAIN_FORCE_BUILD=1 rebuilds.
 inputs_digest() {
-    local c=$1 base
+    local c=$1 base sources
     base=$(docker image inspect -f '{{.Id}}' "${DISTTRAIN_BASE_IMAGE:-python:3.11-slim}" 2>/dev/null || echo pull)
+    # every components/<x> folder the Dockerfile copies (the sweep image holds the trainer too): a change
+    # in any of them must rebuild the image
+    mapfile -t sources < <(grep -oE '^COPY +components/[A-Za-z0-9_-]+' "components/$c/Dockerfile" | awk '{print $2}' | sort -u)
     {
         echo "$MODE $base ${build_args[*]}"
         find .dockerignore requirements.txt docker/server-healthcheck.py "docker/requirements/$c.txt" \
-             components/contract "components/$c" -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' \
+             components/contract "components/$c" "${sources[@]}" -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' \
              ! -path '*/build/*' ! -path '*/tests/*' -print0 | sort -z | xargs -0 sha256sum
     } | sha256sum | cut -c1-32
 }
