@@ -133,9 +133,11 @@ def build_ensemble(members, task, head=None, output_name=None):
     normalise = TASKS[task].retrieval  # embeddings compared by distance
     if normalise:
         outputs = [keras.layers.UnitNormalization(name=f"member_{i}_l2")(o) for i, o in enumerate(outputs)]
-    mean = keras.layers.Average(name=output_name or "mean")(outputs) if len(outputs) > 1 else outputs[0]
+    # the last layer carries the output's name: the mean's, or (faces) the normalisation after it
+    mean_name = "mean" if normalise else (output_name or "mean")
+    mean = keras.layers.Average(name=mean_name)(outputs) if len(outputs) > 1 else outputs[0]
     if normalise:
-        mean = keras.layers.UnitNormalization(name="l2_normalise")(mean)
+        mean = keras.layers.UnitNormalization(name=output_name or "l2_normalise")(mean)
     return keras.Model(inputs, mean, name=f"ensemble_of_{len(members)}")
 
 
