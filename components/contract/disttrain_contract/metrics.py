@@ -40,11 +40,8 @@ class Metric:
     def shortfall(self, value, reference):
         """How much worse value is than reference, >= 0 when worse: in points (fraction * 100) for a
         fraction, relative to the reference (1.0 = 100 % worse) for a metric in the target's unit."""
-        if self.unit == "fraction":
-            gap = (reference - value) if self.direction == "max" else (value - reference)
-            return 100.0 * gap
         gap = (reference - value) if self.direction == "max" else (value - reference)
-        return gap / max(abs(reference), 1e-12)
+        return 100.0 * gap if self.unit == "fraction" else gap / max(abs(reference), 1e-12)
 
     @property
     def key(self):
