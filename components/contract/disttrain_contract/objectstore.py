@@ -1,0 +1,178 @@
+"""Object storage: S3 and S3-compatible stores (AWS S3, GCS's XML API, Ceph RGW, SeaweedFS, MinIO).
+
+Every stage that reads an input or writes an output it publishes goes through this module for an
+`s3://bucket/key` path, so credentials, endpoints, retries and error messages behave the same in all.
+
+Why fsspec with s3fs: TensorFlow's own `s3://` file system now lives in tensorflow-io, whose last
+release fails on the TensorFlow we pin. s3fs (the fsspec project's S3 file system, on botocore) gives
+file objects that stream with ranged reads, which pyarrow's CSV and Parquet readers take as they
+are, and it is configured exactly like the AWS tools and boto3 (which TF Serving's and KServe's
+storage initialisers use): the standard environment variables, nothing of our own.
+
+Configuration, all standard (botocore reads them):
+  AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN)   the credentials
+  AWS_ENDPOINT_URL       an S3-compatible store's address (unset: AWS S3)
+  AWS_REGION / AWS_DEFAULT_REGION                                   the region
+  AWS_CA_BUNDLE          a private CA's certificates (PEM) for an https endpoint
+
+Retries: botocore retries each request (its "standard" mode: throttling and transient errors, with
+exponential backoff and jitter) up to ATTEMPTS times (AWS_MAX_ATTEMPTS and AWS_RETRY_MODE, when set,
+take precedence as in every AWS tool), and s3fs repeats a call that failed on a dropped
+connection up to S3FS_RETRIES times with its own backoff. A wrong key, a missing bucket or object, or
+an endpoint that cannot be reached is not retried forever: it becomes one ObjectStoreError line that
+names the URL and the cause, never a credential.
+"""
+
+import contextlib
+import os
+
+from disttrain_contract.errors import ContractError
+
+SCHEME = "s3://"
+ATTEMPTS = 5  # botocore's total attempts per request (standard retry mode)
+S3FS_RETRIES = 3  # s3fs's repeats of a call that failed on a dropped connection
+CONNECT_TIMEOUT_SEC = 10
+READ_TIMEOUT_SEC = 60
+BLOCK_SIZE = 8 * 2**20  # bytes per ranged read while streaming: memory stays bounded by a few blocks
+CREDENTIAL_VARIABLES = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN")
+
+
+class ObjectStoreError(ContractError):
+    """An object store refused or could not serve a request: the message names the URL and the cause."""
+
+
+def is_url(path):
+    """Whether `path` names an object (s3://...) rather than a local file."""
+    return isinstance(path, str) and path.startswith(SCHEME)
+
+
+def split(url):
+    """'s3://bucket/some/key' -> ('bucket', 'some/key'); a URL without a bucket is an error."""
+    if not is_url(url):
+        raise ObjectStoreError(f"{url!r} is not an s3:// URL")
+    bucket, _, key = url[len(SCHEME):].partition("/")
+    if not bucket:
+        raise ObjectStoreError(f"{url!r} names no bucket (expected s3://BUCKET/KEY)")
+    return bucket, key
+
+
+def endpoint():
+    """The store's address as the user gave it (for messages; it holds no credential)."""
+    return os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
+
+
+_filesystem = None
+
+
+def filesystem():
+    """The process's s3fs file system, configured from the environment (created on first use).
+
+    s3fs is imported here, not at module level: the stages import the contract on every start and
+    most runs never touch an object store."""
+    global _filesystem
+    if _filesystem is None:
+        import s3fs
+
+        config = {"connect_timeout": CONNECT_TIMEOUT_SEC, "read_timeout": READ_TIMEOUT_SEC}
+        if not (os.environ.get("AWS_MAX_ATTEMPTS") or os.environ.get("AWS_RETRY_MODE")):
+            config["retries"] = {"max_attempts": ATTEMPTS, "mode": "standard"}
+        fs = s3fs.S3FileSystem(skip_instance_cache=True, default_block_size=BLOCK_SIZE, config_kwargs=config)
+        fs.retries = S3FS_RETRIES
+        _filesystem = fs
+    return _filesystem
+
+
+def reset():
+    """Forget the configured file system (after the environment changed: tests, a new credential)."""
+    global _filesystem
+    _filesystem = None
+
+
+def scrub(text):
+    """`text` with any credential from the environment replaced by '***'."""
+    text = str(text)
+    for name in CREDENTIAL_VARIABLES:
+        value = os.environ.get(name)
+        if value and len(value) >= 4:
+            text = text.replace(value, "***")
+    return text
+
+
+def describe(url, err):
+    """One line for a failed request on `url`: what went wrong and what to check, never a secret."""
+    name = type(err).__name__
+    text = " ".join(scrub(err).split())
+    if isinstance(err, PermissionError) or any(code in text for code in (
+            "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden")):
+        cause = ("access denied (check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and that this key may "
+                 "read/write the bucket)")
+    elif "bucket does not exist" in text.lower() or "NoSuchBucket" in text:
+        cause = "the bucket does not exist"
+    elif isinstance(err, FileNotFoundError):
+        cause = "no such object"
+    elif "EndpointConnectionError" in name or "Could not connect" in text or "ConnectTimeout" in name \
+            or "ClientConnectorError" in name:
+        cause = f"cannot reach the endpoint {endpoint()} (check AWS_ENDPOINT_URL and the network)"
+    elif "SSLError" in name or "CERTIFICATE_VERIFY_FAILED" in text:
+        cause = f"TLS failed with {endpoint()} (for a private CA, set AWS_CA_BUNDLE)"
+    elif "NoCredentialsError" in name or "Unable to locate credentials" in text:
+        cause = "no credentials (set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY)"
+    else:
+        cause = f"{name}: {text}" if text else name
+    return f"{url}: {cause}"
+
+
+@contextlib.contextmanager
+def errors(url):
+    """Turn what the store or the network raises inside the block into one ObjectStoreError line."""
+    try:
+        yield
+    except ObjectStoreError:
+        raise
+    except ContractError:
+        raise
+    except Exception as err:  # botocore, aiohttp and s3fs each raise their own kinds
+        if not _from_store(err):
+            raise
+        raise ObjectStoreError(describe(url, err)) from None
+
+
+def _from_store(err):
+    module = type(err).__module__ or ""
+    return isinstance(err, OSError) or module.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "s3fs")
+
+
+def open_read(url):
+    """A binary file object streaming the object at `url` by ranged reads (seekable, bounded memory).
+
+    The existence check happens here, so a wrong key or a missing object fails before any reading."""
+    with errors(url):
+        return filesystem().open(url, "rb", block_size=BLOCK_SIZE, cache_type="readahead")
+
+
+def open_input(path):
+    """A binary file object for a local path or an s3:// URL."""
+    return open_read(path) if is_url(path) else open(path, "rb")
+
+
+def size(url):
+    with errors(url):
+        return filesystem().size(url)
+
+
+def exists(url):
+    with errors(url):
+        return filesystem().exists(url)
+
+
+def download(url, local_path):
+    """Copy one object to a local file (through a temporary name: the file is whole or absent)."""
+    tmp = f"{local_path}.part-{os.getpid()}"
+    try:
+        with errors(url):
+            filesystem().get_file(url, tmp)
+        os.replace(tmp, local_path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return local_path
