@@ -58,7 +58,7 @@ class Task(base.Task):
         self.input_names = [t.name.split(":")[0] for t in probe.inputs]
         self._check_inputs(probe)
         self.dtype = str(probe.inputs[0].dtype) if len(probe.inputs) == 1 else "float32"
-        del probe
+        self._probe = probe  # the model build() returns when no distribution strategy asks for its own
 
     # ------------------------------------------------------------------ flags
     def check(self, args):
@@ -86,6 +86,12 @@ class Task(base.Task):
         return model
 
     def build(self):
+        """The model to train: the one checked at start-up (a file is read and a module's function run once),
+        unless a distribution strategy is in scope, whose variables must be created under it: then built
+        again (the same weights: the file's, or the module's under the same seed)."""
+        probe, self._probe = self._probe, None
+        if probe is not None and not tf.distribute.has_strategy():
+            return probe
         return self._model()
 
     @property
