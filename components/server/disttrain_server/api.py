@@ -6,6 +6,7 @@ import os
 from flask import Blueprint, current_app, request, send_file
 from werkzeug.routing import BaseConverter
 
+from disttrain_contract.tasks import TASKS
 from disttrain_server import numeric
 from disttrain_server.errors import ApiError, ModelUnavailable
 from disttrain_server.instances import read_classify, read_predict, to_batch
@@ -220,7 +221,9 @@ def openapi_paths(context):
 
 def openapi_schemas(context):
     task, numeric = context.task, context.numeric
-    rows = array_of(array_of({"type": "number", "minimum": -1 if task == "faces" else 0, "maximum": 1}))
+    retrieval = getattr(TASKS.get(task), "retrieval", False)
+    # an embedding's components lie in [-1, 1]; probabilities in [0, 1]
+    rows = array_of(array_of({"type": "number", "minimum": -1 if retrieval else 0, "maximum": 1}))
     if numeric and numeric["regression"]:
         rows = array_of({"type": "number"})
     return {
@@ -386,7 +389,7 @@ def _tf_serving_paths(limits, instance, model_name, kind, task, numeric=None):
     label = {"name": "label", "in": "path", "required": True, "schema": {"type": "string", "enum": ["latest", "stable"]},
              "description": "A version label: 'latest' and 'stable' both name the one served version; any other is a 404."}
     not_found = json_response("Unknown model name, version or label.")
-    if task == "faces":
+    if getattr(TASKS.get(task), "retrieval", False):
         predict_summary = "Embeddings of face crops (faces models)."
         predict_200 = "One embedding (L2-normalised) per face crop; compare by Euclidean distance. For whole photos use :search."
     elif numeric and numeric["regression"]:
