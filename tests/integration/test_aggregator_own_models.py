@@ -260,35 +260,14 @@ def test_a_multi_input_sigmoid_classifier_evaluates_to_its_accuracy(tmp_path):
 
 
 # ---------------------------------------------------------------------- a custom registered layer
-LAYER_MODULE = '''
-import keras
 
 
-@keras.saving.register_keras_serializable(package="disttrain_test_layers")
-class Scale(keras.layers.Layer):
-    def __init__(self, factor=2.0, **kwargs):
-        super().__init__(**kwargs)
-        self.factor = factor
+def test_a_custom_layer_loads_with_model_module_and_is_refused_in_one_line_without(tmp_path, tmp_path_factory):
+    from disttrain_contract.user_model import code_info
+    from server.own_models import CUSTOM_MODULE, custom_module_dir, import_custom_module
 
-    def call(self, x):
-        return x * self.factor
-
-    def get_config(self):
-        return {**super().get_config(), "factor": self.factor}
-'''
-
-
-def test_a_custom_layer_loads_with_model_module_and_is_refused_in_one_line_without(tmp_path):
-    from disttrain_contract.user_model import code_info, import_model_module
-
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "disttrain_test_layers.py").write_text(LAYER_MODULE)
-    sys.path.insert(0, str(code))
-    try:
-        module, _ = import_model_module("disttrain_test_layers")
-    finally:
-        sys.path.remove(str(code))
+    code = custom_module_dir(tmp_path_factory)  # the user's module of the server's own-model tests
+    module = import_custom_module(code)
 
     def build():
         inputs = keras.Input(shape=(len(FEATURES),), name="features")
@@ -303,13 +282,13 @@ def test_a_custom_layer_loads_with_model_module_and_is_refused_in_one_line_witho
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: the model {root / 'train' / 'worker-00000' / 'model.keras'} was trained with code from the module "
-        "disttrain_test_layers: pass --model-module disttrain_test_layers so that its layers load")
+        f"{CUSTOM_MODULE}: pass --model-module {CUSTOM_MODULE} so that its layers load")
     assert not (root / "final").exists()
 
-    result = aggregate(root, "--exports", "none", "--model-module", "disttrain_test_layers",
+    result = aggregate(root, "--exports", "none", "--model-module", CUSTOM_MODULE,
                        env=dict(env, PYTHONPATH=str(code)))
     assert result.returncode == 0, result.stdout + result.stderr
     report = report_of(root)
     assert report["final"]["test_rmse"] > 0 and report["problem"] == "regression"
     published = json.loads(__import__("zipfile").ZipFile(root / "final" / "model.keras").read("disttrain.json"))
-    assert published["model_code"]["module"] == "disttrain_test_layers" and published["model_source"] == "module"
+    assert published["model_code"]["module"] == CUSTOM_MODULE and published["model_source"] == "module"
