@@ -2,13 +2,17 @@
 """Measure the README's results table: the demo pipeline (scripts/run-local.sh,
 without the server) for each task, with 2 workers in both strategies and the
 1-worker baseline on all the data. Prints a markdown table; writes the raw
-numbers to results/demo-results.json."""
+numbers to results/demo-results.json. Run it with the venv's Python (.venv/bin/python
+scripts/results-table.py): it reads each report through the contract's typed Report."""
 
 import json
 import os
 import subprocess
 import sys
 import time
+
+from disttrain_contract.layout import REPORT_FILE
+from disttrain_contract.report import Report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 RUNS = [(task, workers, strategy) for task in ("movie-reviews", "digits", "faces")
@@ -26,15 +30,15 @@ def run(task, workers, strategy):
     subprocess.run([os.path.join(ROOT, "scripts", "run-local.sh")], env=env, check=True, cwd=ROOT,
                    stdout=subprocess.DEVNULL)
     wall = time.monotonic() - started
-    with open(os.path.join(workdir, "final", "report.json")) as fh:
-        report = json.load(fh)
+    report = Report.read(os.path.join(workdir, "final", REPORT_FILE))
+    final = report.final
     return {"task": task, "workers": workers, "strategy": strategy, "pipeline_wall_sec": round(wall, 1),
-            "training_wall_sec": round(report["training_wall_time_sec"], 1), "epochs": report["epochs"],
-            "worker_accuracy": [round(w["test_accuracy"], 4) for w in report["workers"] if w.get("test_accuracy") is not None],
-            "final_accuracy": round(report["final"]["test_accuracy"], 4), "test_examples": report["test_examples"],
-            **({"same_person_distance": round(report["final"]["test_same_person_distance"], 3),
-                "different_person_distance": round(report["final"]["test_different_person_distance"], 3)}
-               if report["task"] == "faces" else {})}
+            "training_wall_sec": round(report.training_wall_time_sec, 1), "epochs": report.epochs,
+            "worker_accuracy": [round(w["test_accuracy"], 4) for w in report.workers if w.get("test_accuracy") is not None],
+            "final_accuracy": round(final["test_accuracy"], 4), "test_examples": report.test_examples,
+            **({"same_person_distance": round(final["test_same_person_distance"], 3),
+                "different_person_distance": round(final["test_different_person_distance"], 3)}
+               if report.task == "faces" else {})}
 
 
 def main():

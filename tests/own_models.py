@@ -53,7 +53,6 @@ def wine_csv(path):
 
 def table_statistics(manifest_path):
     """(mean, variance) per feature from a copied dataset's manifest: what a user would compute in a notebook."""
-    import json
 
     stats = json.load(open(manifest_path))["input"]["statistics"]
     return np.asarray(stats["mean"], np.float32), np.maximum(np.asarray(stats["variance"], np.float32), 1e-12)
@@ -171,7 +170,7 @@ def only_error_line(result):
 
 
 def run_own_pipeline(work, workers, strategy, *trainer_args, epochs=12, env=None, aggregator_args=()):
-    from stages import free_port_block, stage, start_stage
+    from stages import free_port_block, read_report, stage, start_stage
 
     tasks = workers + (2 if strategy == "parameterserver" else 0)
     port = free_port_block(tasks)
@@ -185,4 +184,4 @@ def run_own_pipeline(work, workers, strategy, *trainer_args, epochs=12, env=None
                 p.kill()
             raise AssertionError(f"trainer {i} failed:\n" + open(work / f"worker-{i}.log").read()[-3000:])
     stage("aggregator", "--workdir", work, "--expect", workers, "--timeout", 60, *aggregator_args, env=env)
-    return json.load(open(work / "final" / "report.json"))
+    return read_report(work / "final")

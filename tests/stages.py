@@ -1,6 +1,5 @@
 """Shared test helpers: run the real stage programs as separate processes."""
 
-import json
 import os
 import re
 import subprocess
@@ -29,7 +28,8 @@ def start_stage(name, *args, log=None, env=None):
 
 def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=64, seed=42, extra_trainer_args=(), ps=0,
                  aggregator_args=()):
-    """copier -> `workers` trainer processes in parallel -> aggregator; returns report.json.
+    """copier -> `workers` trainer processes in parallel -> aggregator; returns report.json's object (read
+    through the contract's typed Report: a report not of its documented form fails the test).
     ps > 0 (--strategy parameterserver): 1 chief + ps parameter servers + `workers` workers."""
     stage("copier", "--source", source, "--n-shards", workers, "--workdir", workdir)
     tasks = workers + (1 + ps if ps else 0)
@@ -46,8 +46,14 @@ def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=6
                 p.kill()
             raise AssertionError(f"trainer {i} failed:\n" + open(os.path.join(workdir, f"worker-{i}.log")).read()[-3000:])
     stage("aggregator", "--workdir", workdir, "--expect", workers, "--timeout", 60, *aggregator_args)
-    with open(os.path.join(workdir, "final", "report.json")) as fh:
-        return json.load(fh)
+    return read_report(os.path.join(workdir, "final"))
+
+
+def read_report(directory):
+    """The report.json in `directory` as its JSON object, read (and so checked) by the contract's typed Report."""
+    from disttrain_contract.report import Report
+
+    return Report.read(os.path.join(directory, "report.json")).to_json()
 
 
 

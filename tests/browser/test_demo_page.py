@@ -121,17 +121,17 @@ def test_empty_review_shows_the_servers_error(page, demo_url):
 def test_page_shows_the_training_data_summary(page, demo, tmp_path_factory):
     """Issue 18: with a report.json carrying the copier's statistics beside the model, the page's Data line
     shows the split sizes, the checks and the movie-review sample's duplicate warning."""
-    import json
     import os
 
     from disttrain_aggregator.data_summary import data_summary
     from disttrain_contract import Manifest
+    from disttrain_contract.report import ModelRow, Report, write_report
 
     base, workdir = demo
     data_dir = os.path.join(sample_model(tmp_path_factory, "sample:movie-reviews"), "data")
     report = os.path.join(workdir, "final", "report.json")
-    with open(report, "w") as fh:
-        json.dump({"data": data_summary(data_dir, Manifest.read(data_dir))}, fh)
+    write_report(report, Report(strategy="average", task="text", workers=[], final=ModelRow(1, {"test_accuracy": 0.8}),
+                                data=data_summary(data_dir, Manifest.read(data_dir))))
     try:
         page.goto(base + "/")
         text = " ".join(page.inner_text("#training-data").split())

@@ -211,11 +211,14 @@ def test_worker_model_with_a_lambda_layer_is_refused_and_not_run(work, tmp_path,
 
 @pytest.mark.parametrize("content, message", [
     ("{not json", r"--baseline .*baseline\.json is unreadable"),
-    (json.dumps({"workers": [{}, {}], "strategy": "average", "final": {"test_accuracy": 0.9}}),
+    (json.dumps({"workers": [{"name": "worker 0"}, {"name": "worker 1"}], "strategy": "average", "task": "image",
+                 "final": {"test_accuracy": 0.9}}),
      r"--baseline .*baseline\.json is a 2-worker average run, not a 1-worker one"),
-    (json.dumps({"workers": [{}], "strategy": "average", "final": {"test_accuracy": 0.9}, "task": "image",
+    (json.dumps({"workers": [{"name": "worker 0"}], "strategy": "average", "final": {"test_accuracy": 0.9}, "task": "image",
                  "source": "sample:other", "split_seed": 0, "test_examples": 1, "labels": ["a"]}),
      r"--baseline .*baseline\.json is of other data: its (task|source|split_seed|test_examples|labels) is"),
+    (json.dumps({"workers": [{"name": "worker 0"}], "strategy": "average", "task": "image", "final": {"examples": "all"}}),
+     r"--baseline .*baseline\.json: final\.examples must be a number, got \"all\""),
 ])
 def test_a_baseline_report_that_cannot_be_compared_is_refused(work, tmp_path, content, message):
     baseline = tmp_path / "baseline.json"

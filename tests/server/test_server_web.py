@@ -1,6 +1,5 @@
 """The demo page as the Flask test client sees it: its title, the published time, the text box, the icon."""
 
-import json
 import os
 import re
 from datetime import datetime, timezone
@@ -89,13 +88,15 @@ def test_page_shows_the_training_data_statistics_of_the_report(text_model, tmp_p
     the movie-review sample's known duplicates show as the warning they are."""
     from disttrain_aggregator.data_summary import data_summary
     from disttrain_contract import Manifest
+    from disttrain_contract.report import ModelRow, Report, write_report
 
     data_dir = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(text_model))), "data")
     summary = data_summary(data_dir, Manifest.read(data_dir))
     client = make_client(text_model, tmp_path)
     final_dir = os.path.dirname(client.application.config["MODEL_PATH"])
-    with open(os.path.join(final_dir, "report.json"), "w") as fh:
-        json.dump({"data": summary}, fh)
+    write_report(os.path.join(final_dir, "report.json"), Report(strategy="average", task="text", workers=[],
+                                                                final=ModelRow(examples=1, metrics={"test_accuracy": 0.8}),
+                                                                data=summary))
     html = page_of(client)
     block = re.search(r'<div class="meta" id="training-data">(.*?)</div>', html, re.S)
     assert block, "no training data on the page"

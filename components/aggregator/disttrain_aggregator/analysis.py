@@ -42,6 +42,7 @@ from disttrain_contract import ContractError, read_json
 from disttrain_contract.evaluation import regression_metrics
 from disttrain_contract.faces import HARD_QUERIES
 from disttrain_contract.manifest import tokenize
+from disttrain_contract.report import Report
 from disttrain_contract.metrics import primary_metric
 from disttrain_contract.tasks import task_of
 
@@ -204,19 +205,19 @@ def retrieval_per_person(outputs, label_names):
 
 # ---------------------------------------------------------------------------------- the run
 def read_baseline(path, report):
-    """A 1-worker run's report.json on the same data (--baseline), or ContractError naming why not."""
-    baseline = read_json(path, what=f"--baseline {path}")
-    if baseline is None:
+    """A 1-worker run's report.json on the same data (--baseline), as a contract report.Report, or
+    ContractError naming why not. `report`: this run's facts (a dict of report.json's keys)."""
+    obj = read_json(path, what=f"--baseline {path}")
+    if obj is None:
         raise ContractError(f"--baseline {path}: no such file")
-    if not isinstance(baseline, dict) or not isinstance(baseline.get("final"), dict) or "workers" not in baseline:
-        raise ContractError(f"--baseline {path} is not an aggregator's report.json")
-    if len(baseline["workers"]) != 1 or baseline.get("strategy") != "average":
-        raise ContractError(f"--baseline {path} is a {len(baseline['workers'])}-worker {baseline.get('strategy')} run, "
+    baseline = Report.from_json(obj, what=f"--baseline {path}")  # RecordError: the bad field, in one line
+    if len(baseline.workers) != 1 or baseline.strategy != "average":
+        raise ContractError(f"--baseline {path} is a {len(baseline.workers)}-worker {baseline.strategy} run, "
                             "not a 1-worker one")
     for key in ("task", "source", "split_seed", "test_examples", "labels", "problem", "target"):
         default = "classification" if key == "problem" else None  # reports before this round: classification
-        if baseline.get(key, default) != report.get(key, default):
-            raise ContractError(f"--baseline {path} is of other data: its {key} is {baseline.get(key)!r}, "
+        if getattr(baseline, key) != report.get(key, default):
+            raise ContractError(f"--baseline {path} is of other data: its {key} is {getattr(baseline, key)!r}, "
                                 f"this run's {report.get(key)!r}")
     return baseline
 
@@ -228,12 +229,12 @@ def baseline_row(path, report):
                       "tests/integration/test_pipeline.py train one)"}
     baseline = read_baseline(path, report)
     if report.get("problem") == "regression":
-        row = {"model": "1-worker baseline", **{key: baseline["final"].get(f"test_{key}") for key in ("rmse", "mae", "r2")}}
-        return row, {"available": True, "report": os.path.abspath(path), "created_at": baseline.get("created_at")}
-    final = (baseline.get("analysis") or {}).get("models", {}).get("final", {})
-    row = {"model": "1-worker baseline", "accuracy": baseline["final"]["test_accuracy"],
+        row = {"model": "1-worker baseline", **{key: baseline.final.get(f"test_{key}") for key in ("rmse", "mae", "r2")}}
+        return row, {"available": True, "report": os.path.abspath(path), "created_at": baseline.created_at}
+    final = (baseline.analysis or {}).get("models", {}).get("final", {})
+    row = {"model": "1-worker baseline", "accuracy": baseline.final["test_accuracy"],
            **{key: final[key] for key in ("macro_f1", "ece") if key in final}}
-    return row, {"available": True, "report": os.path.abspath(path), "created_at": baseline.get("created_at")}
+    return row, {"available": True, "report": os.path.abspath(path), "created_at": baseline.created_at}
 
 
 def run_models(report, outputs):

@@ -50,11 +50,12 @@ import numpy as np
 from disttrain_aggregator import analysis, combine, exports, feeds, gate
 from disttrain_aggregator.data_summary import data_summary
 from disttrain_aggregator.tensorboard_events import write_event_files
-from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_json, default_workdir, read_marker, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
+from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, read_marker, run_cli, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
 from disttrain_contract.artifact import load_model, read_meta, save_model
 from disttrain_contract.evaluation import HEADS, as_model_input, evaluate, head_of
 from disttrain_contract.metrics import metrics_of, primary_metric
-from disttrain_contract.layout import marker_path
+from disttrain_contract.layout import REPORT_FILE, marker_path
+from disttrain_contract.report import MetricSummary, ModelRow, Report, write_report
 from disttrain_contract.manifest import Manifest, read_split
 from disttrain_contract.tasks import task_of
 from disttrain_contract.tensorflow_import import import_tensorflow
@@ -455,36 +456,36 @@ def main(argv=None):
     # the examples behind the final model: fewer than the data set's when workers were left out
     trained_on = sum(m["examples"] for m in markers) if strategy == "average" else manifest.train_examples
     histories = [load_metrics(d) for d in worker_dirs]
-    report = {
-        "strategy": strategy,
-        "task": manifest.task,
-        "problem": manifest.problem,
-        "target": manifest.target,
+    report = Report(
+        strategy=strategy,
+        task=manifest.task,
+        problem=manifest.problem,
+        target=manifest.target,
         # the metric the models are ranked and gated by; every model's row has test_<name> of each of
         # metrics.metrics_of(task, problem) (regression: rmse, mae, r2, loss = the mean squared error)
-        "primary_metric": {"name": metric.name, "direction": metric.direction, "label": metric.label},
-        "metrics": [m.name for m in metrics_of(manifest.task, manifest.problem)],
-        "labels": manifest.labels,
-        "source": manifest.source,
-        "seed": final_meta.get("seed"),
-        "split_seed": manifest.seed,
-        "init_weights_sha256": markers[0]["init_weights_sha256"],
-        "workers": rows,
-        **({"missing_workers": left_out} if left_out else {}),
-        "final": {"examples": trained_on, **final_metrics},
-        **({"combine": combined} if combined else {}),
-        "test_examples": manifest.test.examples,
-        "epochs": markers[0]["epochs"],
+        primary_metric=MetricSummary.of(metric),
+        metrics=[m.name for m in metrics_of(manifest.task, manifest.problem)],
+        labels=manifest.labels,
+        source=manifest.source,
+        seed=final_meta.get("seed"),
+        split_seed=manifest.seed,
+        init_weights_sha256=markers[0]["init_weights_sha256"],
+        workers=[ModelRow.from_json(row, manifest.task, manifest.problem, named=True) for row in rows],
+        missing_workers=left_out or None,
+        final=ModelRow(examples=trained_on, metrics=dict(final_metrics)),
+        combine=combined or None,
+        test_examples=manifest.test.examples,
+        epochs=markers[0]["epochs"],
         # learning rate, batch, epochs, width, dropout, and whether they came from the trainer's flags
         # or the sweep's best.json (trainer --params-from); absent for models of older trainers
-        "training_parameters": final_meta.get("training_parameters"),
-        "parameters_origin": final_meta.get("parameters_origin"),
-        "training_wall_time_sec": max((sum(e["wall_time_sec"] for e in h) for h in histories), default=None),
-        **(ps_facts(markers) if strategy == "parameterserver" else {}),
-        "data": data_summary(data_dir, manifest),  # the copier's statistics and validation result
-        "created_at": time.time(),
-    }
-    report["analysis"] = analysis.analyse(report, outputs, x_test, y_test, args.baseline)
+        training_parameters=final_meta.get("training_parameters"),
+        parameters_origin=final_meta.get("parameters_origin"),
+        training_wall_time_sec=max((sum(e["wall_time_sec"] for e in h) for h in histories), default=None),
+        ps_facts=ps_facts(markers) if strategy == "parameterserver" else None,
+        data=data_summary(data_dir, manifest),  # the copier's statistics and validation result
+        created_at=time.time(),
+    )
+    report.analysis = analysis.analyse(report.to_json(), outputs, x_test, y_test, args.baseline)
     outputs.clear()  # the predictions are summarised; free them before publishing
 
     # -------------------------------------------------------------------- gate
@@ -494,17 +495,17 @@ def main(argv=None):
     verdict = gate.decide(final_metrics[metric.key], [(r["name"], r[metric.key]) for r in rows], published,
                           *thresholds, promoted=strategy != "average", metric=metric)
     # forced: published only because of --force
-    report["gate"] = dict(verdict, forced=args.force and not verdict["passed"], published=published)
+    report.gate = dict(verdict, forced=args.force and not verdict["passed"], published=published)
     print_table(report)
     if combined:
         combine.print_candidates(combined, metric)
-    analysis.print_summary(report["analysis"])
-    if report["training_parameters"]:
-        origin = report["parameters_origin"] or {}
-        print("aggregator: trained with " + ", ".join(f"{k}={v:g}" for k, v in sorted(report["training_parameters"].items()))
+    analysis.print_summary(report.analysis)
+    if report.training_parameters:
+        origin = report.parameters_origin or {}
+        print("aggregator: trained with " + ", ".join(f"{k}={v:g}" for k, v in sorted(report.training_parameters.items()))
               + (f" from the sweep ({origin.get('file')}, trial {origin.get('trial')})" if origin.get("source") == "sweep"
                  else " from the trainer's flags"), flush=True)
-    print(f"aggregator: {gate.summary(report['gate'])}", flush=True)
+    print(f"aggregator: {gate.summary(report.gate)}", flush=True)
 
     # ----------------------------------------------------------------- publish
     meta = dict(final_meta, strategy=strategy, workers=expect, examples=trained_on,
@@ -525,12 +526,12 @@ def main(argv=None):
         print(f"aggregator: exporting {', '.join(args.exports)} ...", flush=True)
         staged = exports.stage(final_dir, args.exports, final, manifest.task, meta, feed_for(meta), y_test,
                                manifest.seed, final_metrics[metric.key], metric)
-        report["exports"] = staged.report
+        report.exports = staged.report
     else:
-        report["exports"] = {"requested": []}
+        report.exports = {"requested": []}
     left = exports.stale(final_dir, args.exports)
     if left:
-        report["exports"]["stale"] = left
+        report.exports["stale"] = left
         print(f"aggregator: warning: {', '.join(left)} in {final_dir} are an earlier model's exports (not in --exports "
               f"{','.join(args.exports) or 'none'}); left as they are", flush=True)
     try:
@@ -540,31 +541,32 @@ def main(argv=None):
         if staged:
             staged.discard()  # (already gone once published)
     if staged:
-        print_exports(report["exports"], final_dir)
+        print_exports(report.exports, final_dir)
     write_marker(final_dir, "aggregator", model=os.path.basename(savefile), strategy=strategy,
                  test_accuracy=final_metrics.get("test_accuracy"), problem=manifest.problem,
                  final_test_metric={"name": metric.name, "value": final_metrics[metric.key], "direction": metric.direction})
-    print(f"aggregator: published {savefile} (report: {os.path.join(final_dir, 'report.json')})")
+    print(f"aggregator: published {savefile} (report: {os.path.join(final_dir, REPORT_FILE)})")
     return 0
 
 
 def write_model_and_report(directory, savefile, final, meta, report, histories, staged=None):
-    """The model, report.json and report.png into `directory`, each atomically; `staged`: the exports
-    (exports.Staged), renamed into place first."""
+    """The model, report.json (`report`, a contract report.Report) and report.png into `directory`, each
+    atomically; `staged`: the exports (exports.Staged), renamed into place first."""
     os.makedirs(directory, exist_ok=True)
     # The report is renamed into place only after the model is (both atomically): a full
     # disk while writing the model leaves no new report next to the old model, and no
     # temporary behind.
     with contextlib.ExitStack() as publish:
         report_tmp, png_tmp, analysis_tmp = (publish.enter_context(atomic_path(os.path.join(directory, name)))
-                                             for name in ("report.json", "report.png", "analysis.png"))
-        plot_report(report, histories, png_tmp)
+                                             for name in (REPORT_FILE, "report.png", "analysis.png"))
+        plotted = report.to_json()  # (the plots read the report's JSON form)
+        plot_report(plotted, histories, png_tmp)
         started = time.perf_counter()
-        analysis.plot(report["analysis"], report, analysis_tmp)
-        report["analysis"]["plot_sec"] = time.perf_counter() - started
+        analysis.plot(plotted["analysis"], plotted, analysis_tmp)
+        report.analysis["plot_sec"] = time.perf_counter() - started
         if staged:  # before the model: a server or TF Serving that sees the new model.keras finds its exports
             staged.publish(directory)
-        atomic_write_json(report_tmp, report)
+        write_report(report_tmp, report)
         save_model(final, savefile, meta)
 
 
@@ -653,36 +655,26 @@ def load_metrics(worker_dir):
         return []
 
 
-def table_columns(report):
-    """(report key, title) of the printed table's metric columns."""
-    if report.get("problem") == "regression":
-        return [("test_rmse", "RMSE"), ("test_mae", "MAE"), ("test_r2", "R²")]
-    columns = [("test_accuracy", "top-1" if task_of(report).retrieval else "test acc")]
-    if task_of(report).retrieval:
-        return columns + [("test_same_person_distance", "same dist"), ("test_different_person_distance", "other dist")]
-    return columns + [("test_loss", "test loss")]
-
-
 def print_table(report):
-    """The report as a table: accuracy and loss for classifiers; RMSE, MAE, R² for regression;
-    retrieval distances for faces."""
-    columns = table_columns(report)
-    final_label = ("final (promoted)" if report["strategy"] != "average"
-                   else f"final ({report.get('combine', {}).get('published', 'average')})")
-    rows = [(r["name"], r) for r in report["workers"]] + [(final_label, report["final"])]
-    print(f"\n{'model':<24}{'examples':>10}" + "".join(f"{title:>12}" for _, title in columns))
+    """The report (a contract report.Report) as a table of its metric columns (report.metric_columns):
+    accuracy and loss for classifiers; RMSE, MAE, R², MSE for regression; retrieval distances for faces."""
+    columns = report.columns
+    final_label = ("final (promoted)" if report.strategy != "average"
+                   else f"final ({(report.combine or {}).get('published', 'average')})")
+    rows = [(r.name, r) for r in report.workers] + [(final_label, report.final)]
+    print(f"\n{'model':<24}{'examples':>10}" + "".join(f"{c.short:>12}" for c in columns))
     print("-" * (34 + 12 * len(columns)))
     for name, row in rows:
-        print(f"{name:<24}{row['examples']:>10}" + "".join(f"{row[key]:>12.4f}" for key, _ in columns))
-    held_out = f"{report['test_examples']} held-out examples"
-    if task_of(report).retrieval:
-        held_out += f" of {report['final']['test_people']} people never seen in training"
-    if report.get("problem") == "regression":
-        held_out += (f"; target {report.get('target')!r}, RMSE and MAE in its unit (lower is better), R² of 1 is a "
+        print(f"{name:<24}{row.examples:>10}" + "".join(f"{row[c.key]:>12.4f}" for c in columns))
+    held_out = f"{report.test_examples} held-out examples"
+    if report.retrieval:
+        held_out += f" of {report.final['test_people']} people never seen in training"
+    if report.problem == "regression":
+        held_out += (f"; target {report.target!r}, RMSE and MAE in its unit (lower is better), R² of 1 is a "
                      "perfect fit")
     print(held_out + "\n")
-    if task_of(report).retrieval and "test_darker_margin" in report["final"]:
-        print_hard_queries(report["final"])
+    if report.retrieval and "test_darker_margin" in report.final.metrics:
+        print_hard_queries(report.final.metrics)
 
 
 def print_hard_queries(final):

@@ -24,15 +24,16 @@ def held_out_scalars(metrics):
 
 
 def write_event_files(workdir_root, report):
-    """WORKDIR/tensorboard from report.json's final and per-worker held-out metrics; returns its path."""
+    """WORKDIR/tensorboard from the report's (contract report.Report) final and per-worker held-out metrics;
+    returns its path."""
     import tensorflow as tf  # already loaded by the aggregator; tf.summary's scalars come from the tensorboard package
 
-    runs = {"final": report["final"], **{worker_dirname(row["worker_index"]): row for row in report["workers"]}}
+    runs = {"final": report.final.metrics, **{worker_dirname(row.worker_index): row.metrics for row in report.workers}}
     target = os.path.join(workdir_root, "tensorboard")
     with atomic_path(target) as tmp:
         for run, metrics in runs.items():
             writer = tf.summary.create_file_writer(os.path.join(tmp, run))
-            with writer.as_default(step=report["epochs"]):
+            with writer.as_default(step=report.epochs):
                 for tag, value in held_out_scalars(metrics).items():
                     tf.summary.scalar(tag, value)
             writer.close()

@@ -38,7 +38,8 @@
 import os
 
 MARKER = "_SUCCESS"
-PROGRESS_FILE = "progress.json"  # in each worker directory (disttrain_trainer.progress)
+PROGRESS_FILE = "progress.json"  # in each worker directory (disttrain_contract.progress: its fields)
+REPORT_FILE = "report.json"  # in final/ and in rejected/<time>/ (disttrain_contract.report: its fields)
 WORKDIR_ENV = "DISTTRAIN_WORKDIR"
 
 

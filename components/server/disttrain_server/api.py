@@ -6,6 +6,7 @@ import os
 from flask import Blueprint, current_app, request, send_file
 from werkzeug.routing import BaseConverter
 
+from disttrain_contract.layout import REPORT_FILE
 from disttrain_contract.tasks import TASKS
 from disttrain_server import numeric
 from disttrain_server.errors import ApiError, ModelUnavailable
@@ -158,7 +159,7 @@ def classify(model_name, version=None, label=None):
 
 @bp.get("/report")
 def report():
-    path = os.path.join(os.path.dirname(model_store().path), "report.json")
+    path = os.path.join(os.path.dirname(model_store().path), REPORT_FILE)  # served as written (contract report.Report)
     try:
         return send_file(path, mimetype="application/json", max_age=0)
     except (FileNotFoundError, IsADirectoryError):

@@ -19,6 +19,7 @@ from flask import Blueprint, current_app, render_template, send_file, url_for
 
 from disttrain_contract.layout import Workdir
 from disttrain_server.errors import ApiError
+from disttrain_contract.layout import REPORT_FILE
 from disttrain_server.runs_data import (CACHE_KEY, RUN_DIR, SERVED, ReportCache, is_run_dir, numbered_runs, report_dir, served_name,
                                         worker_histories)
 from disttrain_server.shared import runs_dir, served_run_dir
@@ -27,7 +28,7 @@ from disttrain_server.svg import svg_chart
 bp = Blueprint("runs", __name__)
 
 # The only files served, and as what. report.json is the aggregator's whole report (a few tens of KB).
-FILES = {"report.json": "application/json", "report.png": "image/png", "analysis.png": "image/png"}
+FILES = {REPORT_FILE: "application/json", "report.png": "image/png", "analysis.png": "image/png"}
 MAX_RUNS = 1000  # newest run-N listed; older ones are counted, not read
 MAX_CURVE_WORKERS = 64  # workers whose progress.json the run page draws (one line each)
 STATUS_TEXT = {"finished": "finished", "rejected": "refused by the quality gate", "training": "training",
@@ -84,7 +85,7 @@ def file_url(name, directory, filename):
 def run_row(name, run_dir, served):
     """One row of the list: the run's status and its report's summary (cached)."""
     status, directory = report_dir(run_dir)
-    report = current_app.extensions[CACHE_KEY].get(os.path.join(directory, "report.json")) if directory else None
+    report = current_app.extensions[CACHE_KEY].get(os.path.join(directory, REPORT_FILE)) if directory else None
     if directory and report is None:
         report = {"error": "unreadable report: report.json went away"}
     return {"run": name, "status": status, "status_text": STATUS_TEXT[status], "served": served,
@@ -161,7 +162,7 @@ def runs_json():
 def run_page(run):
     run_dir = resolve(run)
     status, directory = report_dir(run_dir)
-    report = current_app.extensions[CACHE_KEY].get(os.path.join(directory, "report.json")) if directory else None
+    report = current_app.extensions[CACHE_KEY].get(os.path.join(directory, REPORT_FILE)) if directory else None
     files = {name: file_url(run, directory, name) for name in FILES} if directory else {}
     return render_template("run.html", run=run, status=status, status_text=STATUS_TEXT[status], report=report,
                            served=run in (SERVED, served_name()), files=files, curves=curves(run_dir),

@@ -20,15 +20,15 @@ RunFinder (immutable); everything else is read from the files on each call.
 """
 
 import json
-import math
 import os
 import re
 import threading
 from collections import OrderedDict
 
-from disttrain_contract.metrics import primary_metric
-from disttrain_contract.tasks import TASKS
-from disttrain_contract.layout import MARKER, PROGRESS_FILE, Workdir
+from disttrain_contract.layout import MARKER, PROGRESS_FILE, REPORT_FILE, Workdir
+from disttrain_contract.progress import Progress
+from disttrain_contract.records import RecordError, finite_number
+from disttrain_contract.report import Report
 from disttrain_server.shared import runs_dir, served_run_dir
 
 CACHE_KEY = "disttrain.reports"
@@ -76,7 +76,8 @@ def is_run_dir(runs_dir, name):
 
 
 def read_progress(path):
-    """A worker's progress file as a dict; None if there is none; {"error": ...} if it cannot be used."""
+    """A worker's progress file as a dict (contract progress.Progress's JSON, checked); None if there is none;
+    {"error": ...} if it cannot be used."""
     try:
         with open(path, "rb") as fh:
             data = fh.read(MAX_PROGRESS_BYTES + 1)
@@ -90,7 +91,12 @@ def read_progress(path):
         progress = json.loads(data)
     except ValueError:
         return {"error": "not JSON"}
-    return progress if isinstance(progress, dict) else {"error": "not a JSON object"}
+    if not isinstance(progress, dict):
+        return {"error": "not a JSON object"}
+    try:
+        return Progress.from_json(progress).to_json()
+    except RecordError as err:
+        return {"error": str(err)}
 
 
 class ReportCache:
@@ -149,19 +155,7 @@ class ReportCache:
 
 def number(value):
     """A finite JSON number, else None (booleans are not numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return value
-
-
-def metric_columns(task, problem="classification"):
-    """(key, title) of the held-out metrics the tables show: the aggregator's own table (print_table)."""
-    if problem == "regression":
-        return [("test_rmse", "RMSE"), ("test_mae", "MAE"), ("test_r2", "R²"), ("test_loss", "MSE")]
-    if getattr(TASKS.get(task), "retrieval", False):  # (an unknown task in an old report: the default columns)
-        return [("test_accuracy", "top-1 retrieval"), ("test_same_person_distance", "same-person distance"),
-                ("test_different_person_distance", "other-person distance")]
-    return [("test_accuracy", "accuracy"), ("test_loss", "loss")]
+    return finite_number(value)
 
 
 def summarize_bytes(data):
@@ -169,57 +163,53 @@ def summarize_bytes(data):
     if len(data) > MAX_REPORT_BYTES:
         return {"error": f"unreadable report: larger than {MAX_REPORT_BYTES} bytes, not read"}
     try:
-        report = json.loads(data)
+        obj = json.loads(data)
     except (ValueError, RecursionError):
         return {"error": "unreadable report: not JSON"}
     try:
-        return summarize(report)
-    except (KeyError, TypeError, AttributeError, ValueError) as err:
+        return summarize(Report.from_json(obj))
+    except RecordError as err:  # a field not of the contract's form: named in one line
+        return {"error": f"unreadable report: {err} (not a disttrain report.json)"}
+    except (KeyError, TypeError, AttributeError, ValueError) as err:  # inside a section another module defines
         return {"error": f"unreadable report: {type(err).__name__} {err} (not a disttrain report.json)"}
 
 
 def summarize(report):
-    """The parts of an aggregator report the pages show, checked (KeyError, TypeError: not a report)."""
-    if not isinstance(report, dict):
-        raise TypeError("not a JSON object")
-    task, strategy = str(report["task"]), str(report["strategy"])
-    problem = str(report.get("problem") or "classification")
-    primary = primary_metric(task, problem)  # the metric runs are compared by, in its direction
-    columns = metric_columns(task, problem)
-    rows = []
-    for row in report["workers"][:MAX_WORKERS]:
-        rows.append({"name": str(row["name"]), "examples": number(row.get("examples")),
-                     "metrics": [number(row.get(key)) for key, _ in columns]})
-    final = report["final"]
-    final_value = number(final[primary.key])
+    """The parts of an aggregator report (contract report.Report) the pages show; RecordError if the final
+    model has no value of the primary metric."""
+    primary = report.metric  # the metric runs are compared by, in its direction
+    columns = report.columns
+    final_value = number(report.final.get(primary.key))
     if final_value is None:
-        raise ValueError(f"final {primary.key} is not a number")
-    combine = report.get("combine") or {}
-    gate = report.get("gate") or {}
-    data = report.get("data") or {}
-    parameters = report.get("training_parameters") or {}
-    origin = report.get("parameters_origin") or {}
+        raise RecordError(f"{REPORT_FILE}: final.{primary.key} is not a number")
+    rows = [{"name": row.name, "examples": number(row.examples), "metrics": [number(row.get(c.key)) for c in columns]}
+            for row in report.workers[:MAX_WORKERS]]
+    combine = report.combine or {}
+    gate = report.gate or {}
+    data = report.data or {}
+    parameters = report.training_parameters or {}
+    origin = report.parameters_origin or {}
     return {
-        "task": task, "strategy": strategy, "source": report.get("source"), "seed": report.get("seed"),
-        "split_seed": report.get("split_seed"), "labels": len(report.get("labels") or []),
-        "workers": len(report["workers"]), "missing_workers": [m.get("worker_index") for m in report.get("missing_workers") or []],
-        "epochs": number(report.get("epochs")), "test_examples": number(report.get("test_examples")),
-        "training_wall_time_sec": number(report.get("training_wall_time_sec")),
-        "created_at": number(report.get("created_at")),
+        "task": report.task, "strategy": report.strategy, "source": report.source, "seed": report.seed,
+        "split_seed": report.split_seed, "labels": len(report.labels or []),
+        "workers": len(report.workers), "missing_workers": [m.get("worker_index") for m in report.missing_workers or []],
+        "epochs": number(report.epochs), "test_examples": number(report.test_examples),
+        "training_wall_time_sec": number(report.training_wall_time_sec),
+        "created_at": number(report.created_at),
         "parameters": {str(k): v for k, v in sorted(parameters.items()) if number(v) is not None or isinstance(v, str)},
         "parameters_from": "the hyper-parameter sweep" + (f" (trial {origin.get('trial')})" if origin.get("trial") is not None else "")
                            if origin.get("source") == "sweep" else "the trainer's flags" if parameters else None,
         "combine": combine.get("published"),
-        "columns": [title for _, title in columns],
-        "metric": columns[0][1], "metric_key": primary.key, "direction": primary.direction,
-        "fraction": primary.unit == "fraction", "problem": problem,
+        "columns": [c.title for c in columns],
+        "metric": columns[0].title, "metric_key": primary.key, "direction": primary.direction,
+        "fraction": primary.unit == "fraction", "problem": report.problem,
         "rows": rows,
-        "final": {"name": f"final ({combine.get('published', 'average')})" if strategy == "average" else "final (promoted)",
-                  "examples": number(final.get("examples")), "metrics": [number(final.get(key)) for key, _ in columns]},
+        "final": {"name": f"final ({combine.get('published', 'average')})" if report.strategy == "average" else "final (promoted)",
+                  "examples": number(report.final.examples), "metrics": [number(report.final.get(c.key)) for c in columns]},
         "final_value": final_value,
         "gate": {"passed": gate.get("passed"), "forced": bool(gate.get("forced")),
                  "reasons": [str(r) for r in gate.get("reasons") or []]} if gate else None,
-        "data_passed": data.get("passed") if isinstance(data, dict) else None,
+        "data_passed": data.get("passed"),
     }
 
 
@@ -242,7 +232,7 @@ def report_dir(run_dir):
     try:
         # the aggregator's <UTC time>.<ns>Z names (not its temporary ones, still being written): newest last
         for name in sorted((n for n in os.listdir(rejected) if REJECTED_DIR.fullmatch(n)), reverse=True):
-            if os.path.isfile(os.path.join(rejected, name, "report.json")):
+            if os.path.isfile(os.path.join(rejected, name, REPORT_FILE)):
                 return "rejected", os.path.join(rejected, name)
     except OSError:
         pass
@@ -274,7 +264,6 @@ def worker_histories(run_dir, limit):
     series = []
     for index, path in worker_progress_files(run_dir, limit=limit):
         progress = read_progress(path)
-        history = progress.get("history") if isinstance(progress, dict) else None
-        if isinstance(history, list):
-            series.append((index, [entry for entry in history if isinstance(entry, dict)]))
+        if progress and "history" in progress:  # (Progress checked that every entry is an object with an epoch)
+            series.append((index, progress["history"]))
     return series

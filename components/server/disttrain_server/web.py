@@ -1,11 +1,13 @@
 """The demo page at /: a form that calls the JSON API from the browser; and its icon."""
 
-import json
 import os
 from datetime import datetime, timezone
 
 from flask import Blueprint, current_app, render_template, url_for
 
+from disttrain_contract import ContractError
+from disttrain_contract.layout import REPORT_FILE
+from disttrain_contract.report import Report
 from disttrain_server import tryit
 from disttrain_server.errors import ModelUnavailable
 from disttrain_server.runs_data import served_name
@@ -49,8 +51,7 @@ def training_data(model_path):
     reads the small file on each visit, so it follows a newly published report; nothing is shared
     between request threads."""
     try:
-        with open(os.path.join(os.path.dirname(model_path), "report.json")) as fh:
-            data = json.load(fh)["data"]
+        data = Report.read(os.path.join(os.path.dirname(model_path), REPORT_FILE)).data
         shards = [split for name, split in sorted(data["splits"].items()) if name != "test"]
         return {
             "shard_sizes": [split["examples"] for split in shards],
@@ -61,7 +62,7 @@ def training_data(model_path):
             "checks": sorted(data["checks"].items()),
             "warnings": data["warnings"],
         }
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+    except (ContractError, KeyError, TypeError, AttributeError, ValueError):
         return None
 
 
