@@ -1,8 +1,13 @@
 """The trainer's flags: nonsense is refused by name before any TensorFlow work (exit 2)."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 
 from disttrain_trainer.main import parse_args
+from disttrain_trainer.strategies import options
 from disttrain_trainer.tasks import text as text_task
 
 
@@ -60,3 +65,49 @@ def test_parameter_server_flags_default_to_one_ps():
     args = parse_args(["--strategy", "parameterserver"])
     assert (args.ps, args.serve_timeout) == (1, 7 * 24 * 3600.0)
     assert parse_args(["--strategy", "parameterserver", "--ps", "2", "--serve-timeout", "60"]).ps == 2
+
+
+def test_localsgd_resolves_its_default_sync_every():
+    assert parse_args(["--strategy", "localsgd"]).sync_every == options.DEFAULT_SYNC_EVERY
+    assert parse_args([]).sync_every is None  # (not average's)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--linger-for-peers", "5", "--strategy", "localsgd"], "--linger-for-peers applies to --strategy average, not localsgd"),
+    (["--linger-for-peers", "-1"], "--linger-for-peers must be >= 0"),
+])
+def test_average_flags_are_refused_elsewhere(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        parse_args(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_every_strategy_is_one_registry_entry_owning_its_flags():
+    """A strategy is its module and its entry in strategies/options.py: the names, the connected ones and
+    whose flag a --params-from key is all come from the entries."""
+    from disttrain_trainer import strategies
+
+    assert strategies.NAMES == tuple(options.REGISTRY) == ("average", "multiworker", "localsgd", "parameterserver")
+    assert strategies.CONNECTED == ("multiworker", "localsgd", "parameterserver")
+    assert options.users_of("sync_every") == ["localsgd"]
+    assert options.users_of("allreduce_dtype") == ["multiworker", "localsgd"]
+    assert options.users_of("learning_rate") is None  # every strategy's
+    for name in options.NAMES:  # each entry has its training module
+        path = os.path.join(os.path.dirname(strategies.__file__), f"{name}.py")
+        assert os.path.isfile(path), path
+    args = parse_args(["--strategy", "parameterserver", "--ps", "2"])
+    assert options.REGISTRY["parameterserver"].tag(args, 0, 2) == "chief 0 (task 0)"
+    assert options.REGISTRY["parameterserver"].tag(args, 3, 2) == "worker 0 (task 3)"
+    assert options.REGISTRY["multiworker"].tag(args, 1, 2) == "worker 1/2"
+
+
+def test_help_and_flag_errors_import_no_tensorflow():
+    """--help lists each strategy's flags under the strategy; neither it nor a refused flag imports TensorFlow."""
+    code = ("import sys\nfrom disttrain_trainer.main import parse_args\n"
+            "try:\n    parse_args(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+            "print('TF', 'tensorflow' in sys.modules, 'keras' in sys.modules)")
+    for argv in (["--help"], ["--strategy", "average", "--sync-every", "4"]):
+        result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
+        assert result.stdout.splitlines()[-1] == "TF False False", result.stdout
+    help_text = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True).stdout
+    assert "strategy localsgd:\n  --sync-every" in help_text and "strategy parameterserver:\n  --ps PS" in help_text

@@ -37,13 +37,9 @@ from disttrain_contract.params import read_params_file
 from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_trainer import peers, strategies
 from disttrain_trainer.progress import ProgressFile, TerminalBar
-from disttrain_trainer import cluster
-from disttrain_trainer.cluster import ps_task
+from disttrain_trainer.strategies import options
 
 IMAGE_MODELS = ("cnn", "mobilenetv2", "resnet50")  # --model (models.build_image_model)
-# --allreduce-dtype (collectives.WIRE_DTYPES). Not bfloat16: TensorFlow's collective all-reduce
-# refuses it ("DataType bfloat16 not in list of allowed values: float32, float16, float64, ...").
-ALLREDUCE_DTYPES = ("float32", "float16")
 OPTIMIZERS = ("lazyadam", "adam")  # the same for dense gradients; they differ on an embedding's sparse one
 
 
@@ -58,7 +54,7 @@ def parse_args(argv=None):
     p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
     p.add_argument("--data", help="the copier's output (default WORKDIR/data)")
     p.add_argument("--out", "--savemodel", dest="out", help="where worker directories go (default WORKDIR/train)")
-    p.add_argument("--strategy", choices=strategies.NAMES, default="average", help="default: average")
+    options.add_flags(p)  # --strategy and each strategy's own flags (strategies/options.py)
     p.add_argument("--epochs", "--epoch", dest="epochs", type=int, default=5, help="default 5")
     p.add_argument("--batch", type=int, default=64, help="examples per step per worker (default 64)")
     p.add_argument("--learning-rate", type=float, default=None,
@@ -70,12 +66,6 @@ def parse_args(argv=None):
                         "(disttrain_trainer/optimizers.py, bench/README.md)")
     p.add_argument("--steps-per-call", type=int, default=32,
                    help="training steps per compiled call: Python overhead is paid once per call (default 32)")
-    p.add_argument("--sync-every", type=int, default=None,
-                   help="localsgd: optimizer steps between two weight averages (default 32)")
-    p.add_argument("--allreduce-dtype", choices=ALLREDUCE_DTYPES, default="float32",
-                   help="multiworker, localsgd: dtype of the gradients/weight changes on the wire (default float32)")
-    p.add_argument("--allreduce-pack-bytes", type=int, default=0,
-                   help="multiworker, localsgd: split collectives into packs of this size (default 0: one pack)")
     own = p.add_argument_group("your own model (instead of the task's built-in one; contract user_model)")
     own.add_argument("--model-file", metavar="PATH",
                      help="a Keras 3 .keras file (model.save()): its weights are every worker's starting point (fresh: "
@@ -96,36 +86,15 @@ def parse_args(argv=None):
     p.add_argument("--params-from", metavar="BEST_JSON",
                    help="take learning_rate, batch, epochs, width and dropout from the sweep's WORKDIR/sweep/best.json "
                         "(they replace those flags); an unknown key or a bad value is an error (exit 2)")
-    p.add_argument("--validation-fraction", type=float, default=0, metavar="FRACTION",
-                   help="average: hold this fraction of the worker's shard out of training (the sweep's seeded carve, "
-                        "disttrain_contract.validation) and record the accuracy on it per epoch in metrics.json and in "
-                        "the marker; the aggregator's --combine best ranks the workers by it, never by the held-out "
-                        "split (default 0: train on the whole shard)")
     p.add_argument("--embedding-size", type=int, default=64, help="faces: embedding dimensions (default 64)")
     p.add_argument("--margin", type=float, default=0.2, help="faces: triplet-loss margin (default 0.2)")
     p.add_argument("--views", type=int, default=2, help="faces: views per person in a batch (default 2)")
     p.add_argument("--workers", type=int, default=None, help="number of workers (default: the dataset's shard count)")
     p.add_argument("--worker-index", type=int, default=job_completion_index(None),
                    help="this worker's index (default $JOB_COMPLETION_INDEX, else 0)")
-    p.add_argument("--ps", type=int, default=None,
-                   help="parameterserver: number of parameter-server tasks (default 1); "
-                        "the group is 1 chief + ps + --workers tasks, Job indexes 0, 1..ps, then the workers")
-    p.add_argument("--serve-timeout", type=float, default=None,
-                   help="parameterserver: seconds a ps or worker task serves waiting for the chief's marker "
-                        "before it gives up and fails (default one week)")
-    p.add_argument("--host-pattern", help="multiworker, localsgd, parameterserver: address of task i (see below)")
     p.add_argument("--job", default=os.environ.get("DISTTRAIN_JOB", ""), help="on Kubernetes: the Indexed Job's name")
     p.add_argument("--service", default=os.environ.get("DISTTRAIN_SERVICE", ""), help="on Kubernetes: the headless Service's name")
-    p.add_argument("--port", type=int, default=12345, help="multiworker, localsgd: base port (default 12345)")
     p.add_argument("--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)")
-    p.add_argument("--linger-for-peers", type=float, default=0, metavar="SECONDS",
-                   help="average: once done, wait up to SECONDS for every other worker's marker before exiting "
-                        "(default 0). For a Kubernetes Job whose success policy counts fewer than all workers "
-                        "(chart value trainer.minWorkers): the Job stops the workers still running once that many "
-                        "pods have exited, and a worker lingering keeps a slower one from being stopped")
-    p.add_argument("--peer-wait", type=float, default=600,
-                   help="multiworker, localsgd, parameterserver: seconds to wait for the other tasks (their names to "
-                        "resolve, then them to join) before failing with exit code 3; 0 = no deadline (default 600)")
     p.add_argument("--threads", type=int, default=0, help="TensorFlow intra- and inter-op threads (default 0 = TensorFlow decides)")
     p.add_argument("--progress-interval", type=float, default=1.0, metavar="SECONDS",
                    help="rewrite the worker directory's progress.json (epoch, step, loss, examples/s, ETA, the "
@@ -144,32 +113,9 @@ def parse_args(argv=None):
         p.error("--learning-rate and --margin must be > 0")
     if args.workers is not None and args.workers < 1:
         p.error("--workers must be >= 1")
-    if args.sync_every is not None and args.strategy != "localsgd":
-        p.error(f"--sync-every applies to --strategy localsgd, not {args.strategy}")
-    if (args.ps is not None or args.serve_timeout is not None) and args.strategy != "parameterserver":
-        p.error(f"--ps and --serve-timeout apply to --strategy parameterserver, not {args.strategy}")
-    if args.strategy == "parameterserver":
-        args.ps = 1 if args.ps is None else args.ps
-        if args.ps < 1:
-            p.error("--ps must be >= 1")
-        if args.serve_timeout is None:
-            args.serve_timeout = 7 * 24 * 3600.0
-    if args.validation_fraction and not 0 < args.validation_fraction < 1:  # (also refuses nan)
-        p.error("--validation-fraction must be between 0 and 1 (0: no validation split)")
-    if args.validation_fraction and args.strategy != "average":
-        p.error(f"--validation-fraction applies to --strategy average, not {args.strategy} (its workers end with one model)")
-    if args.linger_for_peers < 0:
-        p.error("--linger-for-peers must be >= 0")
-    if args.linger_for_peers and args.strategy != "average":
-        p.error(f"--linger-for-peers applies to --strategy average, not {args.strategy}")
-    if args.sync_every is not None and args.sync_every < 1:
-        p.error("--sync-every must be >= 1")
-    if args.peer_wait < 0:
-        p.error("--peer-wait must be >= 0 (0: no deadline)")
+    options.check(args, p.error)  # the strategy's flags: their values, and none of another strategy's
     if not args.progress_interval >= 0:  # (also refuses nan)
         p.error("--progress-interval must be >= 0 (0: no progress.json)")
-    if args.allreduce_pack_bytes < 0:
-        p.error("--allreduce-pack-bytes must be >= 0")
     if args.image_size is not None and args.model == "cnn":
         p.error("--image-size applies to --model mobilenetv2 or resnet50")
     if args.image_size is not None and args.image_size < 32:
@@ -185,9 +131,11 @@ def apply_params_file(args):
         return
     path = os.path.abspath(args.params_from)
     params = read_params_file(path)  # ContractError: run_cli prints it and exits 2
-    if "sync_every" in params and args.strategy != "localsgd":
-        raise ContractError(f"--params-from {path}: sync_every was searched by localsgd trials, but this run's "
-                            f"--strategy is {args.strategy}: sweep with the strategy you train with")
+    for name in params:
+        users = options.users_of(name)  # a strategy's own parameter (sync_every: localsgd's)
+        if users is not None and args.strategy not in users:
+            raise ContractError(f"--params-from {path}: {name} was searched by {', '.join(users)} trials, but this "
+                                f"run's --strategy is {args.strategy}: sweep with the strategy you train with")
     best = read_json(path)
     for name, value in params.items():
         setattr(args, name, value)
@@ -213,11 +161,12 @@ def main(argv=None):
     # ---------------------------------------------------------- distributed setup
     # Connected strategies: TF_CONFIG names every task and this one's index (given, or built from the
     # Job's index and the headless Service); TensorFlow connects them when the strategy is created.
-    workers, index, tf_config = cluster.configure(args, workers, index, connected=args.strategy in strategies.CONNECTED)
+    chosen = options.REGISTRY[args.strategy]
+    workers, index, tf_config = chosen.configure(args, workers, index)
     if workers != manifest.n_shards:
         raise ContractError(f"{workers} workers but the dataset has {manifest.n_shards} shards; run the copier with --n-shards {workers}")
     worker_dir = workdir.worker(index, train_dir)
-    tag = f"worker {index}/{workers}" if not args.ps else "{} {} (task {})".format(*ps_task(index, args.ps, workers), index)
+    tag = chosen.tag(args, index, workers)
 
     import keras
     import numpy as np
@@ -225,7 +174,7 @@ def main(argv=None):
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
-    if args.strategy in strategies.CONNECTED:
+    if chosen.connected:
         # one deadline for the peers' names and for their joining (peers.py says why both)
         tasks, deadline = peers.tasks_of(tf_config), peers.Deadline(args.peer_wait)
         print(f"{tag}: joining the cluster {json.loads(tf_config)['cluster']} ...", flush=True)
@@ -392,14 +341,14 @@ def main(argv=None):
                 "task": manifest.task, "labels": manifest.labels, "input": manifest.input,
                 "init_weights_sha256": init_sha, "strategy": args.strategy, "seed": args.seed,
                 "worker_index": index, "workers": workers, "epochs": args.epochs,
-                "examples": examples if args.strategy == "average" else manifest.train_examples,
+                "examples": chosen.model_examples(examples, manifest),
                 **task.metadata(published),
-                **({"sync_every": strategy.every} if args.strategy == "localsgd" else {}),
+                **chosen.model_meta(args),
                 "training_parameters": {"learning_rate": args.learning_rate, "batch": args.batch, "epochs": args.epochs,
                                         # (--width and --dropout shape the built-in models only)
                                         **({"width": args.width, "dropout": args.dropout}
                                            if task.model_source == "builtin" else {}),
-                                        **({"sync_every": strategy.every} if args.strategy == "localsgd" else {})},
+                                        **chosen.model_meta(args)},
                 "parameters_origin": args.params_origin,
             })
         last = history[-1] if history else {}

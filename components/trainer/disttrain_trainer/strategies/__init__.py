@@ -13,15 +13,15 @@
   save     `checkpoint_dirs()`, `resume_checkpoint()`, `evaluates`, `writes_model`,
            `cleanup()`: which worker keeps, restores, evaluates and publishes what.
 
+A strategy is this module and its entry in options.REGISTRY: its flags, their checks, whether its tasks
+talk (TF_CONFIG), how a task names itself and what its models record, all without TensorFlow.
 Importing this package does not import TensorFlow (the CLI validates its flags first);
 `create` imports the chosen module.
 """
 
 import importlib
 
-NAMES = ("average", "multiworker", "localsgd", "parameterserver")
-# strategies whose tasks talk to each other: they need TF_CONFIG
-CONNECTED = ("multiworker", "localsgd", "parameterserver")
+from disttrain_trainer.strategies.options import CONNECTED, NAMES  # noqa: F401  (the strategies' names, in one place)
 
 
 def create(name, args, workers, index):

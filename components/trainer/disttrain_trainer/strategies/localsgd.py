@@ -35,15 +35,13 @@ import tensorflow as tf
 
 from disttrain_trainer.strategies.base import Connected
 
-DEFAULT_SYNC_EVERY = 32  # chosen by measurement: bench/README.md, "local SGD: choosing H"
-
 
 class Strategy(Connected):
     name = "localsgd"
 
     def __init__(self, args, workers, index):
         super().__init__(args, workers, index)
-        self.every = args.sync_every or DEFAULT_SYNC_EVERY
+        self.every = args.sync_every  # (options.LocalSGD.resolve: --sync-every, or its default)
         self.synced_at = None
 
     def run_config(self):

@@ -44,8 +44,6 @@ from disttrain_contract import wait_for_marker, write_marker
 from disttrain_trainer.cluster import ps_task
 from disttrain_trainer.strategies.base import Base
 
-# a serving task waits this long for the chief's marker by default (it serves all the while)
-SERVE_TIMEOUT = 7 * 24 * 3600
 # How often the chief, waiting for an epoch's calls, tells the progress file it is alive (which writes
 # at most once per --progress-interval).
 PROGRESS_POLL_SEC = 0.25

@@ -1,0 +1,248 @@
+"""What each strategy asks of the command line, without TensorFlow: the registry of strategies.
+
+One entry per strategy (REGISTRY), each owning
+  flags      the flags only it (or its family) takes, with their help, defaults and value checks;
+  misplaced  the refusal of its flags given to another strategy ("--sync-every applies to --strategy
+             localsgd, not average");
+  resolve    the defaults that depend on the strategy being chosen (parameterserver: one ps);
+  cluster    whether its tasks talk to each other (`connected`: TF_CONFIG, cluster.configure, the
+             peers' deadline) and how a task names itself in logs (`tag`);
+  metadata   what its models record besides every strategy's facts (localsgd: sync_every) and how many
+             examples a model says it was trained on.
+The training itself is the strategy's module (strategies/<name>.py, imported by strategies.create
+once the flags are checked): `--help` and a flag error cost no TensorFlow import.
+
+A family of strategies shares its flags through a base class here: Connected (multiworker, localsgd,
+parameterserver: addresses, ports, the peers' deadline), AllReduce (multiworker, localsgd: the wire).
+"""
+
+import argparse
+
+from disttrain_trainer.cluster import configure, ps_task
+
+# --allreduce-dtype (collectives.WIRE_DTYPES). Not bfloat16: TensorFlow's collective all-reduce
+# refuses it ("DataType bfloat16 not in list of allowed values: float32, float16, float64, ...").
+ALLREDUCE_DTYPES = ("float32", "float16")
+DEFAULT_SYNC_EVERY = 32  # chosen by measurement: bench/README.md, "local SGD: choosing H"
+SERVE_TIMEOUT = 7 * 24 * 3600.0  # a parameter-server task serves this long for the chief's marker by default
+
+
+class Options:
+    """Every strategy: no flags of its own, tasks that never talk, a model trained on the worker's own examples."""
+    name = None
+    connected = False
+    title = None  # the --help group of the flags this class introduces
+
+    @classmethod
+    def add_flags(cls, group):
+        """The flags this class introduces (not its base classes')."""
+
+    @classmethod
+    def check(cls, args, error):
+        """Value checks of this class's own flags, whatever the strategy (error: parser.error)."""
+
+    @classmethod
+    def misplaced(cls, args, strategy):
+        """The refusal (one line) of this class's flags given to `strategy`, which does not take them; None."""
+        return None
+
+    def resolve(self, args, error):
+        """Set (and check) the defaults that depend on this strategy being the one chosen."""
+
+    def configure(self, args, workers, index):
+        """(workers, index, TF_CONFIG text or None): TF_CONFIG in the environment for a connected strategy,
+        none for the others (cluster.configure)."""
+        return configure(args, workers, index, connected=self.connected)
+
+    def tag(self, args, index, workers):
+        """How this task names itself in its log lines and progress file."""
+        return f"worker {index}/{workers}"
+
+    def model_examples(self, examples, manifest):
+        """The examples a worker's model says it was trained on: its own (this worker trained alone)."""
+        return examples
+
+    def model_meta(self, args):
+        """What else a worker model's disttrain.json, and its training_parameters, record."""
+        return {}
+
+
+class Average(Options):
+    name = "average"
+    title = "strategy average"
+
+    @classmethod
+    def add_flags(cls, group):
+        group.add_argument("--validation-fraction", type=float, default=0, metavar="FRACTION",
+                           help="average: hold this fraction of the worker's shard out of training (the sweep's seeded "
+                                "carve, disttrain_contract.validation) and record the accuracy on it per epoch in "
+                                "metrics.json and in the marker; the aggregator's --combine best ranks the workers by it, "
+                                "never by the held-out split (default 0: train on the whole shard)")
+        group.add_argument("--linger-for-peers", type=float, default=0, metavar="SECONDS",
+                           help="average: once done, wait up to SECONDS for every other worker's marker before exiting "
+                                "(default 0). For a Kubernetes Job whose success policy counts fewer than all workers "
+                                "(chart value trainer.minWorkers): the Job stops the workers still running once that many "
+                                "pods have exited, and a worker lingering keeps a slower one from being stopped")
+
+    @classmethod
+    def check(cls, args, error):
+        if args.validation_fraction and not 0 < args.validation_fraction < 1:  # (also refuses nan)
+            error("--validation-fraction must be between 0 and 1 (0: no validation split)")
+        if args.linger_for_peers < 0:
+            error("--linger-for-peers must be >= 0")
+
+    @classmethod
+    def misplaced(cls, args, strategy):
+        if args.validation_fraction:
+            return f"--validation-fraction applies to --strategy average, not {strategy} (its workers end with one model)"
+        if args.linger_for_peers:
+            return f"--linger-for-peers applies to --strategy average, not {strategy}"
+        return None
+
+
+class Connected(Options):
+    """Strategies whose tasks talk: TF_CONFIG names every task (given, or built from these flags)."""
+    connected = True
+    title = "connected strategies (multiworker, localsgd, parameterserver)"
+
+    @classmethod
+    def add_flags(cls, group):
+        group.add_argument("--host-pattern", help="multiworker, localsgd, parameterserver: address of task i (see below)")
+        group.add_argument("--port", type=int, default=12345, help="multiworker, localsgd: base port (default 12345)")
+        group.add_argument("--peer-wait", type=float, default=600,
+                           help="multiworker, localsgd, parameterserver: seconds to wait for the other tasks (their names to "
+                                "resolve, then them to join) before failing with exit code 3; 0 = no deadline (default 600)")
+
+    @classmethod
+    def check(cls, args, error):
+        if args.peer_wait < 0:
+            error("--peer-wait must be >= 0 (0: no deadline)")
+
+    def model_examples(self, examples, manifest):
+        return manifest.train_examples  # the group's one model saw every shard
+
+
+class AllReduce(Connected):
+    """Connected strategies that all-reduce over MultiWorkerMirroredStrategy's collectives."""
+    title = "all-reduce strategies (multiworker, localsgd)"
+
+    @classmethod
+    def add_flags(cls, group):
+        group.add_argument("--allreduce-dtype", choices=ALLREDUCE_DTYPES, default="float32",
+                           help="multiworker, localsgd: dtype of the gradients/weight changes on the wire (default float32)")
+        group.add_argument("--allreduce-pack-bytes", type=int, default=0,
+                           help="multiworker, localsgd: split collectives into packs of this size (default 0: one pack)")
+
+    @classmethod
+    def check(cls, args, error):
+        if args.allreduce_pack_bytes < 0:
+            error("--allreduce-pack-bytes must be >= 0")
+
+
+class MultiWorker(AllReduce):
+    name = "multiworker"
+
+
+class LocalSGD(AllReduce):
+    name = "localsgd"
+    title = "strategy localsgd"
+
+    @classmethod
+    def add_flags(cls, group):
+        group.add_argument("--sync-every", type=int, default=None,
+                           help=f"localsgd: optimizer steps between two weight averages (default {DEFAULT_SYNC_EVERY})")
+
+    @classmethod
+    def check(cls, args, error):
+        if args.sync_every is not None and args.sync_every < 1:
+            error("--sync-every must be >= 1")
+
+    @classmethod
+    def misplaced(cls, args, strategy):
+        if args.sync_every is not None:
+            return f"--sync-every applies to --strategy localsgd, not {strategy}"
+        return None
+
+    def resolve(self, args, error):
+        if args.sync_every is None:
+            args.sync_every = DEFAULT_SYNC_EVERY
+
+    def model_meta(self, args):
+        return {"sync_every": args.sync_every}
+
+
+class ParameterServer(Connected):
+    name = "parameterserver"
+    title = "strategy parameterserver"
+
+    @classmethod
+    def add_flags(cls, group):
+        group.add_argument("--ps", type=int, default=None,
+                           help="parameterserver: number of parameter-server tasks (default 1); "
+                                "the group is 1 chief + ps + --workers tasks, Job indexes 0, 1..ps, then the workers")
+        group.add_argument("--serve-timeout", type=float, default=None,
+                           help="parameterserver: seconds a ps or worker task serves waiting for the chief's marker "
+                                "before it gives up and fails (default one week)")
+
+    @classmethod
+    def misplaced(cls, args, strategy):
+        if args.ps is not None or args.serve_timeout is not None:
+            return f"--ps and --serve-timeout apply to --strategy parameterserver, not {strategy}"
+        return None
+
+    def resolve(self, args, error):
+        args.ps = 1 if args.ps is None else args.ps
+        if args.ps < 1:
+            error("--ps must be >= 1")
+        if args.serve_timeout is None:
+            args.serve_timeout = SERVE_TIMEOUT
+
+    def tag(self, args, index, workers):
+        return "{} {} (task {})".format(*ps_task(index, args.ps, workers), index)
+
+
+REGISTRY = {options.name: options() for options in (Average, MultiWorker, LocalSGD, ParameterServer)}
+NAMES = tuple(REGISTRY)
+CONNECTED = tuple(name for name, options in REGISTRY.items() if options.connected)
+
+
+def families():
+    """Every class that introduces flags, once, in the order of the registry (a strategy's bases first)."""
+    seen = []
+    for options in REGISTRY.values():
+        for cls in reversed(type(options).__mro__):
+            if issubclass(cls, Options) and cls is not Options and "add_flags" in vars(cls) and cls not in seen:
+                seen.append(cls)
+    return seen
+
+
+def add_flags(parser: argparse.ArgumentParser):
+    """--strategy, and every strategy's own flags, one --help group per family."""
+    parser.add_argument("--strategy", choices=NAMES, default="average", help="default: average")
+    for cls in families():
+        cls.add_flags(parser.add_argument_group(cls.title))
+
+
+def check(args, error):
+    """Refuse values no strategy takes and flags of another strategy than the chosen one; then set (and
+    check) the chosen strategy's defaults. Returns its Options. `error`: parser.error (exit 2)."""
+    chosen = REGISTRY[args.strategy]
+    for cls in families():  # (each family's own checks, not those it inherits: they run for their own family)
+        if "check" in vars(cls):
+            cls.check(args, error)
+    for cls in families():
+        message = cls.misplaced(args, args.strategy) if "misplaced" in vars(cls) and not isinstance(chosen, cls) else None
+        if message:
+            error(message)
+    chosen.resolve(args, error)
+    return chosen
+
+
+def users_of(dest):
+    """The strategies that take the flag storing `dest` (a --params-from key); None: every strategy takes it."""
+    for cls in families():
+        probe = argparse.ArgumentParser(add_help=False)
+        cls.add_flags(probe)
+        if dest in vars(probe.parse_args([])):
+            return [name for name, options in REGISTRY.items() if isinstance(options, cls)]
+    return None
