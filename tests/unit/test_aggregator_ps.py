@@ -2,7 +2,8 @@
 
 import pytest
 
-from disttrain_aggregator.main import check_ps_roles, ps_facts, ps_tasks
+from disttrain_aggregator.checks import check_ps_roles, ps_tasks
+from disttrain_aggregator.report_builder import ps_facts
 from disttrain_contract import ContractError
 
 

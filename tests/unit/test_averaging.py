@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from disttrain_aggregator.main import WeightedSum, check_compatible, check_model, model_signature
+from disttrain_aggregator.checks import check_compatible, check_model, model_signature
+from disttrain_aggregator.combine import WeightedSum
 from disttrain_contract import ContractError
 from disttrain_contract.artifact import weights_fingerprint
 

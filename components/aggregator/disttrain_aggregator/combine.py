@@ -1,6 +1,6 @@
 """--combine: which model an `average` run publishes from its worker models.
 
-    average   the example-weighted mean of the workers' weights (main.WeightedSum): one model,
+    average   the example-weighted mean of the workers' weights (WeightedSum): one model,
               one forward pass per instance (the default, and the only mode before --combine);
     ensemble  one Keras model that calls every worker model and outputs the mean of their
               predicted probabilities (a logits head: each member's softmax first; a sigmoid
@@ -26,6 +26,8 @@ import os
 import statistics
 import time
 
+import numpy as np
+
 from disttrain_contract import ContractError
 from disttrain_contract.artifact import load_model
 from disttrain_contract.evaluation import head_of
@@ -34,6 +36,41 @@ from disttrain_contract.tasks import TASKS
 
 MODES = ("average", "ensemble", "best")
 LATENCY_REPEATS, LATENCY_WARMUP = 300, 20
+
+
+class WeightedSum:
+    """The example-weighted mean of several models' weights, one model at a time:
+    add(weights, examples) per model, then mean().
+
+    Float arrays are summed in float64 (examples * a float32 weight is exact there)
+    and the mean is cast back to their dtype; integer arrays (such as a dropout
+    layer's random-generator state) are not parameters and are taken from the
+    first model."""
+
+    def __init__(self):
+        self.sums, self.dtypes, self.examples = None, None, 0
+
+    def add(self, weights, examples):
+        if not examples > 0:
+            raise ValueError(f"example counts must be positive, got {examples}")
+        if self.sums is None:
+            self.dtypes = [w.dtype for w in weights]
+            self.sums = [w.astype(np.float64) * examples if np.issubdtype(w.dtype, np.floating) else w.copy() for w in weights]
+        else:
+            if len(weights) != len(self.sums):
+                raise ValueError(f"weight lists differ: {len(weights)} arrays, the first model has {len(self.sums)}")
+            for i, (total, w) in enumerate(zip(self.sums, weights)):
+                if w.shape != total.shape:
+                    raise ValueError(f"weight shapes differ: array {i} is {w.shape}, the first model's is {total.shape}")
+                if np.issubdtype(total.dtype, np.floating):
+                    total += w.astype(np.float64) * examples
+        self.examples += examples
+
+    def mean(self):
+        if self.sums is None:
+            raise ValueError("no model was added")
+        return [(total / self.examples).astype(dtype) if np.issubdtype(dtype, np.floating) else total.copy()
+                for total, dtype in zip(self.sums, self.dtypes)]
 
 
 def check_mode(mode, strategy, markers, metric=ACCURACY):
