@@ -7,7 +7,6 @@ kept by the aggregator in rejected/<time>/), run-3 a run still training (run-2's
 The demo page links the served run's dashboard; that page links the list; the list's rows link each run;
 the progress card links the run it shows (the newest, run-3)."""
 
-import json
 import os
 import pathlib
 import shutil
@@ -18,6 +17,7 @@ import pytest
 
 from browser.chromium import chromium_page, needs_chromium, screenshot
 from server.serving import pipeline_run, refused_run, running_server
+from stages import read_report
 
 # two real runs (~30-60 s on 2 busy cores, the 12-epoch one shared with tests/server/test_server_dashboard.py)
 pytestmark = [needs_chromium, pytest.mark.long]
@@ -48,8 +48,8 @@ def volume(tmp_path_factory):
     copy_progress(refused, runs / "run-1")
     copy_progress(good, runs / "run-3")
     (rejected,) = os.listdir(runs / "run-1" / "rejected")
-    return runs, json.loads((good / "final" / "report.json").read_text()), \
-        json.loads((runs / "run-1" / "rejected" / rejected / "report.json").read_text())
+    return runs, read_report(good / "final"), \
+        read_report(runs / "run-1" / "rejected" / rejected)
 
 
 def natural_width(page, selector):

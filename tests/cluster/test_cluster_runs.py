@@ -32,6 +32,7 @@ pytestmark = pytest.mark.skipif(
 import cluster_plan  # noqa: E402
 import cluster_runs  # noqa: E402
 from cluster_runs import BY_NAME, KUBE_VERSION, NAMESPACE, RESULTS, RUNS  # noqa: E402
+from stages import read_report  # noqa: E402
 
 TAG = os.environ.get("DISTTRAIN_IMAGE_TAG", "latest")
 RELEASE = "dt"
@@ -162,7 +163,7 @@ def pipeline_accuracy(values, tmp_path_factory):
                SERVE="0", BIN=str(ROOT / ".venv" / "bin"), TRAINER_PORT=str(port))
     out = subprocess.run(["bash", str(ROOT / "scripts" / "run-local.sh")], env=env, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, f"make pipeline failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
-    PIPELINES[key] = json.loads((workdir / "final" / "report.json").read_text())["final"]["test_accuracy"]
+    PIPELINES[key] = read_report(workdir / "final")["final"]["test_accuracy"]
     return PIPELINES[key]
 
 
@@ -216,7 +217,7 @@ def execute(run, tmp_path_factory):
             result["served_s"] = time.monotonic() - started
             base = c.service_url(SERVER)
             workdir = tmp / "cluster" / "claims" / f"{RELEASE}-disttrain-workdir" / "run-1"
-            report = json.loads((workdir / "final" / "report.json").read_text())
+            report = read_report(workdir / "final")
             result["accuracy"] = report["final"]["test_accuracy"]
             if sweep:  # the trainers took the sweep's best.json (--params-from), and the report says so
                 assert report["parameters_origin"]["source"] == "sweep", report.get("parameters_origin")

@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from stages import stage, start_stage
+from stages import read_report, stage, start_stage
 
 pytestmark = pytest.mark.faults
 
@@ -45,7 +45,7 @@ def test_average_publishes_with_min_workers_when_one_worker_is_lost_for_good(tmp
     share = shards[2] / sum(shards)
     assert f"averaging without worker 2 ({share:.1%} of the training data)" in result.stdout, result.stdout
     assert "2 of 3 workers finished (at least 2 needed)" in result.stderr
-    report = json.loads((tmp_path / "final" / "report.json").read_text())
+    report = read_report(tmp_path / "final")
     assert report["missing_workers"] == [{"worker_index": 2, "shard_examples": shards[2], "share_of_training_data": share}]
     assert [w["worker_index"] for w in report["workers"]] == [0, 1]
     assert report["final"]["examples"] == shards[0] + shards[1]

@@ -15,7 +15,6 @@ Either way every task exits 0 with its marker and the model's held-out accuracy 
 (strategies/parameterserver.py): before that, the surviving worker's shard dominated
 training and a worker kill cost 2.2 points in one CI run."""
 
-import json
 import signal
 import time
 
@@ -23,7 +22,7 @@ import pytest
 
 from faults.test_kill_trainer import read_metrics, tail, wait_for_epochs
 from faults.faultlib import temp_leftovers, watching
-from stages import free_port_block, run_pipeline, stage, start_stage
+from stages import free_port_block, read_report, run_pipeline, stage, start_stage
 
 pytestmark = pytest.mark.faults
 
@@ -81,7 +80,7 @@ def test_kill_9_in_parameter_server_training(tmp_path, calm, victim, measure):
     watcher.assert_clean()
     assert temp_leftovers(work) == []
 
-    report = json.loads((work / "final" / "report.json").read_text())
+    report = read_report(work / "final")
     # the steps each worker had started by the end of each epoch: did the restarted worker take any after?
     started = [m["steps_started_by_worker"] for m in read_metrics(chief_metrics) if "steps_started_by_worker" in m]
     rejoined = victim == "worker" and started[-1][WORKERS - 1] > started[finished][WORKERS - 1]

@@ -18,7 +18,7 @@ import time
 import pytest
 
 from faults.faultlib import temp_leftovers, watching
-from stages import free_port_block, latest_saved_epoch, run_pipeline, stage, start_stage
+from stages import free_port_block, latest_saved_epoch, read_report, run_pipeline, stage, start_stage
 
 pytestmark = pytest.mark.faults
 
@@ -126,7 +126,7 @@ def test_kill_9_mid_epoch_recovers_to_the_same_accuracy(tmp_path, strategy, meas
 
     watcher.assert_clean()
     assert temp_leftovers(work) == []
-    report = json.loads((work / "final" / "report.json").read_text())
+    report = read_report(work / "final")
     calm_acc, disturbed_acc = calm["final"]["test_accuracy"], report["final"]["test_accuracy"]
     measure(strategy=strategy, epochs=EPOCHS, batch=BATCH, killed_worker=victim,
             undisturbed_accuracy=round(calm_acc, 4), recovered_accuracy=round(disturbed_acc, 4),

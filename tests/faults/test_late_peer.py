@@ -1,12 +1,11 @@
 """A worker that starts 30 s after its peer (a pod Pending while a node scales up): the first
 waits, says for whom, and the pipeline goes through. (20 such runs: bench/late_peer.py.)"""
 
-import json
 import time
 
 import pytest
 
-from stages import free_port_block, stage, start_stage
+from stages import free_port_block, read_report, stage, start_stage
 
 pytestmark = pytest.mark.faults
 
@@ -29,6 +28,6 @@ def test_a_worker_30_s_late_joins_and_the_aggregator_publishes(tmp_path, measure
     text = logs[0].read_text()
     assert "worker 0/2: waiting for worker 1 (127.0.0.1:" in text and "connection refused), 10 s of 600 s" in text
     stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 60)
-    report = json.loads((tmp_path / "final" / "report.json").read_text())
+    report = read_report(tmp_path / "final")
     assert report["strategy"] == "multiworker"
     measure(late_seconds=DELAY, pair_seconds=round(seconds, 1))

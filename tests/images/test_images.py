@@ -22,6 +22,8 @@ import uuid
 
 import pytest
 
+from stages import read_report
+
 pytestmark = pytest.mark.skipif(
     os.environ.get("DISTTRAIN_TEST_IMAGES") != "1", reason="image tests: make test-images (sets DISTTRAIN_TEST_IMAGES=1)"
 )
@@ -307,7 +309,7 @@ def test_own_model_file_trains_on_a_table_and_serves(own_pipeline):
     with zipfile.ZipFile(workdir / "final" / "model.keras") as archive:
         meta = json.loads(archive.read("disttrain.json"))
     assert meta["model_source"] == "file"
-    report = json.loads((workdir / "final" / "report.json").read_text())
+    report = read_report(workdir / "final")
     assert report["final"]["test_accuracy"] >= 0.85, report["final"]
     request = urllib.request.Request(
         f"http://127.0.0.1:{own_pipeline['port']}/v1/models/disttrain:predict",

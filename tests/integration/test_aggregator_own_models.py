@@ -18,6 +18,7 @@ from disttrain_contract import Workdir, sha256_file, write_marker
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.manifest import Manifest, SplitInfo, shard_name
 from disttrain_contract.tensorflow_import import import_tensorflow
+from stages import read_report
 
 import_tensorflow()  # quietly, before keras imports it
 import keras  # noqa: E402
@@ -112,7 +113,7 @@ def aggregate(root, *args, env=None):
 
 
 def report_of(root, final="final"):
-    return json.load(open(root / final / "report.json"))
+    return read_report(root / final)
 
 
 # ------------------------------------------------------------------------------------ regression

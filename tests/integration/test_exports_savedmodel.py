@@ -19,7 +19,7 @@ import sys
 import numpy as np
 import pytest
 
-from stages import BIN, stage
+from stages import BIN, read_report, stage
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +57,7 @@ def published(tmp_path_factory, task):
 
 
 def report_of(root, final="final"):
-    return json.load(open(root / final / "report.json"))
+    return read_report(root / final)
 
 
 def held_out(root):

@@ -1,7 +1,6 @@
 """The quality gate through the real programs: a degraded rerun never replaces a good published model."""
 
 import hashlib
-import json
 import os
 import shutil
 import sys
@@ -10,7 +9,7 @@ import time
 import numpy as np
 import pytest
 
-from stages import run_pipeline, stage, start_stage
+from stages import read_report, run_pipeline, stage, start_stage
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
 from serving import http, running_server  # noqa: E402  (the server tests' real-gunicorn helpers)
@@ -77,7 +76,7 @@ def refused_then_forced(work, good, before, base):
     (rejected,) = (work / "rejected").iterdir()
     assert str(rejected) in line
     assert sorted(os.listdir(rejected)) == ["analysis.png", "model.keras", "report.json", "report.png"]
-    report = json.loads((rejected / "report.json").read_text())
+    report = read_report(rejected)
     gate = report["gate"]
     assert not gate["passed"] and not gate["forced"] and gate["reasons"]
     published = next(c for c in gate["checks"] if c["name"] == "published")
@@ -89,7 +88,7 @@ def refused_then_forced(work, good, before, base):
 
     forced = stage("aggregator", "--workdir", work, "--timeout", 5, "--force")
     assert "quality gate failed, forced" in forced.stdout
-    after = json.loads((work / "final" / "report.json").read_text())
+    after = read_report(work / "final")
     assert after["gate"]["forced"] and not after["gate"]["passed"]
     assert after["final"]["test_accuracy"] == pytest.approx(report["final"]["test_accuracy"])
     assert final_state(work / "final")[1] != before[1]  # a new file: the server reloads it

@@ -9,6 +9,7 @@ import os
 
 import pytest
 
+from disttrain_contract.progress import Progress
 from stages import run_pipeline, stage
 
 pytestmark = pytest.mark.slow
@@ -58,7 +59,7 @@ def two_workers_against_one(tmp_path, tmp_path_factory, source, strategy, ps=0):
 
 def check_final_progress(worker_dir, metrics, index):
     """A finished worker's live progress file (issue 18): done, at the last step, its history = metrics.json's."""
-    progress = json.load(open(worker_dir / "progress.json"))
+    progress = Progress.from_json(json.load(open(worker_dir / "progress.json"))).to_json()  # (the contract's form)
     steps = progress["steps_per_epoch"]
     assert progress["worker"] == index and progress["state"] == "done" and progress["eta_sec"] == 0
     assert (progress["epoch"], progress["step"], progress["global_step"]) == (len(metrics), steps, len(metrics) * steps)

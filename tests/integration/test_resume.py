@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from disttrain_contract.artifact import load_model
-from stages import free_port_block, latest_saved_epoch, stage, start_stage
+from stages import free_port_block, latest_saved_epoch, read_report, stage, start_stage
 
 pytestmark = pytest.mark.slow
 
@@ -57,7 +57,7 @@ def test_average_worker_killed_mid_training_resumes(tmp_path):
     assert epochs_in(metrics) == list(range(1, epochs + 1))
 
     stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 30)
-    report = json.load(open(tmp_path / "final" / "report.json"))
+    report = read_report(tmp_path / "final")
     assert report["final"]["test_accuracy"] > 0.68
     # nothing half-written is left under a final name or as a temporary
     leftovers = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files if ".tmp-" in f]
@@ -94,7 +94,7 @@ def test_a_connected_group_restarts_from_its_checkpoints(tmp_path, strategy):
     markers = [json.load(open(tmp_path / "train" / f"worker-{i:05d}" / "_SUCCESS")) for i in range(2)]
     assert markers[0]["final_weights_sha256"] == markers[1]["final_weights_sha256"]
     stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 30)
-    assert json.load(open(tmp_path / "final" / "report.json"))["final"]["test_accuracy"] > 0.68
+    assert read_report(tmp_path / "final")["final"]["test_accuracy"] > 0.68
 
 
 def test_a_resumed_worker_ends_with_exactly_the_model_of_an_undisturbed_run(tmp_path):
@@ -156,4 +156,4 @@ def test_localsgd_resumes_when_a_worker_is_epochs_behind(tmp_path):
     markers = [json.load(open(train / f"worker-{i:05d}" / "_SUCCESS")) for i in range(2)]
     assert markers[0]["final_weights_sha256"] == markers[1]["final_weights_sha256"]
     stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 30)
-    assert json.load(open(tmp_path / "final" / "report.json"))["final"]["test_accuracy"] > 0.9
+    assert read_report(tmp_path / "final")["final"]["test_accuracy"] > 0.9

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from disttrain_contract.params import read_params_file
-from stages import free_port_block, stage, start_stage
+from stages import free_port_block, read_report, stage, start_stage
 
 pytestmark = pytest.mark.long
 
@@ -57,7 +57,7 @@ def test_two_processes_one_study_then_the_distributed_run(tmp_path):
     for proc in trainers:
         assert proc.wait(timeout=900) == 0
     out = stage("aggregator", "--workdir", work, "--force").stdout
-    report = json.loads((work / "final" / "report.json").read_text())
+    report = read_report(work / "final")
     assert report["training_parameters"] == {k: params[k] for k in report["training_parameters"]}
     assert report["epochs"] == params["epochs"]
     assert report["parameters_origin"]["source"] == "sweep"
@@ -111,6 +111,6 @@ def test_a_localsgd_sweep_searches_sync_every_with_groups_of_trainers(tmp_path):
     for i, proc in enumerate(trainers):
         assert proc.wait(timeout=900) == 0, (tmp_path / f"worker-{i}.log").read_text()[-3000:]
     stage("aggregator", "--workdir", work, "--force")
-    report = json.loads((work / "final" / "report.json").read_text())
+    report = read_report(work / "final")
     assert report["training_parameters"]["sync_every"] == best["params"]["sync_every"]
     assert report["parameters_origin"]["source"] == "sweep"
