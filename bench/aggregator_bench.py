@@ -9,12 +9,13 @@ one model + the held-out evaluation), so the memory the 8 models add can be told
 TensorFlow's own footprint.
 """
 
-import json
 import os
 import shutil
 import sys
 
 from common import BIN, Bench, command_line, median, reps, run_measured, start, tail, tmpdir, wait_measured
+from disttrain_contract.layout import REPORT_FILE
+from disttrain_contract.report import Report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKERS = 8
@@ -53,8 +54,7 @@ def main():
                     r.update(name=name, rep=rep)
                     runs.append(r)
                     print(f"  rep {rep + 1}/{n} {name:<24} {r['wall_sec']:6.1f}s  max RSS {r['max_rss_mb']:6.0f} MB", file=sys.stderr, flush=True)
-            with open(os.path.join(base, "final-0", "report.json")) as fh:
-                report = json.load(fh)
+            report = Report.read(os.path.join(base, "final-0", REPORT_FILE)).to_json()
             one = os.path.join(base, "train", "worker-00000", "model.keras")
             size = {"model_file_mb": os.path.getsize(one) / 2**20}
             log = os.path.join(base, "params.log")

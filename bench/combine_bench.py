@@ -10,11 +10,12 @@ the model compiled as one graph, interleaved calls, median). Results: results/co
 plots/combine.png; the table is in the README's "Combining the worker models" section.
 """
 
-import json
 import os
 import sys
 
 from common import BIN, ROOT, Bench, command_line, run_measured, start, tail, tmpdir, wait_measured
+from disttrain_contract.layout import REPORT_FILE
+from disttrain_contract.report import Report
 
 TASKS = (("digits", "sample:digits", 20), ("movie-reviews", "sample:movie-reviews", 5))  # scripts/run-local.sh's epochs
 WORKERS = (2, 3)
@@ -39,8 +40,7 @@ def one_run(base, task, source, epochs, workers):
                       "--combine", "average", "--force"], log=log)  # --force: measured whatever the gate says
     if r["rc"]:
         raise SystemExit(tail(log))
-    with open(os.path.join(work, "final", "report.json")) as fh:
-        report = json.load(fh)
+    report = Report.read(os.path.join(work, "final", REPORT_FILE)).to_json()
     candidates = report["combine"]["candidates"]
     return {"task": task, "workers": workers, "epochs": epochs, "test_examples": report["test_examples"],
             "workers_test_accuracy": [w["test_accuracy"] for w in report["workers"]],

@@ -21,6 +21,8 @@ import sys
 import time
 
 from common import BIN, Bench, command_line, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured
+from disttrain_contract.layout import REPORT_FILE
+from disttrain_contract.report import Report
 
 NAMESPACES = ("dtbench-w0", "dtbench-w1")
 ADDRESSES = ("10.233.0.1", "10.233.0.2")
@@ -88,7 +90,7 @@ def aggregate(workdir, out, workers):
                      log=out + "-aggregator.log")
     if r["rc"]:
         raise SystemExit(f"aggregator failed:\n{tail(out + '-aggregator.log')}")
-    return json.load(open(os.path.join(final, "report.json")))["final"]["test_accuracy"]
+    return Report.read(os.path.join(final, REPORT_FILE)).final["test_accuracy"]
 
 
 def measure(base, network, workdir, label, strategy, extra, namespaced, rep):

@@ -21,6 +21,8 @@ import sys
 import time
 
 from common import BIN, Bench, command_line, start, tail, tmpdir
+from disttrain_contract.layout import REPORT_FILE
+from disttrain_contract.report import Report
 
 WORKERS, MIN_WORKERS, SEED = 4, 3, 42
 # the integration tests' settings (tests/integration/test_pipeline.py): (epochs, batch)
@@ -72,7 +74,7 @@ def one_task(source, epochs, batch):
         out = os.path.join(work, label)
         check(run("aggregator", "--workdir", work, "--expect", WORKERS, "--savefile", os.path.join(out, "model.keras"),
                   "--timeout", 600, "--force", *flags, log=log), log)  # measured either way; the gate's verdict is recorded
-        return json.load(open(os.path.join(out, "report.json")))
+        return Report.read(os.path.join(out, REPORT_FILE)).to_json()
 
     quorum = aggregate("final-quorum", "--min-workers", MIN_WORKERS, "--straggler-wait", 1)
     proc, log = trainer(lost, "restarted")

@@ -24,6 +24,8 @@ import sys
 
 from common import BIN, Bench, load_result, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured, write_result, command_line
 from stages import free_port_block
+from disttrain_contract.layout import REPORT_FILE
+from disttrain_contract.report import Report
 
 PY = sys.executable
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -80,8 +82,7 @@ def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH, extra=()
                        log=os.path.join(run_dir, "aggregator.log"))
     if agg["rc"]:
         raise SystemExit(f"aggregator failed:\n{tail(os.path.join(run_dir, 'aggregator.log'))}")
-    with open(os.path.join(run_dir, "final", "report.json")) as fh:
-        report = json.load(fh)
+    report = Report.read(os.path.join(run_dir, "final", REPORT_FILE)).to_json()
     metrics = []
     for i in range(1 if ps else workers):  # parameterserver: only the chief trains (and keeps metrics)
         with open(os.path.join(out, f"worker-{i:05d}", "metrics.json")) as fh:
