@@ -182,6 +182,24 @@ def test_regression_report_ranks_by_rmse_in_its_direction(regression_run):
     assert {"test_rmse", "test_mae", "test_r2", "test_loss"} <= set(tags.get("scalars", []) + tags.get("tensors", []))
 
 
+def test_a_regression_run_takes_a_one_worker_regression_baseline(tmp_path):
+    """--baseline is checked against the run's data before any model is evaluated, its problem and target
+    included: a 1-worker regression run is a regression run's baseline (its RMSE, MAE and R² in the table)."""
+    one, two = tmp_path / "one", tmp_path / "two"
+    write_workers(one, regressor, write_table(one, "regression", shards=(160,)), "regression", "value", epochs=[10])
+    assert aggregate(one, "--exports", "none").returncode == 0
+    write_workers(two, regressor, write_table(two, "regression"), "regression", "value", epochs=[10, 10])
+    result = aggregate(two, "--exports", "none", "--max-relative-drop-vs-best-worker", 100,
+                       "--baseline", one / "final" / "report.json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    baseline = report_of(one)["final"]
+    compare = report_of(two)["analysis"]["compare"]
+    assert compare["baseline"]["available"]
+    row = compare["rows"][-1]
+    assert row["model"] == "1-worker baseline"
+    assert [row[k] for k in ("rmse", "mae", "r2")] == [baseline[f"test_{k}"] for k in ("rmse", "mae", "r2")]
+
+
 def test_the_savedmodel_takes_the_models_own_input_and_matches_keras(regression_run):
     import tensorflow as tf
 

@@ -171,7 +171,8 @@ def main(argv=None):
 
     if args.baseline:  # refused now, not after every model was evaluated
         analysis.read_baseline(args.baseline, {"task": manifest.task, "source": manifest.source, "split_seed": manifest.seed,
-                                               "test_examples": manifest.test.examples, "labels": manifest.labels})
+                                               "test_examples": manifest.test.examples, "labels": manifest.labels,
+                                               "problem": manifest.problem, "target": manifest.target})
     x_test, y_test = read_split(data_dir, manifest, manifest.test)
     x_test = as_model_input(manifest.task, x_test)
     outputs = {}  # model name -> its held-out predictions, kept for analysis.py (no second pass over the split)
