@@ -176,3 +176,72 @@ def download(url, local_path):
         if os.path.exists(tmp):
             os.remove(tmp)
     return local_path
+
+
+# ------------------------------------------------------------------ writing (aggregator --publish-to)
+# An object is only ever seen whole: S3 makes a single PUT visible at once, and s3fs sends a file
+# larger than its chunk size as a multipart upload, which S3 makes visible only when it completes
+# (an interrupted one stays invisible until it is aborted: abort_uploads).
+
+
+def upload(local_path, url):
+    """One local file to the object `url`."""
+    with errors(url):
+        filesystem().put_file(local_path, url)
+
+
+def write_bytes(url, data):
+    """`data` as the object `url`, in one PUT."""
+    with errors(url):
+        filesystem().pipe_file(url, data)
+
+
+def read_bytes(url):
+    with errors(url):
+        return filesystem().cat_file(url)
+
+
+def copy(source_url, url):
+    """A server-side copy of one object (no data passes through this process)."""
+    with errors(url):
+        filesystem().copy(source_url, url)
+
+
+def listing(url):
+    """{key below the prefix `url`: size} of every object under it, listed afresh (s3fs caches listings)."""
+    bucket, key = split(url)
+    root = f"{bucket}/{key.strip('/')}/" if key.strip("/") else f"{bucket}/"
+    fs = filesystem()
+    with errors(url):
+        fs.invalidate_cache()
+        found = fs.find(root, detail=True)
+    return {path[len(root):]: info["size"] for path, info in found.items()
+            if path.startswith(root) and info.get("type", "file") == "file"}
+
+
+def remove(urls):
+    """Delete objects (a batch DeleteObjects per bucket); ones already gone are not an error."""
+    urls = list(urls)
+    if urls:
+        with errors(urls[0]):
+            filesystem().rm(urls)
+
+
+def abort_uploads(url, started_before):
+    """Abort the incomplete multipart uploads of keys under the prefix `url` that were started before
+    `started_before` (an aware datetime): an interrupted upload's parts are invisible but kept (and
+    billed) until aborted. Returns the keys."""
+    bucket, key = split(url)
+    prefix = f"{key.strip('/')}/" if key.strip("/") else ""
+    fs = filesystem()
+    aborted, page = [], {"Bucket": bucket, "Prefix": prefix}
+    with errors(url):
+        while True:
+            response = fs.call_s3("list_multipart_uploads", **page)
+            for upload in response.get("Uploads") or []:
+                if upload["Initiated"] < started_before:
+                    fs.call_s3("abort_multipart_upload", Bucket=bucket, Key=upload["Key"], UploadId=upload["UploadId"])
+                    aborted.append(upload["Key"])
+            if not response.get("IsTruncated"):
+                return aborted
+            page.update(KeyMarker=response["NextKeyMarker"], UploadIdMarker=response["NextUploadIdMarker"])
