@@ -44,7 +44,7 @@ import json
 import os
 import time
 
-from disttrain_aggregator import analysis, checks, combine, exports, feeds, gate, report_builder
+from disttrain_aggregator import analysis, checks, combine, exports, feeds, gate, publish, report_builder
 from disttrain_aggregator.published_model import evaluate_published
 from disttrain_aggregator.tensorboard_events import write_event_files
 from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, run_cli, wait_for_marker, write_marker
@@ -61,8 +61,8 @@ def parse_args(argv=None):
         prog="disttrain-aggregator",
         description="Check, combine (average or promote) and evaluate the worker models; publish the final model "
         "and report.json (stage 3 of disttrain) if it passes the quality gate.",
-        epilog="exit status: 0 published; 2 bad input, a broken stage contract, or an export that failed (nothing "
-        "published); 3 timed out waiting for a stage; "
+        epilog="exit status: 0 published; 2 bad input, a broken stage contract, an export or --publish-to upload that "
+        "failed (nothing published); 3 timed out waiting for a stage; "
         f"{gate.EXIT_REFUSED} the quality gate refused the final model (kept with its report in rejected/<time>/ "
         "beside the final directory; the published model is left as it was).",
     )
@@ -96,6 +96,14 @@ def parse_args(argv=None):
                    "cannot be one, e.g. string inputs or ops without a TFLite builtin); or none "
                    "(default: saved_model,tflite). Each is checked against the Keras model on the held-out split, "
                    "and the report has their numbers")
+    p.add_argument("--publish-to", type=publish.parse_url, metavar="s3://BUCKET/PREFIX",
+                   help="also publish to object storage, once the gate passed and before the final directory: "
+                   "PREFIX/releases/<version>/ (the SavedModel in saved_model/<version>/, model.keras, model.tflite, "
+                   "report.json), PREFIX/saved_model/<version>/ (TF Serving's --model_base_path=s3://BUCKET/PREFIX/"
+                   "saved_model) and PREFIX/latest.json, never a partial version to a reader; report.json's "
+                   "`published` says where. Credentials and endpoint: the standard AWS variables (AWS_ACCESS_KEY_ID, "
+                   "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL ...); checked with a small write when the aggregator "
+                   "starts")
     p.add_argument("--baseline", metavar="REPORT_JSON",
                    help="a 1-worker run's report.json on the same data, for the analysis' comparison (final vs best "
                    "worker vs this baseline); without it the report says there is none")
@@ -146,6 +154,8 @@ def main(argv=None):
     data_dir = args.data or workdir.data
     savefile = args.savefile or workdir.final_model
     final_dir = os.path.dirname(os.path.abspath(savefile))
+    if args.publish_to:  # a wrong key, bucket or endpoint: refused now, not after the training is evaluated
+        publish.probe(args.publish_to)
     if args.model_module:  # before any model is loaded: its registered layers load in safe mode
         import_tensorflow()  # quietly, before the user's module imports keras
         import_model_module(args.model_module)
@@ -286,6 +296,8 @@ def main(argv=None):
         print(f"aggregator: warning: {', '.join(left)} in {final_dir} are an earlier model's exports (not in --exports "
               f"{','.join(args.exports) or 'none'}); left as they are", flush=True)
     try:
+        if args.publish_to:  # uploaded first: a failed upload publishes nothing in final_dir either
+            report.published.append(publish.publish_model(args.publish_to, final, meta, report, staged, final_dir))
         write_event_files(os.path.dirname(final_dir), report)  # WORKDIR/tensorboard: the held-out metrics for TensorBoard
         report_builder.write_model_and_report(final_dir, savefile, final, meta, report, histories, staged)
     finally:
