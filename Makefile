@@ -5,6 +5,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 # the kserve SDK's own venv: a test client that pins protobuf<7 (tests/server/kserve_client_calls.py)
 KSERVE_BIN := .venv-kserve/bin
+# KServe's storage initializer (kserve-storage) in its own venv: a test downloads a published model with it
+KSERVE_STORAGE_BIN := .venv-kserve-storage/bin
 # the docs site's own venv: MkDocs and Material for MkDocs, pinned in requirements-docs.txt (make docs)
 DOCS_BIN := .venv-docs/bin
 COMPONENTS := contract copier trainer sweep aggregator server
@@ -35,7 +37,7 @@ MODEL_FILE ?=
 MODEL_MODULE ?=
 
 # every one of these is in `make help` (tests/unit/test_makefile.py checks it)
-.PHONY: help lint venv venv-kserve docs docs-venv docs-gen demo pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
+.PHONY: help lint venv venv-kserve venv-kserve-storage docs docs-venv docs-gen demo pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
@@ -48,6 +50,7 @@ help:
 	@echo "              in WORKDIR (default workdir/sweep-TASK)"
 	@echo "make venv     the virtualenv .venv (requirements.txt, requirements-dev.txt, the components editable); every target that needs it builds it"
 	@echo "make venv-kserve  .venv-kserve, the kserve SDK's own virtualenv for two test clients (make test and test-long build it)"
+	@echo "make venv-kserve-storage  .venv-kserve-storage, KServe's storage initializer for the publishing test (make test builds it)"
 	@echo "make browser-deps Debian's chromium and curl, which make test drives (needs root; otherwise names the sudo command)"
 	@echo "make lint         ruff over every Python file (rules: ruff.toml); quick, run first by CI"
 	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
@@ -83,10 +86,19 @@ $(KSERVE_BIN)/.installed: requirements-kserve.txt
 	$(KSERVE_BIN)/pip check
 	touch $@
 
+$(KSERVE_STORAGE_BIN)/.installed: requirements-kserve-storage.txt
+	test -x $(KSERVE_STORAGE_BIN)/python || $(PYTHON) -m venv .venv-kserve-storage
+	$(KSERVE_STORAGE_BIN)/pip install --quiet --upgrade pip
+	$(KSERVE_STORAGE_BIN)/pip install --quiet --no-deps -r requirements-kserve-storage.txt
+	$(KSERVE_STORAGE_BIN)/pip check
+	touch $@
+
 venv: $(BIN)/.installed
 
 # only the tests that run the kserve SDK need it (tests/kserve_venv.py): not make demo
 venv-kserve: $(KSERVE_BIN)/.installed
+
+venv-kserve-storage: $(KSERVE_STORAGE_BIN)/.installed
 
 $(DOCS_BIN)/.installed: requirements-docs.txt
 	test -x $(DOCS_BIN)/python || $(PYTHON) -m venv .venv-docs
@@ -140,7 +152,7 @@ browser-deps:
 
 # tests/images runs only under `make test-images`, tests/cluster's Docker runs only under
 # `make test-cluster`; the fault tests only under `make test-faults`.
-test: venv venv-kserve browser-deps
+test: venv venv-kserve venv-kserve-storage browser-deps
 	$(BIN)/python -m pytest tests -q -m "not faults and not long"
 
 # Real-training integration tests too long for make test's ~15-minute budget on 2 cores.
@@ -174,4 +186,4 @@ bench-quick: venv
 	BENCH_QUICK=1 bash bench/run_all.sh
 
 clean:
-	rm -rf $(VENV) .venv-kserve .venv-docs site workdir
+	rm -rf $(VENV) .venv-kserve .venv-kserve-storage .venv-docs site workdir

@@ -19,7 +19,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "disttrain"
-SKIP_DIRS = {".git", ".venv", ".venv-kserve", ".venv-docs", ".cache", "site", "node_modules", "workdir", "build", "__pycache__"}
+SKIP_DIRS = {".git", ".venv", ".venv-kserve", ".venv-kserve-storage", ".venv-docs", ".cache", "site", "node_modules", "workdir", "build", "__pycache__"}
 
 # "issue 13", "Issue 9's goals", "issues 11 and 13", "issue #13": the project's own tracker. A
 # reference preceded by owner/repo ("kubeflow/trainer issue 2699") cites another project and passes.
