@@ -97,13 +97,11 @@ def parse_args(argv=None):
                    "(default: saved_model,tflite). Each is checked against the Keras model on the held-out split, "
                    "and the report has their numbers")
     p.add_argument("--publish-to", type=publish.parse_url, metavar="s3://BUCKET/PREFIX",
-                   help="also publish to object storage, once the gate passed and before the final directory: "
-                   "PREFIX/releases/<version>/ (the SavedModel in saved_model/<version>/, model.keras, model.tflite, "
-                   "report.json), PREFIX/saved_model/<version>/ (TF Serving's --model_base_path=s3://BUCKET/PREFIX/"
-                   "saved_model) and PREFIX/latest.json, never a partial version to a reader; report.json's "
-                   "`published` says where. Credentials and endpoint: the standard AWS variables (AWS_ACCESS_KEY_ID, "
-                   "AWS_SECRET_ACCESS_KEY, AWS_ENDPOINT_URL ...); checked with a small write when the aggregator "
-                   "starts")
+                   help="also publish to object storage, once the gate passed and before the final directory: a new "
+                   "release PREFIX/releases/<version>/ (the SavedModel, model.keras, model.tflite, report.json), the "
+                   "SavedModel in PREFIX/saved_model/<version>/ for TF Serving, and PREFIX/latest.json; no reader "
+                   "ever sees a partial version, and report.json's `published` says where it went. Credentials and "
+                   "endpoint: the standard AWS variables; a small write checks them when the aggregator starts")
     p.add_argument("--baseline", metavar="REPORT_JSON",
                    help="a 1-worker run's report.json on the same data, for the analysis' comparison (final vs best "
                    "worker vs this baseline); without it the report says there is none")
