@@ -162,3 +162,18 @@ def test_the_uploader_refuses_a_directory_that_is_no_final_directory(object_stor
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"no report.json in {tmp_path}" in done.stderr
 
+
+
+@pytest.mark.long
+def test_a_model_the_gate_refuses_is_never_uploaded(object_store, published, tmp_path):
+    """A run trained with a vanishing learning rate (its initial weights, about chance) against the
+    published model as --published: the gate refuses it (exit 4) and nothing reaches the store."""
+    root, url, _ = published
+    stage("copier", "--source", "sample:digits", "--n-shards", 1, "--workdir", tmp_path)
+    stage("trainer", "--workdir", tmp_path, "--epochs", 1, "--learning-rate", 1e-9)
+    done = stage("aggregator", "--workdir", tmp_path, "--published", root / "final" / "model.keras",
+                 "--publish-to", f"{url}-refused", check=False, env=object_store.env())
+    assert done.returncode == 4, done.stdout + done.stderr
+    assert "refused to publish" in done.stderr and not (tmp_path / "final" / "model.keras").exists()
+    with object_store.configured():
+        assert objectstore.listing(f"{url}-refused") == {}  # not even the probe's object is left
