@@ -176,7 +176,7 @@ def local_files(directory):
     return found
 
 
-def publish(url, report, model_path, saved_model_dir=None, tflite_path=None, version=None, say=print):
+def upload_release(url, report, model_path, saved_model_dir=None, tflite_path=None, version=None, say=print):
     """Upload one release to `url` (the protocol in the module docstring) and return report.json's
     `published` entry; `report` (a dict) is uploaded with that entry in it. `version`: the local
     export's version, used when it is above every number the store shows."""
@@ -286,7 +286,7 @@ def publish_model(url, model, meta, report, staged, final_dir):
         model_path = os.path.join(scratch, "model.keras")
         save_model(model, model_path, meta)
         with_saved_model = staged is not None and "saved_model" in staged.kinds
-        entry = upload(url, report, model_path,
+        entry = publish(url, report, model_path,
                        staged.saved_model_path if with_saved_model else None,
                        staged.tflite_path if staged is not None else None,
                        staged.version if with_saved_model else None,
@@ -299,10 +299,10 @@ def publish_model(url, model, meta, report, staged, final_dir):
     return entry
 
 
-def upload(url, report, model_path, saved_model_dir, tflite_path, version, say=print):
-    """publish() with its store errors as one line naming --publish-to."""
+def publish(url, report, model_path, saved_model_dir, tflite_path, version, say=print):
+    """upload_release() with its store errors as one line naming --publish-to."""
     try:
-        return publish(url, report, model_path, saved_model_dir, tflite_path, version, say)
+        return upload_release(url, report, model_path, saved_model_dir, tflite_path, version, say)
     except ObjectStoreError as err:
         raise ObjectStoreError(f"--publish-to {url}: the upload failed, nothing was published: {err}") from None
 
@@ -321,7 +321,7 @@ def publish_final_dir(final_dir, url, say=print):
     saved_model_dir = os.path.join(final_dir, section["path"]) if section.get("path") else None
     if saved_model_dir and not os.path.isfile(os.path.join(saved_model_dir, SAVED_MODEL_PB)):
         raise ContractError(f"{saved_model_dir} is not a SavedModel (no {SAVED_MODEL_PB}); report.json names it")
-    return upload(url, report, model_path, saved_model_dir, os.path.join(final_dir, TFLITE_FILE),
+    return publish(url, report, model_path, saved_model_dir, os.path.join(final_dir, TFLITE_FILE),
                   section.get("version"), say)
 
 
