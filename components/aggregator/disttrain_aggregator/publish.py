@@ -271,9 +271,11 @@ def prune(store, say=print):
 
 def publish_model(url, model, meta, report, staged, final_dir):
     """The aggregator's upload of the model it is about to publish in `final_dir`, before it does
-    (a failed upload publishes nothing there either): `staged` (exports.Staged, or None for
-    --exports none) has the checked SavedModel and TFLite model. Returns the `published` entry."""
+    (a failed upload publishes nothing there either): `report` (a contract Report) goes with it,
+    `staged` (exports.Staged, or None for --exports none) has the checked SavedModel and TFLite
+    model. Returns the report's Publication of it."""
     from disttrain_contract.artifact import save_model
+    from disttrain_contract.report import Publication
 
     try:
         os.makedirs(final_dir, exist_ok=True)
@@ -286,7 +288,7 @@ def publish_model(url, model, meta, report, staged, final_dir):
         model_path = os.path.join(scratch, "model.keras")
         save_model(model, model_path, meta)
         with_saved_model = staged is not None and "saved_model" in staged.kinds
-        entry = publish(url, report, model_path,
+        entry = publish(url, report.to_json(), model_path,
                        staged.saved_model_path if with_saved_model else None,
                        staged.tflite_path if staged is not None else None,
                        staged.version if with_saved_model else None,
@@ -296,7 +298,8 @@ def publish_model(url, model, meta, report, staged, final_dir):
     print(f"aggregator: uploaded release {entry['version']} to {entry['release']}"
           + (f" (TF Serving --model_base_path={entry['tf_serving_base_path']}, KServe storageUri: "
              f"{entry['storage_uri']})" if "storage_uri" in entry else ""), flush=True)
-    return entry
+    details = {key: value for key, value in entry.items() if key not in ("url", "version", "published_at")}
+    return Publication(entry["url"], entry["version"], entry["published_at"], details)
 
 
 def publish(url, report, model_path, saved_model_dir, tflite_path, version, say=print):
