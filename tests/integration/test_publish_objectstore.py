@@ -16,7 +16,7 @@ from disttrain_contract import objectstore
 from kserve_venv import run_with_kserve_storage
 from objectstore import SECRET_KEY
 from publishing import PUBLISH, local_saved_model, partial_releases, partial_versions, split_listing, trained_run
-from stages import stage
+from stages import read_report, stage
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def test_the_published_release_is_the_local_one_and_loads_back(object_store, pub
     from disttrain_contract.serving import INPUT_NAMES, OUTPUT_NAMES
 
     root, url, out = published
-    local = json.load(open(root / "final" / "report.json"))
+    local = read_report(root / "final")  # read (and so checked) by the contract's typed Report
     [entry] = local["published"]
     n = entry["version"]
     assert entry["url"] == url and n == local["exports"]["saved_model"]["version"]  # an empty store: the local number
@@ -79,7 +79,7 @@ def test_the_published_release_is_the_local_one_and_loads_back(object_store, pub
     assert latest["tf_serving_base_path"] == f"{url}/saved_model"
     assert {"model.keras", "model.tflite", "report.json", "RELEASE.json"} <= set(releases[n])
 
-    uploaded = json.load(open(os.path.join(release, "report.json")))
+    uploaded = read_report(release)
     assert uploaded["published"] == local["published"] and uploaded["final"] == local["final"]
     assert SECRET_KEY not in json.dumps(uploaded)
 
