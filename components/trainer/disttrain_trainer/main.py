@@ -167,7 +167,6 @@ def main(argv=None):
         raise ContractError(f"{workers} workers but the dataset has {manifest.n_shards} shards; run the copier with --n-shards {workers}")
     worker_dir = workdir.worker(index, train_dir)
     tag = chosen.tag(args, index, workers)
-    notice = preemption.Notice(tag).install()  # SIGTERM: exit at once until training starts (preemption.py)
 
     import keras
     import numpy as np
@@ -184,8 +183,11 @@ def main(argv=None):
             strategy = strategies.create(args.strategy, args, workers, index)
     else:
         strategy = strategies.create(args.strategy, args, workers, index)
+    # SIGTERM: exit at once until training starts (preemption.py). Installed only now: TensorFlow's
+    # coordination service, which the connected strategies start, installs a SIGTERM handler of its own.
+    notice = preemption.Notice(tag).install()
     if strategy.serves:  # a parameter server or worker of parameterserver: serves until the chief is done
-        return strategy.serve(args, workdir.worker(0, train_dir), worker_dir)
+        return strategy.serve(args, workdir.worker(0, train_dir), worker_dir, notice)
 
     # ------------------------------------------------------------------- task
     # The data's kind and the model (the user's, or the built-in one), after the strategy: a connected

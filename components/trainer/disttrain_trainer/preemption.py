@@ -78,8 +78,13 @@ class Notice:
         self.received_at = None
         self.step_at_signal = None
         self.steps_done = 0
+        self.signum = None  # the signal `install` made ours
 
     def install(self, signum=signal.SIGTERM):
+        """Make SIGTERM call `handle`. After TensorFlow has started a cluster: its coordination
+        service's agent installs a SIGTERM handler of its own (TSL's SigtermNotifier), which
+        swallows the signal; installing ours afterwards replaces it."""
+        self.signum = signum
         signal.signal(signum, self.handle)
         return self
 
@@ -110,6 +115,8 @@ class Notice:
     # the phases, set by the trainer
     def training(self):
         self.phase = TRAINING
+        if self.signum is not None:
+            self.install(self.signum)  # (again: in case TensorFlow installed its own handler since)
 
     def finishing(self):
         self.phase = FINISHING

@@ -30,8 +30,9 @@ class Base:
         """Strategy state that a checkpoint must hold besides the model and the optimizer."""
         return {}
 
-    def serve(self, args, chief_dir, own_dir):
-        """The whole life of a serving task (`serves`); returns the exit code."""
+    def serve(self, args, chief_dir, own_dir, notice):
+        """The whole life of a serving task (`serves`); returns the exit code. `notice`: its
+        preemption.Notice (SIGTERM: exit at once, nothing of its own to save)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------- data

@@ -67,9 +67,10 @@ class Strategy(Base):
         self.steps_scheduled = 0
 
     # ------------------------------------------------------------------ serving tasks
-    def serve(self, args, chief_dir, own_dir):
+    def serve(self, args, chief_dir, own_dir, notice):
         cluster = tf.train.ClusterSpec(tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec())
         tf.distribute.Server(cluster, job_name=self.role, task_index=self.task_index, protocol="grpc", start=True)
+        notice.install()  # again: the server's coordination agent installed its own SIGTERM handler; SIGTERM: exit 75
         tag = f"{self.role} {self.task_index} (task {self.index})"  # as main.py's
         print(f"{tag}: serving {cluster.as_dict()} until the chief finishes", flush=True)
         chief = wait_for_marker(chief_dir, args.serve_timeout, "the chief's model", poll=1.0, log=open(os.devnull, "w"))
