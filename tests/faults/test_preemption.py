@@ -81,7 +81,7 @@ def wait_exit(proc, log, expected, timeout):
     return time.monotonic() - started
 
 
-def test_average_saves_on_sigterm_and_resumes_bit_exact(tmp_path):
+def test_average_saves_on_sigterm_and_resumes_bit_exact(tmp_path, measure):
     """One thread: the same arithmetic in the same order in both runs, so the resumed model must
     equal the undisturbed one bit for bit; the epochs' metrics too (the partial epoch's running
     sums are in the saved state)."""
@@ -118,10 +118,11 @@ def test_average_saves_on_sigterm_and_resumes_bit_exact(tmp_path):
         (m["epoch"], m["loss"], m["accuracy"], m["examples"]) for m in calm_metrics]
     assert not (tmp_path / "preempted" / "train" / "worker-00000" / "checkpoints" / "preempted").exists()
     assert temp_leftovers(tmp_path / "preempted") == []
+    measure(steps_per_call=STEPS_PER_CALL, step_at_signal=at_signal, saved_at_step=saved, sigterm_to_exit_sec=round(exit_sec, 1))
 
 
 @pytest.mark.parametrize("strategy, bound", [("multiworker", STEPS_PER_CALL), ("localsgd", 24)])
-def test_a_connected_group_stops_together_and_resumes_from_one_state(tmp_path, strategy, bound):
+def test_a_connected_group_stops_together_and_resumes_from_one_state(tmp_path, strategy, bound, measure):
     """Worker 1 gets SIGTERM; worker 0 must stop too, at the same step, within the bound (no
     hang), and the restarted group must resume both workers from that one step."""
     work, train = tmp_path / "work", tmp_path / "work" / "train"
@@ -158,6 +159,8 @@ def test_a_connected_group_stops_together_and_resumes_from_one_state(tmp_path, s
     assert markers[0]["final_weights_sha256"] == markers[1]["final_weights_sha256"]
     assert [m["epoch"] for m in read_json(train / "worker-00000" / "metrics.json")] == [1, 2, 3]
     watcher.assert_clean()
+    measure(bound_steps=bound, step_at_signal=at_signal, saved_at_step=saved, group_exit_sec=round(exit_sec, 1),
+            watcher=watcher.summary())
     assert exit_sec < 60
 
 
@@ -166,7 +169,7 @@ PS_TASKS = 1 + PS + PS_WORKERS
 
 
 @pytest.mark.parametrize("victim", ["chief", "worker"])
-def test_parameter_server_training_on_sigterm(tmp_path, victim):
+def test_parameter_server_training_on_sigterm(tmp_path, victim, measure):
     """chief: it lets the epoch's scheduled calls finish, saves that epoch and exits 75, while
     the ps and the workers serve on; restarted, it resumes after that epoch. worker: it exits 75
     at once; the chief runs its calls on the other worker and the restarted worker rejoins."""
@@ -193,6 +196,7 @@ def test_parameter_server_training_on_sigterm(tmp_path, victim):
             assert procs[i].poll() is None, f"task {i} stopped with the chief"  # they serve on, for the restarted chief
     else:
         assert exit_sec < 10  # nothing to save: at once
+    measure(sigterm_to_exit_sec=round(exit_sec, 1))
     procs[index] = task(index, "second")
     assert {i: p.wait(timeout=600) for i, p in procs.items()} == {i: 0 for i in range(PS_TASKS)}
     if victim == "chief":

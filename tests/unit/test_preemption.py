@@ -145,3 +145,12 @@ def test_a_real_process_exits_with_the_code_on_sigterm_before_training(tmp_path)
     out, err = proc.communicate(timeout=10)
     assert proc.returncode == EXIT_CODE
     assert err.strip() == "worker 3/4: SIGTERM with nothing of its own to save (before training, or a task that only serves); exiting with code 75 (to be started again)"
+
+
+def test_a_stopped_trainer_leaves_without_the_interpreters_teardown(notice, capsys):
+    """(os._exit in the trainer: tearing TensorFlow down took longer than the stop)"""
+    print("the stop line", end="")  # still in the buffer
+    with pytest.raises(Exited) as exited:
+        notice.exit(EXIT_CODE)
+    assert exited.value.code == EXIT_CODE
+    assert capsys.readouterr().out == "the stop line"

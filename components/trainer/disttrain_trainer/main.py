@@ -384,13 +384,13 @@ def main(argv=None):
         saved = preemption.save(checkpoint, position, write_dir, stop, time.monotonic() - started, start_step)
         progress.finish("preempted")
         print(notice.stopped_line(stop, saved), flush=True)
-        return preemption.EXIT_CODE
+        notice.exit(preemption.EXIT_CODE)
     except BaseException as err:  # (the page says so; run_cli reports it as before)
         if notice.requested and preemption.lost_peer(err):  # SIGTERM, then the group came apart: not a failure
             progress.finish("preempted", error=(str(err) or type(err).__name__)[:500])
             print(f"{tag}: preempted: SIGTERM, then a collective failed (a peer is gone) before the group could "
                   f"save: the last checkpoint stands; exiting with code {preemption.EXIT_CODE}", flush=True)
-            return preemption.EXIT_CODE
+            notice.exit(preemption.EXIT_CODE)
         progress.finish("failed", error=(str(err) or type(err).__name__)[:500])
         raise
     notice.done()
