@@ -371,12 +371,29 @@ def own_model(doc):
     return "\n".join(out)
 
 
+def preemption(doc):
+    c = doc["config"]
+    out = [header(doc, "SIGTERM to exit of a training worker (`bench/preemption.py`)")]
+    out.append(f"Batch {c['batch']}, {c['steps_per_call']} steps per call (the chart's defaults); SIGTERM to worker 0 a "
+               "random part of an epoch after it entered epoch 3; seconds until every worker of the run had exited "
+               f"(`average`: one process, `multiworker`: a pair), {c['runs']} runs each. The chart's "
+               "`trainer.terminationGracePeriodSeconds` must cover the slowest with a margin.\n")
+    out.append("| model | strategy | exited 75 | median s | max s | steps from the signal to the stop (max) |")
+    out.append("|---|---|---|---|---|---|")
+    for key, r in doc["results"].items():
+        model, strategy = key.split("/")
+        steps = [run["stopped_at_step"] - run["step_at_signal"] for run in r["runs"] if run.get("stopped_at_step") is not None]
+        out.append(f"| {model} | `{strategy}` | {r['ok']}/{len(r['runs'])} | {f(r['median_sec'], 2)} | {f(r['max_sec'], 2)} | "
+                   f"{max(steps, default='-')} |")
+    return "\n".join(out)
+
+
 def tables():
     parts = []
     for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline),
                      ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search),
                      ("copier", copier), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress),
-                     ("task_interface", task_interface), ("own_model", own_model)):
+                     ("task_interface", task_interface), ("own_model", own_model), ("preemption", preemption)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))

@@ -436,28 +436,42 @@ kueue.x-k8s.io/priority-class: {{ . | quote }}
 {{- end -}}
 
 {{/*
-podFailurePolicy rules of a stage Job (list $ctx containerName exitCode): an
-eviction or preemption (DisruptionTarget) is not counted against the retries;
-the exit code (a failure a retry cannot change) fails the Job at once.
+podFailurePolicy rules of a stage Job (list $ctx containerName exitCode
+[ignoredExitCode]): an eviction or preemption (DisruptionTarget) is not counted
+against the retries; the exit code (a failure a retry cannot change) fails the
+Job at once; the optional ignored exit code (the trainer's: saved on SIGTERM,
+start me again) is not counted either, which covers a plain pod delete (no
+DisruptionTarget condition) too.
 Needs restartPolicy Never and Kubernetes >= 1.26 (the caller checks).
 */}}
 {{- define "disttrain.podFailurePolicyRules" -}}
 {{- $ctx := index . 0 -}}
+{{- /* The 1.26-1.28.0 OpenAPI wrongly marks onPodConditions required (fixed in
+1.29 and later 1.28 patches); an empty list satisfies client-side validators and means "unset". */ -}}
+{{- $oldOpenAPI := semverCompare "<1.29.0-0" $ctx.Capabilities.KubeVersion.Version -}}
 rules:
   - action: Ignore
     onPodConditions:
       - type: DisruptionTarget
         status: "True"
   - action: FailJob
-    {{- if semverCompare "<1.29.0-0" $ctx.Capabilities.KubeVersion.Version }}
-    # The 1.26-1.28.0 OpenAPI wrongly marks onPodConditions required (fixed in
-    # 1.29 and later 1.28 patches); an empty list satisfies client-side validators and means "unset".
+    {{- if $oldOpenAPI }}
     onPodConditions: []
     {{- end }}
     onExitCodes:
       containerName: {{ index . 1 }}
       operator: In
       values: [{{ index . 2 }}]
+  {{- if gt (len .) 3 }}
+  - action: Ignore
+    {{- if $oldOpenAPI }}
+    onPodConditions: []
+    {{- end }}
+    onExitCodes:
+      containerName: {{ index . 1 }}
+      operator: In
+      values: [{{ index . 3 }}]
+  {{- end }}
 {{- end -}}
 
 {{/*

@@ -8,6 +8,12 @@ import sys
 TERMINATION_LOG = "/dev/termination-log"
 TERMINATION_LIMIT = 4096  # the kubelet keeps at most 4096 bytes
 
+# A trainer stopped by SIGTERM (a node drain, a preemption, a deleted pod) after saving what it
+# could exits with this code: "stopped on request, start me again", not a failure. The chart's
+# trainer Job ignores it (podFailurePolicy action Ignore): the pod is replaced without using up a
+# retry. 75 is EX_TEMPFAIL of sysexits.h ("temporary failure; the user is invited to retry").
+PREEMPTED_EXIT_CODE = 75
+
 
 class ContractError(Exception):
     """Bad input, a missing or corrupt artifact, a broken promise between stages.

@@ -9,8 +9,10 @@ an optional field a file does not have (an older trainer's) loads as its default
 
 The JSON object:
     worker, tag, strategy     which worker this is ("worker 1/2", "chief (task 0)")
-    state                     starting | training | evaluating | done | failed (error: the message); a
-                              reader takes any other name as it is (a newer trainer's state)
+    state                     starting | training | evaluating | done | failed (error: the message) |
+                              preempted (stopped on SIGTERM after saving what its strategy allows, exit
+                              code 75; the replacement resumes); a reader takes any other name as it is
+                              (a newer trainer's state)
     score                     the name of the step's running score: "accuracy", or "mae" (regression)
     epoch, epochs             the epoch under way (1-based; 0 before the first) and the last one
     step, steps_per_epoch     steps done in this epoch, and in a whole epoch
@@ -34,7 +36,7 @@ import dataclasses
 from disttrain_contract.layout import PROGRESS_FILE
 from disttrain_contract.records import Fields, RecordError
 
-STATES = ("starting", "training", "evaluating", "done", "failed")  # the ones this trainer writes
+STATES = ("starting", "training", "evaluating", "done", "failed", "preempted")  # the ones this trainer writes
 # An epoch's record keys the page draws, when the worker has them (faces: no accuracy on the held-out split).
 # Regression: the training MAE and the held-out RMSE in place of the accuracies ("score" names the running one).
 HISTORY_KEYS = ("loss", "accuracy", "test_accuracy", "validation_accuracy", "mae", "test_rmse", "validation_rmse",

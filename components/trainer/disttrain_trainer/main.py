@@ -35,7 +35,7 @@ from disttrain_contract.manifest import Manifest, read_split
 from disttrain_contract.layout import PROGRESS_FILE
 from disttrain_contract.params import read_params_file
 from disttrain_contract.tensorflow_import import import_tensorflow
-from disttrain_trainer import peers, strategies
+from disttrain_trainer import peers, preemption, strategies
 from disttrain_trainer.progress import ProgressFile, TerminalBar
 from disttrain_trainer.strategies import options
 
@@ -183,8 +183,11 @@ def main(argv=None):
             strategy = strategies.create(args.strategy, args, workers, index)
     else:
         strategy = strategies.create(args.strategy, args, workers, index)
+    # SIGTERM: exit at once until training starts (preemption.py). Installed only now: TensorFlow's
+    # coordination service, which the connected strategies start, installs a SIGTERM handler of its own.
+    notice = preemption.Notice(tag).install()
     if strategy.serves:  # a parameter server or worker of parameterserver: serves until the chief is done
-        return strategy.serve(args, workdir.worker(0, train_dir), worker_dir)
+        return strategy.serve(args, workdir.worker(0, train_dir), worker_dir, notice)
 
     # ------------------------------------------------------------------- task
     # The data's kind and the model (the user's, or the built-in one), after the strategy: a connected
@@ -232,6 +235,7 @@ def main(argv=None):
         optimizer = (LazyAdam if args.optimizer == "lazyadam" else keras.optimizers.Adam)(learning_rate=args.learning_rate)
         optimizer.build(model.trainable_variables)
         epoch_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+        position = preemption.Position()  # where in an epoch a checkpoint saved on SIGTERM was taken
     published = task.publish(model)
     inference = compiled(published)  # the held-out evaluation, every epoch
     init_sha = weights_fingerprint(model.get_weights())
@@ -252,14 +256,17 @@ def main(argv=None):
     # dropout layers' random-generator state, batch-norm statistics) is listed here, or a
     # resumed run would draw other dropout masks than an undisturbed one.
     checkpoint = tf.train.Checkpoint(model=model, optimizer=optimizer, epoch=epoch_counter,
-                                     model_state=list(model.non_trainable_variables), **strategy.checkpoint_state())
+                                     model_state=list(model.non_trainable_variables), epoch_position=position.variables,
+                                     **strategy.checkpoint_state())
     manager = tf.train.CheckpointManager(checkpoint, write_dir, max_to_keep=strategy.checkpoints_to_keep(steps_per_epoch))
     resume_from = strategy.resume_checkpoint(read_dir, lambda i: strategy.checkpoint_dirs(
-        workdir.worker(i, train_dir), workdir.worker(0, train_dir))[0])
+        workdir.worker(i, train_dir), workdir.worker(0, train_dir))[0], steps_per_epoch)
     if resume_from:
         checkpoint.restore(resume_from).expect_partial()
-        print(f"{tag}: resumed from {resume_from} after epoch {int(epoch_counter.numpy())}", flush=True)
+        within = f" and {position.steps()} steps of epoch {int(epoch_counter.numpy()) + 1}" if position.steps() else ""
+        print(f"{tag}: resumed from {resume_from} after epoch {int(epoch_counter.numpy())}{within}", flush=True)
     start_epoch = int(epoch_counter.numpy())
+    start_step = start_epoch * steps_per_epoch + position.steps()  # a state saved on SIGTERM: mid-epoch
     metrics_path = os.path.join(worker_dir, "metrics.json")
     history = [m for m in read_json(metrics_path, []) if m["epoch"] <= start_epoch]
 
@@ -272,8 +279,8 @@ def main(argv=None):
     # -------------------------------------------------------------- the loop
     os.makedirs(worker_dir, exist_ok=True)
     summaries = tf.summary.create_file_writer(os.path.join(worker_dir, "tensorboard"))
-    iterator = strategy.iterator(dataset_fn, start_epoch * steps_per_epoch)
-    strategy.before_training(start_epoch * steps_per_epoch)
+    iterator = strategy.iterator(dataset_fn, start_step)
+    strategy.before_training(start_step)
     if start_epoch == 0 and strategy.evaluates and task.evaluate_before_training():
         before = task.evaluate(inference, x_test, y_test)  # a pre-trained model: where fine-tuning starts
         initial_metric = before.get(task.primary.name)
@@ -288,10 +295,12 @@ def main(argv=None):
     progress = ProgressFile(os.path.join(worker_dir, PROGRESS_FILE), args.progress_interval, worker=index, tag=tag,
                             strategy=args.strategy, epochs=args.epochs, steps_per_epoch=steps_per_epoch,
                             start_epoch=start_epoch, history=history, score=task.score.name)
-    step = start_epoch * steps_per_epoch  # this run's steps over all epochs (local SGD syncs every H of them)
+    step = start_step  # this run's steps over all epochs (local SGD syncs every H of them)
+    notice.training()
     try:
         for epoch in range(start_epoch + 1, args.epochs + 1):
-            started = time.monotonic()
+            done_before, sums_before, seconds_before = position.take()  # (a resumed epoch's first part)
+            started = time.monotonic() - seconds_before
             bar = TerminalBar(f"{tag} epoch {epoch}/{args.epochs}", steps_per_epoch, task.score.name)
             progress.start_epoch(epoch)
 
@@ -299,7 +308,8 @@ def main(argv=None):
                 bar.update(done, sums)  # noqa: B023  called only within this epoch's train_epoch
                 progress.update(done, sums)
 
-            sums, step = strategy.train_epoch(train_call, iterator, step, steps_per_epoch, args.steps_per_call, on_steps)
+            sums, step = strategy.train_epoch(train_call, iterator, step, steps_per_epoch, args.steps_per_call, on_steps,
+                                              notice, done_before, sums_before)
             if epoch == args.epochs:
                 strategy.finish(step)
             bar.close()
@@ -333,7 +343,9 @@ def main(argv=None):
             progress.end_epoch(record)
 
         # --------------------------------------------------------- the artifacts
+        notice.finishing()
         strategy.cleanup(write_dir)
+        preemption.discard(write_dir)
         model_file = None
         if strategy.writes_model:
             model_file = "model.keras"
@@ -368,9 +380,20 @@ def main(argv=None):
                if x_validation is not None else {}),
         )
         progress.finish("done")
+    except preemption.Stop as stop:  # SIGTERM: the workers agreed to stop here
+        saved = preemption.save(checkpoint, position, write_dir, stop, time.monotonic() - started, start_step)
+        progress.finish("preempted")
+        print(notice.stopped_line(stop, saved), flush=True)
+        notice.exit(preemption.EXIT_CODE)
     except BaseException as err:  # (the page says so; run_cli reports it as before)
+        if notice.requested and preemption.lost_peer(err):  # SIGTERM, then the group came apart: not a failure
+            progress.finish("preempted", error=(str(err) or type(err).__name__)[:500])
+            print(f"{tag}: preempted: SIGTERM, then a collective failed (a peer is gone) before the group could "
+                  f"save: the last checkpoint stands; exiting with code {preemption.EXIT_CODE}", flush=True)
+            notice.exit(preemption.EXIT_CODE)
         progress.finish("failed", error=(str(err) or type(err).__name__)[:500])
         raise
+    notice.done()
     print(f"{tag}: done -> {worker_dir}", flush=True)
     if args.linger_for_peers:
         linger_for_peers(tag, [workdir.worker(i, train_dir) for i in range(workers)], args.linger_for_peers)

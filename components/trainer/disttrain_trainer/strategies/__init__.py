@@ -10,6 +10,7 @@
            reads and how its steps get their batches;
   loop     `train_epoch()`, `run_call`: how an epoch's train calls run (here, or scheduled
            on parameter-server workers); `serves`/`serve()`: a task that only serves;
+  stop     `agree_to_stop()`: where the workers stop together on SIGTERM (preemption.py);
   save     `checkpoint_dirs()`, `resume_checkpoint()`, `evaluates`, `writes_model`,
            `cleanup()`: which worker keeps, restores, evaluates and publishes what.
 

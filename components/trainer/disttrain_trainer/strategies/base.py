@@ -30,8 +30,9 @@ class Base:
         """Strategy state that a checkpoint must hold besides the model and the optimizer."""
         return {}
 
-    def serve(self, args, chief_dir, own_dir):
-        """The whole life of a serving task (`serves`); returns the exit code."""
+    def serve(self, args, chief_dir, own_dir, notice):
+        """The whole life of a serving task (`serves`); returns the exit code. `notice`: its
+        preemption.Notice (SIGTERM: exit at once, nothing of its own to save)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------------- data
@@ -51,16 +52,31 @@ class Base:
         """An iterator over the distributed dataset; `dataset_fn(context, batches_done)`."""
         return iter(self.tf_strategy.distribute_datasets_from_function(lambda context: dataset_fn(context, batches_done)))
 
-    def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress):
-        """Run one epoch's steps; returns ([loss sum, hits, examples], the step count after it)."""
-        sums, done = [0.0, 0.0, 0.0], 0
+    def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0,
+                    sums=None):
+        """Run one epoch's steps; returns ([loss sum, hits, examples], the step count after it).
+        `done`, `sums`: the part of the epoch a restored mid-epoch checkpoint already did. With a
+        `notice` (preemption.Notice), the workers ask before each train call whether to stop
+        (agree_to_stop) and raise preemption.Stop where they are if so."""
+        from disttrain_trainer.preemption import Stop
+
+        sums = list(sums) if sums else [0.0, 0.0, 0.0]
         while done < steps_per_epoch:
+            if notice is not None and self.agree_to_stop(notice.requested, step):
+                raise Stop(step, done, sums)
             steps = min(steps_per_call, steps_per_epoch - done, self.steps_to_sync(step))
             sums = [a + b for a, b in zip(sums, train_call(iterator, steps).tolist())]
             done, step = done + steps, step + steps
+            if notice is not None:
+                notice.steps_done = step
             self.after_steps(step)
             progress(done, sums)
         return sums, step
+
+    def agree_to_stop(self, requested, step):
+        """Whether to stop before the next train call, `requested` being this worker's own SIGTERM.
+        Called by every worker at the same steps (a connected strategy asks its peers here)."""
+        return requested
 
     def marker_info(self):
         """What else the trainer's marker says."""
@@ -105,9 +121,12 @@ class Base:
         own = os.path.join(own_dir, "checkpoints")
         return own, own
 
-    def resume_checkpoint(self, read_dir, checkpoint_dir_of):
-        """The checkpoint to restore, or None for a fresh start."""
-        return tf.train.latest_checkpoint(read_dir)
+    def resume_checkpoint(self, read_dir, checkpoint_dir_of, steps_per_epoch):
+        """The checkpoint to restore, or None for a fresh start: the last epoch's, or a state
+        saved on SIGTERM after it (preemption.py)."""
+        from disttrain_trainer import preemption
+
+        return preemption.newest(tf.train.latest_checkpoint(read_dir), read_dir, steps_per_epoch)
 
     def checkpoints_to_keep(self, steps_per_epoch):
         """How many epochs' checkpoints a worker keeps (the newest and one before it)."""
@@ -138,3 +157,13 @@ class Connected(Base):
         from disttrain_trainer.collectives import sum_across_workers
 
         return sum_across_workers(self.cluster, sums)
+
+    def agree_to_stop(self, requested, step):
+        """Stop when any worker had SIGTERM: one small all-reduce per train call, which fails (and
+        the worker exits) like any collective when a peer is gone."""
+        return self.any_worker(requested)
+
+    def any_worker(self, flag):
+        from disttrain_trainer.collectives import sum_across_workers
+
+        return sum_across_workers(self.cluster, [1.0 if flag else 0.0])[0] > 0

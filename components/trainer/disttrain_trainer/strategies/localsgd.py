@@ -33,6 +33,7 @@ import re
 import keras
 import tensorflow as tf
 
+from disttrain_trainer import preemption
 from disttrain_trainer.strategies.base import Connected
 
 
@@ -77,6 +78,12 @@ class Strategy(Connected):
         if step % self.every == 0:
             self.sync(step)
 
+    def agree_to_stop(self, requested, step):
+        # Only at an average, where every worker holds the same weights: each then saves its own
+        # checkpoint of that one step. Between two averages a worker that had SIGTERM trains on
+        # to the next one (at most H steps).
+        return step % self.every == 0 and self.any_worker(requested)
+
     def finish(self, step):
         if self.synced_at != step:  # the published model is the average, whatever H is
             self.sync(step)
@@ -111,9 +118,14 @@ class Strategy(Connected):
     def writes_model(self):
         return self.is_chief
 
-    def resume_checkpoint(self, read_dir, checkpoint_dir_of):
-        """This worker's checkpoint of the last epoch that every worker saved."""
-        common = min((saved_epochs(checkpoint_dir_of(i)) or [0])[-1] for i in range(self.workers))
+    def resume_checkpoint(self, read_dir, checkpoint_dir_of, steps_per_epoch):
+        """This worker's checkpoint of the last epoch that every worker saved, or of the average
+        at which all of them saved on SIGTERM, if that came later."""
+        dirs = [checkpoint_dir_of(i) for i in range(self.workers)]
+        common = min((saved_epochs(d) or [0])[-1] for d in dirs)
+        step = preemption.group_step([preemption.preempted_step(d) for d in dirs], common, steps_per_epoch)
+        if step is not None:
+            return os.path.join(read_dir, preemption.PREEMPTED_DIR, f"ckpt-{step}")
         if not common:
             return None
         if common not in saved_epochs(read_dir):

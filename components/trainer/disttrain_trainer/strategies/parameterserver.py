@@ -67,9 +67,10 @@ class Strategy(Base):
         self.steps_scheduled = 0
 
     # ------------------------------------------------------------------ serving tasks
-    def serve(self, args, chief_dir, own_dir):
+    def serve(self, args, chief_dir, own_dir, notice):
         cluster = tf.train.ClusterSpec(tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec())
         tf.distribute.Server(cluster, job_name=self.role, task_index=self.task_index, protocol="grpc", start=True)
+        notice.install()  # again: the server's coordination agent installed its own SIGTERM handler; SIGTERM: exit 75
         tag = f"{self.role} {self.task_index} (task {self.index})"  # as main.py's
         print(f"{tag}: serving {cluster.as_dict()} until the chief finishes", flush=True)
         chief = wait_for_marker(chief_dir, args.serve_timeout, "the chief's model", poll=1.0, log=open(os.devnull, "w"))
@@ -112,8 +113,15 @@ class Strategy(Base):
         self.steps_scheduled += int(steps)
         return self.coordinator.schedule(self._scheduled, args=(iterator, steps))
 
-    def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress):
-        """Schedule the whole epoch at once, then wait: the workers take calls as they are free."""
+    def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0,
+                    sums=None):
+        """Schedule the whole epoch at once, then wait: the workers take calls as they are free.
+        On SIGTERM the chief stops at the next epoch's start: the calls scheduled run on the
+        workers whatever the chief does, and it saves no state mid-epoch (so `done` is always 0)."""
+        from disttrain_trainer.preemption import Stop
+
+        if notice is not None and notice.requested:
+            raise Stop(step, 0, [0.0, 0.0, 0.0])
         calls = [train_call(iterator, steps) for steps in split_epoch(steps_per_epoch, steps_per_call, self.workers)]
         done = steps_per_epoch
         # The steps run on the workers, and the coordinator has no public count of the calls finished
@@ -131,6 +139,8 @@ class Strategy(Base):
             raise raised[0]  # what a call raised (a lost parameter server: UnavailableError)
         sums = np.sum([call.fetch() for call in calls], axis=0).tolist()
         progress(done, sums)
+        if notice is not None:
+            notice.steps_done = step + done
         return sums, step + done
 
     def epoch_facts(self):
