@@ -9,11 +9,16 @@ a wrong key is refused as on a real store.
 import contextlib
 import json
 import os
+import select
 import shutil
+import socket
+import struct
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from disttrain_contract.ports import free_port_block
@@ -115,3 +120,62 @@ def seaweedfs(directory):
     finally:
         store.stop()
         shutil.rmtree(os.path.join(directory, "data"), ignore_errors=True)
+
+
+class Proxy:
+    """A TCP proxy on loopback in front of a store (a thread per connection): counts the bytes the store
+    sends, and with cut_after=N resets the first connection that carries more than N bytes from the store
+    (a drop in the middle of an object's body: requests without a body stay far below N), once. Point a
+    stage at it with store.env(AWS_ENDPOINT_URL=proxy.endpoint)."""
+
+    def __init__(self, endpoint, cut_after=None):
+        target = urllib.parse.urlsplit(endpoint)
+        self.target = (target.hostname, target.port)
+        self.cut_after = cut_after
+        self.bytes_from_store = 0
+        self.cuts = 0
+        self._lock = threading.Lock()
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._server.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self):
+        while True:
+            try:
+                client, _ = self._server.accept()
+                upstream = socket.create_connection(self.target)
+            except OSError:
+                return
+            threading.Thread(target=self._relay, args=(client, upstream), daemon=True).start()
+
+    def _relay(self, client, upstream):
+        # one thread moves both directions: a socket closed here is closed for good (a recv blocked in
+        # another thread would keep it open, and the client would wait for its read timeout)
+        from_store = 0
+        try:
+            while True:
+                for sock in select.select([client, upstream], [], [])[0]:
+                    data = sock.recv(1 << 16)
+                    if not data:
+                        return
+                    if sock is client:
+                        upstream.sendall(data)
+                        continue
+                    with self._lock:
+                        cut = self.cut_after is not None and not self.cuts and from_store + len(data) > self.cut_after
+                        self.cuts += cut
+                        data = data[: self.cut_after - from_store] if cut else data
+                        self.bytes_from_store += len(data)
+                    client.sendall(data)
+                    from_store += len(data)
+                    if cut:  # a reset (RST), as a dropped connection looks to the client
+                        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                        return
+        except OSError:
+            pass
+        finally:
+            client.close()
+            upstream.close()
+
+    def close(self):
+        self._server.close()

@@ -26,6 +26,7 @@ names the URL and the cause, never a credential.
 import contextlib
 import os
 
+from disttrain_contract.atomic import describe_os_error
 from disttrain_contract.errors import ContractError
 
 SCHEME = "s3://"
@@ -47,12 +48,17 @@ def is_url(path):
 
 
 def split(url):
-    """'s3://bucket/some/key' -> ('bucket', 'some/key'); a URL without a bucket is an error."""
+    """'s3://bucket/some/key' -> ('bucket', 'some/key'); a URL without a bucket is an error, and so is
+    one that carries a credential (s3://KEY:SECRET@bucket/...): credentials come from the environment."""
     if not is_url(url):
         raise ObjectStoreError(f"{url!r} is not an s3:// URL")
     bucket, _, key = url[len(SCHEME):].partition("/")
     if not bucket:
         raise ObjectStoreError(f"{url!r} names no bucket (expected s3://BUCKET/KEY)")
+    if "@" in bucket or ":" in bucket:
+        # the URL is printed and recorded (the manifest's source): it must not hold a secret
+        raise ObjectStoreError("an s3:// URL names a bucket and a key, never a credential: set AWS_ACCESS_KEY_ID "
+                               "and AWS_SECRET_ACCESS_KEY in the environment instead")
     return bucket, key
 
 
@@ -142,12 +148,38 @@ def _from_store(err):
     return isinstance(err, OSError) or module.split(".")[0] in ("botocore", "aiobotocore", "aiohttp", "s3fs")
 
 
-def open_read(url):
+_fetched = {"bytes": 0, "requests": 0}
+
+
+def fetched():
+    """{"bytes", "requests"}: what this process has fetched from object stores so far (the ranged
+    reads of open_read and download, and read_bytes). A stage reports it, so that a second read of
+    the same object would show."""
+    return dict(_fetched)
+
+
+def _counting(fetch):
+    def counted(start, end):
+        data = fetch(start, end)
+        _fetched["bytes"] += len(data)
+        _fetched["requests"] += 1
+        return data
+
+    return counted
+
+
+def open_read(url, cache_type="readahead"):
     """A binary file object streaming the object at `url` by ranged reads (seekable, bounded memory).
 
-    The existence check happens here, so a wrong key or a missing object fails before any reading."""
+    Each ranged read is one GET of about BLOCK_SIZE bytes, repeated on a dropped connection (the
+    module docstring). The existence check happens here, so a wrong key or a missing object fails
+    before any reading. Reads through the file object raise what the store raises: wrap them in
+    errors(url)."""
+    split(url)
     with errors(url):
-        return filesystem().open(url, "rb", block_size=BLOCK_SIZE, cache_type="readahead")
+        fh = filesystem().open(url, "rb", block_size=BLOCK_SIZE, cache_type=cache_type)
+    fh.cache.fetcher = _counting(fh.cache.fetcher)
+    return fh
 
 
 def open_input(path):
@@ -160,18 +192,59 @@ def size(url):
         return filesystem().size(url)
 
 
+def require_object(url):
+    """The size of the object at `url`; an ObjectStoreError line if there is none (a missing object, or
+    a prefix: a "folder" of objects)."""
+    split(url)
+    with errors(url):
+        info = filesystem().info(url)
+    if info.get("type") != "file":
+        raise ObjectStoreError(f"{url}: no such object (it is a prefix of other objects: name one object)")
+    return int(info["size"])
+
+
+def list_objects(url):
+    """The URLs of every object under the prefix `url` (recursively), sorted."""
+    split(url)
+    with errors(url):
+        keys = filesystem().find(url.rstrip("/") + "/")
+    return sorted(SCHEME + key for key in keys)
+
+
+def read_bytes(url):
+    """The whole of one (small) object, in one request (repeated on a dropped connection)."""
+    with errors(url):
+        data = filesystem().cat_file(url)
+    _fetched["bytes"] += len(data)
+    _fetched["requests"] += 1
+    return data
+
+
 def exists(url):
     with errors(url):
         return filesystem().exists(url)
 
 
 def download(url, local_path):
-    """Copy one object to a local file (through a temporary name: the file is whole or absent)."""
+    """Copy one object to a local file (through a temporary name: the file is whole or absent).
+
+    Sequential ranged reads of BLOCK_SIZE bytes, each one GET repeated on a dropped connection: every
+    byte is fetched once, memory stays at one block. (s3fs's get_file downloads a large object in
+    parallel parts that are not repeated when a connection drops, after opening and abandoning a GET
+    of the whole object.)"""
     tmp = f"{local_path}.part-{os.getpid()}"
     try:
-        with errors(url):
-            filesystem().get_file(url, tmp)
-        os.replace(tmp, local_path)
+        with open_read(url, cache_type="none") as source, _local_errors(local_path), open(tmp, "wb") as out:
+            while True:
+                with errors(url):  # (a full local disk is not the store's fault: _local_errors)
+                    chunk = source.read(BLOCK_SIZE)
+                if not chunk:
+                    break
+                out.write(chunk)
+            out.flush()
+            os.fsync(out.fileno())
+        with _local_errors(local_path):
+            os.replace(tmp, local_path)
     finally:
         if os.path.exists(tmp):
             os.remove(tmp)
@@ -194,11 +267,6 @@ def write_bytes(url, data):
     """`data` as the object `url`, in one PUT."""
     with errors(url):
         filesystem().pipe_file(url, data)
-
-
-def read_bytes(url):
-    with errors(url):
-        return filesystem().cat_file(url)
 
 
 def copy(source_url, url):
@@ -245,3 +313,11 @@ def abort_uploads(url, started_before):
             if not response.get("IsTruncated"):
                 return aborted
             page.update(KeyMarker=response["NextKeyMarker"], UploadIdMarker=response["NextUploadIdMarker"])
+
+
+@contextlib.contextmanager
+def _local_errors(path):
+    try:
+        yield
+    except OSError as err:
+        raise ContractError(describe_os_error(err, path)) from None
