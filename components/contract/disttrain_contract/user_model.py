@@ -18,17 +18,25 @@ loads in each; the module's name and a hash of its source travel in the model's 
 (`code_info`), and a stage that loads the model with another version of the code says so.
 Note that `--model-module` runs the user's code in every stage that is given it, the public
 server included: it is code the operator chose to install, like the image itself.
+
+`--model-file s3://bucket/model.keras` (an S3 or S3-compatible store, disttrain_contract.objectstore)
+is downloaded once to the stage's writable volume (`local_model_file`) and then loaded exactly as a
+local file; messages name the URL.
 """
 
+import atexit
+import contextlib
 import dataclasses
 import hashlib
 import importlib
 import json
 import os
+import socket
 import sys
 import zipfile
 from typing import Optional
 
+from disttrain_contract import objectstore
 from disttrain_contract.errors import ContractError
 
 DEFAULT_FUNCTION = "build"
@@ -96,23 +104,45 @@ def check_code_matches(meta, module_spec, where):
               f"{recorded['sha256'][:12]}..., here {current['sha256'][:12]}...)", file=sys.stderr, flush=True)
 
 
-def archive_config(path):
-    """The model config (config.json) of a .keras archive, read without Keras."""
+def local_model_file(path, directory):
+    """--model-file PATH as a local file: PATH itself, or the s3:// object PATH downloaded once into
+    `directory` (the stage's writable volume: the images' root file system is read-only and their /tmp
+    small) under a hidden name of this host and process, removed when the process exits."""
+    if not objectstore.is_url(path):
+        return path
+    objectstore.require_object(path)
+    os.makedirs(directory, exist_ok=True)
+    local = os.path.join(directory, f".model-file-{socket.gethostname()}-{os.getpid()}.keras")
+    objectstore.download(path, local)
+    atexit.register(_remove_quietly, local)
+    return local
+
+
+def _remove_quietly(path):
+    with contextlib.suppress(OSError):
+        os.remove(path)
+
+
+def archive_config(path, name=None):
+    """The model config (config.json) of a .keras archive, read without Keras. name: what messages
+    call the file (the s3:// URL of a downloaded one); default `path`."""
+    name = name or path
     try:
         with zipfile.ZipFile(path) as archive:
             return json.loads(archive.read("config.json"))
     except FileNotFoundError:
-        raise ContractError(f"--model-file {path}: no such file") from None
+        raise ContractError(f"--model-file {name}: no such file") from None
     except KeyError:
-        raise ContractError(f"--model-file {path} is not a Keras 3 model archive (no config.json inside; save it "
+        raise ContractError(f"--model-file {name} is not a Keras 3 model archive (no config.json inside; save it "
                             "with model.save('model.keras'))") from None
     except (zipfile.BadZipFile, OSError, ValueError) as err:
-        raise ContractError(f"--model-file {path} is not a Keras 3 model archive ({err}); save it with "
+        raise ContractError(f"--model-file {name} is not a Keras 3 model archive ({err}); save it with "
                             "model.save('model.keras')") from None
 
 
 def check_archive_classes(path, config):
-    """Refuse code in the file and classes nothing registered, naming them (before Keras tries)."""
+    """Refuse code in the file and classes nothing registered, naming them (before Keras tries).
+    `path` is only named in the messages."""
     import keras
 
     lambdas, unknown = [], []
@@ -146,22 +176,24 @@ def check_archive_classes(path, config):
                             "keras.saving.register_keras_serializable")
 
 
-def load_model_file(path, compile=True):
-    """A user's .keras file in safe mode, with one-line errors; the compiled loss survives (compile=True)."""
+def load_model_file(path, compile=True, name=None):
+    """A user's .keras file in safe mode, with one-line errors; the compiled loss survives (compile=True).
+    name: what messages call the file (the s3:// URL of a downloaded one); default `path`."""
     from disttrain_contract.tensorflow_import import import_tensorflow
 
     import_tensorflow()
     import keras
 
-    config = archive_config(path)
-    check_archive_classes(path, config)
+    name = name or path
+    config = archive_config(path, name)
+    check_archive_classes(name, config)
     try:
         model = keras.models.load_model(path, compile=compile, safe_mode=True)
     except Exception as err:  # Keras raises a zoo of types for a bad file
         message = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise ContractError(f"--model-file {path} does not load: {type(err).__name__}: {message[:300]}") from None
+        raise ContractError(f"--model-file {name} does not load: {type(err).__name__}: {message[:300]}") from None
     if not isinstance(model, keras.Model):
-        raise ContractError(f"--model-file {path} holds a {type(model).__name__}, not a keras.Model")
+        raise ContractError(f"--model-file {name} holds a {type(model).__name__}, not a keras.Model")
     return model
 
 

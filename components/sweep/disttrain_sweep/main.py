@@ -54,6 +54,7 @@ from disttrain_contract.metrics import primary_metric
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_bytes, atomic_write_json, default_workdir, job_completion_index, read_marker, run_cli, wait_for_marker, write_marker
 from disttrain_contract.manifest import Manifest
 from disttrain_contract.ports import free_port_block
+from disttrain_contract.user_model import local_model_file
 from disttrain_sweep import split
 from disttrain_sweep.space import DEFAULTS, SYNC_EVERY_DEFAULT, build_space, distribution_sketch, params_of, parse_start
 
@@ -91,7 +92,9 @@ def parse_args(argv=None):
     p.add_argument("--start", help="the first trial's parameters, NAME=VALUE,... (e.g. a known-bad learning rate to beat)")
     p.add_argument("--validation-fraction", type=float, default=0.2,
                    help="share of the training shards' examples the trials are scored on (default 0.2)")
-    p.add_argument("--model-file", metavar="PATH", help="the trials train this .keras model (the trainer's --model-file)")
+    p.add_argument("--model-file", metavar="PATH",
+                   help="the trials train this .keras model (the trainer's --model-file; an s3:// URL is downloaded "
+                        "once by each sweep process into WORKDIR/sweep, and its trials read that copy)")
     p.add_argument("--model-module", metavar="MODULE[:FUNCTION]", help="the trainer's --model-module, for every trial")
     p.add_argument("--seed", type=int, default=42, help="seed of the validation split, the trials' initial weights and the sampler (default 42)")
     p.add_argument("--pruner", choices=("median", "halving", "none"), default="median",
@@ -134,6 +137,8 @@ def main(argv=None):
     if read_marker(sweep_dir) is not None:
         print(f"{tag}: {sweep_dir} already holds a finished sweep (best.json); delete it to search again", flush=True)
         return 0
+    # the trials' model file: an s3:// one downloaded once for this process's trials (removed when it ends)
+    args.local_model_file = local_model_file(args.model_file, sweep_dir) if args.model_file else None
 
     # Optuna after the flags: a bad flag costs no import time. Its experimental-API warnings
     # (the matplotlib plots) and per-trial INFO lines would drown ours.
@@ -236,7 +241,7 @@ def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, be
     cmd = [sys.executable, "-m", "disttrain_trainer.main", "--workdir", workdir.root, "--data",
            os.path.join(sweep_dir, "data"), "--out", trial_dir, "--workers", str(workers),
            "--strategy", args.strategy, "--seed", str(args.seed), "--threads", str(args.threads), "--wait-timeout", "0"]
-    cmd += ["--model-file", args.model_file] if args.model_file else []
+    cmd += ["--model-file", args.local_model_file] if args.model_file else []
     cmd += ["--model-module", args.model_module] if args.model_module else []
     # a localsgd group over loopback: ports base..base+workers-1 (TF_CONFIG built by the trainer); a port
     # taken by another process in between fails the trial, which is retried (--retries)

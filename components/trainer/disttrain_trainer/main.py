@@ -70,7 +70,8 @@ def parse_args(argv=None):
     own.add_argument("--model-file", metavar="PATH",
                      help="a Keras 3 .keras file (model.save()): its weights are every worker's starting point (fresh: "
                           "training from scratch; trained: fine-tuning), its compiled loss is used; loaded in safe mode "
-                          "(no Lambda layers: register custom layers in a --model-module)")
+                          "(no Lambda layers: register custom layers in a --model-module). An s3://bucket/key is "
+                          "downloaded once into WORKDIR (the AWS_* variables configure the store)")
     own.add_argument("--model-module", metavar="MODULE[:FUNCTION]",
                      help="a module on the Python path (a derived image or a mounted directory on PYTHONPATH): its "
                           "FUNCTION(spec) (default build) returns the keras.Model; with --model-file it is only imported, "

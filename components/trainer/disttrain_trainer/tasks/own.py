@@ -2,7 +2,7 @@
 image or text; not faces, whose training is triplet mining of the built-in embedding).
 
 Where the model comes from:
-  --model-file PATH      a .keras archive, loaded in safe mode (contract user_model). Its weights are
+  --model-file PATH      a .keras archive (or s3://bucket/key), loaded in safe mode (contract user_model). Its weights are
                          every worker's starting point: a freshly initialised file trains from scratch,
                          a trained one is fine-tuned, and no seed is needed to share the start.
   --model-module M[:F]   F(spec) (default `build`) returns the model; the seed (--seed) makes every
@@ -29,7 +29,8 @@ import numpy as np
 import tensorflow as tf
 
 from disttrain_contract.errors import ContractError
-from disttrain_contract.user_model import ModelSpec, code_info, import_model_module, load_model_file
+from disttrain_contract.layout import Workdir
+from disttrain_contract.user_model import ModelSpec, code_info, import_model_module, load_model_file, local_model_file
 from disttrain_trainer.tasks import base
 
 # string and numeric inputs never mix; numeric data goes into a float input of any width (cast in the
@@ -46,6 +47,8 @@ class Task(base.Task):
             raise ContractError("--model-file and --model-module train the table, array, image and text tasks; faces "
                                 "trains the built-in embedding with triplet mining")
         self.module = self.function = None
+        # an s3:// model file is downloaded once, to the shared volume (the root file system is read-only)
+        self.model_path = local_model_file(args.model_file, Workdir(args.workdir).root) if args.model_file else None
         if args.model_module:
             self.module, self.function = import_model_module(args.model_module)
             if not args.model_file and not callable(getattr(self.module, self.function, None)):
@@ -68,7 +71,7 @@ class Task(base.Task):
     # ------------------------------------------------------------------ model
     def _model(self):
         if self.args.model_file:
-            model = load_model_file(self.args.model_file, compile=True)
+            model = load_model_file(self.model_path, compile=True, name=self.args.model_file)
         else:
             keras.utils.set_random_seed(self.args.seed)
             name = f"{self.module.__name__}.{self.function}"
@@ -222,7 +225,7 @@ class Task(base.Task):
     def run_config(self):
         config = {"model_source": self.model_source}
         if self.args.model_file:
-            config["model_file_sha256"] = file_sha256(self.args.model_file)
+            config["model_file_sha256"] = file_sha256(self.model_path)
         if self.module is not None:
             config["model_code_sha256"] = code_info(self.module)["sha256"]
         return config
@@ -232,7 +235,7 @@ class Task(base.Task):
         if self.module is not None:
             meta["model_code"] = code_info(self.module, None if self.args.model_file else self.function)
         if self.args.model_file:
-            meta["model_file_sha256"] = file_sha256(self.args.model_file)
+            meta["model_file_sha256"] = file_sha256(self.model_path)
         return meta
 
     def describe(self):
