@@ -354,7 +354,8 @@ def main(argv=None):
           f"statistics: {', '.join(os.path.join(out_dir, f) for f in (STATS, validation['plot']) if f)}")
     fetched = objectstore.fetched()
     if fetched["requests"]:  # (a second read of the source would show here)
-        print(f"copier: fetched {fetched['bytes']:,} bytes from the object store in {fetched['requests']} requests")
+        requests = f"{fetched['requests']} GET request{'s' if fetched['requests'] != 1 else ''}"
+        print(f"copier: fetched {fetched['bytes']:,} bytes from the object store in {requests}")
     return 0
 
 
