@@ -25,6 +25,7 @@ PORT ?= 8080
 # make demo and make pipeline run in workdir/demo, make sweep in workdir/sweep-$(TASK), unless WORKDIR is given
 WORKDIR ?= workdir/demo
 SWEEP_WORKDIR := $(if $(filter file,$(origin WORKDIR)),workdir/sweep-$(TASK),$(WORKDIR))
+S3_WORKDIR := $(if $(filter file,$(origin WORKDIR)),workdir/demo-s3,$(WORKDIR))
 # make sweep variables
 TRIALS ?= 12
 PARALLEL ?= 2
@@ -37,7 +38,7 @@ MODEL_FILE ?=
 MODEL_MODULE ?=
 
 # every one of these is in `make help` (tests/unit/test_makefile.py checks it)
-.PHONY: help lint venv venv-kserve venv-kserve-storage docs docs-venv docs-gen demo pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
+.PHONY: help lint venv venv-kserve venv-kserve-storage docs docs-venv docs-gen demo demo-s3 pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
@@ -46,6 +47,8 @@ help:
 	@echo "              COMBINE=average|ensemble|best (average strategy; best: VALIDATION=0.1 by default, the trainers' validation split)"
 	@echo "              WORKDIR=workdir/demo (where the data, checkpoints, logs and the published model go)"
 	@echo "make pipeline the same as make demo without the server (same variables)"
+	@echo "make demo-s3  make pipeline with its input in an S3 store: SeaweedFS on loopback, the breast-cancer table from"
+	@echo "              s3://demo/tables/breast_cancer.csv (docs: Object storage); in WORKDIR (default workdir/demo-s3)"
 	@echo "make sweep    copier -> Optuna sweep (TRIALS=12 PARALLEL=2 processes, SWEEP_ARGS) -> trainers with its best.json -> aggregator"
 	@echo "              in WORKDIR (default workdir/sweep-TASK)"
 	@echo "make venv     the virtualenv .venv (requirements.txt, requirements-dev.txt, the components editable); every target that needs it builds it"
@@ -127,6 +130,12 @@ pipeline: venv
 	SOURCE=$(SOURCE) LABEL_COLUMN=$(LABEL_COLUMN) PROBLEM=$(PROBLEM) MODEL_FILE=$(MODEL_FILE) MODEL_MODULE=$(MODEL_MODULE) \
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) \
 	  WORKDIR=$(WORKDIR) BIN=$(BIN) SERVE=0 scripts/run-local.sh
+
+# the pipeline reading its table from an S3 store (SeaweedFS on loopback): scripts/demo_s3.py
+demo-s3: venv
+	MODEL_FILE=$(MODEL_FILE) MODEL_MODULE=$(MODEL_MODULE) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) \
+	SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) WORKDIR=$(S3_WORKDIR) BIN=$(BIN) \
+	  $(BIN)/python scripts/demo_s3.py
 
 # the pipeline with a hyper-parameter sweep between copier and trainers (components/sweep)
 sweep: venv
