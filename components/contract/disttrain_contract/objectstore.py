@@ -206,14 +206,6 @@ def require_object(url):
     return int(info["size"])
 
 
-def list_objects(url):
-    """The URLs of every object under the prefix `url` (recursively), sorted."""
-    split(url)
-    with errors(url):
-        keys = filesystem().find(url.rstrip("/") + "/")
-    return sorted(SCHEME + key for key in keys)
-
-
 def read_bytes(url):
     """The whole of one (small) object, in one request (repeated on a dropped connection)."""
     with errors(url):

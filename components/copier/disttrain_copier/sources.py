@@ -493,10 +493,10 @@ def _object_folders(prefix):
     root = prefix.rstrip("/") + "/"
     out = {}
     # folder by folder, as sorted(os.walk()) goes through a local one: the same files in the same order
-    for url in sorted(objectstore.list_objects(prefix), key=lambda url: url.rpartition("/")[::2]):
-        name, sep, _ = url[len(root):].partition("/")
+    for key in sorted(objectstore.listing(prefix), key=lambda key: key.rpartition("/")[::2]):
+        name, sep, _ = key.partition("/")
         if sep and not name.startswith("."):
-            out.setdefault(name, []).append(url)
+            out.setdefault(name, []).append(root + key)
     return out
 
 
