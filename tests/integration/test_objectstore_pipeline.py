@@ -64,7 +64,7 @@ def test_a_model_file_from_the_store_trains_and_each_store_failure_is_one_line(o
     assert SECRET_KEY not in result.stdout + result.stderr
 
 
-@pytest.mark.long
+# ~20 s on an idle 2-core host: in make test
 def test_the_same_table_and_model_from_the_store_and_from_the_volume_train_the_same_model(object_store, tmp_path):
     table = breast_cancer_csv(str(tmp_path / "cancer.csv"))
     bucket = object_store.make_bucket("pipeline")
