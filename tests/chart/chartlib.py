@@ -49,6 +49,7 @@ VARIANTS = {
     "gpu": "gpu-values.yaml",
     "tfserving": "tfserving-values.yaml",
     "own-model": "own-model-values.yaml",
+    "object-store": "object-store-values.yaml",
 }
 
 # Resources of release dt at revision 1, as pytest-helm selectors (ManifestIndex.get).

@@ -58,10 +58,12 @@ def test_every_parser_is_importable(stage):
     assert callable(import_main(stage).parse_args)
 
 
-# Own-model flags the chart renders that a stage's CLI gains on a branch of its own (the copier's table flags,
-# the aggregator's and the server's --model-module): until that branch is merged, a rendering passing one
-# is an expected failure that names it; once merged, the whole rendering is checked as any other.
-OWN_MODEL_FLAGS = {"copier": ("--label-column", "--problem"), "aggregator": ("--model-module",), "server": ("--model-module",)}
+# Flags the chart renders that a stage's CLI gains on a branch of its own (the copier's table flags,
+# the aggregator's and the server's --model-module, the aggregator's --publish-to): until that branch is
+# merged, a rendering passing one is an expected failure that names it; once merged, the whole rendering
+# is checked as any other.
+OWN_MODEL_FLAGS = {"copier": ("--label-column", "--problem"), "aggregator": ("--model-module", "--publish-to"),
+                   "server": ("--model-module",)}
 
 
 def pending_own_model_flags(docs):
@@ -171,6 +173,7 @@ def check_meaning(stage, parsed, values, docs):
         assert parsed.dir == "/workdir/run-1/train"
         assert parsed.savefile == "/workdir/run-1/final/model.keras"
         assert parsed.combine == values["aggregator"]["combine"]
+        assert (getattr(parsed, "publish_to", None) or "") == values["aggregator"]["publishTo"]
     elif stage == "server":
         assert parsed.model == "/workdir/run-1/final/model.keras"
         assert parsed.host == "0.0.0.0"

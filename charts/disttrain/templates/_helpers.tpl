@@ -181,7 +181,7 @@ that depends on the storage choice.
 {{- fail "disttrain: set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred" -}}
 {{- end -}}
 {{- range $stage := list "copier" "trainer" "aggregator" "server" }}
-{{- $taken := ternary (list "workdir" "tmp" "gallery" "api-token" "tfserving-config" "user-code") (ternary (list "workdir" "tmp") (list "workdir" "tmp" "user-code") (eq $stage "copier")) (eq $stage "server") }}
+{{- $taken := ternary (list "workdir" "tmp" "gallery" "api-token" "tfserving-config" "user-code") (ternary (list "workdir" "tmp" "object-store-ca") (list "workdir" "tmp" "user-code" "object-store-ca") (eq $stage "copier")) (eq $stage "server") }}
 {{- range (index $.Values $stage).extraVolumes }}
 {{- if has .name $taken -}}
 {{- fail (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (%s); choose another" $stage .name (join ", " $taken)) -}}
@@ -227,6 +227,7 @@ that depends on the storage choice.
 {{- include "disttrain.validateExposure" . -}}
 {{- include "disttrain.validateBackend" . -}}
 {{- include "disttrain.validateOwnModel" . -}}
+{{- include "disttrain.validateObjectStore" . -}}
 {{- end -}}
 
 {{/*
@@ -239,8 +240,8 @@ repeats it for --skip-schema-validation).
 {{- if and $m.module (not (regexMatch "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$" $m.module)) -}}
 {{- fail (printf "disttrain: model.module %q is not MODULE[:FUNCTION] (e.g. mymodels.tabular:build)" $m.module) -}}
 {{- end -}}
-{{- if and $m.file (not (regexMatch "^/.*\\.keras$" $m.file)) -}}
-{{- fail (printf "disttrain: model.file %q must be the absolute path of a .keras file in the trainer pods (e.g. %s/models/mine.keras)" $m.file (trimSuffix "/" .Values.storage.mountPath)) -}}
+{{- if and $m.file (not (regexMatch "^(/.*|s3://[^/]+/.+)\\.keras$" $m.file)) -}}
+{{- fail (printf "disttrain: model.file %q must be the absolute path of a .keras file in the trainer pods (e.g. %s/models/mine.keras) or an object in a store (s3://BUCKET/KEY.keras)" $m.file (trimSuffix "/" .Values.storage.mountPath)) -}}
 {{- end -}}
 {{- if and (include "disttrain.ownModel" .) (or (eq $d.task "faces") (eq $d.source "sample:faces")) -}}
 {{- fail "disttrain: model.file and model.module train the table, array, image and text tasks; faces trains its built-in embedding: unset them, or use another data.source/data.task" -}}
