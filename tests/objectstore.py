@@ -33,6 +33,19 @@ PORT_FLAGS = ("s3.port", "s3.port.grpc", "s3.port.iceberg", "s3.port.lance", "ma
               "debug.port", "s3.port.https")
 
 
+def identities():
+    """`weed mini`'s -s3.config: one identity, so that a request signed with any other key is refused."""
+    return {"identities": [{"name": "disttrain", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
+
+
+def mini_args(data_dir, config, ports, ip="127.0.0.1", bind="127.0.0.1"):
+    """`weed mini`'s arguments: data in data_dir, the identities file config, the listeners {flag: port}
+    (PORT_FLAGS; a flag not given keeps its default), advertised on ip and listening on bind."""
+    return ["mini", f"-dir={data_dir}", f"-ip={ip}", f"-ip.bind={bind}", f"-s3.config={config}", "-admin.ui=false",
+            "-webdav=false", *(f"-{flag}={port}" for flag, port in ports.items())]
+
+
 class SeaweedFS:
     def __init__(self, directory):
         self.directory = directory
@@ -43,16 +56,12 @@ class SeaweedFS:
         os.makedirs(self.directory, exist_ok=True)
         config = os.path.join(self.directory, "s3.json")
         with open(config, "w") as fh:
-            json.dump({"identities": [{"name": "disttrain", "credentials": [
-                {"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-                "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}, fh)
+            json.dump(identities(), fh)
         base = free_port_block(len(PORT_FLAGS))
         ports = {flag: base + i for i, flag in enumerate(PORT_FLAGS)}
         ports.pop("s3.port.https")  # reserved only: https stays off (no certificate is given)
         self.endpoint = f"http://127.0.0.1:{ports['s3.port']}"
-        args = [WEED, "mini", f"-dir={os.path.join(self.directory, 'data')}", "-ip=127.0.0.1", "-ip.bind=127.0.0.1",
-                f"-s3.config={config}", "-admin.ui=false", "-webdav=false",
-                *(f"-{flag}={port}" for flag, port in ports.items())]
+        args = [WEED, *mini_args(os.path.join(self.directory, "data"), config, ports)]
         self.log = open(os.path.join(self.directory, "weed.log"), "w")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout

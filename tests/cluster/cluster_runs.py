@@ -34,8 +34,10 @@ class Run:
     undisturbed_tolerance: float = 0.02
     helm_test: bool = True
     min_accuracy: float = 0.8  # held-out accuracy of the final model (report.json), and of :predict on the test split
-    seed_data: str | None = None  # files the test writes onto the shared volume before the release starts
-    # (a user's data copied there; test_cluster_runs.SEED_DATA names them)
+    seed_data: str | None = None  # a user's data the test writes where data.source says before the release
+    # starts: onto the shared volume, or into the store for an s3:// source (test_cluster_runs.SEED_DATA names them)
+    object_store: bool = False  # a SeaweedFS store on the release network and the Secret with its key pair
+    # (cluster_objectstore.py); the test checks that the aggregator published into it (aggregator.publishTo)
 
     @property
     def values_files(self):
@@ -58,6 +60,10 @@ RUNS = [
     # your own table (copier table:) and your own model from a ConfigMap (model.code, model.module): `make
     # pipeline` has no own-model mode, so no pipeline comparison
     Run("table-own-model", "table-own-model.yaml", pipeline_tolerance=None, min_accuracy=0.85, seed_data="breast-cancer"),
+    # the same table from an S3-compatible store (copier table:s3://), the model published into it
+    # (aggregator.publishTo), the key pair from a Secret: the built-in table model, no pipeline comparison
+    Run("table-object-store", "table-object-store.yaml", pipeline_tolerance=None, min_accuracy=0.85, seed_data="breast-cancer",
+        object_store=True),
 ]
 
 BY_NAME = {run.name: run for run in RUNS}

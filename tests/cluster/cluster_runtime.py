@@ -23,6 +23,9 @@ and Deployment controllers would: real images, real containers, one network per 
 * NetworkPolicy (Ingress: podSelector peers or any source, TCP ports; policies add up) is
   enforced with iptables rules on the release's bridge in the DOCKER-USER chain (needs root and
   br_netfilter; removed on close). Egress rules and peers outside the release are documented no-ops.
+* Servers outside the release (`Outside`: an object store in another namespace) are containers on
+  the release network with DNS names of their own, started before any pod; their port is
+  published on 127.0.0.1 for the test.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import pathlib
 import random
 import re
 import shutil
+import socket
 import string
 import subprocess
 import threading
@@ -56,6 +60,20 @@ FALLBACK_LINES, FALLBACK_BYTES = 80, 2048  # FallbackToLogsOnError: the last 80 
 
 def suffix(n=5):
     return "".join(random.choice(string.ascii_lowercase + string.digits) for _ in range(n))
+
+
+@dataclasses.dataclass(frozen=True)
+class Outside:
+    """A server outside the release that its pods reach by DNS name, as they would a store or a
+    database in another namespace of a cluster: one container on the release network."""
+
+    name: str
+    image: str
+    args: tuple  # after the image's ENTRYPOINT
+    aliases: tuple  # its DNS names on the release network, e.g. seaweedfs.storage.svc.cluster.local
+    port: int  # its TCP port: published on 127.0.0.1, and it is ready once that accepts connections
+    files: tuple = ()  # (path in the container, host file): mounted read-only
+    scratch: str = ""  # a path in the container for an empty tmpfs volume (its data)
 
 
 @dataclasses.dataclass
@@ -360,8 +378,6 @@ class Pod:
             except (urllib.error.URLError, OSError, ValueError):
                 return False
         if probe.kind == "tcpSocket":
-            import socket
-
             try:
                 socket.create_connection((self.ip, int(port)), timeout=probe.timeout).close()
                 return True
@@ -537,8 +553,10 @@ class JobController:
 class Cluster:
     """A running release. Use as a context manager; everything it creates carries its prefix."""
 
-    def __init__(self, release: Release, root, prefix, backoff_base=BACKOFF_BASE, log=print):
+    def __init__(self, release: Release, root, prefix, backoff_base=BACKOFF_BASE, log=print, outside=()):
         self.release, self.root, self.prefix = release, pathlib.Path(root), prefix
+        self.outside = list(outside)
+        self.outside_ports = {}  # name -> the host port its port is published on
         self.uid = prefix
         self.backoff_base = backoff_base
         self.log = log
@@ -571,10 +589,12 @@ class Cluster:
         self.close()
 
     # -------------------------------------------------------------------- start
-    def start(self, only=None):
-        """Create the network, Services, then every Job and Deployment at once (helm install).
-        only: names of the Jobs/Deployments to create (a test of one stage); default all."""
-        for image in self.images():
+    def start(self, only=None, before_pods=None):
+        """Create the network, the outside servers, Services, then every Job and Deployment at once
+        (helm install). only: names of the Jobs/Deployments to create (a test of one stage); default
+        all. before_pods(cluster): called once the outside servers are ready, before any pod (e.g. to
+        put a run's data into its store)."""
+        for image in self.images() + [o.image for o in self.outside]:
             try:
                 self.client.images.get(image)
             except docker.errors.ImageNotFound:
@@ -582,6 +602,10 @@ class Cluster:
         (self.root / "claims").mkdir(parents=True, exist_ok=True)
         (self.root / "pods").mkdir(parents=True, exist_ok=True)
         self.network = self.client.networks.create(f"{self.prefix}-net", driver="bridge", labels=self.labels())
+        for server in self.outside:
+            self._start_outside(server)
+        if before_pods is not None:
+            before_pods(self)
         for service in self.release.services:
             if not service.headless:
                 self._start_proxy(service)
@@ -672,6 +696,42 @@ class Cluster:
             return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
                           lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
         return [one(str(v)) for v in values]
+
+    # -------------------------------------------------------------------- servers outside the release
+    def _start_outside(self, server, timeout=60):
+        mounts = [docker.types.Mount(path, str(host), type="bind", read_only=True) for path, host in server.files]
+        if server.scratch:
+            vol = self.client.volumes.create(name=f"{self.prefix}-outside-{server.name}", driver="local",
+                                             driver_opts={"type": "tmpfs", "device": "tmpfs", "o": "mode=1777"},
+                                             labels=self.labels(outside=server.name))
+            mounts.append(docker.types.Mount(server.scratch, vol.name, type="volume"))
+        container = self.client.containers.run(
+            server.image, command=list(server.args), name=f"{self.prefix}-outside-{server.name}", detach=True,
+            network=self.network.name, read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges:true"],
+            networking_config={self.network.name: self.client.api.create_endpoint_config(aliases=list(server.aliases))},
+            ports={f"{server.port}/tcp": ("127.0.0.1", None)}, mounts=mounts, labels=self.labels(outside=server.name),
+            healthcheck={"test": ["NONE"]},
+        )
+        container.reload()
+        host_port = int(container.attrs["NetworkSettings"]["Ports"][f"{server.port}/tcp"][0]["HostPort"])
+        deadline = time.monotonic() + timeout
+        while True:
+            container.reload()
+            if container.status != "running":
+                raise RuntimeError(f"outside server {server.name} exited: {container.logs()[-2000:].decode(errors='replace')}")
+            try:
+                socket.create_connection(("127.0.0.1", host_port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"outside server {server.name} did not accept connections on port {server.port} "
+                                       f"within {timeout}s: {container.logs()[-2000:].decode(errors='replace')}") from None
+                time.sleep(0.3)
+        self.outside_ports[server.name] = host_port
+        self.event(f"outside server {server.name}: {', '.join(server.aliases)}:{server.port}, published on 127.0.0.1:{host_port}")
+
+    def outside_url(self, name, scheme="http"):
+        return f"{scheme}://127.0.0.1:{self.outside_ports[name]}"
 
     # -------------------------------------------------------------------- DNS and Services
     def dns_names(self, pod):

@@ -9,6 +9,7 @@ answering :predict through the published Service port -> `helm test`.
 import csv
 import json
 import os
+import pathlib
 import re
 import socket
 import subprocess
@@ -82,6 +83,13 @@ def docker_ready():
             client.images.get(f"disttrain-{stage}:{TAG}")
         except docker.errors.ImageNotFound:
             pytest.fail(f"image disttrain-{stage}:{TAG} is not built (make images)")
+    if any(run.object_store for run in RUNS):
+        import cluster_objectstore
+
+        try:
+            client.images.get(cluster_objectstore.IMAGE)
+        except docker.errors.ImageNotFound:
+            pytest.fail(f"image {cluster_objectstore.IMAGE} is not built (docker/build-seaweedfs-image.sh; make test-cluster builds it)")
     yield
     from cluster_runtime import remove_everything
 
@@ -170,13 +178,12 @@ def pipeline_accuracy(values, tmp_path_factory):
 PIPELINES = {}
 
 
-def breast_cancer_table(claim):
-    """A user's table copied onto the volume: scikit-learn's breast-cancer data as a CSV with 30 numeric
-    feature columns and the label column `diagnosis` (benign or malignant)."""
+def breast_cancer_table(path):
+    """A user's table: scikit-learn's breast-cancer data as a CSV with 30 numeric feature columns and the
+    label column `diagnosis` (benign or malignant), written at `path`."""
     from sklearn.datasets import load_breast_cancer
 
     data = load_breast_cancer()
-    path = claim / "own" / "breast_cancer.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as fh:
         writer = csv.writer(fh)
@@ -185,8 +192,49 @@ def breast_cancer_table(claim):
             writer.writerow([repr(float(v)) for v in row] + [data.target_names[target]])
 
 
-# Run.seed_data -> what writes it into the claim's host directory (before any pod mounts it)
+# Run.seed_data -> what writes it at a path
 SEED_DATA = {"breast-cancer": breast_cancer_table}
+
+
+def seed(run, values, claim, tmp, store=None):
+    """Write the run's data where its data.source says (`table:PATH`): a path on the shared volume is
+    written into the claim's host directory before any pod mounts it; an s3:// URL is uploaded into
+    the store (its bucket made first), as a user would."""
+    from disttrain_contract import objectstore
+
+    path = values["data"]["source"].split(":", 1)[1]
+    if objectstore.is_url(path):
+        local = tmp / "seed" / path.rsplit("/", 1)[1]
+        SEED_DATA[run.seed_data](local)
+        store.make_bucket(objectstore.split(path)[0])
+        store.put(str(local), path)
+    else:
+        SEED_DATA[run.seed_data](claim / pathlib.PurePosixPath(path).relative_to(values["storage"]["mountPath"]))
+
+
+def check_published(store, values, workdir):
+    """aggregator.publishTo holds the model the run published on the volume (the same bytes)."""
+    prefix = values["aggregator"]["publishTo"].rstrip("/")
+    with store.configured() as fs:
+        keys = fs.find(prefix)
+        models = [k for k in keys if k.endswith("/model.keras")]
+        assert models, f"no model.keras below {prefix}: {keys}"
+        with fs.open(models[-1], "rb") as fh:
+            published = fh.read()
+    assert published == (workdir / "final" / "model.keras").read_bytes(), f"{models[-1]} differs from final/model.keras"
+    return ["s3://" + k for k in keys]
+
+
+def check_no_secret_anywhere(cluster, workdir):
+    """The store's secret key reaches no log, termination message or report (the stages never print a credential)."""
+    from objectstore import SECRET_KEY
+
+    for pod in cluster.all_pods():
+        for name, status in pod.statuses.items():
+            assert SECRET_KEY not in status.logs + status.message, f"{pod.name}/{name} printed the secret key"
+    for path in workdir.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".txt", ".log", ".csv"):
+            assert SECRET_KEY not in path.read_text(errors="replace"), f"{path} holds the secret key"
 
 
 def execute(run, tmp_path_factory):
@@ -195,15 +243,29 @@ def execute(run, tmp_path_factory):
         return RESULTS[run.name]
     tmp = tmp_path_factory.mktemp(run.name)
     docs = render(run.values_files)
+    outside, store = [], None
+    if run.object_store:  # the user's Secret beside the release, and the store on its network
+        import cluster_objectstore
+
+        assert cluster_objectstore.SECRET_KEY not in yaml.safe_dump_all(docs), "the rendering holds the secret key"
+        docs.append(cluster_objectstore.secret_manifest())
+        outside.append(cluster_objectstore.server(tmp / "store"))
     release = cluster_plan.translate(docs, namespace=NAMESPACE, runtimes=node_runtimes())
     values = merged_values(run.values_files)
     result = {"strategy": values["strategy"], "noops": sorted({f"{w.split('/')[0]} {f}" for w, f, _ in release.noops})}
     started = time.monotonic()
-    with cluster(release, tmp, run.name) as c:
+    claim = tmp / "cluster" / "claims" / f"{RELEASE}-disttrain-workdir"
+    with cluster(release, tmp, run.name, outside=outside) as c:
         killed = {}
-        if run.seed_data:
-            SEED_DATA[run.seed_data](tmp / "cluster" / "claims" / f"{RELEASE}-disttrain-workdir")
-        c.start()
+
+        def before_pods(c):
+            nonlocal store
+            if run.object_store:
+                store = cluster_objectstore.Client(c.outside_url(cluster_objectstore.NAME))
+            if run.seed_data:
+                seed(run, values, claim, tmp, store)
+
+        c.start(before_pods=before_pods)
         if run.kill:
             killer = threading.Thread(target=kill_when, args=(c, run.kill, killed), daemon=True)
             killer.start()
@@ -232,6 +294,9 @@ def execute(run, tmp_path_factory):
             with zipfile.ZipFile(workdir / "final" / "model.keras") as archive:  # the published model's disttrain.json
                 result["model_meta"] = json.loads(archive.read("disttrain.json"))
             result["model_module"] = values["model"]["module"]
+            if run.object_store:
+                result["published"] = check_published(store, values, workdir)
+                check_no_secret_anywhere(c, workdir)
             if run.helm_test:
                 result["helm_test"] = [(pod.name, ok, logs) for pod, ok, logs in c.helm_test(timeout=300)]
             result["trainer"] = c.jobs[job_name("trainer")].status

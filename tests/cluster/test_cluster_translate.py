@@ -24,6 +24,18 @@ REFUSED = {
     "nfs-server": "kind PersistentVolume (v1) is not supported",
     "gpu": "nodeSelector nvidia.com/gpu.present=true: the node",
 }
+# CI values files whose release refers to objects the user creates beside it (there is no API server to
+# hold them): they are given with the release's manifests, as a run of the harness would.
+def beside(variant):
+    if variant != "object-store":
+        return []
+    from cluster_objectstore import secret_manifest  # the Secret objectStore.existingSecret names: object-store
+
+    ca = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "object-store-ca", "namespace": "ml"},
+          "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"}}
+    return [secret_manifest(), ca]
+
+
 # server.backend tfserving translates (its monitoring ConfigMap is a volume like any other), but the
 # tensorflow/serving image cannot be pulled here, so that backend is not run (tests/chart render-tests it).
 
@@ -39,8 +51,8 @@ def test_every_ci_rendering_is_translated_or_refused_by_name(variant):
         with pytest.raises(Unsupported, match=re.escape(REFUSED[variant])):
             translate(docs, namespace="ml")
         return
-    release = translate(docs, namespace="ml")
-    assert {j.name.rsplit("-", 2)[-2] for j in release.jobs} == {"copier", "trainer", "aggregator"}
+    release = translate(docs + beside(variant), namespace="ml")
+    assert {j.name.rsplit("-", 2)[-2] for j in release.jobs} - {"sweep"} == {"copier", "trainer", "aggregator"}
     assert [d.name for d in release.deployments] == ["dt-disttrain-server"]
     for where, path, reason in release.noops:
         assert reason in [n.reason for n in NOOPS.values()], (where, path)
@@ -56,6 +68,10 @@ def test_every_test_cluster_run_translates(run):
     for f in run.values_files:
         args += ["-f", str(f)]
     docs = [d for d in yaml.safe_load_all(subprocess.run(args, capture_output=True, text=True, check=True).stdout) if d]
+    if run.object_store:  # the Secret the user creates beside the release (cluster_objectstore.py)
+        from cluster_objectstore import secret_manifest
+
+        docs.append(secret_manifest())
     release = translate(docs, namespace=NAMESPACE)
     sweep = yaml.safe_load(run.values_files[-1].read_text()).get("sweep", {}).get("enabled", False)
     assert len(release.jobs) == (4 if sweep else 3) and release.test_pods  # copier, [sweep,] trainer, aggregator
@@ -359,3 +375,36 @@ def test_binary_data_and_items_reach_the_volume_files(tmp_path):
     write_volume_files(tmp_path / "items", volume, release.config_maps["dt-disttrain-model-code"])
     assert sorted(str(p.relative_to(tmp_path / "items")) for p in (tmp_path / "items").rglob("*")) == ["pkg", "pkg/model.py"]
     assert (tmp_path / "items" / "pkg" / "model.py").stat().st_mode & 0o777 == 0o400
+
+
+def test_the_object_store_run_reads_its_key_pair_from_the_secret_given_beside_the_release():
+    """table-object-store: the chart refers to the user's Secret (objectStore.existingSecret); the harness,
+    which has no API server, takes it with the release's manifests and resolves secretKeyRef from it, for
+    the copier and the aggregator only."""
+    from cluster_objectstore import SECRET, secret_manifest
+    from cluster_runs import BY_NAME
+    from objectstore import ACCESS_KEY
+
+    run = BY_NAME["table-object-store"]
+    args = []
+    for f in run.values_files:
+        args += ["-f", str(f)]
+    docs = copy.deepcopy(render(None, extra=tuple(args)))
+    with pytest.raises(Unsupported, match=f"env AWS_ACCESS_KEY_ID uses Secret '{SECRET}', which is not in the release"):
+        translate(docs, namespace=NAMESPACE)
+    release = translate(docs + [secret_manifest()], namespace=NAMESPACE)
+    assert release.secrets[SECRET]["AWS_ACCESS_KEY_ID"] == ACCESS_KEY.encode()
+    pods = {j.name.rsplit("-", 2)[-2]: j.template for j in release.jobs}
+    pods["server"] = release.deployments[0].template
+    for stage, pod in pods.items():
+        (main,) = pod.containers
+        env = {e.name: e for e in main.env}
+        if stage in ("copier", "aggregator"):
+            assert env["AWS_ACCESS_KEY_ID"].secret == (SECRET, "AWS_ACCESS_KEY_ID", False)
+            assert env["AWS_SECRET_ACCESS_KEY"].secret == (SECRET, "AWS_SECRET_ACCESS_KEY", False)
+            assert env["AWS_ENDPOINT_URL"].value == "http://seaweedfs.storage.svc.cluster.local:8333"
+            assert pod.labels["disttrain.io/object-store"] == "true"
+        else:
+            assert not [name for name in env if name.startswith("AWS_")], stage
+            assert "disttrain.io/object-store" not in pod.labels
+    assert "dt-disttrain-object-store" in [p.name for p in release.network_policies]
