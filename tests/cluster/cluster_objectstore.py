@@ -40,7 +40,8 @@ def server(directory):
     # its own network namespace: only the S3 port is given (the other listeners keep their defaults),
     # the parts of `weed mini` talk over loopback, the S3 gateway listens on every address
     args = mini_args("/data", CONFIG, {"s3.port": PORT}, ip="127.0.0.1", bind="0.0.0.0")
-    return Outside(NAME, IMAGE, tuple(args), aliases=(HOST,), port=PORT, files=((CONFIG, config),), scratch="/data")
+    return Outside(NAME, IMAGE, tuple(args), aliases=(HOST,), port=PORT, files=((CONFIG, config),),
+                   scratch=("/data", "/tmp"))  # its data; /tmp: its logs and the unix sockets its parts talk over
 
 
 def secret_manifest():

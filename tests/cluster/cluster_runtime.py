@@ -31,6 +31,7 @@ and Deployment controllers would: real images, real containers, one network per 
 from __future__ import annotations
 
 import dataclasses
+import http.client
 import json
 import os
 import pathlib
@@ -71,9 +72,9 @@ class Outside:
     image: str
     args: tuple  # after the image's ENTRYPOINT
     aliases: tuple  # its DNS names on the release network, e.g. seaweedfs.storage.svc.cluster.local
-    port: int  # its TCP port: published on 127.0.0.1, and it is ready once that accepts connections
+    port: int  # its HTTP port: published on 127.0.0.1; it is ready once it answers there
     files: tuple = ()  # (path in the container, host file): mounted read-only
-    scratch: str = ""  # a path in the container for an empty tmpfs volume (its data)
+    scratch: tuple = ()  # writable paths in the container (its data, /tmp): empty tmpfs mounts; the root is read-only
 
 
 @dataclasses.dataclass
@@ -700,16 +701,12 @@ class Cluster:
     # -------------------------------------------------------------------- servers outside the release
     def _start_outside(self, server, timeout=60):
         mounts = [docker.types.Mount(path, str(host), type="bind", read_only=True) for path, host in server.files]
-        if server.scratch:
-            vol = self.client.volumes.create(name=f"{self.prefix}-outside-{server.name}", driver="local",
-                                             driver_opts={"type": "tmpfs", "device": "tmpfs", "o": "mode=1777"},
-                                             labels=self.labels(outside=server.name))
-            mounts.append(docker.types.Mount(server.scratch, vol.name, type="volume"))
         container = self.client.containers.run(
             server.image, command=list(server.args), name=f"{self.prefix}-outside-{server.name}", detach=True,
             network=self.network.name, read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges:true"],
             networking_config={self.network.name: self.client.api.create_endpoint_config(aliases=list(server.aliases))},
-            ports={f"{server.port}/tcp": ("127.0.0.1", None)}, mounts=mounts, labels=self.labels(outside=server.name),
+            ports={f"{server.port}/tcp": ("127.0.0.1", None)}, mounts=mounts, tmpfs={path: "mode=1777" for path in server.scratch},
+            labels=self.labels(outside=server.name),
             healthcheck={"test": ["NONE"]},
         )
         container.reload()
@@ -719,10 +716,12 @@ class Cluster:
             container.reload()
             if container.status != "running":
                 raise RuntimeError(f"outside server {server.name} exited: {container.logs()[-2000:].decode(errors='replace')}")
-            try:
-                socket.create_connection(("127.0.0.1", host_port), timeout=1).close()
+            try:  # any HTTP answer (an S3 gateway's 403 too): Docker's port proxy accepts connections before the server does
+                urllib.request.urlopen(f"http://127.0.0.1:{host_port}/", timeout=2).close()
                 break
-            except OSError:
+            except urllib.error.HTTPError:
+                break
+            except (OSError, http.client.HTTPException):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"outside server {server.name} did not accept connections on port {server.port} "
                                        f"within {timeout}s: {container.logs()[-2000:].decode(errors='replace')}") from None

@@ -577,3 +577,44 @@ def test_shared_cluster_values_reach_the_containers(tmp_path):
     assert trainer["HostConfig"]["Runtime"] == "runc"
     (shm,) = [m for m in trainer["HostConfig"]["Mounts"] if m["Target"] == "/dev/shm"]
     assert shm["Type"] == "volume"
+
+
+# a pod of the release reaches the outside store by its DNS name (through the search path too), with the
+# key pair from the Secret in its environment; the store refuses an unsigned request (403)
+REACH_STORE = r"""
+import os, urllib.error, urllib.request
+assert os.environ["AWS_ACCESS_KEY_ID"] and os.environ["AWS_SECRET_ACCESS_KEY"] == open("/secret/AWS_SECRET_ACCESS_KEY").read()
+for url in (os.environ["AWS_ENDPOINT_URL"], "http://seaweedfs.storage.svc:8333"):
+    try:
+        urllib.request.urlopen(url, timeout=10)
+        raise SystemExit(f"{url}: an unsigned request was accepted")
+    except urllib.error.HTTPError as err:
+        assert err.code == 403, err
+"""
+
+
+def test_a_pod_reaches_a_server_outside_the_release_by_its_dns_name(tmp_path):
+    """cluster_runtime.Outside: the object store of the runs that use one, on the release network under its
+    own DNS name, started (and filled by before_pods) before any pod; the pod reads the key pair from the
+    Secret given beside the release, as the chart's stages do with objectStore.existingSecret."""
+    import cluster_objectstore
+
+    image = f"disttrain-copier:{TAG}"
+    job = policy_job("reach", REACH_STORE, image=image, backoff=0)
+    main = job["spec"]["template"]["spec"]["containers"][0]
+    main["env"] = [{"name": "AWS_ENDPOINT_URL", "value": cluster_objectstore.ENDPOINT}] + [
+        {"name": key, "valueFrom": {"secretKeyRef": {"name": cluster_objectstore.SECRET, "key": key}}}
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]
+    main["volumeMounts"] = [m for m in main["volumeMounts"] if m["name"] != "token"] + [
+        {"name": "keys", "mountPath": "/secret", "readOnly": True}]
+    spec = job["spec"]["template"]["spec"]
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "token"] + [
+        {"name": "keys", "secret": {"secretName": cluster_objectstore.SECRET}}]
+    docs = [COMMON[0], cluster_objectstore.secret_manifest(), job]
+    filled = []
+    release = cluster_plan.translate(docs, namespace=NAMESPACE)
+    with cluster(release, tmp_path, "outside", outside=[cluster_objectstore.server(tmp_path / "store")]) as c:
+        c.start(before_pods=lambda c: filled.append(cluster_objectstore.Client(c.outside_url("seaweedfs")).make_bucket("before-pods")))
+        status = c.wait_job("reach", 300)
+    assert filled == ["s3://before-pods"]
+    assert status.state == "Complete", status.pods[-1].statuses["main"].message
