@@ -41,9 +41,10 @@ def identities():
 
 def mini_args(data_dir, config, ports, ip="127.0.0.1", bind="127.0.0.1"):
     """`weed mini`'s arguments: data in data_dir, the identities file config, the listeners {flag: port}
-    (PORT_FLAGS; a flag not given keeps its default), advertised on ip and listening on bind."""
+    (PORT_FLAGS; a flag not given keeps its default), advertised on ip and listening on bind. Its master
+    would report usage statistics to SeaweedFS's telemetry server by default: off, a test talks to no one."""
     return ["mini", f"-dir={data_dir}", f"-ip={ip}", f"-ip.bind={bind}", f"-s3.config={config}", "-admin.ui=false",
-            "-webdav=false", *(f"-{flag}={port}" for flag, port in ports.items())]
+            "-webdav=false", "-master.telemetry=false", *(f"-{flag}={port}" for flag, port in ports.items())]
 
 
 class SeaweedFS:
