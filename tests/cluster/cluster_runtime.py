@@ -39,6 +39,7 @@ import random
 import re
 import shutil
 import socket
+import ssl
 import string
 import subprocess
 import threading
@@ -73,6 +74,7 @@ class Outside:
     args: tuple  # after the image's ENTRYPOINT
     aliases: tuple  # its DNS names on the release network, e.g. seaweedfs.storage.svc.cluster.local
     port: int  # its HTTP port: published on 127.0.0.1; it is ready once it answers there
+    tls: bool = False  # it speaks https there (readiness only asks for an answer, not a trusted certificate)
     files: tuple = ()  # (path in the container, host file): mounted read-only
     scratch: tuple = ()  # writable paths in the container (its data, /tmp): empty tmpfs mounts; the root is read-only
 
@@ -717,7 +719,8 @@ class Cluster:
             if container.status != "running":
                 raise RuntimeError(f"outside server {server.name} exited: {container.logs()[-2000:].decode(errors='replace')}")
             try:  # any HTTP answer (an S3 gateway's 403 too): Docker's port proxy accepts connections before the server does
-                urllib.request.urlopen(f"http://127.0.0.1:{host_port}/", timeout=2).close()
+                context = ssl._create_unverified_context() if server.tls else None
+                urllib.request.urlopen(self.outside_url(server.name, host_port), timeout=2, context=context).close()
                 break
             except urllib.error.HTTPError:
                 break
@@ -729,8 +732,10 @@ class Cluster:
         self.outside_ports[server.name] = host_port
         self.event(f"outside server {server.name}: {', '.join(server.aliases)}:{server.port}, published on 127.0.0.1:{host_port}")
 
-    def outside_url(self, name, scheme="http"):
-        return f"{scheme}://127.0.0.1:{self.outside_ports[name]}"
+    def outside_url(self, name, port=None):
+        """The server's URL on 127.0.0.1 (http or https, as it speaks)."""
+        server = next(o for o in self.outside if o.name == name)
+        return f"{'https' if server.tls else 'http'}://127.0.0.1:{port or self.outside_ports[name]}"
 
     # -------------------------------------------------------------------- DNS and Services
     def dns_names(self, pod):

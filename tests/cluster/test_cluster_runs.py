@@ -248,8 +248,9 @@ def execute(run, tmp_path_factory):
         import cluster_objectstore
 
         assert cluster_objectstore.SECRET_KEY not in yaml.safe_dump_all(docs), "the rendering holds the secret key"
-        docs.append(cluster_objectstore.secret_manifest())
-        outside.append(cluster_objectstore.server(tmp / "store"))
+        certs = cluster_objectstore.certificates(tmp / "tls")
+        docs += cluster_objectstore.manifests(certs["ca"].read_text())
+        outside.append(cluster_objectstore.server(tmp / "store", certs))
     release = cluster_plan.translate(docs, namespace=NAMESPACE, runtimes=node_runtimes())
     values = merged_values(run.values_files)
     result = {"strategy": values["strategy"], "noops": sorted({f"{w.split('/')[0]} {f}" for w, f, _ in release.noops})}
@@ -261,7 +262,7 @@ def execute(run, tmp_path_factory):
         def before_pods(c):
             nonlocal store
             if run.object_store:
-                store = cluster_objectstore.Client(c.outside_url(cluster_objectstore.NAME))
+                store = cluster_objectstore.Client(c.outside_url(cluster_objectstore.NAME), certs["ca"])
             if run.seed_data:
                 seed(run, values, claim, tmp, store)
 
@@ -579,42 +580,56 @@ def test_shared_cluster_values_reach_the_containers(tmp_path):
     assert shm["Type"] == "volume"
 
 
-# a pod of the release reaches the outside store by its DNS name (through the search path too), with the
-# key pair from the Secret in its environment; the store refuses an unsigned request (403)
+# a pod of the release reaches the outside store by its DNS name over https,
+# trusting it through the CA in AWS_CA_BUNDLE (and not without), with the key pair from the Secret in its
+# environment; the store refuses an unsigned request (403)
 REACH_STORE = r"""
-import os, urllib.error, urllib.request
+import os, ssl, urllib.error, urllib.request
 assert os.environ["AWS_ACCESS_KEY_ID"] and os.environ["AWS_SECRET_ACCESS_KEY"] == open("/secret/AWS_SECRET_ACCESS_KEY").read()
-for url in (os.environ["AWS_ENDPOINT_URL"], "http://seaweedfs.storage.svc:8333"):
-    try:
-        urllib.request.urlopen(url, timeout=10)
-        raise SystemExit(f"{url}: an unsigned request was accepted")
-    except urllib.error.HTTPError as err:
-        assert err.code == 403, err
+trusted = ssl.create_default_context(cafile=os.environ["AWS_CA_BUNDLE"])
+try:
+    urllib.request.urlopen(os.environ["AWS_ENDPOINT_URL"], timeout=10, context=trusted)
+    raise SystemExit("an unsigned request was accepted")
+except urllib.error.HTTPError as err:
+    assert err.code == 403, err
+try:
+    urllib.request.urlopen(os.environ["AWS_ENDPOINT_URL"], timeout=10)
+    raise SystemExit("the store's certificate was trusted without its CA")
+except urllib.error.URLError as err:
+    assert isinstance(err.reason, ssl.SSLCertVerificationError), err
 """
 
 
 def test_a_pod_reaches_a_server_outside_the_release_by_its_dns_name(tmp_path):
     """cluster_runtime.Outside: the object store of the runs that use one, on the release network under its
     own DNS name, started (and filled by before_pods) before any pod; the pod reads the key pair from the
-    Secret given beside the release, as the chart's stages do with objectStore.existingSecret."""
+    Secret and the CA from the ConfigMap given beside the release, as the chart's stages do with
+    objectStore.existingSecret and objectStore.caBundle."""
     import cluster_objectstore
 
     image = f"disttrain-copier:{TAG}"
     job = policy_job("reach", REACH_STORE, image=image, backoff=0)
     main = job["spec"]["template"]["spec"]["containers"][0]
-    main["env"] = [{"name": "AWS_ENDPOINT_URL", "value": cluster_objectstore.ENDPOINT}] + [
+    main["env"] = [{"name": "AWS_ENDPOINT_URL", "value": cluster_objectstore.ENDPOINT},
+                   {"name": "AWS_CA_BUNDLE", "value": "/ca/ca-bundle.pem"}] + [
         {"name": key, "valueFrom": {"secretKeyRef": {"name": cluster_objectstore.SECRET, "key": key}}}
         for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]
     main["volumeMounts"] = [m for m in main["volumeMounts"] if m["name"] != "token"] + [
-        {"name": "keys", "mountPath": "/secret", "readOnly": True}]
+        {"name": "keys", "mountPath": "/secret", "readOnly": True}, {"name": "ca", "mountPath": "/ca", "readOnly": True}]
     spec = job["spec"]["template"]["spec"]
     spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "token"] + [
-        {"name": "keys", "secret": {"secretName": cluster_objectstore.SECRET}}]
-    docs = [COMMON[0], cluster_objectstore.secret_manifest(), job]
+        {"name": "keys", "secret": {"secretName": cluster_objectstore.SECRET}},
+        {"name": "ca", "configMap": {"name": cluster_objectstore.CA_CONFIGMAP, "items": [{"key": "ca.crt", "path": "ca-bundle.pem"}]}}]
+    certs = cluster_objectstore.certificates(tmp_path / "tls")
+    docs = [COMMON[0], *cluster_objectstore.manifests(certs["ca"].read_text()), job]
     filled = []
+
+    def before_pods(c):
+        filled.append(cluster_objectstore.Client(c.outside_url(cluster_objectstore.NAME), certs["ca"]).make_bucket("before-pods"))
+
     release = cluster_plan.translate(docs, namespace=NAMESPACE)
-    with cluster(release, tmp_path, "outside", outside=[cluster_objectstore.server(tmp_path / "store")]) as c:
-        c.start(before_pods=lambda c: filled.append(cluster_objectstore.Client(c.outside_url("seaweedfs")).make_bucket("before-pods")))
+    with cluster(release, tmp_path, "outside", outside=[cluster_objectstore.server(tmp_path / "store", certs)]) as c:
+        c.start(before_pods=before_pods)
         status = c.wait_job("reach", 300)
     assert filled == ["s3://before-pods"]
     assert status.state == "Complete", status.pods[-1].statuses["main"].message

@@ -29,11 +29,12 @@ REFUSED = {
 def beside(variant):
     if variant != "object-store":
         return []
-    from cluster_objectstore import secret_manifest  # the Secret objectStore.existingSecret names: object-store
+    from cluster_objectstore import manifests  # the Secret object-store and the ConfigMap object-store-ca, as the values name them
 
-    ca = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "object-store-ca", "namespace": "ml"},
-          "data": {"ca.crt": "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"}}
-    return [secret_manifest(), ca]
+    return manifests(CA_PEM)
+
+
+CA_PEM = "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n"  # translation reads no certificate
 
 
 # server.backend tfserving translates (its monitoring ConfigMap is a volume like any other), but the
@@ -69,9 +70,9 @@ def test_every_test_cluster_run_translates(run):
         args += ["-f", str(f)]
     docs = [d for d in yaml.safe_load_all(subprocess.run(args, capture_output=True, text=True, check=True).stdout) if d]
     if run.object_store:  # the Secret the user creates beside the release (cluster_objectstore.py)
-        from cluster_objectstore import secret_manifest
+        from cluster_objectstore import manifests
 
-        docs.append(secret_manifest())
+        docs += manifests(CA_PEM)
     release = translate(docs, namespace=NAMESPACE)
     sweep = yaml.safe_load(run.values_files[-1].read_text()).get("sweep", {}).get("enabled", False)
     assert len(release.jobs) == (4 if sweep else 3) and release.test_pods  # copier, [sweep,] trainer, aggregator
@@ -381,7 +382,7 @@ def test_the_object_store_run_reads_its_key_pair_from_the_secret_given_beside_th
     """table-object-store: the chart refers to the user's Secret (objectStore.existingSecret); the harness,
     which has no API server, takes it with the release's manifests and resolves secretKeyRef from it, for
     the copier and the aggregator only."""
-    from cluster_objectstore import SECRET, secret_manifest
+    from cluster_objectstore import CA_CONFIGMAP, SECRET, manifests
     from cluster_runs import BY_NAME
     from objectstore import ACCESS_KEY
 
@@ -390,9 +391,12 @@ def test_the_object_store_run_reads_its_key_pair_from_the_secret_given_beside_th
     for f in run.values_files:
         args += ["-f", str(f)]
     docs = copy.deepcopy(render(None, extra=tuple(args)))
+    secret, ca = manifests(CA_PEM)
     with pytest.raises(Unsupported, match=f"env AWS_ACCESS_KEY_ID uses Secret '{SECRET}', which is not in the release"):
-        translate(docs, namespace=NAMESPACE)
-    release = translate(docs + [secret_manifest()], namespace=NAMESPACE)
+        translate(docs + [ca], namespace=NAMESPACE)
+    with pytest.raises(Unsupported, match=f"volume object-store-ca uses ConfigMap '{CA_CONFIGMAP}', which is not in the release"):
+        translate(docs + [secret], namespace=NAMESPACE)
+    release = translate(docs + [secret, ca], namespace=NAMESPACE)
     assert release.secrets[SECRET]["AWS_ACCESS_KEY_ID"] == ACCESS_KEY.encode()
     pods = {j.name.rsplit("-", 2)[-2]: j.template for j in release.jobs}
     pods["server"] = release.deployments[0].template
@@ -402,7 +406,9 @@ def test_the_object_store_run_reads_its_key_pair_from_the_secret_given_beside_th
         if stage in ("copier", "aggregator"):
             assert env["AWS_ACCESS_KEY_ID"].secret == (SECRET, "AWS_ACCESS_KEY_ID", False)
             assert env["AWS_SECRET_ACCESS_KEY"].secret == (SECRET, "AWS_SECRET_ACCESS_KEY", False)
-            assert env["AWS_ENDPOINT_URL"].value == "http://seaweedfs.storage.svc.cluster.local:8333"
+            assert env["AWS_ENDPOINT_URL"].value == "https://seaweedfs.storage.svc.cluster.local:8443"
+            assert env["AWS_CA_BUNDLE"].value == "/etc/disttrain/object-store-ca/ca-bundle.pem"
+            assert pod.volumes["object-store-ca"].secret == CA_CONFIGMAP
             assert pod.labels["disttrain.io/object-store"] == "true"
         else:
             assert not [name for name in env if name.startswith("AWS_")], stage
