@@ -26,7 +26,6 @@ from chartlib import (
 STORAGE = ("storage.storageClass=nfs-client",)
 STORE = ("objectStore.endpoint=http://seaweedfs.storage.svc:8333", "objectStore.existingSecret=store-keys",
          "objectStore.networkPolicy.to[0].ipBlock.cidr=10.20.0.0/16")
-AWS_VARIABLES = ("AWS_ENDPOINT_URL", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_CA_BUNDLE")
 LABEL = "disttrain.io/object-store"
 KINDS = {"copier": "Job", "sweep": "Job", "trainer": "Job", "aggregator": "Job", "server": "Deployment"}
 
