@@ -213,16 +213,20 @@ def seed(run, values, claim, tmp, store=None):
 
 
 def check_published(store, values, workdir):
-    """aggregator.publishTo holds the model the run published on the volume (the same bytes)."""
+    """aggregator.publishTo holds the release the run published (docs/object-storage.md, Publishing models):
+    latest.json names it, its model.keras has the bytes of the run's final/model.keras, and the run's
+    report.json says where it went."""
     prefix = values["aggregator"]["publishTo"].rstrip("/")
+    report = json.loads((workdir / "final" / "report.json").read_text())
     with store.configured() as fs:
-        keys = fs.find(prefix)
-        models = [k for k in keys if k.endswith("/model.keras")]
-        assert models, f"no model.keras below {prefix}: {keys}"
-        with fs.open(models[-1], "rb") as fh:
+        latest = json.loads(fs.cat(f"{prefix}/latest.json"))
+        with fs.open(latest["model"], "rb") as fh:
             published = fh.read()
-    assert published == (workdir / "final" / "model.keras").read_bytes(), f"{models[-1]} differs from final/model.keras"
-    return ["s3://" + k for k in keys]
+        keys = fs.find(prefix)
+    assert latest["model"] == f"{latest['release']}/model.keras" and latest["release"].startswith(f"{prefix}/releases/"), latest
+    assert published == (workdir / "final" / "model.keras").read_bytes(), f"{latest['model']} differs from final/model.keras"
+    assert [p["release"] for p in report["published"]] == [latest["release"]], report.get("published")
+    return {"release": latest["release"], "objects": len(keys)}
 
 
 def check_no_secret_anywhere(cluster, workdir):
