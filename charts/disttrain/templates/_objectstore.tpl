@@ -15,7 +15,8 @@ Whether a stage uses the store ("true" or empty): (list $ "copier").
   copier      data.source reads an object (table:s3://..., csv:s3://..., npz:s3://...)
   trainer     model.file is an object (the sweep's trials read it too)
   sweep       the same, with sweep.enabled
-  aggregator  aggregator.publishTo, or model.file is an object
+  aggregator  aggregator.publishTo (it never reads model.file: it loads the workers' models, which
+              carry it; giving it the store's key pair for that would be privilege it does not use)
 */}}
 {{- define "disttrain.usesObjectStore" -}}
 {{- $ctx := index . 0 -}}
@@ -29,7 +30,7 @@ Whether a stage uses the store ("true" or empty): (list $ "copier").
 {{- else if eq $stage "sweep" -}}
 {{- if $v.sweep.enabled }}{{ $modelFile }}{{ end -}}
 {{- else if eq $stage "aggregator" -}}
-{{- if or $v.aggregator.publishTo $modelFile }}true{{ end -}}
+{{- if $v.aggregator.publishTo }}true{{ end -}}
 {{- end -}}
 {{- end -}}
 
