@@ -214,7 +214,8 @@ def seed(run, values, claim, tmp, store=None):
 
 def check_published(store, values, workdir):
     """aggregator.publishTo holds the release the run published (docs/object-storage.md, Publishing models):
-    latest.json names it, its model.keras has the bytes of the run's final/model.keras, and the run's
+    latest.json names it, its model.keras is the run's final/model.keras (the same architecture, metadata and
+    weights: the aggregator saves it once for each, so the archives' timestamps differ), and the run's
     report.json says where it went."""
     prefix = values["aggregator"]["publishTo"].rstrip("/")
     report = json.loads((workdir / "final" / "report.json").read_text())
@@ -224,9 +225,31 @@ def check_published(store, values, workdir):
             published = fh.read()
         keys = fs.find(prefix)
     assert latest["model"] == f"{latest['release']}/model.keras" and latest["release"].startswith(f"{prefix}/releases/"), latest
-    assert published == (workdir / "final" / "model.keras").read_bytes(), f"{latest['model']} differs from final/model.keras"
+    assert same_keras_model(published, (workdir / "final" / "model.keras").read_bytes()), f"{latest['model']} is not final/model.keras"
     assert [p["release"] for p in report["published"]] == [latest["release"]], report.get("published")
     return {"release": latest["release"], "objects": len(keys)}
+
+
+def same_keras_model(a, b):
+    """Whether two .keras archives hold the same model: the same members, config.json and disttrain.json,
+    and the same weights (every dataset of model.weights.h5); metadata.json's save date may differ."""
+    import io
+
+    import h5py
+
+    def weights(archive):
+        out = {}
+        with h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as h5:
+            h5.visititems(lambda name, node: out.__setitem__(name, node[()]) if isinstance(node, h5py.Dataset) else None)
+        return out
+
+    with zipfile.ZipFile(io.BytesIO(a)) as za, zipfile.ZipFile(io.BytesIO(b)) as zb:
+        if sorted(za.namelist()) != sorted(zb.namelist()):
+            return False
+        if any(za.read(name) != zb.read(name) for name in ("config.json", "disttrain.json") if name in za.namelist()):
+            return False
+        wa, wb = weights(za), weights(zb)
+    return wa.keys() == wb.keys() and all(np.array_equal(wa[k], wb[k]) for k in wa)
 
 
 def check_no_secret_anywhere(cluster, workdir):
@@ -248,8 +271,9 @@ def execute(run, tmp_path_factory):
     tmp = tmp_path_factory.mktemp(run.name)
     docs = render(run.values_files)
     outside, store = [], None
-    if run.object_store:  # the user's Secret beside the release, and the store on its network
+    if run.object_store:  # the user's Secret and CA beside the release, and the store on its network
         import cluster_objectstore
+        from disttrain_contract import objectstore
 
         assert cluster_objectstore.SECRET_KEY not in yaml.safe_dump_all(docs), "the rendering holds the secret key"
         certs = cluster_objectstore.certificates(tmp / "tls")
@@ -267,6 +291,8 @@ def execute(run, tmp_path_factory):
             nonlocal store
             if run.object_store:
                 store = cluster_objectstore.Client(c.outside_url(cluster_objectstore.NAME), certs["ca"])
+                # the bucket the aggregator publishes into exists, as a user's would (the aggregator creates no bucket)
+                store.make_bucket(objectstore.split(values["aggregator"]["publishTo"])[0])
             if run.seed_data:
                 seed(run, values, claim, tmp, store)
 
