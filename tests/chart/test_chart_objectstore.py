@@ -10,6 +10,7 @@ import pytest
 
 from chartlib import (
     CHART,
+    KUBE_VERSIONS,
     containers,
     find,
     helm,
@@ -110,9 +111,13 @@ def test_only_the_stages_that_use_the_store_get_it(sets, stages):
         assert LABEL not in workload(docs, stage)["metadata"]["labels"]
 
 
+SWEEP = ("sweep.enabled=true",)  # the sweep's trials read model.file too (not in the ci variant: the drift test's
+# trainer would read the sweep's best.json)
+
+
 def test_the_ci_variant_wires_the_secret_by_reference_the_ca_and_the_flags(object_store_manifest):
     values = load_values("object-store")
-    docs = render("object-store")
+    docs = render("object-store", sets=SWEEP)
     assert stages_with_store_env(docs) == {"copier", "sweep", "trainer", "aggregator"}
     for stage in ("copier", "sweep", "trainer", "aggregator"):
         c = main_container(docs, stage)
@@ -145,7 +150,7 @@ def test_no_key_is_ever_written_into_the_rendering():
     """The key pair exists only in the user's Secret: the chart renders no Secret of its own for it,
     and no container has a literal value for either key (a value would land in the release's
     manifest, which Helm keeps in its release Secret and `helm get manifest` prints)."""
-    docs = render("object-store")
+    docs = render("object-store", sets=SWEEP)
     for doc in find(docs, "Secret"):
         assert not {k for k in list(doc.get("data") or {}) + list(doc.get("stringData") or {}) if k.startswith("AWS_")}, doc["metadata"]["name"]
     for doc in workloads(docs):
@@ -190,18 +195,26 @@ def test_extra_env_comes_after_the_stores_so_it_can_override():
 
 
 def test_the_wait_containers_get_nothing_of_the_store():
-    docs = render("object-store")
+    docs = render("object-store", sets=SWEEP)
     for doc in workloads(docs):
         for c in pod_spec(doc).get("initContainers", []):
             assert not aws_env(c), c["name"]
             assert "object-store-ca" not in [m["name"] for m in c.get("volumeMounts", [])]
 
 
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+def test_the_store_with_the_sweep_validates_strictly(kube):
+    """The ci variant is validated for every version with the others (test_chart_manifests); with the sweep too."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate")
+    for doc in render("object-store", sets=SWEEP, kube_version=kube):
+        kubernetes_validate.validate(doc, kube, strict=True)
+
+
 # ------------------------------------------------------------------ NetworkPolicy
 
 
 def test_egress_to_the_store_is_open_for_its_users_only():
-    docs = render("object-store")
+    docs = render("object-store", sets=SWEEP)
     policy = one(docs, "NetworkPolicy", "object-store")
     assert policy["spec"]["podSelector"] == {"matchLabels": {"app.kubernetes.io/name": "disttrain", "app.kubernetes.io/instance": "dt",
                                                              LABEL: "true"}}
