@@ -182,9 +182,12 @@ def test_the_trainer_job_plan():
     assert job.indexed and job.completions == job.parallelism == 4
     assert (job.backoff_limit, job.backoff_limit_per_index, job.max_failed_indexes) == (None, 3, 0)
     assert job.replacement_policy == "Failed"
-    ignore, fail = job.failure_rules
+    ignore, fail, preempted = job.failure_rules
     assert ignore.action == "Ignore" and ignore.conditions == (("DisruptionTarget", "True"),)
     assert (fail.action, fail.container, fail.operator, fail.exit_codes) == ("FailJob", "trainer", "In", (2,))
+    # a trainer that saved on SIGTERM (a plain pod delete, no DisruptionTarget) is not counted against the retries
+    assert (preempted.action, preempted.container, preempted.operator, preempted.exit_codes) == \
+        ("Ignore", "trainer", "In", (75,))
     pod = job.template
     assert pod.subdomain == "dt-disttrain-workers" and pod.restart_policy == "Never" and pod.hostname == ""
     (init,) = pod.init_containers
