@@ -168,11 +168,13 @@ PS_WORKERS, PS = 2, 1
 PS_TASKS = 1 + PS + PS_WORKERS
 
 
-@pytest.mark.parametrize("victim", ["chief", "worker"])
+@pytest.mark.parametrize("victim", ["chief", "worker", "ps"])
 def test_parameter_server_training_on_sigterm(tmp_path, victim, measure):
     """chief: it lets the epoch's scheduled calls finish, saves that epoch and exits 75, while
     the ps and the workers serve on; restarted, it resumes after that epoch. worker: it exits 75
-    at once; the chief runs its calls on the other worker and the restarted worker rejoins."""
+    at once; the chief runs its calls on the other worker and the restarted worker rejoins.
+    ps: it exits 75 at once; the chief fails at its next call instead of hanging (the variables
+    are gone) and, restarted with the ps, resumes from its last saved epoch."""
     work, train = tmp_path / "work", tmp_path / "work" / "train"
     stage("copier", "--source", "sample:movie-reviews", "--n-shards", PS_WORKERS, "--workdir", work)
     port = free_port_block(PS_TASKS)
@@ -183,7 +185,7 @@ def test_parameter_server_training_on_sigterm(tmp_path, victim, measure):
                        strategy="parameterserver", port=port)
 
     procs = {i: task(i, "first") for i in range(PS_TASKS)}
-    index = 0 if victim == "chief" else PS_TASKS - 1
+    index = {"chief": 0, "ps": 1, "worker": PS_TASKS - 1}[victim]
     # (the chief's step moves only at an epoch's end: its calls run on the workers)
     wait_until_training(train / "worker-00000" / "progress.json", procs.values(), step=0)
     procs[index].send_signal(signal.SIGTERM)
@@ -196,6 +198,10 @@ def test_parameter_server_training_on_sigterm(tmp_path, victim, measure):
             assert procs[i].poll() is None, f"task {i} stopped with the chief"  # they serve on, for the restarted chief
     else:
         assert exit_sec < 10  # nothing to save: at once
+    if victim == "ps":
+        chief_exit = procs[0].wait(timeout=300)  # bounded: the chief's next call fails, it does not hang
+        assert chief_exit not in (0, EXIT_CODE), chief_exit
+        procs[0] = task(0, "second")
     measure(sigterm_to_exit_sec=round(exit_sec, 1))
     procs[index] = task(index, "second")
     assert {i: p.wait(timeout=600) for i, p in procs.items()} == {i: 0 for i in range(PS_TASKS)}
