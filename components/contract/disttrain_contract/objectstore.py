@@ -27,7 +27,7 @@ import contextlib
 import errno
 import os
 
-from disttrain_contract.atomic import describe_os_error
+from disttrain_contract.atomic import atomic_path, describe_os_error
 from disttrain_contract.errors import ContractError
 
 SCHEME = "s3://"
@@ -231,9 +231,8 @@ def download(url, local_path):
     from fsspec.callbacks import Callback
 
     split(url)
-    tmp = f"{local_path}.part-{os.getpid()}"
     received = Callback()
-    try:
+    with atomic_path(local_path) as tmp:  # removed on any failure; renamed into place once whole
         with errors(url), _local_errors(local_path, LOCAL_WRITE_ERRNOS):  # a full disk is not the store's fault
             filesystem().get_file(url, tmp, max_concurrency=1, callback=received)
         _fetched["bytes"] += received.value
@@ -241,10 +240,6 @@ def download(url, local_path):
         with _local_errors(local_path):
             with open(tmp, "rb+") as out:
                 os.fsync(out.fileno())
-            os.replace(tmp, local_path)
-    finally:
-        if os.path.exists(tmp):
-            os.remove(tmp)
     return local_path
 
 
