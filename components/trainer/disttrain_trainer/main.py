@@ -44,9 +44,17 @@ OPTIMIZERS = ("lazyadam", "adam")  # the same for dense gradients; they differ o
 
 
 def parse_args(argv=None):
+    p = build_parser()
+    args = p.parse_args(argv)
+    check_args(p, args)
+    return args
+
+
+def build_parser(prog="disttrain-trainer", description="Train one worker on its shard (stage 2 of disttrain)."):
+    """The trainer's flags (disttrain-advise adds its own to them: the same flags mean the same things)."""
     p = argparse.ArgumentParser(
-        prog="disttrain-trainer",
-        description="Train one worker on its shard (stage 2 of disttrain).",
+        prog=prog,
+        description=description,
         epilog="Addresses of connected strategies (multiworker, localsgd): TF_CONFIG is used as given when set; "
         "otherwise it is built from --workers, --worker-index and --host-pattern ({job}-{index}.{service}:{port} "
         "when --service is set, else 127.0.0.1:{index_port} = base port + index).",
@@ -101,7 +109,11 @@ def parse_args(argv=None):
                    help="rewrite the worker directory's progress.json (epoch, step, loss, examples/s, ETA, the "
                         "per-epoch history; the server's page shows it live) at most every SECONDS, and at the end "
                         "of each epoch; 0 = never write it (default 1)")
-    args = p.parse_args(argv)
+    return p
+
+
+def check_args(p, args):
+    """The checks of the flags' values (p.error: one line, exit 2) and --params-from."""
     apply_params_file(args)
     if args.width is not None and args.width < 1:
         p.error("--width must be >= 1")
@@ -121,7 +133,6 @@ def parse_args(argv=None):
         p.error("--image-size applies to --model mobilenetv2 or resnet50")
     if args.image_size is not None and args.image_size < 32:
         p.error("--image-size must be >= 32 (the keras.applications networks need it)")
-    return args
 
 
 def apply_params_file(args):

@@ -1,0 +1,299 @@
+"""disttrain-advise: whether distributing this training pays, and with which strategy, from a short probe.
+
+    disttrain-advise --workdir workdir                       # this host: 2 probe processes on loopback
+    disttrain-advise --workdir workdir --link-mbit 10        # the same probe, predicted for a 10 Mbit/s link
+    disttrain-advise --workdir workdir --epochs-to-target 8 --json advice.json
+    disttrain-advise --from-probe advice.json --link-mbit 100   # predict again from an earlier probe
+
+It takes the trainer's own flags (the same data, model, batch and threads mean the same things) and
+probes for at most --budget-seconds: the step time of one worker alone and of two at once, one held-out
+evaluation, the model's bytes, and collectives on the link (perfmodel.Probe; advise_probe.py runs it).
+From those it predicts the seconds per epoch and the time for the run (or to a target) of each strategy
+and worker count (perfmodel.py says how), prints a table and recommends one, with the reason in one
+sentence. It only advises: nothing it prints changes a run.
+
+Where the probe runs: by default on this host, two processes on loopback. With the trainer's cluster
+flags (--service on Kubernetes, or --host-pattern) it is one process per pod instead: the pods with
+index 0 and 1 probe the real link between them (the others print where the advice is and exit).
+"""
+
+import argparse
+import math
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from disttrain_contract import ContractError, StageTimeout, Workdir, atomic_write_json, read_json, run_cli
+from disttrain_contract.manifest import Manifest
+from disttrain_trainer import cluster, perfmodel
+from disttrain_trainer import main as trainer
+
+PROBE_WORKER_FLAG = "--probe-worker"
+KILL_RESERVE_SECONDS = 1.0  # of the budget, kept for stopping the probe and printing the advice
+MIN_BUDGET_SECONDS = 10.0
+
+
+def parse_args(argv=None):
+    p = trainer.build_parser(
+        prog="disttrain-advise",
+        description="Probe the training on this data and model for at most --budget-seconds, predict seconds per epoch "
+                    "and the time for the run of every strategy and worker count, and recommend one (advice only: it "
+                    "changes nothing). Takes the trainer's flags: the same data, model and batch are probed.")
+    p.epilog = ("The probe runs on this host (two processes on loopback) unless --service or --host-pattern names the "
+                "workers' addresses (a Kubernetes Indexed Job): then the pods with index 0 and 1 each run one probe "
+                "process and measure the real link between them. How the predictions are made: the docs' Strategies "
+                "page, section 'Choosing a strategy: disttrain-advise'.")
+    g = p.add_argument_group("the advisor")
+    g.add_argument("--budget-seconds", type=float, default=60.0, metavar="SECONDS",
+                   help=f"the probe's whole time, start-up included; it is stopped at that (default 60, at least "
+                        f"{MIN_BUDGET_SECONDS:g})")
+    g.add_argument("--link-mbit", type=float, metavar="MBIT",
+                   help="predict for a link of this many Mbit/s between the workers (default: the link the probe "
+                        "measured: loopback, or the pods' network)")
+    g.add_argument("--epochs-to-target", type=float, metavar="EPOCHS",
+                   help="epochs one worker needs to reach your target metric (from an earlier run); every strategy is "
+                        "taken to need as many (default: --epochs, i.e. the time for the whole run)")
+    g.add_argument("--worker-counts", metavar="N,N,...",
+                   help="worker counts to predict (default: 1, 2 and --workers)")
+    g.add_argument("--json", dest="json_path", metavar="PATH",
+                   help="also write the probe, every prediction and the recommendation to PATH (JSON)")
+    g.add_argument("--from-probe", metavar="JSON",
+                   help="no probe: take the measurements from an earlier --json file (predict another link or target)")
+    g.add_argument("--never-fail", action="store_true",
+                   help="print a failed probe as 'no advice' and exit 0 (the chart's step before training: the run "
+                        "goes on whatever happens here)")
+    g.add_argument(PROBE_WORKER_FLAG, nargs=4, metavar=("INDEX", "ADDRESSES", "LAUNCHED", "DEADLINE"),
+                   help=argparse.SUPPRESS)  # (internal: one probe process)
+    args = p.parse_args(argv)
+    trainer.check_args(p, args)
+    if not MIN_BUDGET_SECONDS <= args.budget_seconds <= 3600:  # (also refuses nan)
+        p.error(f"--budget-seconds must be between {MIN_BUDGET_SECONDS:g} and 3600")
+    if args.link_mbit is not None and not (args.link_mbit > 0 and math.isfinite(args.link_mbit)):
+        p.error("--link-mbit must be a number > 0")
+    if args.epochs_to_target is not None and not (args.epochs_to_target > 0 and math.isfinite(args.epochs_to_target)):
+        p.error("--epochs-to-target must be a number > 0")
+    if args.worker_counts is not None:
+        try:
+            args.worker_counts = sorted({int(n) for n in args.worker_counts.split(",")})
+        except ValueError:
+            p.error(f"--worker-counts must be whole numbers separated by commas, got {args.worker_counts!r}")
+        if args.worker_counts[0] < 1:
+            p.error("--worker-counts must be >= 1")
+    return args
+
+
+# --------------------------------------------------------------------------- the probe
+def free_ports(count):
+    """`count` TCP ports free on loopback now (the kernel's choice: no clash with another run's base port)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def peer_mode(args):
+    return bool(args.service or args.host_pattern)
+
+
+def run_probe(args, argv):
+    """The probe's measurements (a dict from worker 0), or None on a pod that only took part."""
+    launched = time.time()
+    deadline = launched + args.budget_seconds - KILL_RESERVE_SECONDS
+    if peer_mode(args):
+        index = args.worker_index or 0
+        if index >= 2:
+            print(f"disttrain-advise: pods 0 and 1 probe the link; the advice is in pod 0's log (this is pod {index})",
+                  flush=True)
+            return None
+        pattern = args.host_pattern or cluster.default_host_pattern(args.service)
+        try:
+            addresses = cluster.worker_addresses(2, pattern, args.job, args.service, args.port)
+        except ValueError as err:
+            raise ContractError(str(err)) from None
+        indexes = [index]
+    else:
+        addresses = [f"127.0.0.1:{port}" for port in free_ports(2)]
+        indexes = [0, 1]
+    where = "this host (loopback)" if not peer_mode(args) else f"{addresses[0]} and {addresses[1]}"
+    print(f"disttrain-advise: probing on {where} for at most {args.budget_seconds:g} s ...", flush=True)
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "disttrain_trainer.advise", *argv, PROBE_WORKER_FLAG, str(i), ",".join(addresses),
+         repr(launched), repr(deadline)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) for i in indexes]
+    outputs, last_lines = {}, {}
+    readers = [threading.Thread(target=relay, args=(proc, i, outputs, last_lines), daemon=True)
+               for proc, i in zip(procs, indexes)]
+    for reader in readers:
+        reader.start()
+    try:
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                break
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # its own session: the probe process and nothing else
+                proc.wait()
+        for reader in readers:
+            reader.join(timeout=2)
+    errors = [last_lines[i] for i, proc in zip(indexes, procs)
+              if proc.returncode == 2 and last_lines.get(i, "").startswith("error: ")]
+    if errors:
+        raise ContractError(errors[0][len("error: "):])
+    if indexes[0] != 0:  # pod 1: it took part; pod 0 prints the advice
+        if procs[0].returncode != 0:
+            raise StageTimeout(f"the probe did not finish within {args.budget_seconds:g} s (last: "
+                               f"{last_lines.get(indexes[0], 'nothing')})")
+        print("disttrain-advise: this pod took part in the probe; the advice is in pod 0's log", flush=True)
+        return None
+    if 0 not in outputs:
+        stuck = "; ".join(f"worker {i}: {last_lines.get(i, 'no output')}" for i in indexes)
+        raise StageTimeout(f"the probe did not finish within --budget-seconds {args.budget_seconds:g} ({stuck})")
+    return outputs[0]
+
+
+def relay(proc, index, outputs, last_lines):
+    """Read a probe process: its progress lines go to stderr as they come, its RESULT line into `outputs`."""
+    import json
+
+    def err_lines():
+        for line in proc.stderr:
+            line = line.rstrip()
+            if line:
+                last_lines[index] = line
+                if line.startswith("probe worker"):
+                    print(f"  {line}", file=sys.stderr, flush=True)
+    errors = threading.Thread(target=err_lines, daemon=True)
+    errors.start()
+    for line in proc.stdout:
+        if line.startswith("RESULT "):
+            outputs[index] = json.loads(line[len("RESULT "):])
+    errors.join(timeout=2)
+
+
+def probe_of(result, args, manifest, peers):
+    return perfmodel.Probe(
+        step_seconds_alone=result["step_seconds_alone"], step_seconds_pair=result["step_seconds_pair"],
+        weight_bytes=result["weight_bytes"], weight_tensors=result["weight_tensors"],
+        gradient_bytes=result["gradient_bytes"], gradient_sparse=result["gradient_sparse"],
+        latency_seconds=result["latency_seconds"], per_byte_seconds=result["per_byte_seconds"],
+        link_measured="peers" if peers else "loopback", train_examples=manifest.train_examples, batch=args.batch,
+        steps_per_call=args.steps_per_call, cores=len(os.sched_getaffinity(0)), one_host=not peers,
+        startup_seconds=result["startup_seconds"], join_seconds=result["join_seconds"],
+        eval_seconds=result["eval_seconds"])
+
+
+def read_probe(path):
+    """(Probe, facts) from an earlier --json file."""
+    data = read_json(path, None, what="the advisor's --json file")
+    if data is None:
+        raise ContractError(f"--from-probe {path}: no such file")
+    try:
+        return perfmodel.Probe.from_dict(data["probe"]), data.get("facts", {})
+    except (KeyError, TypeError) as err:
+        raise ContractError(f"--from-probe {path}: not an advisor --json file ({err})") from None
+
+
+# --------------------------------------------------------------------------- advice
+def run_options(args):
+    """The options of the run these flags describe, in the predictions' terms."""
+    if args.strategy == "localsgd":
+        return {"sync_every": args.sync_every, "allreduce_dtype": args.allreduce_dtype,
+                "outer_optimizer": getattr(args, "outer_optimizer", None) or "none"}
+    if args.strategy == "multiworker":
+        return {"allreduce_dtype": args.allreduce_dtype}
+    return {}
+
+
+def advise(args, probe, facts):
+    """(text to print, the --json document)."""
+    link = perfmodel.link_of(probe, args.link_mbit)
+    workers = args.workers or facts.get("workers") or 2
+    counts = args.worker_counts or sorted({1, 2, workers})
+    epochs = args.epochs
+    target = args.epochs_to_target or epochs
+    predictions = perfmodel.predict_all(probe, link, counts, epochs, target)
+    choice = perfmodel.recommend(predictions)
+    sentence = perfmodel.reason(choice, predictions, probe, link)
+    this_run = None
+    strategy = "single" if workers == 1 and args.strategy == "average" else args.strategy
+    try:
+        this_run = perfmodel.predict(probe, link, strategy, workers, run_options(args), epochs, target)
+    except perfmodel.ModelError:
+        pass  # e.g. a connected strategy with no link to predict it on
+    basis = f"{args.epochs_to_target:g} epochs to the target" if args.epochs_to_target else f"the run's {epochs} epochs"
+    pair = (f", two at once {probe.step_seconds_pair * 1000:.2f} ms each ({'one host' if probe.one_host else 'two hosts'}, "
+            f"{probe.cores} cores here)") if probe.step_seconds_pair else ""
+    link_text = "no link" if link is None else (
+        f"{link.name}: {link.latency_seconds * 1000:.2f} ms per collective + {link.per_byte_seconds * 1e6:.3f} s per MB"
+        + (f" (~{8 / (link.per_byte_seconds * 1e6):,.0f} Mbit/s)" if link.per_byte_seconds > 0 else ""))
+    lines = [
+        f"probe: {facts.get('task', '?')} task, {probe.train_examples} training examples, batch {probe.batch}; "
+        f"one worker {probe.step_seconds_alone * 1000:.2f} ms per step{pair}; weights {probe.weight_bytes / 1e6:.2f} MB "
+        f"in float32; start-up {probe.startup_seconds:.1f} s, evaluation {probe.eval_seconds:.2f} s; {link_text}",
+        f"predicted seconds per epoch and time for {basis} (fastest first; <- the advice):",
+        perfmodel.table(predictions, choice),
+    ]
+    if this_run is not None:
+        lines.append(f"this run's flags ({this_run.label()}, {workers} worker{'s' if workers > 1 else ''}): "
+                     f"{this_run.seconds_per_epoch:.3f} s per epoch, {this_run.time_to_target_seconds:.1f} s for {basis}")
+    lines.append(f"advice: {choice.label()}, {choice.workers} worker{'s' if choice.workers > 1 else ''}: {sentence}.")
+    document = {
+        "probe": probe.to_dict(), "facts": {**facts, "workers": workers},
+        "link": None if link is None else vars(link), "epochs": epochs, "epochs_to_target": args.epochs_to_target,
+        "worker_counts": counts, "predictions": [p.to_dict() for p in predictions],
+        "recommendation": {**choice.to_dict(), "label": choice.label(), "reason": sentence},
+        "this_run": None if this_run is None else this_run.to_dict(),
+    }
+    return "\n".join(lines), document
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(argv)
+    data_dir = args.data or Workdir(args.workdir).data
+    if args.probe_worker:
+        from disttrain_trainer import advise_probe
+
+        index, addresses, launched, deadline = args.probe_worker
+        return advise_probe.main(args, data_dir, int(index), addresses.split(","), float(launched), float(deadline))
+    try:
+        if args.from_probe:
+            probe, facts = read_probe(args.from_probe)
+        else:
+            manifest = Manifest.read(data_dir)
+            result = run_probe(args, argv)
+            if result is None:
+                return 0
+            probe = probe_of(result, args, manifest, peer_mode(args))
+            facts = {"task": manifest.task, "workers": args.workers or manifest.n_shards, "measured": result}
+        text, document = advise(args, probe, facts)
+    except (ContractError, perfmodel.ModelError) as err:
+        if not args.never_fail:
+            if isinstance(err, perfmodel.ModelError):
+                raise ContractError(str(err)) from None
+            raise
+        print(f"disttrain-advise: no advice: {err}", flush=True)
+        return 0
+    print(text, flush=True)
+    if args.json_path:
+        atomic_write_json(args.json_path, document)
+    return 0
+
+
+def cli():
+    run_cli(main)
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,186 @@
+"""One process of the advisor's probe: the user's model on the user's data, timed the way the trainer runs it.
+
+The advisor (advise.py) starts two of these on one host (loopback), or one per pod (index 0 and 1, on the
+real link between them). Each joins a two-worker cluster (MultiWorkerMirroredStrategy: TensorFlow wants the
+cluster before anything starts its runtime), builds the task's model and input exactly as the trainer
+does (tasks.create, step.make_train_call), and then, between barriers (one small collective each):
+  1. worker 0 alone: steps at the run's batch (t1), and one held-out evaluation; worker 1 waits;
+  2. both at once: steps (t2: how the host's cores share, or each host's own speed);
+  3. collectives: one all-reduce of a float (latency) and of the model's weights in float32 and float16
+     (seconds per byte on this link), as localsgd sends them (collectives.Wire).
+Each phase gets a share of what is left of the deadline. Worker 0 prints one line, `RESULT {json}`.
+"""
+
+import json
+import math
+import os
+import statistics
+import sys
+import time
+
+from disttrain_contract import ContractError
+from disttrain_contract.evaluation import compiled
+from disttrain_contract.manifest import Manifest, read_split
+from disttrain_contract.tensorflow_import import import_tensorflow
+
+RESULT = "RESULT "
+CALL_SECONDS = 0.5  # a timed call lasts about this long at most (fewer steps per call when steps are long)
+ALLREDUCE_REPS = 5
+
+
+def say(index, text):
+    print(f"probe worker {index}: {text}", file=sys.stderr, flush=True)
+
+
+def run(args, data_dir, index, addresses, launched, deadline):
+    """The probe of worker `index` of `addresses` (two host:port); `launched`, `deadline`: time.time() values."""
+    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
+    tf = import_tensorflow()
+    if args.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    joining = time.time()
+    cluster = tf.distribute.MultiWorkerMirroredStrategy()
+    joined = time.time() - joining
+    say(index, f"joined {addresses[1 - index]} in {joined:.1f} s")
+
+    import keras
+    import numpy as np
+
+    from disttrain_trainer import tasks
+    from disttrain_trainer.collectives import Wire, sum_across_workers
+    from disttrain_trainer.optimizers import LazyAdam
+    from disttrain_trainer.step import make_train_call
+
+    manifest = Manifest.read(data_dir)
+    task = tasks.create(manifest, args)
+    task.apply_defaults(args)
+    task.check(args)
+    shard = manifest.shard(index % manifest.n_shards)
+    x, y = read_split(data_dir, manifest, shard)
+    x = task.prepare(data_dir, x)
+    dataset = task.dataset(x, y, args.batch, args.seed + index, index).prefetch(2)
+    iterator = iter(dataset)
+    keras.utils.set_random_seed(args.seed)
+    model = task.build()
+    optimizer = (LazyAdam if args.optimizer == "lazyadam" else keras.optimizers.Adam)(learning_rate=args.learning_rate)
+    optimizer.build(model.trainable_variables)
+    default = tf.distribute.get_strategy()
+    train_call = make_train_call(default, model, optimizer, task.loss_and_score)
+    first = time.perf_counter()
+    train_call(iterator, 1)  # traces the step
+    one = time.perf_counter() - first
+    ready = time.time()
+    say(index, f"model built and traced, {ready - launched:.1f} s after start")
+
+    weights = [w for w in model.weights if keras.backend.is_float_dtype(w.dtype)]
+    weight_bytes = sum(int(np.prod(w.shape)) * 4 for w in weights)
+    gradient_bytes, sparse = gradient_wire_bytes(tf, model, task, iterator)
+
+    def barrier():
+        sum_across_workers(cluster, [1.0])
+
+    def share(fraction, most):
+        return max(0.2, min(most, (deadline - time.time()) * fraction))
+
+    barrier()
+    result = {"startup_seconds": ready - launched, "join_seconds": joined}
+    if index == 0:
+        result["step_seconds_alone"] = time_steps(train_call, iterator, args.steps_per_call, one, share(0.2, 5.0))
+        inference = compiled(task.publish(model))
+        x_test, y_test = read_split(data_dir, manifest, manifest.test)
+        x_test = task.model_input(x_test)
+        started = time.perf_counter()
+        task.evaluate(inference, x_test, y_test)  # (the first includes tracing, as the trainer's first epoch does)
+        result["eval_seconds"] = time.perf_counter() - started
+        say(index, f"alone: {result['step_seconds_alone'] * 1000:.2f} ms per step; evaluation {result['eval_seconds']:.2f} s")
+    barrier()
+    mine = time_steps(train_call, iterator, args.steps_per_call, one, share(0.3, 5.0))
+    both = sum_across_workers(cluster, [mine if index == 0 else 0.0, mine if index == 1 else 0.0]).tolist()
+    result["step_seconds_pair"] = max(both)
+    result["step_seconds_pair_each"] = both
+    say(index, f"two at once: {mine * 1000:.2f} ms per step")
+
+    # the collectives, on the link between the two workers
+    def timed_allreduce(make_tensors, dtype):
+        wire = Wire(dtype)
+
+        def replica_fn():
+            return wire.all_reduce_sum(make_tensors())
+
+        @tf.function
+        def call():
+            summed = cluster.run(replica_fn)
+            return [cluster.experimental_local_results(t)[0] for t in summed]
+
+        call()  # traces, and opens the communicator
+        times, stop = [], time.time() + share(0.3, 10.0)
+        while len(times) < ALLREDUCE_REPS and (time.time() < stop or len(times) < 2):
+            started = time.perf_counter()
+            [t.numpy() for t in call()]
+            times.append(time.perf_counter() - started)
+        return statistics.median(times)
+
+    def changes():
+        # what localsgd sends: tensors computed from the weights (a variable's own value, reduced as
+        # such, makes MultiWorkerMirroredStrategy look for the variable's devices: "destinations can not be empty")
+        return [w.value * 1.0 for w in weights]
+
+    latency = timed_allreduce(lambda: [tf.ones([1])], "float32")
+    weights32 = timed_allreduce(changes, "float32")
+    weights16 = timed_allreduce(changes, "float16")
+    result.update({
+        "latency_seconds": latency, "allreduce_float32_seconds": weights32, "allreduce_float16_seconds": weights16,
+        "per_byte_seconds": max(weights32 - latency, 0.0) / weight_bytes if weight_bytes else 0.0,
+        "weight_bytes": weight_bytes, "weight_tensors": len(weights),
+        "gradient_bytes": gradient_bytes, "gradient_sparse": sparse,
+    })
+    say(index, f"all-reduce: {latency * 1000:.2f} ms for a float, {weights32 * 1000:.1f} ms for the weights "
+               f"({weight_bytes / 1e6:.2f} MB in float32), {weights16 * 1000:.1f} ms in float16")
+    barrier()  # (neither leaves while the other still needs it)
+    if index == 0:
+        print(RESULT + json.dumps(result), flush=True)
+
+
+def time_steps(train_call, iterator, steps_per_call, one_step, seconds):
+    """Median seconds per step over calls of the trainer's steps per call (fewer when a call would last
+    over CALL_SECONDS), for about `seconds`; at least two calls."""
+    steps = max(1, min(steps_per_call, int(CALL_SECONDS / max(one_step, 1e-6))))
+    per_step, stop = [], time.perf_counter() + seconds
+    train_call(iterator, steps)  # the first call of a new size runs colder
+    while time.perf_counter() < stop or len(per_step) < 2:
+        started = time.perf_counter()
+        train_call(iterator, steps)
+        per_step.append((time.perf_counter() - started) / steps)
+    return statistics.median(per_step)
+
+
+def gradient_wire_bytes(tf, model, task, iterator):
+    """(bytes one worker sends per multiworker step in float32, whether a gradient is sparse): dense gradients
+    whole; an embedding's as the unique rows one real batch touched, each with its two int32 tags
+    (collectives.Wire._gather_rows)."""
+    x, y = next(iterator)
+    with tf.GradientTape() as tape:
+        per_example, _ = task.loss_and_score(y, model(x, training=True))
+        loss = tf.reduce_mean(per_example)
+    total, sparse = 0, False
+    for grad in tape.gradient(loss, model.trainable_variables):
+        if grad is None:
+            continue
+        if isinstance(grad, tf.IndexedSlices):
+            sparse = True
+            rows = int(tf.shape(tf.unique(grad.indices)[0])[0])
+            total += rows * (int(math.prod(grad.values.shape[1:])) * 4 + 8)
+        else:
+            total += int(math.prod(grad.shape)) * 4
+    return total, sparse
+
+
+def main(args, data_dir, index, addresses, launched, deadline):
+    """Run one probe worker; ContractError: one line, exit 2 (the advisor relays it)."""
+    try:
+        run(args, data_dir, index, addresses, launched, deadline)
+    except ContractError as err:
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return err.exit_code
+    return 0

@@ -1,0 +1,402 @@
+"""The strategy advisor's performance model: seconds per epoch and time to a target for each strategy,
+from what the probe measured. Pure arithmetic (no TensorFlow), so that tests check it number by number.
+
+What the probe gives (`Probe`):
+  t1        seconds per training step of one worker alone on its host, at the run's batch
+  t2        seconds per step of each of two workers training at the same time (on one host: how its
+            cores share; on two hosts: each host's own speed); the slower of the two
+  B         bytes of the model's floating-point weights in float32 (what localsgd averages), and the
+            bytes one worker sends per multiworker step (its gradients: dense ones whole, an
+            embedding's as the rows a batch touched)
+  alpha     seconds of one collective of a few bytes (latency: the fixed cost of any sync)
+  c         seconds per byte of an all-reduce on the probe's link, beyond alpha
+and the start-up (process start to the first step), one held-out evaluation, the examples per epoch.
+
+The link (`Link`): alpha and the seconds per byte. With --link-mbit L the wire adds 8 / (L * 1e6)
+seconds per byte to the cost the probe measured on loopback (serialising and copying happen either
+way; sending and copying are taken not to overlap, which errs on the slow side).
+
+Communication, N workers (Patarasuk and Yuan's ring; TensorFlow's collectives on CPU use a ring):
+  all-reduce of B bytes   alpha + 2 (N - 1) / N * B * per_byte    each worker sends and receives
+                          2 (N-1)/N of B (reduce-scatter, then all-gather): B at N = 2, so a 9.1 MB
+                          float32 model between 2 workers at 10 Mbit/s costs 9.1e6 * 8 / 1e7 = 7.3 s
+  all-gather of G bytes   2 alpha + (N - 1) * G * per_byte        each worker receives every other
+                          worker's G (a length exchange, then the data: two collectives); int8
+                          travels this way (TensorFlow's all-reduce refuses int8) and so do the rows
+                          of an embedding's sparse gradient
+
+Compute, N workers (steps per worker per epoch S_N = ceil(ceil(examples / N) / batch), the copier's
+shards being as equal as it can make them):
+  one worker per host     t_N = t2 for N >= 2 (each on its own host, the pair measured them)
+  one host, C cores       t_N = t1 * N / (e * min(N, C)), e = 2 t1 / (t2 * min(2, C)): each busy core
+                          gives what the pair's did; workers beyond the cores take turns
+
+Seconds per epoch:
+  single           S_1 * t1
+  average          S_N * t_N                            (no communication; the aggregator averages)
+  multiworker      S_N * (t_N + g) + (S_N / k) * alpha + alpha
+                   g: the per-step gradient exchange (dense gradients all-reduced, an embedding's rows
+                   all-gathered), k steps per call (one agreement per call whether to stop, one sum of
+                   the metrics per epoch; a model with an embedding runs one step per call)
+  localsgd         S_N * t_N + (syncs per run / epochs) * (sync + alpha)
+                   sync: all-reduce of B at the wire's bytes per weight (float32 4, float16 2), or, for
+                   int8, all-gather of B / 4 plus a float32 scale per tensor; syncs per run = every H
+                   steps and one at the end: ceil(S_N * epochs / H). The outer optimizer (DiLoCo's
+                   Nesterov step) is a few passes over the weights per sync: not counted
+  parameterserver  max(S_P * (t_N + 2 (alpha + B_g * per_byte)) , S * N * 2 B_g * per_byte)
+                   every step reads the variables from the parameter server and sends its gradients
+                   there (B_g each way, sparse rows for an embedding); S = ceil(examples / batch)
+                   steps of the group per epoch, S_P = S / N of them per worker; the second term is
+                   the one parameter server's link, which carries every worker's traffic
+
+Time to the target: start-up + epochs to target * (seconds per epoch + one held-out evaluation)
+(+ a connected strategy's time to join its peers). The convergence model is deliberately simple: every
+strategy is taken to need as many epochs (passes over the whole data set) as one worker. That holds
+while the group's batch (N * batch) is small for the model, and local SGD does not drift: it does not
+hold for plain averaging rarely on a model with batch normalisation (the table says so), and with many
+workers a synchronous strategy can need more epochs (N times fewer, larger steps per epoch).
+"""
+
+import math
+from dataclasses import asdict, dataclass, field
+
+WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1}
+STRATEGIES = ("single", "average", "multiworker", "localsgd", "parameterserver")
+# the strategies whose workers join a cluster at start-up (what --peer-wait waits for)
+CONNECTED = ("multiworker", "localsgd", "parameterserver")
+SYNC_EVERY = (32, 128, 512)  # localsgd's H: the default, and two more rare (512 ~ the DiLoCo paper's 500)
+WIRE_DTYPES = ("float32", "float16", "int8")
+# Plain averaging (no outer optimizer) more than this many steps apart: the table marks the accuracy risk
+# (MobileNetV2 on digits fell to 0.399 held-out accuracy with plain averaging every 400 steps).
+PLAIN_SYNC_RISK = 128
+# Predictions this close (relative) count as a tie: the simpler strategy is recommended
+TIE = 0.05
+SIMPLICITY = {"single": 0, "average": 1, "localsgd": 2, "multiworker": 3, "parameterserver": 4}
+
+
+class ModelError(ValueError):
+    """An impossible input to the model (the CLI turns it into one line and exit 2)."""
+
+
+@dataclass
+class Probe:
+    step_seconds_alone: float  # t1
+    step_seconds_pair: float | None  # t2 (None: no pair measured)
+    weight_bytes: int  # float weights in float32 (localsgd's sync)
+    weight_tensors: int
+    gradient_bytes: int  # what one worker sends per multiworker step in float32 (sparse rows: as gathered)
+    gradient_sparse: bool  # the model has an embedding (sparse gradient; one step per call under multiworker)
+    latency_seconds: float | None  # alpha
+    per_byte_seconds: float | None  # c, on the probe's link
+    link_measured: str  # "loopback", "peers" or "none"
+    train_examples: int
+    batch: int
+    steps_per_call: int
+    cores: int
+    one_host: bool  # every worker on this host (else one worker per host)
+    startup_seconds: float = 0.0
+    join_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    notes: list = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data):
+        known = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def to_dict(self):
+        return asdict(self)
+
+
+@dataclass
+class Link:
+    name: str  # "loopback", "10 Mbit/s", "measured"
+    latency_seconds: float
+    per_byte_seconds: float
+    mbit: float | None = None
+
+
+def link_of(probe, mbit=None):
+    """The link the predictions are for: the probe's own, or the probe's costs plus a wire of `mbit` Mbit/s."""
+    if probe.latency_seconds is None or probe.per_byte_seconds is None:
+        if mbit is None:
+            return None
+        return Link(f"{mbit:g} Mbit/s", 0.0, 8 / (mbit * 1e6), mbit)
+    if mbit is None:
+        name = "loopback" if probe.link_measured == "loopback" else \
+            f"measured {8 / probe.per_byte_seconds / 1e6:,.0f} Mbit/s" if probe.per_byte_seconds > 0 else "measured"
+        return Link(name, probe.latency_seconds, probe.per_byte_seconds)
+    if mbit <= 0:
+        raise ModelError(f"a link of {mbit:g} Mbit/s carries nothing")
+    wire = 8 / (mbit * 1e6)
+    # a probe between real hosts measured a real wire: a given speed replaces it when slower
+    per_byte = probe.per_byte_seconds + wire if probe.link_measured == "loopback" else max(probe.per_byte_seconds, wire)
+    return Link(f"{mbit:g} Mbit/s", probe.latency_seconds, per_byte, mbit)
+
+
+# --------------------------------------------------------------------------- communication
+def allreduce_seconds(nbytes, workers, link):
+    """A ring all-reduce of `nbytes` (per worker) among `workers`."""
+    if workers < 2:
+        return 0.0
+    return link.latency_seconds + 2 * (workers - 1) / workers * nbytes * link.per_byte_seconds
+
+
+def allgather_seconds(nbytes, workers, link):
+    """An all-gather of `nbytes` from each worker: each receives the other workers' (two collectives)."""
+    if workers < 2:
+        return 0.0
+    return 2 * link.latency_seconds + (workers - 1) * nbytes * link.per_byte_seconds
+
+
+def sync_bytes(probe, dtype):
+    """Bytes per worker of one localsgd sync in `dtype` (int8: plus one float32 scale per tensor)."""
+    if dtype not in WIRE_BYTES:
+        raise ModelError(f"unknown wire dtype {dtype!r} (choose from {', '.join(WIRE_BYTES)})")
+    if dtype == "int8":
+        return probe.weight_bytes // 4 + 4 * probe.weight_tensors
+    return probe.weight_bytes * WIRE_BYTES[dtype] // 4
+
+
+def sync_seconds(probe, link, workers, dtype):
+    """One localsgd sync of the weights' changes."""
+    nbytes = sync_bytes(probe, dtype)
+    if dtype == "int8":
+        return allgather_seconds(nbytes, workers, link)
+    return allreduce_seconds(nbytes, workers, link)
+
+
+def gradient_seconds(probe, link, workers, dtype="float32"):
+    """One multiworker step's gradient exchange."""
+    if dtype not in ("float32", "float16"):
+        raise ModelError(f"multiworker sends float32 or float16 gradients, not {dtype}")
+    nbytes = probe.gradient_bytes * WIRE_BYTES[dtype] // 4
+    return (allgather_seconds if probe.gradient_sparse else allreduce_seconds)(nbytes, workers, link)
+
+
+# --------------------------------------------------------------------------- compute
+def steps_per_epoch(examples, workers, batch):
+    """Steps per worker per epoch: every worker takes its shard's (the largest shard's, when connected)."""
+    return math.ceil(math.ceil(examples / workers) / batch)
+
+
+def step_seconds(probe, workers):
+    """Seconds per step of each of `workers` workers training at once (see the module's docstring)."""
+    if workers < 1:
+        raise ModelError(f"workers must be >= 1, got {workers}")
+    t1, t2 = probe.step_seconds_alone, probe.step_seconds_pair
+    if workers == 1:
+        return t1
+    if t2 is None:
+        raise ModelError("no step time of two workers at once was measured")
+    if not probe.one_host:
+        return t2
+    cores = max(probe.cores, 1)
+    per_core = 2 * t1 / (t2 * min(2, cores))  # e: what a core gives when the others are busy (1.0: independent cores)
+    return t1 * workers / (per_core * min(workers, cores))
+
+
+# --------------------------------------------------------------------------- strategies
+@dataclass
+class Prediction:
+    strategy: str
+    workers: int
+    options: dict
+    seconds_per_epoch: float
+    compute_seconds: float  # per epoch
+    communication_seconds: float  # per epoch
+    sync_seconds: float  # one sync (localsgd), one step's exchange (multiworker), one step's pull+push (ps); 0
+    time_to_target_seconds: float | None
+    note: str = ""
+
+    def to_dict(self):
+        return asdict(self)
+
+    def label(self):
+        o = self.options
+        if self.strategy == "localsgd":
+            outer = "" if o.get("outer_optimizer", "none") == "none" else f" {o['outer_optimizer']}"
+            return f"localsgd H={o['sync_every']} {o.get('allreduce_dtype', 'float32')}{outer}"
+        if self.strategy == "multiworker" and o.get("allreduce_dtype", "float32") != "float32":
+            return f"multiworker {o['allreduce_dtype']}"
+        return self.strategy
+
+
+def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
+    """(seconds per epoch, compute part, communication part, one sync's seconds) of `strategy`."""
+    options = options or {}
+    if strategy not in STRATEGIES and strategy != "ceiling":
+        raise ModelError(f"unknown strategy {strategy!r}")
+    if strategy == "single" and workers != 1:
+        raise ModelError("single is one worker")
+    if strategy in CONNECTED and workers < 2:
+        raise ModelError(f"{strategy} needs >= 2 workers")
+    if strategy in CONNECTED and link is None:
+        raise ModelError(f"{strategy}: no link measured or given (--link-mbit)")
+    if epochs < 1:
+        raise ModelError(f"epochs must be >= 1, got {epochs}")
+    b, k = probe.batch, probe.steps_per_call
+    if strategy == "parameterserver":
+        # the workers run the group's steps between them; each step pulls and pushes the model
+        group_steps = math.ceil(probe.train_examples / b)
+        exchange = 2 * (link.latency_seconds + probe.gradient_bytes * link.per_byte_seconds)
+        per_worker = group_steps / workers
+        workers_bound = per_worker * (step_seconds(probe, workers) + exchange)
+        server_bound = group_steps * 2 * probe.gradient_bytes * link.per_byte_seconds
+        total = max(workers_bound, server_bound)
+        compute = per_worker * step_seconds(probe, workers)
+        return total, compute, total - compute, exchange
+    steps = steps_per_epoch(probe.train_examples, workers, b)
+    t = step_seconds(probe, workers)
+    compute = steps * t
+    if strategy in ("single", "average", "ceiling"):
+        return compute, compute, 0.0, 0.0
+    if strategy == "multiworker":
+        g = gradient_seconds(probe, link, workers, options.get("allreduce_dtype", "float32"))
+        calls = steps if probe.gradient_sparse else math.ceil(steps / k)
+        comm = steps * g + calls * link.latency_seconds + link.latency_seconds
+        return compute + comm, compute, comm, g
+    every = options.get("sync_every", 32)
+    if not isinstance(every, int) or every < 1:
+        raise ModelError(f"sync_every must be an integer >= 1, got {every!r}")
+    one = sync_seconds(probe, link, workers, options.get("allreduce_dtype", "float32")) + link.latency_seconds
+    syncs = math.ceil(steps * epochs / every)  # every H steps, and one at the end
+    comm = syncs * one / epochs
+    return compute + comm, compute, comm, one
+
+
+def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_target=None):
+    """One row of the table: a Prediction of `strategy` with `workers` workers over `epochs` epochs."""
+    options = dict(options or {})
+    total, compute, comm, one = epoch_seconds(probe, link, strategy, workers, options, epochs)
+    to_target = None
+    if epochs_to_target is not None:
+        # every worker evaluates the held-out split after each epoch: on one host they share its cores too
+        evaluation = probe.eval_seconds * (step_seconds(probe, workers) / probe.step_seconds_alone)
+        start = probe.startup_seconds + (probe.join_seconds if strategy in CONNECTED else 0.0)
+        to_target = start + epochs_to_target * (total + evaluation)
+    note = ""
+    if strategy == "localsgd" and options.get("outer_optimizer", "none") == "none" and \
+            options.get("sync_every", 32) > PLAIN_SYNC_RISK:
+        note = "plain averaging this rarely can lose accuracy (batch-norm models): add --outer-optimizer nesterov"
+    if strategy == "average":
+        note = "one average at the end: accuracy as one-shot averaging gives it (check with --validation-fraction)"
+    return Prediction(strategy, workers, options, total, compute, comm, one, to_target, note)
+
+
+def candidates(worker_counts, outer_optimizers=("none", "nesterov")):
+    """(strategy, workers, options) of every configuration the advisor compares."""
+    rows = [("single", 1, {})]
+    for n in sorted(set(w for w in worker_counts if w >= 2)):
+        rows.append(("average", n, {}))
+        for dtype in ("float32", "float16"):
+            rows.append(("multiworker", n, {"allreduce_dtype": dtype}))
+        for every in SYNC_EVERY:
+            for dtype in WIRE_DTYPES:
+                for outer in outer_optimizers:
+                    rows.append(("localsgd", n, {"sync_every": every, "allreduce_dtype": dtype, "outer_optimizer": outer}))
+        rows.append(("parameterserver", n, {"ps": 1}))
+    return rows
+
+
+def predict_all(probe, link, worker_counts, epochs, epochs_to_target=None, outer_optimizers=("none", "nesterov")):
+    """Every candidate's Prediction; those that need a link when there is none are left out."""
+    out = []
+    for strategy, workers, options in candidates(worker_counts, outer_optimizers):
+        if strategy in CONNECTED and link is None:
+            continue
+        out.append(predict(probe, link, strategy, workers, options, epochs, epochs_to_target))
+    return out
+
+
+def cost_of(prediction):
+    """What the recommendation minimises: the time to the target, else the seconds per epoch."""
+    if prediction.time_to_target_seconds is not None:
+        return prediction.time_to_target_seconds
+    return prediction.seconds_per_epoch
+
+
+def recommend(predictions):
+    """The prediction to recommend: the fastest without an accuracy note about drift, or, within TIE of it,
+    the simplest (average before localsgd before multiworker before parameterserver; fewer workers; for
+    localsgd the widest wire and the most frequent syncs, which lose the least)."""
+    if not predictions:
+        raise ModelError("nothing to recommend")
+    safe = [p for p in predictions if not p.note.startswith("plain averaging")] or predictions
+    best = min(cost_of(p) for p in safe)
+    close = [p for p in safe if cost_of(p) <= best * (1 + TIE)]
+
+    def simplicity(p):
+        o = p.options
+        return (SIMPLICITY[p.strategy], p.workers, -WIRE_BYTES.get(o.get("allreduce_dtype", "float32"), 4),
+                0 if o.get("outer_optimizer", "none") == "none" else 1, o.get("sync_every", 0), cost_of(p))
+    return min(close, key=simplicity)
+
+
+def _seconds(value):
+    if value >= 10:
+        return f"{value:.0f} s"
+    if value >= 1:
+        return f"{value:.1f} s"
+    if value >= 0.01:
+        return f"{value * 1000:.0f} ms"
+    return f"{value * 1000:.1f} ms"
+
+
+def _megabytes(nbytes):
+    return f"{nbytes / 1e6:.1f} MB" if nbytes >= 1e5 else f"{nbytes / 1e3:.0f} kB"
+
+
+def reason(choice, predictions, probe, link):
+    """One sentence: why `choice` (a Prediction of `predictions`)."""
+    single = next((p for p in predictions if p.strategy == "single"), None)
+    t = step_seconds(probe, max(choice.workers, 1))
+    where = link.name if link is not None else "no link"
+    full_sync = sync_seconds(probe, link, max(choice.workers, 2), "float32") if link is not None else None
+    speed = ""
+    if single is not None and choice.strategy != "single":
+        speed = f", predicted {cost_of(single) / cost_of(choice):.2f}x as fast as one worker"
+    if choice.strategy == "single":
+        pair = [p for p in predictions if p.workers >= 2]
+        if not pair:
+            return f"no second worker could be predicted ({where})"
+        best_pair = min(pair, key=cost_of)
+        why = f"the best {best_pair.workers}-worker option ({best_pair.label()}) is predicted at " \
+              f"{cost_of(best_pair) / cost_of(single):.2f}x one worker's time"
+        if probe.one_host and probe.step_seconds_pair:
+            why += f" (two workers on this host step at {probe.step_seconds_pair * 1000:.1f} ms against " \
+                   f"{probe.step_seconds_alone * 1000:.1f} ms alone)"
+        return why
+    if choice.strategy == "average":
+        if full_sync is None:
+            return f"one average at the end{speed}"
+        return f"one average at the end: a sync costs {_seconds(full_sync)} at {where} against {_seconds(t)} steps{speed}"
+    if choice.strategy == "localsgd":
+        o = choice.options
+        between = o["sync_every"] * t
+        return (f"a {o['allreduce_dtype']} sync of "
+                f"{_megabytes(sync_bytes(probe, o['allreduce_dtype']))} costs {_seconds(choice.sync_seconds)} at {where}, "
+                f"{100 * choice.sync_seconds / between:.0f} % of the {_seconds(between)} of steps between two syncs{speed}")
+    if choice.strategy == "multiworker":
+        return (f"a step's gradient exchange costs {_seconds(choice.sync_seconds)} "
+                f"at {where} against {_seconds(t)} of compute{speed}")
+    return (f"a step's pull and push cost {_seconds(choice.sync_seconds)} "
+            f"at {where} against {_seconds(t)} of compute{speed}")
+
+
+def table(predictions, choice=None):
+    """The predictions as a text table, fastest first. An outer optimizer costs what plain averaging costs
+    (the model does not count its update): its rows are left out but for the chosen one."""
+    predictions = [p for p in predictions if p is choice or p.options.get("outer_optimizer", "none") == "none"]
+    has_target = any(p.time_to_target_seconds is not None for p in predictions)
+    head = ["strategy", "workers", "s/epoch", "compute", "comm.", "sync", "to target" if has_target else "", "note"]
+    rows = []
+    for p in sorted(predictions, key=lambda p: (cost_of(p), SIMPLICITY[p.strategy])):
+        mark = " <-" if p is choice else ""
+        rows.append([p.label() + mark, str(p.workers), f"{p.seconds_per_epoch:.3f}", f"{p.compute_seconds:.3f}",
+                     f"{p.communication_seconds:.3f}", _seconds(p.sync_seconds) if p.sync_seconds else "-",
+                     (_seconds(p.time_to_target_seconds) if p.time_to_target_seconds is not None else "") if has_target else "",
+                     p.note])
+    widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
+    return "\n".join(lines)
