@@ -1,0 +1,72 @@
+"""disttrain-advise on a real probe: two real TensorFlow processes on loopback, a user's table, a small budget."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from stages import BIN
+
+pytestmark = pytest.mark.slow
+BUDGET = 25
+
+
+def advise(*args, timeout=BUDGET + 30):
+    return subprocess.run([os.path.join(BIN, "disttrain-advise"), *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_the_probe_finishes_within_its_budget_and_prints_a_table(cancer_data, tmp_path):
+    out = tmp_path / "advice.json"
+    started = time.monotonic()
+    result = advise("--data", cancer_data, "--threads", "1", "--epochs", 5, "--budget-seconds", BUDGET, "--json", out)
+    elapsed = time.monotonic() - started
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert elapsed < BUDGET + 3, f"the probe took {elapsed:.1f} s with a budget of {BUDGET} s"
+    text = result.stdout
+    assert "strategy" in text and "s/epoch" in text and "<-" in text, text
+    for row in ("single", "average", "multiworker", "localsgd H=32 float32", "parameterserver"):
+        assert f"\n{row} " in text, f"no {row} row:\n{text}"
+    advice = [line for line in text.splitlines() if line.startswith("advice: ")]
+    assert len(advice) == 1 and advice[0].endswith("."), text
+    document = json.loads(out.read_text())
+    probe = document["probe"]
+    assert 0 < probe["step_seconds_alone"] < 1 and 0 < probe["step_seconds_pair"] < 1
+    assert probe["weight_bytes"] > 0 and probe["latency_seconds"] > 0 and probe["link_measured"] == "loopback"
+    assert document["recommendation"]["reason"] in advice[0]
+    assert {p["strategy"] for p in document["predictions"]} == {"single", "average", "multiworker", "localsgd",
+                                                                 "parameterserver"}
+    assert not [name for name in os.listdir(tmp_path) if name != "advice.json"], "a temporary file was left"
+
+    # the same measurements, predicted for a slow link, with no probe: a sync now costs seconds
+    slow = advise("--from-probe", out, "--link-mbit", 1, "--epochs", 5, timeout=30)
+    assert slow.returncode == 0, slow.stderr
+    assert "1 Mbit/s" in slow.stdout and "probing" not in slow.stdout
+
+
+def test_no_dataset_is_one_line_and_exit_2(tmp_path):
+    result = advise("--workdir", tmp_path, "--budget-seconds", BUDGET, timeout=30)
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "run the copier first" in result.stderr, result.stderr
+    quiet = advise("--workdir", tmp_path, "--never-fail", timeout=30)  # the chart's step: the run goes on
+    assert quiet.returncode == 0 and quiet.stdout.startswith("disttrain-advise: no advice: ")
+
+
+def test_a_broken_model_file_is_one_line_and_exit_2(cancer_data, tmp_path):
+    broken = tmp_path / "model.keras"
+    broken.write_bytes(b"not a keras file")
+    result = advise("--data", cancer_data, "--model-file", broken, "--budget-seconds", BUDGET)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = [line for line in result.stderr.splitlines() if not line.startswith("  probe worker")]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "model.keras" in lines[0], result.stderr
+
+
+def test_help_names_the_advisor_flags():
+    result = subprocess.run([sys.executable, "-m", "disttrain_trainer.advise", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0
+    for flag in ("--budget-seconds", "--link-mbit", "--epochs-to-target", "--json", "--from-probe", "--model-file"):
+        assert flag in result.stdout
+    assert "--probe-worker" not in result.stdout

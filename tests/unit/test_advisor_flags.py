@@ -1,0 +1,32 @@
+"""disttrain-advise's flags: nonsense is refused by name (exit 2) before any probe; the trainer's flags mean
+the same things (its parser is the trainer's)."""
+
+import pytest
+
+from disttrain_trainer.advise import parse_args
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--budget-seconds", "5"], "--budget-seconds must be between 10 and 3600"),
+    (["--budget-seconds", "nan"], "--budget-seconds must be between 10 and 3600"),
+    (["--link-mbit", "0"], "--link-mbit must be a number > 0"),
+    (["--link-mbit", "inf"], "--link-mbit must be a number > 0"),
+    (["--epochs-to-target", "-1"], "--epochs-to-target must be a number > 0"),
+    (["--worker-counts", "1,two"], "--worker-counts must be whole numbers separated by commas"),
+    (["--worker-counts", "0,2"], "--worker-counts must be >= 1"),
+    (["--strategy", "average", "--sync-every", "8"], "--sync-every applies to --strategy localsgd, not average"),
+    (["--batch", "0"], "--batch must be >= 1"),
+])
+def test_nonsense_is_refused_by_name(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert message in err and err.strip().splitlines()[-1].startswith("disttrain-advise: error: ")
+
+
+def test_the_trainer_flags_and_the_advisor_flags_parse():
+    args = parse_args(["--strategy", "localsgd", "--sync-every", "64", "--batch", "32", "--link-mbit", "50",
+                       "--worker-counts", "4,1,2,2", "--epochs-to-target", "3.5"])
+    assert (args.strategy, args.sync_every, args.batch) == ("localsgd", 64, 32)
+    assert (args.link_mbit, args.worker_counts, args.epochs_to_target, args.budget_seconds) == (50, [1, 2, 4], 3.5, 60)

@@ -1,0 +1,164 @@
+"""The advisor's performance model (disttrain_trainer.perfmodel), number by number, and its recommendation."""
+
+import math
+
+import pytest
+
+from disttrain_trainer import perfmodel as pm
+
+
+def probe(**changes):
+    base = dict(step_seconds_alone=0.005, step_seconds_pair=0.006, weight_bytes=5_120_000, weight_tensors=4,
+                gradient_bytes=5_120_000, gradient_sparse=False, latency_seconds=0.001, per_byte_seconds=0.0,
+                link_measured="loopback", train_examples=12_800, batch=64, steps_per_call=32, cores=2, one_host=True,
+                startup_seconds=8.0, join_seconds=1.0, eval_seconds=0.1)
+    base.update(changes)
+    return pm.Probe(**base)
+
+
+def test_a_ring_allreduce_between_two_workers_costs_the_bytes_over_the_link():
+    link = pm.link_of(probe(latency_seconds=0.0), mbit=10)
+    # 9.1 MB at 10 Mbit/s: 9.1e6 * 8 / 1e7 = 7.28 s
+    assert pm.allreduce_seconds(9_100_000, 2, link) == pytest.approx(7.28)
+    # 4 workers: each sends 2 (N-1)/N = 1.5 times the bytes
+    assert pm.allreduce_seconds(9_100_000, 4, link) == pytest.approx(7.28 * 1.5)
+    assert pm.allreduce_seconds(9_100_000, 1, link) == 0.0
+
+
+def test_the_given_link_adds_to_what_loopback_costs_and_replaces_a_faster_measured_one():
+    loop = probe(per_byte_seconds=1e-9, latency_seconds=0.002)
+    link = pm.link_of(loop, mbit=100)
+    assert link.per_byte_seconds == pytest.approx(1e-9 + 8e-8)
+    assert link.latency_seconds == 0.002
+    remote = probe(per_byte_seconds=1e-9, link_measured="peers")
+    assert pm.link_of(remote, mbit=100).per_byte_seconds == pytest.approx(8e-8)
+    assert pm.link_of(remote).per_byte_seconds == 1e-9  # none given: as measured
+    with pytest.raises(pm.ModelError):
+        pm.link_of(loop, mbit=0)
+
+
+def test_int8_travels_by_allgather_at_a_quarter_of_the_bytes():
+    p = probe(latency_seconds=0.0, weight_bytes=9_100_000, weight_tensors=100)
+    link = pm.link_of(p, mbit=10)
+    assert pm.sync_bytes(p, "int8") == 9_100_000 // 4 + 400
+    assert pm.sync_seconds(p, link, 2, "int8") == pytest.approx((9_100_000 / 4 + 400) * 8 / 1e7)  # ~1.8 s
+    assert pm.sync_seconds(p, link, 2, "float16") == pytest.approx(9_100_000 / 2 * 8 / 1e7)
+    # 3 workers: an all-gather brings each worker the other two's bytes
+    assert pm.sync_seconds(p, link, 3, "int8") == pytest.approx(2 * (9_100_000 / 4 + 400) * 8 / 1e7)
+
+
+def test_steps_per_epoch_follow_the_shards():
+    assert pm.steps_per_epoch(12_800, 1, 64) == 200
+    assert pm.steps_per_epoch(12_800, 2, 64) == 100
+    assert pm.steps_per_epoch(1_437, 2, 64) == 12  # the larger shard, 719 examples
+
+
+def test_step_time_on_one_host_and_on_many():
+    p = probe(step_seconds_alone=0.010, step_seconds_pair=0.0125, cores=2)
+    assert pm.step_seconds(p, 1) == 0.010
+    assert pm.step_seconds(p, 2) == pytest.approx(0.0125)
+    assert pm.step_seconds(p, 4) == pytest.approx(0.025)  # four workers take turns on two cores
+    assert pm.step_seconds(probe(step_seconds_alone=0.010, step_seconds_pair=0.02, cores=1), 2) == pytest.approx(0.02)
+    separate = probe(step_seconds_alone=0.010, step_seconds_pair=0.011, one_host=False)
+    assert pm.step_seconds(separate, 8) == 0.011
+
+
+def test_seconds_per_epoch_of_each_strategy():
+    p = probe(latency_seconds=0.001, per_byte_seconds=0.0)
+    link = pm.link_of(p, mbit=10)  # 8e-7 s per byte
+    assert pm.epoch_seconds(p, link, "single", 1)[0] == pytest.approx(200 * 0.005)
+    assert pm.epoch_seconds(p, link, "average", 2)[0] == pytest.approx(100 * 0.006)
+    # localsgd H=50: 2 syncs per epoch of 5.12 MB float32 (4.096 s each + its latency) and one agreement each
+    total, compute, comm, one = pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 50}, epochs=1)
+    assert one == pytest.approx(0.001 + 5_120_000 * 8e-7 + 0.001)
+    assert comm == pytest.approx(2 * one) and compute == pytest.approx(0.6) and total == pytest.approx(0.6 + 2 * one)
+    # H longer than the run: the one sync at the end, spread over the run's epochs
+    assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 10_000}, epochs=4)[2] == pytest.approx(one / 4)
+    # multiworker: every step's exchange, an agreement per call of 32 steps (4 calls), one epoch-end sum
+    total, _, comm, g = pm.epoch_seconds(p, link, "multiworker", 2, {"allreduce_dtype": "float16"})
+    assert g == pytest.approx(0.001 + 2_560_000 * 8e-7)
+    assert comm == pytest.approx(100 * g + 4 * 0.001 + 0.001)
+    # parameterserver: 200 group steps, 100 per worker, each pulling and pushing 5.12 MB; the one ps's link
+    # carries both workers' traffic (200 * 2 * 5.12 MB) and is the bound
+    total, _, _, exchange = pm.epoch_seconds(p, link, "parameterserver", 2)
+    assert exchange == pytest.approx(2 * (0.001 + 5_120_000 * 8e-7))
+    assert total == pytest.approx(max(100 * (0.006 + exchange), 200 * 2 * 5_120_000 * 8e-7))
+
+
+def test_a_sparse_gradient_is_gathered_one_step_per_call():
+    p = probe(gradient_sparse=True, gradient_bytes=400_000, latency_seconds=0.001, per_byte_seconds=0.0)
+    link = pm.link_of(p, mbit=100)
+    _, _, comm, g = pm.epoch_seconds(p, link, "multiworker", 2)
+    assert g == pytest.approx(2 * 0.001 + 400_000 * 8e-8)
+    assert comm == pytest.approx(100 * g + 100 * 0.001 + 0.001)
+
+
+def test_time_to_target_counts_start_up_evaluations_and_the_join():
+    p = probe()
+    link = pm.link_of(p)
+    single = pm.predict(p, link, "single", 1, {}, epochs=5, epochs_to_target=3)
+    assert single.time_to_target_seconds == pytest.approx(8.0 + 3 * (1.0 + 0.1))
+    local = pm.predict(p, link, "localsgd", 2, {"sync_every": 32}, epochs=5, epochs_to_target=3)
+    evaluation = 0.1 * 0.006 / 0.005  # the two workers evaluate at once, at the pair's pace
+    assert local.time_to_target_seconds == pytest.approx(9.0 + 3 * (local.seconds_per_epoch + evaluation))
+
+
+@pytest.mark.parametrize("strategy, workers, message", [
+    ("multiworker", 1, "needs >= 2 workers"), ("single", 2, "single is one worker"), ("gossip", 2, "unknown strategy"),
+])
+def test_impossible_configurations_are_refused(strategy, workers, message):
+    p = probe()
+    with pytest.raises(pm.ModelError, match=message):
+        pm.epoch_seconds(p, pm.link_of(p), strategy, workers)
+
+
+def test_text_model_at_10_mbit_one_average_at_the_end():
+    """The text model (5.1 MB, ~5 ms steps): no sync during training pays at 10 Mbit/s."""
+    p = probe()
+    link = pm.link_of(p, mbit=10)
+    predictions = pm.predict_all(p, link, [1, 2], epochs=5, epochs_to_target=5)
+    choice = pm.recommend(predictions)
+    assert (choice.strategy, choice.workers) == ("average", 2)
+    sentence = pm.reason(choice, predictions, p, link)
+    assert sentence.startswith("one average at the end: a sync costs 4.1 s at 10 Mbit/s against 6.0 ms steps")
+
+
+def test_a_compute_bound_model_on_a_fast_link_syncs_often():
+    p = probe(step_seconds_alone=0.165, step_seconds_pair=0.17, weight_bytes=9_100_000, gradient_bytes=8_900_000,
+              one_host=False, link_measured="peers", per_byte_seconds=8e-9, train_examples=64_000)
+    predictions = pm.predict_all(p, pm.link_of(p), [1, 2, 4], epochs=10, epochs_to_target=10)
+    choice = pm.recommend(predictions)
+    # within 5 % of the fastest, the advice is the simplest: one average at the end, with the most workers
+    # fast enough; nothing that syncs rarely without an outer optimizer
+    assert choice.workers == 4
+    assert not choice.note.startswith("plain averaging")
+    assert pm.cost_of(choice) <= min(pm.cost_of(p_) for p_ in predictions) * 1.05
+
+
+def test_a_slow_second_core_keeps_one_worker():
+    p = probe(step_seconds_pair=0.0105)  # two at once barely faster than one (1.05x the work per second)
+    predictions = pm.predict_all(p, pm.link_of(p), [1, 2], epochs=5, epochs_to_target=5)
+    choice = pm.recommend(predictions)
+    assert choice.strategy == "single"
+    assert "two workers on this host step at 10.5 ms against 5.0 ms alone" in pm.reason(choice, predictions, p, pm.link_of(p))
+
+
+def test_plain_rare_averaging_is_not_recommended_but_the_outer_optimizer_is():
+    p = probe(step_seconds_alone=0.1, step_seconds_pair=0.1, one_host=False, link_measured="peers",
+              per_byte_seconds=8e-7, weight_bytes=9_100_000, gradient_bytes=9_100_000, train_examples=256_000)
+    predictions = [q for q in pm.predict_all(p, pm.link_of(p), [2], epochs=20, epochs_to_target=20)
+                   if q.strategy != "average"]  # (as if one-shot averaging were known not to work)
+    choice = pm.recommend(predictions)
+    assert choice.strategy == "localsgd" and choice.options["sync_every"] == 512
+    assert choice.options["outer_optimizer"] == "nesterov"
+    # int8 is the fastest; float16 is within 5 % of it and loses less, so it is the advice
+    fastest = min(predictions, key=pm.cost_of)
+    assert fastest.options["allreduce_dtype"] == "int8" and choice.options["allreduce_dtype"] == "float16"
+    assert pm.cost_of(choice) <= pm.cost_of(fastest) * 1.05
+    assert "localsgd H=512 float16 nesterov <-" in pm.table(predictions, choice)
+    assert not math.isclose(pm.cost_of(choice), pm.cost_of(fastest))
+
+
+def test_the_probe_round_trips_through_json():
+    p = probe()
+    assert pm.Probe.from_dict({**p.to_dict(), "unknown": 1}) == p
