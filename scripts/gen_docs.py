@@ -43,9 +43,9 @@ def values_page():
             + values_table.table())
 
 
-def stage_help(stage):
+def stage_help(stage, module_name="main"):
     """The stage's `--help` text, as its console script prints it."""
-    module = importlib.import_module(f"disttrain_{stage}.main")
+    module = importlib.import_module(f"disttrain_{stage}.{module_name}")
     out = io.StringIO()
     old = os.environ.get("COLUMNS")
     os.environ["COLUMNS"] = HELP_COLUMNS
@@ -71,6 +71,8 @@ def cli_page():
              "2 for bad input, 3 for a timeout, 4 when the aggregator's quality gate refuses the model.\n"]
     for stage in STAGES:
         parts.append(f"## disttrain-{stage}\n\n```text\n{stage_help(stage)}```\n")
+        if stage == "trainer":  # the strategy advisor: the trainer's flags and its own
+            parts.append(f"## disttrain-advise\n\n```text\n{stage_help('trainer', 'advise')}```\n")
     return "\n".join(parts)
 
 

@@ -63,6 +63,9 @@ def parse_args(argv=None):
                    help="also write the probe, every prediction and the recommendation to PATH (JSON)")
     g.add_argument("--from-probe", metavar="JSON",
                    help="no probe: take the measurements from an earlier --json file (predict another link or target)")
+    g.add_argument("--local-probe", action="store_true",
+                   help="probe with two processes on this host even when --service or --host-pattern names the "
+                        "workers (a run of one worker: there is no second pod to measure a link with)")
     g.add_argument("--never-fail", action="store_true",
                    help="print a failed probe as 'no advice' and exit 0 (the chart's step before training: the run "
                         "goes on whatever happens here)")
@@ -100,7 +103,7 @@ def free_ports(count):
 
 
 def peer_mode(args):
-    return bool(args.service or args.host_pattern)
+    return bool(args.service or args.host_pattern) and not args.local_probe
 
 
 def run_probe(args, argv):

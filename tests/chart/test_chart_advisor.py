@@ -1,0 +1,62 @@
+"""The advisor's step before training (advisor.enabled): an init container of the trainer pods that runs
+disttrain-advise with the trainer's own flags, never fails the run, and is named in NOTES.txt."""
+
+from chartlib import CHART, NAMESPACE, RELEASE, arg, helm, one, pod_spec, render, render_error, stage_of, values_args
+
+
+def trainer_spec(docs):
+    return pod_spec(one([d for d in docs if stage_of(d) == "trainer"], "Job"))
+
+
+def test_off_by_default():
+    names = [c["name"] for c in trainer_spec(render())["initContainers"]]
+    assert "advisor" not in names
+
+
+def test_enabled_runs_the_advisor_with_the_trainer_flags_after_the_waits():
+    spec = trainer_spec(render(sets=("advisor.enabled=true", "advisor.linkMbit=50", "advisor.epochsToTarget=3",
+                                     "strategy=localsgd", "syncEvery=64", "workers=3")))
+    inits = {c["name"]: c for c in spec["initContainers"]}
+    assert list(inits)[-1] == "advisor" and list(inits)[0] == "wait-for-copier"
+    advisor, trainer = inits["advisor"], spec["containers"][0]
+    assert advisor["args"] == trainer["args"]  # the same run: data, model, batch, threads, cluster names
+    assert advisor["image"] == trainer["image"] and advisor["resources"] == trainer["resources"]
+    assert advisor["securityContext"] == trainer["securityContext"]
+    assert advisor["volumeMounts"] == trainer["volumeMounts"] and advisor["env"] == trainer["env"]
+    command = advisor["command"]
+    assert command[0] == "disttrain-advise" and "--never-fail" in command and "--local-probe" not in command
+    assert arg(advisor | {"args": command}, "--budget-seconds") == "60"
+    assert arg(advisor | {"args": command}, "--link-mbit") == "50"
+    assert arg(advisor | {"args": command}, "--epochs-to-target") == "3"
+
+
+def test_the_rendered_command_is_accepted_by_the_real_parser():
+    from disttrain_trainer.advise import parse_args
+
+    spec = trainer_spec(render(sets=("advisor.enabled=true", "strategy=multiworker", "advisor.budgetSeconds=30")))
+    advisor = next(c for c in spec["initContainers"] if c["name"] == "advisor")
+    args = parse_args(advisor["command"][1:] + advisor["args"])
+    assert (args.never_fail, args.budget_seconds, args.strategy, args.local_probe) == (True, 30, "multiworker", False)
+    assert args.service  # pods 0 and 1 probe the link between them
+
+
+def test_one_worker_probes_inside_its_own_pod():
+    spec = trainer_spec(render(sets=("advisor.enabled=true", "workers=1")))
+    advisor = next(c for c in spec["initContainers"] if c["name"] == "advisor")
+    assert "--local-probe" in advisor["command"]
+
+
+def test_notes_say_how_to_read_the_advice():
+    def notes(*sets):
+        return helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run",
+                    *values_args("defaults", sets=sets)).stdout
+
+    on = notes("advisor.enabled=true")
+    assert f"kubectl logs -n {NAMESPACE} -c advisor -l batch.kubernetes.io/job-name=" in on
+    assert "batch.kubernetes.io/job-completion-index=0" in on and '"advice: ..."' in on
+    assert "-c advisor" not in notes()
+
+
+def test_bad_values_are_refused_by_the_schema():
+    assert "budgetSeconds" in render_error(sets=("advisor.enabled=true", "advisor.budgetSeconds=5"))
+    assert "linkMbit" in render_error(sets=("advisor.linkMbit=0",))
