@@ -361,8 +361,13 @@ def reason(choice, predictions, probe, link):
         if not pair:
             return f"no second worker could be predicted ({where})"
         best_pair = min(pair, key=cost_of)
-        why = f"the best {best_pair.workers}-worker option ({best_pair.label()}) is predicted at " \
-              f"{cost_of(best_pair) / cost_of(single):.2f}x one worker's time"
+        ratio = cost_of(best_pair) / cost_of(single)
+        if ratio < 1:
+            why = f"the best option with more workers ({best_pair.label()}, {best_pair.workers} workers) would save " \
+                  f"only {100 * (1 - ratio):.0f} % of the time"
+        else:
+            why = f"the best option with more workers ({best_pair.label()}, {best_pair.workers} workers) is predicted " \
+                  f"{100 * (ratio - 1):.0f} % slower"
         if probe.one_host and probe.step_seconds_pair:
             why += f" (two workers on this host step at {probe.step_seconds_pair * 1000:.1f} ms against " \
                    f"{probe.step_seconds_alone * 1000:.1f} ms alone)"

@@ -1,0 +1,205 @@
+#!/usr/bin/env python3
+"""How right the strategy advisor is: its predictions against the time-to-accuracy benchmark's measured rows.
+
+For each task of bench/results/time_to_accuracy.json it copies the task's data (the copier, into a
+temporary directory) and runs one advisor probe on this host (`disttrain-advise --json`, the task's model
+and batch); then for each (task, link) group of rows it runs the advisor again from that probe with the
+group's link (`--from-probe ... --link-mbit L`; loopback: the link the probe measured) and prints, per
+measured row, the predicted against the measured seconds per epoch and the relative error
+((predicted - measured) / measured), and whether the advisor's recommendation is the fastest measured
+strategy to the target, or within 5 % of it. Writes bench/results/advisor_accuracy.json.
+
+Which configuration a row is: its strategy, workers and options (sync_every, allreduce_dtype,
+outer_optimizer), predicted with disttrain_trainer.perfmodel; "ceiling" (two processes that never talk) is
+predicted as `average` and never recommended. The epochs to the target given to the advisor are those of
+the group's 1-worker row: the fraction of its run at which it reached the target (time to target / wall
+time) times its epochs.
+
+Run it on the host and in the same sitting as the benchmark it checks (the probe measures this host).
+"""
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+
+from common import BIN, RESULTS, machine_facts
+
+from disttrain_contract import atomic_write_json
+from disttrain_trainer import perfmodel
+
+# task name in the results -> (copier source, trainer flags). --task adds or replaces one.
+TASKS = {
+    "movie-reviews": ("sample:movie-reviews", []),
+    "text": ("sample:movie-reviews", []),
+    "digits": ("sample:digits", []),
+    "mobilenetv2": ("sample:digits", ["--model", "mobilenetv2", "--image-size", "32"]),
+    "resnet50": ("sample:digits", ["--model", "resnet50", "--image-size", "32"]),
+}
+# options of a row that shape the probe (the same flags as the trainer's)
+PROBE_OPTIONS = ("batch", "threads", "model", "image_size", "optimizer", "steps_per_call", "width")
+WITHIN = 0.05  # the recommendation counts as right within 5 % of the fastest measured time to the target
+
+
+def read_rows(path):
+    try:
+        with open(path) as fh:
+            data = json.load(fh)
+    except FileNotFoundError:
+        sys.exit(f"error: no benchmark results at {path}: run the time-to-accuracy benchmark first")
+    except ValueError as err:
+        sys.exit(f"error: {path} is not JSON: {err}")
+    rows = data if isinstance(data, list) else data.get("rows") or (data.get("results") or {}).get("rows")
+    if not isinstance(rows, list) or not rows:
+        sys.exit(f"error: {path} has no rows (a list, or an object with rows or results.rows)")
+    for i, row in enumerate(rows):
+        missing = [k for k in ("task", "link", "strategy", "workers", "seconds_per_epoch") if k not in row]
+        if missing:
+            sys.exit(f"error: {path}: row {i} has no {', '.join(missing)}")
+    return rows
+
+
+def flag_args(options):
+    """The probe-shaping options of a row as trainer flags."""
+    out = []
+    for key in PROBE_OPTIONS:
+        if options.get(key) is not None:
+            out += [f"--{key.replace('_', '-')}", str(options[key])]
+    return out
+
+
+def epochs_to_target(rows):
+    """The group's 1-worker epochs to the target, or None when it did not reach it."""
+    single = next((r for r in rows if r["strategy"] == "single" and r.get("reached")), None)
+    if single is None or not single.get("wall_seconds") or not single.get("epochs"):
+        return None
+    return max(single["time_to_target_seconds"] / single["wall_seconds"] * single["epochs"], 0.1)
+
+
+def advise(args, extra, timeout):
+    result = subprocess.run([os.path.join(BIN, "disttrain-advise"), *args, *extra], capture_output=True, text=True,
+                            timeout=timeout)
+    if result.returncode != 0:
+        sys.exit(f"error: disttrain-advise {' '.join(args)} exited {result.returncode}: {result.stderr.strip()[-500:]}")
+    return result.stdout
+
+
+def predicted_row(probe, link, row, epochs, target):
+    """(the Prediction of a measured row, None) or (None, why it cannot be predicted)."""
+    strategy = "average" if row["strategy"] == "ceiling" else row["strategy"]  # two processes that never talk
+    try:
+        return perfmodel.predict(probe, link, strategy, int(row["workers"]), row.get("options") or {}, epochs,
+                                 target), None
+    except perfmodel.ModelError as err:
+        return None, str(err)
+
+
+def check_group(rows, recommendation):
+    """(the fastest measured strategy row, the best measured row of the recommended strategy, verdict)."""
+    reached = [r for r in rows if r.get("reached") and r["strategy"] != "ceiling" and r.get("time_to_target_seconds")]
+    if not reached:
+        return None, None, "no row reached the target"
+    fastest = min(reached, key=lambda r: r["time_to_target_seconds"])
+    same = [r for r in reached if r["strategy"] == recommendation["strategy"] and int(r["workers"]) == recommendation["workers"]]
+    if not same:
+        return fastest, None, f"{recommendation['strategy']} with {recommendation['workers']} worker(s) was not measured"
+    best = min(same, key=lambda r: r["time_to_target_seconds"])
+    ratio = best["time_to_target_seconds"] / fastest["time_to_target_seconds"]
+    verdict = "fastest" if best is fastest else (f"within {100 * (ratio - 1):.1f} % of the fastest" if ratio <= 1 + WITHIN
+                                                 else f"{100 * (ratio - 1):.0f} % slower than the fastest")
+    return fastest, best, verdict
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--results", default=os.path.join(RESULTS, "time_to_accuracy.json"), help="the benchmark's rows")
+    p.add_argument("--out", default=os.path.join(RESULTS, "advisor_accuracy.json"), help="where this writes")
+    p.add_argument("--budget-seconds", type=float, default=60, help="each probe's budget (default 60)")
+    p.add_argument("--task", action="append", default=[], metavar="NAME=SOURCE [FLAGS]",
+                   help="the copier source and trainer flags of a task name of the results, e.g. "
+                        "'mobilenetv2=sample:digits --model mobilenetv2 --image-size 64' (repeatable)")
+    args = p.parse_args()
+    tasks = dict(TASKS)
+    for spec in args.task:
+        name, _, rest = spec.partition("=")
+        words = shlex.split(rest)
+        if not name or not words:
+            sys.exit(f"error: --task {spec!r}: expected NAME=SOURCE [FLAGS]")
+        tasks[name] = (words[0], words[1:])
+    rows = read_rows(args.results)
+    unknown = sorted({r["task"] for r in rows} - set(tasks))
+    if unknown:
+        sys.exit(f"error: no copier source for task(s) {', '.join(unknown)}: give --task NAME=SOURCE [FLAGS]")
+
+    out_rows, groups = [], []
+    with tempfile.TemporaryDirectory(prefix="advisor-accuracy-") as scratch:
+        for task in sorted({r["task"] for r in rows}):
+            task_rows = [r for r in rows if r["task"] == task]
+            source, flags = tasks[task]
+            workdir = os.path.join(scratch, task)
+            copier = subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "2",
+                                     "--workdir", workdir], capture_output=True, text=True)
+            if copier.returncode != 0:
+                sys.exit(f"error: the copier failed on {source}: {copier.stderr.strip()[-500:]}")
+            single = next((r for r in task_rows if r["strategy"] == "single"), task_rows[0])
+            epochs = int(single.get("epochs") or 1)
+            probe_path = os.path.join(scratch, f"{task}.probe.json")
+            print(f"== {task}: probing ({source} {' '.join(flags)}) ...", flush=True)
+            advise(["--workdir", workdir, "--json", probe_path, "--budget-seconds", f"{args.budget_seconds:g}",
+                    "--epochs", str(epochs), *flags, *flag_args(single.get("options") or {})], [],
+                   timeout=args.budget_seconds + 60)
+            with open(probe_path) as fh:
+                probe = perfmodel.Probe.from_dict(json.load(fh)["probe"])
+            for link_name in sorted({r["link"] for r in task_rows if r["strategy"] != "single"} or {"loopback"}):
+                group = [r for r in task_rows if r["link"] == link_name]
+                if not any(r["strategy"] == "single" for r in group):  # one worker sends nothing: any link's row
+                    group += [r for r in task_rows if r["strategy"] == "single"][:1]
+                mbit = next((r.get("link_mbit") for r in group if r.get("link_mbit")), None)
+                target = epochs_to_target(group)
+                advice_path = os.path.join(scratch, f"{task}.{link_name}.json")
+                text = advise(["--from-probe", probe_path, "--json", advice_path, "--epochs", str(epochs),
+                               "--worker-counts", ",".join(str(n) for n in sorted({int(r["workers"]) for r in group} | {1})),
+                               *(["--link-mbit", f"{mbit:g}"] if mbit else []),
+                               *(["--epochs-to-target", f"{target:g}"] if target else [])], [], timeout=120)
+                with open(advice_path) as fh:
+                    recommendation = json.load(fh)["recommendation"]
+                link = perfmodel.link_of(probe, mbit)
+                print(f"-- {task}, {link_name}:", flush=True)
+                for row in group:
+                    predicted, why = predicted_row(probe, link, row, epochs, target)
+                    measured = row["seconds_per_epoch"]
+                    error = None if predicted is None or not measured else (predicted.seconds_per_epoch - measured) / measured
+                    label = f"{row['strategy']} x{row['workers']} {json.dumps(row.get('options') or {}, sort_keys=True)}"
+                    shown = f"{predicted.seconds_per_epoch:8.3f}" if predicted else f"  ({why})"
+                    print(f"   {label:70} predicted {shown} s/epoch, measured {measured:8.3f}"
+                          + (f", error {100 * error:+6.1f} %" if error is not None else ""), flush=True)
+                    out_rows.append({"task": task, "link": link_name, "strategy": row["strategy"], "workers": row["workers"],
+                                     "options": row.get("options") or {}, "measured_seconds_per_epoch": measured,
+                                     "predicted_seconds_per_epoch": predicted.seconds_per_epoch if predicted else None,
+                                     "relative_error": error, "not_predicted": why})
+                fastest, best, verdict = check_group(group, recommendation)
+                print(f"   advice: {text.strip().splitlines()[-1][len('advice: '):]}", flush=True)
+                print(f"   the advice against the measurements: {verdict}"
+                      + (f" (fastest measured: {fastest['strategy']} x{fastest['workers']}, "
+                         f"{fastest['time_to_target_seconds']:.1f} s)" if fastest else ""), flush=True)
+                groups.append({"task": task, "link": link_name, "epochs_to_target": target,
+                               "recommendation": recommendation, "verdict": verdict,
+                               "fastest_measured": fastest, "recommended_measured": best})
+    errors = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None]
+    summary = {"rows": len(out_rows), "max_abs_relative_error": max(errors) if errors else None,
+               "rows_within_15_percent": sum(e <= 0.15 for e in errors),
+               "groups_recommendation_right": sum(g["verdict"].startswith(("fastest", "within")) for g in groups),
+               "groups": len(groups)}
+    print(f"== {summary['rows_within_15_percent']} of {len(errors)} predicted rows within 15 %; the advice right in "
+          f"{summary['groups_recommendation_right']} of {len(groups)} (task, link) groups", flush=True)
+    atomic_write_json(args.out, {"benchmark": "advisor_accuracy", "results_file": os.path.abspath(args.results),
+                                 "machine": machine_facts(), "config": {"budget_seconds": args.budget_seconds},
+                                 "results": {"rows": out_rows, "groups": groups, "summary": summary}})
+    print(f"-> {args.out}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""bench/advisor_accuracy.py on a small hand-made results file (the shape of the time-to-accuracy benchmark's
+rows): a real copier, a real advisor probe on this host, the predictions against the rows per (task, link)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytestmark = pytest.mark.slow
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def row(link, strategy, workers, seconds_per_epoch, time_to_target, reached=True, **options):
+    mbit = {"loopback": None, "10mbit": 10}[link]
+    return {"task": "digits", "link": link, "link_mbit": mbit, "strategy": strategy, "workers": workers,
+            "options": {"batch": 64, "threads": 1, **options}, "target": 0.95, "metric": "accuracy",
+            "reached": reached, "time_to_target_seconds": time_to_target if reached else None, "cap_seconds": 120,
+            "wall_seconds": 14.0, "seconds_per_epoch": seconds_per_epoch, "final_metric": 0.97, "epochs": 10,
+            "status": "reached" if reached else "capped"}
+
+
+@pytest.fixture
+def results_file(tmp_path):
+    rows = [
+        row("loopback", "single", 1, 0.030, 9.0),
+        row("loopback", "ceiling", 2, 0.017, 8.0),
+        row("loopback", "average", 2, 0.017, 8.1),
+        row("loopback", "localsgd", 2, 0.020, 8.3, sync_every=32, outer_optimizer="nesterov", allreduce_dtype="int8"),
+        row("loopback", "multiworker", 2, 0.045, 10.5),
+        row("10mbit", "single", 1, 0.030, 9.0),
+        row("10mbit", "localsgd", 2, 0.150, 12.0, sync_every=32, allreduce_dtype="float32"),
+        row("10mbit", "multiworker", 2, 1.500, 0, reached=False),
+    ]
+    path = tmp_path / "time_to_accuracy.json"
+    path.write_text(json.dumps({"benchmark": "time_to_accuracy", "results": {"rows": rows}}))
+    return path
+
+
+def test_predicted_against_measured_per_row_and_the_advice_per_group(results_file, tmp_path):
+    out = tmp_path / "advisor_accuracy.json"
+    result = subprocess.run([sys.executable, "bench/advisor_accuracy.py", "--results", results_file, "--out", out,
+                             "--budget-seconds", "25"], cwd=ROOT, capture_output=True, text=True, timeout=150)
+    assert result.returncode == 0, result.stdout + result.stderr
+    text = result.stdout
+    assert "-- digits, 10mbit:" in text and "-- digits, loopback:" in text
+    assert text.count(" error ") == 8, text  # every row predicted, with its relative error
+    assert text.count("the advice against the measurements: ") == 2
+    document = json.loads(out.read_text())["results"]
+    rows = {(r["link"], r["strategy"]): r for r in document["rows"]}
+    for r in document["rows"]:
+        assert r["relative_error"] == pytest.approx(
+            (r["predicted_seconds_per_epoch"] - r["measured_seconds_per_epoch"]) / r["measured_seconds_per_epoch"])
+    # the same configuration costs more on the slow link: a float32 sync of the weights every 32 steps
+    assert rows[("10mbit", "localsgd")]["predicted_seconds_per_epoch"] > rows[("loopback", "localsgd")]["predicted_seconds_per_epoch"]
+    groups = {g["link"]: g for g in document["groups"]}
+    assert groups["10mbit"]["recommendation"]["strategy"] != "multiworker"
+    # the 1-worker row reached the target 9 s into its 14 s run of 10 epochs
+    assert groups["loopback"]["epochs_to_target"] == pytest.approx(9.0 / 14.0 * 10)
+    assert document["summary"]["rows"] == 8 and document["summary"]["groups"] == 2
+
+
+def test_a_results_file_without_rows_is_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"results": {}}))
+    result = subprocess.run([sys.executable, "bench/advisor_accuracy.py", "--results", bad, "--out", tmp_path / "o.json"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1 and result.stderr.strip().startswith("error: ") and "has no rows" in result.stderr
+    assert not (tmp_path / "o.json").exists()
