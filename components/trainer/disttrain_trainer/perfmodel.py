@@ -278,7 +278,7 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
     note = ""
     if strategy == "localsgd" and options.get("outer_optimizer", "none") == "none" and \
             options.get("sync_every", 32) > PLAIN_SYNC_RISK:
-        note = "plain averaging this rarely can lose accuracy (batch-norm models): add --outer-optimizer nesterov"
+        note = "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov"
     if strategy == "average":
         note = "one average at the end: accuracy as one-shot averaging gives it (check with --validation-fraction)"
     return Prediction(strategy, workers, options, total, compute, comm, one, to_target, note)
