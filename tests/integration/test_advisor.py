@@ -70,3 +70,23 @@ def test_help_names_the_advisor_flags():
     for flag in ("--budget-seconds", "--link-mbit", "--epochs-to-target", "--json", "--from-probe", "--model-file"):
         assert flag in result.stdout
     assert "--probe-worker" not in result.stdout
+
+
+@pytest.mark.long
+def test_two_workers_named_by_a_host_pattern_probe_the_link_between_them(cancer_data):
+    """As on Kubernetes (--service names the pods): worker 0 and worker 1 each run one probe process, on the link
+    their addresses name (here loopback ports); worker 0 prints the advice, worker 1 only takes part."""
+    from stages import free_port_block
+
+    port = free_port_block(2)
+    common = ["--data", cancer_data, "--threads", "1", "--host-pattern", "127.0.0.1:{index_port}", "--port", port,
+              "--budget-seconds", BUDGET]
+    second = subprocess.Popen([os.path.join(BIN, "disttrain-advise"), *map(str, common), "--worker-index", "1"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    first = advise(*common, "--worker-index", 0)
+    out, err = second.communicate(timeout=BUDGET + 30)
+    assert first.returncode == 0 and second.returncode == 0, first.stderr + err
+    assert "two hosts" in first.stdout and "measured" in first.stdout and "\nadvice: " in first.stdout
+    assert "this worker took part in the probe" in out and "advice:" not in out
+    third = advise(*common, "--worker-index", 2, timeout=30)  # a third worker has nothing to probe
+    assert third.returncode == 0 and "the advice is in worker 0's log" in third.stdout

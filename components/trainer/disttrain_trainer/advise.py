@@ -113,8 +113,8 @@ def run_probe(args, argv):
     if peer_mode(args):
         index = args.worker_index or 0
         if index >= 2:
-            print(f"disttrain-advise: pods 0 and 1 probe the link; the advice is in pod 0's log (this is pod {index})",
-                  flush=True)
+            print(f"disttrain-advise: workers 0 and 1 probe the link; the advice is in worker 0's log (this is worker "
+                  f"{index})", flush=True)
             return None
         pattern = args.host_pattern or cluster.default_host_pattern(args.service)
         try:
@@ -157,7 +157,7 @@ def run_probe(args, argv):
         if procs[0].returncode != 0:
             raise StageTimeout(f"the probe did not finish within {args.budget_seconds:g} s (last: "
                                f"{last_lines.get(indexes[0], 'nothing')})")
-        print("disttrain-advise: this pod took part in the probe; the advice is in pod 0's log", flush=True)
+        print("disttrain-advise: this worker took part in the probe; the advice is in worker 0's log", flush=True)
         return None
     if 0 not in outputs:
         stuck = "; ".join(f"worker {i}: {last_lines.get(i, 'no output')}" for i in indexes)
