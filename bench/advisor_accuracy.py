@@ -118,6 +118,9 @@ def main():
     p.add_argument("--results", default=os.path.join(RESULTS, "time_to_accuracy.json"), help="the benchmark's rows")
     p.add_argument("--out", default=os.path.join(RESULTS, "advisor_accuracy.json"), help="where this writes")
     p.add_argument("--budget-seconds", type=float, default=60, help="each probe's budget (default 60)")
+    p.add_argument("--probe", action="append", default=[], metavar="NAME=PATH",
+                   help="use this earlier `disttrain-advise --json` file as task NAME's probe (no copier, no new probe; "
+                        "repeatable)")
     p.add_argument("--task", action="append", default=[], metavar="NAME=SOURCE [FLAGS]",
                    help="the copier source and trainer flags of a task name of the results, e.g. "
                         "'mobilenetv2=sample:digits --model mobilenetv2 --image-size 64' (repeatable)")
@@ -129,8 +132,14 @@ def main():
         if not name or not words:
             sys.exit(f"error: --task {spec!r}: expected NAME=SOURCE [FLAGS]")
         tasks[name] = (words[0], words[1:])
+    probes = {}
+    for spec in args.probe:
+        name, _, path = spec.partition("=")
+        if not name or not os.path.isfile(path):
+            sys.exit(f"error: --probe {spec!r}: expected NAME=PATH of an existing file")
+        probes[name] = os.path.abspath(path)
     rows = read_rows(args.results)
-    unknown = sorted({r["task"] for r in rows} - set(tasks))
+    unknown = sorted({r["task"] for r in rows} - set(tasks) - set(probes))
     if unknown:
         sys.exit(f"error: no copier source for task(s) {', '.join(unknown)}: give --task NAME=SOURCE [FLAGS]")
 
@@ -138,19 +147,22 @@ def main():
     with tempfile.TemporaryDirectory(prefix="advisor-accuracy-") as scratch:
         for task in sorted({r["task"] for r in rows}):
             task_rows = [r for r in rows if r["task"] == task]
-            source, flags = tasks[task]
-            workdir = os.path.join(scratch, task)
-            copier = subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "2",
-                                     "--workdir", workdir], capture_output=True, text=True)
-            if copier.returncode != 0:
-                sys.exit(f"error: the copier failed on {source}: {copier.stderr.strip()[-500:]}")
             single = next((r for r in task_rows if r["strategy"] == "single"), task_rows[0])
             epochs = int(single.get("epochs") or 1)
-            probe_path = os.path.join(scratch, f"{task}.probe.json")
-            print(f"== {task}: probing ({source} {' '.join(flags)}) ...", flush=True)
-            advise(["--workdir", workdir, "--json", probe_path, "--budget-seconds", f"{args.budget_seconds:g}",
-                    "--epochs", str(epochs), *flags, *flag_args(single.get("options") or {})], [],
-                   timeout=args.budget_seconds + 60)
+            probe_path = probes.get(task) or os.path.join(scratch, f"{task}.probe.json")
+            if task in probes:
+                print(f"== {task}: the probe of {probe_path}", flush=True)
+            else:
+                source, flags = tasks[task]
+                workdir = os.path.join(scratch, task)
+                copier = subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "2",
+                                         "--workdir", workdir], capture_output=True, text=True)
+                if copier.returncode != 0:
+                    sys.exit(f"error: the copier failed on {source}: {copier.stderr.strip()[-500:]}")
+                print(f"== {task}: probing ({source} {' '.join(flags)}) ...", flush=True)
+                advise(["--workdir", workdir, "--json", probe_path, "--budget-seconds", f"{args.budget_seconds:g}",
+                        "--epochs", str(epochs), *flags, *flag_args(single.get("options") or {})], [],
+                       timeout=args.budget_seconds + 60)
             with open(probe_path) as fh:
                 probe = perfmodel.Probe.from_dict(json.load(fh)["probe"])
             for link_name in sorted({r["link"] for r in task_rows if r["strategy"] != "single"} or {"loopback"}):

@@ -27,3 +27,21 @@ def diabetes_data(tmp_path_factory):
 @pytest.fixture(scope="session")
 def wine_data(tmp_path_factory):
     return copied(tmp_path_factory, "wine", wine_csv)
+
+
+@pytest.fixture(scope="session")
+def advisor_probe(cancer_data, tmp_path_factory):
+    """One real `disttrain-advise` probe of the cancer table (two TensorFlow processes on loopback, a 25 s budget),
+    shared by the advisor's tests: (the finished process, its wall seconds, the path of its --json file)."""
+    import os
+    import subprocess
+    import time
+
+    from stages import BIN
+
+    out = tmp_path_factory.mktemp("advisor") / "advice.json"
+    started = time.monotonic()
+    result = subprocess.run([os.path.join(BIN, "disttrain-advise"), "--data", str(cancer_data), "--threads", "1",
+                             "--epochs", "5", "--budget-seconds", "25", "--json", str(out)],
+                            capture_output=True, text=True, timeout=60)
+    return result, time.monotonic() - started, out

@@ -1,5 +1,6 @@
 """bench/advisor_accuracy.py on a small hand-made results file (the shape of the time-to-accuracy benchmark's
-rows): a real copier, a real advisor probe on this host, the predictions against the rows per (task, link)."""
+rows), from a real advisor probe of a user's table on this host (conftest.advisor_probe): the predictions against
+the rows per (task, link)."""
 
 import json
 import os
@@ -14,7 +15,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def row(link, strategy, workers, seconds_per_epoch, time_to_target, reached=True, **options):
     mbit = {"loopback": None, "10mbit": 10}[link]
-    return {"task": "digits", "link": link, "link_mbit": mbit, "strategy": strategy, "workers": workers,
+    return {"task": "cancer", "link": link, "link_mbit": mbit, "strategy": strategy, "workers": workers,
             "options": {"batch": 64, "threads": 1, **options}, "target": 0.95, "metric": "accuracy",
             "reached": reached, "time_to_target_seconds": time_to_target if reached else None, "cap_seconds": 120,
             "wall_seconds": 14.0, "seconds_per_epoch": seconds_per_epoch, "final_metric": 0.97, "epochs": 10,
@@ -38,13 +39,15 @@ def results_file(tmp_path):
     return path
 
 
-def test_predicted_against_measured_per_row_and_the_advice_per_group(results_file, tmp_path):
+def test_predicted_against_measured_per_row_and_the_advice_per_group(results_file, advisor_probe, tmp_path):
+    assert advisor_probe[0].returncode == 0, advisor_probe[0].stderr
     out = tmp_path / "advisor_accuracy.json"
     result = subprocess.run([sys.executable, "bench/advisor_accuracy.py", "--results", results_file, "--out", out,
-                             "--budget-seconds", "25"], cwd=ROOT, capture_output=True, text=True, timeout=150)
+                             "--probe", f"cancer={advisor_probe[2]}"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
     text = result.stdout
-    assert "-- digits, 10mbit:" in text and "-- digits, loopback:" in text
+    assert "-- cancer, 10mbit:" in text and "-- cancer, loopback:" in text
     assert text.count(" error ") == 8, text  # every row predicted, with its relative error
     assert text.count("the advice against the measurements: ") == 2
     document = json.loads(out.read_text())["results"]

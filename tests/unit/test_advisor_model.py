@@ -163,3 +163,12 @@ def test_plain_rare_averaging_is_not_recommended_but_the_outer_optimizer_is():
 def test_the_probe_round_trips_through_json():
     p = probe()
     assert pm.Probe.from_dict({**p.to_dict(), "unknown": 1}) == p
+
+
+def test_a_row_without_its_sync_every_gets_the_trainers_default():
+    p = probe()
+    link = pm.link_of(p, mbit=10)
+    assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": None}, epochs=2) == \
+        pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 32}, epochs=2)
+    with pytest.raises(pm.ModelError, match="sync_every must be an integer"):
+        pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 2.5})

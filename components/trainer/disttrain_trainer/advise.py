@@ -18,6 +18,7 @@ index 0 and 1 probe the real link between them (the others print where the advic
 """
 
 import argparse
+import json
 import math
 import os
 import signal
@@ -106,9 +107,9 @@ def peer_mode(args):
     return bool(args.service or args.host_pattern) and not args.local_probe
 
 
-def run_probe(args, argv):
-    """The probe's measurements (a dict from worker 0), or None on a pod that only took part."""
-    launched = time.time()
+def run_probe(args, argv, launched):
+    """The probe's measurements (a dict from worker 0), or None on a worker that only took part.
+    `launched`: when this process started its work (time.time()): the budget counts from there."""
     deadline = launched + args.budget_seconds - KILL_RESERVE_SECONDS
     if peer_mode(args):
         index = args.worker_index or 0
@@ -167,8 +168,6 @@ def run_probe(args, argv):
 
 def relay(proc, index, outputs, last_lines):
     """Read a probe process: its progress lines go to stderr as they come, its RESULT line into `outputs`."""
-    import json
-
     def err_lines():
         for line in proc.stderr:
             line = line.rstrip()
@@ -190,7 +189,9 @@ def probe_of(result, args, manifest, peers):
         weight_bytes=result["weight_bytes"], weight_tensors=result["weight_tensors"],
         gradient_bytes=result["gradient_bytes"], gradient_sparse=result["gradient_sparse"],
         latency_seconds=result["latency_seconds"], per_byte_seconds=result["per_byte_seconds"],
-        link_measured="peers" if peers else "loopback", train_examples=manifest.train_examples, batch=args.batch,
+        link_measured="peers" if peers else "loopback", batch=args.batch,
+        # an epoch's examples (faces: each photo in several augmented views)
+        train_examples=manifest.train_examples * result.get("views", 1),
         steps_per_call=args.steps_per_call, cores=len(os.sched_getaffinity(0)), one_host=not peers,
         startup_seconds=result["startup_seconds"], join_seconds=result["join_seconds"],
         eval_seconds=result["eval_seconds"])
@@ -262,6 +263,7 @@ def advise(args, probe, facts):
 
 
 def main(argv=None):
+    launched = time.time()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
     data_dir = args.data or Workdir(args.workdir).data
@@ -275,7 +277,7 @@ def main(argv=None):
             probe, facts = read_probe(args.from_probe)
         else:
             manifest = Manifest.read(data_dir)
-            result = run_probe(args, argv)
+            result = run_probe(args, argv, launched)
             if result is None:
                 return 0
             probe = probe_of(result, args, manifest, peer_mode(args))

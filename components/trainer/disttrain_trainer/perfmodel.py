@@ -64,6 +64,7 @@ WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1}
 STRATEGIES = ("single", "average", "multiworker", "localsgd", "parameterserver")
 # the strategies whose workers join a cluster at start-up (what --peer-wait waits for)
 CONNECTED = ("multiworker", "localsgd", "parameterserver")
+DEFAULT_SYNC_EVERY = 32  # the trainer's --sync-every default (strategies/options.py)
 SYNC_EVERY = (32, 128, 512)  # localsgd's H: the default, and two more rare (512 ~ the DiLoCo paper's 500)
 WIRE_DTYPES = ("float32", "float16", "int8")
 # Plain averaging (no outer optimizer) more than this many steps apart: the table marks the accuracy risk
@@ -225,7 +226,7 @@ class Prediction:
 def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     """(seconds per epoch, compute part, communication part, one sync's seconds) of `strategy`."""
     options = options or {}
-    if strategy not in STRATEGIES and strategy != "ceiling":
+    if strategy not in STRATEGIES:
         raise ModelError(f"unknown strategy {strategy!r}")
     if strategy == "single" and workers != 1:
         raise ModelError("single is one worker")
@@ -249,14 +250,14 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     steps = steps_per_epoch(probe.train_examples, workers, b)
     t = step_seconds(probe, workers)
     compute = steps * t
-    if strategy in ("single", "average", "ceiling"):
+    if strategy in ("single", "average"):
         return compute, compute, 0.0, 0.0
     if strategy == "multiworker":
         g = gradient_seconds(probe, link, workers, options.get("allreduce_dtype", "float32"))
         calls = steps if probe.gradient_sparse else math.ceil(steps / k)
         comm = steps * g + calls * link.latency_seconds + link.latency_seconds
         return compute + comm, compute, comm, g
-    every = options.get("sync_every", 32)
+    every = options.get("sync_every") or DEFAULT_SYNC_EVERY
     if not isinstance(every, int) or every < 1:
         raise ModelError(f"sync_every must be an integer >= 1, got {every!r}")
     one = sync_seconds(probe, link, workers, options.get("allreduce_dtype", "float32")) + link.latency_seconds
@@ -276,8 +277,8 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
         start = probe.startup_seconds + (probe.join_seconds if strategy in CONNECTED else 0.0)
         to_target = start + epochs_to_target * (total + evaluation)
     note = ""
-    if strategy == "localsgd" and options.get("outer_optimizer", "none") == "none" and \
-            options.get("sync_every", 32) > PLAIN_SYNC_RISK:
+    if strategy == "localsgd" and (options.get("outer_optimizer") or "none") == "none" and \
+            (options.get("sync_every") or DEFAULT_SYNC_EVERY) > PLAIN_SYNC_RISK:
         note = "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov"
     if strategy == "average":
         note = "one average at the end: accuracy as one-shot averaging gives it (check with --validation-fraction)"
