@@ -235,6 +235,7 @@ def advise(args, probe, facts):
         this_run = perfmodel.predict(probe, link, strategy, workers, run_options(args), epochs, target)
     except perfmodel.ModelError:
         pass  # e.g. a connected strategy with no link to predict it on
+    wire_bytes = {dtype: perfmodel.sync_bytes(probe, dtype) for dtype in perfmodel.WIRE_DTYPES}
     basis = f"{args.epochs_to_target:g} epochs to the target" if args.epochs_to_target else f"the run's {epochs} epochs"
     pair = (f", two at once {probe.step_seconds_pair * 1000:.2f} ms each ({'one host' if probe.one_host else 'two hosts'}, "
             f"{probe.cores} cores here)") if probe.step_seconds_pair else ""
@@ -243,8 +244,9 @@ def advise(args, probe, facts):
         + (f" (~{8 / (link.per_byte_seconds * 1e6):,.0f} Mbit/s)" if link.per_byte_seconds > 0 else ""))
     lines = [
         f"probe: {facts.get('task', '?')} task, {probe.train_examples} training examples, batch {probe.batch}; "
-        f"one worker {probe.step_seconds_alone * 1000:.2f} ms per step{pair}; weights {probe.weight_bytes / 1e6:.2f} MB "
-        f"in float32; start-up {probe.startup_seconds:.1f} s, evaluation {probe.eval_seconds:.2f} s; {link_text}",
+        f"one worker {probe.step_seconds_alone * 1000:.2f} ms per step{pair}; weights on the wire "
+        + ", ".join(f"{nbytes / 1e6:.2f} MB in {dtype}" for dtype, nbytes in wire_bytes.items())
+        + f"; start-up {probe.startup_seconds:.1f} s, evaluation {probe.eval_seconds:.2f} s; {link_text}",
         f"predicted seconds per epoch and time for {basis} (fastest first; <- the advice):",
         perfmodel.table(predictions, choice),
     ]
@@ -254,7 +256,7 @@ def advise(args, probe, facts):
     lines.append(f"advice: {choice.label()}, {choice.workers} worker{'s' if choice.workers > 1 else ''}: {sentence}.")
     document = {
         "probe": probe.to_dict(), "facts": {**facts, "workers": workers},
-        "link": None if link is None else vars(link), "epochs": epochs, "epochs_to_target": args.epochs_to_target,
+        "link": None if link is None else vars(link), "wire_bytes": wire_bytes, "epochs": epochs, "epochs_to_target": args.epochs_to_target,
         "worker_counts": counts, "predictions": [p.to_dict() for p in predictions],
         "recommendation": {**choice.to_dict(), "label": choice.label(), "reason": sentence},
         "this_run": None if this_run is None else this_run.to_dict(),
