@@ -103,6 +103,18 @@ def _own_cpu_sec():
     return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
 
 
+def cpu_mark():
+    """Now, for other_processes_cores: (monotonic time, machine CPU seconds, this process's and its waited children's)."""
+    return time.monotonic(), _machine_cpu_sec(), _own_cpu_sec()
+
+
+def other_processes_cores(mark):
+    """What every other process on the machine used since `mark` (cpu_mark()), in cores on average."""
+    wall = time.monotonic() - mark[0]
+    machine_cpu, own_cpu = _machine_cpu_sec() - mark[1], _own_cpu_sec() - mark[2]
+    return max(0.0, machine_cpu - own_cpu) / max(wall, 1e-9)
+
+
 def machine_snapshot():
     with open("/proc/meminfo") as fh:
         mem = {line.split(":")[0]: int(line.split()[1]) for line in fh if line.split(":")[0] in ("MemTotal", "MemAvailable")}
@@ -134,7 +146,7 @@ class Bench:
     def __enter__(self):
         self.started = time.monotonic()
         self.before = machine_snapshot()
-        self.cpu_before = (_machine_cpu_sec(), _own_cpu_sec())
+        self.cpu_before = cpu_mark()
         print(f"[{self.name}] start {self.before['time_utc']} load {self.before['loadavg_1_5_15']} quick={QUICK}", file=sys.stderr, flush=True)
         return self
 
@@ -143,10 +155,9 @@ class Bench:
             return False
         after = machine_snapshot()
         wall = time.monotonic() - self.started
-        machine_cpu = _machine_cpu_sec() - self.cpu_before[0]
-        own_cpu = _own_cpu_sec() - self.cpu_before[1]
-        # what everything else on the machine used meanwhile, in cores on average
-        other_cores = max(0.0, machine_cpu - own_cpu) / max(wall, 1e-9)
+        machine_cpu = _machine_cpu_sec() - self.cpu_before[1]
+        own_cpu = _own_cpu_sec() - self.cpu_before[2]
+        other_cores = other_processes_cores(self.cpu_before)  # what everything else on the machine used meanwhile
         busy = other_cores > BUSY_CPU
         provisional = QUICK or busy
         why = []

@@ -16,16 +16,16 @@ Movie reviews, 5 epochs, batch 64 per worker, one TensorFlow thread per worker, 
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
 
+import netns
 from common import BIN, Bench, command_line, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured
 from disttrain_contract.layout import REPORT_FILE
 from disttrain_contract.report import Report
 
 NAMESPACES = ("dtbench-w0", "dtbench-w1")
-ADDRESSES = ("10.233.0.1", "10.233.0.2")
+ADDRESSES = (netns.address(0), netns.address(1))
 RATES = ("10gbit", "1gbit", "50mbit")
 # (label, strategy, extra flags): local SGD at its default H, and averaging once at the end of the
 # run (H longer than the run's 400 steps) with float16 on the wire: what a slow link calls for
@@ -34,28 +34,13 @@ STRATEGIES = (("multiworker", "multiworker", []), ("localsgd", "localsgd", []),
 SOURCE, EPOCHS, BATCH, PORT = "sample:movie-reviews", 5, 64, 24100
 
 
-def sh(*cmd):
-    subprocess.run(list(cmd), check=True, capture_output=True, text=True)
-
-
 def teardown():
-    for ns in NAMESPACES:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    netns.teardown(NAMESPACES)
 
 
 def setup(rate):
     """Two namespaces, one veth pair between them, both ends shaped to `rate`."""
-    teardown()
-    for ns in NAMESPACES:
-        sh("ip", "netns", "add", ns)
-        sh("ip", "-n", ns, "link", "set", "lo", "up")
-    sh("ip", "link", "add", "dtb0", "netns", NAMESPACES[0], "type", "veth", "peer", "name", "dtb1", "netns", NAMESPACES[1])
-    for ns, dev, addr in zip(NAMESPACES, ("dtb0", "dtb1"), ADDRESSES):
-        sh("ip", "-n", ns, "addr", "add", f"{addr}/24", "dev", dev)
-        sh("ip", "-n", ns, "link", "set", dev, "up")
-        # burst: at least rate/HZ bytes (tbf needs it to reach the rate); latency: queue bound
-        burst = {"10gbit": "4mb", "1gbit": "512kb", "50mbit": "64kb"}[rate]
-        sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", burst, "latency", "100ms")
+    netns.pair(NAMESPACES, rate)
 
 
 def train(workdir, out, strategy, extra, namespaced):
@@ -72,7 +57,7 @@ def train(workdir, out, strategy, extra, namespaced):
         env = dict(os.environ)
         if namespaced:
             env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
-            cmd = ["ip", "netns", "exec", NAMESPACES[i], *cmd]
+            cmd = netns.exec_in(NAMESPACES[i], cmd)
         procs.append(start(cmd, os.path.join(out + f"-{i}.log"), env=env))
     usage = [wait_measured(p, timeout=3600) for p in procs]
     wall = time.monotonic() - started

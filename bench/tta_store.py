@@ -1,0 +1,91 @@
+"""The time-to-accuracy benchmark's rows: when a run first reached its target, and the resumable file
+they are kept in (bench/results/time_to_accuracy.json). No TensorFlow, no processes: unit-tested
+(tests/unit/test_time_to_accuracy.py).
+
+A row is one (task, link, strategy, workers, options) run; `row_key` is its identity. The file is
+    {"benchmark", "machine": {...facts of the host, as every result file...}, "config", "rows": [row, ...]}
+and is rewritten whole (temporary file, then rename) each time a row finishes, so an interrupted
+benchmark keeps every row it finished and a rerun skips them (`RowStore.done`).
+"""
+
+import json
+import os
+
+# a row that needs no rerun; "failed" and "not available" rows are run again (a fixed trainer, new flags)
+FINAL_STATUSES = ("ok", "capped")
+
+
+def row_key(row):
+    """The identity of a row: rows with equal keys measure the same thing."""
+    return (row["task"], row["link"], row["strategy"], int(row["workers"]), json.dumps(row.get("options") or {}, sort_keys=True))
+
+
+def first_reach(curve, target, higher_is_better=True):
+    """Seconds at which the held-out metric first reached `target`, or None.
+
+    curve: [(seconds since the run's start, metric), ...] in the order the evaluations happened
+    (a metric of None, an evaluation that failed to give one, never counts). "Reached" means at
+    least the target (at most, for a metric where lower is better), so a run that touches the
+    target and falls back counts from its first touch: that model existed, and was checkpointed."""
+    for seconds, value in curve:
+        if value is None:
+            continue
+        if (value >= target) if higher_is_better else (value <= target):
+            return seconds
+    return None
+
+
+def outcome(curve, target, capped, higher_is_better=True):
+    """(reached, time_to_target_seconds, status) of a run that did not fail. A run stopped at its cap
+    before reaching the target is "capped"; one that reached it (before the cap, or having finished
+    its epochs without) is "ok"."""
+    seconds = first_reach(curve, target, higher_is_better)
+    if seconds is not None:
+        return True, seconds, "ok"
+    return False, None, "capped" if capped else "ok"
+
+
+class RowStore:
+    """The rows on disk. `put` adds or replaces a row (same key) and rewrites the file atomically."""
+
+    def __init__(self, path, machine=None, config=None, benchmark="time_to_accuracy"):
+        self.path = path
+        self.doc = {"benchmark": benchmark, "machine": machine or {}, "config": config or {}, "rows": []}
+        if os.path.exists(path):
+            with open(path) as fh:
+                stored = json.load(fh)
+            if not isinstance(stored, dict) or not isinstance(stored.get("rows"), list):
+                raise ValueError(f"{path} is not a time-to-accuracy result file (no \"rows\" list)")
+            self.doc = stored
+            # the host's facts are the first run's; a later session's are kept beside them
+            if machine and stored.get("machine") and _facts(stored["machine"]) != _facts(machine):
+                self.doc.setdefault("other_machines", []).append(machine)
+
+    @property
+    def rows(self):
+        return self.doc["rows"]
+
+    def get(self, key):
+        return next((r for r in self.rows if row_key(r) == key), None)
+
+    def done(self, key):
+        """Whether a row with this key is stored with a final status (it needs no rerun)."""
+        row = self.get(key)
+        return row is not None and row.get("status") in FINAL_STATUSES
+
+    def put(self, row):
+        key = row_key(row)
+        self.doc["rows"] = [r for r in self.rows if row_key(r) != key] + [row]
+        self.write()
+
+    def write(self):
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump(self.doc, fh, indent=1)
+        os.replace(tmp, self.path)
+
+
+def _facts(machine):
+    """What identifies a host in a machine record (not the load, not the time)."""
+    return {k: machine.get(k) for k in ("nproc", "cpu", "mem_total_mb", "kernel")}

@@ -1,0 +1,134 @@
+"""The time-to-accuracy benchmark's bookkeeping (bench/tta_store.py, bench/time_to_accuracy.py): when a
+run first reached its target, the resumable row file, and the evaluation times read from a real
+progress.json as the trainer's writer writes it. No training here: the benchmark itself runs by hand."""
+
+import json
+import os
+import sys
+
+import pytest
+
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
+sys.path.insert(0, BENCH)
+
+import time_to_accuracy  # noqa: E402
+from tta_store import RowStore, first_reach, outcome, row_key  # noqa: E402
+
+
+def row(status="ok", **kwargs):
+    base = {"task": "movie-reviews", "link": "10mbit", "strategy": "localsgd", "workers": 2,
+            "options": {"sync_every": 100, "outer_optimizer": "nesterov"}, "status": status}
+    return {**base, **kwargs}
+
+
+# ------------------------------------------------------------------ the first time the target is reached
+def test_first_reach_is_the_first_evaluation_at_or_above_the_target():
+    curve = [(10.0, 0.50), (20.0, 0.74), (30.0, 0.76), (40.0, 0.80)]
+    assert first_reach(curve, 0.76) == 30.0  # equal counts
+    assert first_reach(curve, 0.75) == 30.0
+    assert first_reach(curve, 0.50) == 10.0
+    assert first_reach(curve, 0.81) is None
+
+
+def test_a_run_that_touches_the_target_and_falls_back_counts_from_its_first_touch():
+    curve = [(10.0, 0.70), (20.0, 0.77), (30.0, 0.74), (40.0, 0.78)]
+    assert first_reach(curve, 0.76) == 20.0
+
+
+def test_missing_values_never_count_and_lower_is_better_when_asked():
+    assert first_reach([(5.0, None), (6.0, 0.9)], 0.8) == 6.0
+    assert first_reach([], 0.8) is None
+    rmse = [(10.0, 3.0), (20.0, 1.2), (30.0, 0.9)]
+    assert first_reach(rmse, 1.0, higher_is_better=False) == 30.0
+    assert first_reach(rmse, 0.5, higher_is_better=False) is None
+
+
+def test_outcome_says_capped_only_for_a_run_stopped_before_the_target():
+    curve = [(10.0, 0.5), (20.0, 0.9)]
+    assert outcome(curve, 0.8, capped=False) == (True, 20.0, "ok")
+    assert outcome(curve, 0.8, capped=True) == (True, 20.0, "ok")  # reached, then stopped at the cap
+    assert outcome(curve, 0.95, capped=True) == (False, None, "capped")
+    assert outcome(curve, 0.95, capped=False) == (False, None, "ok")  # finished its epochs below the target
+
+
+# ------------------------------------------------------------------ the resumable store
+def test_a_stored_row_survives_a_restart_and_is_skipped_while_failed_ones_run_again(tmp_path):
+    path = str(tmp_path / "results" / "tta.json")
+    store = RowStore(path, machine={"nproc": 2, "cpu": "x"})
+    store.put(row("ok", time_to_target_seconds=12.5))
+    store.put(row("capped", link="50mbit"))
+    store.put(row("failed: process 1 exit 1: boom", link="1gbit"))
+    store.put(row("not available", link="100mbit"))
+    assert sorted(os.listdir(tmp_path / "results")) == ["tta.json"]  # written through a temporary name, renamed
+
+    again = RowStore(path, machine={"nproc": 2, "cpu": "x"})  # a new session
+    assert len(again.rows) == 4 and again.doc["machine"] == {"nproc": 2, "cpu": "x"}
+    assert again.done(row_key(row()))
+    assert again.done(row_key(row(link="50mbit")))
+    assert not again.done(row_key(row(link="1gbit")))  # failed: run again
+    assert not again.done(row_key(row(link="100mbit")))  # not available: run again (a newer trainer may take it)
+    assert not again.done(row_key(row(link="loopback")))  # never run
+    assert again.get(row_key(row()))["time_to_target_seconds"] == 12.5
+
+
+def test_the_key_is_task_link_strategy_workers_and_options_in_any_order(tmp_path):
+    store = RowStore(str(tmp_path / "tta.json"))
+    store.put(row("failed: x"))
+    store.put(row("ok", options={"outer_optimizer": "nesterov", "sync_every": 100}))  # same options, other order
+    assert len(store.rows) == 1 and store.rows[0]["status"] == "ok"  # replaced, not added
+    assert row_key(row()) != row_key(row(options={"sync_every": 100}))
+    assert row_key(row()) != row_key(row(workers=1))
+    assert row_key(row()) != row_key(row(strategy="multiworker"))
+    with open(tmp_path / "tta.json") as fh:
+        assert len(json.load(fh)["rows"]) == 1
+
+
+def test_a_file_that_is_not_a_result_file_is_refused(tmp_path):
+    bad = tmp_path / "tta.json"
+    bad.write_text('{"results": {}}')
+    with pytest.raises(ValueError, match="no \"rows\" list"):
+        RowStore(str(bad))
+
+
+def test_the_plan_skips_what_is_stored(tmp_path):
+    store = RowStore(str(tmp_path / "tta.json"))
+    plan = time_to_accuracy.plan(time_to_accuracy.TASKS)
+    keys = {row_key(r) for r in plan}
+    assert len(keys) == len(plan)  # every row of the plan has its own key
+    for r in plan[:3]:
+        store.put({**r, "status": "ok"})
+    assert [r for r in plan if not store.done(row_key(r))] == plan[3:]
+    # the rows that never use the network run on loopback only
+    assert {r["link"] for r in plan if r["strategy"] in ("single", "ceiling", "average")} == {"loopback"}
+
+
+def test_only_filters_by_row_fields_and_options():
+    plan = time_to_accuracy.plan(time_to_accuracy.TASKS)
+    only = time_to_accuracy.parse_only("link=10mbit|50mbit,outer_optimizer=nesterov,allreduce_dtype=int8")
+    picked = [r for r in plan if time_to_accuracy.selected(r, only)]
+    assert picked and all(r["link"] in ("10mbit", "50mbit") and r["options"].get("allreduce_dtype") == "int8" for r in picked)
+    with pytest.raises(SystemExit, match="KEY=VALUE"):
+        time_to_accuracy.parse_only("link")
+
+
+# ------------------------------------------------------------------ evaluation times from progress.json
+def test_each_epoch_is_timed_by_the_write_that_first_shows_it(tmp_path):
+    from disttrain_trainer.progress import ProgressFile
+
+    now = [1000.0]
+    writer = ProgressFile(str(tmp_path / "progress.json"), 1.0, worker=0, tag="worker 0/1", strategy="average", epochs=3,
+                          steps_per_epoch=10, clock=lambda: now[0], wall_clock=lambda: now[0])
+    watch = time_to_accuracy.Watch(str(tmp_path), "test_accuracy", started=990.0)
+    watch.poll()  # nothing written yet
+    assert watch.curve == []
+    for epoch, accuracy in ((1, 0.6), (2, 0.8)):
+        writer.start_epoch(epoch)
+        now[0] += 5
+        writer.end_epoch({"epoch": epoch, "loss": 1.0, "accuracy": 0.5, "examples": 640, "examples_per_sec": 100.0,
+                          "test_accuracy": accuracy})
+        watch.poll()
+        now[0] += 3
+        writer.update(5, None)  # a later write of the next epoch's steps: the epoch keeps its first time
+        writer.flush()
+        watch.poll()
+    assert watch.curve == [(15.0, 1, 0.6), (23.0, 2, 0.8)]
