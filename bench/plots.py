@@ -3,6 +3,8 @@
   scaling.png        seconds per epoch and speedup, 1 vs 2 workers, both strategies, both tasks
   latency.png        p50/p95/p99 latency and requests/s per concurrency, per server
   training_curves.png held-out accuracy per epoch for each worker vs the final model (2 workers, average)
+  network.png        seconds per epoch and accuracy per link speed and strategy (movie reviews)
+  time_to_accuracy.png wall time until the held-out metric first reaches the target, per task and link
 """
 
 import os
@@ -16,7 +18,7 @@ import matplotlib.ticker  # noqa: E402
 from common import BENCH, command_line, load_result  # noqa: E402
 
 PLOTS = os.path.join(BENCH, "plots")
-COLORS = {"average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860",
+COLORS = {"single": "#333333", "ceiling": "#AAAAAA", "diloco": "#C44E52", "average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860",
           "disttrain": "#4C72B0", "disttrain-nobatch": "#8172B3", "flask-dev": "#C44E52", "in-process": "#55A868"}
 
 
@@ -160,11 +162,81 @@ def network(doc):
     return fig
 
 
+def row_label(row):
+    """A time-to-accuracy row's configuration in a few words: strategy, H, outer optimizer, wire dtype."""
+    o = row["options"]
+    words = [row["strategy"] if row["workers"] == 1 or row["strategy"] == "ceiling" else f"2x {row['strategy']}"]
+    if row["strategy"] == "localsgd":
+        words.append(f"H={o.get('sync_every', 'default')}")
+    words += [str(o[k]) for k in ("outer_optimizer", "allreduce_dtype") if k in o]
+    words += [f"{k}={v}" for k, v in o.items() if k not in ("sync_every", "outer_optimizer", "allreduce_dtype")]
+    return " ".join(words)
+
+
+def time_to_accuracy(doc):
+    """One panel per task and link: each configuration's time to the target (bar), the rows that never
+    use the network (1 worker, the two-process ceiling, average) repeated on every link as references."""
+    rows = doc["rows"]
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    links = [link for link in ("loopback", "1gbit", "100mbit", "50mbit", "10mbit") if any(r["link"] == link for r in rows)]
+    local = ("single", "ceiling", "average")
+    per_panel = max(len([r for r in rows if r["task"] == t and (r["link"] == link or r["strategy"] in local)])
+                    for t in tasks for link in links)
+    fig, axes = plt.subplots(len(tasks), len(links), figsize=(max(11.0, 4.6 * len(links)), 0.32 * per_panel * len(tasks) + 1.6 * len(tasks)),
+                             squeeze=False)
+    for ax_row, task in zip(axes, tasks):
+        single = next((r for r in rows if r["task"] == task and r["strategy"] == "single"), None)
+        for ax, link in zip(ax_row, links):
+            panel = [r for r in rows if r["task"] == task and (r["strategy"] in local or r["link"] == link)]
+            labels, values, colors, notes = [], [], [], []
+            for r in panel:
+                labels.append(row_label(r))
+                reached = r["status"] == "ok" and r["reached"]
+                shown = r["time_to_target_seconds"] if reached else (r.get("wall_seconds") or 0) if r["status"] in ("ok", "capped") else 0
+                values.append(shown / 60)
+                diloco = r["options"].get("outer_optimizer") not in (None, "none")
+                colors.append(COLORS["diloco"] if diloco else COLORS.get(r["strategy"], "#8172B3") if reached else "#DDDDDD")
+                if reached:
+                    speed = (f" x{single['time_to_target_seconds'] / r['time_to_target_seconds']:.2f}"
+                             if single and single["reached"] and r is not single else "")
+                    notes.append(f"{r['time_to_target_seconds'] / 60:.1f} min{speed}")
+                elif r["status"] in ("ok", "capped"):
+                    final = f", final {r['final_metric']:.3f}" if r.get("final_metric") is not None else ""
+                    notes.append(("capped" if r["status"] == "capped" else "not reached") + final)
+                else:
+                    notes.append(r["status"].split(":")[0])
+            ys = range(len(panel))
+            bars = ax.barh(ys, values, color=colors)
+            for bar, note in zip(bars, notes):
+                ax.annotate(note, (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0), textcoords="offset points",
+                            va="center", fontsize=7)
+            if single and single["reached"]:
+                ax.axvline(single["time_to_target_seconds"] / 60, color="black", linestyle="--", linewidth=0.8)
+            ax.set_yticks(list(ys), labels, fontsize=7)
+            ax.invert_yaxis()
+            ax.set_xlim(0, max(values + [1e-3]) * 1.45)
+            ax.set_xlabel("minutes from process start to the target")
+            target = panel[0]["target"] if panel else None
+            ax.set_title(f"{task}, {link.replace('gbit', ' Gbit/s').replace('mbit', ' Mbit/s')}: {panel[0]['metric']} >= {target}"
+                         if panel else task, fontsize=9)
+            ax.grid(axis="x", alpha=0.3)
+    provisional = sum(1 for r in rows if r.get("provisional"))
+    m = doc["machine"]
+    when = sorted(r["machine_before"]["time_utc"][:10] for r in rows if r.get("machine_before"))
+    fig.suptitle("Time to accuracy: wall time from the trainers' start until the chief's held-out metric first reaches the target "
+                 "\n(dashed: 1 worker; grey: not reached, drawn to where the run stopped; red: DiLoCo)\n"
+                 + (f"PROVISIONAL: {provisional} of {len(rows)} rows measured while other processes were busy; " if provisional else "")
+                 + f"{m.get('nproc')} cores, {when[0] if when else '?'}..{when[-1] if when else '?'}", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
 def main():
     os.makedirs(PLOTS, exist_ok=True)
     made = []
     for name, source, fn in (("scaling", "train_scaling", scaling), ("latency", "server", latency),
-                             ("training_curves", "train_scaling", curves), ("network", "network_shaped", network)):
+                             ("training_curves", "train_scaling", curves), ("network", "network_shaped", network),
+                             ("time_to_accuracy", "time_to_accuracy", time_to_accuracy)):
         doc = load_result(source)
         if doc is None:
             continue

@@ -408,12 +408,41 @@ def preemption(doc):
     return "\n".join(out)
 
 
+def time_to_accuracy(doc):
+    """The time-to-accuracy rows: this file has no single run's header (its rows are written one by one,
+    over several sessions), so each row says whether it was measured on a quiet host."""
+    m = doc["machine"]
+    rows = doc["rows"]
+    provisional = sum(1 for r in rows if r.get("provisional"))
+    out = ["### Time to accuracy (`bench/time_to_accuracy.py`)\n"]
+    out.append(f"{'**PROVISIONAL**: ' + str(provisional) + ' of ' + str(len(rows)) + ' rows measured while other processes were busy. ' if provisional else ''}"
+               f"{m.get('nproc')} cores ({m.get('cpu')}); TensorFlow {m['versions'].get('tensorflow-cpu') or m['versions'].get('tensorflow')}. "
+               "Time to target: from the trainer processes' start until the chief's held-out metric (after an epoch) first "
+               "reaches the target, start-up, evaluations and syncs included; `average`: until the aggregator has "
+               "evaluated the averaged model. Speedup: 1 worker's time to target / the row's. s/epoch: steady state "
+               "(epochs 2.., the slower worker). Raw: `bench/results/time_to_accuracy.json`.\n")
+    if os.path.exists(os.path.join(BENCH, "plots", "time_to_accuracy.png")):
+        out.append("![Time to accuracy per task and link](../assets/bench/time_to_accuracy.png)\n")
+    out.append("| task | link | workers | strategy | options | target | time to target s | speedup | s/epoch | final | epochs | status |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        single = next((s for s in rows if s["task"] == r["task"] and s["strategy"] == "single"), None)
+        speedup = (f"{single['time_to_target_seconds'] / r['time_to_target_seconds']:.2f}x"
+                   if single and single.get("reached") and r.get("reached") else "-")
+        options = ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "-"
+        out.append(f"| {r['task']} | {r['link']} | {r['workers']} | {r['strategy']} | {options} | {r['target']} | "
+                   f"{f(r.get('time_to_target_seconds'), 1)} | {speedup} | {f(r.get('seconds_per_epoch'), 2)} | "
+                   f"{f(r.get('final_metric'), 3)} | {r.get('epochs', '-')} | {r['status']}{' (provisional)' if r.get('provisional') else ''} |")
+    return "\n".join(out)
+
+
 def tables():
     parts = []
     for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline),
                      ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search),
                      ("copier", copier), ("copier_objectstore", copier_objectstore), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress),
-                     ("task_interface", task_interface), ("own_model", own_model), ("preemption", preemption)):
+                     ("task_interface", task_interface), ("own_model", own_model), ("preemption", preemption),
+                     ("time_to_accuracy", time_to_accuracy)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))

@@ -258,7 +258,10 @@ def refused(argv):
     """The trainer's one-line refusal of these flags (an older trainer without them), or None."""
     import subprocess
 
-    r = subprocess.run([sys.executable, "-c", PREFLIGHT, *argv], capture_output=True, text=True, timeout=120)
+    # the interpreter of the trainer the rows run (BENCH_BIN may name another installation's)
+    python = os.path.join(BIN, "python")
+    r = subprocess.run([python if os.path.exists(python) else sys.executable, "-c", PREFLIGHT, *argv], capture_output=True, text=True,
+                       timeout=120)
     if r.returncode == 0:
         return None
     lines = [line for line in r.stderr.splitlines() if line.strip()]
@@ -294,6 +297,9 @@ class Watch:
 
 
 def stop(procs, grace=30):
+    """SIGTERM to every process still running (a trainer saves a checkpoint and exits 75), SIGKILL after `grace` s."""
+    import subprocess
+
     for proc in procs:
         if proc.poll() is None:
             proc.terminate()
@@ -301,7 +307,7 @@ def stop(procs, grace=30):
     for proc in procs:
         try:
             proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except Exception:  # noqa: BLE001  (subprocess.TimeoutExpired; kill whatever still runs)
+        except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
 
@@ -539,6 +545,9 @@ def main(args):
             print(f"  {describe(row)} ...", file=sys.stderr, flush=True)
             result = run_row(row, tasks[row["task"]], dirs[row["task"]], base)
             store.put(result)
+            if result["status"] not in ("ok", "capped"):
+                print(f"    {result['status']}" + (f": {result['reason']}" if result.get("reason") else ""), file=sys.stderr, flush=True)
+                continue
             when = f"{result['time_to_target_seconds']:.1f}s to {result['target']}" if result["reached"] else "target not reached"
             spe = f", {result['seconds_per_epoch']:.2f} s/epoch" if result.get("seconds_per_epoch") else ""
             print(f"    {result['status']}: {when}{spe}, final {result['final_metric']}, wall {result['wall_seconds']}s",
