@@ -175,19 +175,28 @@ def row_label(row):
 
 def time_to_accuracy(doc):
     """One panel per task and link: each configuration's time to the target (bar), the rows that never
-    use the network (1 worker, the two-process ceiling, average) repeated on every link as references."""
+    use the network (1 worker, the two-process ceiling, average) repeated on every link as references.
+    The panels of a task share their time axis."""
     rows = doc["rows"]
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     links = [link for link in ("loopback", "1gbit", "100mbit", "50mbit", "10mbit") if any(r["link"] == link for r in rows)]
     local = ("single", "ceiling", "average")
-    per_panel = max(len([r for r in rows if r["task"] == t and (r["link"] == link or r["strategy"] in local)])
-                    for t in tasks for link in links)
-    fig, axes = plt.subplots(len(tasks), len(links), figsize=(max(11.0, 4.6 * len(links)), 0.32 * per_panel * len(tasks) + 1.6 * len(tasks)),
-                             squeeze=False)
+    order = ("single", "ceiling", "average", "multiworker", "localsgd", "parameterserver")
+
+    def place(r):  # the plan's order: strategy, then plain local SGD before DiLoCo, then H, then the wire
+        o = r["options"]
+        return (order.index(r["strategy"]) if r["strategy"] in order else len(order), "outer_optimizer" in o,
+                o.get("sync_every", 0), o.get("allreduce_dtype", ""))
+
+    slots = max(len([r for r in rows if r["task"] == t and (r["link"] == link or r["strategy"] in local)])
+                for t in tasks for link in links)
+    fig, axes = plt.subplots(len(tasks), len(links), figsize=(max(11.0, 4.6 * len(links)), (0.3 * slots + 1.4) * len(tasks) + 1.2),
+                             squeeze=False, sharex="row")
     for ax_row, task in zip(axes, tasks):
         single = next((r for r in rows if r["task"] == task and r["strategy"] == "single"), None)
+        longest = 1e-3
         for ax, link in zip(ax_row, links):
-            panel = [r for r in rows if r["task"] == task and (r["strategy"] in local or r["link"] == link)]
+            panel = sorted((r for r in rows if r["task"] == task and (r["strategy"] in local or r["link"] == link)), key=place)
             labels, values, colors, notes = [], [], [], []
             for r in panel:
                 labels.append(row_label(r))
@@ -195,7 +204,7 @@ def time_to_accuracy(doc):
                 shown = r["time_to_target_seconds"] if reached else (r.get("wall_seconds") or 0) if r["status"] in ("ok", "capped") else 0
                 values.append(shown / 60)
                 diloco = r["options"].get("outer_optimizer") not in (None, "none")
-                colors.append(COLORS["diloco"] if diloco else COLORS.get(r["strategy"], "#8172B3") if reached else "#DDDDDD")
+                colors.append((COLORS["diloco"] if diloco else COLORS.get(r["strategy"], "#8172B3")) if reached else "#DDDDDD")
                 if reached:
                     speed = (f" x{single['time_to_target_seconds'] / r['time_to_target_seconds']:.2f}"
                              if single and single["reached"] and r is not single else "")
@@ -205,31 +214,28 @@ def time_to_accuracy(doc):
                     notes.append(("capped" if r["status"] == "capped" else "not reached") + final)
                 else:
                     notes.append(r["status"].split(":")[0])
-            ys = range(len(panel))
-            bars = ax.barh(ys, values, color=colors)
+            longest = max([longest, *values])
+            bars = ax.barh(range(len(panel)), values, height=0.7, color=colors)
             for bar, note in zip(bars, notes):
                 ax.annotate(note, (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0), textcoords="offset points",
                             va="center", fontsize=7)
             if single and single["reached"]:
                 ax.axvline(single["time_to_target_seconds"] / 60, color="black", linestyle="--", linewidth=0.8)
-            ax.set_yticks(list(ys), labels, fontsize=7)
-            ax.invert_yaxis()
-            ax.set_xlim(0, max(values + [1e-3]) * 1.45)
-            ax.set_xlabel("minutes from process start to the target")
-            target = panel[0]["target"] if panel else None
-            ax.set_title(f"{task}, {link.replace('gbit', ' Gbit/s').replace('mbit', ' Mbit/s')}: {panel[0]['metric']} >= {target}"
-                         if panel else task, fontsize=9)
+            ax.set_yticks(range(len(panel)), labels, fontsize=7)
+            ax.set_ylim(slots - 0.5, -0.5)  # the same bar size in every panel, first row on top
+            ax.set_xlabel("minutes from the processes' start to the target")
+            name = link.replace("gbit", " Gbit/s").replace("mbit", " Mbit/s")
+            ax.set_title(f"{task}\n{name}: {panel[0]['metric']} >= {panel[0]['target']}" if panel else f"{task}\n{name}", fontsize=9)
             ax.grid(axis="x", alpha=0.3)
+        ax_row[0].set_xlim(0, longest * 1.5)
     provisional = sum(1 for r in rows if r.get("provisional"))
-    m = doc["machine"]
     when = sorted(r["machine_before"]["time_utc"][:10] for r in rows if r.get("machine_before"))
-    fig.suptitle("Time to accuracy: wall time from the trainers' start until the chief's held-out metric first reaches the target "
-                 "\n(dashed: 1 worker; grey: not reached, drawn to where the run stopped; red: DiLoCo)\n"
-                 + (f"PROVISIONAL: {provisional} of {len(rows)} rows measured while other processes were busy; " if provisional else "")
-                 + f"{m.get('nproc')} cores, {when[0] if when else '?'}..{when[-1] if when else '?'}", fontsize=10)
+    fig.suptitle("Time to accuracy: wall time from the trainers' start until the chief's held-out metric first reaches the target\n"
+                 "(dashed: 1 worker; grey: not reached, drawn to where the run stopped; red: DiLoCo)\n"
+                 + (f"PROVISIONAL: {provisional} of {len(rows)} rows quick or measured while other processes were busy; " if provisional else "")
+                 + f"{doc['machine'].get('nproc')} cores, {when[0] if when else '?'}..{when[-1] if when else '?'}", fontsize=10)
     fig.tight_layout()
     return fig
-
 
 def main():
     os.makedirs(PLOTS, exist_ok=True)

@@ -415,7 +415,7 @@ def time_to_accuracy(doc):
     rows = doc["rows"]
     provisional = sum(1 for r in rows if r.get("provisional"))
     out = ["### Time to accuracy (`bench/time_to_accuracy.py`)\n"]
-    out.append(f"{'**PROVISIONAL**: ' + str(provisional) + ' of ' + str(len(rows)) + ' rows measured while other processes were busy. ' if provisional else ''}"
+    out.append(f"{'**PROVISIONAL**: ' + str(provisional) + ' of ' + str(len(rows)) + ' rows quick or measured while other processes were busy. ' if provisional else ''}"
                f"{m.get('nproc')} cores ({m.get('cpu')}); TensorFlow {m['versions'].get('tensorflow-cpu') or m['versions'].get('tensorflow')}. "
                "Time to target: from the trainer processes' start until the chief's held-out metric (after an epoch) first "
                "reaches the target, start-up, evaluations and syncs included; `average`: until the aggregator has "

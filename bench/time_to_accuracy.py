@@ -43,6 +43,7 @@ time_to_accuracy-quick.json (checks the harness, measures nothing).
 """
 
 import json
+import math
 import os
 import signal
 import sys
@@ -106,13 +107,19 @@ def plan(tasks):
     return out
 
 
+def bad_input(message):
+    """A bad flag or a missing privilege: one line, exit 2, nothing run."""
+    print(f"time_to_accuracy.py: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def parse_only(text):
     """--only "key=value|value,key=value": {key: {values}}; keys task, link, strategy, workers or an option's name."""
     filters = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, sep, values = part.partition("=")
         if not sep or not values:
-            raise SystemExit(f"--only: {part!r} is not KEY=VALUE[|VALUE...]")
+            bad_input(f"--only: {part!r} is not KEY=VALUE[|VALUE...]")
         filters[key.strip()] = {v.strip() for v in values.split("|")}
     return filters
 
@@ -453,11 +460,13 @@ def task_table(args):
         for item in getattr(args, flag):
             name, sep, value = item.partition("=")
             if not sep or name not in tasks:
-                raise SystemExit(f"--{flag.replace('_', '-')} {item!r}: expected TASK=VALUE with TASK one of {', '.join(tasks)}")
+                bad_input(f"--{flag.replace('_', '-')} {item!r}: expected TASK=VALUE with TASK one of {', '.join(tasks)}")
             try:
                 tasks[name][key] = kind(value)
             except ValueError:
-                raise SystemExit(f"--{flag.replace('_', '-')} {item!r}: {value!r} is not a number") from None
+                bad_input(f"--{flag.replace('_', '-')} {item!r}: {value!r} is not a number")
+            if not math.isfinite(tasks[name][key]) or (key == "cap_seconds" and tasks[name][key] <= 0):
+                bad_input(f"--{flag.replace('_', '-')} {item!r}: must be a finite number" + (" > 0" if key == "cap_seconds" else ""))
     return tasks
 
 
@@ -513,7 +522,7 @@ def main(args):
     filters = parse_only(args.only)
     rows = [r for r in plan(tasks) if selected(r, filters)]
     if filters and not rows:
-        raise SystemExit(f"--only {args.only!r} matches no row of the plan (--list shows it)")
+        bad_input(f"--only {args.only!r} matches no row of the plan (--list shows it)")
     from tta_store import RowStore, row_key
 
     path = args.results or os.path.join(RESULTS, "time_to_accuracy-quick.json" if QUICK else "time_to_accuracy.json")
@@ -531,7 +540,7 @@ def main(args):
     todo = [r for r in rows if not store.done(row_key(r))]
     print(f"{len(rows) - len(todo)} of {len(rows)} rows already stored; {len(todo)} to run", file=sys.stderr, flush=True)
     if any(LINKS[r["link"]] for r in todo) and os.geteuid() != 0:
-        raise SystemExit("time_to_accuracy.py: the shaped links need root (ip netns, tc); run as root or --only link=loopback")
+        bad_input("the shaped links need root (ip netns, tc); run as root, or --only link=loopback")
     if not todo:
         return
     # SIGTERM (as Ctrl-C): stop the running row's processes, remove its namespaces, keep the stored rows

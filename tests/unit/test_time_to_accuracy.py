@@ -102,13 +102,15 @@ def test_the_plan_skips_what_is_stored(tmp_path):
     assert {r["link"] for r in plan if r["strategy"] in ("single", "ceiling", "average")} == {"loopback"}
 
 
-def test_only_filters_by_row_fields_and_options():
+def test_only_filters_by_row_fields_and_options(capsys):
     plan = time_to_accuracy.plan(time_to_accuracy.TASKS)
     only = time_to_accuracy.parse_only("link=10mbit|50mbit,outer_optimizer=nesterov,allreduce_dtype=int8")
     picked = [r for r in plan if time_to_accuracy.selected(r, only)]
     assert picked and all(r["link"] in ("10mbit", "50mbit") and r["options"].get("allreduce_dtype") == "int8" for r in picked)
-    with pytest.raises(SystemExit, match="KEY=VALUE"):
+    with pytest.raises(SystemExit) as stopped:
         time_to_accuracy.parse_only("link")
+    assert stopped.value.code == 2
+    assert capsys.readouterr().err.strip() == "time_to_accuracy.py: --only: 'link' is not KEY=VALUE[|VALUE...]"
 
 
 # ------------------------------------------------------------------ evaluation times from progress.json
