@@ -16,6 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 from common import BENCH, command_line, load_result  # noqa: E402
+from tta_store import LINK_ORDER, row_order  # noqa: E402
 
 PLOTS = os.path.join(BENCH, "plots")
 COLORS = {"single": "#333333", "ceiling": "#AAAAAA", "diloco": "#C44E52", "average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860",
@@ -179,15 +180,8 @@ def time_to_accuracy(doc):
     The panels of a task share their time axis."""
     rows = doc["rows"]
     tasks = list(dict.fromkeys(r["task"] for r in rows))
-    links = [link for link in ("loopback", "1gbit", "100mbit", "50mbit", "10mbit") if any(r["link"] == link for r in rows)]
+    links = [link for link in LINK_ORDER if any(r["link"] == link for r in rows)]
     local = ("single", "ceiling", "average")
-    order = ("single", "ceiling", "average", "multiworker", "localsgd", "parameterserver")
-
-    def place(r):  # the plan's order: strategy, then plain local SGD before DiLoCo, then H, then the wire
-        o = r["options"]
-        return (order.index(r["strategy"]) if r["strategy"] in order else len(order), "outer_optimizer" in o,
-                o.get("sync_every", 0), o.get("allreduce_dtype", ""))
-
     slots = max(len([r for r in rows if r["task"] == t and (r["link"] == link or r["strategy"] in local)])
                 for t in tasks for link in links)
     fig, axes = plt.subplots(len(tasks), len(links), figsize=(max(11.0, 4.6 * len(links)), (0.3 * slots + 1.4) * len(tasks) + 1.2),
@@ -196,7 +190,7 @@ def time_to_accuracy(doc):
         single = next((r for r in rows if r["task"] == task and r["strategy"] == "single"), None)
         longest = 1e-3
         for ax, link in zip(ax_row, links):
-            panel = sorted((r for r in rows if r["task"] == task and (r["strategy"] in local or r["link"] == link)), key=place)
+            panel = sorted((r for r in rows if r["task"] == task and (r["strategy"] in local or r["link"] == link)), key=row_order)
             labels, values, colors, notes = [], [], [], []
             for r in panel:
                 labels.append(row_label(r))

@@ -7,6 +7,7 @@ import os
 import sys
 
 from common import BENCH, command_line, load_result
+from tta_store import row_order
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -420,18 +421,25 @@ def time_to_accuracy(doc):
                "Time to target: from the trainer processes' start until the chief's held-out metric (after an epoch) first "
                "reaches the target, start-up, evaluations and syncs included; `average`: until the aggregator has "
                "evaluated the averaged model. Speedup: 1 worker's time to target / the row's. s/epoch: steady state "
-               "(epochs 2.., the slower worker). Raw: `bench/results/time_to_accuracy.json`.\n")
+               "(epochs 2.., the slower worker). Of ceiling: the row's throughput against the ceiling's (two independent "
+               "1-worker processes: 2 x their epoch's data in the ceiling's s/epoch), ceiling s/epoch / (2 x the row's). "
+               "Raw: `bench/results/time_to_accuracy.json`.\n")
     if os.path.exists(os.path.join(BENCH, "plots", "time_to_accuracy.png")):
         out.append("![Time to accuracy per task and link](../assets/bench/time_to_accuracy.png)\n")
-    out.append("| task | link | workers | strategy | options | target | time to target s | speedup | s/epoch | final | epochs | status |")
-    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
+    out.append("| task | link | workers | strategy | options | target | time to target s | speedup | s/epoch | of ceiling | final | epochs | status |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    for r in sorted(rows, key=lambda r: (tasks.index(r["task"]), row_order(r))):
         single = next((s for s in rows if s["task"] == r["task"] and s["strategy"] == "single"), None)
         speedup = (f"{single['time_to_target_seconds'] / r['time_to_target_seconds']:.2f}x"
                    if single and single.get("reached") and r.get("reached") else "-")
         options = ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "-"
+        ceiling = next((c for c in rows if c["task"] == r["task"] and c["strategy"] == "ceiling"), None)
+        of_ceiling = (f"{ceiling['seconds_per_epoch'] / (2 * r['seconds_per_epoch']) * 100:.0f} %"
+                      if ceiling and ceiling.get("seconds_per_epoch") and r.get("seconds_per_epoch") and r["workers"] == 2
+                      and r["strategy"] != "ceiling" else "-")
         out.append(f"| {r['task']} | {r['link']} | {r['workers']} | {r['strategy']} | {options} | {r['target']} | "
-                   f"{f(r.get('time_to_target_seconds'), 1)} | {speedup} | {f(r.get('seconds_per_epoch'), 2)} | "
+                   f"{f(r.get('time_to_target_seconds'), 1)} | {speedup} | {f(r.get('seconds_per_epoch'), 2)} | {of_ceiling} | "
                    f"{f(r.get('final_metric'), 3)} | {r.get('epochs', '-')} | {r['status']}{' (provisional)' if r.get('provisional') else ''} |")
     return "\n".join(out)
 

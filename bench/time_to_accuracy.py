@@ -537,6 +537,11 @@ def main(args):
     if args.retarget:
         retarget(store, tasks)
         return
+    stale = sorted({r["task"] for r in store.rows if r["task"] in tasks and r.get("target") != tasks[r["task"]]["target"]
+                    and r.get("status") in ("ok", "capped")})
+    if stale:
+        print(f"note: stored rows of {', '.join(stale)} were measured against another target: --retarget recomputes them",
+              file=sys.stderr)
     todo = [r for r in rows if not store.done(row_key(r))]
     print(f"{len(rows) - len(todo)} of {len(rows)} rows already stored; {len(todo)} to run", file=sys.stderr, flush=True)
     if any(LINKS[r["link"]] for r in todo) and os.geteuid() != 0:

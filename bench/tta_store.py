@@ -15,6 +15,21 @@ import os
 FINAL_STATUSES = ("ok", "capped")
 
 
+LINK_ORDER = ("loopback", "1gbit", "100mbit", "50mbit", "10mbit")
+STRATEGY_ORDER = ("single", "ceiling", "average", "multiworker", "localsgd", "parameterserver")
+
+
+def row_order(row):
+    """Where a row goes in tables and plots: link, strategy, plain local SGD before DiLoCo, H, the wire."""
+    o = row["options"]
+    return (_place(LINK_ORDER, row["link"]), _place(STRATEGY_ORDER, row["strategy"]), "outer_optimizer" in o,
+            o.get("sync_every", 0), str(o.get("allreduce_dtype", "")), json.dumps(o, sort_keys=True))
+
+
+def _place(names, name):
+    return names.index(name) if name in names else len(names)
+
+
 def row_key(row):
     """The identity of a row: rows with equal keys measure the same thing."""
     return (row["task"], row["link"], row["strategy"], int(row["workers"]), json.dumps(row.get("options") or {}, sort_keys=True))
