@@ -79,7 +79,7 @@ def rows_plan():
 TASKS = {
     "movie-reviews": {
         "source": "sample:movie-reviews", "flags": [], "epochs": TEXT_EPOCHS, "metric": "test_accuracy", "target": 0.76,
-        "cap_seconds": 900, "step_sec": 0.004, "model_mb": 5.1, "gradient_mb": 0.5, "two_process_slowdown": 1.5,
+        "cap_seconds": 600, "step_sec": 0.004, "model_mb": 5.1, "gradient_mb": 0.5, "two_process_slowdown": 1.5,
         "startup_sec": 10, "eval_sec": 0.5, "examples": 10_200},
     "digits-augmented-mobilenetv2": {
         "source": "augmented-digits", "flags": ["--model", "mobilenetv2", "--image-size", "32"], "epochs": 16,
