@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 from common import BENCH, command_line, load_result  # noqa: E402
-from tta_store import LINK_ORDER, row_order  # noqa: E402
+from tta_store import LINK_ORDER, row_order, strategy_options  # noqa: E402
 
 PLOTS = os.path.join(BENCH, "plots")
 COLORS = {"single": "#333333", "ceiling": "#AAAAAA", "diloco": "#C44E52", "average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860",
@@ -165,7 +165,7 @@ def network(doc):
 
 def row_label(row):
     """A time-to-accuracy row's configuration in a few words: strategy, H, outer optimizer, wire dtype."""
-    o = row["options"]
+    o = strategy_options(row["options"])
     words = [row["strategy"] if row["workers"] == 1 or row["strategy"] == "ceiling" else f"2x {row['strategy']}"]
     if row["strategy"] == "localsgd":
         words.append(f"H={o.get('sync_every', 'default')}")

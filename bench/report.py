@@ -7,7 +7,7 @@ import os
 import sys
 
 from common import BENCH, command_line, load_result
-from tta_store import row_order
+from tta_store import row_order, strategy_options
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -433,7 +433,7 @@ def time_to_accuracy(doc):
         single = next((s for s in rows if s["task"] == r["task"] and s["strategy"] == "single"), None)
         speedup = (f"{single['time_to_target_seconds'] / r['time_to_target_seconds']:.2f}x"
                    if single and single.get("reached") and r.get("reached") else "-")
-        options = ", ".join(f"{k}={v}" for k, v in r["options"].items()) or "-"
+        options = ", ".join(f"{k}={v}" for k, v in strategy_options(r["options"]).items()) or "-"
         ceiling = next((c for c in rows if c["task"] == r["task"] and c["strategy"] == "ceiling"), None)
         of_ceiling = (f"{ceiling['seconds_per_epoch'] / (2 * r['seconds_per_epoch']) * 100:.0f} %"
                       if ceiling and ceiling.get("seconds_per_epoch") and r.get("seconds_per_epoch") and r["workers"] == 2

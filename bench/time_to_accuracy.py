@@ -73,16 +73,16 @@ def rows_plan():
     return rows
 
 
-# Per task: where the data comes from, trainer flags, epochs, the target on the held-out metric, the
+# Per task: where the data comes from, its trainer flags (as options: {"image_size": 32} is --image-size 32), epochs, the target on the held-out metric, the
 # cap, and the figures the --list estimates use (step seconds on one thread, model MB in float32, the
 # slowdown of two processes at once against one alone (bench/contention.py), start-up seconds).
 TASKS = {
     "movie-reviews": {
-        "source": "sample:movie-reviews", "flags": [], "epochs": TEXT_EPOCHS, "metric": "test_accuracy", "target": 0.76,
+        "source": "sample:movie-reviews", "options": {}, "epochs": TEXT_EPOCHS, "metric": "test_accuracy", "target": 0.76,
         "cap_seconds": 600, "step_sec": 0.004, "model_mb": 5.1, "gradient_mb": 0.5, "two_process_slowdown": 1.5,
         "startup_sec": 10, "eval_sec": 0.5, "examples": 10_200},
     "digits-augmented-mobilenetv2": {
-        "source": "augmented-digits", "flags": ["--model", "mobilenetv2", "--image-size", "32"], "epochs": 16,
+        "source": "augmented-digits", "options": {"model": "mobilenetv2", "image_size": 32}, "epochs": 16,
         "metric": "test_accuracy", "target": 0.95, "cap_seconds": 1800, "step_sec": 0.115, "model_mb": 9.1,
         "gradient_mb": 9.1, "two_process_slowdown": 1.1, "startup_sec": 15, "eval_sec": 1.5,
         # 16,000 training examples: 250 steps an epoch for 1 worker, 125 for each of 2 (2,000 in 16 epochs)
@@ -95,15 +95,21 @@ QUICK_TASKS = {
 }
 
 
+# every row's trainer flags beyond the defaults besides its task's and its strategy's: one thread per process
+COMMON_OPTIONS = {"threads": 1}
+
+
 def plan(tasks):
-    """[{task, link, strategy, workers, options}] of the whole benchmark, in the order it runs."""
+    """[{task, link, strategy, workers, options}] of the whole benchmark, in the order it runs. A row's options
+    are all its trainer flags beyond the defaults (--epochs aside): one thread, the task's, the strategy's."""
     out = []
     for task in tasks:
         for link in LINKS:
             for strategy, workers, options in rows_plan():
                 if strategy in LOCAL_ONLY and link != "loopback":
                     continue
-                out.append({"task": task, "link": link, "strategy": strategy, "workers": workers, "options": options})
+                out.append({"task": task, "link": link, "strategy": strategy, "workers": workers,
+                            "options": {**COMMON_OPTIONS, **tasks[task]["options"], **options}})
     return out
 
 
@@ -165,7 +171,9 @@ def estimate_seconds(row, task):
 
 
 def describe(row):
-    options = " ".join(f"{k}={v}" for k, v in row["options"].items())
+    from tta_store import strategy_options
+
+    options = " ".join(f"{k}={v}" for k, v in strategy_options(row["options"]).items())
     return f"{row['task']} {row['link']} {row['workers']}x {row['strategy']}" + (f" {options}" if options else "")
 
 
@@ -209,32 +217,49 @@ def augmented_digits(path, train_examples, test_examples, size, seed=0):
     return test_fraction
 
 
+def task_source(directory, task_name, task):
+    """The copier flags of a task's data ([--source ..., --test-fraction ...]), its data file made in
+    `directory` if the task has one (augmented digits: an npz, deterministic, made once)."""
+    if task["source"] != "augmented-digits":
+        return ["--source", task["source"]]
+    npz = os.path.join(directory, f"{task_name}.npz")
+    if not os.path.exists(npz + ".fraction"):
+        print(f"  data: augmenting digits to {task['train_examples'] + task['test_examples']} images of "
+              f"{task['image_size']}x{task['image_size']} ...", file=sys.stderr, flush=True)
+        fraction = augmented_digits(npz, task["train_examples"], task["test_examples"], task["image_size"])
+        with open(npz + ".fraction", "w") as fh:
+            fh.write(repr(fraction))
+    with open(npz + ".fraction") as fh:
+        return ["--source", f"npz:{npz}", "--test-fraction", fh.read()]
+
+
 def workdirs(base, task_name, task):
     """{shards: workdir} of a task: the copier's output for 1 and for 2 shards (made once per session)."""
     from common import run_measured, tail
 
-    source, extra = task["source"], []
-    if source == "augmented-digits":
-        npz = os.path.join(base, f"{task_name}.npz")
-        if not os.path.exists(npz):
-            print(f"  data: augmenting digits to {task['train_examples'] + task['test_examples']} images of "
-                  f"{task['image_size']}x{task['image_size']} ...", file=sys.stderr, flush=True)
-            fraction = augmented_digits(npz, task["train_examples"], task["test_examples"], task["image_size"])
-            with open(npz + ".fraction", "w") as fh:
-                fh.write(repr(fraction))
-        with open(npz + ".fraction") as fh:
-            source, extra = f"npz:{npz}", ["--test-fraction", fh.read()]
+    source = task_source(base, task_name, task)
     out = {}
     for shards in (1, 2):
         workdir = os.path.join(base, f"{task_name}-{shards}")
         if not os.path.exists(os.path.join(workdir, "data", "_SUCCESS")):
             log = os.path.join(base, f"copier-{task_name}-{shards}.log")
-            r = run_measured([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", shards, "--workdir", workdir,
-                              "--seed", COPIER_SEED, *extra], log=log)
+            r = run_measured([os.path.join(BIN, "disttrain-copier"), *source, "--n-shards", shards, "--workdir", workdir,
+                              "--seed", COPIER_SEED], log=log)
             if r["rc"]:
                 raise SystemExit(f"copier failed for {task_name}: {tail(log).strip().splitlines()[-1:]}")
         out[shards] = workdir
     return out
+
+
+def write_data(directory, tasks):
+    """--write-data: every task's data where another tool (bench/advisor_accuracy.py) can copy it the same way."""
+    import shlex
+
+    os.makedirs(directory, exist_ok=True)
+    for name, task in tasks.items():
+        source = task_source(os.path.abspath(directory), name, task)
+        print(f"{name}: disttrain-copier {shlex.join(source)}; trainer flags: "
+              f"{shlex.join(option_flags({**COMMON_OPTIONS, **task['options']}))} --batch {BATCH} --epochs {task['epochs']}")
 
 
 # ------------------------------------------------------------------------------ one row
@@ -246,7 +271,7 @@ def trainer_argv(row, task, workdir, out, index, port, shaped):
     strategy = "average" if row["strategy"] in ("single", "ceiling") else row["strategy"]
     workers = 1 if row["strategy"] in ("single", "ceiling") else row["workers"]
     argv = ["--workdir", workdir, "--out", out, "--worker-index", index, "--workers", workers, "--epochs", task["epochs"],
-            "--batch", BATCH, "--seed", SEED, "--threads", 1, "--strategy", strategy, *task["flags"], *option_flags(row["options"])]
+            "--batch", BATCH, "--seed", SEED, "--strategy", strategy, *option_flags(row["options"])]
     if strategy in ("multiworker", "localsgd", "parameterserver"):
         argv += ["--port", port, "--peer-wait", 300]
         if shaped:
@@ -289,6 +314,7 @@ class Watch:
         from disttrain_contract.layout import PROGRESS_FILE
 
         self.path, self.metric, self.started, self.curve = os.path.join(worker_dir, PROGRESS_FILE), metric, started, []
+        self.steps_per_epoch = None
 
     def poll(self):
         try:
@@ -296,6 +322,7 @@ class Watch:
                 progress = json.load(fh)
         except (OSError, ValueError):
             return  # not written yet (the file is replaced whole: never half read)
+        self.steps_per_epoch = progress.get("steps_per_epoch")
         seen = {epoch for _, epoch, _ in self.curve}
         for entry in progress.get("history", []):
             if entry["epoch"] not in seen:
@@ -339,7 +366,10 @@ def run_row(row, task, dirs, base):
     outs = [os.path.join(run_dir, f"train-{i}") for i in range(2)] if strategy == "ceiling" else [os.path.join(run_dir, "train")]
     argvs = [trainer_argv(row, task, workdir, outs[i] if strategy == "ceiling" else outs[0],
                           0 if strategy == "ceiling" else i, port, shaped) for i in range(n)]
-    record = {**row, "link_mbit": LINKS[link], "target": task["target"], "metric": task["metric"], "cap_seconds": task["cap_seconds"],
+    from disttrain_contract.manifest import Manifest
+
+    record = {**row, "link_mbit": LINKS[link], "batch_per_worker": BATCH,
+              "train_examples": Manifest.read(os.path.join(workdir, "data")).train_examples, "target": task["target"], "metric": task["metric"], "cap_seconds": task["cap_seconds"],
               "epochs_planned": task["epochs"], "processes": n, "quick": QUICK, "reached": False, "time_to_target_seconds": None,
               "wall_seconds": None, "seconds_per_epoch": None, "final_metric": None, "epochs": 0, "curve": []}
     why = refused(argvs[0])
@@ -411,7 +441,7 @@ def run_row(row, task, dirs, base):
         except (OSError, ValueError):
             walls.append([])
     epochs = min((len(w) for w in walls), default=0)
-    record.update(wall_seconds=round(wall, 2), epochs=epochs, machine_before=before, other_processes_cores=round(others, 3),
+    record.update(wall_seconds=round(wall, 2), epochs=epochs, steps_per_epoch=watches[0].steps_per_epoch, machine_before=before, other_processes_cores=round(others, 3),
                   provisional=QUICK or others > BUSY_CPU,
                   seconds_per_epoch=round(steady_epoch_sec(walls), 4) if epochs >= 2 else None,
                   first_epoch_seconds=round(max(w[0] for w in walls), 3) if epochs >= 1 else None,
@@ -451,6 +481,9 @@ def options(parser):
     parser.add_argument("--retarget", action="store_true",
                         help="recompute reached, time to target and status of the stored rows from their curves with the current "
                              "targets (a capped run's curve ends at its cap); train nothing")
+    parser.add_argument("--write-data", metavar="DIR",
+                        help="write each task's data into DIR and print the copier's and the trainer's flags for it (what a "
+                             "row copies and trains: e.g. for bench/advisor_accuracy.py --task); train nothing")
     parser.add_argument("--results", metavar="PATH", help="the result file (default bench/results/time_to_accuracy.json)")
 
 
@@ -526,12 +559,15 @@ def main(args):
     from tta_store import RowStore, row_key
 
     path = args.results or os.path.join(RESULTS, "time_to_accuracy-quick.json" if QUICK else "time_to_accuracy.json")
+    if args.write_data:
+        write_data(args.write_data, tasks)
+        return
     if args.list:
         print_plan(rows, tasks, RowStore(path) if os.path.exists(path) else None)
         return
     store = RowStore(path, machine=common.machine_facts(),
                      config={"batch_per_worker": BATCH, "threads_per_process": 1, "seed": SEED, "links": LINKS, "h_values": H_VALUES,
-                             "tasks": {k: {x: v[x] for x in ("source", "flags", "epochs", "metric", "target", "cap_seconds")}
+                             "tasks": {k: {x: v[x] for x in ("source", "options", "epochs", "metric", "target", "cap_seconds")}
                                        for k, v in tasks.items()},
                              "shaping": "tc tbf on every interface a process sends through (a bridge between namespaces); no added delay"})
     if args.retarget:

@@ -26,6 +26,16 @@ def row_order(row):
             o.get("sync_every", 0), str(o.get("allreduce_dtype", "")), json.dumps(o, sort_keys=True))
 
 
+# the options that say how every worker trains (the task's model, threads), not how the workers talk:
+# the same for every row of a task, so the tables and plots leave them out of a row's label
+TASK_OPTIONS = ("threads", "model", "image_size", "batch", "optimizer", "width", "steps_per_call", "learning_rate")
+
+
+def strategy_options(options):
+    """A row's options without the task's (TASK_OPTIONS): sync_every, outer_optimizer, allreduce_dtype, ..."""
+    return {k: v for k, v in options.items() if k not in TASK_OPTIONS}
+
+
 def _place(names, name):
     return names.index(name) if name in names else len(names)
 
