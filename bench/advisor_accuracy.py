@@ -182,11 +182,12 @@ def main():
                 print(f"-- {task}, {link_name}:", flush=True)
                 for row in group:
                     predicted, why = predicted_row(probe, link, row, epochs, target)
-                    measured = row["seconds_per_epoch"]
+                    measured = row["seconds_per_epoch"]  # None where the row did not train ("not available", "failed: ...")
                     error = None if predicted is None or not measured else (predicted.seconds_per_epoch - measured) / measured
                     label = f"{row['strategy']} x{row['workers']} {json.dumps(row.get('options') or {}, sort_keys=True)}"
                     shown = f"{predicted.seconds_per_epoch:8.3f}" if predicted else f"  ({why})"
-                    print(f"   {label:70} predicted {shown} s/epoch, measured {measured:8.3f}"
+                    measured_shown = f"{measured:8.3f}" if measured is not None else f"(none: {row.get('status', 'no row')})"
+                    print(f"   {label:70} predicted {shown} s/epoch, measured {measured_shown}"
                           + (f", error {100 * error:+6.1f} %" if error is not None else ""), flush=True)
                     out_rows.append({"task": task, "link": link_name, "strategy": row["strategy"], "workers": row["workers"],
                                      "options": row.get("options") or {}, "measured_seconds_per_epoch": measured,
