@@ -18,7 +18,23 @@ from disttrain_trainer.tasks import text as text_task
         (["--strategy", "multiworker", "--sync-every", "8"], "--sync-every applies to --strategy localsgd, not multiworker"),
         (["--strategy", "localsgd", "--sync-every", "0"], "--sync-every must be >= 1"),
         (["--steps-per-call", "0"], "--steps-per-call must be >= 1"),
-        (["--allreduce-dtype", "int8"], "invalid choice: 'int8'"),
+        (["--allreduce-dtype", "int8"], "--allreduce-dtype int8 applies to --strategy localsgd, not average"),
+        (["--strategy", "multiworker", "--allreduce-dtype", "int8"],
+         "--allreduce-dtype int8 applies to --strategy localsgd, not multiworker (TensorFlow's all-reduce refuses int8"),
+        (["--allreduce-dtype", "int4"], "invalid choice: 'int4'"),
+        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "-0.7"], "--outer-lr must be > 0"),
+        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "nan"], "--outer-lr must be > 0"),
+        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-momentum", "1"],
+         "--outer-momentum must be >= 0 and < 1"),
+        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-momentum", "-0.1"],
+         "--outer-momentum must be >= 0 and < 1"),
+        (["--strategy", "localsgd", "--outer-optimizer", "adamw"], "invalid choice: 'adamw'"),
+        (["--strategy", "localsgd", "--outer-lr", "0.5"], "--outer-lr and --outer-momentum apply to --outer-optimizer nesterov, not none"),
+        (["--strategy", "multiworker", "--outer-optimizer", "nesterov"],
+         "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not multiworker"),
+        (["--outer-momentum", "0.5"], "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not average"),
+        (["--strategy", "parameterserver", "--outer-optimizer", "none"],
+         "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not parameterserver"),
         (["--allreduce-dtype", "bfloat16"], "invalid choice: 'bfloat16'"),  # TensorFlow's collectives refuse it
         (["--allreduce-pack-bytes", "-1"], "--allreduce-pack-bytes must be >= 0"),
         (["--peer-wait", "-1"], "--peer-wait must be >= 0 (0: no deadline)"),
@@ -43,7 +59,20 @@ def test_nonsense_is_refused_by_name(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_args(argv)
     assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.splitlines()[-1].startswith("disttrain-trainer: error: ")  # one line after the usage, no traceback
+
+
+def test_localsgd_outer_flags_default_to_plain_averaging_and_dilocos_values():
+    args = parse_args(["--strategy", "localsgd"])
+    assert (args.outer_optimizer, args.outer_lr, args.outer_momentum, args.allreduce_dtype) == ("none", 0.7, 0.9, "float32")
+    assert options.outer_settings(args) == {}  # a default run records (and resumes) what it always did
+    args = parse_args(["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "0.5",
+                       "--outer-momentum", "0", "--allreduce-dtype", "int8", "--sync-every", "500"])
+    assert options.REGISTRY["localsgd"].model_meta(args) == {
+        "sync_every": 500, "outer_optimizer": "nesterov", "outer_lr": 0.5, "outer_momentum": 0.0, "allreduce_dtype": "int8"}
+    assert options.users_of("outer_lr") == ["localsgd"]
 
 
 def test_the_new_flags_parse():
