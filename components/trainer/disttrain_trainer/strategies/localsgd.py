@@ -1,17 +1,30 @@
 """localsgd: periodic model averaging (local SGD; Lin et al., "Don't Use Large Mini-Batches,
-Use Local SGD", ICLR 2020). Each worker takes --sync-every H optimizer steps alone on its
-own shard, then the workers average their weights with one all-reduce over the same
-cluster as multiworker (TF_CONFIG). H=1 communicates every step; an H longer than the
-whole run averages once, at the end (one-shot averaging, like `average` but inside the
-trainer).
+Use Local SGD", ICLR 2020), or DiLoCo's outer step. Each worker takes --sync-every H optimizer
+steps alone on its own shard, then the workers sync their weights with one collective over the
+same cluster as multiworker (TF_CONFIG). H=1 communicates every step; an H longer than the whole
+run syncs once, at the end (one-shot averaging, like `average` but inside the trainer).
 
-What is averaged: every floating-point weight of the model (including batch-norm
-statistics), sent as the change since the last sync (`w - anchor`), so a float16 wire
-rounds the small change, not the weight itself; every worker then holds exactly the same
-weights (anchor + the same sum / N). What is not: the optimizer's state. Each worker keeps
-its own Adam moments and step count; they describe its own gradients, and averaging them
-would double the bytes of every sync for no measured gain. Integer state (the dropout
-layers' random generators) stays per worker too.
+What a sync sends: every floating-point weight of the model (including batch-norm statistics),
+as its change since the last sync (`w - anchor`, the anchor being the last sync's weights), so
+a narrow wire rounds the small change, not the weight itself. What it does with the workers' mean
+change (--outer-optimizer):
+  none      add it to the anchor: the average of the workers' weights (the default);
+  nesterov  DiLoCo (Douillard et al. 2023): the mean change is the outer gradient (negated) of a
+            Nesterov-momentum step, --outer-lr times (change + --outer-momentum * momentum) after
+            momentum = --outer-momentum * momentum + change (nesterov_step). It moves the trainable
+            weights; the non-trainable ones (batch-norm moving statistics) are averaged.
+Every worker computes the same sums, so every worker then holds exactly the same weights and the
+same outer momentum (each epoch's record carries a checksum of the synced weights to show it).
+
+The wire (--allreduce-dtype): float32 and float16 by all-reduce (collectives.Wire); int8
+(wire_codecs.py: a float32 scale per block of 256 values) by one all-gather, decoded and summed
+in worker order (TensorFlow's collectives refuse int8). On float16 and int8 the sync uses error
+feedback: what the wire rounded off (the residual) is added to the next sync's change.
+
+What is not synced: the inner optimizer's state. Each worker keeps its own Adam moments and step
+count across syncs (as DiLoCo keeps each worker's inner AdamW state): they describe its own
+gradients, and averaging them would double the bytes of every sync for no measured gain. Integer
+state (the dropout layers' random generators) stays per worker too.
 
 No meeting per epoch: the syncs are the only collectives. Every worker evaluates its own
 model on the held-out split after each epoch and records its own shard's training loss and
@@ -22,7 +35,8 @@ models differ, so their per-epoch curves differ a little; after the last sync ev
 holds the same weights, and the chief's evaluation of them is the run's result.
 
 Checkpoints: each worker keeps its own (its model differs from the others' between syncs),
-every epoch. The syncs bound how far apart the workers are: no worker is more than H steps
+every epoch, with the anchors, the outer momentum and the wire's residual: a resumed run goes on
+exactly as an undisturbed one. The syncs bound how far apart the workers are: no worker is more than H steps
 ahead of another, so each keeps enough checkpoints (checkpoints_to_keep) that the last epoch
 every worker saved is still on disk, and a restarted group resumes every worker from it.
 """
