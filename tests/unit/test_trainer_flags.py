@@ -140,3 +140,20 @@ def test_help_and_flag_errors_import_no_tensorflow():
         assert result.stdout.splitlines()[-1] == "TF False False", result.stdout
     help_text = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True).stdout
     assert "strategy localsgd:\n  --sync-every" in help_text and "strategy parameterserver:\n  --ps PS" in help_text
+
+
+def test_checkpoints_resume_only_with_the_same_outer_settings(tmp_path):
+    """run.json records localsgd's outer settings when not the defaults: a DiLoCo checkpoint (its outer
+    momentum, its residual) is not resumed as plain averaging, and the refusal names what changed."""
+    from disttrain_contract import ContractError
+    from disttrain_trainer.main import check_run_config
+
+    def config(*argv):
+        args = parse_args(["--strategy", "localsgd", *argv])
+        return {"strategy": "localsgd", "sync_every": args.sync_every, **options.outer_settings(args)}
+
+    diloco = config("--outer-optimizer", "nesterov", "--allreduce-dtype", "int8")
+    check_run_config(tmp_path, diloco, write=True)
+    check_run_config(tmp_path, diloco, write=True)  # the same run resumes
+    with pytest.raises(ContractError, match=r"changed: allreduce_dtype, outer_lr, outer_momentum, outer_optimizer\)"):
+        check_run_config(tmp_path, config(), write=True)

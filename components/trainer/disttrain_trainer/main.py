@@ -442,7 +442,7 @@ def check_run_config(checkpoint_dir, config, write):
     path = os.path.join(checkpoint_dir, "run.json")
     previous = read_json(path, None)
     if previous is not None and previous != config:
-        changed = sorted(k for k in config if previous.get(k) != config[k])
+        changed = sorted(k for k in {**previous, **config} if previous.get(k) != config.get(k))  # (a key only one has too)
         raise ContractError(
             f"the checkpoints in {checkpoint_dir} are from a different run (changed: {', '.join(changed)}); "
             "delete that directory or use another --out"
