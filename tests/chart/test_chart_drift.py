@@ -144,6 +144,11 @@ def check_meaning(stage, parsed, values, docs):
         else:
             assert parsed.learning_rate == pytest.approx(float(values["learningRate"]))
         assert parsed.sync_every == values.get("syncEvery")
+        if values["strategy"] == "localsgd" and values["outerOptimizer"] == "nesterov":
+            assert (parsed.outer_optimizer, parsed.outer_lr, parsed.outer_momentum) == (
+                "nesterov", pytest.approx(float(values["outerLearningRate"])), pytest.approx(float(values["outerMomentum"])))
+        else:  # plain averaging (localsgd's default), or not localsgd
+            assert parsed.outer_optimizer == ("none" if values["strategy"] == "localsgd" else None)
         assert parsed.validation_fraction == pytest.approx(float(values["trainer"]["validationFraction"] or 0))
         assert parsed.progress_interval == pytest.approx(float(values["trainer"]["progressIntervalSeconds"]))
         assert parsed.optimizer == values["optimizer"]

@@ -157,6 +157,16 @@ def test_localsgd_passes_sync_every_only_to_localsgd(localsgd_manifest, multiwor
     assert "--sync-every" not in stage_container(multiworker_manifest, "trainer")["args"]
 
 
+def test_localsgd_passes_the_outer_optimizer_and_the_int8_wire():
+    trainer = main_container(render(sets=("strategy=localsgd", "syncEvery=500", "outerOptimizer=nesterov",
+                                          "outerLearningRate=0.5", "outerMomentum=0.8", "allreduceDtype=int8")), "trainer")
+    assert [arg(trainer, f) for f in ("--sync-every", "--outer-optimizer", "--outer-lr", "--outer-momentum", "--allreduce-dtype")] == [
+        "500", "nesterov", "0.5", "0.8", "int8"]
+    # none (the default): no outer flags, so the trainer's plain averaging (and its refusal of --outer-lr without nesterov)
+    trainer = main_container(render(sets=("strategy=localsgd",)), "trainer")
+    assert not [a for a in trainer["args"] if a.startswith("--outer-")]
+
+
 def test_parameterserver_runs_chief_ps_and_workers_in_one_indexed_job(parameterserver_manifest):
     job = parameterserver_manifest.get(NAMES["trainer"])
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4  # 1 chief + 1 ps + 2 workers

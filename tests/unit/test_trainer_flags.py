@@ -18,7 +18,23 @@ from disttrain_trainer.tasks import text as text_task
         (["--strategy", "multiworker", "--sync-every", "8"], "--sync-every applies to --strategy localsgd, not multiworker"),
         (["--strategy", "localsgd", "--sync-every", "0"], "--sync-every must be >= 1"),
         (["--steps-per-call", "0"], "--steps-per-call must be >= 1"),
-        (["--allreduce-dtype", "int8"], "invalid choice: 'int8'"),
+        (["--allreduce-dtype", "int8"], "--allreduce-dtype int8 applies to --strategy localsgd, not average"),
+        (["--strategy", "multiworker", "--allreduce-dtype", "int8"],
+         "--allreduce-dtype int8 applies to --strategy localsgd, not multiworker (TensorFlow's all-reduce refuses int8"),
+        (["--allreduce-dtype", "int4"], "invalid choice: 'int4'"),
+        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "-0.7"], "--outer-lr must be > 0"),
+        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "nan"], "--outer-lr must be > 0"),
+        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-momentum", "1"],
+         "--outer-momentum must be >= 0 and < 1"),
+        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-momentum", "-0.1"],
+         "--outer-momentum must be >= 0 and < 1"),
+        (["--strategy", "localsgd", "--outer-optimizer", "adamw"], "invalid choice: 'adamw'"),
+        (["--strategy", "localsgd", "--outer-lr", "0.5"], "--outer-lr and --outer-momentum apply to --outer-optimizer nesterov, not none"),
+        (["--strategy", "multiworker", "--outer-optimizer", "nesterov"],
+         "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not multiworker"),
+        (["--outer-momentum", "0.5"], "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not average"),
+        (["--strategy", "parameterserver", "--outer-optimizer", "none"],
+         "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not parameterserver"),
         (["--allreduce-dtype", "bfloat16"], "invalid choice: 'bfloat16'"),  # TensorFlow's collectives refuse it
         (["--allreduce-pack-bytes", "-1"], "--allreduce-pack-bytes must be >= 0"),
         (["--peer-wait", "-1"], "--peer-wait must be >= 0 (0: no deadline)"),
@@ -43,7 +59,20 @@ def test_nonsense_is_refused_by_name(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_args(argv)
     assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert message in err
+    assert err.splitlines()[-1].startswith("disttrain-trainer: error: ")  # one line after the usage, no traceback
+
+
+def test_localsgd_outer_flags_default_to_plain_averaging_and_dilocos_values():
+    args = parse_args(["--strategy", "localsgd"])
+    assert (args.outer_optimizer, args.outer_lr, args.outer_momentum, args.allreduce_dtype) == ("none", 0.7, 0.9, "float32")
+    assert options.outer_settings(args) == {}  # a default run records (and resumes) what it always did
+    args = parse_args(["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "0.5",
+                       "--outer-momentum", "0", "--allreduce-dtype", "int8", "--sync-every", "500"])
+    assert options.REGISTRY["localsgd"].model_meta(args) == {
+        "sync_every": 500, "outer_optimizer": "nesterov", "outer_lr": 0.5, "outer_momentum": 0.0, "allreduce_dtype": "int8"}
+    assert options.users_of("outer_lr") == ["localsgd"]
 
 
 def test_the_new_flags_parse():
@@ -111,3 +140,20 @@ def test_help_and_flag_errors_import_no_tensorflow():
         assert result.stdout.splitlines()[-1] == "TF False False", result.stdout
     help_text = subprocess.run([sys.executable, "-c", code, "--help"], capture_output=True, text=True).stdout
     assert "strategy localsgd:\n  --sync-every" in help_text and "strategy parameterserver:\n  --ps PS" in help_text
+
+
+def test_checkpoints_resume_only_with_the_same_outer_settings(tmp_path):
+    """run.json records localsgd's outer settings when not the defaults: a DiLoCo checkpoint (its outer
+    momentum, its residual) is not resumed as plain averaging, and the refusal names what changed."""
+    from disttrain_contract import ContractError
+    from disttrain_trainer.main import check_run_config
+
+    def config(*argv):
+        args = parse_args(["--strategy", "localsgd", *argv])
+        return {"strategy": "localsgd", "sync_every": args.sync_every, **options.outer_settings(args)}
+
+    diloco = config("--outer-optimizer", "nesterov", "--allreduce-dtype", "int8")
+    check_run_config(tmp_path, diloco, write=True)
+    check_run_config(tmp_path, diloco, write=True)  # the same run resumes
+    with pytest.raises(ContractError, match=r"changed: allreduce_dtype, outer_lr, outer_momentum, outer_optimizer\)"):
+        check_run_config(tmp_path, config(), write=True)

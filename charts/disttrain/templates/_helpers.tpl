@@ -221,6 +221,12 @@ that depends on the storage choice.
 {{- if and .Values.sweep.space.syncEvery (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: sweep.space.syncEvery is searched by localsgd trials only, and strategy is %s" .Values.strategy) -}}
 {{- end -}}
+{{- if and (ne .Values.outerOptimizer "none") (ne .Values.strategy "localsgd") -}}
+{{- fail (printf "disttrain: outerOptimizer applies to strategy localsgd, not %s" .Values.strategy) -}}
+{{- end -}}
+{{- if and (eq .Values.allreduceDtype "int8") (ne .Values.strategy "localsgd") -}}
+{{- fail (printf "disttrain: allreduceDtype int8 applies to strategy localsgd, not %s (TensorFlow's all-reduce refuses int8; use float16)" .Values.strategy) -}}
+{{- end -}}
 {{- if and (ne .Values.allreduceDtype "float32") (not (has .Values.strategy (list "multiworker" "localsgd"))) -}}
 {{- fail (printf "disttrain: allreduceDtype applies to the strategies whose workers all-reduce (multiworker, localsgd), not %s" .Values.strategy) -}}
 {{- end -}}

@@ -23,6 +23,14 @@ advisor's step before it (advisor.enabled) take the same ones, so the advice is 
 - --sync-every
 - {{ . | int | toString | quote }}
 {{- end }}
+{{- if eq $ctx.Values.outerOptimizer "nesterov" }}
+- --outer-optimizer
+- nesterov
+- --outer-lr
+- {{ $ctx.Values.outerLearningRate | toString | quote }}
+- --outer-momentum
+- {{ $ctx.Values.outerMomentum | toString | quote }}
+{{- end }}
 {{- end }}
 - --optimizer
 - {{ $ctx.Values.optimizer | quote }}

@@ -261,7 +261,9 @@ def main(argv=None):
     analysis.print_summary(report.analysis)
     if report.training_parameters:
         origin = report.parameters_origin or {}
-        print("aggregator: trained with " + ", ".join(f"{k}={v:g}" for k, v in sorted(report.training_parameters.items()))
+        # (numbers, and a few words: localsgd's outer_optimizer and allreduce_dtype)
+        print("aggregator: trained with " + ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                                                      for k, v in sorted(report.training_parameters.items()))
               + (f" from the sweep ({origin.get('file')}, trial {origin.get('trial')})" if origin.get("source") == "sweep"
                  else " from the trainer's flags"), flush=True)
     print(f"aggregator: {gate.summary(report.gate)}", flush=True)

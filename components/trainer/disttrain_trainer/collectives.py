@@ -3,7 +3,8 @@
 The strategies use MultiWorkerMirroredStrategy's collective ops (gRPC rings over the
 TF_CONFIG cluster) for three things:
   * multiworker: the gradients, every step (`all_reduce_sum`, in a replica context);
-  * localsgd: the change of the weights since the last sync, every H steps (`all_reduce_sum`);
+  * localsgd: the change of the weights since the last sync, every H steps (`all_reduce_sum`; on
+    the int8 wire `sum_int8`: an all-gather, as TensorFlow's all-reduce and all-gather refuse int8);
   * both: the epoch's training metrics, once per epoch (`sum_across_workers`).
 A collective costs a fixed ~1.4 ms on loopback however small (bench/collective.py), so the
 trainer sends few of them, and can send them narrower: `--allreduce-dtype float16` halves
@@ -15,7 +16,10 @@ only the rows a batch touched, each once (see Wire._gather_rows).
 
 import tensorflow as tf
 
-WIRE_DTYPES = {"float32": tf.float32, "float16": tf.float16}  # bfloat16: refused by the collective ops
+from disttrain_trainer import wire_codecs
+
+# bfloat16: refused by the collective ops. int8: localsgd's syncs only (sum_int8), never all_reduce_sum.
+WIRE_DTYPES = {"float32": tf.float32, "float16": tf.float16, "int8": tf.int8}
 
 
 class Wire:
@@ -31,6 +35,8 @@ class Wire:
     def all_reduce_sum(self, tensors):
         """In a replica context: each tensor summed over all workers, back in its own dtype
         (None stays None: a variable without a gradient sends nothing)."""
+        if self.dtype == tf.int8:
+            raise ValueError("TensorFlow's all-reduce refuses int8: send int8 messages with sum_int8")
         present = [i for i, t in enumerate(tensors) if t is not None]
         result = list(tensors)
         if any(isinstance(tensors[i], tf.IndexedSlices) for i in present):
@@ -41,6 +47,22 @@ class Wire:
         for i, value in zip(present, summed if present else []):
             result[i] = _cast_like(value, tensors[i].dtype)
         return result
+
+    def sum_int8(self, messages, sizes):
+        """In a replica context: every worker's int8 messages (wire_codecs.int8_encode's, of vectors of
+        `sizes` elements) in one all-gather of int32 (the collectives refuse int8), each decoded and
+        the workers' summed in worker order: the same arithmetic on the same bits, so the same sums
+        (float32) on every worker."""
+        packed = tf.concat([wire_codecs.pack_int8(*m) for m in messages], 0)
+        context = tf.distribute.get_replica_context()
+        rows = context.all_gather(packed[None], axis=0, options=self.options)  # [replicas, packed length]
+        lengths = [wire_codecs.int8_packed_length(n) for n in sizes]
+        totals = None
+        for replica in range(context.num_replicas_in_sync):
+            parts = tf.split(rows[replica], lengths)
+            decoded = [wire_codecs.int8_decode(*wire_codecs.unpack_int8(p, n)) for p, n in zip(parts, sizes)]
+            totals = decoded if totals is None else [t + d for t, d in zip(totals, decoded)]
+        return totals
 
     def _gather_rows(self, tensors):
         """Sparse and dense tensors summed with ONE all-gather of tagged rows.

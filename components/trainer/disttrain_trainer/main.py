@@ -12,7 +12,8 @@ Four strategies, one module each (disttrain_trainer/strategies/):
                gradients are summed across workers every step; the chief (index 0)
                writes the model.
   localsgd     each worker trains alone for --sync-every steps, then the workers
-               average their weights (one all-reduce); the chief writes the model.
+               average their weights (one all-reduce), or take DiLoCo's outer step
+               (--outer-optimizer nesterov); the chief writes the model.
   parameterserver  asynchronous training with ParameterServerStrategy: a chief (the
                coordinator) schedules steps on --workers workers, the variables live on --ps
                parameter servers; the chief writes the model, the others serve until it has.
@@ -441,7 +442,7 @@ def check_run_config(checkpoint_dir, config, write):
     path = os.path.join(checkpoint_dir, "run.json")
     previous = read_json(path, None)
     if previous is not None and previous != config:
-        changed = sorted(k for k in config if previous.get(k) != config[k])
+        changed = sorted(k for k in {**previous, **config} if previous.get(k) != config.get(k))  # (a key only one has too)
         raise ContractError(
             f"the checkpoints in {checkpoint_dir} are from a different run (changed: {', '.join(changed)}); "
             "delete that directory or use another --out"

@@ -1,17 +1,30 @@
 """localsgd: periodic model averaging (local SGD; Lin et al., "Don't Use Large Mini-Batches,
-Use Local SGD", ICLR 2020). Each worker takes --sync-every H optimizer steps alone on its
-own shard, then the workers average their weights with one all-reduce over the same
-cluster as multiworker (TF_CONFIG). H=1 communicates every step; an H longer than the
-whole run averages once, at the end (one-shot averaging, like `average` but inside the
-trainer).
+Use Local SGD", ICLR 2020), or DiLoCo's outer step. Each worker takes --sync-every H optimizer
+steps alone on its own shard, then the workers sync their weights with one collective over the
+same cluster as multiworker (TF_CONFIG). H=1 communicates every step; an H longer than the whole
+run syncs once, at the end (one-shot averaging, like `average` but inside the trainer).
 
-What is averaged: every floating-point weight of the model (including batch-norm
-statistics), sent as the change since the last sync (`w - anchor`), so a float16 wire
-rounds the small change, not the weight itself; every worker then holds exactly the same
-weights (anchor + the same sum / N). What is not: the optimizer's state. Each worker keeps
-its own Adam moments and step count; they describe its own gradients, and averaging them
-would double the bytes of every sync for no measured gain. Integer state (the dropout
-layers' random generators) stays per worker too.
+What a sync sends: every floating-point weight of the model (including batch-norm statistics),
+as its change since the last sync (`w - anchor`, the anchor being the last sync's weights), so
+a narrow wire rounds the small change, not the weight itself. What it does with the workers' mean
+change (--outer-optimizer):
+  none      add it to the anchor: the average of the workers' weights (the default);
+  nesterov  DiLoCo (Douillard et al. 2023): the mean change is the outer gradient (negated) of a
+            Nesterov-momentum step, --outer-lr times (change + --outer-momentum * momentum) after
+            momentum = --outer-momentum * momentum + change (nesterov_step). It moves the trainable
+            weights; the non-trainable ones (batch-norm moving statistics) are averaged.
+Every worker computes the same sums, so every worker then holds exactly the same weights and the
+same outer momentum (each epoch's record carries a checksum of the synced weights to show it).
+
+The wire (--allreduce-dtype): float32 and float16 by all-reduce (collectives.Wire); int8
+(wire_codecs.py: a float32 scale per block of 256 values) by one all-gather, decoded and summed
+in worker order (TensorFlow's collectives refuse int8). On float16 and int8 the sync uses error
+feedback: what the wire rounded off (the residual) is added to the next sync's change.
+
+What is not synced: the inner optimizer's state. Each worker keeps its own Adam moments and step
+count across syncs (as DiLoCo keeps each worker's inner AdamW state): they describe its own
+gradients, and averaging them would double the bytes of every sync for no measured gain. Integer
+state (the dropout layers' random generators) stays per worker too.
 
 No meeting per epoch: the syncs are the only collectives. Every worker evaluates its own
 model on the held-out split after each epoch and records its own shard's training loss and
@@ -22,7 +35,8 @@ models differ, so their per-epoch curves differ a little; after the last sync ev
 holds the same weights, and the chief's evaluation of them is the run's result.
 
 Checkpoints: each worker keeps its own (its model differs from the others' between syncs),
-every epoch. The syncs bound how far apart the workers are: no worker is more than H steps
+every epoch, with the anchors, the outer momentum and the wire's residual: a resumed run goes on
+exactly as an undisturbed one. The syncs bound how far apart the workers are: no worker is more than H steps
 ahead of another, so each keeps enough checkpoints (checkpoints_to_keep) that the last epoch
 every worker saved is still on disk, and a restarted group resumes every worker from it.
 """
@@ -31,9 +45,11 @@ import os
 import re
 
 import keras
+import numpy as np
 import tensorflow as tf
 
-from disttrain_trainer import preemption
+from disttrain_trainer import preemption, wire_codecs
+from disttrain_trainer.strategies import options
 from disttrain_trainer.strategies.base import Connected
 
 
@@ -43,33 +59,46 @@ class Strategy(Connected):
     def __init__(self, args, workers, index):
         super().__init__(args, workers, index)
         self.every = args.sync_every  # (options.LocalSGD.resolve: --sync-every, or its default)
+        self.nesterov = args.outer_optimizer == "nesterov"
+        self.outer_lr, self.outer_momentum = args.outer_lr, args.outer_momentum
+        self.wire_dtype = args.allreduce_dtype
+        self.settings = options.outer_settings(args)
         self.synced_at = None
+        self.synced_checksum = None
 
     def run_config(self):
-        return {"sync_every": self.every}
+        return {"sync_every": self.every, **self.settings}  # (a checkpoint resumes only with the same outer state)
 
     def bind(self, model):
         self.weights = [w for w in model.weights if keras.backend.is_float_dtype(w.dtype)]
         # the weights at the last sync, the same on every worker (at first: the shared initialisation)
         self.anchors = [tf.Variable(w.value, trainable=False, name=f"anchor_{i}") for i, w in enumerate(self.weights)]
-        self._average = tf.function(self._average_fn)
+        # the outer optimizer moves the trainable weights; the others (batch-norm statistics) are averaged
+        self.moved = [w.trainable for w in self.weights] if self.nesterov else [False] * len(self.weights)
+        self.momenta = [tf.Variable(tf.zeros_like(w.value), trainable=False, name=f"outer_momentum_{i}")
+                        for i, w in enumerate(self.weights) if self.nesterov and w.trainable]
+        self.sizes = [int(np.prod(w.shape)) for w in self.weights]
+        self.residuals = ([tf.Variable(tf.zeros([n], w.dtype), trainable=False, name=f"wire_residual_{i}")
+                           for i, (w, n) in enumerate(zip(self.weights, self.sizes))]
+                          if self.wire_dtype in options.LOSSY_WIRES else [])
+        self._sync = tf.function(self._sync_fn, input_signature=[tf.TensorSpec([], tf.bool)])
 
     def checkpoint_state(self):
-        return {"anchors": self.anchors}
+        state = {"anchors": self.anchors}
+        if self.momenta:
+            state["outer_momenta"] = self.momenta
+        if self.residuals:
+            state["wire_residuals"] = self.residuals
+        return state
 
     def before_training(self, step):
-        # The first sync traces the averaging function and opens the collective's communicator:
-        # 0.25 s on digits, 2.5 s on MobileNetV2 (bench/results/train_scaling.json, the epoch of
-        # the first sync), a start-up cost like the train step's tracing in epoch 1. Pay it here,
-        # in start-up. At a sync point every worker holds exactly the anchor (at step 0: the shared
-        # initialisation; on a resume at a multiple of H: the last average), so this sync sums zero
-        # changes and leaves every weight as it is. Every worker resumes at the same step, so all
-        # of them take this branch or none does. Elsewhere (a resume between two syncs) it would
-        # average early: only trace then.
-        if step % self.every == 0:
-            self.sync(step)
-        else:
-            self._average.get_concrete_function()
+        # The first sync traces the sync function and opens the collective's communicator: 0.25 s on
+        # digits, 2.5 s on MobileNetV2 (bench/results/train_scaling.json, the epoch of the first sync),
+        # a start-up cost like the train step's tracing in epoch 1. Pay it here, in start-up, with a
+        # dry run: the collective runs, nothing is applied (a resumed run then goes on exactly as an
+        # undisturbed one; a sync of zero changes would still decay the outer momentum and send the
+        # residual). Every worker resumes at the same step, so every worker makes this call.
+        self._sync(tf.constant(False))
 
     def steps_to_sync(self, step):
         return self.every - step % self.every
@@ -79,35 +108,81 @@ class Strategy(Connected):
             self.sync(step)
 
     def agree_to_stop(self, requested, step):
-        # Only at an average, where every worker holds the same weights: each then saves its own
-        # checkpoint of that one step. Between two averages a worker that had SIGTERM trains on
+        # Only at a sync, where every worker holds the same weights: each then saves its own
+        # checkpoint of that one step. Between two syncs a worker that had SIGTERM trains on
         # to the next one (at most H steps).
         return step % self.every == 0 and self.any_worker(requested)
 
     def finish(self, step):
-        if self.synced_at != step:  # the published model is the average, whatever H is
+        if self.synced_at != step:  # the published model is a sync's, whatever H is
             self.sync(step)
 
     def sync(self, step):
-        self._average()
+        self.synced_checksum = int(self._sync(tf.constant(True)))
         self.synced_at = step
 
-    def _average_fn(self):
-        def replica_fn():
-            return self.wire.all_reduce_sum([w.value - a for w, a in zip(self.weights, self.anchors)])
-
-        summed = self.cluster.run(replica_fn)
+    def _sync_fn(self, commit):
+        """One sync: every worker sends its change since the last sync (with the residual of a lossy
+        wire), and applies the same update to the same anchors. `commit` False: a dry run (the
+        collectives run, no variable changes). Returns a checksum of the synced weights (the sum of
+        their bits), the same on every worker."""
         workers = self.cluster.num_replicas_in_sync
-        for weight, anchor, total in zip(self.weights, self.anchors, summed):
-            averaged = anchor + self.cluster.experimental_local_results(total)[0] / workers
-            anchor.assign(averaged)
-            weight.assign(averaged)
+
+        def replica_fn():
+            changes = [w.value - a for w, a in zip(self.weights, self.anchors)]
+            if not self.residuals:  # float32
+                return self.wire.all_reduce_sum(changes), []
+            changes = [tf.reshape(c, [-1]) for c in changes]  # (the codecs and the residuals are flat)
+            encode, decode = wire_codecs.CODECS[self.wire_dtype]
+            messages, residuals = zip(*(wire_codecs.with_error_feedback(c, r, encode, decode)
+                                        for c, r in zip(changes, self.residuals)))
+            if self.wire_dtype == "float16":
+                return self.wire.all_reduce_sum(list(messages)), list(residuals)
+            return self.wire.sum_int8(messages, self.sizes), list(residuals)
+
+        totals, residuals = self.cluster.run(replica_fn)
+        local = self.cluster.experimental_local_results
+        totals = [tf.reshape(local(t)[0], a.shape) for t, a in zip(totals, self.anchors)]
+        residuals = [local(r)[0] for r in residuals]
+
+        def apply():
+            momenta = iter(self.momenta)
+            for weight, anchor, total, moved in zip(self.weights, self.anchors, totals, self.moved):
+                if moved:
+                    momentum = next(momenta)
+                    step, new_momentum = nesterov_step(total / workers, momentum.value(), self.outer_lr, self.outer_momentum)
+                    momentum.assign(new_momentum)
+                    synced = anchor + step
+                else:
+                    synced = anchor + total / workers  # the average
+                anchor.assign(synced)
+                weight.assign(synced)
+            for variable, value in zip(self.residuals, residuals):
+                variable.assign(value)
+            return tf.constant(True)
+
+        tf.cond(commit, apply, lambda: tf.constant(False))
+        return tf.add_n([tf.reduce_sum(tf.cast(tf.bitcast(tf.cast(a.value(), tf.float32), tf.int32), tf.int64))
+                         for a in self.anchors])
+
+    @property
+    def wire_bytes_per_sync(self):
+        """What each worker sends at a sync (its payload; an all-reduce ring sends about twice this over all
+        its hops, an all-gather sends it to each other worker)."""
+        if self.wire_dtype == "int8":
+            return 4 * sum(wire_codecs.int8_packed_length(n) for n in self.sizes)
+        return sum(self.sizes) * (2 if self.wire_dtype == "float16" else 4)
+
+    def marker_info(self):
+        return {"wire_bytes_per_sync": self.wire_bytes_per_sync}
 
     def epoch_metrics(self, sums):
         return sums  # this worker's own: no collective at the epoch's end (see the module's docstring)
 
     def epoch_facts(self):
-        return {"training_metrics_of": "this worker"}
+        # the checksum of the last sync's weights: every worker's record of an epoch says the same one
+        return {"training_metrics_of": "this worker", "last_sync_step": self.synced_at,
+                "synced_weights_checksum": self.synced_checksum}
 
     def checkpoints_to_keep(self, steps_per_epoch):
         # a worker is at most H steps ahead of the slowest, so at most ceil(H / steps per epoch)
@@ -140,3 +215,12 @@ def saved_epochs(checkpoint_dir):
         return []
     return sorted(int(m.group(1)) for path in state.all_model_checkpoint_paths
                   if (m := re.search(r"ckpt-(\d+)$", path)))
+
+
+def nesterov_step(mean_change, momentum, lr, mu):
+    """DiLoCo's outer step: Nesterov momentum as torch.optim.SGD(nesterov=True) takes it, on the outer
+    gradient -mean_change, written in the direction of the change. Returns (the step to add to the
+    anchor, the new momentum): momentum' = mu * momentum + mean_change, step = lr * (mean_change +
+    mu * momentum'). lr 1 and mu 0: the mean change itself, i.e. plain averaging."""
+    momentum = mu * momentum + mean_change
+    return lr * (mean_change + mu * momentum), momentum

@@ -7,7 +7,8 @@ One entry per strategy (REGISTRY), each owning
   resolve    the defaults that depend on the strategy being chosen (parameterserver: one ps);
   cluster    whether its tasks talk to each other (`connected`: TF_CONFIG, cluster.configure, the
              peers' deadline) and how a task names itself in logs (`tag`);
-  metadata   what its models record besides every strategy's facts (localsgd: sync_every) and how many
+  metadata   what its models record besides every strategy's facts (localsgd: sync_every, the outer
+             optimizer and the wire when not the defaults) and how many
              examples a model says it was trained on.
 The training itself is the strategy's module (strategies/<name>.py, imported by strategies.create
 once the flags are checked): `--help` and a flag error cost no TensorFlow import.
@@ -20,10 +21,13 @@ import argparse
 
 from disttrain_trainer.cluster import configure, ps_task
 
-# --allreduce-dtype (collectives.WIRE_DTYPES). Not bfloat16: TensorFlow's collective all-reduce
-# refuses it ("DataType bfloat16 not in list of allowed values: float32, float16, float64, ...").
-ALLREDUCE_DTYPES = ("float32", "float16")
+# --allreduce-dtype (collectives.WIRE_DTYPES; int8: localsgd only, wire_codecs.py). Not bfloat16: TensorFlow's
+# collective all-reduce refuses it ("DataType bfloat16 not in list of allowed values: float32, float16, float64, ...").
+ALLREDUCE_DTYPES = ("float32", "float16", "int8")
+LOSSY_WIRES = ("float16", "int8")  # localsgd keeps what they round off for the next sync (error feedback)
 DEFAULT_SYNC_EVERY = 32  # chosen by measurement: bench/README.md, "local SGD: choosing H"
+OUTER_OPTIMIZERS = ("none", "nesterov")
+DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM = 0.7, 0.9  # DiLoCo's (Douillard et al. 2023)
 SERVE_TIMEOUT = 7 * 24 * 3600.0  # a parameter-server task serves this long for the chief's marker by default
 
 
@@ -129,7 +133,11 @@ class AllReduce(Connected):
     @classmethod
     def add_flags(cls, group):
         group.add_argument("--allreduce-dtype", choices=ALLREDUCE_DTYPES, default="float32",
-                           help="multiworker, localsgd: dtype of the gradients/weight changes on the wire (default float32)")
+                           help="multiworker, localsgd: dtype of the gradients/weight changes on the wire (default float32). "
+                                "float16 halves the bytes; int8 (localsgd only) quarters them: a scale per block of 256 "
+                                "values, sent by all-gather and summed in worker order. localsgd with float16 or int8 "
+                                "always uses error feedback: what the wire rounds off is added to the next sync's change "
+                                "(and checkpointed)")
         group.add_argument("--allreduce-pack-bytes", type=int, default=0,
                            help="multiworker, localsgd: split collectives into packs of this size (default 0: one pack)")
 
@@ -150,25 +158,63 @@ class LocalSGD(AllReduce):
     @classmethod
     def add_flags(cls, group):
         group.add_argument("--sync-every", type=int, default=None,
-                           help=f"localsgd: optimizer steps between two weight averages (default {DEFAULT_SYNC_EVERY})")
+                           help=f"localsgd: optimizer steps between two syncs of the weights (default {DEFAULT_SYNC_EVERY})")
+        group.add_argument("--outer-optimizer", choices=OUTER_OPTIMIZERS, default=None,
+                           help="localsgd: what a sync does with the workers' mean change of the weights since the last "
+                                "sync. none (default): add it, i.e. average the weights; nesterov: take a Nesterov-momentum "
+                                "step along it, scaled by --outer-lr (DiLoCo). Each worker keeps its own inner optimizer "
+                                "state across syncs; batch-norm statistics are averaged either way")
+        group.add_argument("--outer-lr", type=float, default=None,
+                           help=f"localsgd --outer-optimizer nesterov: the outer learning rate (> 0, default {DEFAULT_OUTER_LR})")
+        group.add_argument("--outer-momentum", type=float, default=None,
+                           help=f"localsgd --outer-optimizer nesterov: the outer momentum (>= 0 and < 1, default "
+                                f"{DEFAULT_OUTER_MOMENTUM})")
 
     @classmethod
     def check(cls, args, error):
         if args.sync_every is not None and args.sync_every < 1:
             error("--sync-every must be >= 1")
+        if args.outer_lr is not None and not args.outer_lr > 0:  # (also refuses nan)
+            error("--outer-lr must be > 0")
+        if args.outer_momentum is not None and not 0 <= args.outer_momentum < 1:
+            error("--outer-momentum must be >= 0 and < 1")
 
     @classmethod
     def misplaced(cls, args, strategy):
         if args.sync_every is not None:
             return f"--sync-every applies to --strategy localsgd, not {strategy}"
+        if (args.outer_optimizer, args.outer_lr, args.outer_momentum) != (None, None, None):
+            return f"--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not {strategy}"
+        if args.allreduce_dtype == "int8":
+            return (f"--allreduce-dtype int8 applies to --strategy localsgd, not {strategy} (TensorFlow's all-reduce "
+                    "refuses int8; use float16)")
         return None
 
     def resolve(self, args, error):
         if args.sync_every is None:
             args.sync_every = DEFAULT_SYNC_EVERY
+        if args.outer_optimizer is None:
+            args.outer_optimizer = "none"
+        if args.outer_optimizer == "none" and (args.outer_lr, args.outer_momentum) != (None, None):
+            error("--outer-lr and --outer-momentum apply to --outer-optimizer nesterov, not none")
+        args.outer_lr = DEFAULT_OUTER_LR if args.outer_lr is None else args.outer_lr
+        args.outer_momentum = DEFAULT_OUTER_MOMENTUM if args.outer_momentum is None else args.outer_momentum
 
     def model_meta(self, args):
-        return {"sync_every": args.sync_every}
+        """H, and what differs from plain averaging over a float32 wire (a default run records what it did)."""
+        return {"sync_every": args.sync_every, **outer_settings(args)}
+
+
+def outer_settings(args):
+    """localsgd's settings beyond H that change what a sync computes, only where they differ from plain
+    averaging over a float32 wire: the model's metadata and the checkpoints' run.json record them, so a run
+    with the defaults records (and resumes) what it did before these options existed."""
+    settings = {}
+    if args.outer_optimizer != "none":
+        settings.update(outer_optimizer=args.outer_optimizer, outer_lr=args.outer_lr, outer_momentum=args.outer_momentum)
+    if args.allreduce_dtype in LOSSY_WIRES:
+        settings["allreduce_dtype"] = args.allreduce_dtype  # (with error feedback: always, on these wires)
+    return settings
 
 
 class ParameterServer(Connected):

@@ -1,0 +1,66 @@
+"""DiLoCo (localsgd --outer-optimizer nesterov) with 2 real worker processes over loopback: after every
+epoch's last sync both workers hold the same weights (their records carry the same checksum of the
+synced weights), on the float32 wire (all-reduce) and on the int8 one (all-gather, summed in worker
+order), for the text and the image task; the model and the report record the outer settings."""
+
+import json
+
+import numpy as np
+import pytest
+
+from disttrain_contract.artifact import load_model
+from stages import free_port_block, read_report, stage, start_stage
+
+pytestmark = pytest.mark.slow
+
+EPOCHS, BATCH = 2, 32
+
+
+def train_pair(work, source, *trainer_args):
+    """copier -> 2 localsgd trainers (one thread each); returns each worker's (metrics, marker)."""
+    stage("copier", "--source", source, "--n-shards", 2, "--workdir", work)
+    port = free_port_block(2)
+    procs = [start_stage("trainer", "--workdir", work, "--worker-index", i, "--epochs", EPOCHS, "--batch", BATCH,
+                         "--strategy", "localsgd", "--port", port, "--threads", 1, *trainer_args,
+                         log=work / f"worker-{i}.log") for i in range(2)]
+    for i, proc in enumerate(procs):
+        assert proc.wait(timeout=600) == 0, open(work / f"worker-{i}.log").read()[-3000:]
+    worker = [work / "train" / f"worker-{i:05d}" for i in range(2)]
+    return [(json.load(open(w / "metrics.json")), json.load(open(w / "_SUCCESS"))) for w in worker]
+
+
+# make test: the int8 wire on both tasks; the float32 wire (its all-reduce is plain local SGD's) in make test-long
+@pytest.mark.parametrize("source, wire", [
+    pytest.param("sample:digits", "float32", marks=pytest.mark.long),
+    ("sample:digits", "int8"),
+    pytest.param("sample:movie-reviews", "float32", marks=pytest.mark.long),
+    ("sample:movie-reviews", "int8"),
+])
+def test_diloco_workers_hold_identical_weights_after_every_sync(tmp_path, source, wire):
+    # H = 5 does not divide an epoch's steps: the epochs end between syncs, and the record names the last one
+    (metrics0, marker0), (metrics1, marker1) = train_pair(
+        tmp_path, source, "--sync-every", 5, "--outer-optimizer", "nesterov", "--allreduce-dtype", wire)
+    assert [m["epoch"] for m in metrics0] == [m["epoch"] for m in metrics1] == list(range(1, EPOCHS + 1))
+    for m0, m1 in zip(metrics0, metrics1):
+        assert m0["last_sync_step"] == m1["last_sync_step"] and m0["synced_weights_checksum"] == m1["synced_weights_checksum"]
+        assert m0["synced_weights_checksum"] is not None
+    steps = metrics0[-1]["last_sync_step"] // EPOCHS  # the last sync is the final step's (finish)
+    assert metrics0[0]["last_sync_step"] == steps // 5 * 5  # epoch 1 ended between syncs
+    assert len({m["synced_weights_checksum"] for m in metrics0}) == EPOCHS  # the weights moved between epochs
+    assert marker0["final_weights_sha256"] == marker1["final_weights_sha256"]  # the last sync (finish): the model
+    assert marker0["final_weights_sha256"] != marker0["init_weights_sha256"]
+    model = load_model(str(tmp_path / "train" / "worker-00000" / "model.keras"))[0]
+    weights = [w for w in model.weights if "float" in str(w.dtype)]
+    size = sum(int(np.prod(w.shape)) for w in weights)
+    if wire == "float32":
+        assert marker0["wire_bytes_per_sync"] == 4 * size
+    else:  # 1 byte a weight, a float32 scale per 256, each tensor padded to 4 bytes
+        assert size < marker0["wire_bytes_per_sync"] <= size * (1 + 4 / 256) + 8 * len(weights)
+    # both workers evaluate the same final model
+    assert metrics0[-1]["test_accuracy"] == metrics1[-1]["test_accuracy"] > (0.7 if source == "sample:digits" else 0.6)
+
+    if wire == "int8" and source == "sample:digits":  # the report and the model's metadata say how it was trained
+        stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 60)
+        parameters = read_report(tmp_path / "final")["training_parameters"]
+        assert {k: parameters[k] for k in ("sync_every", "outer_optimizer", "outer_lr", "outer_momentum", "allreduce_dtype")} == {
+            "sync_every": 5, "outer_optimizer": "nesterov", "outer_lr": 0.7, "outer_momentum": 0.9, "allreduce_dtype": "int8"}
