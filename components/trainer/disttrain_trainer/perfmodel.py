@@ -40,7 +40,8 @@ Seconds per epoch:
                    the metrics per epoch; a model with an embedding runs one step per call)
   localsgd         S_N * t_N + (syncs per run / epochs) * (sync + alpha)
                    sync: all-reduce of B at the wire's bytes per weight (float32 4, float16 2), or, for
-                   int8, all-gather of B / 4 plus a float32 scale per tensor; syncs per run = every H
+                   int8, all-gather of B / 4 plus a float32 scale per block of 256 weights (and per tensor
+                   for its last, partial block); syncs per run = every H
                    steps and one at the end: ceil(S_N * epochs / H). The outer optimizer (DiLoCo's
                    Nesterov step) is a few passes over the weights per sync: not counted
   parameterserver  max(S_P * (t_N + 2 (alpha + B_g * per_byte)) , S * N * 2 B_g * per_byte)
@@ -61,6 +62,9 @@ import math
 from dataclasses import asdict, dataclass, field
 
 WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1}
+# int8 weights per float32 scale on the wire: wire_codecs.BLOCK (kept here so this module needs no
+# TensorFlow; a unit test checks that the two agree)
+INT8_BLOCK = 256
 STRATEGIES = ("single", "average", "multiworker", "localsgd", "parameterserver")
 # the strategies whose workers join a cluster at start-up (what --peer-wait waits for)
 CONNECTED = ("multiworker", "localsgd", "parameterserver")
@@ -151,11 +155,13 @@ def allgather_seconds(nbytes, workers, link):
 
 
 def sync_bytes(probe, dtype):
-    """Bytes per worker of one localsgd sync in `dtype` (int8: plus one float32 scale per tensor)."""
+    """Bytes per worker of one localsgd sync in `dtype` (int8: one byte per weight plus a float32
+    scale per block of INT8_BLOCK weights, one more partial block per tensor at most)."""
     if dtype not in WIRE_BYTES:
         raise ModelError(f"unknown wire dtype {dtype!r} (choose from {', '.join(WIRE_BYTES)})")
     if dtype == "int8":
-        return probe.weight_bytes // 4 + 4 * probe.weight_tensors
+        weights = probe.weight_bytes // 4
+        return weights + 4 * (weights // INT8_BLOCK + probe.weight_tensors)
     return probe.weight_bytes * WIRE_BYTES[dtype] // 4
 
 
