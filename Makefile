@@ -7,6 +7,8 @@ BIN := $(VENV)/bin
 KSERVE_BIN := .venv-kserve/bin
 # KServe's storage initializer (kserve-storage) in its own venv: a test downloads a published model with it
 KSERVE_STORAGE_BIN := .venv-kserve-storage/bin
+# the Kubeflow Pipelines SDK's own venv (kfp pins protobuf<7): compiles and runs pipelines/kfp (requirements-kfp.txt)
+KFP_BIN := .venv-kfp/bin
 # the docs site's own venv: MkDocs and Material for MkDocs, pinned in requirements-docs.txt (make docs)
 DOCS_BIN := .venv-docs/bin
 COMPONENTS := contract copier trainer sweep aggregator server
@@ -38,7 +40,7 @@ MODEL_FILE ?=
 MODEL_MODULE ?=
 
 # every one of these is in `make help` (tests/unit/test_makefile.py checks it)
-.PHONY: help lint venv venv-kserve venv-kserve-storage docs docs-venv docs-gen demo demo-s3 pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
+.PHONY: help lint venv venv-kserve venv-kserve-storage venv-kfp kfp-pipeline docs docs-venv docs-gen demo demo-s3 pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
@@ -54,6 +56,8 @@ help:
 	@echo "make venv     the virtualenv .venv (requirements.txt, requirements-dev.txt, the components editable); every target that needs it builds it"
 	@echo "make venv-kserve  .venv-kserve, the kserve SDK's own virtualenv for two test clients (make test and test-long build it)"
 	@echo "make venv-kserve-storage  .venv-kserve-storage, KServe's storage initializer for the publishing test (make test builds it)"
+	@echo "make venv-kfp     .venv-kfp, the Kubeflow Pipelines SDK's own virtualenv (make test and test-images build it)"
+	@echo "make kfp-pipeline recompile pipelines/kfp/pipeline.yaml from pipeline.py (make test fails while they differ)"
 	@echo "make browser-deps Debian's chromium and curl, which make test drives (needs root; otherwise names the sudo command)"
 	@echo "make lint         ruff over every Python file (rules: ruff.toml); quick, run first by CI"
 	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
@@ -96,12 +100,25 @@ $(KSERVE_STORAGE_BIN)/.installed: requirements-kserve-storage.txt
 	$(KSERVE_STORAGE_BIN)/pip check
 	touch $@
 
+$(KFP_BIN)/.installed: requirements-kfp.txt
+	test -x $(KFP_BIN)/python || $(PYTHON) -m venv .venv-kfp
+	$(KFP_BIN)/pip install --quiet --upgrade pip
+	$(KFP_BIN)/pip install --quiet --no-deps -r requirements-kfp.txt
+	$(KFP_BIN)/pip check
+	touch $@
+
 venv: $(BIN)/.installed
 
 # only the tests that run the kserve SDK need it (tests/kserve_venv.py): not make demo
 venv-kserve: $(KSERVE_BIN)/.installed
 
 venv-kserve-storage: $(KSERVE_STORAGE_BIN)/.installed
+
+# compiling needs only the SDK; tests/kfp and tests/images/test_kfp_local.py run it
+venv-kfp: $(KFP_BIN)/.installed
+
+kfp-pipeline: venv-kfp
+	$(KFP_BIN)/python pipelines/kfp/pipeline.py
 
 $(DOCS_BIN)/.installed: requirements-docs.txt
 	test -x $(DOCS_BIN)/python || $(PYTHON) -m venv .venv-docs
@@ -161,7 +178,7 @@ browser-deps:
 
 # tests/images runs only under `make test-images`, tests/cluster's Docker runs only under
 # `make test-cluster`; the fault tests only under `make test-faults`.
-test: venv venv-kserve venv-kserve-storage browser-deps
+test: venv venv-kserve venv-kserve-storage venv-kfp browser-deps
 	$(BIN)/python -m pytest tests -q -m "not faults and not long"
 
 # Real-training integration tests too long for make test's ~15-minute budget on 2 cores.
@@ -180,7 +197,7 @@ push:
 	@test -n "$(REGISTRY)" || { echo "usage: make push REGISTRY=registry.example.com/team [TAG=latest]"; exit 2; }
 	REGISTRY=$(REGISTRY) DISTTRAIN_IMAGE_TAG=$(TAG) bash docker/push-images.sh
 
-test-images: venv
+test-images: venv venv-kfp
 	PYTHON=$(BIN)/python DISTTRAIN_IMAGE_TAG=$(TAG) bash docker/test-images.sh
 
 # every release of tests/cluster/cluster_runs.py, from `helm template` to a served model
@@ -195,4 +212,4 @@ bench-quick: venv
 	BENCH_QUICK=1 bash bench/run_all.sh
 
 clean:
-	rm -rf $(VENV) .venv-kserve .venv-kserve-storage .venv-docs site workdir
+	rm -rf $(VENV) .venv-kserve .venv-kserve-storage .venv-kfp .venv-docs site workdir

@@ -54,6 +54,13 @@ def test_only_the_tests_build_the_kserve_venv(target, builds):
     assert ("/nonexistent-kserve/bin/pip" in printed) == builds, printed
 
 
+@pytest.mark.parametrize("target, builds", [("demo", False), ("pipeline", False), ("lint", False), ("test", True),
+                                            ("test-images", True), ("kfp-pipeline", True)])
+def test_the_tests_and_the_compile_build_the_kfp_venv(target, builds):
+    printed = make("-n", target, "KFP_BIN=/nonexistent-kfp/bin")
+    assert ("/nonexistent-kfp/bin/pip install --quiet --no-deps -r requirements-kfp.txt" in printed) == builds, printed
+
+
 def fake_path(tmp_path, uid):
     """A PATH where `id` says `uid`, apt-get only records that it ran, and no chromium, curl, docker or debootstrap exist."""
     bin_dir = tmp_path / "bin"

@@ -1,0 +1,97 @@
+"""The Kubeflow pipeline (pipelines/kfp): the checked-in pipeline.yaml is what pipeline.py compiles to, and the
+scripts it runs behave. Compiling runs in the kfp SDK's own venv (tests/kfp_venv.py); the run itself, with
+kfp.local and the images, is tests/images/test_kfp_local.py (make test-images)."""
+
+import difflib
+import pathlib
+import subprocess
+
+import pytest
+import yaml
+
+from kfp_venv import PIPELINE_DIR, ROOT, run_with_kfp
+
+CHECKED_IN = pathlib.Path(PIPELINE_DIR) / "pipeline.yaml"
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    out = tmp_path_factory.mktemp("kfp") / "pipeline.yaml"
+    result = run_with_kfp("pipelines/kfp/pipeline.py", "--output", out, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out.read_text()
+
+
+def documents():
+    """The pipeline spec and the Kubernetes platform spec (kfp-kubernetes' volume mounts)."""
+    pipeline, platform = yaml.safe_load_all(CHECKED_IN.read_text())
+    return pipeline, platform
+
+
+def executors():
+    spec = documents()[0]
+    return {name.removeprefix("exec-"): e["container"] for name, e in spec["deploymentSpec"]["executors"].items()}
+
+
+def test_the_checked_in_pipeline_is_what_pipeline_py_compiles_to(compiled):
+    if compiled != CHECKED_IN.read_text():
+        diff = "".join(difflib.unified_diff(CHECKED_IN.read_text().splitlines(True), compiled.splitlines(True),
+                                            "pipeline.yaml (checked in)", "pipeline.py compiled", n=1))
+        pytest.fail(f"pipelines/kfp/pipeline.yaml is stale: run `make kfp-pipeline` and commit it\n{diff[:4000]}")
+
+
+def test_one_task_per_stage_on_the_stage_images():
+    images = {name: c["image"] for name, c in executors().items()}
+    assert images == {"copier": "disttrain-copier:latest", "trainer-in-task": "disttrain-trainer:latest",
+                      "aggregator": "disttrain-aggregator:latest", "aggregator-2": "disttrain-aggregator:latest",
+                      "trainer-job": "python:3.11-slim"}
+
+
+def test_the_launcher_runs_trainer_job_py_verbatim_with_the_pinned_client():
+    launcher = executors()["trainer-job"]
+    assert launcher["command"][3] == (pathlib.Path(PIPELINE_DIR) / "trainer_job.py").read_text()
+    pins = {line.split("==")[0].lower().replace("_", "-"): line.split("==")[1].split()[0]
+            for line in open(ROOT + "/requirements-kfp.txt") if "==" in line and not line.startswith("#")}
+    installed = [p for p in launcher["command"][2].split(" && ")[0].split() if "==" in p]
+    assert "kubernetes==30.1.0" in installed
+    for pin in installed:
+        name, version = pin.split("==")
+        assert pins.get(name.lower().replace("_", "-")) == version, f"{pin} is not requirements-kfp.txt's pin"
+
+
+def sh(script, *args):
+    return subprocess.run(["sh", "-c", script, "sh", *args], capture_output=True, text=True, timeout=30)
+
+
+def test_unset_options_are_left_out_and_switches_become_flags():
+    """The wrapper every stage runs in: --flag= and --flag=false go, --flag=true becomes --flag."""
+    command = executors()["copier"]["command"]
+    assert command[:2] == ["sh", "-c"] and command[3:] == ["sh", "disttrain-copier"]
+    shown = sh(command[2], "printf", "%s\n", "--source", "sample:digits", "--label-column=", "--allow-duplicates=false",
+               "--allow-label-skew=true", "--max-label-skew", "0.2", "--seed=3")
+    assert shown.stdout.splitlines() == ["--source", "sample:digits", "--allow-label-skew", "--max-label-skew", "0.2",
+                                         "--seed=3"]
+
+
+def test_the_in_task_trainers_run_one_after_the_other_and_refuse_a_connected_strategy():
+    command = executors()["trainer-in-task"]["command"]
+    script = command[2]
+    ran = sh(script, "3", "average", "echo", "--workdir", "/w", "--model-file=")
+    assert ran.returncode == 0, ran.stderr
+    assert [line for line in ran.stdout.splitlines() if not line.startswith("==")] == [
+        f"--workdir /w --worker-index {i}" for i in range(3)]
+    refused = sh(script, "2", "multiworker", "echo")
+    assert refused.returncode == 2 and refused.stdout == ""
+    assert refused.stderr.strip().splitlines() == [
+        "error: trainer_launch in-task runs the workers one after the other: strategy average only, not multiworker"
+        " (use trainer_launch job)"]
+    failing = sh(script, "3", "average", "sh", "-c", 'echo "$@"; exit 7', "sh")
+    assert failing.returncode == 7 and failing.stdout.count("--worker-index") == 1  # stops at the first failure
+
+
+def test_every_stage_meets_the_others_on_the_claim():
+    mounts = documents()[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    assert sorted(mounts) == ["exec-aggregator", "exec-aggregator-2", "exec-copier", "exec-trainer-in-task"]
+    for name, config in mounts.items():
+        (mount,) = config["pvcMount"]
+        assert mount["mountPath"] == "/workdir", name
