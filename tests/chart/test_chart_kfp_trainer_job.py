@@ -1,0 +1,120 @@
+"""The trainer Job that the Kubeflow pipeline's launcher task creates (pipelines/kfp/trainer_job.py), without an API
+server: its manifests, printed by the launcher's own --dry-run, validate strictly as Kubernetes objects (the same
+kubernetes-validate check as the chart's rendering), and they carry the chart's trainer Job where it matters: the
+Indexed Job's failure handling, the headless Service that gives the pods their stable names, the trainer's
+arguments and security settings. What is not run here: creating them, the pods, and the launcher's wait (it needs
+a cluster)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from chartlib import KUBE_VERSIONS, ROOT, one, pod_spec, render
+
+kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)")
+
+LAUNCHER = os.path.join(ROOT, "pipelines", "kfp", "trainer_job.py")
+STRATEGIES = ("average", "multiworker", "localsgd", "parameterserver")
+RUN_ID = "0b5c1d2e-5f6a-4b7c-8d9e-0f1a2b3c4d5e"  # a KFP run id (a UUID)
+NAME = f"disttrain-{RUN_ID}"  # the pipeline's Job name
+
+
+def launch_dry_run(strategy, *extra):
+    """The launcher as the pipeline calls it (pipeline.py's trainer_job task), options unset as the pipeline gives them."""
+    args = [sys.executable, LAUNCHER, "--name", NAME, "--namespace", "ml", "--image", "disttrain-trainer:1.0",
+            "--port", "12345", "--claim", "disttrain-workdir", "--mount", "/workdir", "--dry-run", "--",
+            "--workdir", f"/workdir/run-{RUN_ID}", "--strategy", strategy, "--epochs", "5", "--batch", "64",
+            "--learning-rate=", "--optimizer", "adam", "--seed", "42", "--workers", "2", "--validation-fraction=",
+            "--model-file=", "--sync-every=", "--allreduce-dtype=float32", "--ps=1", *extra]
+    out = subprocess.run(args, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    job, service = map(json.loads, out.stdout.splitlines())
+    return job, service
+
+
+def effective_args(container):
+    """The arguments disttrain-trainer gets: the container's command (the unset-option wrapper) run with `printf`."""
+    command = container["command"]
+    assert command[:2] == ["sh", "-c"] and command[-1] == "disttrain-trainer"
+    shown = subprocess.run(["sh", "-c", command[2], command[3], "printf", "%s\\n", *container["args"]],
+                           capture_output=True, text=True, timeout=30)
+    return shown.stdout.splitlines()
+
+
+def flags(args):
+    """{--flag: value or True} of an argument list."""
+    out, i = {}, 0
+    while i < len(args):
+        if "=" in args[i]:
+            flag, value = args[i].split("=", 1)
+            out[flag], i = value, i + 1
+        elif i + 1 < len(args) and not args[i + 1].startswith("--"):
+            out[args[i]], i = args[i + 1], i + 2
+        else:
+            out[args[i]], i = True, i + 1
+    return out
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_job_and_its_service_validate_strictly(strategy, kube):
+    for doc in launch_dry_run(strategy):
+        try:
+            kubernetes_validate.validate(doc, kube, strict=True)
+        except kubernetes_validate.ValidationError as err:
+            pytest.fail(f"{strategy} @ {kube}: {doc['kind']}: {err.message} at {list(err.path)}")
+
+
+def test_the_validator_catches_a_wrong_field():
+    job, _ = launch_dry_run("multiworker")
+    job["spec"]["completionz"] = 2
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(job, "1.33.0", strict=True)
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_the_job_is_the_charts_trainer_job(strategy):
+    job, service = launch_dry_run(strategy)
+    chart_job = one(render(sets=(f"strategy={strategy}",), kube_version="1.29.0"), "Job", "trainer")
+    spec, chart_spec = job["spec"], chart_job["spec"]
+    for key in ("completionMode", "completions", "parallelism", "maxFailedIndexes", "podReplacementPolicy",
+                "podFailurePolicy", "backoffLimitPerIndex", "activeDeadlineSeconds"):
+        assert spec[key] == chart_spec[key], key
+    pod, chart_pod = pod_spec(job), pod_spec(chart_job)
+    for key in ("restartPolicy", "terminationGracePeriodSeconds", "securityContext", "automountServiceAccountToken"):
+        assert pod[key] == chart_pod[key], key
+    (container,) = pod["containers"]
+    (chart_container,) = chart_pod["containers"]
+    for key in ("securityContext", "terminationMessagePath", "terminationMessagePolicy"):
+        assert container[key] == chart_container[key], key
+    if strategy != "average":
+        assert container["ports"] == chart_container["ports"]
+    # the stable names: pod i is <job>-<i>.<service>, the Service headless over exactly these pods
+    assert pod["subdomain"] == service["metadata"]["name"]
+    assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
+    assert service["spec"]["selector"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
+    assert len(f"{NAME}-{spec['completions'] - 1}") <= 63 and len(service["metadata"]["name"]) <= 63
+
+    # the trainer's arguments: the chart's for the same values, less what the pipeline leaves to the trainer's defaults
+    ours, chart = flags(effective_args(container)), flags(chart_container["args"])
+    chart["--workdir"] = f"/workdir/run-{RUN_ID}"  # the run's directory: the pipeline's run id, the chart's revision
+    chart["--job"], chart["--service"] = NAME, service["metadata"]["name"]
+    not_parameters = {"--wait-timeout", "--peer-wait", "--threads", "--progress-interval", "--embedding-size",
+                      "--margin", "--views"}
+    assert set(chart) - set(ours) == not_parameters
+    assert ours == {k: v for k, v in chart.items() if k not in not_parameters}
+
+
+def test_a_parameter_server_job_has_a_chief_and_its_servers():
+    job, _ = launch_dry_run("parameterserver", "--ps=2")
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 1 + 2 + 2
+
+
+def test_the_launcher_refuses_trainer_arguments_without_workers():
+    out = subprocess.run([sys.executable, LAUNCHER, "--name", NAME, "--image", "i", "--claim", "c", "--dry-run", "--",
+                          "--strategy", "average"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines()[-1] == "trainer_job.py: error: the trainer arguments must give --workers, at least 1"
