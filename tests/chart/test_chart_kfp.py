@@ -1,16 +1,21 @@
-"""The trainer Job that the Kubeflow pipeline's launcher task creates (pipelines/kfp/trainer_job.py), without an API
-server: its manifests, printed by the launcher's own --dry-run, validate strictly as Kubernetes objects (the same
-kubernetes-validate check as the chart's rendering), and they carry the chart's trainer Job where it matters: the
-Indexed Job's failure handling, the headless Service that gives the pods their stable names, the trainer's
-arguments and security settings. What is not run here: creating them, the pods, and the launcher's wait (it needs
-a cluster)."""
+"""The Kubernetes objects of the Kubeflow pipeline (pipelines/kfp), checked without an API server.
+
+The trainer Job that its launcher task creates (pipelines/kfp/trainer_job.py): the manifests, printed by the
+launcher's own --dry-run, validate strictly as Kubernetes objects (the same kubernetes-validate check as the chart's
+rendering), and they carry the chart's trainer Job where it matters: the Indexed Job's failure handling, the headless
+Service that gives the pods their stable names, the trainer's arguments and security settings. The server Deployment
+of the published model (server.yaml) and the launcher's Role (launcher-rbac.yaml) validate too; the server takes its
+arguments and serves the file the aggregator publishes; the Role grants exactly the API calls the launcher makes.
+Not run here (it needs a cluster): creating the objects, the pods, the launcher's wait and its failure report."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
 import pytest
+import yaml
 
 from chartlib import KUBE_VERSIONS, ROOT, one, pod_spec, render
 
@@ -118,3 +123,54 @@ def test_the_launcher_refuses_trainer_arguments_without_workers():
                           "--strategy", "average"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines()[-1] == "trainer_job.py: error: the trainer arguments must give --workers, at least 1"
+
+
+# ------------------------------------------------ the server of the published model, the launcher's rights
+
+KFP_DIR = os.path.join(ROOT, "pipelines", "kfp")
+
+
+def kfp_manifests(name):
+    with open(os.path.join(KFP_DIR, name)) as f:
+        return [doc for doc in yaml.safe_load_all(f) if doc]
+
+
+@pytest.mark.parametrize("kube", KUBE_VERSIONS)
+@pytest.mark.parametrize("name", ["server.yaml", "launcher-rbac.yaml"])
+def test_the_serving_and_rbac_manifests_validate_strictly(name, kube):
+    for doc in kfp_manifests(name):
+        kubernetes_validate.validate(doc, kube, strict=True)
+
+
+def test_the_server_serves_what_the_aggregator_publishes_and_takes_its_arguments():
+    from disttrain_server.main import parse_args
+
+    deployment = one(kfp_manifests("server.yaml"), "Deployment")
+    (container,) = pod_spec(deployment)["containers"]
+    args = parse_args(container["args"])
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "workdir"]
+    assert mount["mountPath"] == "/workdir" and mount["readOnly"] is True
+    # pipeline.yaml: the aggregator's --savefile is WORKDIR_ROOT/final/model.keras, WORKDIR_ROOT /workdir by default
+    pipeline, _ = yaml.safe_load_all(open(os.path.join(KFP_DIR, "pipeline.yaml")))
+    aggregator = pipeline["deploymentSpec"]["executors"]["exec-aggregator"]["container"]["args"]
+    savefile = aggregator[aggregator.index("--savefile") + 1]
+    root = pipeline["root"]["inputDefinitions"]["parameters"]["workdir_root"]["defaultValue"]
+    assert savefile.replace("{{$.inputs.parameters['workdir_root']}}", root) == args.model == "/workdir/final/model.keras"
+    chart = one(render(sets=("storage.existingClaim=wd",)), "Deployment", "server")
+    (chart_container,) = [c for c in pod_spec(chart)["containers"] if c["name"] == "server"]
+    for key in ("securityContext", "startupProbe", "livenessProbe", "readinessProbe", "ports"):
+        assert container[key] == chart_container[key], key
+    assert pod_spec(deployment)["securityContext"] == pod_spec(chart)["securityContext"]
+
+
+def test_the_launchers_role_allows_exactly_the_calls_it_makes():
+    calls = set(re.findall(r"\.((?:create|read|list|delete|patch)_namespaced_\w+)\(", open(LAUNCHER).read()))
+    needs = {"create_namespaced_job": ("batch", "jobs", "create"),
+             "create_namespaced_service": ("", "services", "create"),
+             "read_namespaced_job_status": ("batch", "jobs/status", "get"),
+             "list_namespaced_pod": ("", "pods", "list")}
+    assert calls == set(needs)
+    role = one(kfp_manifests("launcher-rbac.yaml"), "Role")
+    granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
+               for resource in rule["resources"] for verb in rule["verbs"]}
+    assert granted == set(needs.values())
