@@ -100,7 +100,7 @@ def build(image):
     @dsl.container_component
     def trainer_job(workdir_root: str, workdir_claim: str, run_id: str, workers: int, strategy: str, epochs: int,
                     batch: int, learning_rate: str, sync_every: str, optimizer: str, allreduce_dtype: str,
-                    parameter_servers: str, seed: int, validation_fraction: str, model_file: str, trainer_port: int):
+                    parameter_servers: int, seed: int, validation_fraction: str, model_file: str, trainer_port: int):
         install = ("pip install --quiet --no-cache-dir --no-deps --disable-pip-version-check --target /tmp/launcher "
                    + " ".join(LAUNCHER_PACKAGES))
         return dsl.ContainerSpec(
@@ -139,7 +139,7 @@ def build(image):
         sync_every: str = "",
         optimizer: str = "adam",
         allreduce_dtype: str = "float32",
-        parameter_servers: str = "1",
+        parameter_servers: int = 1,
         seed: int = 42,
         model_file: str = "",
         task: str = "auto",

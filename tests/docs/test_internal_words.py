@@ -2,7 +2,7 @@
 project's own bookkeeping: no "issue 13" (the project's issue numbers), no commit hashes as context,
 no "this machine" (which machine, for a reader of the docs site?).
 
-Checked: docs/, every README*.md, the docstrings and comments of the Python code under components/,
+Checked: docs/, every README*.md, the docstrings and comments of the Python code under components/, pipelines/,
 bench/ and scripts/ (and the comments of their shell scripts), and the chart's values.yaml,
 values.schema.json, ci/*.yaml and README.md. Citations of other projects' issues
 (`keras-team/keras#20585`, `kubeflow/trainer#2699`) are fine. A measurement may say where it was
@@ -19,7 +19,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "disttrain"
-SKIP_DIRS = {".git", ".venv", ".venv-kserve", ".venv-kserve-storage", ".venv-docs", ".cache", "site", "node_modules", "workdir", "build", "__pycache__"}
+SKIP_DIRS = {".git", ".venv", ".venv-kserve", ".venv-kserve-storage", ".venv-kfp", ".venv-docs", ".cache", "site", "node_modules", "workdir", "build", "__pycache__"}
 
 # "issue 13", "Issue 9's goals", "issues 11 and 13", "issue #13": the project's own tracker. A
 # reference preceded by owner/repo ("kubeflow/trainer issue 2699") cites another project and passes.
@@ -78,7 +78,7 @@ def checked_texts():
     for path in walk(ROOT, "README*.md"):
         if not path.is_relative_to(ROOT / "docs"):
             files.append((path, [path.read_text()]))
-    for top in ("components", "bench", "scripts"):
+    for top in ("components", "bench", "scripts", "pipelines"):
         files += [(path, python_prose(path)) for path in walk(ROOT / top, "*.py")]
         files += [(path, shell_comments(path)) for path in walk(ROOT / top, "*.sh")]
     for path in [CHART / "values.yaml", CHART / "values.schema.json", *sorted((CHART / "ci").glob("*.yaml"))]:

@@ -95,3 +95,39 @@ def test_every_stage_meets_the_others_on_the_claim():
     for name, config in mounts.items():
         (mount,) = config["pvcMount"]
         assert mount["mountPath"] == "/workdir", name
+
+
+# pipeline parameter -> the chart value it stands for (values.yaml path); the pipeline's "" is the chart's null or 0
+CHART_VALUES = {
+    "source": "data.source", "task": "data.task", "label_column": "data.labelColumn", "problem": "data.problem",
+    "test_fraction": "data.testFraction", "data_seed": "data.seed", "max_tokens": "data.maxTokens",
+    "image_size": "data.imageSize", "channels": "data.channels", "max_label_skew": "data.validation.maxLabelSkew",
+    "allow_duplicates": "data.validation.allowDuplicates", "allow_label_skew": "data.validation.allowLabelSkew",
+    "allow_missing_classes": "data.validation.allowMissingClasses", "workers": "workers", "epochs": "epochs",
+    "batch": "batch", "strategy": "strategy", "learning_rate": "learningRate", "sync_every": "syncEvery",
+    "optimizer": "optimizer", "allreduce_dtype": "allreduceDtype", "parameter_servers": "parameterServers",
+    "seed": "seed", "model_file": "model.file", "validation_fraction": "trainer.validationFraction",
+    "trainer_port": "trainer.port", "combine": "aggregator.combine", "exports": "aggregator.exports",
+    "publish_to": "aggregator.publishTo", "gate_max_drop_vs_best_worker": "aggregator.gate.maxDropVsBestWorker",
+    "gate_max_regression": "aggregator.gate.maxRegression",
+    "gate_max_relative_drop_vs_best_worker": "aggregator.gate.maxRelativeDropVsBestWorker",
+    "gate_max_relative_regression": "aggregator.gate.maxRelativeRegression", "gate_force": "aggregator.gate.force",
+    "workdir_root": "storage.mountPath",
+}
+NOT_CHART_VALUES = {"workdir_claim", "trainer_launch"}
+
+
+def test_the_parameters_are_the_charts_values_with_their_defaults():
+    values = yaml.safe_load(open(ROOT + "/charts/disttrain/values.yaml"))
+    parameters = documents()[0]["root"]["inputDefinitions"]["parameters"]
+    assert set(parameters) == set(CHART_VALUES) | NOT_CHART_VALUES
+    for name, path in CHART_VALUES.items():
+        chart = values
+        for key in path.split("."):
+            chart = chart[key]
+        if isinstance(chart, list):
+            chart = ",".join(chart)
+        ours = parameters[name].get("defaultValue")
+        if ours == "" and chart in (None, 0):
+            continue
+        assert ours == chart or (isinstance(chart, (int, float)) and float(ours) == chart), (name, ours, chart)
