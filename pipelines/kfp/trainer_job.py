@@ -196,17 +196,28 @@ def failure_report(core, namespace, name, condition):
 def launch(job, headless, poll):
     """Create the Job and its Service, wait for the Job; 0 when it completes, else 1 with the reason on stderr."""
     from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
 
     config.load_incluster_config()
     batch, core = client.BatchV1Api(), client.CoreV1Api()
     namespace, name = job["metadata"]["namespace"], job["metadata"]["name"]
-    created = batch.create_namespaced_job(namespace, job)
+    try:
+        uid = batch.create_namespaced_job(namespace, job).metadata.uid
+        print(f"created Job {namespace}/{name} ({job['spec']['completions']} pods)", flush=True)
+    except ApiException as err:
+        if err.status != 409:
+            raise
+        # a retried launcher task of the same run: follow the Job the first attempt created
+        uid = batch.read_namespaced_job_status(name, namespace).metadata.uid
+        print(f"Job {namespace}/{name} exists already (a retried task): following it", flush=True)
     # owned by the Job: deleting the Job removes the Service too
     headless["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                                "uid": created.metadata.uid, "blockOwnerDeletion": False}]
-    core.create_namespaced_service(namespace, headless)
-    print(f"created Job {namespace}/{name} ({job['spec']['completions']} pods) and Service "
-          f"{headless['metadata']['name']}", flush=True)
+                                                "uid": uid, "blockOwnerDeletion": False}]
+    try:
+        core.create_namespaced_service(namespace, headless)
+    except ApiException as err:
+        if err.status != 409:
+            raise
     while True:
         status = batch.read_namespaced_job_status(name, namespace).status
         for condition in status.conditions or []:
