@@ -30,7 +30,7 @@ sys.path.insert(0, str(HERE))
 from trainer_job import DROP_UNSET_OPTIONS  # noqa: E402  (the launcher's own file, embedded below)
 
 DEFAULT_OUTPUT = HERE / "pipeline.yaml"
-# The launcher's Python and its only dependency, the official Kubernetes client, with every package it
+# The launcher's Python (a tag: pin it by digest, or point it at a mirror, with --launcher-image) and its only dependency, the official Kubernetes client, with every package it
 # pulls in pinned (kubernetes 30.1.0: the release kfp 2.17 itself takes; requirements-kfp.txt), installed
 # with --no-deps into the task's /tmp when the task starts.
 LAUNCHER_IMAGE = "python:3.11-slim"
@@ -63,8 +63,8 @@ def run_dir(workdir_root, run_id):
     return f"{workdir_root}/run-{run_id}"
 
 
-def build(image):
-    """The pipeline function, with the stage images `image` (from images())."""
+def build(image, launcher_image=LAUNCHER_IMAGE):
+    """The pipeline function, with the stage images `image` (from images()) and the trainer launcher's image."""
 
     @dsl.container_component
     def copier(workdir_root: str, run_id: str, source: str, workers: int, test_fraction: float, data_seed: int,
@@ -104,7 +104,7 @@ def build(image):
         install = ("pip install --quiet --no-cache-dir --no-deps --disable-pip-version-check --target /tmp/launcher "
                    + " ".join(LAUNCHER_PACKAGES))
         return dsl.ContainerSpec(
-            image=LAUNCHER_IMAGE,
+            image=launcher_image,
             command=["sh", "-c", f'{install} && PYTHONPATH=/tmp/launcher exec python3 -c "$0" "$@"', LAUNCHER_SOURCE],
             args=["--name", f"disttrain-{run_id}", "--image", image["trainer"], "--port", trainer_port,
                   "--claim", workdir_claim, "--mount", workdir_root, "--",
@@ -211,9 +211,11 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description="Compile the disttrain pipeline to KFP's YAML (IR).")
     parser.add_argument("--registry", default="", help="the registry (and path) of the images, e.g. ghcr.io/me")
     parser.add_argument("--tag", default="latest", help="the images' tag (default latest)")
+    parser.add_argument("--launcher-image", default=LAUNCHER_IMAGE,
+                        help=f"a Python 3 image for the trainer launcher task (default {LAUNCHER_IMAGE}), e.g. by digest")
     parser.add_argument("--output", default=str(DEFAULT_OUTPUT), help=f"default {DEFAULT_OUTPUT.name} beside this file")
     args = parser.parse_args(argv)
-    compiler.Compiler().compile(build(images(args.registry, args.tag)), args.output)
+    compiler.Compiler().compile(build(images(args.registry, args.tag), args.launcher_image), args.output)
 
 
 if __name__ == "__main__":
