@@ -100,7 +100,8 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
     @dsl.container_component
     def trainer_job(workdir_root: str, workdir_claim: str, run_id: str, workers: int, strategy: str, epochs: int,
                     batch: int, learning_rate: str, sync_every: str, optimizer: str, allreduce_dtype: str,
-                    parameter_servers: int, seed: int, validation_fraction: str, model_file: str, trainer_port: int):
+                    parameter_servers: int, seed: int, validation_fraction: str, model_file: str, trainer_port: int,
+                    outer_optimizer: str, outer_learning_rate: float, outer_momentum: float):
         install = ("pip install --quiet --no-cache-dir --no-deps --disable-pip-version-check --target /tmp/launcher "
                    + " ".join(LAUNCHER_PACKAGES))
         return dsl.ContainerSpec(
@@ -111,7 +112,9 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
                   *trainer_args(workdir_root, run_id, workers, strategy, epochs, batch, learning_rate, optimizer,
                                 seed, validation_fraction, model_file),
                   # the launcher keeps those of the strategy (trainer_job.STRATEGY_OPTIONS)
-                  f"--sync-every={sync_every}", f"--allreduce-dtype={allreduce_dtype}", f"--ps={parameter_servers}"])
+                  f"--sync-every={sync_every}", f"--allreduce-dtype={allreduce_dtype}", f"--ps={parameter_servers}",
+                  f"--outer-optimizer={outer_optimizer}", f"--outer-lr={outer_learning_rate}",
+                  f"--outer-momentum={outer_momentum}"])
 
     @dsl.container_component
     def aggregator(workdir_root: str, run_id: str, workers: int, combine: str, exports: str,
@@ -137,6 +140,9 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         strategy: str = "average",
         learning_rate: str = "",
         sync_every: str = "",
+        outer_optimizer: str = "none",
+        outer_learning_rate: float = 0.7,
+        outer_momentum: float = 0.9,
         optimizer: str = "adam",
         allreduce_dtype: str = "float32",
         parameter_servers: int = 1,
@@ -198,6 +204,8 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         with dsl.Else(name="trainers-as-indexed-job"):
             aggregate(trainer_job(workdir_claim=workdir_claim, trainer_port=trainer_port, sync_every=sync_every,
                                   allreduce_dtype=allreduce_dtype, parameter_servers=parameter_servers,
+                                  outer_optimizer=outer_optimizer, outer_learning_rate=outer_learning_rate,
+                                  outer_momentum=outer_momentum,
                                   **training).after(data))
 
         for task in on_volume:

@@ -46,7 +46,13 @@ STRATEGY_OPTIONS = {
     "--allreduce-dtype": ("multiworker", "localsgd"),
     "--sync-every": ("localsgd",),
     "--validation-fraction": ("average",),
+    "--outer-optimizer": ("localsgd",),
+    "--outer-lr": ("localsgd",),
+    "--outer-momentum": ("localsgd",),
 }
+# DiLoCo's outer step: the trainer takes its learning rate and momentum with --outer-optimizer nesterov only,
+# and the chart passes the three only then
+OUTER_STEP_OPTIONS = ("--outer-optimizer", "--outer-lr", "--outer-momentum")
 
 
 def parse_args(argv):
@@ -78,11 +84,16 @@ def parse_args(argv):
 
 
 def for_strategy(trainer_args):
-    """The trainer arguments less the options (--flag=VALUE) of strategies other than the one they name."""
+    """The trainer arguments less the options (--flag=VALUE) of strategies other than the one they name, and
+    less the outer step's options unless it is nesterov."""
     strategy = trainer_args[trainer_args.index("--strategy") + 1] if "--strategy" in trainer_args else "average"
-    return [a for a in trainer_args
-            if strategy in STRATEGY_OPTIONS.get(a.split("=", 1)[0] if a.startswith("--") and "=" in a else a,
-                                                (strategy,))]
+    nesterov = "--outer-optimizer=nesterov" in trainer_args
+
+    def kept(arg):
+        option = arg.split("=", 1)[0] if arg.startswith("--") and "=" in arg else arg
+        return strategy in STRATEGY_OPTIONS.get(option, (strategy,)) and (nesterov or option not in OUTER_STEP_OPTIONS)
+
+    return [a for a in trainer_args if kept(a)]
 
 
 def trainer_tasks(trainer_args):

@@ -27,13 +27,19 @@ RUN_ID = "0b5c1d2e-5f6a-4b7c-8d9e-0f1a2b3c4d5e"  # a KFP run id (a UUID)
 NAME = f"disttrain-{RUN_ID}"  # the pipeline's Job name
 
 
-def launch_dry_run(strategy, *extra):
-    """The launcher as the pipeline calls it (pipeline.py's trainer_job task), options unset as the pipeline gives them."""
+# the options the pipeline passes as --flag=VALUE, with its defaults ("": unset)
+PIPELINE_OPTIONS = {"--learning-rate": "", "--validation-fraction": "", "--model-file": "", "--sync-every": "",
+                    "--allreduce-dtype": "float32", "--ps": "1", "--outer-optimizer": "none", "--outer-lr": "0.7",
+                    "--outer-momentum": "0.9"}
+
+
+def launch_dry_run(strategy, *overrides):
+    """The launcher as the pipeline calls it (pipeline.py's trainer_job task); overrides: "--flag=VALUE"."""
+    options = dict(PIPELINE_OPTIONS, **dict(o.split("=", 1) for o in overrides))
     args = [sys.executable, LAUNCHER, "--name", NAME, "--namespace", "ml", "--image", "disttrain-trainer:1.0",
             "--port", "12345", "--claim", "disttrain-workdir", "--mount", "/workdir", "--dry-run", "--",
             "--workdir", f"/workdir/run-{RUN_ID}", "--strategy", strategy, "--epochs", "5", "--batch", "64",
-            "--learning-rate=", "--optimizer", "adam", "--seed", "42", "--workers", "2", "--validation-fraction=",
-            "--model-file=", "--sync-every=", "--allreduce-dtype=float32", "--ps=1", *extra]
+            "--optimizer", "adam", "--seed", "42", "--workers", "2", *(f"{k}={v}" for k, v in options.items())]
     out = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     job, service = map(json.loads, out.stdout.splitlines())
@@ -80,10 +86,18 @@ def test_the_validator_catches_a_wrong_field():
         kubernetes_validate.validate(job, "1.33.0", strict=True)
 
 
-@pytest.mark.parametrize("strategy", STRATEGIES)
-def test_the_job_is_the_charts_trainer_job(strategy):
-    job, service = launch_dry_run(strategy)
-    chart_job = one(render(sets=(f"strategy={strategy}",), kube_version="1.29.0"), "Job", "trainer")
+# (strategy, the pipeline's arguments for the launcher, the same settings as chart values)
+SETTINGS = [(strategy, (), ()) for strategy in STRATEGIES] + [
+    ("localsgd", ("--sync-every=500", "--outer-optimizer=nesterov", "--outer-lr=0.5", "--outer-momentum=0.8"),
+     ("syncEvery=500", "outerOptimizer=nesterov", "outerLearningRate=0.5", "outerMomentum=0.8")),
+    ("parameterserver", ("--ps=2",), ("parameterServers=2",)),
+]
+
+
+@pytest.mark.parametrize("strategy, ours, values", SETTINGS)
+def test_the_job_is_the_charts_trainer_job(strategy, ours, values):
+    job, service = launch_dry_run(strategy, *ours)
+    chart_job = one(render(sets=(f"strategy={strategy}", *values), kube_version="1.29.0"), "Job", "trainer")
     spec, chart_spec = job["spec"], chart_job["spec"]
     for key in ("completionMode", "completions", "parallelism", "maxFailedIndexes", "podReplacementPolicy",
                 "podFailurePolicy", "backoffLimitPerIndex", "activeDeadlineSeconds"):

@@ -105,6 +105,7 @@ CHART_VALUES = {
     "allow_duplicates": "data.validation.allowDuplicates", "allow_label_skew": "data.validation.allowLabelSkew",
     "allow_missing_classes": "data.validation.allowMissingClasses", "workers": "workers", "epochs": "epochs",
     "batch": "batch", "strategy": "strategy", "learning_rate": "learningRate", "sync_every": "syncEvery",
+    "outer_optimizer": "outerOptimizer", "outer_learning_rate": "outerLearningRate", "outer_momentum": "outerMomentum",
     "optimizer": "optimizer", "allreduce_dtype": "allreduceDtype", "parameter_servers": "parameterServers",
     "seed": "seed", "model_file": "model.file", "validation_fraction": "trainer.validationFraction",
     "trainer_port": "trainer.port", "combine": "aggregator.combine", "exports": "aggregator.exports",
