@@ -12,11 +12,11 @@ so deleting the Job removes both.
 
 With --dry-run it prints the two manifests (JSON, one per line) and exits; otherwise it creates them
 with the official `kubernetes` client (in-cluster configuration: the pod's service account must be
-allowed to create Jobs and read their status, create Services and list Pods in its namespace: launcher-rbac.yaml), waits for the
-Job and exits 0 when it completes, or 1 with the Job's failure reason and each failed pod's
-termination message. This file has no imports beyond the standard library at module level: the
-pipeline embeds it verbatim in the launcher task, and the tests import it to render and validate the
-manifests.
+allowed to create Jobs and read their status, create Services and list Pods in its namespace:
+launcher-rbac.yaml), waits for the Job and exits 0 when it completes, or 1 with the Job's failure
+reason and each failed pod's termination message. This file imports only the standard library at
+module level: the pipeline embeds it verbatim in the launcher task, and the tests run its --dry-run to
+validate the manifests.
 """
 
 import argparse
