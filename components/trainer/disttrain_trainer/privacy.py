@@ -146,7 +146,7 @@ def assumptions(strategy, workers, training_examples, epoch_examples):
     }[strategy]
     return [
         f"unit of privacy: one training example (one row of the copier's training split; {training_examples} in "
-        f"all), neighbouring datasets differ by adding or removing one example ({NEIGHBOURING}); a person with "
+        f"all); neighbouring datasets differ by {NEIGHBOURING}; a person with "
         "several examples is covered only to ε times their number of examples",
         f"sampling: Poisson; each step takes every example of a worker's shard independently with probability "
         f"q = batch / {epoch_examples} (the examples an epoch goes through); the seed is secret (drawn from the "
@@ -155,7 +155,8 @@ def assumptions(strategy, workers, training_examples, epoch_examples):
         f"accountant: {ACCOUNTANT} of dp-accounting, composing the Poisson subsampled Gaussian mechanism over "
         "every step taken, converted to (ε, δ) at the given δ; δ below 1/n",
         "noise: drawn from a secret seed (the operating system's randomness), independently on every worker",
-        "what is released: the final model only; the held-out metrics are computed on the public test split",
+        "what is covered: every noisy step, so every checkpoint and worker model as well as the final model (the "
+        "accounting composes all the steps); the held-out metrics are computed on the test split, assumed public",
     ]
 
 

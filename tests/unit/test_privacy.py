@@ -1,0 +1,147 @@
+"""Differentially private training's parts on their own: the flags' refusals, ε against dp-accounting and
+against published numbers, the per-example clipping and the noise (real TensorFlow, no training run)."""
+
+import math
+
+import dp_accounting
+import numpy as np
+import pytest
+from dp_accounting.rdp import RdpAccountant
+
+from disttrain_trainer import privacy
+from disttrain_trainer.main import parse_args
+
+DP = ["--dp-l2-clip", "1.0", "--dp-noise-multiplier", "1.1", "--dp-delta", "1e-5"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--dp-noise-multiplier", "1.1", "--dp-delta", "1e-5"], "without --dp-l2-clip"),
+    (["--dp-l2-clip", "1.0"], "--dp-l2-clip without --dp-noise-multiplier and --dp-delta"),
+    (["--dp-l2-clip", "0", "--dp-noise-multiplier", "1.1", "--dp-delta", "1e-5"], "--dp-l2-clip must be a positive number"),
+    (["--dp-l2-clip", "1", "--dp-noise-multiplier", "-1", "--dp-delta", "1e-5"],
+     "--dp-noise-multiplier must be a positive number"),
+    (["--dp-l2-clip", "1", "--dp-noise-multiplier", "1", "--dp-delta", "nan"], "--dp-delta must be a positive number"),
+    (["--dp-l2-clip", "inf", "--dp-noise-multiplier", "1", "--dp-delta", "1e-5"], "--dp-l2-clip must be a positive number"),
+    (["--strategy", "parameterserver", *DP], "--strategy parameterserver does not support differential privacy: its "
+                                             "workers apply their steps asynchronously"),
+])
+def test_bad_privacy_flags_are_refused_in_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        parse_args(argv)
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert message in error
+
+
+def test_privacy_flags_parse_for_the_supported_strategies():
+    for strategy in privacy.SUPPORTED_STRATEGIES:
+        args = parse_args(["--strategy", strategy, *DP])
+        assert privacy.enabled(args) and (args.dp_l2_clip, args.dp_noise_multiplier, args.dp_delta) == (1.0, 1.1, 1e-5)
+    assert not privacy.enabled(parse_args([]))
+
+
+def test_delta_must_be_below_one_over_n():
+    assert privacy.check_delta(1e-3, 1000) is not None and "below 1/n" in privacy.check_delta(1e-3, 1000)
+    assert privacy.check_delta(1e-4, 1000) is None
+
+
+@pytest.mark.parametrize("sigma, q, steps, delta", [(1.1, 256 / 60000, 14062, 1e-5), (0.8, 0.05, 300, 1e-6),
+                                                     (4.0, 0.01, 10, 1e-5)])
+def test_epsilon_is_dp_accountings_own(sigma, q, steps, delta):
+    accountant = RdpAccountant()
+    accountant.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+    assert privacy.epsilon(sigma, q, steps, delta) == accountant.get_epsilon(delta)
+
+
+def test_epsilon_matches_tensorflow_privacys_published_numbers():
+    """TensorFlow Privacy's compute_dp_sgd_privacy_lib (tensorflow_privacy/privacy/analysis/
+    compute_dp_sgd_privacy_test.py) computes example-level ε of DP-SGD with Poisson sampling with the same
+    accountant (dp-accounting's RdpAccountant). Its published figures:
+      * 1.2 epochs at q = 0.01 (120 steps), noise multiplier 0.7, δ = 1e-5, no microbatching: ε = 3.2392676;
+      * 10,000 examples, batch 64 (q = 0.0064), 5 epochs (782 steps), noise multiplier 2.0 with microbatching,
+        which that library accounts as noise multiplier 1.0 (its sensitivity is doubled), δ = 1e-6: ε = 1.616."""
+    assert round(privacy.epsilon(0.7, 0.01, 120, 1e-5), 2) == round(3.2392676, 2)
+    assert abs(privacy.epsilon(0.7, 0.01, 120, 1e-5) - 3.2392676) < 1e-6
+    assert round(privacy.epsilon(1.0, 64 / 10000, math.ceil(5 * 10000 / 64), 1e-6), 2) == 1.62
+    assert abs(privacy.epsilon(1.0, 64 / 10000, 782, 1e-6) - 1.616) < 5e-4
+
+
+def test_epsilon_grows_with_steps_and_falls_with_noise():
+    q, delta = 0.01, 1e-5
+    assert privacy.epsilon(1.0, q, 0, delta) == 0.0
+    assert privacy.epsilon(1.0, q, 100, delta) < privacy.epsilon(1.0, q, 1000, delta)
+    assert privacy.epsilon(2.0, q, 1000, delta) < privacy.epsilon(1.0, q, 1000, delta)
+
+
+def test_clipping_bounds_every_per_example_gradient():
+    import tensorflow as tf
+
+    from disttrain_trainer.dp_step import clipped_sum
+
+    rng = np.random.default_rng(0)
+    # 16 examples' gradients of two weights, norms from tiny to huge
+    a = rng.normal(size=(16, 5, 3)).astype(np.float32) * np.logspace(-3, 3, 16, dtype=np.float32)[:, None, None]
+    b = rng.normal(size=(16, 4)).astype(np.float32) * np.logspace(-3, 3, 16, dtype=np.float32)[:, None]
+    clip = 1.5
+    for i in range(16):  # each example alone: the clipped gradient's norm over both weights is at most C
+        ga, gb = clipped_sum([tf.constant(a[i:i + 1]), tf.constant(b[i:i + 1])], clip)
+        norm = math.sqrt(float(tf.reduce_sum(ga ** 2) + tf.reduce_sum(gb ** 2)))
+        original = math.sqrt(float((a[i] ** 2).sum() + (b[i] ** 2).sum()))
+        assert norm <= clip * (1 + 1e-5)
+        assert norm == pytest.approx(min(original, clip), rel=1e-4)  # small ones are kept as they are
+    ga, gb = clipped_sum([tf.constant(a), tf.constant(b)], clip)
+    assert math.sqrt(float(tf.reduce_sum(ga ** 2) + tf.reduce_sum(gb ** 2))) <= 16 * clip * (1 + 1e-5)
+
+
+def test_the_noise_has_the_standard_deviation_of_its_share():
+    """Over many draws the noise of a zero gradient has std SIGMA*C/sqrt(N); N shares add up to SIGMA*C."""
+    import tensorflow as tf
+
+    from disttrain_trainer.dp_step import DpGradient
+
+    sigma, clip, batch = 1.3, 0.7, 1.0  # (an expected batch of 1: the gradient is the noisy sum itself)
+    weight = tf.Variable(tf.zeros([200, 50]))
+    for shares in (1, 4):
+        private = DpGradient(clip, sigma, shares, batch, secret_key=12345)
+        draws = []
+        for step in range(20):
+            with tf.GradientTape() as tape:
+                per_example = tf.reduce_sum(weight * 0.0) + tf.zeros([3])
+            draws.append(private.gradients(tape, per_example, [weight], step)[0].numpy())
+        draws = np.stack(draws)  # 200,000 draws
+        assert draws.std() == pytest.approx(sigma * clip / math.sqrt(shares), rel=0.01)
+        assert abs(draws.mean()) < 0.01 * sigma * clip
+        if shares == 4:  # four workers' shares, drawn independently, add up to the noise of one batch
+            total = sum(DpGradient(clip, sigma, 4, batch, secret_key=key).gradients(
+                *_zero_loss(weight), [weight], 0)[0].numpy() for key in (1, 2, 3, 4))
+            assert total.std() == pytest.approx(sigma * clip, rel=0.02)
+    # a different step draws different noise; the same step and key the same
+    private = DpGradient(clip, sigma, 1, batch, secret_key=7)
+    first, again, other = (private.gradients(*_zero_loss(weight), [weight], step)[0].numpy() for step in (0, 0, 1))
+    assert np.array_equal(first, again) and not np.array_equal(first, other)
+
+
+def _zero_loss(weight):
+    import tensorflow as tf
+
+    with tf.GradientTape() as tape:
+        per_example = tf.reduce_sum(weight * 0.0) + tf.zeros([3])
+    return tape, per_example
+
+
+def test_poisson_batches_take_each_example_with_probability_q():
+    from disttrain_trainer.data import poisson_batches
+
+    n, q = 500, 0.1
+    features = np.arange(n, dtype=np.float32)[:, None]
+    batches = list(poisson_batches(features, np.arange(n), q, secret_seed=99).take(400).as_numpy_iterator())
+    sizes = np.array([len(y) for _, y in batches])
+    assert sizes.mean() == pytest.approx(n * q, rel=0.03)
+    counts = np.bincount(np.concatenate([y for _, y in batches]), minlength=n)
+    assert counts.mean() == pytest.approx(400 * q, rel=0.03)
+    assert all(len(set(y)) == len(y) for _, y in batches)  # an example at most once per batch
+    # the same draws again from the same seed (a resumed epoch skips what it already took), others from another
+    again = list(poisson_batches(features, np.arange(n), q, secret_seed=99).skip(3).take(1).as_numpy_iterator())
+    assert np.array_equal(again[0][1], batches[3][1])
+    other = list(poisson_batches(features, np.arange(n), q, secret_seed=100).take(1).as_numpy_iterator())
+    assert not np.array_equal(other[0][1], batches[0][1])
