@@ -94,39 +94,51 @@ def test_clipping_bounds_every_per_example_gradient():
 
 
 def test_the_noise_has_the_standard_deviation_of_its_share():
-    """Over many draws the noise of a zero gradient has std SIGMA*C/sqrt(N); N shares add up to SIGMA*C."""
+    """Over many draws the noise added to a zero sum has std SIGMA*C/sqrt(N); N workers' shares add up to SIGMA*C."""
     import tensorflow as tf
 
     from disttrain_trainer.dp_step import DpGradient
 
-    sigma, clip, batch = 1.3, 0.7, 1.0  # (an expected batch of 1: the gradient is the noisy sum itself)
-    weight = tf.Variable(tf.zeros([200, 50]))
-    for shares in (1, 4):
-        private = DpGradient(clip, sigma, shares, batch, secret_key=12345)
-        draws = []
-        for step in range(20):
-            with tf.GradientTape() as tape:
-                per_example = tf.reduce_sum(weight * 0.0) + tf.zeros([3])
-            draws.append(private.gradients(tape, per_example, [weight], step)[0].numpy())
-        draws = np.stack(draws)  # 200,000 draws
+    sigma, clip = 1.3, 0.7
+    zero = [tf.zeros([200, 50])]
+    for shares in (1, 4):  # (an expected batch of 1: the average is the noisy sum itself)
+        private = DpGradient(clip, sigma, shares, 1, secret_key=12345)
+        draws = np.stack([private.noisy_average(zero, step)[0].numpy() for step in range(20)])  # 200,000 draws
         assert draws.std() == pytest.approx(sigma * clip / math.sqrt(shares), rel=0.01)
         assert abs(draws.mean()) < 0.01 * sigma * clip
-        if shares == 4:  # four workers' shares, drawn independently, add up to the noise of one batch
-            total = sum(DpGradient(clip, sigma, 4, batch, secret_key=key).gradients(
-                *_zero_loss(weight), [weight], 0)[0].numpy() for key in (1, 2, 3, 4))
-            assert total.std() == pytest.approx(sigma * clip, rel=0.02)
-    # a different step draws different noise; the same step and key the same
-    private = DpGradient(clip, sigma, 1, batch, secret_key=7)
-    first, again, other = (private.gradients(*_zero_loss(weight), [weight], step)[0].numpy() for step in (0, 0, 1))
+    # four workers' shares, each from its own secret key, add up to the noise of one batch
+    total = sum(DpGradient(clip, sigma, 4, 1, secret_key=key).noisy_average(zero, 0)[0].numpy() for key in (1, 2, 3, 4))
+    assert total.std() == pytest.approx(sigma * clip, rel=0.02)
+    # the average divides by the expected batch; another step draws other noise, the same step the same
+    private = DpGradient(clip, sigma, 1, 10, secret_key=7)
+    first, again, other = (private.noisy_average(zero, step)[0].numpy() for step in (0, 0, 1))
     assert np.array_equal(first, again) and not np.array_equal(first, other)
+    assert first.std() == pytest.approx(sigma * clip / 10, rel=0.02)
 
 
-def _zero_loss(weight):
+def test_per_example_gradients_are_each_examples_own():
+    """The vectorised per-example gradients equal the gradients of each example's loss taken alone."""
+    import keras
     import tensorflow as tf
 
-    with tf.GradientTape() as tape:
-        per_example = tf.reduce_sum(weight * 0.0) + tf.zeros([3])
-    return tape, per_example
+    from disttrain_trainer.dp_step import per_example_gradients
+    from disttrain_trainer.models import build_image_model
+
+    keras.utils.set_random_seed(1)
+    model = build_image_model(8, 8, 1, 10, dropout=0.0)
+    x = tf.constant(np.random.default_rng(0).integers(0, 255, (5, 8, 8, 1), dtype=np.uint8))
+    y = tf.constant(np.arange(5, dtype=np.int64))
+
+    def loss_and_hits(labels, outputs):
+        return keras.losses.sparse_categorical_crossentropy(labels, outputs), tf.zeros_like(labels, tf.float32)
+
+    grads, losses, _ = per_example_gradients(model, loss_and_hits, x, y, model.trainable_variables)
+    for i in range(5):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(loss_and_hits(y[i:i + 1], model(x[i:i + 1], training=True))[0])
+        for alone, batched in zip(tape.gradient(loss, model.trainable_variables), grads):
+            np.testing.assert_allclose(batched[i].numpy(), alone.numpy(), rtol=1e-4, atol=1e-6)
+        assert losses[i].numpy() == pytest.approx(float(loss), rel=1e-5)
 
 
 def test_poisson_batches_take_each_example_with_probability_q():

@@ -25,9 +25,7 @@ def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradien
         skip_keras_gradient_allreduce(optimizer)
 
     def private_step_fn(x, y):
-        with tf.GradientTape() as tape:
-            per_example, hits = loss_and_hits(y, model(x, training=True))
-        grads = private.gradients(tape, per_example, variables, optimizer.iterations)
+        grads, per_example, hits = private.step(model, loss_and_hits, x, y, variables, optimizer.iterations)
         if reduce_gradients is not None:
             grads = reduce_gradients(grads)
         optimizer.apply_gradients(zip(grads, variables))
