@@ -37,8 +37,8 @@ PARAMETERSERVER_REASON = (
 # what ε does not cover: computed from the private data, shipped or shown without noise
 NOT_COVERED = (
     "the text vocabulary: the copier builds it from the training split and the published model holds it",
-    "normalisation statistics: a table model's Normalization layer and a regression target's scale come from the "
-    "copier's training statistics",
+    "normalisation statistics in your own model (a Normalization layer adapted on the private data); the built-in "
+    "table model leaves the copier's statistics out when training privately (features and target unscaled)",
     "the copier's statistics and validation result (the report's data section)",
     "per-epoch training metrics (training loss and accuracy on the private shard, in metrics.json, progress.json "
     "and the dashboard)",
