@@ -157,3 +157,35 @@ def test_poisson_batches_take_each_example_with_probability_q():
     assert np.array_equal(again[0][1], batches[3][1])
     other = list(poisson_batches(features, np.arange(n), q, secret_seed=100).take(1).as_numpy_iterator())
     assert not np.array_equal(other[0][1], batches[0][1])
+
+
+def test_an_embeddings_per_example_gradients_stay_sparse_and_are_right():
+    """Text: the embedding's per-example gradients are the looked-up rows (SparseRows, tokens repeating within a
+    review add up); their norms and clipped sum equal those of each example's dense gradient taken alone."""
+    import keras
+    import tensorflow as tf
+
+    from disttrain_trainer.dp_step import SparseRows, clipped_sum, per_example_gradients
+    from disttrain_trainer.models import build_text_core
+
+    keras.utils.set_random_seed(2)
+    model = build_text_core(50, 2, width=8, dropout=0.0)
+    ids = tf.constant([[3, 7, 3, 3, 0, 0], [5, 5, 9, 12, 40, 1], [2, 0, 0, 0, 0, 0]], tf.int64)  # 0: padding
+    y = tf.constant([0, 1, 1], tf.int64)
+
+    def loss_and_hits(labels, outputs):
+        return keras.losses.sparse_categorical_crossentropy(labels, outputs), tf.zeros_like(labels, tf.float32)
+
+    variables = model.trainable_variables
+    grads, _, _ = per_example_gradients(model, loss_and_hits, ids, y, variables)
+    assert isinstance(grads[0], SparseRows) and grads[0].values.shape[0] == 3
+    alone = []
+    for i in range(3):
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(loss_and_hits(y[i:i + 1], model(ids[i:i + 1], training=True))[0])
+        alone.append([tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, variables)])
+    norms = [math.sqrt(sum(float((g ** 2).sum()) for g in example)) for example in alone]
+    for clip in (1e6, min(norms) / 2):  # no clipping, then every example clipped
+        expected = [sum(min(1.0, clip / n) * example[k] for n, example in zip(norms, alone)) for k in range(len(variables))]
+        for got, want in zip(clipped_sum(grads, clip), expected):
+            np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(), want, rtol=1e-4, atol=1e-7)

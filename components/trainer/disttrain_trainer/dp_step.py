@@ -2,19 +2,21 @@
 each clipped to L2 norm C, summed, plus Gaussian noise, over the expected batch.
 
 Per-example gradients: tf.vectorized_map of one example's forward and backward pass over the batch
-(TensorFlow's pfor turns it into batched ops). Measured on the digits CNN, batch 64, one process: 13 ms
-a step against 34 ms for the Jacobian of the batch's per-example losses (GradientTape.jacobian) and
-1.1 ms for the ordinary batch gradient (bench/dp_utility.py measures it again). One consequence: a
-dropout layer draws one mask per step for the whole batch (its random seed is the same in every
-example's pass), not one per example; privacy does not depend on the masks.
+(TensorFlow's pfor turns it into batched ops). The other way, the Jacobian of the batch's per-example
+losses (GradientTape.jacobian), was slower in every measurement on a shared 2-core host: by about 2.5x
+for the digits CNN's gradients alone (in whole steps under heavier load the two were close) and 4x for
+the text model; bench/dp_utility.py measures both on an idle machine. One consequence: a dropout layer
+draws one mask per step for the whole batch (its random seed is the same in every example's pass), not
+one per example; privacy does not depend on the masks.
 
 Example i's gradient is its own only when no example's output depends on another example of the
 batch: batch normalisation (statistics of the batch) and in-batch triplet mining break it, and the
 trainer refuses them (privacy.refusal).
 
-An embedding's gradient is sparse (the batch's rows); per example it is made dense
-([vocabulary, width] each), and the noise is dense anyway: every row of the table gets noise every
-step, or the rows a batch touched would tell which words its examples hold.
+An embedding's gradient is sparse (the rows of the example's tokens): per example it stays so
+(SparseRows: the norm and the clipped sum come from the looked-up rows, not a [vocabulary, width]
+matrix per example). The sum plus noise is dense: every row of the table gets noise every step, or the
+rows a batch touched would tell which words its examples hold; the optimizer then updates every row.
 """
 
 import tensorflow as tf
@@ -46,7 +48,8 @@ class DpGradient:
 
 
 def per_example_gradients(model, loss_and_hits, x, y, variables):
-    """([batch, *shape] gradient per weight, [batch] losses, [batch] hits): each example's own."""
+    """(one per weight: [batch, *shape] gradients, or an embedding's SparseRows; [batch] losses, [batch] hits):
+    each example's own."""
 
     def one(example):
         features, label = example
@@ -55,17 +58,43 @@ def per_example_gradients(model, loss_and_hits, x, y, variables):
                                                           training=True))
             loss = tf.reduce_sum(loss)
         grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-        return [tf.convert_to_tensor(g) for g in grads], loss, tf.reduce_sum(hits)
+        # an embedding's gradient stays its looked-up rows (values, row ids): pfor then stacks [batch, positions,
+        # width] rather than a dense [batch, vocabulary, width]
+        return ([(g.values, g.indices) if isinstance(g, tf.IndexedSlices) else g for g in grads], loss,
+                tf.reduce_sum(hits))
 
-    return tf.vectorized_map(one, (x, y))
+    grads, losses, hits = tf.vectorized_map(one, (x, y))
+    return ([SparseRows(*g, v.shape[0]) if isinstance(g, tuple) else g for g, v in zip(grads, variables)],
+            losses, hits)
+
+
+class SparseRows:
+    """Per-example gradients of an embedding table: values [batch, positions, width] at row ids [batch, positions]
+    of a table of `rows` rows (a row id can repeat within an example: its values add up)."""
+
+    def __init__(self, values, indices, rows):
+        self.values, self.indices, self.rows = values, tf.cast(indices, tf.int64), rows
+
+    def squared_norms(self):
+        # |sum of the rows with the same id|^2 summed over ids = sum over position pairs of the same id of v_i . v_j
+        same = tf.cast(tf.equal(self.indices[:, :, None], self.indices[:, None, :]), self.values.dtype)
+        return tf.reduce_sum(same * tf.matmul(self.values, self.values, transpose_b=True), axis=[1, 2])
+
+    def scaled_sum(self, scale):
+        width = tf.shape(self.values)[-1]
+        values = tf.reshape(self.values * tf.cast(scale, self.values.dtype)[:, None, None], [-1, width])
+        return tf.math.unsorted_segment_sum(values, tf.reshape(self.indices, [-1]), self.rows)
 
 
 def clipped_sum(per_example, l2_clip):
     """The sum over the batch of every example's gradient scaled to L2 norm at most l2_clip (its norm over
-    all the weights together). per_example: one [batch, *shape] tensor per weight."""
-    per_example = [tf.convert_to_tensor(g) for g in per_example]
-    batch = tf.shape(per_example[0])[0]
-    squares = tf.add_n([tf.reduce_sum(tf.reshape(tf.square(g), [batch, -1]), axis=1) for g in per_example])
+    all the weights together). per_example: one [batch, *shape] tensor (or SparseRows) per weight."""
+    per_example = [g if isinstance(g, SparseRows) else tf.convert_to_tensor(g) for g in per_example]
+    dense = [g for g in per_example if not isinstance(g, SparseRows)]
+    batch = tf.shape(dense[0] if dense else per_example[0].values)[0]
+    squares = tf.add_n([g.squared_norms() if isinstance(g, SparseRows)
+                        else tf.reduce_sum(tf.reshape(tf.square(g), [batch, -1]), axis=1) for g in per_example])
     # min(1, C / norm); a zero gradient stays zero (C / max(norm, tiny) > 1)
     scale = tf.minimum(1.0, l2_clip / tf.maximum(tf.sqrt(squares), 1e-12))
-    return [tf.tensordot(tf.cast(scale, g.dtype), g, axes=1) for g in per_example]
+    return [g.scaled_sum(scale) if isinstance(g, SparseRows) else tf.tensordot(tf.cast(scale, g.dtype), g, axes=1)
+            for g in per_example]
