@@ -38,6 +38,8 @@ TIMED_STEPS = 8 if QUICK else 64
 def configure(parser):
     parser.add_argument("--strategy", choices=("average", "multiworker", "localsgd"), default="multiworker",
                         help="the strategy of the utility runs (default multiworker)")
+    parser.add_argument("--learning-rate", type=float, default=None,
+                        help="the trainer's --learning-rate in every run (default: the task's)")
 
 
 def noise_for(target, q, steps):
@@ -51,7 +53,7 @@ def noise_for(target, q, steps):
     return high
 
 
-def utility(base, strategy):
+def utility(base, strategy, learning_rate=None):
     from stages import run_pipeline, stage
 
     rows = []
@@ -66,7 +68,7 @@ def utility(base, strategy):
         examples = min(shard_examples) if strategy == "average" else max(shard_examples)
         q, steps = task["batch"] / examples, epochs * -(-examples // task["batch"])
         for target in (None, *TARGETS):
-            extra = ["--progress-interval", 0]
+            extra = ["--progress-interval", 0, *(["--learning-rate", learning_rate] if learning_rate else [])]
             noise = None if target is None else noise_for(target, q, steps)
             if noise is not None:
                 extra += ["--dp-l2-clip", CLIP, "--dp-noise-multiplier", f"{noise:.6f}", "--dp-delta", DELTA]
@@ -166,14 +168,17 @@ def plot(results, path):
             if r["epsilon"] is None:
                 left.axhline(r["test_accuracy"], color=line.get_color(), linestyle="--", label=f"{task}, no DP")
     left.set_xscale("log")
+    left.set_xticks([1, 3, 8, 20], ["1", "3", "8", "20"])
+    left.minorticks_off()
     left.set_xlabel(f"ε (δ = {DELTA:g}; smaller is more private)")
     left.set_ylabel("held-out accuracy")
     left.set_title("Accuracy against the privacy budget (2 workers)")
     left.legend(fontsize=8)
     left.grid(alpha=0.3)
-    labels = [f"{r['model'].split(' (')[0]}\n{r['variant'].replace('DP step, ', 'DP ')}" for r in results["step_time"]]
+    labels = [f"{r['model'].split(' ')[0]}\n{r['variant'].replace('DP step, ', 'DP ').replace('ordinary step', 'ordinary')}"
+              for r in results["step_time"]]
     right.bar(range(len(labels)), [r["ms_per_step"] for r in results["step_time"]], color="#4C72B0")
-    right.set_xticks(range(len(labels)), labels, fontsize=7)
+    right.set_xticks(range(len(labels)), labels, fontsize=7, rotation=30, ha="right")
     right.set_yscale("log")
     right.set_ylabel(f"ms per step (batch {STEP_BATCH}, log scale)")
     right.set_title("Step time: per-example gradients")
@@ -187,9 +192,9 @@ def plot(results, path):
 def main(args):
     base = tmpdir("dp_utility")
     config = {"tasks": TASKS, "targets": TARGETS, "delta": DELTA, "l2_clip": CLIP, "strategy": args.strategy,
-              "step_batch": STEP_BATCH, "timed_steps": TIMED_STEPS}
+              "learning_rate": args.learning_rate, "step_batch": STEP_BATCH, "timed_steps": TIMED_STEPS}
     with Bench("dp_utility", config) as bench:
-        bench.results = {"step_time": step_times(), "utility": utility(base, args.strategy)}
+        bench.results = {"step_time": step_times(), "utility": utility(base, args.strategy, args.learning_rate)}
         plot(bench.results, os.path.join(BENCH, "plots", "dp_utility.png"))
         print(table(bench.results))
 
