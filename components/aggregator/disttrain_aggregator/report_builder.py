@@ -170,7 +170,9 @@ def plot_report(report, histories, path):
     bars.set_ylim(0, 1.05 if fraction else 1.15 * max(finite + [1e-9]))
     bars.set_ylabel(ylabel)
     bars.set_title(f"{report['task']} / {report['strategy']}"
-                   + (f": {report['combine']['published']} published" if report.get("combine") else ""))
+                   + (f": {report['combine']['published']} published" if report.get("combine") else "")
+                   + (f"\nDP-SGD: ε = {report['privacy']['epsilon']:.2f}, δ = {report['privacy']['delta']:g}"
+                      if report.get("privacy") else ""))
     for i, history in enumerate(histories):
         evaluated = [e for e in history if key in e]  # multiworker, localsgd: the chief evaluates
         if evaluated:
