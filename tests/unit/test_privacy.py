@@ -189,3 +189,25 @@ def test_an_embeddings_per_example_gradients_stay_sparse_and_are_right():
         expected = [sum(min(1.0, clip / n) * example[k] for n, example in zip(norms, alone)) for k in range(len(variables))]
         for got, want in zip(clipped_sum(grads, clip), expected):
             np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(), want, rtol=1e-4, atol=1e-7)
+
+
+def test_an_empty_poisson_batch_gets_the_noise_alone():
+    """Poisson sampling can draw no example at all (likely with a small --batch): the step's clipped sum is
+    zero, the noise is added as for any batch, and nothing fails."""
+    import keras
+    import tensorflow as tf
+
+    from disttrain_trainer.dp_step import DpGradient
+    from disttrain_trainer.models import build_image_model
+
+    model = build_image_model(8, 8, 1, 10)
+
+    def loss_and_hits(labels, outputs):
+        return keras.losses.sparse_categorical_crossentropy(labels, outputs), tf.zeros_like(labels, tf.float32)
+
+    private = DpGradient(1.0, 2.0, 1, 1, secret_key=3)
+    grads, loss_sum, hits = tf.function(lambda x, y: private.step(model, loss_and_hits, x, y, model.trainable_variables, 0))(
+        tf.zeros([0, 8, 8, 1], tf.uint8), tf.zeros([0], tf.int64))
+    assert float(loss_sum) == 0.0 and float(hits) == 0.0
+    assert [g.shape for g in grads] == [v.shape for v in model.trainable_variables]
+    assert float(tf.math.reduce_std(grads[4])) == pytest.approx(2.0, rel=0.05)  # the 512 x 64 weight: noise only

@@ -34,10 +34,19 @@ class DpGradient:
         self.secret_key = int(secret_key)
 
     def step(self, model, loss_and_hits, x, y, variables, step):
-        """(this worker's share of the private average gradient, per-example losses, per-example hits) of
-        one batch; `step`: a counter that differs every step (the optimizer's iterations), the noise's seed."""
-        per_example, losses, hits = per_example_gradients(model, loss_and_hits, x, y, variables)
-        return self.noisy_average(clipped_sum(per_example, self.l2_clip), step), losses, hits
+        """(this worker's share of the private average gradient, the batch's loss sum, its hits) of one batch;
+        `step`: a counter that differs every step (the optimizer's iterations), the noise's seed. A Poisson
+        batch can be empty: its clipped sum is zero, and the noise is added all the same."""
+
+        def clipped():
+            per_example, losses, hits = per_example_gradients(model, loss_and_hits, x, y, variables)
+            return clipped_sum(per_example, self.l2_clip), tf.reduce_sum(losses), tf.reduce_sum(hits)
+
+        def empty():
+            return [tf.zeros_like(v) for v in variables], tf.constant(0.0), tf.constant(0.0)
+
+        total, loss_sum, hits = tf.cond(tf.shape(y)[0] > 0, clipped, empty)
+        return self.noisy_average(total, step), loss_sum, hits
 
     def noisy_average(self, total, step):
         """(the clipped sum + this worker's share of the noise) / the expected batch."""

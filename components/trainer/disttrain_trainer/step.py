@@ -25,11 +25,11 @@ def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradien
         skip_keras_gradient_allreduce(optimizer)
 
     def private_step_fn(x, y):
-        grads, per_example, hits = private.step(model, loss_and_hits, x, y, variables, optimizer.iterations)
+        grads, loss_sum, hits = private.step(model, loss_and_hits, x, y, variables, optimizer.iterations)
         if reduce_gradients is not None:
             grads = reduce_gradients(grads)
         optimizer.apply_gradients(zip(grads, variables))
-        return tf.stack([tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.shape(y)[0], tf.float32)])
+        return tf.stack([loss_sum, hits, tf.cast(tf.shape(y)[0], tf.float32)])
 
     def step_fn(x, y):
         with tf.GradientTape() as tape:
