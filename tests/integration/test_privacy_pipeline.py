@@ -118,3 +118,19 @@ def test_a_private_table_model_leaves_the_copiers_statistics_out(cancer_data, tm
     assert "normalize" not in [layer.name for layer in model.layers]
     marker = json.load(open(work / "train" / "worker-00000" / "_SUCCESS"))
     assert any("table model leaves the copier's statistics out" in line for line in marker["privacy"]["not_covered"])
+
+
+@pytest.mark.long
+def test_your_own_model_trains_privately(cancer_data, tmp_path):
+    """A user's model file (one sigmoid unit, its own compiled loss) through the private step with synchronous
+    workers; a batch-normalised one is refused (test_refusals...: the built-in MobileNetV2)."""
+    from own_models import classifier, run_own_pipeline, saved, table_statistics, workdir_with
+
+    work = workdir_with(cancer_data, tmp_path)
+    mean, variance = table_statistics(work / "data" / "manifest.json")
+    path = saved(classifier(30, mean, variance, head="sigmoid", seed=2), tmp_path / "model.keras")
+    report = run_own_pipeline(work, 2, "multiworker", "--model-file", path, "--dp-l2-clip", 1, "--dp-noise-multiplier",
+                              1, "--dp-delta", 1e-4, "--learning-rate", 0.01, epochs=4, aggregator_args=("--force",))
+    assert report["privacy"]["epsilon"] == pytest.approx(privacy.epsilon(
+        1, report["privacy"]["sampling_probability"], report["privacy"]["steps"], 1e-4), rel=1e-12)
+    assert report["final"]["test_accuracy"] > 0.8, report["final"]  # (the majority label is 0.63 of the table)
