@@ -212,6 +212,13 @@ class Plan:
         self.synchronous_replicas = synchronous_replicas  # workers whose sums one all-reduce adds (multiworker)
         self.epsilons = {}
 
+    @staticmethod
+    def probe_gradient(args):
+        """The private step's gradient for timing it alone (disttrain-advise): one worker's whole noise."""
+        from disttrain_trainer.dp_step import DpGradient
+
+        return DpGradient(args.dp_l2_clip, args.dp_noise_multiplier, 1, args.batch, secret_seed())
+
     def gradient(self):
         from disttrain_trainer.dp_step import DpGradient
 
