@@ -102,7 +102,8 @@ def step_times():
             with tf.GradientTape() as tape:
                 losses, hits = loss_and_hits(y, model(x, training=True))
             per_example = tape.jacobian(losses, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
-            return self.noisy_average(clipped_sum(per_example, self.l2_clip), step), losses, hits
+            return (self.noisy_average(clipped_sum(per_example, self.l2_clip), step), tf.reduce_sum(losses),
+                    tf.reduce_sum(hits))
 
     def loss_and_hits(y, outputs):
         return (keras.losses.sparse_categorical_crossentropy(y, outputs),

@@ -3,9 +3,9 @@ each clipped to L2 norm C, summed, plus Gaussian noise, over the expected batch.
 
 Per-example gradients: tf.vectorized_map of one example's forward and backward pass over the batch
 (TensorFlow's pfor turns it into batched ops). The other way, the Jacobian of the batch's per-example
-losses (GradientTape.jacobian), was slower in every measurement on a shared 2-core host: by about 2.5x
-for the digits CNN's gradients alone (in whole steps under heavier load the two were close) and 4x for
-the text model; bench/dp_utility.py measures both on an idle machine. One consequence: a dropout layer
+losses (GradientTape.jacobian), was slower in whole training steps on a shared 2-core host: about 2.4x on
+the digits CNN and 10x on the text model (bench/dp_utility.py measures both on an idle machine).
+One consequence: a dropout layer
 draws one mask per step for the whole batch (its random seed is the same in every example's pass), not
 one per example; privacy does not depend on the masks.
 
