@@ -4,10 +4,9 @@ each clipped to L2 norm C, summed, plus Gaussian noise, over the expected batch.
 Per-example gradients: tf.vectorized_map of one example's forward and backward pass over the batch
 (TensorFlow's pfor turns it into batched ops). The other way, the Jacobian of the batch's per-example
 losses (GradientTape.jacobian), was slower in whole training steps on a shared 2-core host: about 2.4x on
-the digits CNN and 10x on the text model (bench/dp_utility.py measures both on an idle machine).
-One consequence: a dropout layer
-draws one mask per step for the whole batch (its random seed is the same in every example's pass), not
-one per example; privacy does not depend on the masks.
+the digits CNN and 10x on the text model (bench/dp_utility.py measures both on an idle machine). One
+consequence of vectorized_map: a dropout layer draws one mask per step for the whole batch (its random
+seed is the same in every example's pass), not one per example; privacy does not depend on the masks.
 
 Example i's gradient is its own only when no example's output depends on another example of the
 batch: batch normalisation (statistics of the batch) and in-batch triplet mining break it, and the
