@@ -103,6 +103,7 @@ def test_faces_are_refused_with_the_reason(tmp_path):
         "error: differential privacy does not support the faces task: its triplet loss mines negatives within the batch")
 
 
+@pytest.mark.long  # (17-57 s on a loaded 2-core host)
 def test_a_private_table_model_leaves_the_copiers_statistics_out(cancer_data, tmp_path):
     """The built-in table model normalises with the copier's statistics of the training split; trained privately,
     it goes without them (ε would not cover them), and the report says what ε does not cover."""
