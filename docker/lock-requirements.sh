@@ -5,7 +5,9 @@
 #   docker/lock-requirements.sh [component ...]     # default: copier trainer sweep aggregator server
 #
 # The direct dependencies are the component's pyproject.toml `dependencies` with the pins of
-# the root requirements.txt (docker/locks.py). Run it after changing requirements.txt or a
+# the root requirements.txt (docker/locks.py); every other package that requirements.txt pins is held
+# to its pin too (-c), so that the images agree with each other and with the development venv (attrs:
+# dp-accounting, in the trainer, takes only versions below 24). Run it after changing requirements.txt or a
 # component's dependencies; tests/images/test_image_sources.py fails while a lock disagrees.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +25,7 @@ for c in "${components[@]}"; do
     echo "resolving $c ..." >&2
     "$PY" -m pip install -qq --dry-run --ignore-installed --only-binary=:all: "${platforms[@]}" \
         --python-version 3.11 --implementation cp --abi cp311 --target "$tmp/t" \
-        --report "$tmp/$c.json" -r "$tmp/$c.in" >&2
+        --report "$tmp/$c.json" -r "$tmp/$c.in" -c requirements.txt >&2
     "$PY" docker/locks.py write "$c" "$tmp/$c.json"
     echo "  docker/requirements/$c.txt: $(grep -vc '^#' "docker/requirements/$c.txt") packages" >&2
 done

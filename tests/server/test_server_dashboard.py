@@ -392,3 +392,34 @@ def test_regression_runs_are_compared_by_rmse_lowest_first(real_report, tmp_path
     page = c.get("/runs/run-2").get_data(as_text=True)
     for title in ("RMSE", "MAE", "R²", "MSE"):
         assert f"<th>{title}</th>" in page or f">{title}<" in page, title
+
+
+def test_a_private_run_shows_epsilon_beside_its_accuracy(real_report, tmp_path):
+    """A differentially private run's report has a privacy section (the trainer's privacy.summary, as the aggregator
+    copies it): the list and the run's page show ε and δ beside the held-out accuracy; a run without one shows none."""
+    import argparse
+
+    from disttrain_trainer import privacy
+
+    args = argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=1e-5, batch=32)
+    epsilons = [privacy.epsilon(1.1, 32 / 700, 22 * e, 1e-5) for e in (1, 2)]
+    section = privacy.summary(args, q=32 / 700, steps_per_epoch=22, epochs=2, epsilon_by_epoch=epsilons,
+                              strategy="multiworker", workers=2, training_examples=1400, epoch_examples=700)
+    runs_dir = tmp_path / "runs"
+    for n, extra in ((1, {}), (2, {"privacy": section})):
+        final = runs_dir / f"run-{n}" / "final"
+        final.mkdir(parents=True)
+        (final / "report.json").write_text(json.dumps({**real_report, **extra}))
+        (final / "_SUCCESS").write_text("{}")
+    c = client(runs_dir, served="run-2")
+    rows = {row["run"]: row["report"] for row in c.get("/runs.json").get_json()["runs"]}
+    assert rows["run-1"]["privacy"] is None
+    assert rows["run-2"]["privacy"]["epsilon"] == epsilons[-1] and rows["run-2"]["privacy"]["delta"] == 1e-5
+    html = c.get("/runs").get_data(as_text=True)
+    accuracy = f"{real_report['final']['test_accuracy']:.4f}"
+    private_row = re.search(r'<tr data-run="run-2".*?</tr>', html, re.S).group(0)
+    assert re.search(rf"{accuracy}</span>.*ε = {epsilons[-1]:.2f}</span> <span class=\"muted\">\(δ = 1e-05\)", private_row, re.S)
+    assert "ε =" not in re.search(r'<tr data-run="run-1".*?</tr>', html, re.S).group(0)
+    page = c.get("/runs/run-2").get_data(as_text=True)
+    assert re.search(rf'<dd id="privacy">ε = {epsilons[-1]:.2f} at δ = 1e-05 <span class="muted">\(RDP', page)
+    assert "differentially private, ε =" in page

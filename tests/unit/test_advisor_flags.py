@@ -30,3 +30,19 @@ def test_the_trainer_flags_and_the_advisor_flags_parse():
                        "--worker-counts", "4,1,2,2", "--epochs-to-target", "3.5"])
     assert (args.strategy, args.sync_every, args.batch) == ("localsgd", 64, 32)
     assert (args.link_mbit, args.worker_counts, args.epochs_to_target, args.budget_seconds) == (50, [1, 2, 4], 3.5, 60)
+
+
+def test_a_private_run_is_never_advised_parameterserver():
+    """With the DP flags, parameterserver (which cannot train privately) is neither shown nor recommended."""
+    from disttrain_trainer import perfmodel as pm
+    from disttrain_trainer.advise import advise
+
+    probe = pm.Probe(step_seconds_alone=0.005, step_seconds_pair=0.006, weight_bytes=5_120_000, weight_tensors=4,
+                     gradient_bytes=5_120_000, gradient_sparse=False, latency_seconds=0.001, per_byte_seconds=0.0,
+                     link_measured="loopback", train_examples=12_800, batch=64, steps_per_call=32, cores=2,
+                     one_host=True, startup_seconds=8.0, join_seconds=1.0, eval_seconds=0.1)
+    dp = ["--dp-l2-clip", "1", "--dp-noise-multiplier", "1", "--dp-delta", "1e-6"]
+    for argv, shown in (([], True), (dp, False)):
+        text, document = advise(parse_args(["--epochs", "5", *argv]), probe, {"workers": 2})
+        assert ("parameterserver" in {p["strategy"] for p in document["predictions"]}) is shown
+        assert document["recommendation"]["strategy"] != "parameterserver" or shown

@@ -218,6 +218,17 @@ that depends on the storage choice.
 {{- if and (eq .Values.aggregator.combine "best") (not (gt $validation 0.0)) -}}
 {{- fail "disttrain: aggregator.combine best ranks the workers by their validation accuracy: set trainer.validationFraction (e.g. 0.1) so that each worker keeps a validation split" -}}
 {{- end -}}
+{{- $privacy := .Values.trainer.privacy -}}
+{{- $privacySet := list -}}
+{{- range $key := list "l2Clip" "noiseMultiplier" "delta" -}}
+{{- if not (kindIs "invalid" (index $privacy $key)) -}}{{- $privacySet = append $privacySet $key -}}{{- end -}}
+{{- end -}}
+{{- if and $privacySet (lt (len $privacySet) 3) -}}
+{{- fail (printf "disttrain: trainer.privacy needs l2Clip, noiseMultiplier and delta together (set: %s)" (join ", " $privacySet)) -}}
+{{- end -}}
+{{- if and $privacySet (eq .Values.strategy "parameterserver") -}}
+{{- fail "disttrain: trainer.privacy (DP-SGD) does not support strategy parameterserver: its workers apply their steps asynchronously, so the noise cannot be added once per batch of a known sampling rate; use average, multiworker or localsgd" -}}
+{{- end -}}
 {{- if and .Values.sweep.space.syncEvery (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: sweep.space.syncEvery is searched by localsgd trials only, and strategy is %s" .Values.strategy) -}}
 {{- end -}}

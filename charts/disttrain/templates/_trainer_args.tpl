@@ -69,6 +69,16 @@ advisor's step before it (advisor.enabled) take the same ones, so the advice is 
 - --validation-fraction
 - {{ $ctx.Values.trainer.validationFraction | toString | quote }}
 {{- end }}
+{{- with $ctx.Values.trainer.privacy }}
+{{- if not (kindIs "invalid" .l2Clip) }}
+- --dp-l2-clip
+- {{ .l2Clip | toString | quote }}
+- --dp-noise-multiplier
+- {{ .noiseMultiplier | toString | quote }}
+- --dp-delta
+- {{ .delta | toString | quote }}
+{{- end }}
+{{- end }}
 {{- if $quorum }}
 - --linger-for-peers
 - {{ $ctx.Values.aggregator.stragglerWaitSeconds | int | toString | quote }}

@@ -17,7 +17,7 @@ from disttrain_contract import atomic_path
 from disttrain_contract.artifact import save_model
 from disttrain_contract.layout import REPORT_FILE
 from disttrain_contract.metrics import metrics_of
-from disttrain_contract.report import MetricSummary, ModelRow, Report, write_report
+from disttrain_contract.report import MetricSummary, ModelRow, Privacy, Report, write_report
 from disttrain_contract.tasks import task_of
 
 # what the promoted model of a strategy whose workers end with the same model is called
@@ -56,8 +56,22 @@ def build_report(manifest, metric, strategy, markers, rows, left_out, final_metr
         training_wall_time_sec=max((sum(e["wall_time_sec"] for e in h) for h in histories), default=None),
         ps_facts=ps_facts(markers) if strategy == "parameterserver" else None,
         data=data_summary(data_dir, manifest),  # the copier's statistics and validation result
+        privacy=run_privacy(markers),
         created_at=time.time(),
     )
+
+
+def run_privacy(markers):
+    """A differentially private run's budget (the trainers' markers' privacy sections), or None. Workers that
+    trained alone on disjoint shards (average, localsgd) each have their own ε; the run's is the largest."""
+    sections = [m["privacy"] for m in markers if m.get("privacy")]
+    if not sections:
+        return None
+    worst = max(sections, key=lambda section: section["epsilon"])
+    details = {key: value for key, value in worst.items() if key not in ("epsilon", "delta", "mechanism")}
+    if len(sections) > 1:
+        details["epsilon_by_worker"] = [m.get("privacy", {}).get("epsilon") for m in markers]
+    return Privacy(worst["epsilon"], worst["delta"], worst.get("mechanism"), details)
 
 
 def missing_workers(manifest, missing):
@@ -102,6 +116,9 @@ def print_table(report):
     if report.problem == "regression":
         held_out += (f"; target {report.target!r}, RMSE and MAE in its unit (lower is better), R² of 1 is a "
                      "perfect fit")
+    if report.privacy is not None:
+        held_out += (f"; differentially private: ε = {report.privacy.epsilon:.2f} at δ = {report.privacy.delta:g} "
+                     f"({report.privacy.details.get('accountant', 'RDP')})")
     print(held_out + "\n")
     if report.retrieval and "test_darker_margin" in report.final.metrics:
         print_hard_queries(report.final.metrics)
@@ -153,7 +170,9 @@ def plot_report(report, histories, path):
     bars.set_ylim(0, 1.05 if fraction else 1.15 * max(finite + [1e-9]))
     bars.set_ylabel(ylabel)
     bars.set_title(f"{report['task']} / {report['strategy']}"
-                   + (f": {report['combine']['published']} published" if report.get("combine") else ""))
+                   + (f": {report['combine']['published']} published" if report.get("combine") else "")
+                   + (f"\nDP-SGD: ε = {report['privacy']['epsilon']:.2f}, δ = {report['privacy']['delta']:g}"
+                      if report.get("privacy") else ""))
     for i, history in enumerate(histories):
         evaluated = [e for e in history if key in e]  # multiworker, localsgd: the chief evaluates
         if evaluated:

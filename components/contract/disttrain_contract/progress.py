@@ -25,7 +25,8 @@ The JSON object:
     time                      wall-clock time of this write (Unix seconds): how fresh it is
     writes                    this write's number, counted from the process's first
     history                   one entry per finished epoch: "epoch" and the HISTORY_KEYS it has (loss,
-                              accuracy, held-out and validation accuracy, examples/s: the page's curves)
+                              accuracy, held-out and validation accuracy, examples/s: the page's curves;
+                              a differentially private run's epsilon spent so far)
     error                     (failed) the message
 
 No TensorFlow here: the server imports the contract without it.
@@ -40,7 +41,7 @@ STATES = ("starting", "training", "evaluating", "done", "failed", "preempted")  
 # An epoch's record keys the page draws, when the worker has them (faces: no accuracy on the held-out split).
 # Regression: the training MAE and the held-out RMSE in place of the accuracies ("score" names the running one).
 HISTORY_KEYS = ("loss", "accuracy", "test_accuracy", "validation_accuracy", "mae", "test_rmse", "validation_rmse",
-                "examples_per_sec")
+                "examples_per_sec", "epsilon")  # (epsilon: a differentially private run's privacy budget so far)
 # The newest epochs a file keeps, so that it stays small (the server reads at most 256 KiB of it).
 MAX_HISTORY = 500
 

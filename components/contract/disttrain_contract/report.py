@@ -15,9 +15,9 @@ aggregators lack problem, primary_metric, privacy, published ...); a field of th
 a RecordError naming it in one line; a key this version does not know is kept (`extra`) and
 written back as it was.
 
-Two fields no writer fills yet, for the stages that will: `privacy` (the privacy budget a
-differentially private run spent: epsilon, delta, ...) and `published` (where the model was
-published beyond the volume: [{"url", "version"}, ...]).
+`privacy`: the privacy budget a differentially private run spent (epsilon, delta, ...; the aggregator
+copies the trainers' sections, disttrain_trainer.privacy.summary). A field no writer fills yet, for the
+stage that will: `published` (where the model was published beyond the volume: [{"url", "version"}, ...]).
 
 No TensorFlow here: the server and the copier import the contract without it.
 """

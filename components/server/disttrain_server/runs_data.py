@@ -210,6 +210,9 @@ def summarize(report):
         "gate": {"passed": gate.get("passed"), "forced": bool(gate.get("forced")),
                  "reasons": [str(r) for r in gate.get("reasons") or []]} if gate else None,
         "data_passed": data.get("passed"),
+        # a differentially private run's budget, shown beside its accuracy
+        "privacy": {"epsilon": number(report.privacy.epsilon), "delta": number(report.privacy.delta),
+                    "accountant": str(report.privacy.details.get("accountant") or "")} if report.privacy else None,
     }
 
 

@@ -49,7 +49,9 @@ def parse_args(argv=None):
                 "process and measure the real link between them. How the predictions are made: the docs' Strategies "
                 "page, section 'Choosing a strategy: disttrain-advise'. Flags of the trainer that only concern a training run "
                 "(--wait-timeout, --peer-wait, --progress-interval, --linger-for-peers, --out) are accepted and unused: "
-                "the dataset must be there already.")
+                "the dataset must be there already. With --dp-l2-clip, --dp-noise-multiplier and --dp-delta the probe "
+                "times the private step (per-example gradients, clipping, noise) and a dense gradient on the wire (the "
+                "noise covers every embedding row).")
     g = p.add_argument_group("the advisor")
     g.add_argument("--budget-seconds", type=float, default=60.0, metavar="SECONDS",
                    help=f"the probe's whole time, start-up included; it is stopped at that (default 60, at least "
@@ -229,6 +231,8 @@ def advise(args, probe, facts):
     epochs = args.epochs
     target = args.epochs_to_target or epochs
     predictions = perfmodel.predict_all(probe, link, counts, epochs, target)
+    if getattr(args, "dp_l2_clip", None) is not None:  # a private run: parameterserver cannot train it (privacy.py)
+        predictions = [p for p in predictions if p.strategy != "parameterserver"]
     choice = perfmodel.recommend(predictions)
     sentence = perfmodel.reason(choice, predictions, probe, link)
     this_run = None

@@ -66,7 +66,11 @@ def run(args, data_dir, index, addresses, launched, deadline):
     optimizer = (LazyAdam if args.optimizer == "lazyadam" else keras.optimizers.Adam)(learning_rate=args.learning_rate)
     optimizer.build(model.trainable_variables)
     default = tf.distribute.get_strategy()
-    train_call = make_train_call(default, model, optimizer, task.loss_and_score)
+    # a private run (--dp-*) is timed with its own step: per-example gradients, clipping and noise
+    from disttrain_trainer import privacy
+
+    private = (privacy.Plan.probe_gradient(args) if privacy.enabled(args) else None)
+    train_call = make_train_call(default, model, optimizer, task.loss_and_score, private=private)
     first = time.perf_counter()
     train_call(iterator, 1)  # traces the step
     one = time.perf_counter() - first
@@ -76,6 +80,8 @@ def run(args, data_dir, index, addresses, launched, deadline):
     weights = [w for w in model.weights if keras.backend.is_float_dtype(w.dtype)]
     weight_bytes = sum(int(np.prod(w.shape)) * 4 for w in weights)
     gradient_bytes, sparse = gradient_wire_bytes(tf, model, task, iterator)
+    if private is not None:  # the noise covers every row: a private gradient is dense, all of it on the wire
+        gradient_bytes, sparse = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables), False
 
     def barrier():
         sum_across_workers(cluster, [1.0])

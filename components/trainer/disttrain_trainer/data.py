@@ -25,3 +25,24 @@ def shuffled_batches(features, labels, batch, seed):
 
 def dense(rows):
     return rows.to_tensor() if isinstance(rows, tf.RaggedTensor) else rows
+
+
+def poisson_batches(features, labels, sampling_probability, secret_seed):
+    """Differentially private training's batches (privacy.py): step i takes every example
+    independently with probability q, a batch of random size (mean q x examples), endless.
+
+    This is the sampling dp-accounting's PoissonSampledDpEvent accounts for; shuffled
+    batches are not (one can hold an example twice across an epoch's end). The draws are
+    stateless in (secret_seed, step), so skipping the batches a resumed epoch already took
+    skips the same draws; secret_seed must not be guessable (privacy.secret_seed), since
+    knowing which examples a batch holds forfeits the amplification the accounting counts on."""
+    features = features if isinstance(features, tf.RaggedTensor) else tf.constant(features)
+    labels = tf.constant(labels)
+    count = len(labels)
+
+    def draw(step):
+        chosen = tf.random.stateless_uniform([count], seed=tf.stack([tf.constant(secret_seed, tf.int64), step])) < sampling_probability
+        rows = tf.squeeze(tf.where(chosen), axis=1)
+        return dense(tf.gather(features, rows)), tf.gather(labels, rows)
+
+    return tf.data.Dataset.range(2**62).map(draw)

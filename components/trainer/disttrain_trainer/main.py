@@ -36,7 +36,7 @@ from disttrain_contract.manifest import Manifest, read_split
 from disttrain_contract.layout import PROGRESS_FILE
 from disttrain_contract.params import read_params_file
 from disttrain_contract.tensorflow_import import import_tensorflow
-from disttrain_trainer import peers, preemption, strategies
+from disttrain_trainer import peers, preemption, privacy, strategies
 from disttrain_trainer.progress import ProgressFile, TerminalBar
 from disttrain_trainer.strategies import options
 
@@ -110,6 +110,7 @@ def build_parser(prog="disttrain-trainer", description="Train one worker on its 
                    help="rewrite the worker directory's progress.json (epoch, step, loss, examples/s, ETA, the "
                         "per-epoch history; the server's page shows it live) at most every SECONDS, and at the end "
                         "of each epoch; 0 = never write it (default 1)")
+    privacy.add_flags(p)
     return p
 
 
@@ -128,6 +129,7 @@ def check_args(p, args):
     if args.workers is not None and args.workers < 1:
         p.error("--workers must be >= 1")
     options.check(args, p.error)  # the strategy's flags: their values, and none of another strategy's
+    privacy.check(args, p.error)
     if not args.progress_interval >= 0:  # (also refuses nan)
         p.error("--progress-interval must be >= 0 (0: no progress.json)")
     if args.image_size is not None and args.model == "cnn":
@@ -230,6 +232,14 @@ def main(argv=None):
     # once, here, not in every step (text: token ids; the published model has the vectorizer in front)
     x_train = task.prepare(data_dir, x_train)
     steps_per_epoch = -(-strategy.examples_per_epoch(manifest, examples) * task.views // args.batch)
+    private = None
+    if privacy.enabled(args):  # (a bad δ, faces: one line, exit 2, before any model is built)
+        private = privacy.Plan(args, strategy=args.strategy, workers=workers, training_examples=manifest.train_examples,
+                               epoch_examples=strategy.examples_per_epoch(manifest, examples), steps_per_epoch=steps_per_epoch,
+                               synchronous_replicas=strategy.tf_strategy.num_replicas_in_sync if strategy.reduce_gradients else 1)
+        if task.name == "faces":
+            raise ContractError(privacy.refusal("faces", None))
+        task.private_sampling = private.sampling
 
     def dataset_fn(_input_context, batches_done=0):
         # each worker already has its own shard on disk: no auto-sharding.
@@ -249,6 +259,8 @@ def main(argv=None):
         optimizer.build(model.trainable_variables)
         epoch_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         position = preemption.Position()  # where in an epoch a checkpoint saved on SIGTERM was taken
+    if private is not None and privacy.refusal(task.name, model):
+        raise ContractError(privacy.refusal(task.name, model))
     published = task.publish(model)
     inference = compiled(published)  # the held-out evaluation, every epoch
     init_sha = weights_fingerprint(model.get_weights())
@@ -263,6 +275,7 @@ def main(argv=None):
         "dataset": [s.sha256 for s in manifest.shards], **strategy.run_config(), **task.run_config(),
         # (only when set: checkpoints of a run without it still resume)
         **({"validation_fraction": args.validation_fraction} if args.validation_fraction else {}),
+        **(private.run_config() if private is not None else {}),
     }
     check_run_config(read_dir, run_config, write=read_dir == write_dir)
     # The model's weights reach the checkpoint through the optimizer; its other state (the
@@ -287,7 +300,7 @@ def main(argv=None):
     from disttrain_trainer.step import make_train_call
 
     train_call = make_train_call(strategy.tf_strategy, model, optimizer, task.loss_and_score, strategy.reduce_gradients,
-                                 strategy.run_call)
+                                 strategy.run_call, private.gradient() if private is not None else None)
 
     # -------------------------------------------------------------- the loop
     os.makedirs(worker_dir, exist_ok=True)
@@ -333,6 +346,7 @@ def main(argv=None):
             record = {
                 "epoch": epoch, "loss": loss_sum / seen, task.score.name: score_sum / seen, "examples": int(seen),
                 "examples_per_sec": seen / wall, "wall_time_sec": wall, **strategy.epoch_facts(),
+                **({"epsilon": private.epsilon_after(epoch)} if private is not None else {}),
             }
             if strategy.evaluates:
                 held_out = task.evaluate(inference, x_test, y_test)
@@ -383,6 +397,7 @@ def main(argv=None):
             init_weights_sha256=init_sha, examples=examples, model=model_file,
             final_weights_sha256=weights_fingerprint(model.get_weights()), problem=manifest.problem,
             final_test_accuracy=last.get("test_accuracy"), **strategy.marker_info(),
+            **({"privacy": private.summary(args.epochs)} if private is not None else {}),
             final_test_metric={"name": primary.name, "value": last.get(primary.key), "direction": primary.direction},
             **({"initial_test_metric": {"name": primary.name, "value": initial_metric, "direction": primary.direction}}
                if initial_metric is not None else {}),
@@ -433,6 +448,7 @@ def epoch_line(tag, epoch, epochs, record, score="accuracy"):
     # (faces: the harder retrieval's 12 numbers stay in metrics.json; the aggregator's table shows them)
     hard = tuple(f"test_{kind}_" for kind in HARD_QUERIES)
     fields += [(key, record[key], ".4f") for key in sorted(record) if key.startswith(("test_", "validation_")) and not key.startswith(hard)]
+    fields += [("epsilon", record["epsilon"], ".3f")] if "epsilon" in record else []  # (a private run's ε so far)
     fields += [("examples_per_sec", record["examples_per_sec"], ".0f"), ("seconds", record["wall_time_sec"], ".2f")]
     return f"{tag} epoch {epoch}/{epochs}: " + " ".join(f"{key}={value:{spec}}" for key, value, spec in fields)
 

@@ -13,14 +13,23 @@ import keras
 import tensorflow as tf
 
 
-def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradients=None, run_call=None):
+def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradients=None, run_call=None, private=None):
     """train_call(iterator, steps) -> [loss sum, hits, examples] of this worker over `steps` steps.
 
     run_call(compiled, iterator, steps): how the compiled call runs, if not here and now
-    (parameter-server training schedules it on a worker and returns a RemoteValue)."""
+    (parameter-server training schedules it on a worker and returns a RemoteValue).
+    private: a dp_step.DpGradient for differentially private training (clipped per-example
+    gradients plus noise instead of the batch's gradient); None: the ordinary step."""
     variables = model.trainable_variables
     if reduce_gradients is not None:
         skip_keras_gradient_allreduce(optimizer)
+
+    def private_step_fn(x, y):
+        grads, loss_sum, hits = private.step(model, loss_and_hits, x, y, variables, optimizer.iterations)
+        if reduce_gradients is not None:
+            grads = reduce_gradients(grads)
+        optimizer.apply_gradients(zip(grads, variables))
+        return tf.stack([loss_sum, hits, tf.cast(tf.shape(y)[0], tf.float32)])
 
     def step_fn(x, y):
         with tf.GradientTape() as tape:
@@ -33,10 +42,11 @@ def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradien
         return tf.stack([tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.shape(y)[0], tf.float32)])
 
     def one_step(iterator):
-        per_replica = tf_strategy.run(step_fn, args=next(iterator))
+        per_replica = tf_strategy.run(step_fn if private is None else private_step_fn, args=next(iterator))
         return tf.add_n(tf_strategy.experimental_local_results(per_replica))
 
-    if reduce_gradients is not None and has_sparse_gradients(model):
+    # (a private step's gradient is dense: the noise covers every embedding row)
+    if reduce_gradients is not None and private is None and has_sparse_gradients(model):
         # One step per call. In a tf.range loop every step runs the same collective
         # instance, and TensorFlow fixes an instance's shapes the first time it runs in a
         # call: the next step's sparse gradient, with another number of rows, fails with

@@ -94,6 +94,9 @@
       element("span", "", `ETA ${w.state === "done" ? "done" : duration(w.eta_sec)}`),
       element("span", "worker-age", `updated ${number(w.age_sec, 1)} s ago`)
     );
+    // a differentially private run: the privacy budget spent by the epochs finished so far
+    const spent = (w.history || []).filter((e) => typeof e.epsilon === "number").pop();
+    if (spent) stats.append(element("span", "worker-epsilon", `ε ${number(spent.epsilon, 2)} after epoch ${spent.epoch}`));
     row.append(head, track, stats);
     return row;
   }

@@ -6,7 +6,7 @@ import tensorflow as tf
 from disttrain_contract.errors import ContractError
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.metrics import metrics_of, primary_metric, training_score
-from disttrain_trainer.data import shuffled_batches
+from disttrain_trainer.data import poisson_batches, shuffled_batches
 
 
 class Task:
@@ -16,6 +16,7 @@ class Task:
     width = 64  # --width's default
     model_source = "builtin"
     views = 1  # examples per epoch = shard examples x views (faces: augmented views of each photo)
+    private_sampling = None  # differentially private training: (q, secret seed) of its Poisson sampler (privacy.Plan)
 
     def __init__(self, manifest, args):
         self.manifest, self.args = manifest, args
@@ -46,6 +47,8 @@ class Task:
 
     def dataset(self, x, y, batch, seed, index):
         """An endless tf.data stream of (inputs, labels) batches of this worker's examples."""
+        if self.private_sampling is not None:
+            return poisson_batches(x, y, *self.private_sampling)
         return shuffled_batches(x, y, batch, seed)
 
     # ------------------------------------------------------------------ model

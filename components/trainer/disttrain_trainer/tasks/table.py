@@ -7,6 +7,7 @@ scaled back to the target's unit from the target's training statistics."""
 import keras
 import numpy as np
 
+from disttrain_trainer import privacy
 from disttrain_trainer.tasks import base
 
 
@@ -27,7 +28,10 @@ class Task(base.Task):
         spec = self.manifest.input
         inputs = keras.Input(shape=tuple(spec["shape"]), dtype="float32", name=spec.get("name", "features"))
         x = inputs
-        norm = normalization(spec)
+        # Differentially private training leaves out the copier's statistics (of the private training split,
+        # which ε would not cover): the features and the target go in unscaled (privacy.NOT_COVERED)
+        private = privacy.enabled(self.args)
+        norm = None if private else normalization(spec)
         if norm is not None:
             x = norm(x)
         if len(spec["shape"]) > 1:
@@ -37,7 +41,7 @@ class Task(base.Task):
         x = keras.layers.Dropout(self.args.dropout, name="dropout")(x)
         if self.problem == "regression":
             outputs = keras.layers.Dense(1, name="standardized")(x)
-            target = self.manifest.target_statistics
+            target = None if private else self.manifest.target_statistics
             if target:  # the layers learn a standardised target; the output is in the target's unit
                 outputs = keras.layers.Rescaling(scale=float(np.sqrt(max(target["variance"], 1e-12))),
                                                  offset=float(target["mean"]), name="prediction")(outputs)

@@ -1,0 +1,242 @@
+"""Differentially private training (DP-SGD): its flags, their checks, and the privacy budget ε.
+
+    --dp-l2-clip C  --dp-noise-multiplier SIGMA  --dp-delta DELTA
+
+The mechanism (dp_step.py runs it): every step, each example's gradient is clipped to L2 norm C, the
+clipped gradients are summed, and Gaussian noise of standard deviation SIGMA*C is added to the sum
+once per (global) batch; the sum is divided by the expected batch size. In a synchronous step
+(multiworker) the N workers' sums are added by the all-reduce, so each worker adds a share of the
+noise, N(0, (SIGMA*C)^2 / N): independent Gaussians add their variances, and the N shares total
+N(0, (SIGMA*C)^2), the noise of one batch. Workers that train alone (average, localsgd between
+syncs) each add the whole N(0, (SIGMA*C)^2) to their own sum.
+
+The sampler (data.poisson_batches): each step takes every example of the worker's shard
+independently with probability q = batch / (examples per epoch), a batch of random size with mean
+`batch` (Poisson sampling), from a secret seed. That is the sampling the accountant's
+PoissonSampledDpEvent describes; the shuffle-and-batch input of non-private training is not (a batch
+spanning two epochs can hold an example twice, and its amplification is not what the accountant
+computes).
+
+The accountant: dp-accounting's RDP accountant (Rényi DP, the moments accountant of Abadi et al.
+2016 and of TensorFlow Privacy's `compute_dp_sgd_privacy`) of `steps` compositions of the Poisson
+subsampled Gaussian mechanism, converted to (ε, δ). No TensorFlow here: the CLI checks the flags first.
+"""
+
+import math
+
+MECHANISM = "DP-SGD (per-example clipping, Gaussian noise, Poisson sampling)"
+ACCOUNTANT = "RDP"  # dp_accounting.rdp.RdpAccountant
+NEIGHBOURING = "add or remove one example"
+# strategies that can train privately, and why the other cannot
+SUPPORTED_STRATEGIES = ("average", "multiworker", "localsgd")
+PARAMETERSERVER_REASON = (
+    "--strategy parameterserver does not support differential privacy: its workers apply their steps "
+    "asynchronously to shared variables, so the noise cannot be added once per batch of a known sampling "
+    "rate, and its coordinator draws the batches of several shards; use average, multiworker or localsgd")
+
+# what ε does not cover: computed from the private data, shipped or shown without noise
+NOT_COVERED = (
+    "the text vocabulary: the copier builds it from the training split and the published model holds it",
+    "normalisation statistics in your own model (a Normalization layer adapted on the private data); the built-in "
+    "table model leaves the copier's statistics out when training privately (features and target unscaled)",
+    "the copier's statistics and validation result (the report's data section)",
+    "per-epoch training metrics (training loss and accuracy on the private shard, in metrics.json, progress.json "
+    "and the dashboard)",
+    "--combine best: ranking worker models by their accuracy on a validation carve of the private shard",
+    "the sweep: choosing hyperparameters by training on the private data (each trial spends its own ε)",
+    "the held-out (test) split is assumed public: its accuracy is reported without noise",
+)
+
+
+def add_flags(parser):
+    group = parser.add_argument_group(
+        "differential privacy (DP-SGD; all three flags together, or none)",
+        "each example's gradient clipped to L2 norm C, Gaussian noise of standard deviation SIGMA*C added once per "
+        "batch, batches Poisson-sampled; ε is computed per epoch and in total (RDP accountant) and reported")
+    group.add_argument("--dp-l2-clip", type=float, default=None, metavar="C",
+                       help="clip each example's gradient to this L2 norm (> 0)")
+    group.add_argument("--dp-noise-multiplier", type=float, default=None, metavar="SIGMA",
+                       help="noise standard deviation as a multiple of the clip norm (> 0)")
+    group.add_argument("--dp-delta", type=float, default=None, metavar="DELTA",
+                       help="the δ of the reported (ε, δ) guarantee (> 0, and below 1/training examples)")
+
+
+def enabled(args):
+    return args.dp_l2_clip is not None
+
+
+def check(args, error):
+    """The flags together and positive, and a strategy that supports them (error: parser.error, exit 2)."""
+    given = [f"--dp-{name.replace('_', '-')}" for name in ("l2_clip", "noise_multiplier", "delta")
+             if getattr(args, f"dp_{name}") is not None]
+    if not given:
+        return
+    if len(given) < 3:
+        missing = [f for f in ("--dp-l2-clip", "--dp-noise-multiplier", "--dp-delta") if f not in given]
+        error(f"{' and '.join(given)} without {' and '.join(missing)}: differential privacy needs all three "
+              "(clip norm, noise multiplier, δ)")
+    for flag in given:
+        value = getattr(args, flag[2:].replace("-", "_"))
+        if not (value > 0 and math.isfinite(value)):  # (also refuses nan)
+            error(f"{flag} must be a positive number, got {value}")
+    if args.strategy not in SUPPORTED_STRATEGIES:
+        error(PARAMETERSERVER_REASON)
+
+
+def check_delta(delta, training_examples):
+    """δ is the chance the guarantee fails outright; at 1/n or above, publishing one example whole meets it."""
+    if delta >= 1 / training_examples:
+        return (f"--dp-delta {delta:g} must be below 1/n = {1 / training_examples:.3g} "
+                f"(n = {training_examples} training examples); 1/(10 n) or smaller is usual")
+    return None
+
+
+def sampling_probability(batch, epoch_examples):
+    """Each example's chance to be in a step's batch: the expected batch over the examples an epoch goes through."""
+    return min(1.0, batch / epoch_examples)
+
+
+def epsilon(noise_multiplier, sampling_probability, steps, delta):
+    """ε of `steps` Poisson subsampled Gaussian steps at this δ (dp-accounting's RDP accountant)."""
+    import dp_accounting
+    from dp_accounting.rdp import RdpAccountant
+
+    if steps == 0:
+        return 0.0
+    event = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(sampling_probability, dp_accounting.GaussianDpEvent(noise_multiplier)),
+        steps)
+    accountant = RdpAccountant()
+    accountant.compose(event)
+    return float(accountant.get_epsilon(delta))
+
+
+def summary(args, *, q, steps_per_epoch, epochs, epsilon_by_epoch, strategy, workers, training_examples,
+            epoch_examples):
+    """The report's privacy section: ε, δ, the mechanism's parameters and what the number rests on
+    (the reporting advice of "How to DP-fy ML", Ponomareva et al. 2023, section 5.3)."""
+    return {
+        "epsilon": epsilon_by_epoch[-1] if epsilon_by_epoch else 0.0,
+        "delta": args.dp_delta,
+        "mechanism": MECHANISM,
+        "accountant": f"{ACCOUNTANT} (dp-accounting {accounting_version()})",
+        "l2_clip": args.dp_l2_clip,
+        "noise_multiplier": args.dp_noise_multiplier,
+        "sampling_probability": q,
+        "expected_batch": args.batch,
+        "steps": steps_per_epoch * epochs,
+        "steps_per_epoch": steps_per_epoch,
+        "epsilon_by_epoch": epsilon_by_epoch,
+        "assumptions": assumptions(strategy, workers, training_examples, epoch_examples),
+        "not_covered": list(NOT_COVERED),
+    }
+
+
+def assumptions(strategy, workers, training_examples, epoch_examples):
+    per_worker = {
+        "average": "each worker trains alone on its own shard and the aggregator averages the models: every example "
+                   "is in one shard only, so one example changes one worker's training (parallel composition) and "
+                   "the reported ε is the largest over the workers",
+        "localsgd": "each worker takes its own noisy steps on its own shard (the whole noise per step) and the "
+                    "workers average their weights: one example changes one worker's steps, the averaging is "
+                    "post-processing, and the reported ε is the largest over the workers",
+        "multiworker": f"the {workers} workers' clipped sums are added every step, each worker adding a 1/{workers} "
+                       "share of the noise variance, so every global batch carries the whole noise once; the "
+                       "workers and the network between them are trusted (one worker's share alone is less noisy)",
+    }[strategy]
+    return [
+        f"unit of privacy: one training example (one row of the copier's training split; {training_examples} in "
+        f"all); neighbouring datasets differ by {NEIGHBOURING}; a person with "
+        "several examples is covered only to ε times their number of examples",
+        f"sampling: Poisson; each step takes every example of a worker's shard independently with probability "
+        f"q = batch / {epoch_examples} (the examples an epoch goes through); the seed is secret (drawn from the "
+        "operating system, not --seed), so a resumed run draws other batches",
+        "shards: disjoint (the copier gives each example to one worker), " + per_worker,
+        f"accountant: {ACCOUNTANT} of dp-accounting, composing the Poisson subsampled Gaussian mechanism over "
+        "every step taken, converted to (ε, δ) at the given δ; δ below 1/n",
+        "noise: drawn from a secret seed (the operating system's randomness), independently on every worker",
+        "what is covered: every noisy step, so every checkpoint and worker model as well as the final model (the "
+        "accounting composes all the steps); the held-out metrics are computed on the test split, assumed public",
+    ]
+
+
+def accounting_version():
+    from importlib.metadata import version
+
+    return version("dp-accounting")
+
+
+def secret_seed():
+    """A seed nobody can guess (not --seed, which the model's metadata records): 62 bits from the OS."""
+    import os
+
+    return int.from_bytes(os.urandom(8), "little") >> 2
+
+
+def refusal(task_name, model):
+    """Why per-example clipping does not hold for this task or model (one line), or None."""
+    import keras
+
+    if task_name == "faces":
+        return ("differential privacy does not support the faces task: its triplet loss mines negatives within the "
+                "batch, so one example's loss depends on the others and clipping each example's gradient does not "
+                "bound one person's influence")
+    layers = list(model.layers)
+    while layers:
+        layer = layers.pop()
+        if isinstance(layer, keras.layers.BatchNormalization):
+            return (f"differential privacy does not support the model's batch normalisation (layer {layer.name!r}): "
+                    "it normalises each example by statistics of the whole batch, so one example's gradient depends on "
+                    "the others and per-example clipping does not bound its influence; use a model without it "
+                    "(e.g. --model cnn, or layer or group normalisation in your own)")
+        layers.extend(getattr(layer, "layers", []))
+    return None
+
+
+class Plan:
+    """A private run's parameters, as the trainer uses them: the sampler's q and secret seed, the step's
+    DpGradient, and ε after each epoch."""
+
+    def __init__(self, args, *, strategy, workers, synchronous_replicas, training_examples, epoch_examples,
+                 steps_per_epoch):
+        from disttrain_contract.errors import ContractError
+
+        problem = check_delta(args.dp_delta, training_examples)
+        if problem:
+            raise ContractError(problem)
+        self.args, self.strategy, self.workers = args, strategy, workers
+        self.training_examples, self.epoch_examples = training_examples, epoch_examples
+        self.steps_per_epoch = steps_per_epoch
+        self.q = sampling_probability(args.batch, epoch_examples)
+        self.sampling = (self.q, secret_seed())  # (data.poisson_batches)
+        self.synchronous_replicas = synchronous_replicas  # workers whose sums one all-reduce adds (multiworker)
+        self.epsilons = {}
+
+    @staticmethod
+    def probe_gradient(args):
+        """The private step's gradient for timing it alone (disttrain-advise): one worker's whole noise."""
+        from disttrain_trainer.dp_step import DpGradient
+
+        return DpGradient(args.dp_l2_clip, args.dp_noise_multiplier, 1, args.batch, secret_seed())
+
+    def gradient(self):
+        from disttrain_trainer.dp_step import DpGradient
+
+        return DpGradient(self.args.dp_l2_clip, self.args.dp_noise_multiplier, self.synchronous_replicas,
+                          self.args.batch * self.synchronous_replicas, secret_seed())
+
+    def epsilon_after(self, epoch):
+        if epoch not in self.epsilons:
+            self.epsilons[epoch] = epsilon(self.args.dp_noise_multiplier, self.q, epoch * self.steps_per_epoch,
+                                           self.args.dp_delta)
+        return self.epsilons[epoch]
+
+    def run_config(self):
+        """What a checkpoint must agree on to be resumed (the budget's parameters)."""
+        return {"dp": [self.args.dp_l2_clip, self.args.dp_noise_multiplier, self.args.dp_delta]}
+
+    def summary(self, epochs):
+        return summary(self.args, q=self.q, steps_per_epoch=self.steps_per_epoch, epochs=epochs,
+                       epsilon_by_epoch=[self.epsilon_after(e) for e in range(1, epochs + 1)], strategy=self.strategy,
+                       workers=self.workers, training_examples=self.training_examples,
+                       epoch_examples=self.epoch_examples)
