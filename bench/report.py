@@ -367,12 +367,26 @@ def task_interface(doc):
                "turns; before = the trainer before the task registry (its `task ==` branches; the revision is in the raw file), "
                "after = the trainer with it. "
                "Goals: s/epoch within 5 %, the same held-out accuracy.\n")
+    return "\n".join(out + before_after_rows(doc))
+
+
+def dp_off(doc):
+    out = [header(doc, "Differential privacy's code when it is off, against the trainer before it (`bench/dp_off.py`)")]
+    c = doc["config"]
+    out.append(f"1 worker, `--threads {c['threads']}`, no `--dp-*` flags, the same seed and data, {c['repetitions']} "
+               "repetition(s) of each side in turns; before = the trainer before DP-SGD (the revision is in the raw file), "
+               "after = the trainer with it. Goals: the same final weights, s/epoch within noise.\n")
+    return "\n".join(out + before_after_rows(doc))
+
+
+def before_after_rows(doc):
+    out = []
     out.append("| task | s/epoch before | s/epoch after | after / before | held-out accuracy before | after | same final weights |")
     out.append("|---|---|---|---|---|---|---|")
     for task, r in doc["results"].items():
         out.append(f"| {task} | {f(r['epoch_sec_before'], 3)} | {f(r['epoch_sec_after'], 3)} | {r['ratio']:.3f} | "
                    f"{f(r['test_accuracy_before'], 4)} | {f(r['test_accuracy_after'], 4)} | {'yes' if r['same_weights'] else 'no'} |")
-    return "\n".join(out)
+    return out
 
 
 def own_model(doc):
@@ -449,7 +463,7 @@ def tables():
     for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline),
                      ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search),
                      ("copier", copier), ("copier_objectstore", copier_objectstore), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress),
-                     ("task_interface", task_interface), ("own_model", own_model), ("preemption", preemption),
+                     ("task_interface", task_interface), ("dp_off", dp_off), ("own_model", own_model), ("preemption", preemption),
                      ("time_to_accuracy", time_to_accuracy)):
         doc = load_result(name)
         if doc is not None:

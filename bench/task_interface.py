@@ -60,18 +60,15 @@ def train(tree, data_dir, out, epochs, batch, extra, log):
             "wall_sec": measured["wall_sec"]}
 
 
-def main():
-    args = command_line(__doc__, lambda p: (
-        p.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})"),
-        p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset of " + ", ".join(TASKS))))
-    tasks = [t for t in args.tasks.split(",") if t]
+def compare(name, before, tasks, purpose):
+    """Train each task with the trainer of `before` and of this tree in turns; write results/<name>.json."""
     repetitions = reps(3)
-    scratch = tmpdir("task-interface")
-    old_tree = checkout(args.before, os.path.join(scratch, "before"))
+    scratch = tmpdir(name.replace("_", "-"))
+    old_tree = checkout(before, os.path.join(scratch, "before"))
     rows = {}
     try:
-        with Bench("task_interface", {"before": args.before, "tasks": {t: TASKS[t] for t in tasks},
-                                      "repetitions": repetitions, "threads": 1}) as bench:
+        with Bench(name, {"before": before, "purpose": purpose, "tasks": {t: TASKS[t] for t in tasks},
+                          "repetitions": repetitions, "threads": 1}) as bench:
             for task in tasks:
                 source, epochs, batch, extra = TASKS[task]
                 data = os.path.join(scratch, f"data-{task}")
@@ -84,21 +81,28 @@ def main():
                         runs[side].append(train(tree, data, out, epochs, batch, extra, out + ".log"))
                         shutil.rmtree(out, ignore_errors=True)
                         print(f"{task} {side} rep {rep}: {runs[side][-1]}", flush=True)
-                before, after = (median([r["epoch_sec"] for r in runs[s]]) for s in ("before", "after"))
+                before_sec, after_sec = (median([r["epoch_sec"] for r in runs[s]]) for s in ("before", "after"))
                 rows[task] = {
-                    "epoch_sec_before": before, "epoch_sec_after": after, "ratio": after / before,
+                    "epoch_sec_before": before_sec, "epoch_sec_after": after_sec, "ratio": after_sec / before_sec,
                     "test_accuracy_before": median([r["test_accuracy"] for r in runs["before"]]),
                     "test_accuracy_after": median([r["test_accuracy"] for r in runs["after"]]),
                     "same_weights": all(a["weights"] == b["weights"] for a, b in zip(runs["before"], runs["after"])),
                     "runs": runs,
                 }
-                print(f"{task}: s/epoch {before:.3f} -> {after:.3f} ({100 * (after / before - 1):+.1f} %), accuracy "
-                      f"{rows[task]['test_accuracy_before']} -> {rows[task]['test_accuracy_after']}, same weights: "
+                print(f"{task}: s/epoch {before_sec:.3f} -> {after_sec:.3f} ({100 * (after_sec / before_sec - 1):+.1f} %), "
+                      f"accuracy {rows[task]['test_accuracy_before']} -> {rows[task]['test_accuracy_after']}, same weights: "
                       f"{rows[task]['same_weights']}", flush=True)
                 bench.results = rows
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old_tree], capture_output=True)
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main():
+    args = command_line(__doc__, lambda p: (
+        p.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})"),
+        p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset of " + ", ".join(TASKS))))
+    compare("task_interface", args.before, [t for t in args.tasks.split(",") if t], "the task registry")
 
 
 if __name__ == "__main__":
