@@ -173,7 +173,9 @@ def test_trainer_refuses_a_worker_index_without_a_shard(tmp_path):
     assert "worker index 2 has no shard" in result.stderr
 
 
-@pytest.mark.parametrize("source", list(TASKS))
+# movie reviews' run (sparse gradients through the parameter server) in make test-long: make test's budget
+@pytest.mark.parametrize("source", [pytest.param(s, marks=pytest.mark.long) if s == "sample:movie-reviews" else s
+                                    for s in TASKS])
 def test_parameter_servers_match_one_worker(tmp_path, tmp_path_factory, source):
     """chief + 1 parameter server + 2 workers, four processes over loopback: the chief's model
     is published, every task exits 0 with its own marker, each worker drew from every example."""

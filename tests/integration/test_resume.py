@@ -33,6 +33,7 @@ def epochs_in(metrics_path):
     return [m["epoch"] for m in json.load(open(metrics_path))]
 
 
+@pytest.mark.long  # make test keeps the exact-resume test below; kills of every strategy run in make test-faults
 def test_average_worker_killed_mid_training_resumes(tmp_path):
     epochs = 6
     stage("copier", "--source", "sample:movie-reviews", "--n-shards", "2", "--workdir", tmp_path)
