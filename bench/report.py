@@ -389,6 +389,27 @@ def before_after_rows(doc):
     return out
 
 
+def dp_utility(doc):
+    out = [header(doc, "Differential privacy: held-out accuracy against ε, and the per-example gradients' step time (`bench/dp_utility.py`)")]
+    c = doc["config"]
+    out.append(f"2 workers (`{c['strategy']}`), clip norm {c['l2_clip']}, δ = {c['delta']:g}, Poisson sampling; the noise "
+               "multiplier of each ε found on the trainer's own accountant (dp-accounting, RDP); the final model's held-out "
+               "accuracy. Plot: `bench/plots/dp_utility.png`.\n")
+    out.append("| task | epochs | batch | target ε | noise multiplier | reported ε | held-out accuracy |")
+    out.append("|---|---|---|---|---|---|---|")
+    for r in doc["results"]["utility"]:
+        target = "no DP" if r["target_epsilon"] is None else f"{r['target_epsilon']:g}"
+        out.append(f"| {r['task']} | {r['epochs']} | {r['batch']} | {target} | {f(r['noise_multiplier'], 3)} | "
+                   f"{f(r['epsilon'], 2)} | {r['test_accuracy']:.4f} |")
+    out.append("")
+    out.append(f"| model | step (batch {c['step_batch']}, {c['timed_steps']} timed steps) | ms per step | x the ordinary step |")
+    out.append("|---|---|---|---|")
+    ordinary = {r["model"]: r["ms_per_step"] for r in doc["results"]["step_time"] if r["variant"] == "ordinary step"}
+    for r in doc["results"]["step_time"]:
+        out.append(f"| {r['model']} | {r['variant']} | {r['ms_per_step']:.1f} | {r['ms_per_step'] / ordinary[r['model']]:.1f} |")
+    return "\n".join(out)
+
+
 def own_model(doc):
     out = [header(doc, "Your own model through the pipeline against plain `model.fit` (`bench/own_model.py`)")]
     c = doc["config"]
@@ -463,7 +484,7 @@ def tables():
     for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline),
                      ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search),
                      ("copier", copier), ("copier_objectstore", copier_objectstore), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress),
-                     ("task_interface", task_interface), ("dp_off", dp_off), ("own_model", own_model), ("preemption", preemption),
+                     ("task_interface", task_interface), ("dp_off", dp_off), ("dp_utility", dp_utility), ("own_model", own_model), ("preemption", preemption),
                      ("time_to_accuracy", time_to_accuracy)):
         doc = load_result(name)
         if doc is not None:
