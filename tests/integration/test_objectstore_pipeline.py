@@ -64,7 +64,8 @@ def test_a_model_file_from_the_store_trains_and_each_store_failure_is_one_line(o
     assert SECRET_KEY not in result.stdout + result.stderr
 
 
-# ~20 s on an idle 2-core host: in make test
+# ~20 s on an idle 2-core host: in make test-long (make test's budget; make test reads every source kind from the store)
+@pytest.mark.long
 def test_the_same_table_and_model_from_the_store_and_from_the_volume_train_the_same_model(object_store, tmp_path):
     table = breast_cancer_csv(str(tmp_path / "cancer.csv"))
     bucket = object_store.make_bucket("pipeline")
