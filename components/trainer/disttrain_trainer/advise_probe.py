@@ -125,11 +125,15 @@ def run(args, data_dir, index, addresses, launched, deadline):
 
         call()  # traces, and opens the communicator
         times, stop = [], time.time() + share(0.3, 10.0)
-        while len(times) < ALLREDUCE_REPS and (time.time() < stop or len(times) < 2):
+        while True:
             started = time.perf_counter()
             [t.numpy() for t in call()]
             times.append(time.perf_counter() - started)
-        return statistics.median(times)
+            # Both workers must run the same number of all-reduces, and each reads its own clock: go on only
+            # while every worker wants another (one small collective, outside the timed call).
+            done = len(times) >= ALLREDUCE_REPS or (time.time() >= stop and len(times) >= 2)
+            if sum_across_workers(cluster, [1.0 if done else 0.0])[0] > 0:  # any worker done: both stop here
+                return statistics.median(times)
 
     def changes():
         # what localsgd sends: tensors computed from the weights (a variable's own value, reduced as
