@@ -86,26 +86,20 @@ $(BIN)/.installed: requirements.txt requirements-dev.txt $(foreach c,$(COMPONENT
 	PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet --no-deps $(foreach c,$(COMPONENTS),-e components/$(c))
 	touch $@
 
-$(KSERVE_BIN)/.installed: requirements-kserve.txt
-	test -x $(KSERVE_BIN)/python || $(PYTHON) -m venv .venv-kserve
-	$(KSERVE_BIN)/pip install --quiet --upgrade pip
-	$(KSERVE_BIN)/pip install --quiet --no-deps -r requirements-kserve.txt
-	$(KSERVE_BIN)/pip check
-	touch $@
-
-$(KSERVE_STORAGE_BIN)/.installed: requirements-kserve-storage.txt
-	test -x $(KSERVE_STORAGE_BIN)/python || $(PYTHON) -m venv .venv-kserve-storage
-	$(KSERVE_STORAGE_BIN)/pip install --quiet --upgrade pip
-	$(KSERVE_STORAGE_BIN)/pip install --quiet --no-deps -r requirements-kserve-storage.txt
-	$(KSERVE_STORAGE_BIN)/pip check
-	touch $@
-
-$(KFP_BIN)/.installed: requirements-kfp.txt
-	test -x $(KFP_BIN)/python || $(PYTHON) -m venv .venv-kfp
-	$(KFP_BIN)/pip install --quiet --upgrade pip
-	$(KFP_BIN)/pip install --quiet --no-deps -r requirements-kfp.txt
-	$(KFP_BIN)/pip check
-	touch $@
+# A tool's own venv (BIN directory, requirements file): the exact pins of the file, installed without
+# resolving (--no-deps: the file lists every package), then checked for consistency.
+define side_venv
+$(1)/.installed: $(2)
+	test -x $(1)/python || $$(PYTHON) -m venv $(patsubst %/bin,%,$(1))
+	$(1)/pip install --quiet --upgrade pip
+	$(1)/pip install --quiet --no-deps -r $(2)
+	$(1)/pip check
+	touch $$@
+endef
+$(eval $(call side_venv,$(KSERVE_BIN),requirements-kserve.txt))
+$(eval $(call side_venv,$(KSERVE_STORAGE_BIN),requirements-kserve-storage.txt))
+$(eval $(call side_venv,$(KFP_BIN),requirements-kfp.txt))
+$(eval $(call side_venv,$(DOCS_BIN),requirements-docs.txt))
 
 venv: $(BIN)/.installed
 
@@ -119,13 +113,6 @@ venv-kfp: $(KFP_BIN)/.installed
 
 kfp-pipeline: venv-kfp
 	$(KFP_BIN)/python pipelines/kfp/pipeline.py
-
-$(DOCS_BIN)/.installed: requirements-docs.txt
-	test -x $(DOCS_BIN)/python || $(PYTHON) -m venv .venv-docs
-	$(DOCS_BIN)/pip install --quiet --upgrade pip
-	$(DOCS_BIN)/pip install --quiet --no-deps -r requirements-docs.txt
-	$(DOCS_BIN)/pip check
-	touch $@
 
 docs-venv: $(DOCS_BIN)/.installed
 
