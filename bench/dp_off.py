@@ -12,8 +12,7 @@ within noise, about 2 %), the held-out accuracy (goal: the same) and whether the
 Results: results/dp_off.json; the table in docs/benchmarks/results.md (bench/report.py).
 """
 
-from common import command_line
-from task_interface import compare
+from task_interface import compare_from_command_line
 
 # the last revision before DP-SGD (the merge that brought it has this as its first parent)
 BEFORE = "9344190"
@@ -21,10 +20,7 @@ TASKS = ("movie-reviews", "digits")
 
 
 def main():
-    args = command_line(__doc__, lambda p: (
-        p.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})"),
-        p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset of " + ", ".join(TASKS))))
-    compare("dp_off", args.before, [t for t in args.tasks.split(",") if t], "DP-SGD's code, off")
+    compare_from_command_line(__doc__, "dp_off", BEFORE, TASKS, "DP-SGD's code, off")
 
 
 if __name__ == "__main__":

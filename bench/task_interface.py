@@ -98,11 +98,16 @@ def compare(name, before, tasks, purpose):
         shutil.rmtree(scratch, ignore_errors=True)
 
 
+def compare_from_command_line(doc, name, before, tasks, purpose):
+    """`compare` with --before (default `before`) and --tasks (default `tasks`) from the command line."""
+    args = command_line(doc, lambda p: (
+        p.add_argument("--before", default=before, help=f"the revision to compare with (default {before})"),
+        p.add_argument("--tasks", default=",".join(tasks), help="comma-separated subset of " + ", ".join(tasks))))
+    compare(name, args.before, [t for t in args.tasks.split(",") if t], purpose)
+
+
 def main():
-    args = command_line(__doc__, lambda p: (
-        p.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})"),
-        p.add_argument("--tasks", default=",".join(TASKS), help="comma-separated subset of " + ", ".join(TASKS))))
-    compare("task_interface", args.before, [t for t in args.tasks.split(",") if t], "the task registry")
+    compare_from_command_line(__doc__, "task_interface", BEFORE, TASKS, "the task registry")
 
 
 if __name__ == "__main__":
