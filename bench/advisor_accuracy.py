@@ -10,8 +10,8 @@ measured row, the predicted against the measured seconds per epoch and the relat
 strategy to the target, or within 5 % of it. Writes bench/results/advisor_accuracy.json.
 
 Which configuration a row is: its strategy, workers and options (sync_every, allreduce_dtype,
-outer_optimizer), predicted with disttrain_trainer.perfmodel; "ceiling" (two processes that never talk) is
-predicted as `average` and never recommended. The epochs to the target given to the advisor are those of
+outer_optimizer), predicted with disttrain_trainer.perfmodel; "ceiling" (two 1-worker runs on the whole data
+at once, that never talk) by perfmodel.ceiling_seconds_per_epoch, and never recommended. The epochs to the target given to the advisor are those of
 the group's 1-worker row: the fraction of its run at which it reached the target (time to target / wall
 time) times its epochs.
 
@@ -89,9 +89,11 @@ def advise(args, extra, timeout):
 
 def predicted_row(probe, link, row, epochs, target):
     """(the Prediction of a measured row, None) or (None, why it cannot be predicted)."""
-    strategy = "average" if row["strategy"] == "ceiling" else row["strategy"]  # two processes that never talk
     try:
-        return perfmodel.predict(probe, link, strategy, int(row["workers"]), row.get("options") or {}, epochs,
+        if row["strategy"] == "ceiling":  # independent 1-worker runs on the whole data, at once: never recommended
+            seconds = perfmodel.ceiling_seconds_per_epoch(probe, int(row["workers"]))
+            return perfmodel.Prediction("ceiling", int(row["workers"]), {}, seconds, seconds, 0.0, 0.0, None), None
+        return perfmodel.predict(probe, link, row["strategy"], int(row["workers"]), row.get("options") or {}, epochs,
                                  target), None
     except perfmodel.ModelError as err:
         return None, str(err)

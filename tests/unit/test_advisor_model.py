@@ -178,3 +178,13 @@ def test_a_row_without_its_sync_every_gets_the_trainers_default():
         pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 32}, epochs=2)
     with pytest.raises(pm.ModelError, match="sync_every must be an integer"):
         pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 2.5})
+
+
+def test_the_ceiling_is_each_of_two_whole_data_runs_at_the_pairs_step_time():
+    # the time-to-accuracy benchmark's ceiling: two 1-worker runs on all the data, at once (not two half-data workers)
+    p = probe(step_seconds_alone=0.005, step_seconds_pair=0.008)
+    assert pm.ceiling_seconds_per_epoch(p) == pytest.approx(200 * 0.008)
+    single = pm.predict(p, pm.link_of(p), "single", 1).seconds_per_epoch
+    assert 2 * single / pm.ceiling_seconds_per_epoch(p) == pytest.approx(2 * 0.005 / 0.008)  # 1.25x at most
+    average = pm.predict(p, pm.link_of(p), "average", 2).seconds_per_epoch
+    assert average == pytest.approx(pm.ceiling_seconds_per_epoch(p) / 2)

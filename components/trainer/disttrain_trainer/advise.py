@@ -244,7 +244,8 @@ def advise(args, probe, facts):
     wire_bytes = {dtype: perfmodel.sync_bytes(probe, dtype) for dtype in perfmodel.WIRE_DTYPES}
     basis = f"{args.epochs_to_target:g} epochs to the target" if args.epochs_to_target else f"the run's {epochs} epochs"
     pair = (f", two at once {probe.step_seconds_pair * 1000:.2f} ms each ({'one host' if probe.one_host else 'two hosts'}, "
-            f"{probe.cores} cores here)") if probe.step_seconds_pair else ""
+            f"{probe.cores} cores here: two processes that never talk get "
+            f"{2 * probe.step_seconds_alone / probe.step_seconds_pair:.2f}x at most)") if probe.step_seconds_pair else ""
     link_text = "no link" if link is None else (
         f"{link.name}: {link.latency_seconds * 1000:.2f} ms per collective + {link.per_byte_seconds * 1e6:.3f} s per MB"
         + (f" (~{8 / (link.per_byte_seconds * 1e6):,.0f} Mbit/s)" if link.per_byte_seconds > 0 else ""))

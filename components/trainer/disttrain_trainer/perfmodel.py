@@ -33,6 +33,8 @@ shards being as equal as it can make them):
 
 Seconds per epoch:
   single           S_1 * t1
+  (ceiling)        S_1 * t_N: each of N independent 1-worker runs on the whole data at once (never
+                   recommended: the benchmark's reference, N S_1 t1 / that is the most any strategy gains)
   average          S_N * t_N                            (no communication; the aggregator averages)
   multiworker      S_N * (t_N + g) + (S_N / k) * alpha + alpha
                    g: the per-step gradient exchange (dense gradients all-reduced, an embedding's rows
@@ -201,6 +203,13 @@ def step_seconds(probe, workers):
     cores = max(probe.cores, 1)
     per_core = 2 * t1 / (t2 * min(2, cores))  # e: what a core gives when the others are busy (1.0: independent cores)
     return t1 * workers / (per_core * min(workers, cores))
+
+
+def ceiling_seconds_per_epoch(probe, processes=2):
+    """Seconds per epoch of each of `processes` independent 1-worker runs on the whole data set at once:
+    the time-to-accuracy benchmark's ceiling (what the host gives processes that never talk), so
+    `processes` x single / this is the most any strategy can gain here."""
+    return steps_per_epoch(probe.train_examples, 1, probe.batch) * step_seconds(probe, processes)
 
 
 # --------------------------------------------------------------------------- strategies
