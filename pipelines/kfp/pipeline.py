@@ -84,7 +84,7 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         """disttrain-trainer's arguments for every strategy (the chart's, less --job/--service/--port)."""
         return [
             "--workdir", run_dir(workdir_root, run_id), "--strategy", strategy, "--epochs", epochs, "--batch", batch,
-            f"--learning-rate={learning_rate}", "--optimizer", optimizer, "--seed", seed, "--workers", workers,
+            f"--learning-rate={learning_rate}", f"--optimizer={optimizer}", "--seed", seed, "--workers", workers,
             f"--validation-fraction={validation_fraction}", f"--model-file={model_file}",
             # DP-SGD: all three or none (the trainer refuses half a set in one line)
             f"--dp-l2-clip={dp_l2_clip}", f"--dp-noise-multiplier={dp_noise_multiplier}", f"--dp-delta={dp_delta}",
@@ -147,7 +147,7 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         outer_optimizer: str = "none",
         outer_learning_rate: float = 0.7,
         outer_momentum: float = 0.9,
-        optimizer: str = "adam",
+        optimizer: str = "",
         allreduce_dtype: str = "float32",
         parameter_servers: int = 1,
         seed: int = 42,

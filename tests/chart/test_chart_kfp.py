@@ -39,7 +39,7 @@ def launch_dry_run(strategy, *overrides):
     args = [sys.executable, LAUNCHER, "--name", NAME, "--namespace", "ml", "--image", "disttrain-trainer:1.0",
             "--port", "12345", "--claim", "disttrain-workdir", "--mount", "/workdir", "--dry-run", "--",
             "--workdir", f"/workdir/run-{RUN_ID}", "--strategy", strategy, "--epochs", "5", "--batch", "64",
-            "--optimizer", "adam", "--seed", "42", "--workers", "2", *(f"{k}={v}" for k, v in options.items())]
+            "--optimizer=", "--seed", "42", "--workers", "2", *(f"{k}={v}" for k, v in options.items())]
     out = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     job, service = map(json.loads, out.stdout.splitlines())
@@ -93,6 +93,7 @@ SETTINGS = [(strategy, (), ()) for strategy in STRATEGIES] + [
     ("parameterserver", ("--ps=2",), ("parameterServers=2",)),
     ("multiworker", ("--dp-l2-clip=1.0", "--dp-noise-multiplier=1.1", "--dp-delta=1e-05"),
      ("trainer.privacy.l2Clip=1.0", "trainer.privacy.noiseMultiplier=1.1", "trainer.privacy.delta=1e-05")),
+    ("average", ("--optimizer=sgd",), ("optimizer=sgd",)),
 ]
 
 

@@ -71,7 +71,7 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["strategy=localsgd", "syncEvery=0"], ["/syncEvery"]),
         (["strategy=average", "syncEvery=8"], ["syncEvery applies to strategy localsgd, not average"]),
         (["strategy=localsgd", "learningRate=0"], ["/learningRate"]),
-        (["optimizer=sgd"], ["/optimizer", "adam", "lazyadam"]),
+        (["optimizer=rmsprop"], ["/optimizer", "adam", "lazyadam", "sgd"]),
         (["strategy=localsgd", "allreduceDtype=bfloat16"], ["/allreduceDtype", "float16"]),
         (["strategy=average", "allreduceDtype=float16"], ["allreduceDtype applies to the strategies whose workers all-reduce", "not average"]),
         (["strategy=localsgd", "outerOptimizer=adamw"], ["/outerOptimizer", "nesterov"]),

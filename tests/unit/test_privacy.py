@@ -211,3 +211,20 @@ def test_an_empty_poisson_batch_gets_the_noise_alone():
     assert float(loss_sum) == 0.0 and float(hits) == 0.0
     assert [g.shape for g in grads] == [v.shape for v in model.trainable_variables]
     assert float(tf.math.reduce_std(grads[4])) == pytest.approx(2.0, rel=0.05)  # the 512 x 64 weight: noise only
+
+
+def test_private_text_training_defaults_to_sgd_and_explicit_flags_win():
+    from disttrain_trainer.tasks import image, text
+
+    def defaults(task_class, argv):
+        args = parse_args(argv)
+        object.__new__(task_class).apply_defaults(args)  # (the defaults come from the class alone)
+        return args.optimizer, args.learning_rate, args.width, args.dropout
+
+    # without DP: the ordinary defaults, so ordinary runs are unchanged
+    assert defaults(text.Task, []) == ("adam", 3e-3, 64, 0.5)
+    # private text: SGD, whose steps do not blow the noise on untouched embedding rows up to full size as Adam's do
+    assert defaults(text.Task, DP) == ("sgd", 1.0, 16, 0.0)
+    assert defaults(text.Task, [*DP, "--optimizer", "adam", "--learning-rate", "0.003", "--width", "64"]) == \
+        ("adam", 0.003, 64, 0.0)
+    assert defaults(image.Task, DP) == ("adam", 1e-3, 64, 0.3)  # other tasks keep theirs

@@ -32,8 +32,10 @@ advisor's step before it (advisor.enabled) take the same ones, so the advice is 
 - {{ $ctx.Values.outerMomentum | toString | quote }}
 {{- end }}
 {{- end }}
+{{- with $ctx.Values.optimizer }}
 - --optimizer
-- {{ $ctx.Values.optimizer | quote }}
+- {{ . | quote }}
+{{- end }}
 {{- if has $ctx.Values.strategy (list "multiworker" "localsgd") }}
 - --allreduce-dtype
 - {{ $ctx.Values.allreduceDtype | quote }}

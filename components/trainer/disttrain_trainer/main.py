@@ -41,7 +41,7 @@ from disttrain_trainer.progress import ProgressFile, TerminalBar
 from disttrain_trainer.strategies import options
 
 IMAGE_MODELS = ("cnn", "mobilenetv2", "resnet50")  # --model (models.build_image_model)
-OPTIMIZERS = ("lazyadam", "adam")  # the same for dense gradients; they differ on an embedding's sparse one
+OPTIMIZERS = ("lazyadam", "adam", "sgd")  # (adam and lazyadam: the same for dense gradients)
 
 
 def parse_args(argv=None):
@@ -67,12 +67,14 @@ def build_parser(prog="disttrain-trainer", description="Train one worker on its 
     p.add_argument("--epochs", "--epoch", dest="epochs", type=int, default=5, help="default 5")
     p.add_argument("--batch", type=int, default=64, help="examples per step per worker (default 64)")
     p.add_argument("--learning-rate", type=float, default=None,
-                   help="Adam learning rate (default: the task's, 0.003 for text, 0.001 otherwise)")
+                   help="the optimizer's learning rate (default: the task's, 0.003 for text, 0.001 otherwise; "
+                        "1.0 for differentially private text training)")
     p.add_argument("--seed", type=int, default=42, help="seed of the shared initial weights (default 42)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adam",
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
                    help="adam (default): Keras' Adam, which updates every embedding row every step; lazyadam: Adam that "
                         "updates only the embedding rows a batch touched, 3-5x faster text steps "
-                        "(disttrain_trainer/optimizers.py, bench/README.md)")
+                        "(disttrain_trainer/optimizers.py, bench/README.md); sgd: SGD with momentum 0.9, the default of "
+                        "differentially private text training (docs/privacy.md)")
     p.add_argument("--steps-per-call", type=int, default=32,
                    help="training steps per compiled call: Python overhead is paid once per call (default 32)")
     own = p.add_argument_group("your own model (instead of the task's built-in one; contract user_model)")
@@ -253,9 +255,9 @@ def main(argv=None):
     keras.utils.set_random_seed(args.seed)
     with strategy.scope():
         model = task.build()
-        from disttrain_trainer.optimizers import LazyAdam
+        from disttrain_trainer.optimizers import build_optimizer
 
-        optimizer = (LazyAdam if args.optimizer == "lazyadam" else keras.optimizers.Adam)(learning_rate=args.learning_rate)
+        optimizer = build_optimizer(args.optimizer, args.learning_rate)
         optimizer.build(model.trainable_variables)
         epoch_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
         position = preemption.Position()  # where in an epoch a checkpoint saved on SIGTERM was taken

@@ -43,3 +43,13 @@ class LazyAdam(keras.optimizers.Adam):
 def gather(variable, rows):
     """The rows of a Keras variable, read through its tf.Variable (a gather, not a full read)."""
     return tf.gather(variable.value if isinstance(variable, keras.Variable) else variable, rows)
+
+
+def build_optimizer(name, learning_rate):
+    """--optimizer: adam, lazyadam or sgd (SGD with momentum 0.9; see SGD_MOMENTUM)."""
+    if name == "sgd":
+        return keras.optimizers.SGD(learning_rate=learning_rate, momentum=SGD_MOMENTUM)
+    return (LazyAdam if name == "lazyadam" else keras.optimizers.Adam)(learning_rate=learning_rate)
+
+
+SGD_MOMENTUM = 0.9

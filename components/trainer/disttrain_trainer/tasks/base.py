@@ -11,7 +11,7 @@ from disttrain_trainer.data import poisson_batches, shuffled_batches
 
 class Task:
     name = "base"
-    learning_rate = 1e-3  # --learning-rate's default
+    learning_rate = 1e-3  # --learning-rate's default (for --optimizer's default)
     dropout = 0.3  # --dropout's default (the built-in models that have one)
     width = 64  # --width's default
     model_source = "builtin"
@@ -26,10 +26,17 @@ class Task:
         self.metrics = metrics_of(manifest.task, manifest.problem)
 
     # ------------------------------------------------------------------ flags
+    optimizer = "adam"  # --optimizer's default
+    # differentially private training (--dp-*): the defaults that replace the above (text: tasks/text.py)
+    private_defaults = {}
+
     def apply_defaults(self, args):
-        for name in ("learning_rate", "width", "dropout"):
+        from disttrain_trainer import privacy
+
+        private = self.private_defaults if privacy.enabled(args) else {}
+        for name in ("optimizer", "learning_rate", "width", "dropout"):
             if getattr(args, name) is None:
-                setattr(args, name, getattr(self, name))
+                setattr(args, name, private.get(name, getattr(self, name)))
 
     def check(self, args):
         """Refuse flags that do not apply to this task (ContractError: one line, exit 2)."""
