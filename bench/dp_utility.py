@@ -16,7 +16,8 @@ Two measurements:
              The DP code costs nothing when DP is off: the ordinary step is the same code as before, and
              tests/integration/test_privacy_pipeline.py checks its final weights are bit-identical.
 
-    .venv/bin/python bench/dp_utility.py      (BENCH_QUICK=1: 1 epoch, ε ≈ 3 only, fewer timed steps)
+    .venv/bin/python bench/dp_utility.py [--repeats 3] [--utility-only]
+                                              (BENCH_QUICK=1: 1 epoch, ε ≈ 3 only, fewer timed steps)
 Results: results/dp_utility.json, the table on stdout, plots/dp_utility.png.
 """
 
@@ -41,6 +42,11 @@ def configure(parser):
                         help="the strategy of the utility runs (default multiworker)")
     parser.add_argument("--learning-rate", type=float, default=None,
                         help="the trainer's --learning-rate in every run (default: the task's)")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="runs of each private setting (its noise and batches differ every run: the table gives "
+                             "the mean and the range; default 1)")
+    parser.add_argument("--utility-only", action="store_true",
+                        help="skip the step times and keep the stored ones (accuracy does not need an idle machine)")
 
 
 def noise_for(target, q, steps):
@@ -54,7 +60,7 @@ def noise_for(target, q, steps):
     return high
 
 
-def utility(base, strategy, learning_rate=None):
+def utility(base, strategy, learning_rate=None, repeats=1):
     from stages import run_pipeline, stage
 
     rows = []
@@ -73,18 +79,24 @@ def utility(base, strategy, learning_rate=None):
             noise = None if target is None else noise_for(target, q, steps)
             if noise is not None:
                 extra += ["--dp-l2-clip", CLIP, "--dp-noise-multiplier", f"{noise:.6f}", "--dp-delta", DELTA]
-            print(f"  {task['name']}: {'no DP' if target is None else f'ε ≈ {target:g} (noise {noise:.3f})'} ...",
-                  file=sys.stderr, flush=True)
-            started = time.monotonic()
-            report = run_pipeline(os.path.join(base, f"{slug}-{target or 'nodp'}"), source, 2, strategy, epochs,
-                                  task["batch"], extra_trainer_args=extra, aggregator_args=("--force", "--exports", "none"))
-            privacy = report.get("privacy") or {}
+            accuracies, started = [], time.monotonic()
+            # without DP a run is deterministic (seeded): once is enough
+            for run in range(1 if target is None else repeats):
+                print(f"  {task['name']}: {'no DP' if target is None else f'ε ≈ {target:g} (noise {noise:.3f})'}"
+                      f"{f', run {run + 1} of {repeats}' if target is not None and repeats > 1 else ''} ...",
+                      file=sys.stderr, flush=True)
+                report = run_pipeline(os.path.join(base, f"{slug}-{target or 'nodp'}-{run}"), source, 2, strategy, epochs,
+                                      task["batch"], extra_trainer_args=extra,
+                                      aggregator_args=("--force", "--exports", "none"))
+                privacy = report.get("privacy") or {}
+                accuracies.append(report["final"]["test_accuracy"])
+                print(f"   accuracy {accuracies[-1]:.4f}" + (f", ε {privacy['epsilon']:.3f}" if privacy else ""),
+                      file=sys.stderr, flush=True)
             rows.append({"task": task["name"], "strategy": strategy, "workers": 2, "epochs": epochs, "batch": task["batch"],
                          "target_epsilon": target, "noise_multiplier": noise, "epsilon": privacy.get("epsilon"),
                          "delta": privacy.get("delta"), "l2_clip": privacy.get("l2_clip"),
-                         "test_accuracy": report["final"]["test_accuracy"], "wall_sec": time.monotonic() - started})
-            print(f"   accuracy {rows[-1]['test_accuracy']:.4f}" + (f", ε {rows[-1]['epsilon']:.3f}" if privacy else ""),
-                  file=sys.stderr, flush=True)
+                         "test_accuracy": sum(accuracies) / len(accuracies), "test_accuracy_runs": accuracies,
+                         "wall_sec": time.monotonic() - started})
     return rows
 
 
@@ -140,14 +152,16 @@ def step_times():
 
 
 def table(results):
-    lines = ["| task | strategy | epochs | batch | target ε | noise multiplier | reported ε (δ) | held-out accuracy |",
-             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| task | strategy | epochs | batch | target ε | noise multiplier | reported ε (δ) | held-out accuracy "
+             "(mean, range of the runs) |", "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for r in results["utility"]:
         target = "no DP" if r["target_epsilon"] is None else f"{r['target_epsilon']:g}"
         noise = "" if r["noise_multiplier"] is None else f"{r['noise_multiplier']:.3f}"
         epsilon = "" if r["epsilon"] is None else f"{r['epsilon']:.2f} ({r['delta']:g})"
+        runs = r.get("test_accuracy_runs") or [r["test_accuracy"]]
+        spread = f" ({min(runs):.3f}-{max(runs):.3f}, {len(runs)} runs)" if len(runs) > 1 else ""
         lines.append(f"| {r['task']} | {r['strategy']}, 2 workers | {r['epochs']} | {r['batch']} | {target} | {noise} | "
-                     f"{epsilon} | {r['test_accuracy']:.4f} |")
+                     f"{epsilon} | {r['test_accuracy']:.4f}{spread} |")
     lines += ["", "| model | step | ms per step (batch 64) | x ordinary |", "| --- | --- | ---: | ---: |"]
     for r in results["step_time"]:
         plain = next(p["ms_per_step"] for p in results["step_time"] if p["model"] == r["model"] and p["variant"] == "ordinary step")
@@ -164,8 +178,11 @@ def plot(results, path):
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.6))
     for task in dict.fromkeys(r["task"] for r in results["utility"]):
         rows = [r for r in results["utility"] if r["task"] == task]
-        private = sorted((r["epsilon"], r["test_accuracy"]) for r in rows if r["epsilon"] is not None)
-        line = left.plot([e for e, _ in private], [a for _, a in private], marker="o", label=f"{task}, DP")[0]
+        private = sorted((r["epsilon"], r["test_accuracy"], r.get("test_accuracy_runs") or [r["test_accuracy"]])
+                         for r in rows if r["epsilon"] is not None)
+        line = left.errorbar([e for e, _, _ in private], [a for _, a, _ in private],
+                             yerr=[[a - min(runs) for _, a, runs in private], [max(runs) - a for _, a, runs in private]],
+                             marker="o", capsize=3, label=f"{task}, DP (mean; bars: the runs' range)")[0]
         for r in rows:
             if r["epsilon"] is None:
                 left.axhline(r["test_accuracy"], color=line.get_color(), linestyle="--", label=f"{task}, no DP")
@@ -195,8 +212,14 @@ def main(args):
     base = tmpdir("dp_utility")
     config = {"tasks": TASKS, "targets": TARGETS, "delta": DELTA, "l2_clip": CLIP, "strategy": args.strategy,
               "learning_rate": args.learning_rate, "step_batch": STEP_BATCH, "timed_steps": TIMED_STEPS}
+    config["repeats"] = args.repeats
     with Bench("dp_utility", config) as bench:
-        bench.results = {"step_time": step_times(), "utility": utility(base, args.strategy, args.learning_rate)}
+        stored = None
+        if args.utility_only:
+            with open(os.path.join(BENCH, "results", "dp_utility.json")) as fh:
+                stored = json.load(fh)["results"]["step_time"]
+        bench.results = {"step_time": stored or step_times(),
+                         "utility": utility(base, args.strategy, args.learning_rate, args.repeats)}
         plot(bench.results, os.path.join(BENCH, "plots", "dp_utility.png"))
         print(table(bench.results))
 
