@@ -240,8 +240,8 @@ def _copy(args, schema, dataset, out_dir):
     selection = None
     if private_vocab.enabled(args):
         if not task.vocabulary:
-            raise ContractError(f"--dp-vocab-epsilon applies to text sources only: {args.source} is a {task.name} "
-                                "dataset, which has no vocabulary")
+            raise ContractError(f"--dp-vocab-epsilon applies to text sources only: {args.source} holds {task.name} "
+                                "data, without a vocabulary")
         selection = private_vocab.Selection(args.dp_vocab_epsilon, args.dp_vocab_delta,
                                             args.dp_vocab_max_tokens_per_example)
 
