@@ -61,7 +61,7 @@ def add_flags(parser):
         "neither)",
         "the vocabulary keeps only tokens that enough training examples share (DP partition selection: each "
         "example's first K distinct tokens, Gaussian noise, a threshold), so that the published model holds no word "
-        "of one review alone; the manifest records (ε, δ), and DP training adds them to its own")
+        "of one example alone; the manifest records (ε, δ), and DP training adds them to its own")
     group.add_argument("--dp-vocab-epsilon", type=float, default=None, metavar="E",
                        help="the vocabulary's privacy budget ε (> 0)")
     group.add_argument("--dp-vocab-delta", type=float, default=None, metavar="D",
