@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 
+from disttrain_contract.manifest import Manifest, read_vocab
 from disttrain_copier import private_vocab
 from disttrain_copier.main import parse_args
 from disttrain_copier.private_vocab import Selection
@@ -176,3 +177,5 @@ def test_the_copier_releases_the_shared_words_only(tmp_path):
     assert private["noise_stddev"] == pytest.approx(Selection(8.0, 1e-8, 5).sigma)
     assert private["threshold"] == pytest.approx(Selection(8.0, 1e-8, 5).threshold)
     assert private["mechanism"].startswith("DP partition selection")
+    manifest = Manifest.read(tmp_path / "data")  # the contract reads it (and manifests without the part, as before)
+    assert manifest.vocab["private"] == private and read_vocab(tmp_path / "data", manifest) == vocab
