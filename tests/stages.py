@@ -27,11 +27,11 @@ def start_stage(name, *args, log=None, env=None):
 
 
 def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=64, seed=42, extra_trainer_args=(), ps=0,
-                 aggregator_args=()):
+                 aggregator_args=(), copier_args=()):
     """copier -> `workers` trainer processes in parallel -> aggregator; returns report.json's object (read
     through the contract's typed Report: a report not of its documented form fails the test).
     ps > 0 (--strategy parameterserver): 1 chief + ps parameter servers + `workers` workers."""
-    stage("copier", "--source", source, "--n-shards", workers, "--workdir", workdir)
+    stage("copier", "--source", source, "--n-shards", workers, "--workdir", workdir, *copier_args)
     tasks = workers + (1 + ps if ps else 0)
     port = free_port_block(tasks)
     procs = [

@@ -69,7 +69,8 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
     @dsl.container_component
     def copier(workdir_root: str, run_id: str, source: str, workers: int, test_fraction: float, data_seed: int,
                max_tokens: int, image_size: int, channels: int, task: str, label_column: str, problem: str,
-               max_label_skew: float, allow_duplicates: bool, allow_label_skew: bool, allow_missing_classes: bool):
+               max_label_skew: float, allow_duplicates: bool, allow_label_skew: bool, allow_missing_classes: bool,
+               dp_vocab_epsilon: str, dp_vocab_delta: str, dp_vocab_max_tokens_per_example: str):
         return dsl.ContainerSpec(image=image["copier"], command=["sh", "-c", RUN_STAGE, "sh", "disttrain-copier"], args=[
             "--source", source, "--n-shards", workers, "--workdir", run_dir(workdir_root, run_id),
             "--test-fraction", test_fraction, "--seed", data_seed, "--max-tokens", max_tokens,
@@ -77,6 +78,9 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
             f"--label-column={label_column}", "--problem", problem, "--max-label-skew", max_label_skew,
             f"--allow-duplicates={allow_duplicates}", f"--allow-label-skew={allow_label_skew}",
             f"--allow-missing-classes={allow_missing_classes}", "--cache-dir", f"{workdir_root}/.cache",
+            # the private vocabulary: ε and δ both or neither (the copier refuses half a set in one line)
+            f"--dp-vocab-epsilon={dp_vocab_epsilon}", f"--dp-vocab-delta={dp_vocab_delta}",
+            f"--dp-vocab-max-tokens-per-example={dp_vocab_max_tokens_per_example}",
         ])
 
     def trainer_args(workdir_root, run_id, workers, strategy, epochs, batch, learning_rate, optimizer, seed,
@@ -167,6 +171,9 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         allow_duplicates: bool = False,
         allow_label_skew: bool = False,
         allow_missing_classes: bool = False,
+        dp_vocab_epsilon: str = "",
+        dp_vocab_delta: str = "",
+        dp_vocab_max_tokens_per_example: str = "",
         validation_fraction: str = "",
         combine: str = "average",
         exports: str = "saved_model,tflite",
@@ -187,7 +194,9 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
                       test_fraction=test_fraction, data_seed=data_seed, max_tokens=max_tokens, image_size=image_size,
                       channels=channels, task=task, label_column=label_column, problem=problem,
                       max_label_skew=max_label_skew, allow_duplicates=allow_duplicates,
-                      allow_label_skew=allow_label_skew, allow_missing_classes=allow_missing_classes)
+                      allow_label_skew=allow_label_skew, allow_missing_classes=allow_missing_classes,
+                      dp_vocab_epsilon=dp_vocab_epsilon, dp_vocab_delta=dp_vocab_delta,
+                      dp_vocab_max_tokens_per_example=dp_vocab_max_tokens_per_example)
         on_volume = [data]
         training = dict(workdir_root=workdir_root, run_id=run_id, workers=workers, strategy=strategy, epochs=epochs,
                         batch=batch, learning_rate=learning_rate, optimizer=optimizer, seed=seed,

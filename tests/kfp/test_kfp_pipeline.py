@@ -109,6 +109,8 @@ CHART_VALUES = {
     "optimizer": "optimizer", "allreduce_dtype": "allreduceDtype", "parameter_servers": "parameterServers",
     "seed": "seed", "model_file": "model.file", "dp_l2_clip": "trainer.privacy.l2Clip",
     "dp_noise_multiplier": "trainer.privacy.noiseMultiplier", "dp_delta": "trainer.privacy.delta", "validation_fraction": "trainer.validationFraction",
+    "dp_vocab_epsilon": "copier.privateVocabulary.epsilon", "dp_vocab_delta": "copier.privateVocabulary.delta",
+    "dp_vocab_max_tokens_per_example": "copier.privateVocabulary.maxTokensPerExample",
     "trainer_port": "trainer.port", "combine": "aggregator.combine", "exports": "aggregator.exports",
     "publish_to": "aggregator.publishTo", "gate_max_drop_vs_best_worker": "aggregator.gate.maxDropVsBestWorker",
     "gate_max_regression": "aggregator.gate.maxRegression",

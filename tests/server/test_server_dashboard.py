@@ -423,3 +423,29 @@ def test_a_private_run_shows_epsilon_beside_its_accuracy(real_report, tmp_path):
     page = c.get("/runs/run-2").get_data(as_text=True)
     assert re.search(rf'<dd id="privacy">ε = {epsilons[-1]:.2f} at δ = 1e-05 <span class="muted">\(RDP', page)
     assert "differentially private, ε =" in page
+
+
+def test_a_private_vocabulary_run_shows_the_total_epsilon_and_its_parts(real_report, tmp_path):
+    """With a vocabulary the copier built privately, the privacy section's ε is the total (training plus vocabulary,
+    added): the list shows that total, and the run's page shows the two parts beside it."""
+    import argparse
+
+    from disttrain_trainer import privacy
+
+    args = argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=1e-5, batch=32)
+    vocabulary = {"file": "vocab.txt", "sha256": "0" * 64, "size": 233,
+                  "private": {"epsilon": 1.0, "delta": 1e-6, "mechanism": "DP partition selection", "released": 233}}
+    section = privacy.summary(args, q=32 / 700, steps_per_epoch=22, epochs=1, epsilon_by_epoch=[0.42],
+                              strategy="average", workers=2, training_examples=1400, epoch_examples=700,
+                              vocabulary=vocabulary)
+    final = tmp_path / "runs" / "run-1" / "final"
+    final.mkdir(parents=True)
+    (final / "report.json").write_text(json.dumps({**real_report, "privacy": section}))
+    (final / "_SUCCESS").write_text("{}")
+    c = client(tmp_path / "runs", served="run-1")
+    row = c.get("/runs.json").get_json()["runs"][0]["report"]["privacy"]
+    assert row["epsilon"] == pytest.approx(1.42) and row["delta"] == pytest.approx(1.1e-5)
+    assert (row["training_epsilon"], row["vocabulary_epsilon"]) == (0.42, 1.0)
+    assert "ε = 1.42</span>" in c.get("/runs").get_data(as_text=True)
+    page = c.get("/runs/run-1").get_data(as_text=True)
+    assert re.search(r'<dd id="privacy">ε = 1.42 at δ = 1.1e-05 \(training 0.42 \+ private vocabulary 1.00, added\)', page)

@@ -228,3 +228,51 @@ def test_private_text_training_defaults_to_sgd_and_explicit_flags_win():
     assert defaults(text.Task, [*DP, "--optimizer", "adam", "--learning-rate", "0.003", "--width", "64"]) == \
         ("adam", 0.003, 64, 0.0)
     assert defaults(image.Task, DP) == ("adam", 1e-3, 64, 0.3)  # other tasks keep theirs
+
+
+PRIVATE_VOCABULARY = {"file": "vocab.txt", "sha256": "0" * 64, "size": 233, "private": {
+    "mechanism": "DP partition selection, weighted Gaussian", "epsilon": 1.0, "delta": 1e-6,
+    "max_tokens_per_example": 32, "noise_stddev": 4.3, "threshold": 22.0, "released": 233,
+    "accountant": "analytic Gaussian mechanism"}}
+
+
+def private_summary(vocabulary):
+    import argparse
+
+    args = argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=1e-5, batch=32)
+    return privacy.summary(args, q=0.01, steps_per_epoch=100, epochs=2, epsilon_by_epoch=[0.5, 0.8], strategy="average",
+                           workers=2, training_examples=10000, epoch_examples=3200, vocabulary=vocabulary)
+
+
+def test_a_private_vocabulary_composes_with_training_by_adding_epsilon_and_delta():
+    section = private_summary(PRIVATE_VOCABULARY)
+    assert section["training"] == {"epsilon": 0.8, "delta": 1e-5}
+    assert section["vocabulary"]["epsilon"] == 1.0 and section["vocabulary"]["delta"] == 1e-6
+    assert section["vocabulary"]["released"] == 233 and section["vocabulary"]["max_tokens_per_example"] == 32
+    assert section["epsilon"] == pytest.approx(1.8) and section["delta"] == pytest.approx(1.1e-5)
+    assert "ε add and their δ add" in section["composition"]
+    assert section["epsilon_by_epoch"] == [0.5, 0.8]  # (the training's alone)
+    assert not any("vocabulary" in line for line in section["not_covered"])
+    assert any(line.startswith("the text vocabulary (233 tokens)") for line in section["covered"])
+
+
+def test_a_vocabulary_that_is_not_private_stays_not_covered_and_the_trainer_warns(capsys):
+    import argparse
+
+    public = {key: value for key, value in PRIVATE_VOCABULARY.items() if key != "private"}
+    section = private_summary(public)
+    assert section["epsilon"] == 0.8 and section["delta"] == 1e-5 and "training" not in section
+    assert privacy.VOCABULARY_NOT_COVERED in section["not_covered"]
+    assert "--dp-vocab-epsilon and --dp-vocab-delta" in privacy.VOCABULARY_NOT_COVERED
+    args = argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=1e-5, batch=32)
+    plan = dict(strategy="average", workers=2, synchronous_replicas=1, training_examples=10000, epoch_examples=5000,
+                steps_per_epoch=100)
+    privacy.Plan(args, **plan, vocabulary=public)
+    warning = capsys.readouterr().err.strip().splitlines()
+    assert len(warning) == 1 and warning[0].startswith("trainer: warning: differentially private training on a text")
+    assert "--dp-vocab-epsilon and --dp-vocab-delta" in warning[0]
+    for quiet in (PRIVATE_VOCABULARY, None):  # a private vocabulary, or none at all (not text): no warning
+        privacy.Plan(args, **plan, vocabulary=quiet)
+        assert capsys.readouterr().err == ""
+    # a dataset without a vocabulary has nothing of the kind to list
+    assert not any("vocabulary" in line for line in private_summary(None)["not_covered"])

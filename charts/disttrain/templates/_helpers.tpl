@@ -229,6 +229,14 @@ that depends on the storage choice.
 {{- if and $privacySet (eq .Values.strategy "parameterserver") -}}
 {{- fail "disttrain: trainer.privacy (DP-SGD) does not support strategy parameterserver: its workers apply their steps asynchronously, so the noise cannot be added once per batch of a known sampling rate; use average, multiworker or localsgd" -}}
 {{- end -}}
+{{- with .Values.copier.privateVocabulary -}}
+{{- if ne (kindIs "invalid" .epsilon) (kindIs "invalid" .delta) -}}
+{{- fail "disttrain: copier.privateVocabulary needs epsilon and delta together" -}}
+{{- end -}}
+{{- if and (kindIs "invalid" .epsilon) (not (kindIs "invalid" .maxTokensPerExample)) -}}
+{{- fail "disttrain: copier.privateVocabulary.maxTokensPerExample needs epsilon and delta" -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.sweep.space.syncEvery (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: sweep.space.syncEvery is searched by localsgd trials only, and strategy is %s" .Values.strategy) -}}
 {{- end -}}

@@ -63,7 +63,9 @@ def build_report(manifest, metric, strategy, markers, rows, left_out, final_metr
 
 def run_privacy(markers):
     """A differentially private run's budget (the trainers' markers' privacy sections), or None. Workers that
-    trained alone on disjoint shards (average, localsgd) each have their own ε; the run's is the largest."""
+    trained alone on disjoint shards (average, localsgd) each have their own ε; the run's is the largest. With a
+    private vocabulary each section's ε and δ are already its total (training plus vocabulary, the same vocabulary
+    for every worker), and its `training` and `vocabulary` parts pass through."""
     sections = [m["privacy"] for m in markers if m.get("privacy")]
     if not sections:
         return None
@@ -119,6 +121,10 @@ def print_table(report):
     if report.privacy is not None:
         held_out += (f"; differentially private: ε = {report.privacy.epsilon:.2f} at δ = {report.privacy.delta:g} "
                      f"({report.privacy.details.get('accountant', 'RDP')})")
+        parts = report.privacy.details
+        if parts.get("vocabulary"):  # a private vocabulary: the total is the two parts added
+            held_out += (f", the sum of training's ε = {parts['training']['epsilon']:.2f} and the private vocabulary's "
+                         f"ε = {parts['vocabulary']['epsilon']:.2f}")
     print(held_out + "\n")
     if report.retrieval and "test_darker_margin" in report.final.metrics:
         print_hard_queries(report.final.metrics)
@@ -171,7 +177,8 @@ def plot_report(report, histories, path):
     bars.set_ylabel(ylabel)
     bars.set_title(f"{report['task']} / {report['strategy']}"
                    + (f": {report['combine']['published']} published" if report.get("combine") else "")
-                   + (f"\nDP-SGD: ε = {report['privacy']['epsilon']:.2f}, δ = {report['privacy']['delta']:g}"
+                   + (f"\n{'DP-SGD + private vocabulary' if report['privacy'].get('vocabulary') else 'DP-SGD'}: "
+                      f"ε = {report['privacy']['epsilon']:.2f}, δ = {report['privacy']['delta']:g}"
                       if report.get("privacy") else ""))
     for i, history in enumerate(histories):
         evaluated = [e for e in history if key in e]  # multiworker, localsgd: the chief evaluates

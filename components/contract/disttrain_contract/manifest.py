@@ -73,7 +73,10 @@ class Manifest:
     storage: str
     shards: list  # [SplitInfo]
     test: SplitInfo
-    vocab: dict = None  # {"file": "vocab.txt", "sha256": ..., "size": n} for text
+    # text: {"file": "vocab.txt", "sha256": ..., "size": n}, and "private" (optional: absent in older manifests and for
+    # the ordinary vocabulary) when the copier built it with differential privacy: {"mechanism", "epsilon", "delta",
+    # "max_tokens_per_example", "noise_stddev", "threshold", "released", ...} (disttrain_copier.private_vocab)
+    vocab: dict = None
     skipped: list = dataclasses.field(default_factory=list)  # inputs left out: [{"input", "reason"}]
     # the copier's data validation: {"passed", "checks": {name: {"status", "message", ...}}, "warnings",
     # "max_label_skew", "stats": "stats.json", "plot": "stats.png", "stats_sha256"}; None before data validation

@@ -21,6 +21,10 @@ stats.json and stats.png beside the shards, and a failed check (train/test leaka
 between shards, a class missing from a split, a --schema violation) stops the copier with exit 2
 and nothing published, unless its --allow-* flag turns it into a warning. The manifest records the
 result.
+
+Text: the vocabulary is the training split's most frequent tokens (--max-tokens), or, with
+--dp-vocab-epsilon and --dp-vocab-delta, a differentially private one (private_vocab.py): only tokens
+that enough examples share, so that the published model holds no word of one example alone.
 """
 
 import argparse
@@ -36,6 +40,7 @@ import numpy as np
 from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, objectstore, run_cli, sha256_file, write_marker
 from disttrain_contract.manifest import VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
 from disttrain_contract.tasks import task_of
+from disttrain_copier import private_vocab
 from disttrain_copier.sources import open_source
 from disttrain_copier.validation import DEFAULT_MAX_LABEL_SKEW, SCHEMA_HELP, STATS, STATS_PLOT, Validator, read_schema, write_stats
 
@@ -92,6 +97,7 @@ def parse_args(argv=None):
     check.add_argument("--schema", metavar="FILE", help="JSON file the data must satisfy (format below)")
     check.add_argument("--no-stats-plot", dest="stats_plot", action="store_false",
                        help="do not draw stats.png (stats.json is always written; the plot costs ~0.2-0.5 s a copy)")
+    private_vocab.add_flags(p)
     args = p.parse_args(argv)
     if not 0.0 <= args.max_label_skew <= 1.0:
         p.error(f"--max-label-skew must be between 0 and 1, got {args.max_label_skew}")
@@ -105,6 +111,7 @@ def parse_args(argv=None):
         p.error("--label-column applies to --source table:PATH only (npz:PATH takes its labels from y)")
     if args.label_column is None:
         args.label_column = "label"
+    private_vocab.check(args, p.error)
     return args
 
 
@@ -230,6 +237,13 @@ def _copy(args, schema, dataset, out_dir):
         print(f"copier: skipped {where}: {reason}", file=sys.stderr)
     task = task_of(dataset)
     names = [shard_name(i) for i in range(args.n_shards)]
+    selection = None
+    if private_vocab.enabled(args):
+        if not task.vocabulary:
+            raise ContractError(f"--dp-vocab-epsilon applies to text sources only: {args.source} holds {task.name} "
+                                "data, without a vocabulary")
+        selection = private_vocab.Selection(args.dp_vocab_epsilon, args.dp_vocab_delta,
+                                            args.dp_vocab_max_tokens_per_example)
 
     def destination(where):
         return TEST if where < 0 else names[where]
@@ -254,7 +268,7 @@ def _copy(args, schema, dataset, out_dir):
             _check_sizes(sizes, names)
             shards = ArrayShards(tmp, sizes, dataset.input, numeric=task.numeric, regression=dataset.problem == "regression")
 
-        token_counts = collections.Counter()
+        token_counts = collections.Counter()  # (private: each example's bounded weights, private_vocab.py)
         progress = Progress(dataset.examples)
         validator = Validator(dataset.task, dataset.labels, dataset.input, names, dataset.source_dtype,
                               allow_duplicates=args.allow_duplicates, max_label_skew=args.max_label_skew,
@@ -270,7 +284,7 @@ def _copy(args, schema, dataset, out_dir):
                 if task.vocabulary:
                     tokens = tokenize(x)
                     if name != TEST:
-                        token_counts.update(tokens)
+                        token_counts.update(selection.contribution(tokens) if selection else tokens)
                 validator.add(name, x, y, tokens)
                 progress.step()
         finally:
@@ -293,12 +307,16 @@ def _copy(args, schema, dataset, out_dir):
             input_spec["statistics"] = validator.feature_statistics()
 
         vocab = None
-        if task.vocabulary:
+        if selection:
+            tokens = private_vocabulary(selection, token_counts, args.max_tokens, sum(shards.counts[n] for n in names))
+        elif task.vocabulary:
             # most frequent first, ties alphabetical: the same corpus always gives the same vocabulary
             tokens = [t for t, _ in sorted(token_counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.max_tokens]]
+        if task.vocabulary:
             with open(os.path.join(tmp, VOCAB), "w", encoding="utf-8") as fh:
                 fh.write("".join(t + "\n" for t in tokens))
-            vocab = {"file": VOCAB, "sha256": sha256_file(os.path.join(tmp, VOCAB)), "size": len(tokens)}
+            vocab = {"file": VOCAB, "sha256": sha256_file(os.path.join(tmp, VOCAB)), "size": len(tokens),
+                     **({"private": selection.record(len(tokens))} if selection else {})}
 
         manifest = Manifest(
             task=dataset.task,
@@ -321,6 +339,20 @@ def _copy(args, schema, dataset, out_dir):
         manifest.write(tmp)
         write_marker(tmp, "copier", n_shards=args.n_shards, examples=progress.count)
     return out_dir, manifest
+
+
+def private_vocabulary(selection, weights, max_tokens, training_examples):
+    """The tokens the private selection releases; δ >= 1/n or nothing released is an error (nothing published)."""
+    problem = private_vocab.check_delta(selection.delta, training_examples)
+    if problem:
+        raise ContractError(problem)
+    tokens = selection.select(weights, max_tokens)
+    if not tokens:
+        raise ContractError(
+            f"the private vocabulary is empty: no token's noisy weight passed the threshold {selection.threshold:.1f} "
+            f"(ε = {selection.epsilon:g}, {training_examples} training examples); use more data or a larger "
+            "--dp-vocab-epsilon")
+    return tokens
 
 
 def _check_sizes(counts, names):
@@ -350,6 +382,11 @@ def main(argv=None):
     ran = [name for name, result in validation["checks"].items() if result["status"] != "skipped"]
     # "warning" only when there is one: make demo's output test reads the word as a problem
     warned = f" with {len(validation['warnings'])} warning(s), above" if validation["warnings"] else ""
+    if manifest.vocab and manifest.vocab.get("private"):
+        private = manifest.vocab["private"]
+        print(f"copier: differentially private vocabulary: {manifest.vocab['size']} tokens released at "
+              f"ε = {private['epsilon']:g}, δ = {private['delta']:g} (at most {private['max_tokens_per_example']} "
+              "distinct tokens per example)")
     print(f"copier: data validation passed{warned} ({', '.join(ran)}); "
           f"statistics: {', '.join(os.path.join(out_dir, f) for f in (STATS, validation['plot']) if f)}")
     fetched = objectstore.fetched()

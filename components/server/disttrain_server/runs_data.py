@@ -210,10 +210,20 @@ def summarize(report):
         "gate": {"passed": gate.get("passed"), "forced": bool(gate.get("forced")),
                  "reasons": [str(r) for r in gate.get("reasons") or []]} if gate else None,
         "data_passed": data.get("passed"),
-        # a differentially private run's budget, shown beside its accuracy
+        # a differentially private run's budget, shown beside its accuracy: with a private vocabulary, ε and δ are
+        # the total (training plus vocabulary, added), and the parts are shown beside it
         "privacy": {"epsilon": number(report.privacy.epsilon), "delta": number(report.privacy.delta),
-                    "accountant": str(report.privacy.details.get("accountant") or "")} if report.privacy else None,
+                    "accountant": str(report.privacy.details.get("accountant") or ""),
+                    **privacy_parts(report.privacy.details)} if report.privacy else None,
     }
+
+
+def privacy_parts(details):
+    """The ε of the training and of the private vocabulary when the run's ε is their sum, else nothing."""
+    training, vocabulary = details.get("training"), details.get("vocabulary")
+    if not (isinstance(training, dict) and isinstance(vocabulary, dict)):
+        return {}
+    return {"training_epsilon": number(training.get("epsilon")), "vocabulary_epsilon": number(vocabulary.get("epsilon"))}
 
 
 def served_name():

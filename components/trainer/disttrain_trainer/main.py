@@ -236,7 +236,7 @@ def main(argv=None):
     steps_per_epoch = -(-strategy.examples_per_epoch(manifest, examples) * task.views // args.batch)
     private = None
     if privacy.enabled(args):  # (a bad δ, faces: one line, exit 2, before any model is built)
-        private = privacy.Plan(args, strategy=args.strategy, workers=workers, training_examples=manifest.train_examples,
+        private = privacy.Plan(args, strategy=args.strategy, workers=workers, training_examples=manifest.train_examples, vocabulary=manifest.vocab,
                                epoch_examples=strategy.examples_per_epoch(manifest, examples), steps_per_epoch=steps_per_epoch,
                                synchronous_replicas=strategy.tf_strategy.num_replicas_in_sync if strategy.reduce_gradients else 1)
         if task.name == "faces":

@@ -20,9 +20,16 @@ computes).
 The accountant: dp-accounting's RDP accountant (Rényi DP, the moments accountant of Abadi et al.
 2016 and of TensorFlow Privacy's `compute_dp_sgd_privacy`) of `steps` compositions of the Poisson
 subsampled Gaussian mechanism, converted to (ε, δ). No TensorFlow here: the CLI checks the flags first.
+
+The text vocabulary: the copier builds it from the training split, and the published model holds it. When
+the copier built it privately (--dp-vocab-epsilon, --dp-vocab-delta: the manifest's vocab record has a
+"private" part, disttrain_copier.private_vocab), the published model's guarantee is the two mechanisms
+together on the same data, by basic composition: ε and δ add (the report gives both parts and the sum).
+Otherwise the vocabulary is not covered, the report says so, and the trainer warns.
 """
 
 import math
+import sys
 
 MECHANISM = "DP-SGD (per-example clipping, Gaussian noise, Poisson sampling)"
 ACCOUNTANT = "RDP"  # dp_accounting.rdp.RdpAccountant
@@ -34,9 +41,17 @@ PARAMETERSERVER_REASON = (
     "asynchronously to shared variables, so the noise cannot be added once per batch of a known sampling "
     "rate, and its coordinator draws the batches of several shards; use average, multiworker or localsgd")
 
+VOCABULARY_NOT_COVERED = ("the text vocabulary: the copier builds it from the training split and the published model "
+                          "holds it (the copier's --dp-vocab-epsilon and --dp-vocab-delta build a private one)")
+COMPOSITION = ("basic composition: the private vocabulary and DP-SGD run on the same training examples, so their "
+               "ε add and their δ add")
+VOCABULARY_WARNING = ("warning: differentially private training on a text dataset whose vocabulary is not private: "
+                      "the published model holds the training split's words, which ε does not cover; the copier's "
+                      "--dp-vocab-epsilon and --dp-vocab-delta build a private vocabulary")
+
 # what ε does not cover: computed from the private data, shipped or shown without noise
 NOT_COVERED = (
-    "the text vocabulary: the copier builds it from the training split and the published model holds it",
+    VOCABULARY_NOT_COVERED,
     "normalisation statistics in your own model (a Normalization layer adapted on the private data); the built-in "
     "table model leaves the copier's statistics out when training privately (features and target unscaled)",
     "the copier's statistics and validation result (the report's data section)",
@@ -111,13 +126,41 @@ def epsilon(noise_multiplier, sampling_probability, steps, delta):
     return float(accountant.get_epsilon(delta))
 
 
+def private_vocabulary(vocabulary):
+    """The manifest's record of a privately built vocabulary (its "private" part), or None."""
+    return (vocabulary or {}).get("private")
+
+
+def not_covered(vocabulary):
+    """NOT_COVERED for this dataset: the vocabulary only when there is one and it is not private."""
+    keep_vocabulary = vocabulary is not None and private_vocabulary(vocabulary) is None
+    return [line for line in NOT_COVERED if line != VOCABULARY_NOT_COVERED or keep_vocabulary]
+
+
 def summary(args, *, q, steps_per_epoch, epochs, epsilon_by_epoch, strategy, workers, training_examples,
-            epoch_examples):
+            epoch_examples, vocabulary=None):
     """The report's privacy section: ε, δ, the mechanism's parameters and what the number rests on
-    (the reporting advice of "How to DP-fy ML", Ponomareva et al. 2023, section 5.3)."""
+    (the reporting advice of "How to DP-fy ML", Ponomareva et al. 2023, section 5.3).
+
+    vocabulary: the manifest's vocab record (None: the dataset has none). Built privately, `epsilon` and
+    `delta` are the published model's total (training plus vocabulary, added), and `training` and
+    `vocabulary` give the parts; otherwise they are the training's alone."""
+    training = {"epsilon": epsilon_by_epoch[-1] if epsilon_by_epoch else 0.0, "delta": args.dp_delta}
+    vocab = private_vocabulary(vocabulary)
+    total = training if vocab is None else {"epsilon": training["epsilon"] + vocab["epsilon"],
+                                            "delta": training["delta"] + vocab["delta"]}
+    covered = ["every noisy training step: every checkpoint and worker model as well as the final model"]
+    parts = {}
+    if vocab is not None:
+        covered.append(f"the text vocabulary ({vocabulary.get('size')} tokens): built by the copier with DP "
+                       "partition selection at the vocabulary's (ε, δ)")
+        parts = {"training": training, "composition": COMPOSITION,
+                 "vocabulary": {key: vocab.get(key) for key in ("epsilon", "delta", "mechanism", "accountant",
+                                                                "max_tokens_per_example", "noise_stddev",
+                                                                "threshold", "released")}}
     return {
-        "epsilon": epsilon_by_epoch[-1] if epsilon_by_epoch else 0.0,
-        "delta": args.dp_delta,
+        **total,
+        **parts,
         "mechanism": MECHANISM,
         "accountant": f"{ACCOUNTANT} (dp-accounting {accounting_version()})",
         "l2_clip": args.dp_l2_clip,
@@ -128,7 +171,8 @@ def summary(args, *, q, steps_per_epoch, epochs, epsilon_by_epoch, strategy, wor
         "steps_per_epoch": steps_per_epoch,
         "epsilon_by_epoch": epsilon_by_epoch,
         "assumptions": assumptions(strategy, workers, training_examples, epoch_examples),
-        "not_covered": list(NOT_COVERED),
+        "covered": covered,
+        "not_covered": not_covered(vocabulary),
     }
 
 
@@ -198,12 +242,15 @@ class Plan:
     DpGradient, and ε after each epoch."""
 
     def __init__(self, args, *, strategy, workers, synchronous_replicas, training_examples, epoch_examples,
-                 steps_per_epoch):
+                 steps_per_epoch, vocabulary=None):
         from disttrain_contract.errors import ContractError
 
         problem = check_delta(args.dp_delta, training_examples)
         if problem:
             raise ContractError(problem)
+        self.vocabulary = vocabulary  # the manifest's vocab record (text), or None
+        if vocabulary is not None and private_vocabulary(vocabulary) is None:
+            print(f"trainer: {VOCABULARY_WARNING}", file=sys.stderr, flush=True)
         self.args, self.strategy, self.workers = args, strategy, workers
         self.training_examples, self.epoch_examples = training_examples, epoch_examples
         self.steps_per_epoch = steps_per_epoch
@@ -239,4 +286,4 @@ class Plan:
         return summary(self.args, q=self.q, steps_per_epoch=self.steps_per_epoch, epochs=epochs,
                        epsilon_by_epoch=[self.epsilon_after(e) for e in range(1, epochs + 1)], strategy=self.strategy,
                        workers=self.workers, training_examples=self.training_examples,
-                       epoch_examples=self.epoch_examples)
+                       epoch_examples=self.epoch_examples, vocabulary=self.vocabulary)
