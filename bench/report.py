@@ -398,7 +398,7 @@ def dp_utility(doc):
     out.append("| task | epochs | batch | target ε | noise multiplier | reported ε | held-out accuracy |")
     out.append("|---|---|---|---|---|---|---|")
     for r in doc["results"]["utility"]:
-        target = "no DP" if r["target_epsilon"] is None else f"{r['target_epsilon']:g}"
+        target = "no DP-SGD" if r["target_epsilon"] is None else f"{r['target_epsilon']:g}"
         out.append(f"| {r['task']} | {r['epochs']} | {r['batch']} | {target} | {f(r['noise_multiplier'], 3)} | "
                    f"{f(r['epsilon'], 2)} | {r['test_accuracy']:.4f} |")
     out.append("")
