@@ -276,3 +276,18 @@ def test_a_vocabulary_that_is_not_private_stays_not_covered_and_the_trainer_warn
         assert capsys.readouterr().err == ""
     # a dataset without a vocabulary has nothing of the kind to list
     assert not any("vocabulary" in line for line in private_summary(None)["not_covered"])
+
+
+def test_the_training_and_vocabulary_deltas_together_must_stay_below_one_over_n():
+    import argparse
+
+    from disttrain_contract.errors import ContractError
+
+    plan = dict(strategy="average", workers=2, synchronous_replicas=1, training_examples=10000, epoch_examples=5000,
+                steps_per_epoch=100)
+    vocabulary = {**PRIVATE_VOCABULARY, "private": {**PRIVATE_VOCABULARY["private"], "delta": 5e-5}}
+    privacy.Plan(argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=4e-5, batch=32), **plan,
+                 vocabulary=vocabulary)  # 9e-5 < 1e-4
+    with pytest.raises(ContractError, match=r"plus the private vocabulary's δ 5e-05 must be below 1/n = 0.0001"):
+        privacy.Plan(argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=6e-5, batch=32), **plan,
+                     vocabulary=vocabulary)

@@ -246,6 +246,11 @@ class Plan:
         from disttrain_contract.errors import ContractError
 
         problem = check_delta(args.dp_delta, training_examples)
+        private_vocab = private_vocabulary(vocabulary) if vocabulary is not None else None
+        if not problem and private_vocab is not None and \
+                args.dp_delta + private_vocab["delta"] >= 1 / training_examples:  # their sum is what holds
+            problem = (f"--dp-delta {args.dp_delta:g} plus the private vocabulary's δ {private_vocab['delta']:g} must be "
+                       f"below 1/n = {1 / training_examples:.3g} (n = {training_examples} training examples)")
         if problem:
             raise ContractError(problem)
         self.vocabulary = vocabulary  # the manifest's vocab record (text), or None
