@@ -395,12 +395,15 @@ def dp_utility(doc):
     out.append(f"2 workers (`{c['strategy']}`), clip norm {c['l2_clip']}, δ = {c['delta']:g}, Poisson sampling; the noise "
                "multiplier of each ε found on the trainer's own accountant (dp-accounting, RDP); the final model's held-out "
                "accuracy. Plot: `bench/plots/dp_utility.png`.\n")
-    out.append("| task | epochs | batch | target ε | noise multiplier | reported ε | held-out accuracy |")
+    out.append("| task | epochs | batch | target ε | noise multiplier | reported ε (total) | held-out accuracy (mean; range "
+               "of the runs) |")
     out.append("|---|---|---|---|---|---|---|")
     for r in doc["results"]["utility"]:
         target = "no DP-SGD" if r["target_epsilon"] is None else f"{r['target_epsilon']:g}"
+        runs = r.get("test_accuracy_runs") or [r["test_accuracy"]]
+        spread = f" ({min(runs):.3f}-{max(runs):.3f}, {len(runs)} runs)" if len(runs) > 1 else ""
         out.append(f"| {r['task']} | {r['epochs']} | {r['batch']} | {target} | {f(r['noise_multiplier'], 3)} | "
-                   f"{f(r['epsilon'], 2)} | {r['test_accuracy']:.4f} |")
+                   f"{f(r['epsilon'], 2)} | {r['test_accuracy']:.4f}{spread} |")
     out.append("")
     out.append(f"| model | step (batch {c['step_batch']}, {c['timed_steps']} timed steps) | ms per step | x the ordinary step |")
     out.append("|---|---|---|---|")
