@@ -40,7 +40,7 @@ def test_the_given_link_adds_to_what_loopback_costs_and_replaces_a_faster_measur
 def test_int8_travels_by_allgather_at_a_quarter_of_the_bytes():
     p = probe(latency_seconds=0.0, weight_bytes=9_100_000, weight_tensors=100)
     link = pm.link_of(p, mbit=10)
-    int8_bytes = 2_275_000 + 4 * (2_275_000 // 256 + 100)  # a byte per weight, a float32 scale per block of 256
+    int8_bytes = 2_275_000 + 4 * -(-2_275_000 // 256)  # a byte per weight, a float32 scale per block of 256
     assert pm.sync_bytes(p, "int8") == int8_bytes
     assert pm.sync_seconds(p, link, 2, "int8") == pytest.approx(int8_bytes * 8 / 1e7)  # ~1.8 s
     assert pm.sync_seconds(p, link, 2, "float16") == pytest.approx(9_100_000 / 2 * 8 / 1e7)

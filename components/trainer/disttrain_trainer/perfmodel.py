@@ -42,8 +42,8 @@ Seconds per epoch:
                    the metrics per epoch; a model with an embedding runs one step per call)
   localsgd         S_N * t_N + (syncs per run / epochs) * (sync + alpha)
                    sync: all-reduce of B at the wire's bytes per weight (float32 4, float16 2), or, for
-                   int8, all-gather of B / 4 plus a float32 scale per block of 256 weights (and per tensor
-                   for its last, partial block); syncs per run = every H
+                   int8, all-gather of B / 4 plus a float32 scale per block of 256 weights (all the
+                   weights as one vector); syncs per run = every H
                    steps and one at the end: ceil(S_N * epochs / H). The outer optimizer (DiLoCo's
                    Nesterov step) is a few passes over the weights per sync: not counted
   parameterserver  max(S_P * (t_N + 2 (alpha + B_g * per_byte)) , S * N * 2 B_g * per_byte)
@@ -158,12 +158,12 @@ def allgather_seconds(nbytes, workers, link):
 
 def sync_bytes(probe, dtype):
     """Bytes per worker of one localsgd sync in `dtype` (int8: one byte per weight plus a float32
-    scale per block of INT8_BLOCK weights, one more partial block per tensor at most)."""
+    scale per block of INT8_BLOCK weights; every weight's change travels as one vector)."""
     if dtype not in WIRE_BYTES:
         raise ModelError(f"unknown wire dtype {dtype!r} (choose from {', '.join(WIRE_BYTES)})")
     if dtype == "int8":
         weights = probe.weight_bytes // 4
-        return weights + 4 * (weights // INT8_BLOCK + probe.weight_tensors)
+        return weights + 4 * -(-weights // INT8_BLOCK)
     return probe.weight_bytes * WIRE_BYTES[dtype] // 4
 
 
