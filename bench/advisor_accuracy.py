@@ -31,7 +31,8 @@ from common import BIN, RESULTS, machine_facts
 from disttrain_contract import atomic_write_json
 from disttrain_trainer import perfmodel
 
-# task name in the results -> (copier source, trainer flags). --task adds or replaces one.
+# task name in the results -> (copier source, trainer flags). --task adds or replaces one; the time-to-accuracy
+# benchmark's own tasks (time_to_accuracy.TASKS) need neither: their data is made as the benchmark makes it.
 TASKS = {
     "movie-reviews": ("sample:movie-reviews", []),
     "text": ("sample:movie-reviews", []),
@@ -141,7 +142,9 @@ def main():
             sys.exit(f"error: --probe {spec!r}: expected NAME=PATH of an existing file")
         probes[name] = os.path.abspath(path)
     rows = read_rows(args.results)
-    unknown = sorted({r["task"] for r in rows} - set(tasks) - set(probes))
+    import time_to_accuracy
+
+    unknown = sorted({r["task"] for r in rows} - set(tasks) - set(probes) - set(time_to_accuracy.TASKS))
     if unknown:
         sys.exit(f"error: no copier source for task(s) {', '.join(unknown)}: give --task NAME=SOURCE [FLAGS]")
 
@@ -155,13 +158,19 @@ def main():
             if task in probes:
                 print(f"== {task}: the probe of {probe_path}", flush=True)
             else:
-                source, flags = tasks[task]
+                if task in tasks:
+                    source, flags = tasks[task]
+                    copier_args = ["--source", source]
+                else:  # the benchmark's own task: its data made as the benchmark makes it (augmented digits' npz)
+                    copier_args = [*time_to_accuracy.task_source(scratch, task, time_to_accuracy.TASKS[task]),
+                                   "--seed", str(time_to_accuracy.COPIER_SEED)]
+                    flags = []  # (the model's flags come from the rows' options)
                 workdir = os.path.join(scratch, task)
-                copier = subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "2",
+                copier = subprocess.run([os.path.join(BIN, "disttrain-copier"), *copier_args, "--n-shards", "2",
                                          "--workdir", workdir], capture_output=True, text=True)
                 if copier.returncode != 0:
-                    sys.exit(f"error: the copier failed on {source}: {copier.stderr.strip()[-500:]}")
-                print(f"== {task}: probing ({source} {' '.join(flags)}) ...", flush=True)
+                    sys.exit(f"error: the copier failed on {' '.join(copier_args)}: {copier.stderr.strip()[-500:]}")
+                print(f"== {task}: probing ({' '.join(copier_args)} {' '.join(flags)}) ...", flush=True)
                 advise(["--workdir", workdir, "--json", probe_path, "--budget-seconds", f"{args.budget_seconds:g}",
                         "--epochs", str(epochs), *flags, *flag_args(single.get("options") or {})], [],
                        timeout=args.budget_seconds + 60)
