@@ -188,3 +188,16 @@ def test_the_ceiling_is_each_of_two_whole_data_runs_at_the_pairs_step_time():
     assert 2 * single / pm.ceiling_seconds_per_epoch(p) == pytest.approx(2 * 0.005 / 0.008)  # 1.25x at most
     average = pm.predict(p, pm.link_of(p), "average", 2).seconds_per_epoch
     assert average == pytest.approx(pm.ceiling_seconds_per_epoch(p) / 2)
+
+
+def test_a_batch_norm_model_is_never_advised_to_average_rarely():
+    # compute-bound, fast link: one average at the end is the fastest prediction; with batch norm it is a measured risk
+    plain, bn = probe(step_seconds_pair=0.005), probe(step_seconds_pair=0.005, batch_norm=True)
+    link = pm.link_of(plain)
+    assert pm.recommend(pm.predict_all(plain, link, [1, 2], 5)).strategy == "average"
+    advice = pm.recommend(pm.predict_all(bn, link, [1, 2], 5))
+    assert advice.strategy == "localsgd" and advice.options["sync_every"] <= pm.PLAIN_SYNC_RISK
+    assert pm.predict(bn, link, "average", 2).accuracy_risk and "batch-norm" in pm.predict(bn, link, "average", 2).note
+    outer = {"sync_every": 512, "allreduce_dtype": "int8", "outer_optimizer": "nesterov"}
+    assert pm.predict(bn, link, "localsgd", 2, outer).accuracy_risk
+    assert not pm.predict(plain, link, "localsgd", 2, outer).accuracy_risk  # without batch norm: DiLoCo's long H is fine

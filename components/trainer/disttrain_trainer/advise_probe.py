@@ -93,7 +93,10 @@ def run(args, data_dir, index, addresses, launched, deadline):
         return max(0.2, min(most, (deadline - time.time()) * fraction))
 
     barrier()
-    result = {"startup_seconds": ready - launched, "join_seconds": joined, "views": task.views}
+    from disttrain_trainer.models import find_layer
+
+    result = {"startup_seconds": ready - launched, "join_seconds": joined, "views": task.views,
+              "batch_norm": find_layer(model, keras.layers.BatchNormalization) is not None}
     wall, cpu = time.perf_counter(), time.process_time()
     if index == 0:
         result["step_seconds_alone"] = time_steps(train_call, iterator, args.steps_per_call, one, share(0.2, 5.0))

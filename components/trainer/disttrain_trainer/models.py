@@ -94,3 +94,14 @@ def build_face_model(height, width, channels, embedding_size=64):
     x = keras.layers.Dense(embedding_size, name="embedding")(x)
     outputs = keras.layers.UnitNormalization(name="l2_normalise")(x)
     return keras.Model(inputs, outputs, name="face_embedding")
+
+
+def find_layer(model, kind):
+    """The first layer of class `kind` in the model or in a model nested in it, or None."""
+    layers = list(model.layers)
+    while layers:
+        layer = layers.pop()
+        if isinstance(layer, kind):
+            return layer
+        layers.extend(getattr(layer, "layers", []))
+    return None

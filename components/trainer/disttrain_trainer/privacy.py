@@ -225,15 +225,14 @@ def refusal(task_name, model):
         return ("differential privacy does not support the faces task: its triplet loss mines negatives within the "
                 "batch, so one example's loss depends on the others and clipping each example's gradient does not "
                 "bound one person's influence")
-    layers = list(model.layers)
-    while layers:
-        layer = layers.pop()
-        if isinstance(layer, keras.layers.BatchNormalization):
-            return (f"differential privacy does not support the model's batch normalisation (layer {layer.name!r}): "
-                    "it normalises each example by statistics of the whole batch, so one example's gradient depends on "
-                    "the others and per-example clipping does not bound its influence; use a model without it "
-                    "(e.g. --model cnn, or layer or group normalisation in your own)")
-        layers.extend(getattr(layer, "layers", []))
+    from disttrain_trainer.models import find_layer
+
+    layer = find_layer(model, keras.layers.BatchNormalization)
+    if layer is not None:
+        return (f"differential privacy does not support the model's batch normalisation (layer {layer.name!r}): "
+                "it normalises each example by statistics of the whole batch, so one example's gradient depends on "
+                "the others and per-example clipping does not bound its influence; use a model without it "
+                "(e.g. --model cnn, or layer or group normalisation in your own)")
     return None
 
 

@@ -70,13 +70,9 @@ def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradien
 
 def has_sparse_gradients(model):
     """An Embedding layer's gradient is a tf.IndexedSlices (only the looked-up rows)."""
-    layers = list(model.layers)
-    while layers:
-        layer = layers.pop()
-        if isinstance(layer, keras.layers.Embedding):
-            return True
-        layers.extend(getattr(layer, "layers", []))
-    return False
+    from disttrain_trainer.models import find_layer
+
+    return find_layer(model, keras.layers.Embedding) is not None
 
 
 def skip_keras_gradient_allreduce(optimizer):
