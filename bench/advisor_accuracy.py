@@ -100,15 +100,29 @@ def predicted_row(probe, link, row, epochs, target):
         return None, str(err)
 
 
+def configuration(strategy, options):
+    """What makes two runs of a strategy the same configuration: localsgd's H, wire and outer optimizer (the
+    trainer's defaults filled in), multiworker's wire."""
+    if strategy == "localsgd":
+        return (strategy, options.get("sync_every") or perfmodel.DEFAULT_SYNC_EVERY,
+                options.get("allreduce_dtype") or "float32", options.get("outer_optimizer") or "none")
+    if strategy == "multiworker":
+        return (strategy, options.get("allreduce_dtype") or "float32")
+    return (strategy,)
+
+
 def check_group(rows, recommendation):
     """(the fastest measured strategy row, the best measured row of the recommended strategy, verdict)."""
     reached = [r for r in rows if r.get("reached") and r["strategy"] != "ceiling" and r.get("time_to_target_seconds")]
     if not reached:
         return None, None, "no row reached the target"
     fastest = min(reached, key=lambda r: r["time_to_target_seconds"])
-    same = [r for r in reached if r["strategy"] == recommendation["strategy"] and int(r["workers"]) == recommendation["workers"]]
+    wanted = configuration(recommendation["strategy"], recommendation.get("options") or {})
+    same = [r for r in reached if configuration(r["strategy"], r.get("options") or {}) == wanted
+            and int(r["workers"]) == recommendation["workers"]]
     if not same:
-        return fastest, None, f"{recommendation['strategy']} with {recommendation['workers']} worker(s) was not measured"
+        return fastest, None, (f"{recommendation.get('label') or recommendation['strategy']} with "
+                               f"{recommendation['workers']} worker(s) was not measured (or did not reach the target)")
     best = min(same, key=lambda r: r["time_to_target_seconds"])
     ratio = best["time_to_target_seconds"] / fastest["time_to_target_seconds"]
     verdict = "fastest" if best is fastest else (f"within {100 * (ratio - 1):.1f} % of the fastest" if ratio <= 1 + WITHIN
