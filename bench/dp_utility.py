@@ -28,7 +28,7 @@ import os
 import sys
 import time
 
-from common import BENCH, QUICK, Bench, command_line, tmpdir
+from common import BENCH, QUICK, RESULTS, Bench, command_line, tmpdir
 
 TASKS = [{"source": "sample:digits", "epochs": 20, "batch": 32, "name": "digits"},
          # private text needs larger batches and more epochs (docs/privacy.md): every row takes the same
@@ -228,7 +228,7 @@ def main(args):
     with Bench("dp_utility", config) as bench:
         stored = None
         if args.utility_only:
-            with open(os.path.join(BENCH, "results", "dp_utility.json")) as fh:
+            with open(os.path.join(RESULTS, "dp_utility.json")) as fh:
                 stored = json.load(fh)["results"]["step_time"]
         bench.results = {"step_time": stored or step_times(),
                          "utility": utility(base, args.strategy, args.learning_rate, args.repeats)}

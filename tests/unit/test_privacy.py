@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from dp_accounting.rdp import RdpAccountant
 
+from disttrain_contract.privacy import delta_problem
 from disttrain_trainer import privacy
 from disttrain_trainer.main import parse_args
 
@@ -41,8 +42,8 @@ def test_privacy_flags_parse_for_the_supported_strategies():
 
 
 def test_delta_must_be_below_one_over_n():
-    assert privacy.check_delta(1e-3, 1000) is not None and "below 1/n" in privacy.check_delta(1e-3, 1000)
-    assert privacy.check_delta(1e-4, 1000) is None
+    assert delta_problem("--dp-delta 0.001", 1e-3, 1000) is not None and "below 1/n" in delta_problem("--dp-delta 0.001", 1e-3, 1000)
+    assert delta_problem("--dp-delta 0.0001", 1e-4, 1000) is None
 
 
 @pytest.mark.parametrize("sigma, q, steps, delta", [(1.1, 256 / 60000, 14062, 1e-5), (0.8, 0.05, 300, 1e-6),

@@ -39,6 +39,7 @@ import numpy as np
 
 from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, objectstore, run_cli, sha256_file, write_marker
 from disttrain_contract.manifest import VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
+from disttrain_contract.privacy import delta_problem
 from disttrain_contract.tasks import task_of
 from disttrain_copier import private_vocab
 from disttrain_copier.sources import open_source
@@ -343,7 +344,8 @@ def _copy(args, schema, dataset, out_dir):
 
 def private_vocabulary(selection, weights, max_tokens, training_examples):
     """The tokens the private selection releases; δ >= 1/n or nothing released is an error (nothing published)."""
-    problem = private_vocab.check_delta(selection.delta, training_examples)
+    # (at δ >= 1/n, releasing one example's words outright would meet the "guarantee")
+    problem = delta_problem(f"--dp-vocab-delta {selection.delta:g}", selection.delta, training_examples)
     if problem:
         raise ContractError(problem)
     tokens = selection.select(weights, max_tokens)

@@ -99,14 +99,6 @@ def check(args, error):
         error(f"--dp-vocab-max-tokens-per-example must be a positive integer, got {k}")
 
 
-def check_delta(delta, training_examples):
-    """At δ >= 1/n, releasing one example's words outright would meet the "guarantee"."""
-    if delta >= 1 / training_examples:
-        return (f"--dp-vocab-delta {delta:g} must be below 1/n = {1 / training_examples:.3g} "
-                f"(n = {training_examples} training examples); 1/(10 n) or smaller is usual")
-    return None
-
-
 def noise_stddev(epsilon, delta):
     """σ of the Gaussian mechanism of L2 sensitivity 1 that is (ε, δ)-DP (dp-accounting's analytic calibration)."""
     import dp_accounting

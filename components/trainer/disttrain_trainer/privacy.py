@@ -31,6 +31,8 @@ Otherwise the vocabulary is not covered, the report says so, and the trainer war
 import math
 import sys
 
+from disttrain_contract.privacy import delta_problem
+
 MECHANISM = "DP-SGD (per-example clipping, Gaussian noise, Poisson sampling)"
 ACCOUNTANT = "RDP"  # dp_accounting.rdp.RdpAccountant
 NEIGHBOURING = "add or remove one example"
@@ -96,14 +98,6 @@ def check(args, error):
             error(f"{flag} must be a positive number, got {value}")
     if args.strategy not in SUPPORTED_STRATEGIES:
         error(PARAMETERSERVER_REASON)
-
-
-def check_delta(delta, training_examples):
-    """δ is the chance the guarantee fails outright; at 1/n or above, publishing one example whole meets it."""
-    if delta >= 1 / training_examples:
-        return (f"--dp-delta {delta:g} must be below 1/n = {1 / training_examples:.3g} "
-                f"(n = {training_examples} training examples); 1/(10 n) or smaller is usual")
-    return None
 
 
 def sampling_probability(batch, epoch_examples):
@@ -244,16 +238,16 @@ class Plan:
                  steps_per_epoch, vocabulary=None):
         from disttrain_contract.errors import ContractError
 
-        problem = check_delta(args.dp_delta, training_examples)
-        private_vocab = private_vocabulary(vocabulary) if vocabulary is not None else None
-        if not problem and private_vocab is not None and \
-                args.dp_delta + private_vocab["delta"] >= 1 / training_examples:  # their sum is what holds
-            problem = (f"--dp-delta {args.dp_delta:g} plus the private vocabulary's δ {private_vocab['delta']:g} must be "
-                       f"below 1/n = {1 / training_examples:.3g} (n = {training_examples} training examples)")
+        private_vocab = private_vocabulary(vocabulary)
+        # with a private vocabulary the run's δ is the sum of both, and that sum is what must stay below 1/n
+        problem = delta_problem(f"--dp-delta {args.dp_delta:g}", args.dp_delta, training_examples)
+        if not problem and private_vocab is not None:
+            problem = delta_problem(f"--dp-delta {args.dp_delta:g} plus the private vocabulary's δ {private_vocab['delta']:g}",
+                                    args.dp_delta + private_vocab["delta"], training_examples)
         if problem:
             raise ContractError(problem)
         self.vocabulary = vocabulary  # the manifest's vocab record (text), or None
-        if vocabulary is not None and private_vocabulary(vocabulary) is None:
+        if vocabulary is not None and private_vocab is None:
             print(f"trainer: {VOCABULARY_WARNING}", file=sys.stderr, flush=True)
         self.args, self.strategy, self.workers = args, strategy, workers
         self.training_examples, self.epoch_examples = training_examples, epoch_examples
