@@ -2,9 +2,9 @@
 
 The uploader is the small entry point of disttrain_aggregator.publish (FINAL_DIR s3://...), re-publishing
 one real run's final directory: the protocol is the aggregator's, without a TensorFlow process per
-attempt. It prints a line per object it wrote; the schedule kills it right after its k-th line
-(k cycling over every step of a whole publish, and a few milliseconds after it on every other
-attempt, so some kills land inside a request). A reader thread lists the prefix as TF Serving's poll
+attempt. It prints a line per object it wrote and waits for the test's go-ahead; the schedule kills it
+right after its k-th line (k cycling over every step of a whole publish), or on every other attempt a
+few milliseconds after letting it go on, so some kills land inside a request. A reader thread lists the prefix as TF Serving's poll
 and KServe's storage initializer do, reads latest.json and each release's RELEASE.json, and records
 every partial version it ever sees. Then one whole publish must remove what the 20 left and pick a
 number above every number any of them used."""
@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import threading
 import time
 
@@ -72,20 +73,48 @@ class Reader(threading.Thread):
             self.violations.append(bad)
 
 
+# The uploader under a kill schedule waits for the test's go-ahead after each line: without it, a
+# child that runs ahead of the test's reads (the reader thread holds the GIL) finishes before its kill.
+STEPPED_PUBLISH = [sys.executable, "-c", """
+import sys
+from disttrain_aggregator import publish
+def say(line):
+    print(line, flush=True)
+    sys.stdin.readline()
+publish.probe(sys.argv[2])
+publish.publish_final_dir(sys.argv[1], sys.argv[2], say=say)
+"""]
+
+
 def publish(final_dir, url, env, kill_after=None, delay_ms=0):
-    """Run the uploader; with kill_after, SIGKILL it right after its kill_after-th "publish:" line.
-    Returns (returncode, its lines)."""
-    proc = subprocess.Popen([*PUBLISH, final_dir, url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env=env)
+    """Run the uploader; with kill_after, SIGKILL it delay_ms after letting it go on past its
+    kill_after-th "publish:" line (it cannot pass the next one before the kill). Returns (returncode, its lines)."""
+    if kill_after is None:
+        proc = subprocess.run([*PUBLISH, final_dir, url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, env=env, timeout=120)
+        return proc.returncode, proc.stdout.splitlines()
+    proc = subprocess.Popen([*STEPPED_PUBLISH, final_dir, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, env=env)
     lines = []
     for line in proc.stdout:
         lines.append(line.rstrip("\n"))
-        if kill_after is not None and sum(x.startswith("publish:") for x in lines) >= kill_after:
-            time.sleep(delay_ms / 1000)
-            os.kill(proc.pid, signal.SIGKILL)
-            break
+        if line.startswith("publish:"):
+            last = sum(x.startswith("publish:") for x in lines) >= kill_after
+            # past the switch (latest.json) only retention is left, which may not print: the kill lands
+            # before it, with no go-ahead, so it cannot come after the uploader has exited
+            if last and (delay_ms == 0 or "latest.json" in line):
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+            proc.stdin.write("\n")
+            proc.stdin.flush()
+            if last:
+                time.sleep(delay_ms / 1000)  # the kill lands inside the next step, or right after its line
+                os.kill(proc.pid, signal.SIGKILL)
+                break
     proc.stdout.close()
-    return proc.wait(timeout=120), lines
+    status = proc.wait(timeout=120)
+    proc.stdin.close()
+    return status, lines
 
 
 def numbers_in(lines):
@@ -116,7 +145,7 @@ def test_kill_9_mid_upload_never_shows_a_partial_version(object_store, tmp_path_
             for attempt in range(ATTEMPTS):
                 k = 1 + (attempt * 7) % steps  # 7 is prime to the step count: every step is a kill point
                 status, lines = publish(final_dir, url, env, kill_after=k, delay_ms=DELAYS_MS[attempt % len(DELAYS_MS)])
-                killed.append(status == -signal.SIGKILL)
+                killed.append(status == -signal.SIGKILL or (status, lines[-3:]))
                 used.append(numbers_in(lines))
             # what a kill in the probe and one inside a multipart upload (a file past s3fs's chunk size) leave
             objectstore.write_bytes(f"{url}/.publish/probe-killed", b"probe\n")
@@ -135,7 +164,7 @@ def test_kill_9_mid_upload_never_shows_a_partial_version(object_store, tmp_path_
         latest = json.loads(objectstore.read_bytes(f"{url}/latest.json"))
         pending = objectstore.filesystem().call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads") or []
 
-    assert all(killed), f"these attempts finished before their kill: {[i for i, k in enumerate(killed) if not k]}"
+    assert all(k is True for k in killed), f"attempts not ended by their kill: {[(i, k) for i, k in enumerate(killed) if k is not True]}"
     assert reader.listings > ATTEMPTS and not reader.violations, reader.violations[:5]
     # each interrupted publish took a number no earlier one had used
     firsts = [min(n) for n in used if n]
@@ -149,7 +178,7 @@ def test_kill_9_mid_upload_never_shows_a_partial_version(object_store, tmp_path_
     assert other == ["latest.json"], other  # the probe object is gone
     assert not pending and any("aborted 1 incomplete multipart upload" in line for line in lines), (pending, lines)
     assert len(versions) == 2 and max(versions) == latest["version"]
-    measure(kills=sum(killed), steps_per_publish=steps, listings=reader.listings, partial_versions_seen=0,
+    measure(kills=len(killed), steps_per_publish=steps, listings=reader.listings, partial_versions_seen=0,
             folders_without_saved_model_pb_seen=reader.incomplete_seen,
             left_before_cleanup={"folders_without_saved_model_pb": sum("saved_model.pb" not in f for f in versions_before.values()),
                                  "releases_without_manifest": sum("RELEASE.json" not in f for f in releases_before.values()),
