@@ -1,7 +1,8 @@
 """kill -9 in a DiLoCo run (localsgd, Nesterov outer step, int8 wire with error feedback): the outer
 momentum and the wire's residual are checkpointed with the weights, and the restarted group goes on
 exactly as an undisturbed run does: with one thread, the same final weights bit for bit, and the same
-outer state in the last checkpoints."""
+outer state in the last checkpoints. Also with batch normalization (MobileNetV2), whose statistics each
+sync re-estimates from a few batches of each worker's shard."""
 
 import json
 import shutil
@@ -20,10 +21,14 @@ EPOCHS = 4
 OUTER_STATE = ("anchors", "outer_momenta", "wire_residuals")
 
 
-def start_pair(work, label):
+# the digits CNN at batch 8: 90 steps an epoch, 18 syncs; MobileNetV2 (batch norm) at batch 32: 23 steps, 4 syncs
+MODELS = {"cnn": ["--batch", 8], "mobilenetv2": ["--batch", 32, "--model", "mobilenetv2", "--image-size", 32]}
+
+
+def start_pair(work, label, model_args):
     port = free_port_block(2)
-    # batch 8: 90 steps an epoch, 18 syncs; one thread: the same arithmetic in the same order on every run
-    args = ["--workdir", work, "--epochs", EPOCHS, "--batch", 8, "--strategy", "localsgd", "--sync-every", 5,
+    # one thread: the same arithmetic in the same order on every run
+    args = ["--workdir", work, "--epochs", EPOCHS, *model_args, "--strategy", "localsgd", "--sync-every", 5,
             "--outer-optimizer", "nesterov", "--allreduce-dtype", "int8", "--threads", 1, "--port", port]
     return [start_stage("trainer", *args, "--worker-index", i, log=work / f"w{i}-{label}.log") for i in range(2)]
 
@@ -40,16 +45,17 @@ def outer_state(work, worker):
             if key.startswith(OUTER_STATE) and key.endswith("VARIABLE_VALUE")}
 
 
-def test_the_outer_state_resumes_bit_exact_after_kill_9(tmp_path):
+@pytest.mark.parametrize("model", MODELS)
+def test_the_outer_state_resumes_bit_exact_after_kill_9(tmp_path, model):
     stage("copier", "--source", "sample:digits", "--n-shards", 2, "--workdir", tmp_path / "source")
     runs = {name: tmp_path / name for name in ("undisturbed", "resumed")}
     for work in runs.values():
         shutil.copytree(tmp_path / "source" / "data", work / "data")
 
-    finish(runs["undisturbed"], start_pair(runs["undisturbed"], "first"), "first")
+    finish(runs["undisturbed"], start_pair(runs["undisturbed"], "first", MODELS[model]), "first")
 
     work = runs["resumed"]
-    group = start_pair(work, "first")
+    group = start_pair(work, "first", MODELS[model])
     deadline = time.monotonic() + 300
     while latest_saved_epoch(work / "train" / "worker-00001" / "checkpoints") < 1:  # an epoch lasts about a second
         assert time.monotonic() < deadline and group[1].poll() is None, "worker 1 never saved its first epoch"
@@ -60,7 +66,7 @@ def test_the_outer_state_resumes_bit_exact_after_kill_9(tmp_path):
     assert group[0].wait(timeout=300) != 0  # the survivor fails at its next sync
     common = min(latest_saved_epoch(work / "train" / f"worker-{i:05d}" / "checkpoints") for i in range(2))
     assert 1 <= common < EPOCHS
-    finish(work, start_pair(work, "second"), "second")
+    finish(work, start_pair(work, "second", MODELS[model]), "second")
     for i in range(2):
         assert f"after epoch {common}" in open(work / f"w{i}-second.log").read()
 

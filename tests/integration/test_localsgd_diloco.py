@@ -64,3 +64,22 @@ def test_diloco_workers_hold_identical_weights_after_every_sync(tmp_path, source
         parameters = read_report(tmp_path / "final")["training_parameters"]
         assert {k: parameters[k] for k in ("sync_every", "outer_optimizer", "outer_lr", "outer_momentum", "allreduce_dtype")} == {
             "sync_every": 5, "outer_optimizer": "nesterov", "outer_lr": 0.7, "outer_momentum": 0.9, "allreduce_dtype": "int8"}
+
+
+@pytest.mark.long
+def test_batch_norm_statistics_are_re_estimated_after_each_sync(tmp_path):
+    # MobileNetV2 (batch norm), H = the 23 steps of an epoch: every evaluation is of a sync's weights. The
+    # statistics averaged across workers do not fit them; re-estimated after the sync, they do.
+    image = ["--model", "mobilenetv2", "--image-size", 32, "--sync-every", 23, "--outer-optimizer", "nesterov",
+             "--allreduce-dtype", "int8"]
+    refreshed = train_pair(tmp_path / "refreshed", "sample:digits", *image)
+    averaged = train_pair(tmp_path / "averaged", "sample:digits", *image, "--sync-batch-norm-batches", 0)
+    (metrics0, marker0), (metrics1, marker1) = refreshed
+    assert [m["last_sync_step"] for m in metrics0] == [23, 46]  # each epoch ends with a sync
+    assert [m["synced_weights_checksum"] for m in metrics0] == [m["synced_weights_checksum"] for m in metrics1]
+    assert marker0["final_weights_sha256"] == marker1["final_weights_sha256"]
+    with_refresh = [m["test_accuracy"] for m in metrics0]
+    without = [m["test_accuracy"] for m in averaged[0][0]]
+    assert with_refresh[-1] > 0.5 and all(a > b + 0.2 for a, b in zip(with_refresh, without)), (with_refresh, without)
+    parameters = json.load(open(tmp_path / "refreshed" / "train" / "worker-00000" / "checkpoints" / "run.json"))
+    assert parameters["sync_batch_norm_batches"] == 8

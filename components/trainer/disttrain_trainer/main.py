@@ -267,6 +267,7 @@ def main(argv=None):
     inference = compiled(published)  # the held-out evaluation, every epoch
     init_sha = weights_fingerprint(model.get_weights())
     strategy.bind(model)
+    strategy.bind_data(lambda: dataset_fn(None))  # (called only by a strategy that reads it: no extra dataset otherwise)
 
     # ------------------------------------------------- checkpoints and resume
     read_dir, write_dir = strategy.checkpoint_dirs(worker_dir, workdir.worker(0, train_dir))

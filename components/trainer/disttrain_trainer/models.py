@@ -98,10 +98,15 @@ def build_face_model(height, width, channels, embedding_size=64):
 
 def find_layer(model, kind):
     """The first layer of class `kind` in the model or in a model nested in it, or None."""
-    layers = list(model.layers)
+    return next(iter(find_layers(model, kind)), None)
+
+
+def find_layers(model, kind):
+    """Every layer of class `kind` in the model and in the models nested in it."""
+    found, layers = [], list(model.layers)
     while layers:
         layer = layers.pop()
         if isinstance(layer, kind):
-            return layer
+            found.append(layer)
         layers.extend(getattr(layer, "layers", []))
-    return None
+    return found

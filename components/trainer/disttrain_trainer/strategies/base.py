@@ -90,6 +90,10 @@ class Base:
     def bind(self, model):
         """Called once the model exists (before any checkpoint is restored)."""
 
+    def bind_data(self, batches):
+        """Called once after bind: `batches()` makes this worker's training stream from its start (a
+        tf.data Dataset of (inputs, labels) batches, in the order every run takes them)."""
+
     def before_training(self, step):
         """Called once on every worker, after any checkpoint is restored and before the first
         step; `step` is where the run (re)starts."""

@@ -28,6 +28,8 @@ LOSSY_WIRES = ("float16", "int8")  # localsgd keeps what they round off for the 
 DEFAULT_SYNC_EVERY = 32  # chosen by measurement: bench/README.md, "local SGD: choosing H"
 OUTER_OPTIMIZERS = ("none", "nesterov")
 DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM = 0.7, 0.9  # DiLoCo's (Douillard et al. 2023)
+# batches of a worker's shard that re-estimate the batch-norm statistics after a sync (localsgd.py)
+DEFAULT_SYNC_BATCH_NORM_BATCHES = 8
 SERVE_TIMEOUT = 7 * 24 * 3600.0  # a parameter-server task serves this long for the chief's marker by default
 
 
@@ -169,11 +171,19 @@ class LocalSGD(AllReduce):
         group.add_argument("--outer-momentum", type=float, default=None,
                            help=f"localsgd --outer-optimizer nesterov: the outer momentum (>= 0 and < 1, default "
                                 f"{DEFAULT_OUTER_MOMENTUM})")
+        group.add_argument("--sync-batch-norm-batches", type=int, default=None, metavar="N",
+                           help="localsgd, a model with batch normalization: after each sync, re-estimate its moving "
+                                "statistics for the synced weights from N batches of the worker's shard (forward passes "
+                                "in training mode, the mean of their batch statistics, averaged over the workers): "
+                                "statistics averaged across workers do not fit weights averaged or moved by the outer "
+                                f"optimizer. 0: keep the averaged statistics (default {DEFAULT_SYNC_BATCH_NORM_BATCHES})")
 
     @classmethod
     def check(cls, args, error):
         if args.sync_every is not None and args.sync_every < 1:
             error("--sync-every must be >= 1")
+        if args.sync_batch_norm_batches is not None and args.sync_batch_norm_batches < 0:
+            error("--sync-batch-norm-batches must be >= 0")
         if args.outer_lr is not None and not args.outer_lr > 0:  # (also refuses nan)
             error("--outer-lr must be > 0")
         if args.outer_momentum is not None and not 0 <= args.outer_momentum < 1:
@@ -185,6 +195,8 @@ class LocalSGD(AllReduce):
             return f"--sync-every applies to --strategy localsgd, not {strategy}"
         if (args.outer_optimizer, args.outer_lr, args.outer_momentum) != (None, None, None):
             return f"--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not {strategy}"
+        if args.sync_batch_norm_batches is not None:
+            return f"--sync-batch-norm-batches applies to --strategy localsgd, not {strategy}"
         if args.allreduce_dtype == "int8":
             return (f"--allreduce-dtype int8 applies to --strategy localsgd, not {strategy} (TensorFlow's all-reduce "
                     "refuses int8; use float16)")
@@ -199,6 +211,8 @@ class LocalSGD(AllReduce):
             error("--outer-lr and --outer-momentum apply to --outer-optimizer nesterov, not none")
         args.outer_lr = DEFAULT_OUTER_LR if args.outer_lr is None else args.outer_lr
         args.outer_momentum = DEFAULT_OUTER_MOMENTUM if args.outer_momentum is None else args.outer_momentum
+        if args.sync_batch_norm_batches is None:
+            args.sync_batch_norm_batches = DEFAULT_SYNC_BATCH_NORM_BATCHES
 
     def model_meta(self, args):
         """H, and what differs from plain averaging over a float32 wire (a default run records what it did)."""
