@@ -12,8 +12,7 @@ strategy to the target, or within 5 % of it. Writes bench/results/advisor_accura
 Which configuration a row is: its strategy, workers and options (sync_every, allreduce_dtype,
 outer_optimizer), predicted with disttrain_trainer.perfmodel; "ceiling" (two 1-worker runs on the whole data
 at once, that never talk) by perfmodel.ceiling_seconds_per_epoch, and never recommended. The epochs to the target given to the advisor are those of
-the group's 1-worker row: the fraction of its run at which it reached the target (time to target / wall
-time) times its epochs.
+the group's 1-worker row: the first epoch at which its held-out curve reached the target.
 
 Run it on the host and in the same sitting as the benchmark it checks (the probe measures this host).
 """
@@ -73,9 +72,19 @@ def flag_args(options):
 
 
 def epochs_to_target(rows):
-    """The group's 1-worker epochs to the target, or None when it did not reach it."""
+    """The group's 1-worker epochs to the target, or None when it did not reach it: the first epoch its
+    held-out curve ([seconds, epoch, value] per evaluation) reached the target at; a row without a curve,
+    the fraction of its run at which it reached it (time to target / wall time) times its epochs (that
+    counts the start-up as training: a run that reaches the target at its first evaluation would seem
+    to need several epochs)."""
     single = next((r for r in rows if r["strategy"] == "single" and r.get("reached")), None)
-    if single is None or not single.get("wall_seconds") or not single.get("epochs"):
+    if single is None:
+        return None
+    target = single.get("target")
+    reached = [point[1] for point in single.get("curve") or [] if target is not None and point[2] >= target]
+    if reached:
+        return float(reached[0])
+    if not single.get("wall_seconds") or not single.get("epochs"):
         return None
     return max(single["time_to_target_seconds"] / single["wall_seconds"] * single["epochs"], 0.1)
 

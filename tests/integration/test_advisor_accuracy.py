@@ -25,7 +25,8 @@ def row(link, strategy, workers, seconds_per_epoch, time_to_target, reached=True
 @pytest.fixture
 def results_file(tmp_path):
     rows = [
-        row("loopback", "single", 1, 0.030, 9.0),
+        # (the curve: [seconds, epoch, held-out value] per evaluation)
+        {**row("loopback", "single", 1, 0.030, 9.0), "curve": [[3.0, 1, 0.90], [6.0, 2, 0.94], [9.0, 3, 0.951]]},
         row("loopback", "ceiling", 2, 0.017, 8.0),
         row("loopback", "average", 2, 0.017, 8.1),
         row("loopback", "localsgd", 2, 0.020, 8.3, sync_every=32, outer_optimizer="nesterov", allreduce_dtype="int8"),
@@ -66,8 +67,9 @@ def test_predicted_against_measured_per_row_and_the_advice_per_group(results_fil
     assert rows[("10mbit", "localsgd")]["predicted_seconds_per_epoch"] > rows[("loopback", "localsgd")]["predicted_seconds_per_epoch"]
     groups = {g["link"]: g for g in document["groups"]}
     assert groups["10mbit"]["recommendation"]["strategy"] != "multiworker"
-    # the 1-worker row reached the target 9 s into its 14 s run of 10 epochs
-    assert groups["loopback"]["epochs_to_target"] == pytest.approx(9.0 / 14.0 * 10)
+    # the 1-worker row's curve reached the target at epoch 3; without a curve: 9 s into its 14 s run of 10 epochs
+    assert groups["loopback"]["epochs_to_target"] == 3.0
+    assert groups["10mbit"]["epochs_to_target"] == pytest.approx(9.0 / 14.0 * 10)
     assert document["summary"]["rows"] == 9 and document["summary"]["groups"] == 2
 
 

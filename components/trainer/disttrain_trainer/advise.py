@@ -198,7 +198,8 @@ def probe_of(result, args, manifest, peers):
         train_examples=manifest.train_examples * result.get("views", 1),
         steps_per_call=args.steps_per_call, cores=len(os.sched_getaffinity(0)), one_host=not peers,
         startup_seconds=result["startup_seconds"], join_seconds=result["join_seconds"],
-        eval_seconds=result["eval_seconds"], batch_norm=result.get("batch_norm", False))
+        eval_seconds=result["eval_seconds"], batch_norm=result.get("batch_norm", False),
+        batch_norm_bytes=result.get("batch_norm_bytes", 0))
 
 
 def read_probe(path):

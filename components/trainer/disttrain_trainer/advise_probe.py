@@ -93,10 +93,11 @@ def run(args, data_dir, index, addresses, launched, deadline):
         return max(0.2, min(most, (deadline - time.time()) * fraction))
 
     barrier()
-    from disttrain_trainer.models import find_layer
+    from disttrain_trainer.models import find_layers
 
-    result = {"startup_seconds": ready - launched, "join_seconds": joined, "views": task.views,
-              "batch_norm": find_layer(model, keras.layers.BatchNormalization) is not None}
+    norms = find_layers(model, keras.layers.BatchNormalization)
+    result = {"startup_seconds": ready - launched, "join_seconds": joined, "views": task.views, "batch_norm": bool(norms),
+              "batch_norm_bytes": sum(4 * int(np.prod(v.shape)) for n in norms for v in (n.moving_mean, n.moving_variance))}
     wall, cpu = time.perf_counter(), time.process_time()
     if index == 0:
         result["step_seconds_alone"] = time_steps(train_call, iterator, args.steps_per_call, one, share(0.2, 5.0))
