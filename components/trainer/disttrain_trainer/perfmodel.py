@@ -454,9 +454,8 @@ def reason(choice, predictions, probe, link):
 
 
 def table(predictions, choice=None):
-    """The predictions as a text table, fastest first. An outer optimizer costs what plain averaging costs
-    (the model does not count its update): its rows are left out but for the chosen one."""
-    predictions = [p for p in predictions if p is choice or p.options.get("outer_optimizer", "none") == "none"]
+    """The predictions as a text table, fastest first (DiLoCo's rows too: they cost what plain averaging
+    costs per epoch, but need fewer epochs)."""
     has_target = any(p.time_to_target_seconds is not None for p in predictions)
     head = ["strategy", "workers", "s/epoch", "compute", "comm.", "sync", "epochs" if has_target else "",
             "to target" if has_target else "", "note"]
