@@ -62,16 +62,16 @@ strategy's time to join its peers), where E_s = f_s * E_1, E_1 being one worker'
 the group trains, not epochs (no learning-rate scaling: the trainer uses the same rate at any N):
   f = 1  single; parameterserver (every worker's step updates the one model: S steps per epoch, as
          one worker takes; staleness not counted); localsgd with an outer optimizer (DiLoCo: its
-         outer momentum makes up for the averaging, measured: MobileNetV2 reached the target in as
-         many epochs as one worker, bench/results/time_to_accuracy.json)
+         outer momentum makes up for the averaging; measured below)
   f = N  multiworker (one step of N batches: N times fewer steps per epoch), localsgd averaging
          plainly (averaging N workers' H steps from the same weights moves the model about as far as
          H steps of an N-times larger batch), average (each worker takes S_N steps per epoch)
-Measured against it on 2 workers (MobileNetV2, epochs to 0.975 and to 0.97 over one worker's): multiworker
-2.0x and 2.0x, plain localsgd at H = 32 1.8x and 2.0x, at H = 100 1.6x and 1.0x; DiLoCo at H = 100 1.0x
-and 1.0x with int8, 1.8x and 1.0x with float32 (a curve on its plateau crosses a target late by chance). It errs where the group's batch is small for the model (larger
-batches then lose little) and says nothing about the accuracy a strategy ends at: plain averaging
-rarely on a model with batch normalisation, and one average at the end, carry a note.
+Measured against it on 2 workers (MobileNetV2, epochs to 0.975 and to 0.97 over one worker's,
+bench/results/time_to_accuracy.json): multiworker 2.0x and 2.0x, plain localsgd at H = 32 1.8x and
+2.0x, at H = 100 1.6x and 1.0x; DiLoCo at H = 100 1.0x and 1.0x with int8, 1.8x and 1.0x with float32
+(a curve on its plateau crosses a target late by chance). It errs where the group's batch is small for
+the model (larger batches then lose little) and says nothing about the accuracy a strategy ends at:
+plain averaging rarely, and one average at the end, carry a note.
 DiLoCo is a candidate at H >= DILOCO_MIN_SYNC_EVERY only: its outer learning rate and momentum are
 the paper's for H = 500, and measured at H = 100 and 250; a short H would compound the momentum on
 top of the inner optimizer's every few steps.
@@ -302,12 +302,18 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     if not isinstance(every, int) or every < 1:
         raise ModelError(f"sync_every must be an integer >= 1, got {every!r}")
     one = sync_seconds(probe, link, workers, options.get("allreduce_dtype", "float32")) + link.latency_seconds
-    refresh = options.get("sync_batch_norm_batches", REFRESH_BATCHES)
-    if probe.batch_norm and refresh:
+    refresh = refresh_batches(probe, options)
+    if refresh:
         one += refresh * FORWARD_SHARE * t + allreduce_seconds(probe.batch_norm_bytes, workers, link)
     syncs = math.ceil(steps * epochs / every)  # every H steps, and one at the end
     comm = syncs * one / epochs
     return compute + comm, compute, comm, one
+
+
+def refresh_batches(probe, options):
+    """The batches that re-estimate the batch-norm statistics after each localsgd sync (0: none, or no
+    batch normalisation)."""
+    return options.get("sync_batch_norm_batches", REFRESH_BATCHES) if probe.batch_norm else 0
 
 
 def convergence_factor(strategy, workers, options=None):
@@ -336,7 +342,7 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
     rare = (options.get("sync_every") or DEFAULT_SYNC_EVERY) > PLAIN_SYNC_RISK
     if strategy == "localsgd" and (options.get("outer_optimizer") or "none") == "none" and rare:
         note, risk = "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov", True
-    elif strategy == "localsgd" and rare and probe.batch_norm and not options.get("sync_batch_norm_batches", REFRESH_BATCHES):
+    elif strategy == "localsgd" and rare and probe.batch_norm and not refresh_batches(probe, options):
         note, risk = ("with batch normalisation and --sync-batch-norm-batches 0 an outer step this rare leaves the "
                       "statistics behind the weights (MobileNetV2 at H=250 scored 0.09-0.65 after each sync)"), True
     if strategy == "average":
