@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from disttrain_trainer import wire_codecs
 
-# bfloat16: refused by the collective ops. int8: localsgd's syncs only (sum_int8), never all_reduce_sum.
+# (not bfloat16: options.ALLREDUCE_DTYPES says why) int8: localsgd's syncs only (sum_int8), never all_reduce_sum.
 WIRE_DTYPES = {"float32": tf.float32, "float16": tf.float16, "int8": tf.int8}
 
 

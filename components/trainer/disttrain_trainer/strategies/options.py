@@ -21,8 +21,9 @@ import argparse
 
 from disttrain_trainer.cluster import configure, ps_task
 
-# --allreduce-dtype (collectives.WIRE_DTYPES; int8: localsgd only, wire_codecs.py). Not bfloat16: TensorFlow's
-# collective all-reduce refuses it ("DataType bfloat16 not in list of allowed values: float32, float16, float64, ...").
+# --allreduce-dtype (collectives.WIRE_DTYPES; int8: localsgd only, wire_codecs.py). Not bfloat16, although
+# TensorFlow's collective ops take it: float16 sends the same bytes with 3 more significant bits (11 against 8),
+# and int8 half as many.
 ALLREDUCE_DTYPES = ("float32", "float16", "int8")
 LOSSY_WIRES = ("float16", "int8")  # localsgd keeps what they round off for the next sync (error feedback)
 DEFAULT_SYNC_EVERY = 32  # chosen by measurement: bench/README.md, "local SGD: choosing H"
