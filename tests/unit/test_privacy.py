@@ -67,6 +67,21 @@ def test_epsilon_matches_tensorflow_privacys_published_numbers():
     assert abs(privacy.epsilon(1.0, 64 / 10000, 782, 1e-6) - 1.616) < 5e-4
 
 
+def test_epsilon_keeps_the_accountants_dropped_order_warnings_out_of_the_log(caplog):
+    from absl import logging as absl_logging
+
+    before = absl_logging.get_verbosity()
+    with caplog.at_level("WARNING"):
+        ours = privacy.epsilon(0.5, 0.02, 500, 1e-5)  # (its orders 1.1-1.3 do not converge)
+    assert not [r for r in caplog.records if "Excluding this order" in r.getMessage()]
+    assert absl_logging.get_verbosity() == before
+    # the same ε as the accountant's own, warnings and all
+    accountant = RdpAccountant()
+    accountant.compose(dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.02, dp_accounting.GaussianDpEvent(0.5)), 500))
+    assert ours == accountant.get_epsilon(1e-5)
+
+
 def test_epsilon_grows_with_steps_and_falls_with_noise():
     q, delta = 0.01, 1e-5
     assert privacy.epsilon(1.0, q, 0, delta) == 0.0

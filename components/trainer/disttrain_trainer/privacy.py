@@ -108,6 +108,7 @@ def sampling_probability(batch, epoch_examples):
 def epsilon(noise_multiplier, sampling_probability, steps, delta):
     """ε of `steps` Poisson subsampled Gaussian steps at this δ (dp-accounting's RDP accountant)."""
     import dp_accounting
+    from absl import logging as absl_logging
     from dp_accounting.rdp import RdpAccountant
 
     if steps == 0:
@@ -115,9 +116,17 @@ def epsilon(noise_multiplier, sampling_probability, steps, delta):
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(sampling_probability, dp_accounting.GaussianDpEvent(noise_multiplier)),
         steps)
-    accountant = RdpAccountant()
-    accountant.compose(event)
-    return float(accountant.get_epsilon(delta))
+    # The accountant warns for every RDP order whose series does not converge ("Excluding this order from
+    # the epsilon computation": small noise multipliers, a few lines per epoch in the trainer's log). ε is
+    # the minimum over the orders that remain, which is what it is meant to be: the lines are kept out.
+    verbosity = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        accountant = RdpAccountant()
+        accountant.compose(event)
+        return float(accountant.get_epsilon(delta))
+    finally:
+        absl_logging.set_verbosity(verbosity)
 
 
 def private_vocabulary(vocabulary):
