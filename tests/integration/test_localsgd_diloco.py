@@ -1,7 +1,7 @@
 """DiLoCo (localsgd --outer-optimizer nesterov) with 2 real worker processes over loopback: after every
 epoch's last sync both workers hold the same weights (their records carry the same checksum of the
-synced weights), on the float32 wire (all-reduce) and on the int8 one (all-gather, summed in worker
-order), for the text and the image task; the model and the report record the outer settings."""
+synced weights), on the float32 and float16 wires (all-reduce) and on the int8 one (all-gather, summed in
+worker order), for the text and the image task; the model and the report record the outer settings."""
 
 import json
 
@@ -29,9 +29,11 @@ def train_pair(work, source, *trainer_args):
     return [(json.load(open(w / "metrics.json")), json.load(open(w / "_SUCCESS"))) for w in worker]
 
 
-# make test: the int8 wire on both tasks; the float32 wire (its all-reduce is plain local SGD's) in make test-long
+# make test: the int8 wire on both tasks and float16 on digits; the float32 wire (its all-reduce is plain local
+# SGD's) in make test-long
 @pytest.mark.parametrize("source, wire", [
     pytest.param("sample:digits", "float32", marks=pytest.mark.long),
+    ("sample:digits", "float16"),
     ("sample:digits", "int8"),
     pytest.param("sample:movie-reviews", "float32", marks=pytest.mark.long),
     ("sample:movie-reviews", "int8"),
@@ -52,8 +54,8 @@ def test_diloco_workers_hold_identical_weights_after_every_sync(tmp_path, source
     model = load_model(str(tmp_path / "train" / "worker-00000" / "model.keras"))[0]
     weights = [w for w in model.weights if "float" in str(w.dtype)]
     size = sum(int(np.prod(w.shape)) for w in weights)
-    if wire == "float32":
-        assert marker0["wire_bytes_per_sync"] == 4 * size
+    if wire in ("float32", "float16"):
+        assert marker0["wire_bytes_per_sync"] == {"float32": 4, "float16": 2}[wire] * size
     else:  # every weight as one vector: 1 byte a weight padded to 4 bytes, a float32 scale per block of 256
         assert marker0["wire_bytes_per_sync"] == 4 * (-(-size // 4) + -(-size // 256))
     # both workers evaluate the same final model

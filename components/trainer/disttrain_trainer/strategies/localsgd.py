@@ -224,8 +224,9 @@ class Strategy(Connected):
             residual = tf.concat([r.value() for r in self.residuals], 0)
             encode, decode = wire_codecs.CODECS[self.wire_dtype]
             message, residual = wire_codecs.with_error_feedback(flat, residual, encode, decode)
-            if self.wire_dtype == "float16":
+            if self.wire_dtype == "float16":  # (summed in float16 by the all-reduce, then back to float32)
                 (total,) = self.wire.all_reduce_sum([message])
+                total = decode(total)
             else:
                 (total,) = self.wire.sum_int8([message], [sum(self.sizes)])
             return tf.split(total, self.sizes), tf.split(residual, self.sizes)
