@@ -155,10 +155,10 @@ class Strategy(Connected):
             self.sync(step)
 
     def sync(self, step):
-        self.synced_checksum = int(self._sync(tf.constant(True)))
-        if self._refresh is not None:
-            self.synced_checksum = int(self.refresh(tf.constant(True)))
-        self.synced_at = step
+        synced = self._sync(tf.constant(True))
+        if self._refresh is not None:  # (the statistics change: the checksum is the refresh's)
+            synced = self.refresh(tf.constant(True))
+        self.synced_checksum, self.synced_at = int(synced), step
 
     def refresh(self, commit):
         """Re-estimate the batch-norm statistics for the synced weights (the module's docstring)."""
@@ -209,7 +209,8 @@ class Strategy(Connected):
         """One sync: every worker sends its change since the last sync (with the residual of a lossy
         wire), and applies the same update to the same anchors. `commit` False: a dry run (the
         collectives run, no variable changes). Returns a checksum of the synced weights (the sum of
-        their bits), the same on every worker."""
+        their bits), the same on every worker; None when the batch-norm re-estimation follows (its
+        checksum covers the statistics it changes)."""
         workers = self.cluster.num_replicas_in_sync
 
         def replica_fn():
@@ -253,7 +254,7 @@ class Strategy(Connected):
             return tf.constant(True)
 
         tf.cond(commit, apply, lambda: tf.constant(False))
-        return checksum(self.anchors)
+        return checksum(self.anchors) if self._refresh is None else None
 
     @property
     def wire_bytes_per_sync(self):
