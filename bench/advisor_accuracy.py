@@ -15,6 +15,7 @@ at once, that never talk) by perfmodel.ceiling_seconds_per_epoch, and never reco
 the group's 1-worker row: the first epoch at which its held-out curve reached the target.
 
 Run it on the host and in the same sitting as the benchmark it checks (the probe measures this host).
+The rows of a task the benchmark retired (time_to_accuracy.TASKS, "planned": False) are left out.
 """
 
 import argparse
@@ -166,6 +167,12 @@ def main():
         probes[name] = os.path.abspath(path)
     rows = read_rows(args.results)
     import time_to_accuracy
+
+    # a task the benchmark retired (its rows kept for the record) is not the advisor's to answer for
+    retired = sorted({r["task"] for r in rows if not time_to_accuracy.TASKS.get(r["task"], {}).get("planned", True)})
+    if retired:
+        print(f"(rows of the retired task(s) {', '.join(retired)} left out)", flush=True)
+        rows = [r for r in rows if r["task"] not in retired]
 
     unknown = sorted({r["task"] for r in rows} - set(tasks) - set(probes) - set(time_to_accuracy.TASKS))
     if unknown:

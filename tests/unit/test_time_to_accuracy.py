@@ -102,6 +102,15 @@ def test_the_plan_skips_what_is_stored(tmp_path):
     assert {r["link"] for r in plan if r["strategy"] in ("single", "ceiling", "average")} == {"loopback"}
 
 
+def test_a_retired_task_is_planned_only_when_named():
+    tasks = time_to_accuracy.TASKS
+    retired = [name for name, t in tasks.items() if t.get("planned", True) is False]
+    assert retired == ["digits-augmented-mobilenetv2"]
+    assert set(time_to_accuracy.planned_tasks(tasks, {})) == set(tasks) - set(retired)
+    named = time_to_accuracy.planned_tasks(tasks, time_to_accuracy.parse_only("task=digits-augmented-mobilenetv2"))
+    assert set(named) == set(tasks)
+
+
 def test_only_filters_by_row_fields_and_options(capsys):
     plan = time_to_accuracy.plan(time_to_accuracy.TASKS)
     only = time_to_accuracy.parse_only("link=10mbit|50mbit,outer_optimizer=nesterov,allreduce_dtype=int8")
