@@ -331,13 +331,18 @@ def outer_steps(probe, workers, options, epochs_to_target):
     return steps_per_epoch(probe.train_examples, workers, probe.batch) * epochs_to_target / every
 
 
+def diloco(strategy, options):
+    """Whether a configuration is localsgd with an outer optimizer (DiLoCo)."""
+    return strategy == "localsgd" and (options.get("outer_optimizer") or "none") != "none"
+
+
 def convergence_factor(strategy, workers, options=None, outer_steps_to_target=None):
     """Epochs to the target relative to one worker's (f in the module's docstring); `outer_steps_to_target`:
     DiLoCo's (outer_steps), None when not known (taken as enough)."""
     options = options or {}
     if strategy in ("single", "parameterserver"):
         return 1.0
-    if strategy == "localsgd" and (options.get("outer_optimizer") or "none") != "none":
+    if diloco(strategy, options):
         enough = outer_steps_to_target is None or outer_steps_to_target >= MIN_OUTER_STEPS
         return 1.0 if enough else float(workers)
     return float(workers)
@@ -353,16 +358,15 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
         # every worker evaluates the held-out split after each epoch: on one host they share its cores too
         evaluation = probe.eval_seconds * (step_seconds(probe, workers) / probe.step_seconds_alone)
         start = probe.startup_seconds + (probe.join_seconds if strategy in CONNECTED else 0.0)
-        outer = outer_steps(probe, workers, options, epochs_to_target) if strategy == "localsgd" else None
+        outer = outer_steps(probe, workers, options, epochs_to_target) if diloco(strategy, options) else None
         needed = epochs_to_target * convergence_factor(strategy, workers, options, outer)
         to_target = start + needed * (total + evaluation)
     note, risk = "", False
-    diloco = strategy == "localsgd" and (options.get("outer_optimizer") or "none") != "none"
-    if diloco and epochs_to_target is not None and outer < MIN_OUTER_STEPS:
+    if diloco(strategy, options) and epochs_to_target is not None and outer < MIN_OUTER_STEPS:
         note = (f"{outer:.1f} outer steps before the target: too few for the outer momentum (counted as plain "
                 f"averaging's epochs; a shorter --sync-every gives more)")
     rare = (options.get("sync_every") or DEFAULT_SYNC_EVERY) > PLAIN_SYNC_RISK
-    if strategy == "localsgd" and (options.get("outer_optimizer") or "none") == "none" and rare:
+    if strategy == "localsgd" and not diloco(strategy, options) and rare:
         note, risk = "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov", True
     elif strategy == "localsgd" and rare and probe.batch_norm and not refresh_batches(probe, options):
         note, risk = ("with batch normalisation and --sync-batch-norm-batches 0 an outer step this rare leaves the "
@@ -426,8 +430,7 @@ def recommend(predictions):
     def simplicity(p):
         o = p.options
         wider = -WIRE_BYTES.get(o.get("allreduce_dtype", "float32"), 4) if p.strategy == "multiworker" else 0
-        return (SIMPLICITY[p.strategy], p.workers, wider, 0 if o.get("outer_optimizer", "none") == "none" else 1,
-                o.get("sync_every", 0), cost_of(p))
+        return (SIMPLICITY[p.strategy], p.workers, wider, diloco(p.strategy, o), o.get("sync_every", 0), cost_of(p))
     return min(close, key=simplicity)
 
 
