@@ -169,7 +169,7 @@ def main():
     import time_to_accuracy
 
     # a task the benchmark retired (its rows kept for the record) is not the advisor's to answer for
-    retired = sorted({r["task"] for r in rows if not time_to_accuracy.TASKS.get(r["task"], {}).get("planned", True)})
+    retired = sorted({r["task"] for r in rows} & time_to_accuracy.RETIRED)
     if retired:
         print(f"(rows of the retired task(s) {', '.join(retired)} left out)", flush=True)
         rows = [r for r in rows if r["task"] not in retired]

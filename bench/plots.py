@@ -178,9 +178,9 @@ def time_to_accuracy(doc):
     """One panel per task and link: each configuration's time to the target (bar), the rows that never
     use the network (1 worker, the two-process ceiling, average) repeated on every link as references.
     The panels of a task share their time axis. A task the benchmark retired (its rows kept) is not drawn."""
-    from time_to_accuracy import TASKS
+    from time_to_accuracy import RETIRED
 
-    rows = [r for r in doc["rows"] if TASKS.get(r["task"], {}).get("planned", True)]
+    rows = [r for r in doc["rows"] if r["task"] not in RETIRED]
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     links = [link for link in LINK_ORDER if any(r["link"] == link for r in rows)]
     local = ("single", "ceiling", "average")

@@ -85,6 +85,10 @@ class RowStore:
             # the host's facts are the first run's; a later session's are kept beside them
             if machine and stored.get("machine") and _facts(stored["machine"]) != _facts(machine):
                 self.doc.setdefault("other_machines", []).append(machine)
+            # the run's configuration, over the stored one; a task of the file the run does not name keeps its own
+            if config:
+                before = stored.get("config", {})
+                self.doc["config"] = {**before, **config, "tasks": {**before.get("tasks", {}), **config.get("tasks", {})}}
 
     @property
     def rows(self):
