@@ -83,25 +83,28 @@ class Strategy(Connected):
         self.synced_checksum = None
 
     def run_config(self):
-        # (a checkpoint resumes only with the same outer state)
-        return {"sync_every": self.every, **self.settings,
+        # (a checkpoint resumes only with the same outer state, kept as one vector each: a checkpoint that
+        # kept it per weight is refused by name rather than restored into nothing)
+        return {"sync_every": self.every, **self.settings, "sync_state": "one vector",
                 **({"sync_batch_norm_batches": self.batch_norm_batches} if self.norms else {})}
 
     def bind(self, model):
         self.model = model
         self.norms = find_layers(model, keras.layers.BatchNormalization) if self.batch_norm_batches else []
         self.weights = [w for w in model.weights if keras.backend.is_float_dtype(w.dtype)]
-        # the weights at the last sync, the same on every worker (at first: the shared initialisation)
-        self.anchors = [tf.Variable(w.value, trainable=False, name=f"anchor_{i}") for i, w in enumerate(self.weights)]
-        # the outer optimizer moves the trainable weights; the others (batch-norm statistics) are averaged
-        self.moved = [w.trainable for w in self.weights] if self.nesterov else [False] * len(self.weights)
-        self.momenta = [tf.Variable(tf.zeros_like(w.value), trainable=False, name=f"outer_momentum_{i}")
-                        for i, w in enumerate(self.weights) if self.nesterov and w.trainable]
         self.sizes = [int(np.prod(w.shape)) for w in self.weights]
-        self.residuals = ([tf.Variable(tf.zeros([n], w.dtype), trainable=False, name=f"wire_residual_{i}")
-                           for i, (w, n) in enumerate(zip(self.weights, self.sizes))]
-                          if self.wire_dtype in options.LOSSY_WIRES else [])
-        self._sync = tf.function(self._sync_fn, input_signature=[tf.TensorSpec([], tf.bool)])
+        # The sync's state is one float32 vector per kind, every weight's values end to end (flatten()), not
+        # a variable per weight: the per-weight ops made a graph whose tracing took 2.2 s of MobileNetV2's
+        # start-up (its 262 weights). The arithmetic is elementwise either way: the same values.
+        # the weights at the last sync, the same on every worker (at first: the shared initialisation)
+        self.anchor = tf.Variable(self.flatten(), trainable=False, name="anchor")
+        # the outer optimizer moves the trainable weights; the others (batch-norm statistics) are averaged
+        self.moved = (tf.constant(np.concatenate([np.full(n, w.trainable) for w, n in zip(self.weights, self.sizes)]))
+                      if self.nesterov else None)
+        self.momentum = tf.Variable(tf.zeros([sum(self.sizes)]), trainable=False, name="outer_momentum") if self.nesterov else None
+        self.residual = (tf.Variable(tf.zeros([sum(self.sizes)]), trainable=False, name="wire_residual")
+                         if self.wire_dtype in options.LOSSY_WIRES else None)
+        self._sync = tf.function(self._sync_fn)
         self._refresh = None
 
     def bind_data(self, batches):
@@ -114,30 +117,39 @@ class Strategy(Connected):
         whole = [x for (x, _), size in zip(sample, sizes) if size == sizes[0]]
         self.refresh_inputs = tf.nest.map_structure(lambda *parts: tf.concat(parts, 0), *whole)
         self.refresh_batch, self.refresh_count = sizes[0], len(whole)
-        anchor_of = {w.path: a for w, a in zip(self.weights, self.anchors)}
-        self.statistics = [(v, anchor_of[v.path]) for layer in self.norms for v in (layer.moving_mean, layer.moving_variance)]
+        self.statistics = [v for layer in self.norms for v in (layer.moving_mean, layer.moving_variance)]
+        # where the statistics sit in the anchor vector (the refresh writes them there too)
+        offsets = dict(zip((w.path for w in self.weights), np.cumsum([0, *self.sizes[:-1]])))
+        self.statistics_at = tf.constant(np.concatenate([np.arange(offsets[v.path], offsets[v.path] + int(np.prod(v.shape)))
+                                                         for v in self.statistics])[:, None], tf.int64)
         self.statistics_wire = Wire("float32")
-        self._refresh = tf.function(self._refresh_fn, input_signature=[tf.TensorSpec([], tf.bool)])
+        self._refresh = tf.function(self._refresh_fn)
 
     def checkpoint_state(self):
-        state = {"anchors": self.anchors}
-        if self.momenta:
-            state["outer_momenta"] = self.momenta
-        if self.residuals:
-            state["wire_residuals"] = self.residuals
+        state = {"anchors": self.anchor}
+        if self.momentum is not None:
+            state["outer_momenta"] = self.momentum
+        if self.residual is not None:
+            state["wire_residuals"] = self.residual
         return state
 
+    def flatten(self):
+        """Every weight's values end to end, in float32 (the layout of the sync's state)."""
+        return tf.concat([tf.reshape(tf.cast(w.value, tf.float32), [-1]) for w in self.weights], 0)
+
+    def assign_weights(self, flat):
+        for weight, part in zip(self.weights, tf.split(flat, self.sizes)):
+            weight.assign(tf.cast(tf.reshape(part, weight.shape), weight.dtype))
+
     def before_training(self, step):
-        # The first sync traces the sync function and opens the collective's communicator: 0.25 s on
-        # digits, 2.5 s on MobileNetV2 (bench/results/train_scaling.json, the epoch of the first sync),
-        # a start-up cost like the train step's tracing in epoch 1. Pay it here, in start-up, with a
-        # dry run: the collective runs, nothing is applied (a resumed run then goes on exactly as an
-        # undisturbed one; a sync of zero changes would still decay the outer momentum and send the
-        # residual). Every worker resumes at the same step, so every worker makes this call.
-        with unoptimized_graphs():
-            self._sync(tf.constant(False))
-            if self._refresh is not None:
-                self.refresh(tf.constant(False))
+        # Trace the sync (and the re-estimation) now, in start-up, as the train step's tracing is part of it:
+        # 2 s on MobileNetV2. Tracing only: nothing runs, so a resumed run goes on exactly as an undisturbed
+        # one. (A dry run of the collectives, which this was, also opened the communicator, but it sent a
+        # whole sync's bytes for nothing: 2.8 s of start-up at 10 Mbit/s. The first sync opens it now.)
+        self._sync.get_concrete_function()
+        if self._refresh is not None:
+            with self.refresh_momentum():
+                self._refresh.get_concrete_function()
 
     def steps_to_sync(self, step):
         return self.every - step % self.every
@@ -158,106 +170,90 @@ class Strategy(Connected):
 
     def sync(self, step):
         with unoptimized_graphs():
-            synced = self._sync(tf.constant(True))
+            synced = self._sync()
             if self._refresh is not None:  # (the statistics change: the checksum is the refresh's)
-                synced = self.refresh(tf.constant(True))
+                synced = self.refresh()
         self.synced_checksum, self.synced_at = int(synced), step
 
-    def refresh(self, commit):
+    def refresh(self):
         """Re-estimate the batch-norm statistics for the synced weights (the module's docstring)."""
+        with self.refresh_momentum():
+            return self._refresh()
+
+    @contextlib.contextmanager
+    def refresh_momentum(self):
+        """Momentum 0 in the batch-norm layers: each forward pass leaves its own batch's statistics in the
+        moving ones (the re-estimation is traced once, with this value; the train step with the layers' own)."""
         momenta = [layer.momentum for layer in self.norms]
         try:
-            # momentum 0: each forward pass leaves its own batch's statistics in the moving ones (the
-            # function is traced once, with this value; the train step is traced with the layers' own)
             for layer in self.norms:
                 layer.momentum = 0.0
-            return self._refresh(commit)
+            yield
         finally:
             for layer, momentum in zip(self.norms, momenta):
                 layer.momentum = momentum
 
-    def _refresh_fn(self, commit):
+    def _refresh_fn(self):
         """The mean of the refresh batches' statistics on this worker, averaged over the workers, in the
-        moving statistics and their anchors. `commit` False: a dry run (the collective runs, nothing
-        changes). Returns the checksum of the synced weights, as _sync_fn does."""
-        variables = [v for v, _ in self.statistics]
+        moving statistics and in the anchor. Returns the checksum of the synced weights, as _sync_fn does."""
+        variables = self.statistics
 
-        def estimate():
+        def replica_fn():
             totals = [tf.zeros_like(v.value) for v in variables]
             for i in tf.range(self.refresh_count):
                 start = i * self.refresh_batch
                 self.model(tf.nest.map_structure(lambda x: x[start:start + self.refresh_batch], self.refresh_inputs),  # noqa: B023
                            training=True)
                 totals = [t + v.value for t, v in zip(totals, variables)]
-            return [t / self.refresh_count for t in totals]
-
-        def replica_fn():
-            local = tf.cond(commit, estimate, lambda: [v.value for v in variables])
-            return self.statistics_wire.all_reduce_sum(local)
+            return self.statistics_wire.all_reduce_sum([t / self.refresh_count for t in totals])
 
         summed = self.cluster.run(replica_fn)
-        averaged = [self.cluster.experimental_local_results(t)[0] for t in summed]
         workers = self.cluster.num_replicas_in_sync
+        means = [self.cluster.experimental_local_results(t)[0] / workers for t in summed]
+        for variable, mean in zip(variables, means):
+            variable.assign(mean)
+        self.anchor.scatter_nd_update(self.statistics_at, tf.concat([tf.reshape(m, [-1]) for m in means], 0))
+        return checksum(self.anchor)
 
-        def apply():
-            for (variable, anchor), total in zip(self.statistics, averaged):
-                anchor.assign(total / workers)
-                variable.assign(total / workers)
-            return tf.constant(True)
-
-        tf.cond(commit, apply, lambda: tf.constant(False))
-        return checksum(self.anchors)
-
-    def _sync_fn(self, commit):
+    def _sync_fn(self):
         """One sync: every worker sends its change since the last sync (with the residual of a lossy
-        wire), and applies the same update to the same anchors. `commit` False: a dry run (the
-        collectives run, no variable changes). Returns a checksum of the synced weights (the sum of
+        wire), and applies the same update to the same anchor. Returns a checksum of the synced weights (the sum of
         their bits), the same on every worker; None when the batch-norm re-estimation follows (its
         checksum covers the statistics it changes)."""
         workers = self.cluster.num_replicas_in_sync
 
         def replica_fn():
-            changes = [w.value - a for w, a in zip(self.weights, self.anchors)]
-            if not self.residuals:  # float32
-                return self.wire.all_reduce_sum(changes), []
-            # A lossy wire codes every weight's change as ONE vector: the codec's ops, per tensor, made a
-            # graph whose tracing and first run took 18 s of MobileNetV2's start-up (its 262 weights; 27 s
-            # against plain localsgd's 9, bench/results/time_to_accuracy.json); one vector, a few ops.
-            # (int8's blocks of 256 then run across the weights' boundaries: one scale per block all the same.)
-            flat = tf.concat([tf.reshape(c, [-1]) for c in changes], 0)
-            residual = tf.concat([r.value() for r in self.residuals], 0)
+            change = self.flatten() - self.anchor.value()
+            if self.residual is None:  # float32
+                (total,) = self.wire.all_reduce_sum([change])
+                return total, tf.zeros([0])
+            # A lossy wire codes the change as one vector too: the codec's ops per tensor made a graph whose
+            # tracing and first run took 18 s of MobileNetV2's start-up (its 262 weights; 27 s against plain
+            # localsgd's 9, bench/results/time_to_accuracy.json). (int8's blocks of 256 then run across the
+            # weights' boundaries: one scale per block all the same.)
             encode, decode = wire_codecs.CODECS[self.wire_dtype]
-            message, residual = wire_codecs.with_error_feedback(flat, residual, encode, decode)
+            message, residual = wire_codecs.with_error_feedback(change, self.residual.value(), encode, decode)
             if self.wire_dtype == "float16":  # (summed in float16 by the all-reduce, then back to float32)
                 (total,) = self.wire.all_reduce_sum([message])
                 total = decode(total)
             else:
                 (total,) = self.wire.sum_int8([message], [sum(self.sizes)])
-            return tf.split(total, self.sizes), tf.split(residual, self.sizes)
+            return total, residual
 
-        totals, residuals = self.cluster.run(replica_fn)
-        local = self.cluster.experimental_local_results
-        totals = [tf.reshape(local(t)[0], a.shape) for t, a in zip(totals, self.anchors)]
-        residuals = [local(r)[0] for r in residuals]
-
-        def apply():
-            momenta = iter(self.momenta)
-            for weight, anchor, total, moved in zip(self.weights, self.anchors, totals, self.moved):
-                if moved:
-                    momentum = next(momenta)
-                    step, new_momentum = nesterov_step(total / workers, momentum.value(), self.outer_lr, self.outer_momentum)
-                    momentum.assign(new_momentum)
-                    synced = anchor + step
-                else:
-                    synced = anchor + total / workers  # the average
-                anchor.assign(synced)
-                weight.assign(synced)
-            for variable, value in zip(self.residuals, residuals):
-                variable.assign(value)
-            return tf.constant(True)
-
-        tf.cond(commit, apply, lambda: tf.constant(False))
-        return checksum(self.anchors) if self._refresh is None else None
+        total, residual = (self.cluster.experimental_local_results(t)[0] for t in self.cluster.run(replica_fn))
+        mean = total / workers
+        if self.nesterov:
+            step, momentum = nesterov_step(mean, self.momentum.value(), self.outer_lr, self.outer_momentum)
+            # only the trainable weights move by the outer step (and keep a momentum); the others: the average
+            self.momentum.assign(tf.where(self.moved, momentum, 0.0))
+            synced = self.anchor + tf.where(self.moved, step, mean)
+        else:
+            synced = self.anchor + mean  # the average
+        self.anchor.assign(synced)
+        self.assign_weights(synced)
+        if self.residual is not None:
+            self.residual.assign(residual)
+        return checksum(self.anchor) if self._refresh is None else None
 
     @property
     def wire_bytes_per_sync(self):
@@ -328,10 +324,9 @@ def saved_epochs(checkpoint_dir):
                   if (m := re.search(r"ckpt-(\d+)$", path)))
 
 
-def checksum(variables):
-    """The sum of the variables' bits: the same on every worker when they hold the same values."""
-    return tf.add_n([tf.reduce_sum(tf.cast(tf.bitcast(tf.cast(v.value(), tf.float32), tf.int32), tf.int64))
-                     for v in variables])
+def checksum(variable):
+    """The sum of the variable's bits: the same on every worker when they hold the same values."""
+    return tf.reduce_sum(tf.cast(tf.bitcast(variable.value(), tf.int32), tf.int64))
 
 
 def nesterov_step(mean_change, momentum, lr, mu):
