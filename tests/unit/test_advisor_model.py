@@ -96,6 +96,25 @@ def test_seconds_per_epoch_of_each_strategy():
     assert total == pytest.approx(max(100 * (0.006 + exchange), 200 * 2 * 5_120_000 * 8e-7))
 
 
+def test_a_timed_multiworker_step_adds_what_it_took_beyond_compute_and_exchange():
+    # the pair's step 6 ms, the probe's float32 exchange on loopback 1 ms + 5.12 MB at 1e-10 s/B = 1.512 ms:
+    # a real multiworker step of 9 ms leaves 1.488 ms to every step, on any link and wire
+    p = probe(latency_seconds=0.001, per_byte_seconds=1e-10, multiworker_step_seconds=0.009)
+    assert pm.multiworker_extra_seconds(p) == pytest.approx(0.009 - 0.006 - 0.001512)
+    link = pm.link_of(p, mbit=10)
+    total, _, comm, g = pm.epoch_seconds(p, link, "multiworker", 2, {"allreduce_dtype": "float16"})
+    untimed = pm.epoch_seconds(probe(latency_seconds=0.001, per_byte_seconds=1e-10), link, "multiworker", 2,
+                               {"allreduce_dtype": "float16"})
+    assert comm - untimed[2] == pytest.approx(100 * 0.001488) and total - untimed[0] == pytest.approx(100 * 0.001488)
+    assert g == untimed[3]  # the exchange itself is the model's
+    # on the probe's own link the prediction is the timed step (plus the agreements per call and per epoch)
+    own = pm.epoch_seconds(p, pm.link_of(p), "multiworker", 2)[0]
+    assert own == pytest.approx(100 * 0.009 + 4 * 0.001 + 0.001)
+    # a timed step faster than the model's parts adds nothing (the model is not made faster by noise)
+    assert pm.multiworker_extra_seconds(probe(multiworker_step_seconds=0.006)) == 0.0
+    assert pm.multiworker_extra_seconds(probe()) == 0.0  # not timed
+
+
 def test_a_sparse_gradient_is_gathered_one_step_per_call():
     p = probe(gradient_sparse=True, gradient_bytes=400_000, latency_seconds=0.001, per_byte_seconds=0.0)
     link = pm.link_of(p, mbit=100)

@@ -199,7 +199,7 @@ def probe_of(result, args, manifest, peers):
         steps_per_call=args.steps_per_call, cores=len(os.sched_getaffinity(0)), one_host=not peers,
         startup_seconds=result["startup_seconds"], join_seconds=result["join_seconds"],
         eval_seconds=result["eval_seconds"], batch_norm=result.get("batch_norm", False),
-        batch_norm_bytes=result.get("batch_norm_bytes", 0))
+        batch_norm_bytes=result.get("batch_norm_bytes", 0), multiworker_step_seconds=result.get("multiworker_step_seconds"))
 
 
 def read_probe(path):
@@ -247,6 +247,8 @@ def advise(args, probe, facts):
     pair = (f", two at once {probe.step_seconds_pair * 1000:.2f} ms each ({'one host' if probe.one_host else 'two hosts'}, "
             f"{probe.cores} cores here: two processes that never talk get "
             f"{2 * probe.step_seconds_alone / probe.step_seconds_pair:.2f}x at most)") if probe.step_seconds_pair else ""
+    if probe.multiworker_step_seconds is not None:
+        pair += f"; a multiworker step {probe.multiworker_step_seconds * 1000:.2f} ms (float32 gradients)"
     link_text = "no link" if link is None else (
         f"{link.name}: {link.latency_seconds * 1000:.2f} ms per collective + {link.per_byte_seconds * 1e6:.3f} s per MB"
         + (f" (~{8 / (link.per_byte_seconds * 1e6):,.0f} Mbit/s)" if link.per_byte_seconds > 0 else ""))

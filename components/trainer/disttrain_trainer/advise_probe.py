@@ -7,7 +7,13 @@ does (tasks.create, step.make_train_call), and then, between barriers (one small
   1. worker 0 alone: steps at the run's batch (t1), and one held-out evaluation; worker 1 waits;
   2. both at once: steps (t2: how the host's cores share, or each host's own speed);
   3. collectives: one all-reduce of a float (latency) and of the model's weights in float32 and float16
-     (seconds per byte on this link), as localsgd sends them (collectives.Wire).
+     (seconds per byte on this link), as localsgd sends them (collectives.Wire);
+  4. multiworker steps: a second copy of the model under MultiWorkerMirroredStrategy, its gradients
+     all-reduced in every step as the trainer's multiworker does, both workers at once (what a
+     multiworker step costs beyond the compute and the exchange phases 2 and 3 measured: the
+     collective's own work on cores the other worker's compute also wants). Only when what is left of
+     the deadline covers its tracing (taken as long as the first step's) with room to time it: else
+     the advisor predicts multiworker from phases 2 and 3 alone, and says so.
 Each phase gets a share of what is left of the deadline. Worker 0 prints one line, `RESULT {json}`.
 """
 
@@ -71,7 +77,9 @@ def run(args, data_dir, index, addresses, launched, deadline):
 
     private = (privacy.Plan.probe_gradient(args) if privacy.enabled(args) else None)
     train_call = make_train_call(default, model, optimizer, task.loss_and_score, private=private)
+    tracing = time.perf_counter()
     train_call(iterator, 1)  # traces the step
+    tracing = time.perf_counter() - tracing
     # one warm step sizes the timed calls (the traced first call, seconds long, would make them one step each:
     # the per-call overhead then counted as step time, 1.5x the trainer's step on text)
     first = time.perf_counter()
@@ -163,6 +171,30 @@ def run(args, data_dir, index, addresses, launched, deadline):
     })
     say(index, f"all-reduce: {latency * 1000:.2f} ms for a float, {weights32 * 1000:.1f} ms for the weights "
                f"({weight_bytes / 1e6:.2f} MB in float32), {weights16 * 1000:.1f} ms in float16")
+
+    # 4. multiworker steps, if both workers have the time (each reads its own deadline: they agree)
+    room = deadline - time.time() >= 1.5 * tracing + 4.0
+    if sum_across_workers(cluster, [0.0 if room else 1.0])[0] == 0:
+        with cluster.scope():
+            keras.utils.set_random_seed(args.seed)
+            replicated = task.build()
+            replicated_optimizer = build_optimizer(args.optimizer, args.learning_rate)
+            replicated_optimizer.build(replicated.trainable_variables)
+        multiworker_call = make_train_call(cluster, replicated, replicated_optimizer, task.loss_and_score,
+                                           Wire("float32", args.allreduce_pack_bytes).all_reduce_sum, private=private)
+        distributed = iter(cluster.distribute_datasets_from_function(
+            lambda _context: task.dataset(x, y, args.batch, args.seed + index, index).prefetch(2)))
+        multiworker_call(distributed, 1)  # traces the step
+        first = time.perf_counter()
+        multiworker_call(distributed, 1)
+        step = time_steps(multiworker_call, distributed, args.steps_per_call, time.perf_counter() - first, share(0.8, 5.0),
+                          together=lambda done: sum_across_workers(cluster, [1.0 if done else 0.0])[0] > 0)
+        result["multiworker_step_seconds"] = max(sum_across_workers(cluster, [step if index == 0 else 0.0,
+                                                                              step if index == 1 else 0.0]).tolist())
+        say(index, f"multiworker: {step * 1000:.2f} ms per step (gradients all-reduced in float32)")
+    else:
+        say(index, "multiworker steps not timed: too little of the budget left (the advisor predicts them from the "
+                   "steps and the all-reduce)")
     barrier()  # (neither leaves while the other still needs it)
     if index == 0:
         print(RESULT + json.dumps(result), flush=True)

@@ -10,6 +10,8 @@ What the probe gives (`Probe`):
             embedding's as the rows a batch touched)
   alpha     seconds of one collective of a few bytes (latency: the fixed cost of any sync)
   c         seconds per byte of an all-reduce on the probe's link, beyond alpha
+  t_mw      seconds per multiworker step of the two workers at once, on the probe's link (None: not
+            timed, the budget being too short for its tracing)
 and the start-up (process start to the first step), one held-out evaluation, the examples per epoch.
 
 The link (`Link`): alpha and the seconds per byte. With --link-mbit L the wire adds 8 / (L * 1e6)
@@ -36,10 +38,15 @@ Seconds per epoch:
   (ceiling)        S_1 * t_N: each of N independent 1-worker runs on the whole data at once (never
                    recommended: the benchmark's reference, N S_1 t1 / that is the most any strategy gains)
   average          S_N * t_N                            (no communication; the aggregator averages)
-  multiworker      S_N * (t_N + g) + (S_N / k) * alpha + alpha
+  multiworker      S_N * (t_N + g + x) + (S_N / k) * alpha + alpha
                    g: the per-step gradient exchange (dense gradients all-reduced, an embedding's rows
                    all-gathered), k steps per call (one agreement per call whether to stop, one sum of
-                   the metrics per epoch; a model with an embedding runs one step per call)
+                   the metrics per epoch; a model with an embedding runs one step per call);
+                   x = max(0, t_mw - t_2 - g on the probe's link, 2 workers, float32): what a real
+                   multiworker step took beyond the compute and the exchange (the collective's own
+                   work on cores the other worker's compute wants, waiting for the slower worker),
+                   taken the same at any N and on any link; 0 when t_mw was not timed. (Without it,
+                   MobileNetV2's 2-worker multiworker was predicted 20-22 % too fast on one host.)
   localsgd         S_N * t_N + (syncs per run / epochs) * (sync + alpha)
                    sync: all-reduce of B at the wire's bytes per weight (float32 4, float16 2), or, for
                    int8, all-gather of B / 4 plus a float32 scale per block of 256 weights (all the
@@ -137,6 +144,7 @@ class Probe:
     eval_seconds: float = 0.0
     batch_norm: bool = False  # the model has batch normalisation (averaging it far apart is an accuracy risk)
     batch_norm_bytes: int = 0  # its moving statistics in float32 (localsgd re-estimates and all-reduces them per sync)
+    multiworker_step_seconds: float | None = None  # t_mw (None: not timed)
     notes: list = field(default_factory=list)
 
     @classmethod
@@ -305,7 +313,7 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     if strategy == "multiworker":
         g = gradient_seconds(probe, link, workers, options.get("allreduce_dtype", "float32"))
         calls = steps if probe.gradient_sparse else math.ceil(steps / k)
-        comm = steps * g + calls * link.latency_seconds + link.latency_seconds
+        comm = steps * (g + multiworker_extra_seconds(probe)) + calls * link.latency_seconds + link.latency_seconds
         return compute + comm, compute, comm, g
     every = options.get("sync_every") or DEFAULT_SYNC_EVERY
     if not isinstance(every, int) or every < 1:
@@ -317,6 +325,15 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     syncs = math.ceil(steps * epochs / every)  # every H steps, and one at the end
     comm = syncs * one / epochs
     return compute + comm, compute, comm, one
+
+
+def multiworker_extra_seconds(probe):
+    """x in the module's docstring: what the probe's real multiworker step took beyond its compute and
+    its modelled exchange (0 when it was not timed)."""
+    if probe.multiworker_step_seconds is None or probe.step_seconds_pair is None or probe.latency_seconds is None:
+        return 0.0
+    exchange = gradient_seconds(probe, link_of(probe), 2)
+    return max(0.0, probe.multiworker_step_seconds - probe.step_seconds_pair - exchange)
 
 
 def refresh_batches(probe, options):
