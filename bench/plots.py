@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 from common import BENCH, command_line, load_result  # noqa: E402
-from tta_store import LINK_ORDER, row_order, strategy_options  # noqa: E402
+from tta_store import LINK_ORDER, ceiling_time_to_target, row_order, strategy_options  # noqa: E402
 
 PLOTS = os.path.join(BENCH, "plots")
 COLORS = {"single": "#333333", "ceiling": "#AAAAAA", "diloco": "#C44E52", "average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860",
@@ -190,6 +190,7 @@ def time_to_accuracy(doc):
                              squeeze=False, sharex="row")
     for ax_row, task in zip(axes, tasks):
         single = next((r for r in rows if r["task"] == task and r["strategy"] == "single"), None)
+        ceiling = ceiling_time_to_target(rows, task)
         longest = 1e-3
         for ax, link in zip(ax_row, links):
             panel = sorted((r for r in rows if r["task"] == task and (r["strategy"] in local or r["link"] == link)), key=row_order)
@@ -217,6 +218,8 @@ def time_to_accuracy(doc):
                             va="center", fontsize=7)
             if single and single["reached"]:
                 ax.axvline(single["time_to_target_seconds"] / 60, color="black", linestyle="--", linewidth=0.8)
+            if ceiling:
+                ax.axvline(ceiling[0] / 60, color=COLORS["ceiling"], linestyle=":", linewidth=1.2)
             ax.set_yticks(range(len(panel)), labels, fontsize=7)
             ax.set_ylim(slots - 0.5, -0.5)  # the same bar size in every panel, first row on top
             ax.set_xlabel("minutes from the processes' start to the target")
@@ -227,7 +230,7 @@ def time_to_accuracy(doc):
     provisional = sum(1 for r in rows if r.get("provisional"))
     when = sorted(r["machine_before"]["time_utc"][:10] for r in rows if r.get("machine_before"))
     fig.suptitle("Time to accuracy: wall time from the trainers' start until the chief's held-out metric first reaches the target\n"
-                 "(dashed: 1 worker; grey: not reached, drawn to where the run stopped; red: DiLoCo)\n"
+                 "(dashed: 1 worker; dotted: the two-process ceiling's time, average's workers at 1 worker's epochs; grey: not reached, drawn to where the run stopped; red: DiLoCo)\n"
                  + (f"PROVISIONAL: {provisional} of {len(rows)} rows quick or measured while other processes were busy; " if provisional else "")
                  + f"{doc['machine'].get('nproc')} cores, {when[0] if when else '?'}..{when[-1] if when else '?'}", fontsize=10)
     fig.tight_layout()

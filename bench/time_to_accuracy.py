@@ -22,7 +22,9 @@ Configurations (ROWS: a list of data; a row whose flags the installed trainer re
                    DiLoCo (--outer-optimizer nesterov) at the same H, float32, float16 and int8 on the wire
   parameterserver  1 chief + 1 ps + 2 workers (4 processes)
 single, ceiling and average never use the network, so they run on loopback only and are the reference
-of every link. Shaped links: one network namespace per process, each joined to a bridge (in a namespace
+of every link. The ceiling of the time to target is measured by average's two workers (each evaluates
+after every epoch): when the slower had evaluated the epoch at which 1 worker reached the target
+(tta_store.ceiling_time_to_target says why that is the bound). Shaped links: one network namespace per process, each joined to a bridge (in a namespace
 of its own) by a veth pair whose both ends are limited to the rate with `tc tbf` (bench/netns.py);
 bandwidth only (no added delay). Shaped links need root.
 

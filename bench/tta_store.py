@@ -70,6 +70,27 @@ def outcome(curve, target, capped, higher_is_better=True):
     return False, None, "capped" if capped else "ok"
 
 
+def ceiling_time_to_target(rows, task):
+    """The two-process ceiling of a task's time to the target, measured: (seconds, epochs), or None.
+
+    1 worker reached the target at its evaluation of epoch E. Two processes that never talk and each
+    train on half the data (`average`'s two workers) have between them taken the same examples after
+    their own epoch E; the ceiling is when the slower of them had evaluated it (each evaluates after
+    every epoch). Start-up, tracing and E evaluations are inside it, as in every row's time, at the
+    host's two-process speed, with no cluster to join and no collective: no 2-worker run that takes
+    the examples 1 worker took can reach the target sooner. (The throughput ratio, the ceiling's
+    speedup over 1 worker's, divides start-up by it too, which no run of two processes does.)"""
+    single = next((r for r in rows if r["task"] == task and r["strategy"] == "single" and r.get("reached")), None)
+    average = next((r for r in rows if r["task"] == task and r["strategy"] == "average" and r.get("worker_curves")), None)
+    if single is None or average is None:
+        return None
+    epochs = first_reach([(e, v) for _, e, v in single["curve"]], single["target"])  # (the epoch in place of the time)
+    times = [next((t for t, e, _ in curve if e == epochs), None) for curve in average["worker_curves"]]
+    if epochs is None or not times or None in times:
+        return None
+    return max(times), epochs
+
+
 class RowStore:
     """The rows on disk. `put` adds or replaces a row (same key) and rewrites the file atomically."""
 

@@ -12,7 +12,7 @@ BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abs
 sys.path.insert(0, BENCH)
 
 import time_to_accuracy  # noqa: E402
-from tta_store import RowStore, first_reach, outcome, row_key  # noqa: E402
+from tta_store import RowStore, ceiling_time_to_target, first_reach, outcome, row_key  # noqa: E402
 
 
 def row(status="ok", **kwargs):
@@ -91,6 +91,20 @@ def test_a_runs_configuration_joins_the_stored_one(tmp_path):
     # the run's settings win, and a task the run does not name keeps the stored configuration
     assert later.doc["config"] == {"seed": 2, "tasks": {"old": {"target": 0.9}, "new": {"target": 0.8}}}
     assert RowStore(path).doc["config"] == {"seed": 1, "tasks": {"old": {"target": 0.9}}}  # (as written)
+
+
+def test_the_ceilings_time_is_the_slower_average_worker_at_the_epoch_one_worker_reached_the_target():
+    single = {"task": "t", "strategy": "single", "target": 0.9, "reached": True,
+              "curve": [[30.0, 1, 0.5], [50.0, 2, 0.91], [70.0, 3, 0.95]]}
+    average = {"task": "t", "strategy": "average", "worker_curves": [[[20.0, 1, 0.4], [31.0, 2, 0.8], [40.0, 3, 0.9]],
+                                                                       [[21.0, 1, 0.4], [32.5, 2, 0.7], [41.0, 3, 0.9]]]}
+    # 1 worker reached 0.90 at epoch 2; the slower worker of average evaluated its epoch 2 at 32.5 s
+    # (its own metric does not matter: the examples taken do)
+    assert ceiling_time_to_target([single, average], "t") == (32.5, 2)
+    assert ceiling_time_to_target([single], "t") is None  # no average row
+    assert ceiling_time_to_target([dict(single, reached=False), average], "t") is None
+    short = dict(average, worker_curves=[c[:1] for c in average["worker_curves"]])  # stopped before epoch 2
+    assert ceiling_time_to_target([single, short], "t") is None
 
 
 def test_a_file_that_is_not_a_result_file_is_refused(tmp_path):
