@@ -47,7 +47,7 @@ models differ, so their per-epoch curves differ a little; after the last sync ev
 holds the same weights, and the chief's evaluation of them is the run's result.
 
 Checkpoints: each worker keeps its own (its model differs from the others' between syncs),
-every epoch, with the anchors, the outer momentum and the wire's residual: a resumed run goes on
+every epoch, with the anchor, the outer momentum and the wire's residual: a resumed run goes on
 exactly as an undisturbed one. The syncs bound how far apart the workers are: no worker is more than H steps
 ahead of another, so each keeps enough checkpoints (checkpoints_to_keep) that the last epoch
 every worker saved is still on disk, and a restarted group resumes every worker from it.
@@ -302,8 +302,8 @@ class Strategy(Connected):
 def unoptimized_graphs():
     """Run the sync and the re-estimation without Grappler, TensorFlow's graph optimizer. Optimizing
     their graphs (hundreds of weights, an op or more each) took longer than every sync of a run saves
-    from it: on MobileNetV2 the first run of the sync took 3.2 s with it and 1.1 s without, the
-    re-estimation's 2.4 s and 0.9 s (its forward passes then run as fast). The option is the
+    from it: on MobileNetV2 (its state then a variable per weight) the first run of the sync took 3.2 s
+    with it and 1.1 s without, the re-estimation's 2.4 s and 0.9 s, and every later sync as long. The option is the
     runtime's, read when a function is called: the train step, called outside, keeps the optimizer,
     and each function is instantiated once, for the option it always runs with (switching it for one
     call would instantiate the function again). The trainer calls TensorFlow from one thread."""
