@@ -34,6 +34,7 @@ from disttrain_trainer import cluster, perfmodel
 from disttrain_trainer import main as trainer
 
 PROBE_WORKER_FLAG = "--probe-worker"
+RELAY_LOCK = threading.Lock()  # one probe worker's line at a time on stderr
 KILL_RESERVE_SECONDS = 1.0  # of the budget, kept for stopping the probe and printing the advice
 MIN_BUDGET_SECONDS = 10.0
 
@@ -179,7 +180,8 @@ def relay(proc, index, outputs, last_lines):
             if line:
                 last_lines[index] = line
                 if line.startswith("probe worker"):
-                    print(f"  {line}", file=sys.stderr, flush=True)
+                    with RELAY_LOCK:  # (print writes the line and its newline apart: two relays interleaved them)
+                        print(f"  {line}", file=sys.stderr, flush=True)
     errors = threading.Thread(target=err_lines, daemon=True)
     errors.start()
     for line in proc.stdout:
