@@ -160,10 +160,9 @@ def run_probe(args, argv, launched):
     if errors:
         raise ContractError(errors[0][len("error: "):])
     if indexes[0] != 0:  # pod 1: it took part; pod 0 prints the advice
-        # (stopped at the deadline in or after the best-effort multiworker phase, which follows the all-reduces:
+        # (its RESULT line comes before the best-effort multiworker phase: stopped at the deadline after it,
         # it took part)
-        last = last_lines.get(indexes[0], "")
-        if procs[0].returncode != 0 and ": all-reduce: " not in last and ": multiworker" not in last:
+        if procs[0].returncode != 0 and indexes[0] not in outputs:
             raise StageTimeout(f"the probe did not finish within {args.budget_seconds:g} s (last: "
                                f"{last_lines.get(indexes[0], 'nothing')})")
         print("disttrain-advise: this worker took part in the probe; the advice is in worker 0's log", flush=True)

@@ -13,8 +13,9 @@ does (tasks.create, step.make_train_call), and then, between barriers (one small
      multiworker step costs beyond the compute and the exchange phases 2 and 3 measured: the
      collective's own work on cores the other worker's compute also wants). Only when what is left of
      the deadline looks enough for its tracing (three times the first step's) and timing; it is
-     best-effort: worker 0 prints its result (`RESULT {json}`) before it and again, with the
-     multiworker step, after it, and the advisor keeps the last line it got before the deadline. Without
+     best-effort: each worker prints its result (`RESULT {json}`) before it (worker 1's says it took
+     part) and worker 0 again, with the multiworker step, after it; the advisor keeps worker 0's last
+     line before the deadline. Without
      it the advisor predicts multiworker from phases 2 and 3 alone.
 Each phase gets a share of what is left of the deadline.
 """
@@ -99,6 +100,10 @@ def run(args, data_dir, index, addresses, launched, deadline):
     def barrier():
         sum_across_workers(cluster, [1.0])
 
+    def any_worker(flag):
+        """Whether any worker's flag is set (one small collective: both workers must call it)."""
+        return sum_across_workers(cluster, [1.0 if flag else 0.0])[0] > 0
+
     def share(fraction, most):
         return max(0.2, min(most, (deadline - time.time()) * fraction))
 
@@ -126,7 +131,7 @@ def run(args, data_dir, index, addresses, launched, deadline):
     # had ended: the pair then measured no contention (two text workers at 2.5 ms a step against 2.6 ms alone,
     # where two independent runs measured 1.39x).
     mine = time_steps(train_call, iterator, args.steps_per_call, one, share(0.3, 5.0),
-                      together=lambda done: sum_across_workers(cluster, [1.0 if done else 0.0])[0] > 0)
+                      together=any_worker)
     both = sum_across_workers(cluster, [mine if index == 0 else 0.0, mine if index == 1 else 0.0, waiting]).tolist()
     result["step_seconds_pair"] = max(both[:2])
     result["step_seconds_pair_each"] = both[:2]
@@ -154,7 +159,7 @@ def run(args, data_dir, index, addresses, launched, deadline):
             # Both workers must run the same number of all-reduces, and each reads its own clock: go on only
             # while every worker wants another (one small collective, outside the timed call).
             done = len(times) >= ALLREDUCE_REPS or (time.time() >= stop and len(times) >= 2)
-            if sum_across_workers(cluster, [1.0 if done else 0.0])[0] > 0:  # any worker done: both stop here
+            if any_worker(done):  # any worker done: both stop here
                 return statistics.median(times)
 
     def changes():
@@ -176,12 +181,12 @@ def run(args, data_dir, index, addresses, launched, deadline):
 
     # The result so far, now: phase 4 is best-effort. If it runs past the deadline the advisor stops the
     # probe and keeps this line (the last RESULT line counts), predicting multiworker from phases 2 and 3.
-    if index == 0:
-        print(RESULT + json.dumps(result), flush=True)
+    # Worker 1 prints its own too: on a pod of its own, that line says it took part.
+    print(RESULT + json.dumps(result), flush=True)
 
     # 4. multiworker steps, if both workers have the time (each reads its own deadline: they agree)
     room = deadline - time.time() >= 3 * tracing + 5.0
-    if sum_across_workers(cluster, [0.0 if room else 1.0])[0] == 0:
+    if not any_worker(not room):
         with cluster.scope():
             keras.utils.set_random_seed(args.seed)
             replicated = task.build()
@@ -195,7 +200,7 @@ def run(args, data_dir, index, addresses, launched, deadline):
         first = time.perf_counter()
         multiworker_call(distributed, 1)
         step = time_steps(multiworker_call, distributed, args.steps_per_call, time.perf_counter() - first, share(0.8, 5.0),
-                          together=lambda done: sum_across_workers(cluster, [1.0 if done else 0.0])[0] > 0)
+                          together=any_worker)
         result["multiworker_step_seconds"] = max(sum_across_workers(cluster, [step if index == 0 else 0.0,
                                                                               step if index == 1 else 0.0]).tolist())
         say(index, f"multiworker: {step * 1000:.2f} ms per step (gradients all-reduced in float32)")
