@@ -36,7 +36,7 @@ def split_listing(objects):
     for key, size in objects.items():
         top, _, rest = key.partition("/")
         number, _, inside = rest.partition("/")
-        if top in ("saved_model", "releases") and number.isdigit() and inside:
+        if top in ("saved_model", "releases") and number.isascii() and number.isdigit() and inside:
             (versions if top == "saved_model" else releases).setdefault(int(number), {})[inside] = size
         else:
             other.append(key)

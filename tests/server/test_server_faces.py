@@ -170,6 +170,8 @@ def test_bad_requests_are_json_4xx(enrolled, face_model, tmp_path):
     assert "must be a JSON object" in error_of(client.post(SEARCH, json=[1, 2]), 400)
     assert '"k" must be an integer from 1 to 100' in error_of(client.post(SEARCH, json={"image": b64(photo), "k": 0}), 422)
     assert '"k" must be' in error_of(client.post(SEARCH, json={"image": b64(photo), "k": True}), 422)
+    # a form field of Unicode digits ("³" passes str.isdigit, int() refuses it) is no number
+    assert '"k" must be' in error_of(client.post(SEARCH, data={"image": (io.BytesIO(png(photo)), "p.png"), "k": "³"}, headers=FORM_HEADERS), 422)
     assert "unknown model" in error_of(client.post("/v1/models/other:search", json={"image": b64(photo)}), 404)
 
     assert 'missing "name"' in error_of(client.post("/v1/gallery", json={"image": b64(photo)}), 400)

@@ -169,6 +169,9 @@ def test_unknown_model_version_and_no_model(text_client, empty_client):
     assert "unknown model 'other'" in error_of(text_client.post("/v2/models/other/infer", json=ok_text()), 404)
     for path in (f"/v2/models/disttrain/versions/{version - 1}", f"/v2/models/disttrain/versions/{version - 1}/ready"):
         assert f"version '{version - 1}' of model 'disttrain' is not served" in error_of(text_client.get(path), 404)
+    # Unicode digits: "³" passes str.isdigit() and int() refuses it (was a 500, found by the fuzzer); "٣" int() reads as 3
+    for odd in ("³", "٣", f"{version}%0A", f"%20{version}"):
+        assert "is not served" in error_of(text_client.get(f"/v2/models/disttrain/versions/{odd}"), 404), repr(odd)
     assert "not served" in error_of(text_client.post(f"/v2/models/disttrain/versions/{version - 1}/infer", json=ok_text()), 404)
     assert "model not available" in error_of(empty_client.post(INFER, json=ok_text()), 503)
     assert "model not available" in error_of(empty_client.get("/v2/models/disttrain"), 503)

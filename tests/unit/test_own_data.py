@@ -161,6 +161,10 @@ def test_class_names_integer_valued_labels_sort_numerically(tmp_path):
     assert [int(y) for _, y in dataset.stream()] == [2, 1, 0, 1] * 3
     mixed = write_table(tmp_path / "m.csv", {"a": [1.0, 2.0, 3.0, 4.0], "label": ["b", "3", "a", "-1"]})
     assert open_source(f"table:{mixed}").labels == ["-1", "3", "a", "b"]
+    # a text CSV's labels sort the same way; "³" passes str.isdigit() but is a name, not a number
+    text = tmp_path / "t.csv"
+    text.write_text("text,label\n" + "".join(f"row {i},{label}\n" for i, label in enumerate(["10", "b", "2", "³", "-1", "--3"])))
+    assert open_source(f"csv:{text}").labels == ["-1", "2", "10", "--3", "b", "³"]
 
 
 def test_table_schema(tmp_path, sklearn_tables):

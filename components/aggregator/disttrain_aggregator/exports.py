@@ -56,6 +56,7 @@ import numpy as np
 from disttrain_contract import ContractError
 from disttrain_contract.atomic import describe_os_error
 from disttrain_contract.evaluation import call_in_chunks, compiled, evaluate, head_of
+from disttrain_contract.layout import whole_number
 from disttrain_contract.metrics import ACCURACY
 from disttrain_contract.serving import BYTES_SIGNATURE_NAME, IMAGE_BYTES_INPUT, SIGNATURE_NAME
 from disttrain_contract.tasks import TASKS
@@ -96,7 +97,8 @@ def versions(base):
         names = os.listdir(base)
     except OSError:  # none yet, or not a directory (check_final_dir refuses that one)
         return []
-    return sorted(int(n) for n in names if n.isdigit() and int(n) > 0 and os.path.isdir(os.path.join(base, n)))
+    numbered = {n: whole_number(n) for n in names}
+    return sorted(v for n, v in numbered.items() if v is not None and v > 0 and os.path.isdir(os.path.join(base, n)))
 
 
 def dtype_name(dtype):

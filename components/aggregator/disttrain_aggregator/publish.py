@@ -83,6 +83,7 @@ import uuid
 
 from disttrain_contract import ContractError, read_json, run_cli
 from disttrain_contract import objectstore
+from disttrain_contract.layout import whole_number
 from disttrain_contract.objectstore import ObjectStoreError
 
 SAVED_MODEL_DIR = "saved_model"  # exports.SAVED_MODEL_DIR: the local and the published layout agree
@@ -136,10 +137,11 @@ class Store:
         for key, size in objectstore.listing(url).items():
             top, _, rest = key.partition("/")
             number, _, inside = rest.partition("/")
-            if top == SAVED_MODEL_DIR and number.isdigit() and inside:
-                self.base.setdefault(int(number), {})[inside] = size
-            elif top == RELEASES and number.isdigit() and inside:
-                self.releases.setdefault(int(number), {})[inside] = size
+            version = whole_number(number)
+            if top == SAVED_MODEL_DIR and version is not None and inside:
+                self.base.setdefault(version, {})[inside] = size
+            elif top == RELEASES and version is not None and inside:
+                self.releases.setdefault(version, {})[inside] = size
             elif top == WORK:
                 self.other.append(key)
             elif key == LATEST:

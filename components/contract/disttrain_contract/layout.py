@@ -36,6 +36,7 @@
 """
 
 import os
+import re
 
 MARKER = "_SUCCESS"
 PROGRESS_FILE = "progress.json"  # in each worker directory (disttrain_contract.progress: its fields)
@@ -47,10 +48,18 @@ def default_workdir():
     return os.environ.get(WORKDIR_ENV, "workdir")
 
 
+def whole_number(text, signed=False):
+    """`text` as an int if it is ASCII decimal digits (after one "-" when `signed`), else None.
+
+    Not str.isdigit(): it also accepts "³" and "٣", which int() refuses or reads as 3; a version
+    directory, a URL's version or a form field spelled so is not a number here."""
+    return int(text) if isinstance(text, str) and re.fullmatch(r"-?[0-9]+" if signed else r"[0-9]+", text) else None
+
+
 def job_completion_index(default):
     """This pod's index in an Indexed Job ($JOB_COMPLETION_INDEX, set by Kubernetes), else `default`."""
-    value = os.environ.get("JOB_COMPLETION_INDEX")
-    return int(value) if value and value.isdigit() else default
+    value = whole_number(os.environ.get("JOB_COMPLETION_INDEX"))
+    return default if value is None else value
 
 
 class Workdir:

@@ -37,7 +37,7 @@ import numpy as np
 
 from disttrain_contract import ContractError, objectstore
 from disttrain_contract.artifact import decode_image
-from disttrain_copier.tables import check_table_extension, table
+from disttrain_copier.tables import check_table_extension, class_order, table
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm")
 
@@ -212,7 +212,7 @@ def csv_text(path, local=None):
             raise ContractError(f"{path}: not a readable UTF-8 CSV file (near line {line + 1}): {err}") from None
     if len(labels) < 2:
         raise ContractError(f"{path}: need at least 2 distinct labels, found {sorted(labels)}")
-    names = sorted(labels, key=lambda v: (0, int(v), v) if v.lstrip("-").isdigit() else (1, 0, v))
+    names = sorted(labels, key=class_order)
     index = {name: i for i, name in enumerate(names)}
 
     def stream():

@@ -27,6 +27,7 @@ import os
 import numpy as np
 
 from disttrain_contract import ContractError
+from disttrain_contract.layout import whole_number
 
 CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}
 PARQUET_EXTENSIONS = (".parquet", ".pq")
@@ -65,7 +66,7 @@ def table(path, label_column="label", problem="classification", local=None):
         if len(classes) < 2:
             raise ContractError(f"{path}: the label column {label_column!r} has {len(classes)} distinct value(s) "
                                 f"{sorted(classes)}; classification needs at least 2")
-        names = sorted(classes, key=_class_order)
+        names = sorted(classes, key=class_order)
         index = {name: i for i, name in enumerate(names)}
 
     def stream():
@@ -103,11 +104,10 @@ def class_name(value, batch, i, column):
     return str(int(number))
 
 
-def _class_order(name):
-    try:
-        return (0, int(name), "")
-    except ValueError:
-        return (1, 0, name)
+def class_order(name):
+    """Sort key of class names: whole numbers numerically ("2" before "10"), then the rest as text."""
+    number = whole_number(name, signed=True)
+    return (1, 0, name) if number is None else (0, number, name)
 
 
 def targets(batch, column):

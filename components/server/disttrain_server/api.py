@@ -6,7 +6,7 @@ import os
 from flask import Blueprint, current_app, request, send_file
 from werkzeug.routing import BaseConverter
 
-from disttrain_contract.layout import REPORT_FILE
+from disttrain_contract.layout import REPORT_FILE, whole_number
 from disttrain_contract.tasks import TASKS
 from disttrain_server import numeric
 from disttrain_server.errors import ApiError, ModelUnavailable
@@ -76,7 +76,7 @@ def model_routes(blueprint, paths, suffix, method):
 def check_version(name, loaded, version=None, label=None):
     """404 unless `version` is the served one and `label` one of SERVED_LABELS (either may be absent)."""
     served = str(loaded.version)
-    if version is not None and not (version.isdigit() and int(version) == loaded.version):  # "0123" is 123, as TF Serving's int64
+    if version is not None and whole_number(version) != loaded.version:  # "0123" is 123, as TF Serving's int64
         raise ApiError(404, f"version {version!r} of model {name!r} is not served; this server serves version {served} only")
     if label is not None and label not in SERVED_LABELS:
         raise ApiError(404, f"unknown version label {label!r} for model {name!r}; the labels {', '.join(SERVED_LABELS)} name the served version {served}")

@@ -17,6 +17,7 @@ from flask import Blueprint, current_app, request, send_file
 
 from disttrain_contract import ContractError
 from disttrain_contract.faces import NoFaceFound
+from disttrain_contract.layout import whole_number
 from disttrain_server.errors import ApiError, ModelUnavailable, json_type
 from disttrain_server.gallery import GalleryFull, InvalidName, check_name, public, read_face
 from disttrain_server.instances import decode_b64, read_json_object
@@ -98,7 +99,7 @@ def face_object(face):
 def top_k(fields):
     value = fields.get("k", current_app.config["TOP_K"])
     if isinstance(value, str):  # a form field
-        value = int(value) if value.strip().isdigit() else value
+        value = value if (number := whole_number(value.strip())) is None else number
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOP_K:
         raise ApiError(422, f'"k" must be an integer from 1 to {MAX_TOP_K}, got {value!r}')
     return value
