@@ -137,8 +137,8 @@ def run_probe(args, argv, launched):
         [sys.executable, "-m", "disttrain_trainer.advise", *argv, PROBE_WORKER_FLAG, str(i), ",".join(addresses),
          repr(launched), repr(deadline)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) for i in indexes]
-    outputs, last_lines = {}, {}
-    readers = [threading.Thread(target=relay, args=(proc, i, outputs, last_lines), daemon=True)
+    outputs, last_lines, error_lines = {}, {}, {}
+    readers = [threading.Thread(target=relay, args=(proc, i, outputs, last_lines, error_lines), daemon=True)
                for proc, i in zip(procs, indexes)]
     for reader in readers:
         reader.start()
@@ -155,8 +155,8 @@ def run_probe(args, argv, launched):
                 proc.wait()
         for reader in readers:
             reader.join(timeout=2)
-    errors = [last_lines[i] for i, proc in zip(indexes, procs)
-              if proc.returncode == 2 and last_lines.get(i, "").startswith("error: ")]
+    # a worker's own one-line refusal, whatever TensorFlow printed after it at exit
+    errors = [error_lines[i] for i, proc in zip(indexes, procs) if proc.returncode == 2 and i in error_lines]
     if errors:
         raise ContractError(errors[0][len("error: "):])
     if indexes[0] != 0:  # pod 1: it took part; pod 0 prints the advice
@@ -173,13 +173,16 @@ def run_probe(args, argv, launched):
     return outputs[0]
 
 
-def relay(proc, index, outputs, last_lines):
-    """Read a probe process: its progress lines go to stderr as they come, its RESULT lines into `outputs` (the last one counts)."""
+def relay(proc, index, outputs, last_lines, error_lines):
+    """Read a probe process: its progress lines go to stderr as they come, its RESULT lines into `outputs` (the last
+    one counts), its last line into `last_lines` and its `error: ` line (advise_probe.main's) into `error_lines`."""
     def err_lines():
         for line in proc.stderr:
             line = line.rstrip()
             if line:
                 last_lines[index] = line
+                if line.startswith("error: "):
+                    error_lines[index] = line
                 if line.startswith("probe worker"):
                     with RELAY_LOCK:  # (print writes the line and its newline apart: two relays interleaved them)
                         print(f"  {line}", file=sys.stderr, flush=True)
