@@ -75,3 +75,27 @@ def test_a_parameter_server_workers_tensor_seed_gives_the_int_seeds_stream_and_w
             assert sorted(stream[epoch * EXAMPLES:(epoch + 1) * EXAMPLES]) == list(range(EXAMPLES))
         streams.append(stream)
     assert not np.array_equal(streams[0], streams[1])
+
+
+def test_a_tensor_seed_in_a_graph_works_with_a_global_seed_of_0():
+    """--seed 0 makes TensorFlow's global seed 0, and a parameter-server worker's dataset function is
+    traced in a graph: the tensor seed must still shuffle (it raised "symbolic tf.Tensor as a Python
+    bool"), each worker in its own order, the same on every run, every epoch holding each example once."""
+    rng = np.random.default_rng(3)
+    images, labels = rng.integers(0, 255, size=(EXAMPLES, 4, 4, 1), dtype=np.uint8), np.arange(EXAMPLES)
+
+    def stream(worker):
+        tf.random.set_seed(0)
+        # flat_map traces its function in a graph, as the coordinator traces the dataset function
+        ds = tf.data.Dataset.from_tensors(tf.constant(worker, tf.int64)).flat_map(
+            lambda index: shuffled_batches(images, labels, BATCH, tf.constant(0, tf.int64) + index))
+        return np.concatenate([y for _, y in take(ds, BATCHES)])
+
+    try:
+        first, again, other = stream(0), stream(0), stream(1)
+    finally:
+        tf.random.set_seed(None)
+    np.testing.assert_array_equal(first, again)
+    assert not np.array_equal(first, other)
+    for epoch in range(3):
+        assert sorted(first[epoch * EXAMPLES:(epoch + 1) * EXAMPLES]) == list(range(EXAMPLES))

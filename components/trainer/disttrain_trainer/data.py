@@ -1,5 +1,7 @@
 """The training input: an endless stream of shuffled batches of one worker's examples."""
 
+import contextlib
+
 import tensorflow as tf
 
 
@@ -19,8 +21,28 @@ def shuffled_batches(features, labels, batch, seed):
     features = features if isinstance(features, tf.RaggedTensor) else tf.constant(features)
     labels = tf.constant(labels)
     indices = tf.data.Dataset.range(len(labels))
-    ds = indices.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True).repeat().batch(batch)
+    with tensor_seed_in_a_graph(seed):
+        ds = indices.shuffle(len(labels), seed=seed, reshuffle_each_iteration=True).repeat().batch(batch)
     return ds.map(lambda rows: (dense(tf.gather(features, rows)), tf.gather(labels, rows)))
+
+
+@contextlib.contextmanager
+def tensor_seed_in_a_graph(seed):
+    """TensorFlow's random_seed.get_seed compares the op seed with 0 when the global seed is 0
+    (--seed 0), which a tensor seed in a graph cannot answer ("Using a symbolic tf.Tensor as a
+    Python bool"; a parameter-server worker's dataset function is traced so; the (0, 0) pair
+    is tensorflow/tensorflow#17284). While such a shuffle is made, the graph has no seed:
+    get_seed then pairs the tensor with TensorFlow's default graph seed. Still one order per
+    seed value, the same on every run."""
+    graph = tf.compat.v1.get_default_graph()
+    if tf.executing_eagerly() or not isinstance(seed, tf.Tensor) or graph.seed != 0:
+        yield
+        return
+    graph.seed = None
+    try:
+        yield
+    finally:
+        graph.seed = 0
 
 
 def dense(rows):
