@@ -276,3 +276,9 @@ def test_a_batch_norm_sync_adds_the_statistics_refresh():
     assert extra == pytest.approx(8 * t / 3 + link.latency_seconds + 136_000 * link.per_byte_seconds)
     off = pm.predict(bn, link, "localsgd", 2, {**options, "sync_batch_norm_batches": 0})
     assert off.sync_seconds == pytest.approx(pm.predict(plain, link, "localsgd", 2, options).sync_seconds)
+
+
+def test_the_parameter_server_row_says_it_is_a_lower_bound():
+    p = probe()
+    row = pm.predict(p, pm.link_of(p), "parameterserver", 2, {"ps": 1}, epochs=5)
+    assert row.note.startswith("a lower bound: ") and not row.accuracy_risk

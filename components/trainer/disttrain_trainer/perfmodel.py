@@ -61,7 +61,14 @@ Seconds per epoch:
                    every step reads the variables from the parameter server and sends its gradients
                    there (B_g each way, sparse rows for an embedding); S = ceil(examples / batch)
                    steps of the group per epoch, S_P = S / N of them per worker; the second term is
-                   the one parameter server's link, which carries every worker's traffic
+                   the one parameter server's link, which carries every worker's traffic.
+                   A lower bound, and the table says so: the runtime's own work per step is not
+                   probed (the probe's two processes form a MultiWorkerMirrored cluster, and a variable
+                   placed on the other process there crashed TensorFlow). Measured on the text model,
+                   2 workers on one 2-core host: 1.2-1.25 s per epoch against 0.55 predicted; the
+                   parameter server used 0.75 of a core, each worker 0.39, the chief 0.07: about
+                   12.5 ms of CPU per step of the group, where one worker's whole local step takes
+                   2.3 ms (Adam's update alone, timed apart, 2.2 ms: it runs on the server here)
 
 Time to the target: start-up + E_s * (seconds per epoch + one held-out evaluation) (+ a connected
 strategy's time to join its peers), where E_s = f_s * E_1, E_1 being one worker's epochs to the target
@@ -388,6 +395,9 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
     elif strategy == "localsgd" and rare and probe.batch_norm and not refresh_batches(probe, options):
         note, risk = ("with batch normalisation and --sync-batch-norm-batches 0 an outer step this rare leaves the "
                       "statistics behind the weights (MobileNetV2 at H=250 scored 0.09-0.65 after each sync)"), True
+    if strategy == "parameterserver":
+        note = ("a lower bound: the parameter-server runtime's own work per step (remote reads and sends, the optimizer "
+                "on the server) is not probed; a text model took 2.2x this on one host")
     if strategy == "average":
         note = "one average at the end: accuracy as one-shot averaging gives it (check with --validation-fraction)"
         if probe.batch_norm:  # the rarest averaging of all
