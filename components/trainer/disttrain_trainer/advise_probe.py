@@ -15,8 +15,7 @@ does (tasks.create, step.make_train_call), and then, between barriers (one small
      the deadline looks enough for its tracing (three times the first step's) and timing; it is
      best-effort: each worker prints its result (`RESULT {json}`) before it (worker 1's says it took
      part) and worker 0 again, with the multiworker step, after it; the advisor keeps worker 0's last
-     line before the deadline. Without
-     it the advisor predicts multiworker from phases 2 and 3 alone.
+     line before the deadline. Without it the advisor predicts multiworker from phases 2 and 3 alone.
 Each phase gets a share of what is left of the deadline.
 """
 
