@@ -327,6 +327,20 @@ def progress(doc):
     return "\n".join(out)
 
 
+def malloc_arenas(doc):
+    c, res = doc["config"], doc["results"]["summary"]
+    out = [header(doc, "malloc arenas: one at `--threads 1` against glibc's default (`bench/malloc_arenas.py`)")]
+    out.append(f"Each configuration with one thread per process as the trainer runs it (one glibc malloc arena) and with glibc's default "
+               f"restored (`MALLOC_ARENA_MAX` = {c['variants']['glibc_default']['MALLOC_ARENA_MAX']}), one after the other, "
+               f"median of {c['repetitions']} repetition(s) each; steady seconds per epoch (epochs 2.., the slower worker). "
+               "Goal: multiworker faster, nothing else slower by more than 3 %.\n")
+    out.append("| configuration | one arena s/epoch | glibc's default s/epoch | change |")
+    out.append("|---|---|---|---|")
+    for name, r in res.items():
+        out.append(f"| {name} | {f(r['one_arena_sec_per_epoch'], 2)} | {f(r['glibc_default_sec_per_epoch'], 2)} | {r['change_pct']:+.1f} % |")
+    return "\n".join(out)
+
+
 def combine(doc):
     out = [header(doc, "aggregator --combine: average, ensemble and best on the held-out split (`bench/combine_bench.py`)")]
     c = doc["config"]
@@ -499,7 +513,7 @@ def tables():
     for name, fn in (("contention", contention), ("train_scaling", training), ("network_shaped", network), ("input_pipeline", input_pipeline),
                      ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search),
                      ("copier", copier), ("copier_objectstore", copier_objectstore), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress),
-                     ("task_interface", task_interface), ("dp_off", dp_off), ("dp_utility", dp_utility), ("own_model", own_model), ("preemption", preemption),
+                     ("malloc_arenas", malloc_arenas), ("task_interface", task_interface), ("dp_off", dp_off), ("dp_utility", dp_utility), ("own_model", own_model), ("preemption", preemption),
                      ("time_to_accuracy", time_to_accuracy)):
         doc = load_result(name)
         if doc is not None:
