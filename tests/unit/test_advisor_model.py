@@ -282,3 +282,29 @@ def test_the_parameter_server_row_says_it_is_a_lower_bound():
     p = probe()
     row = pm.predict(p, pm.link_of(p), "parameterserver", 2, {"ps": 1}, epochs=5)
     assert row.note.startswith("a lower bound: ") and not row.accuracy_risk
+
+
+def test_an_untimed_multiworker_row_is_a_lower_bound_and_a_timed_one_is_not():
+    untimed, timed = probe(), probe(multiworker_step_seconds=0.009)
+    row = pm.predict(untimed, pm.link_of(untimed), "multiworker", 2, epochs=5)
+    assert row.lower_bound and row.note.startswith("a lower bound: ") and "--budget-seconds" in row.note
+    row = pm.predict(timed, pm.link_of(timed), "multiworker", 2, epochs=5)
+    assert not row.lower_bound and row.note == ""
+    assert pm.predict(timed, pm.link_of(timed), "parameterserver", 2, {"ps": 1}, epochs=5).lower_bound
+
+
+def test_a_faster_lower_bound_is_passed_over_and_named():
+    # the parameter server's lower bound is the fastest here (DiLoCo gets too few outer steps in 3 epochs);
+    # the advice is what was predicted in full
+    p = probe(step_seconds_alone=0.1, step_seconds_pair=0.1, multiworker_step_seconds=0.3)
+    predictions = pm.predict_all(p, pm.link_of(p), [1, 2], epochs=3, epochs_to_target=3)
+    fastest = min(predictions, key=pm.cost_of)
+    assert fastest.strategy == "parameterserver" and fastest.lower_bound
+    choice = pm.recommend(predictions)
+    assert not choice.lower_bound and pm.cost_of(choice) > pm.cost_of(fastest)
+    sentence = pm.reason(choice, predictions, p, pm.link_of(p))
+    assert sentence.endswith("; parameterserver (2 workers) is predicted faster, but only as a lower bound "
+                             "(its note says what was not probed)")
+    # with only lower bounds left, the fastest of them is the advice, and the sentence adds nothing
+    bounds = [q for q in predictions if q.lower_bound]
+    assert pm.recommend(bounds).lower_bound and "predicted faster" not in pm.reason(pm.recommend(bounds), bounds, p, pm.link_of(p))

@@ -45,8 +45,9 @@ Seconds per epoch:
                    x = max(0, t_mw - t_2 - g on the probe's link, 2 workers, float32): what a real
                    multiworker step took beyond the compute and the exchange (the collective's own
                    work on cores the other worker's compute wants, waiting for the slower worker),
-                   taken the same at any N and on any link; 0 when t_mw was not timed. (Without it,
-                   MobileNetV2's 2-worker multiworker was predicted 20-22 % too fast on one host.)
+                   taken the same at any N and on any link; 0 when t_mw was not timed, and the row is
+                   then a lower bound (its note says so). (Without it, MobileNetV2's 2-worker
+                   multiworker was predicted 20-22 % too fast on one host.)
   localsgd         S_N * t_N + (syncs per run / epochs) * (sync + alpha)
                    sync: all-reduce of B at the wire's bytes per weight (float32 4, float16 2), or, for
                    int8, all-gather of B / 4 plus a float32 scale per block of 256 weights (all the
@@ -274,6 +275,8 @@ class Prediction:
     epochs_to_target: float | None = None  # this configuration's: f times one worker's (the module's docstring)
     note: str = ""
     accuracy_risk: bool = False  # measured to lose accuracy (the note says how): never recommended
+    lower_bound: bool = False  # part of its cost was not probed (the note says which): recommended only when no
+    #                            configuration predicted in full is left
 
     def to_dict(self):
         return asdict(self)
@@ -395,15 +398,19 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
     elif strategy == "localsgd" and rare and probe.batch_norm and not refresh_batches(probe, options):
         note, risk = ("with batch normalisation and --sync-batch-norm-batches 0 an outer step this rare leaves the "
                       "statistics behind the weights (MobileNetV2 at H=250 scored 0.09-0.65 after each sync)"), True
+    lower_bound = strategy == "parameterserver" or (strategy == "multiworker" and probe.multiworker_step_seconds is None)
     if strategy == "parameterserver":
         note = ("a lower bound: the parameter-server runtime's own work per step (remote reads and sends, the optimizer "
                 "on the server) is not probed; a text model took 2.2x this on one host")
+    elif lower_bound:
+        note = ("a lower bound: no real multiworker step was timed within the probe's budget (a longer --budget-seconds "
+                "times them), so the collective's own work is not in it; MobileNetV2 took 1.5x this on one host")
     if strategy == "average":
         note = "one average at the end: accuracy as one-shot averaging gives it (check with --validation-fraction)"
         if probe.batch_norm:  # the rarest averaging of all
             note, risk = ("one average at the end of a batch-norm model: averaged statistics do not fit averaged weights "
                           "(averaging every 400 steps took MobileNetV2 to 0.399)"), True
-    return Prediction(strategy, workers, options, total, compute, comm, one, to_target, needed, note, risk)
+    return Prediction(strategy, workers, options, total, compute, comm, one, to_target, needed, note, risk, lower_bound)
 
 
 def candidates(worker_counts, outer_optimizers=("none", "nesterov")):
@@ -441,7 +448,9 @@ def cost_of(prediction):
 
 
 def recommend(predictions):
-    """The prediction to recommend: the fastest without a measured accuracy risk, or, within TIE of it,
+    """The prediction to recommend: the fastest without a measured accuracy risk and predicted in full (a
+    lower bound wins only when nothing else is left: it is the configuration most likely to be slower
+    than predicted; the reason names it when it would have been faster), or, within TIE of it,
     the simplest (average before localsgd before multiworker before parameterserver; fewer workers; for
     multiworker the wider wire, as float16 gradients are rounded; for localsgd no outer optimizer, then
     the most frequent syncs). localsgd's wire is no tie-break: on float16 and int8 it keeps what it rounds
@@ -451,6 +460,7 @@ def recommend(predictions):
     if not predictions:
         raise ModelError("nothing to recommend")
     safe = [p for p in predictions if not p.accuracy_risk] or predictions
+    safe = [p for p in safe if not p.lower_bound] or safe
     best = min(cost_of(p) for p in safe)
     close = [p for p in safe if cost_of(p) <= best * (1 + TIE)]
 
@@ -476,7 +486,17 @@ def _megabytes(nbytes):
 
 
 def reason(choice, predictions, probe, link):
-    """One sentence: why `choice` (a Prediction of `predictions`)."""
+    """One sentence: why `choice` (a Prediction of `predictions`), and the faster lower bound it passed over."""
+    why = _reason(choice, predictions, probe, link)
+    bounds = [p for p in predictions if p.lower_bound and not p.accuracy_risk and cost_of(p) < cost_of(choice)]
+    if bounds and not choice.lower_bound:
+        bound = min(bounds, key=cost_of)
+        why += (f"; {bound.label()} ({bound.workers} workers) is predicted faster, but only as a lower bound "
+                f"(its note says what was not probed)")
+    return why
+
+
+def _reason(choice, predictions, probe, link):
     single = next((p for p in predictions if p.strategy == "single"), None)
     t = step_seconds(probe, max(choice.workers, 1))
     where = link.name if link is not None else "no link"
