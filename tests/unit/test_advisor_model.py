@@ -305,6 +305,19 @@ def test_a_faster_lower_bound_is_passed_over_and_named():
     sentence = pm.reason(choice, predictions, p, pm.link_of(p))
     assert sentence.endswith("; parameterserver (2 workers) is predicted faster, but only as a lower bound "
                              "(its note says what was not probed)")
+    assert sentence.count("parameterserver") == 1  # (the best option with more workers is one predicted in full)
     # with only lower bounds left, the fastest of them is the advice, and the sentence adds nothing
     bounds = [q for q in predictions if q.lower_bound]
     assert pm.recommend(bounds).lower_bound and "predicted faster" not in pm.reason(pm.recommend(bounds), bounds, p, pm.link_of(p))
+
+
+def test_the_table_numbers_each_note_and_prints_it_once():
+    p = probe(step_seconds_alone=0.1, step_seconds_pair=0.1)
+    predictions = pm.predict_all(p, pm.link_of(p), [1, 2], epochs=3, epochs_to_target=3)
+    text = pm.table(predictions, pm.recommend(predictions))
+    rare = "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov"
+    assert text.count(rare) == 1 and sum(1 for q in predictions if q.note == rare) == 6
+    number = next(line.split()[0] for line in text.splitlines() if line.endswith(rare))
+    rows = [line for line in text.splitlines() if line.startswith("localsgd H=500 int8 ") or line.startswith("localsgd H=250 float16 ")]
+    assert [row.split()[-1] for row in rows if "nesterov" not in row] == [number, number]
+    assert all(line.startswith("[") for line in text.splitlines()[len(predictions) + 1:])

@@ -508,7 +508,7 @@ def _reason(choice, predictions, probe, link):
         pair = [p for p in predictions if p.workers >= 2]
         if not pair:
             return f"no second worker could be predicted ({where})"
-        best_pair = min(pair, key=cost_of)
+        best_pair = min([p for p in pair if not p.lower_bound] or pair, key=cost_of)  # (reason() names a faster bound)
         ratio = cost_of(best_pair) / cost_of(single)
         if ratio < 1:
             why = f"the best option with more workers ({best_pair.label()}, {best_pair.workers} workers) would save " \
@@ -539,18 +539,21 @@ def _reason(choice, predictions, probe, link):
 
 def table(predictions, choice=None):
     """The predictions as a text table, fastest first (DiLoCo's rows too: they cost what plain averaging
-    costs per epoch, but need fewer epochs)."""
+    costs per epoch, but need fewer epochs). A row's note is a number in the table and its text below it,
+    once: many rows share one (every wire of a DiLoCo H, every rare plain average)."""
     has_target = any(p.time_to_target_seconds is not None for p in predictions)
     head = ["strategy", "workers", "s/epoch", "compute", "comm.", "sync", "epochs" if has_target else "",
             "to target" if has_target else "", "note"]
-    rows = []
+    rows, notes = [], {}
     for p in sorted(predictions, key=lambda p: (cost_of(p), SIMPLICITY[p.strategy])):
         mark = " <-" if p is choice else ""
+        number = notes.setdefault(p.note, len(notes) + 1) if p.note else None
         rows.append([p.label() + mark, str(p.workers), f"{p.seconds_per_epoch:.3f}", f"{p.compute_seconds:.3f}",
                      f"{p.communication_seconds:.3f}", _seconds(p.sync_seconds) if p.sync_seconds else "-",
                      (f"{p.epochs_to_target:.3g}" if p.epochs_to_target is not None else "") if has_target else "",
                      (_seconds(p.time_to_target_seconds) if p.time_to_target_seconds is not None else "") if has_target else "",
-                     p.note])
+                     f"[{number}]" if number else ""])
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
+    lines += [f"[{number}] {note}" for note, number in notes.items()]
     return "\n".join(lines)
