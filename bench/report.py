@@ -334,10 +334,13 @@ def malloc_arenas(doc):
                f"restored (`MALLOC_ARENA_MAX` = {c['variants']['glibc_default']['MALLOC_ARENA_MAX']}), one after the other, "
                f"median of {c['repetitions']} repetition(s) each; steady seconds per epoch (epochs 2.., the slower worker). "
                "Goal: multiworker faster, nothing else slower by more than 3 %.\n")
-    out.append("| configuration | one arena s/epoch | glibc's default s/epoch | change |")
+    out.append("| configuration | one arena s/epoch (each run) | glibc's default s/epoch (each run) | change |")
     out.append("|---|---|---|---|")
     for name, r in res.items():
-        out.append(f"| {name} | {f(r['one_arena_sec_per_epoch'], 2)} | {f(r['glibc_default_sec_per_epoch'], 2)} | {r['change_pct']:+.1f} % |")
+        runs = {variant: ", ".join(f(v, 2) for v in values) for variant, values in r["runs"].items()}
+        out.append(f"| {name} | {f(r['one_arena_sec_per_epoch'], 2)} ({runs['one_arena']}) | "
+                   f"{f(r['glibc_default_sec_per_epoch'], 2)} ({runs['glibc_default']}) | {r['change_pct']:+.1f} % |")
+    out += [f"\n{note}" for note in doc.get("notes") or []]
     return "\n".join(out)
 
 

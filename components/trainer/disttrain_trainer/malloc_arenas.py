@@ -4,9 +4,9 @@ glibc gives each new thread its own arena (up to 8 per core), and memory freed i
 back to the kernel and faulted in again when a step allocates it anew. A worker of a connected strategy
 has more threads than its compute (the collective executor's, gRPC's), and its step's tensors pass
 between them: perf showed 30 % of a multiworker worker's CPU in the kernel (page faults), against 7 %
-with one arena. With one arena a multiworker epoch of MobileNetV2 took 21-22 % less time on two hosts,
-a parameter-server epoch of the text model 12 % less, and two independent processes ran as before
-(bench/malloc_arenas.py; docs/strategies.md gives the figures).
+with one arena. With one arena a multiworker epoch of MobileNetV2 took 22 % less time on two hosts; the
+text model's strategies ran within 5 % either way, and two independent MobileNetV2 processes within
+-5 to +2 % (bench/malloc_arenas.py; docs/strategies.md gives the figures).
 Only --threads 1 gets the limit: with two compute threads one arena was 12 % slower on one host and no
 faster on another, and two arenas slower than both there; so any other --threads (0: TensorFlow decides) keeps
 glibc's default, and so does an arena limit the user set (MALLOC_ARENA_MAX, or arena_max in GLIBC_TUNABLES).
