@@ -95,7 +95,11 @@ def test_documented_classify_request_with_binary_image_features(image_client, di
 def test_classify_context_holds_features_shared_by_every_example(text_client):
     shared = text_client.post(f"{MODEL}:classify", json={"context": {"text": POSITIVE}, "examples": [{}, {}]}).get_json()["result"]
     alone = text_client.post(f"{MODEL}:classify", json={"signature_name": "serving_default", "examples": [{"text": POSITIVE}]}).get_json()["result"]
-    assert shared == alone * 2 and dict(alone[0])["positive"] > 0.5
+    # the same classes and scores for each example; a batch of two may round differently from a batch of one
+    # in the last bits (TensorFlow's CPU kernels pick their loop by batch size; seen on an AVX2-only host)
+    assert len(shared) == 2 and all([label for label, _ in example] == [label for label, _ in alone[0]] for example in shared)
+    assert all([score for _, score in example] == pytest.approx([score for _, score in alone[0]], rel=1e-6) for example in shared)
+    assert dict(alone[0])["positive"] > 0.5
     assert "also in \"context\"" in error_of(text_client.post(f"{MODEL}:classify", json={"context": {"text": "a"}, "examples": [{"text": "b"}]}), 400)
 
 
