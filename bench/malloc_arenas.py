@@ -22,12 +22,14 @@ import os
 import sys
 
 from common import BIN, QUICK, Bench, command_line, median, reps, start, steady_epoch_sec, tail, tmpdir, wait_measured
+from stages import free_port_block
 
 import time_to_accuracy as tta
 
 IMAGES = "digits-distorted-mobilenetv2"
 TEXT = "movie-reviews"
-# name -> (task, strategy, processes that train, threads per process, epochs)
+# name -> (task, strategy, workers (the time-to-accuracy benchmark's row: ceiling = 2 independent processes),
+#          threads per process, epochs)
 CONFIGS = {
     "MobileNetV2, 2 independent processes (the ceiling)": (IMAGES, "ceiling", 2, 1, 3),
     "MobileNetV2, multiworker, 2 workers": (IMAGES, "multiworker", 2, 1, 3),
@@ -39,29 +41,29 @@ GLIBC_DEFAULT = {"MALLOC_ARENA_MAX": str(8 * os.cpu_count())}
 VARIANTS = {"one_arena": {}, "glibc_default": GLIBC_DEFAULT}  # (one arena: the trainer's own setting)
 
 
-def run(base, name, variant, repetition, data, port):
-    task_name, strategy, processes, threads, epochs = CONFIGS[name]
-    task = tta.TASKS[task_name]
-    out = os.path.join(base, f"run-{len(os.listdir(base))}")
+def commands(name, dirs, run_dir):
+    """A configuration's trainer argvs and --out directories, as the time-to-accuracy benchmark runs its row
+    (on free ports)."""
+    task_name, strategy, workers, threads, epochs = CONFIGS[name]
+    task = {**tta.TASKS[task_name], "epochs": epochs}
+    row = {"strategy": strategy, "workers": workers, "options": {**task["options"], "threads": threads}}
+    return tta.row_commands(row, task, tta.row_workdir(row, dirs), run_dir, free_port_block(tta.processes(row)), shaped=False)
+
+
+def run(base, name, variant, repetition, dirs):
+    run_dir = os.path.join(base, f"run-{len(os.listdir(base))}")
+    os.makedirs(run_dir)
     env = {**{k: v for k, v in os.environ.items() if k not in ("MALLOC_ARENA_MAX", "GLIBC_TUNABLES")}, **VARIANTS[variant]}
-    flags = [*tta.option_flags({**task["options"], "threads": threads}), "--epochs", epochs, "--batch", tta.BATCH, "--seed", tta.SEED]
-    commands = []
-    if strategy in ("single", "ceiling"):
-        commands = [["--workdir", data[1], "--out", f"{out}-{i}", "--workers", 1, "--worker-index", 0] for i in range(processes)]
-    else:
-        tasks = processes + (2 if strategy == "parameterserver" else 0)  # (the chief and the parameter server)
-        commands = [["--workdir", data[2], "--out", out, "--workers", processes, "--worker-index", i, "--strategy", strategy,
-                     "--port", port, "--peer-wait", 300, *(["--ps", 1] if strategy == "parameterserver" else [])]
-                    for i in range(tasks)]
-    procs = [start([os.path.join(BIN, "disttrain-trainer"), *map(str, c), *map(str, flags)],
-                   os.path.join(base, f"{os.path.basename(out)}-{i}.log"), env=env) for i, c in enumerate(commands)]
-    for i, proc in enumerate(procs):
+    argvs, outs = commands(name, dirs, run_dir)
+    logs = [os.path.join(run_dir, f"trainer-{i}.log") for i in range(len(argvs))]
+    procs = [start([os.path.join(BIN, "disttrain-trainer"), *argv], log, env=env) for argv, log in zip(argvs, logs)]
+    for proc, log in zip(procs, logs):
         if wait_measured(proc)["rc"]:
-            raise SystemExit(f"{name} ({variant}) failed: {tail(os.path.join(base, f'{os.path.basename(out)}-{i}.log'))}")
+            raise SystemExit(f"{name} ({variant}) failed: {tail(log)}")
     epochs_of = []
-    for directory in ([f"{out}-{i}" for i in range(processes)] if strategy in ("single", "ceiling") else [out]):
-        for worker in sorted(os.listdir(directory)):
-            path = os.path.join(directory, worker, "metrics.json")
+    for out in outs:
+        for worker in sorted(os.listdir(out)):
+            path = os.path.join(out, worker, "metrics.json")
             if os.path.exists(path):
                 with open(path) as fh:
                     epochs_of.append([e["wall_time_sec"] for e in json.load(fh)])
@@ -78,13 +80,11 @@ def main():
     with Bench("malloc_arenas", config) as bench:
         data = {task: tta.workdirs(base, task, tta.TASKS[task]) for task in (IMAGES, TEXT)}
         seconds = {name: {variant: [] for variant in VARIANTS} for name in CONFIGS}
-        port = 24100
         for repetition in range(repetitions):
             for name in CONFIGS:
                 order = list(VARIANTS) if repetition % 2 == 0 else list(reversed(VARIANTS))
                 for variant in order:
-                    port += 5
-                    seconds[name][variant].append(run(base, name, variant, repetition, data[CONFIGS[name][0]], port))
+                    seconds[name][variant].append(run(base, name, variant, repetition, data[CONFIGS[name][0]]))
         summary = {}
         for name, by_variant in seconds.items():
             mine, glibc = median(by_variant["one_arena"]), median(by_variant["glibc_default"])

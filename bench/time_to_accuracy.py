@@ -314,6 +314,21 @@ def trainer_argv(row, task, workdir, out, index, port, shaped):
     return [str(a) for a in argv]
 
 
+def row_workdir(row, dirs):
+    """The copier's output a row trains on; dirs: {shards: workdir} (workdirs())."""
+    return dirs[1 if row["strategy"] in ("single", "ceiling") else 2]
+
+
+def row_commands(row, task, workdir, run_dir, port, shaped):
+    """(each process's trainer argv, the --out directories) of a row run in run_dir. The ceiling is two
+    independent runs, each into its own --out; every other row has one --out."""
+    strategy = row["strategy"]
+    outs = [os.path.join(run_dir, f"train-{i}") for i in range(2)] if strategy == "ceiling" else [os.path.join(run_dir, "train")]
+    argvs = [trainer_argv(row, task, workdir, outs[i] if strategy == "ceiling" else outs[0],
+                          0 if strategy == "ceiling" else i, port, shaped) for i in range(processes(row))]
+    return argvs, outs
+
+
 PREFLIGHT = "import sys\nfrom disttrain_trainer.main import parse_args\nparse_args(sys.argv[1:])"
 
 
@@ -390,13 +405,10 @@ def run_row(row, task, dirs, base):
     run_dir = os.path.join(base, "runs", "-".join([row["task"], link, strategy, *map(str, row["options"].values())]))
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
-    workdir = dirs[1 if strategy in ("single", "ceiling") else 2]
+    workdir = row_workdir(row, dirs)
     n = processes(row)
     port = free_port_block(n)
-    # ceiling: two independent runs, each into its own --out; every other row: one --out
-    outs = [os.path.join(run_dir, f"train-{i}") for i in range(2)] if strategy == "ceiling" else [os.path.join(run_dir, "train")]
-    argvs = [trainer_argv(row, task, workdir, outs[i] if strategy == "ceiling" else outs[0],
-                          0 if strategy == "ceiling" else i, port, shaped) for i in range(n)]
+    argvs, outs = row_commands(row, task, workdir, run_dir, port, shaped)
     from disttrain_contract.manifest import Manifest
 
     record = {**row, "link_mbit": LINKS[link], "batch_per_worker": BATCH,
