@@ -75,7 +75,7 @@ def run(base, name, variant, repetition, dirs):
 def main():
     base = tmpdir("malloc-arenas")
     repetitions = reps(2)
-    config = {"configs": {name: dict(zip(("task", "strategy", "processes", "threads", "epochs"), c)) for name, c in CONFIGS.items()},
+    config = {"configs": {name: dict(zip(("task", "strategy", "workers", "threads", "epochs"), c)) for name, c in CONFIGS.items()},
               "variants": VARIANTS, "repetitions": repetitions, "batch": tta.BATCH, "seed": tta.SEED}
     with Bench("malloc_arenas", config) as bench:
         data = {task: tta.workdirs(base, task, tta.TASKS[task]) for task in (IMAGES, TEXT)}
