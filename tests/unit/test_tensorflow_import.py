@@ -52,9 +52,14 @@ def run_python(code, env_extra=None, pythonpath=None, timeout=120):
 
 def test_the_real_tensorflow_import_prints_nothing_and_debug_brings_its_lines_back():
     code = """
-        from disttrain_contract.tensorflow_import import import_tensorflow
+        import sys
+        from disttrain_contract.tensorflow_import import KERAS_OPTIONAL_PACKAGES, import_tensorflow
         tf = import_tensorflow()
         assert tf.constant(2).numpy() == 2
+        # Keras' optional packages were hidden from the import, and import as usual afterwards
+        assert [name for name in KERAS_OPTIONAL_PACKAGES if name in sys.modules] == []
+        import cv2, matplotlib, scipy.sparse, sklearn.metrics
+        assert sklearn.metrics.accuracy_score([1, 0], [1, 1]) == 0.5 and scipy.sparse.issparse(scipy.sparse.eye(2))
         print("ok")
     """
     quiet = run_python(code)
@@ -122,3 +127,24 @@ def test_threads_importing_at_once_import_once_and_lose_no_line(tmp_path):
         assert result.returncode == 0, result.stderr
         assert count.read_text() == "imported\n"
         assert result.stderr == "a line that is not TensorFlow's\n"
+
+
+def test_optional_packages_are_hidden_only_from_the_import_and_only_with_one_thread(tmp_path):
+    """The fake TensorFlow imports scipy as Keras does (`except ImportError: None`): hidden when the
+    importing thread is the only one, importable again afterwards; another live thread (a server's
+    request thread that may import cv2 meanwhile) turns the hiding off."""
+    path = fake_tensorflow(tmp_path, ending="try:\n    import scipy\nexcept ImportError:\n    scipy = None")
+    for other_thread in (False, True):
+        result = run_python(f"""
+            import threading
+            from disttrain_contract.tensorflow_import import import_tensorflow
+            stop = threading.Event()
+            if {other_thread}:
+                threading.Thread(target=stop.wait).start()
+            tf = import_tensorflow()
+            stop.set()
+            import scipy.sparse
+            print(tf.scipy is None, scipy.sparse.issparse(scipy.sparse.eye(2)))
+        """, {"IMPORT_COUNT_FILE": str(tmp_path / f"count-{other_thread}")}, pythonpath=path)
+        assert result.returncode == 0, result.stderr
+        assert result.stdout == ("False True\n" if other_thread else "True True\n")
