@@ -10,6 +10,7 @@ environment cases (full disk, read-only directory) and one corrupt model run the
 (~5-10 s on a busy 2-core machine) per case."""
 
 import contextlib
+import gc
 import hashlib
 import io
 import json
@@ -54,6 +55,8 @@ def aggregate(work, *extra, process=False):
             run_cli(main, args)
         except SystemExit as exit:
             code = exit.code
+        finally:
+            gc.unfreeze()  # a successful run freezes every object before its exit: not this process's
     return subprocess.CompletedProcess(["disttrain-aggregator", *args], code, stdout.getvalue(), stderr.getvalue())
 
 

@@ -1,5 +1,7 @@
 """run_cli writes the stage's one-line error to the termination-message file Kubernetes shows."""
 
+import gc
+
 import pytest
 
 from disttrain_contract import ContractError, StageTimeout, run_cli
@@ -39,6 +41,7 @@ def test_a_bug_keeps_its_traceback_and_leaves_its_first_line(log):
 def test_success_writes_nothing(log):
     with pytest.raises(SystemExit) as exit:
         run_cli(lambda argv: 0)
+    gc.unfreeze()  # (what a finished stage does before its exit: not for this process)
     assert exit.value.code == 0 and log.read_text() == ""
 
 
@@ -53,3 +56,17 @@ def test_no_file_is_created_outside_kubernetes(tmp_path, monkeypatch):
 def test_a_long_message_is_cut_at_the_kubelets_limit(log):
     write_termination_message("x" * 10000)
     assert len(log.read_bytes()) == 4096
+
+
+def test_a_finished_stage_freezes_its_objects_so_the_exit_skips_the_last_collection():
+    """In a fresh process (freezing is process-wide): after main returns, every object is frozen
+    before the exit, and atexit handlers still run."""
+    import subprocess
+    import sys
+
+    code = ("import atexit, gc, sys\n"
+            "from disttrain_contract import run_cli\n"
+            "atexit.register(lambda: print('frozen objects:', gc.get_freeze_count() > 1000))\n"
+            "run_cli(lambda argv: 0)\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert (result.returncode, result.stdout) == (0, "frozen objects: True\n"), result.stderr

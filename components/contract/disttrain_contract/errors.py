@@ -1,5 +1,6 @@
 """Errors a user can act on, and the one place that turns them into an exit code."""
 
+import gc
 import os
 import sys
 
@@ -65,4 +66,8 @@ def run_cli(main, argv=None):
         first = next((line for line in str(err).splitlines() if line.strip()), "")
         write_termination_message(f"{type(err).__name__}: {first}" if first else type(err).__name__)
         raise
+    # The stage is done and its outputs are written and closed. Python's last garbage collection
+    # at exit would walk every object TensorFlow and Keras made (1-2 s of a stage's CPU, measured on
+    # a 2-core host); frozen objects are skipped, and the operating system frees the memory anyway.
+    gc.freeze()
     sys.exit(status or 0)
