@@ -10,6 +10,7 @@ worker on its own (see model_store).
 """
 
 import argparse
+import gc
 import importlib.util
 import logging
 import os
@@ -197,6 +198,12 @@ def post_worker_init(worker):
         worker.log.warning("worker %s starts without a model: %s", worker.pid, err.reason)
 
 
+def worker_exit(server, worker):
+    """In the worker, just before it exits: freeze its objects so Python's last garbage collection
+    skips what TensorFlow made (as a finished stage does: disttrain_contract.run_cli)."""
+    gc.freeze()
+
+
 def child_exit(server, worker):
     """A worker exited (crashed, killed, or replaced): its gauges leave /metrics (the liveall
     modes); its counters and histograms stay, so totals never go down."""
@@ -270,6 +277,7 @@ def gunicorn_options(args):
         "control_socket_disable": True,  # gunicorn's shared ~/.gunicorn control socket would clash between servers
         "post_worker_init": post_worker_init,
         "when_ready": when_ready,
+        "worker_exit": worker_exit,
         **({"child_exit": child_exit} if not args.no_metrics else {}),
     }
 
