@@ -77,6 +77,9 @@ def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strate
     epochs = TASKS[source][0]
     report = two_workers_against_one(tmp_path, tmp_path_factory, source, strategy)
     assert report["strategy"] == strategy and report["epochs"] == epochs
+    # the published directory holds the published files only (no library's cache beside them)
+    assert sorted(os.listdir(tmp_path / "final")) == [
+        "_SUCCESS", "analysis.png", "model.keras", "model.tflite", "report.json", "report.png", "saved_model"]
     manifest = json.load(open(tmp_path / "data" / "manifest.json"))
     assert report["final"]["examples"] == manifest["train_examples"]
     assert report["test_examples"] == manifest["test"]["examples"]

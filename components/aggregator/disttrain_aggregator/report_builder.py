@@ -145,7 +145,8 @@ def plot_report(report, histories, path):
     candidate (average runs) and final. Curves: its per-epoch held-out value for each worker (the
     trainers' test_<metric>), with the final model as a line. Under them, one
     line of the copier's data validation (when the dataset has it)."""
-    os.environ.setdefault("MPLCONFIGDIR", os.path.join(os.path.dirname(path), ".matplotlib"))
+    # (matplotlib keeps its font cache where MPLCONFIGDIR says, the images set /tmp; never in the published
+    # directory, whose every file the server and the next stage read)
     import matplotlib
 
     matplotlib.use("Agg")
