@@ -201,6 +201,16 @@ def test_a_slow_second_core_keeps_one_worker():
     assert "(two workers on this host step at 10.5 ms against 5.0 ms alone)" in sentence and "slower" in sentence
 
 
+def test_a_tie_with_one_worker_is_said_as_a_tie_not_as_0_percent():
+    p = probe(step_seconds_pair=0.0075)  # the best pair takes within 0.5 % of one worker's time
+    predictions = pm.predict_all(p, pm.link_of(p), [1, 2], epochs=5, epochs_to_target=5)
+    choice = pm.recommend(predictions)
+    best_pair = min((q for q in predictions if q.workers == 2), key=pm.cost_of)
+    assert choice.strategy == "single" and abs(pm.cost_of(best_pair) / pm.cost_of(choice) - 1) < 0.005
+    sentence = pm.reason(choice, predictions, p, pm.link_of(p))
+    assert "is predicted to take the same time, to within 1 %" in sentence and "0 %" not in sentence, sentence
+
+
 def test_plain_rare_averaging_is_not_recommended_but_the_outer_optimizer_is():
     p = probe(step_seconds_alone=0.1, step_seconds_pair=0.1, one_host=False, link_measured="peers",
               per_byte_seconds=8e-7, weight_bytes=9_100_000, gradient_bytes=9_100_000, train_examples=256_000)

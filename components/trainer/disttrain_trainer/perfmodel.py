@@ -510,12 +510,13 @@ def _reason(choice, predictions, probe, link):
             return f"no second worker could be predicted ({where})"
         best_pair = min([p for p in pair if not p.lower_bound] or pair, key=cost_of)  # (reason() names a faster bound)
         ratio = cost_of(best_pair) / cost_of(single)
-        if ratio < 1:
-            why = f"the best option with more workers ({best_pair.label()}, {best_pair.workers} workers) would save " \
-                  f"only {100 * (1 - ratio):.0f} % of the time"
+        best = f"the best option with more workers ({best_pair.label()}, {best_pair.workers} workers)"
+        if round(100 * abs(1 - ratio)) == 0:  # (a whole percent either way: "0 % slower" says nothing)
+            why = f"{best} is predicted to take the same time, to within 1 %"
+        elif ratio < 1:
+            why = f"{best} would save only {100 * (1 - ratio):.0f} % of the time"
         else:
-            why = f"the best option with more workers ({best_pair.label()}, {best_pair.workers} workers) is predicted " \
-                  f"{100 * (ratio - 1):.0f} % slower"
+            why = f"{best} is predicted {100 * (ratio - 1):.0f} % slower"
         if probe.one_host and probe.step_seconds_pair:
             why += f" (two workers on this host step at {probe.step_seconds_pair * 1000:.1f} ms against " \
                    f"{probe.step_seconds_alone * 1000:.1f} ms alone)"
