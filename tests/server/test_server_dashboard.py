@@ -449,3 +449,13 @@ def test_a_private_vocabulary_run_shows_the_total_epsilon_and_its_parts(real_rep
     assert "ε = 1.42</span>" in c.get("/runs").get_data(as_text=True)
     page = c.get("/runs/run-1").get_data(as_text=True)
     assert re.search(r'<dd id="privacy">ε = 1.42 at δ = 1.1e-05 \(training 0.42 \+ private vocabulary 1.00, added\)', page)
+
+
+def test_only_ascii_digits_number_a_run_or_a_worker(tmp_path):
+    # int() reads other scripts' digits too: "run-\u0663" would list as a second run 3
+    for name in ("run-3", "run-\u0663", "run-\uff14"):
+        os.mkdir(tmp_path / name)
+    assert dashboard.numbered_runs(str(tmp_path)) == [(3, "run-3")]
+    assert dashboard.WORKER_DIR.fullmatch("worker-00001") and not dashboard.WORKER_DIR.fullmatch("worker-0000\u0661")
+    assert dashboard.REJECTED_DIR.fullmatch("20261127T101010.000000000Z")
+    assert not dashboard.REJECTED_DIR.fullmatch("2026112\u0667T101010.000000000Z")

@@ -39,9 +39,9 @@ MAX_REPORT_BYTES = 2 * 1024 * 1024
 CACHE_ENTRIES = 1024  # parsed summaries kept (a few KB each): every run of a large volume, and more
 MAX_PROGRESS_BYTES = 256 * 1024  # a progress file keeps its newest 500 epochs (disttrain_trainer.progress): ~60 KB
 MAX_WORKERS = 1024  # worker directories listed; the chart refuses more than 256 workers
-RUN_DIR = re.compile(r"run-(\d{1,9})")
-WORKER_DIR = re.compile(r"worker-(\d{5})")
-REJECTED_DIR = re.compile(r"\d{8}T\d{6}\.\d{9}Z")  # a refused model's rejected/<time>/ (aggregator main.py)
+RUN_DIR = re.compile(r"run-([0-9]{1,9})")  # ASCII digits: \d would take other scripts' digits too
+WORKER_DIR = re.compile(r"worker-([0-9]{5})")
+REJECTED_DIR = re.compile(r"[0-9]{8}T[0-9]{6}\.[0-9]{9}Z")  # a refused model's rejected/<time>/ (aggregator main.py)
 
 
 class RunFinder:
