@@ -75,6 +75,10 @@ def test_epsilon_keeps_the_accountants_dropped_order_warnings_out_of_the_log(cap
         ours = privacy.epsilon(0.5, 0.02, 500, 1e-5)  # (its orders 1.1-1.3 do not converge)
     assert not [r for r in caplog.records if "Excluding this order" in r.getMessage()]
     assert absl_logging.get_verbosity() == before
+    with caplog.at_level("WARNING"):  # absl's other warnings, the accountant's own included, still get through
+        absl_logging.warning("Negative Renyi divergence of %s, probably caused by numerical instability", -1.0)
+    assert [r.getMessage() for r in caplog.records if "Renyi" in r.getMessage()] == [
+        "Negative Renyi divergence of -1.0, probably caused by numerical instability"]
     # the same ε as the accountant's own, warnings and all
     accountant = RdpAccountant()
     accountant.compose(dp_accounting.SelfComposedDpEvent(

@@ -28,6 +28,7 @@ together on the same data, by basic composition: ε and δ add (the report gives
 Otherwise the vocabulary is not covered, the report says so, and the trainer warns.
 """
 
+import logging
 import math
 import sys
 
@@ -105,10 +106,25 @@ def sampling_probability(batch, epoch_examples):
     return min(1.0, batch / epoch_examples)
 
 
+class _DroppedOrderNotes(logging.Filter):
+    """Keeps dp-accounting's "Excluding this order from the epsilon computation" lines out of the log.
+
+    The accountant writes one for every RDP order whose series does not converge (small noise
+    multipliers: a few lines per epoch in the trainer's log). ε is the minimum over the orders that
+    remain, which is what it is meant to be. Its other warnings (a negative divergence, an ε of zero)
+    still get through: they mean something. A filter on absl's logger, not a lowered verbosity
+    around the call, so that nothing else's warnings are hidden meanwhile."""
+
+    def filter(self, record):
+        return "Excluding this order from the epsilon computation" not in str(record.msg)
+
+
+_DROPPED_ORDER_NOTES = _DroppedOrderNotes()
+
+
 def epsilon(noise_multiplier, sampling_probability, steps, delta):
     """ε of `steps` Poisson subsampled Gaussian steps at this δ (dp-accounting's RDP accountant)."""
     import dp_accounting
-    from absl import logging as absl_logging
     from dp_accounting.rdp import RdpAccountant
 
     if steps == 0:
@@ -116,17 +132,10 @@ def epsilon(noise_multiplier, sampling_probability, steps, delta):
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(sampling_probability, dp_accounting.GaussianDpEvent(noise_multiplier)),
         steps)
-    # The accountant warns for every RDP order whose series does not converge ("Excluding this order from
-    # the epsilon computation": small noise multipliers, a few lines per epoch in the trainer's log). ε is
-    # the minimum over the orders that remain, which is what it is meant to be: the lines are kept out.
-    verbosity = absl_logging.get_verbosity()
-    absl_logging.set_verbosity(absl_logging.ERROR)
-    try:
-        accountant = RdpAccountant()
-        accountant.compose(event)
-        return float(accountant.get_epsilon(delta))
-    finally:
-        absl_logging.set_verbosity(verbosity)
+    logging.getLogger("absl").addFilter(_DROPPED_ORDER_NOTES)  # (once: a filter already there is not added again)
+    accountant = RdpAccountant()
+    accountant.compose(event)
+    return float(accountant.get_epsilon(delta))
 
 
 def private_vocabulary(vocabulary):
