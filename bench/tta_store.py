@@ -86,7 +86,7 @@ def ceiling_time_to_target(rows, task):
         return None
     epochs = first_reach([(e, v) for _, e, v in single["curve"]], single["target"])  # (the epoch in place of the time)
     times = [next((t for t, e, _ in curve if e == epochs), None) for curve in average["worker_curves"]]
-    if epochs is None or not times or None in times:
+    if epochs is None or None in times:  # (worker_curves is non-empty: checked above)
         return None
     return max(times), epochs
 
