@@ -511,7 +511,7 @@ def _reason(choice, predictions, probe, link):
         best_pair = min([p for p in pair if not p.lower_bound] or pair, key=cost_of)  # (reason() names a faster bound)
         ratio = cost_of(best_pair) / cost_of(single)
         best = f"the best option with more workers ({best_pair.label()}, {best_pair.workers} workers)"
-        if round(100 * abs(1 - ratio)) == 0:  # (a whole percent either way: "0 % slower" says nothing)
+        if round(100 * abs(1 - ratio)) == 0:  # (rounds to 0 % either way: "0 % slower" would say nothing)
             why = f"{best} is predicted to take the same time, to within 1 %"
         elif ratio < 1:
             why = f"{best} would save only {100 * (1 - ratio):.0f} % of the time"
