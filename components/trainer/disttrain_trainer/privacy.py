@@ -106,20 +106,16 @@ def sampling_probability(batch, epoch_examples):
     return min(1.0, batch / epoch_examples)
 
 
-class _DroppedOrderNotes(logging.Filter):
-    """Keeps dp-accounting's "Excluding this order from the epsilon computation" lines out of the log.
+def _not_a_dropped_order_note(record):
+    """absl's logger's filter: keeps dp-accounting's "Excluding this order from the epsilon computation"
+    lines out of the log.
 
     The accountant writes one for every RDP order whose series does not converge (small noise
     multipliers: a few lines per epoch in the trainer's log). ε is the minimum over the orders that
     remain, which is what it is meant to be. Its other warnings (a negative divergence, an ε of zero)
-    still get through: they mean something. A filter on absl's logger, not a lowered verbosity
-    around the call, so that nothing else's warnings are hidden meanwhile."""
-
-    def filter(self, record):
-        return "Excluding this order from the epsilon computation" not in str(record.msg)
-
-
-_DROPPED_ORDER_NOTES = _DroppedOrderNotes()
+    still get through: they mean something. A filter, not a lowered verbosity around the call, so
+    that nothing else's warnings are hidden meanwhile."""
+    return "Excluding this order from the epsilon computation" not in str(record.msg)
 
 
 def epsilon(noise_multiplier, sampling_probability, steps, delta):
@@ -132,7 +128,7 @@ def epsilon(noise_multiplier, sampling_probability, steps, delta):
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(sampling_probability, dp_accounting.GaussianDpEvent(noise_multiplier)),
         steps)
-    logging.getLogger("absl").addFilter(_DROPPED_ORDER_NOTES)  # (once: a filter already there is not added again)
+    logging.getLogger("absl").addFilter(_not_a_dropped_order_note)  # (once: a filter already there is not added again)
     accountant = RdpAccountant()
     accountant.compose(event)
     return float(accountant.get_epsilon(delta))
