@@ -72,7 +72,7 @@ def import_tensorflow():
 def _import():
     debug = verbose()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "0" if debug else "2")  # what is logged after the import
-    if debug or "tensorflow" in sys.modules:  # (imported before us: nothing left to hide)
+    if debug or "tensorflow" in sys.modules:  # (debug: its lines are wanted; imported before us: none will come)
         with _optional_packages_hidden():
             import tensorflow
 
