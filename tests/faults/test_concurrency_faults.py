@@ -1,6 +1,9 @@
 """10,000 concurrent identical requests per endpoint (16 at a time: 2 gunicorn workers x 8 threads), every
 answer equal to the serial one: issue 16's goal. The same checks as tests/server/test_server_concurrency.py
-(which sends 320 per endpoint in `make test`); here each enrolment is deleted again so the gallery stays small."""
+(which sends 320 per endpoint in `make test`); here each enrolment is deleted again so the gallery stays small.
+
+The predictions run under `make test-long`, the searches under `make test-faults`: neither injects a fault, and
+split so, CI's two chains of targets end close together (docs/development.md, "CI")."""
 
 import pytest
 
@@ -9,9 +12,8 @@ from server.test_server_concurrency import serve_faces, serve_text_and_images
 
 TOTAL = 10_000
 
-pytestmark = pytest.mark.faults
 
-
+@pytest.mark.long
 def test_ten_thousand_concurrent_predicts_and_metadata(tmp_path_factory, tmp_path):
     import numpy as np
 
@@ -21,5 +23,6 @@ def test_ten_thousand_concurrent_predicts_and_metadata(tmp_path_factory, tmp_pat
     serve_text_and_images(text, worker_model(digits), digits_test, tmp_path, TOTAL)
 
 
+@pytest.mark.faults
 def test_ten_thousand_concurrent_searches_metadata_and_enrolments(tmp_path_factory, tmp_path):
     serve_faces(faces_model(tmp_path_factory), tmp_path, TOTAL, delete_enrolments=True)
