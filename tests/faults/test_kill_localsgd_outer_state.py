@@ -4,7 +4,8 @@ exactly as an undisturbed run does: with one thread, the same final weights bit 
 outer state in the last checkpoints. Also with batch normalization, whose statistics each sync
 re-estimates from a few batches of each worker's shard: a small convolutional model file with a
 BatchNormalization layer (the re-estimation is the same for any model; MobileNetV2 here took four times
-as long, most of it tracing its graph; tests/integration/test_localsgd_diloco.py trains MobileNetV2)."""
+as long, most of it tracing its graph; tests/integration/test_localsgd_diloco.py trains MobileNetV2). And
+with eager updates (--outer-overlap eager), whose checkpoints hold the message in flight."""
 
 import json
 import shutil
@@ -23,8 +24,11 @@ EPOCHS = 4
 OUTER_STATE = ("anchors", "outer_momenta", "wire_residuals")
 
 
-# the digits CNN at batch 8: 90 steps an epoch, 18 syncs; the batch-norm model file at batch 32: 23 steps, 4 syncs
+# the digits CNN at batch 8: 90 steps an epoch, 18 syncs; the batch-norm model file at batch 32: 23 steps, 4 syncs.
+# With eager updates every epoch's checkpoint is taken with the exchange of its last sync in flight (90 = 18 x 5):
+# the resumed group sends it again.
 MODELS = {"cnn": lambda tmp_path: ["--batch", 8],
+          "cnn-eager-updates": lambda tmp_path: ["--batch", 8, "--outer-overlap", "eager"],
           "batch-norm": lambda tmp_path: ["--batch", 32, "--model-file", batch_norm_model_file(tmp_path / "model.keras")]}
 
 

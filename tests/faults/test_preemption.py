@@ -121,12 +121,15 @@ def test_average_saves_on_sigterm_and_resumes_bit_exact(tmp_path, measure):
     measure(steps_per_call=STEPS_PER_CALL, step_at_signal=at_signal, saved_at_step=saved, sigterm_to_exit_sec=round(exit_sec, 1))
 
 
-@pytest.mark.parametrize("strategy, bound", [("multiworker", STEPS_PER_CALL), ("localsgd", 24)])
-def test_a_connected_group_stops_together_and_resumes_from_one_state(tmp_path, strategy, bound, measure):
+# (localsgd with eager updates: the workers agree to stop while a sync's exchange is in flight, and save it)
+@pytest.mark.parametrize("strategy, bound, options", [("multiworker", STEPS_PER_CALL, ()), ("localsgd", 24, ()),
+                                                      ("localsgd", 24, ("--outer-overlap", "eager"))],
+                         ids=["multiworker", "localsgd", "localsgd-eager-updates"])
+def test_a_connected_group_stops_together_and_resumes_from_one_state(tmp_path, strategy, bound, options, measure):
     """Worker 1 gets SIGTERM; worker 0 must stop too, at the same step, within the bound (no
     hang), and the restarted group must resume both workers from that one step."""
     work, train = tmp_path / "work", tmp_path / "work" / "train"
-    extra = ("--sync-every", bound) if strategy == "localsgd" else ()
+    extra = ("--sync-every", bound, *options) if strategy == "localsgd" else ()
     stage("copier", "--source", "sample:movie-reviews", "--n-shards", 2, "--workdir", work)
     port = free_port_block(2)
     logs = [tmp_path / f"w{i}-first.log" for i in range(2)]

@@ -35,6 +35,8 @@ from disttrain_trainer.tasks import text as text_task
         (["--outer-momentum", "0.5"], "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not average"),
         (["--strategy", "parameterserver", "--outer-optimizer", "none"],
          "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not parameterserver"),
+        (["--strategy", "localsgd", "--outer-overlap", "sometimes"], "invalid choice: 'sometimes'"),
+        (["--strategy", "multiworker", "--outer-overlap", "eager"], "--outer-overlap applies to --strategy localsgd, not multiworker"),
         (["--allreduce-dtype", "bfloat16"], "invalid choice: 'bfloat16'"),  # TensorFlow's collectives refuse it
         (["--allreduce-pack-bytes", "-1"], "--allreduce-pack-bytes must be >= 0"),
         (["--peer-wait", "-1"], "--peer-wait must be >= 0 (0: no deadline)"),
@@ -67,11 +69,14 @@ def test_nonsense_is_refused_by_name(argv, message, capsys):
 def test_localsgd_outer_flags_default_to_plain_averaging_and_dilocos_values():
     args = parse_args(["--strategy", "localsgd"])
     assert (args.outer_optimizer, args.outer_lr, args.outer_momentum, args.allreduce_dtype) == ("none", 0.7, 0.9, "float32")
+    assert args.outer_overlap == "none"
     assert options.outer_settings(args) == {}  # a default run records (and resumes) what it always did
     args = parse_args(["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "0.5",
                        "--outer-momentum", "0", "--allreduce-dtype", "int8", "--sync-every", "500"])
     assert options.REGISTRY["localsgd"].model_meta(args) == {
         "sync_every": 500, "outer_optimizer": "nesterov", "outer_lr": 0.5, "outer_momentum": 0.0, "allreduce_dtype": "int8"}
+    args = parse_args(["--strategy", "localsgd", "--outer-overlap", "eager"])  # (plain averaging overlaps too)
+    assert options.REGISTRY["localsgd"].model_meta(args) == {"sync_every": 32, "outer_overlap": "eager"}
     assert options.users_of("outer_lr") == ["localsgd"]
 
 

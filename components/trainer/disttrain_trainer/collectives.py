@@ -56,13 +56,7 @@ class Wire:
         packed = tf.concat([wire_codecs.pack_int8(*m) for m in messages], 0)
         context = tf.distribute.get_replica_context()
         rows = context.all_gather(packed[None], axis=0, options=self.options)  # [replicas, packed length]
-        lengths = [wire_codecs.int8_packed_length(n) for n in sizes]
-        totals = None
-        for replica in range(context.num_replicas_in_sync):
-            parts = tf.split(rows[replica], lengths)
-            decoded = [wire_codecs.int8_decode(*wire_codecs.unpack_int8(p, n)) for p, n in zip(parts, sizes)]
-            totals = decoded if totals is None else [t + d for t, d in zip(totals, decoded)]
-        return totals
+        return sum_int8_rows(rows, context.num_replicas_in_sync, sizes)
 
     def _gather_rows(self, tensors):
         """Sparse and dense tensors summed with ONE all-gather of tagged rows.
@@ -116,6 +110,48 @@ class Wire:
         """[n, tag columns + width]: (tensor tag, row tag) as int32 bits, then the values."""
         tags = tf.bitcast(tf.stack([tf.cast(tensor_tags, tf.int32), tf.cast(row_tags, tf.int32)], axis=1), self.dtype)
         return tf.concat([tf.reshape(tags, [-1, self._tag_columns]), values], axis=1)
+
+
+def sum_int8_rows(rows, workers, sizes):
+    """[workers, packed length] (each worker's pack_int8 vectors of `sizes` elements end to end) -> the
+    float32 sums of the decoded vectors, added in worker order."""
+    lengths = [wire_codecs.int8_packed_length(n) for n in sizes]
+    totals = None
+    for replica in range(workers):
+        parts = tf.split(rows[replica], lengths)
+        decoded = [wire_codecs.int8_decode(*wire_codecs.unpack_int8(p, n)) for p, n in zip(parts, sizes)]
+        totals = decoded if totals is None else [t + d for t, d in zip(totals, decoded)]
+    return totals
+
+
+class SideChannel:
+    """Collectives between the workers of a cluster (a MultiWorkerMirroredStrategy) that run on a thread of
+    their own, beside the strategy's collectives (localsgd's overlapped syncs).
+
+    The strategy draws a collective's instance key when a function containing it is called, from one
+    counter: two threads calling such functions would draw them in whatever order they happen to run, a
+    different one on each worker, and the workers' collectives would not match ("Collective instance N
+    expected type ..."). These collectives have a group of their own (GROUP_KEY, outside the range the
+    strategy numbers its groups from) and take their instance key from the caller, which derives it from
+    the training's step: the same on every worker, whenever each thread runs."""
+
+    GROUP_KEY = 1_000_000  # (the strategy's groups are numbered from 1 up, one per set of devices)
+
+    def __init__(self, cluster):
+        self.size = cluster.num_replicas_in_sync
+        self.device = cluster.extended.worker_devices[0]
+
+    def sum(self, tensor, instance_key):
+        """`tensor` summed over the workers (float16 in float16)."""
+        with tf.device(self.device):
+            return tf.raw_ops.CollectiveReduceV2(input=tensor, group_size=self.size, group_key=self.GROUP_KEY,
+                                                 instance_key=instance_key, ordering_token=[], merge_op="Add", final_op="Id")
+
+    def gather(self, tensor, instance_key):
+        """The workers' tensors (each of the same shape) stacked in worker order: [workers, *shape]."""
+        with tf.device(self.device):
+            return tf.raw_ops.CollectiveGatherV2(input=tensor[None], group_size=self.size, group_key=self.GROUP_KEY,
+                                                 instance_key=instance_key, ordering_token=[])
 
 
 def _cast_like(value, dtype):

@@ -21,6 +21,26 @@ The wire (--allreduce-dtype): float32 and float16 by all-reduce (collectives.Wir
 in worker order (TensorFlow's collectives refuse int8). On float16 and int8 the sync uses error
 feedback: what the wire rounded off (the residual) is added to the next sync's change.
 
+Overlap (--outer-overlap): a sync's collective is the only time a worker waits for the others, and over
+a slow link it is most of a sync (MobileNetV2's int8 change, 2.3 MB, takes about 1.8 s at 10 Mbit/s). With
+`delayed` or `eager` the collective runs on a second thread beside the next H inner steps: at a sync a
+worker encodes its change and starts sending it, and applies the exchange the previous sync started
+(waiting only for what is left of it). The outer step is then one sync late (Kale, Douillard and Donchev
+2025, "Eager updates for overlapped communication and computation in DiLoCo", arXiv 2502.12996):
+  delayed  the mean of the previous sync's changes: every worker still holds the same weights after a
+           sync, but each change lands one round late, on weights that have moved on;
+  eager    the paper's eager update: this worker's own change of this round stands in for its stale one,
+           (the previous sync's total - its own previous change + its own new change) / workers, so its
+           own progress lands at once. The workers' weights then differ by their own changes until the
+           end of the run.
+The run ends (finish) by waiting for the last exchange and adding the mean change it has not yet applied
+as it is (no outer step: there are no inner steps after it for a momentum step to be corrected by); under
+`eager` the workers then average their weights (one float32 all-reduce), so the published model is one
+model, the same on every worker. What is in flight (this worker's last message, in its wire form) is
+checkpointed: a resumed group sends it again, and goes on exactly as an undisturbed one. The exchange has
+a collective group of its own (collectives.SideChannel says why). Measured on two cores (docs/strategies.md):
+it hid every exchange, but the late outer step cost about H steps to the target, so `none` stays the default.
+
 Batch normalization (--sync-batch-norm-batches N, default 8): the averaged moving statistics describe
 no model the group holds (each worker's fit its own weights, and the outer step moves the weights
 further), so right after a sync the model's inference is off: MobileNetV2 at H=250 scored 0.09 held-out
@@ -49,20 +69,22 @@ holds the same weights, and the chief's evaluation of them is the run's result.
 Checkpoints: each worker keeps its own (its model differs from the others' between syncs),
 every epoch, with the anchor, the outer momentum and the wire's residual: a resumed run goes on
 exactly as an undisturbed one. The syncs bound how far apart the workers are: no worker is more than H steps
-ahead of another, so each keeps enough checkpoints (checkpoints_to_keep) that the last epoch
+(overlapped: 2H) ahead of another, so each keeps enough checkpoints (checkpoints_to_keep) that the last epoch
 every worker saved is still on disk, and a restarted group resumes every worker from it.
 """
 
 import contextlib
 import os
 import re
+import threading
+import time
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from disttrain_trainer import preemption, wire_codecs
-from disttrain_trainer.collectives import Wire
+from disttrain_trainer.collectives import WIRE_DTYPES, SideChannel, Wire, sum_int8_rows
 from disttrain_trainer.models import find_layers
 from disttrain_trainer.strategies import options
 from disttrain_trainer.strategies.base import Connected
@@ -78,9 +100,11 @@ class Strategy(Connected):
         self.outer_lr, self.outer_momentum = args.outer_lr, args.outer_momentum
         self.wire_dtype = args.allreduce_dtype
         self.batch_norm_batches = args.sync_batch_norm_batches
+        self.overlap = args.outer_overlap if args.outer_overlap != "none" else None
         self.settings = options.outer_settings(args)
         self.synced_at = None
         self.synced_checksum = None
+        self.waited = 0.0  # seconds this epoch's syncs waited for an overlapped exchange (epoch_facts)
 
     def run_config(self):
         # (a checkpoint resumes only with the same outer state, kept as one vector each: a checkpoint that
@@ -106,6 +130,20 @@ class Strategy(Connected):
                          if self.wire_dtype in options.LOSSY_WIRES else None)
         self._sync = tf.function(self._sync_fn)
         self._refresh = None
+        if self.overlap:
+            # what this worker sent at the last sync, in its wire form, and whether its exchange is still to apply
+            total = sum(self.sizes)
+            if self.wire_dtype == "int8":
+                self.message = tf.Variable(tf.zeros([wire_codecs.int8_packed_length(total)], tf.int32), trainable=False,
+                                           name="sync_message")
+            else:
+                self.message = tf.Variable(tf.zeros([total], WIRE_DTYPES[self.wire_dtype]), trainable=False,
+                                           name="sync_message")
+            self.in_flight = tf.Variable(False, trainable=False, name="sync_in_flight")
+            self._send = tf.function(self._send_fn)
+            self._land = tf.function(self._land_fn)
+            self.side = SideChannel(self.cluster)
+            self.exchange = Background(tf.function(self._exchange_fn, input_signature=[tf.TensorSpec([], tf.int32)]))
 
     def bind_data(self, batches):
         if not self.norms:
@@ -131,6 +169,8 @@ class Strategy(Connected):
             state["outer_momenta"] = self.momentum
         if self.residual is not None:
             state["wire_residuals"] = self.residual
+        if self.overlap:
+            state.update(sync_message=self.message, sync_in_flight=self.in_flight)
         return state
 
     def flatten(self):
@@ -146,7 +186,14 @@ class Strategy(Connected):
         # 2 s on MobileNetV2. Tracing only: nothing runs, so a resumed run goes on exactly as an undisturbed
         # one. (A dry run of the collectives, which this was, also opened the communicator, but it sent a
         # whole sync's bytes for nothing: 2.8 s of start-up at 10 Mbit/s. The first sync opens it now.)
-        self._sync.get_concrete_function()
+        if self.overlap:
+            self._send.get_concrete_function(tf.TensorSpec([sum(self.sizes)], tf.float32))
+            self._land.get_concrete_function(tf.TensorSpec([sum(self.sizes)], tf.float32))
+            self.exchange.fn.get_concrete_function()
+            if bool(self.in_flight.numpy()):  # resumed between two syncs: send the message in flight again
+                self.exchange.start(self.exchange_key(step // self.every * self.every))
+        else:
+            self._sync.get_concrete_function()
         if self._refresh is not None:
             with self.refresh_momentum():
                 self._refresh.get_concrete_function()
@@ -167,13 +214,36 @@ class Strategy(Connected):
     def finish(self, step):
         if self.synced_at != step:  # the published model is a sync's, whatever H is
             self.sync(step)
+        if self.overlap:  # and every worker's exchange applied, the same model on every worker
+            total = self.wait_for_exchange()
+            with unoptimized_graphs():
+                synced = self._land(total)
+                if self._refresh is not None:
+                    synced = self.refresh()
+            self.synced_checksum = int(synced)
 
     def sync(self, step):
-        with unoptimized_graphs():
-            synced = self._sync()
+        if self.overlap:
+            total = self.wait_for_exchange() if bool(self.in_flight.numpy()) else tf.zeros([sum(self.sizes)])
+        with unoptimized_graphs():  # (never while the exchange runs: the option is the runtime's, see there)
+            synced = self._send(total) if self.overlap else self._sync()
             if self._refresh is not None:  # (the statistics change: the checksum is the refresh's)
                 synced = self.refresh()
+        if self.overlap:  # after the re-estimation's collective: one collective of the sync in flight at a time
+            self.exchange.start(self.exchange_key(step))
         self.synced_checksum, self.synced_at = int(synced), step
+
+    def exchange_key(self, step):
+        """The instance key of the exchange of the sync at `step`: the same on every worker, and a new one for
+        each sync of a run (one exchange is in flight at a time; the range wraps after 2**31 syncs)."""
+        return tf.constant(step // self.every % (2**31 - 1), tf.int32)
+
+    def wait_for_exchange(self):
+        """The total of the workers' messages of the last sync (float32), once its exchange is done."""
+        started = time.monotonic()
+        total = self.exchange.result()
+        self.waited += time.monotonic() - started
+        return total
 
     def refresh(self):
         """Re-estimate the batch-norm statistics for the synced weights (the module's docstring)."""
@@ -241,7 +311,13 @@ class Strategy(Connected):
             return total, residual
 
         total, residual = (self.cluster.experimental_local_results(t)[0] for t in self.cluster.run(replica_fn))
-        mean = total / workers
+        self.outer_step(total / workers)
+        if self.residual is not None:
+            self.residual.assign(residual)
+        return checksum(self.anchor) if self._refresh is None else None
+
+    def outer_step(self, mean):
+        """The anchor moved by the workers' mean change (--outer-optimizer), and the weights set to it."""
         if self.nesterov:
             step, momentum = nesterov_step(mean, self.momentum.value(), self.outer_lr, self.outer_momentum)
             # only the trainable weights move by the outer step (and keep a momentum); the others: the average
@@ -251,9 +327,62 @@ class Strategy(Connected):
             synced = self.anchor + mean  # the average
         self.anchor.assign(synced)
         self.assign_weights(synced)
-        if self.residual is not None:
+
+    # ---------------------------------------------------------------- overlapped syncs (--outer-overlap)
+    def _send_fn(self, stale_total):
+        """An overlapped sync's own part (no collective): encode this round's change into the message (with the
+        residual of a lossy wire), and take the outer step with the last sync's exchange, `stale_total` (zeros at
+        the first sync). The exchange of the new message starts after it (sync)."""
+        change = self.flatten() - self.anchor.value()
+        if self.residual is None:
+            message = change
+        else:
+            encode, _ = wire_codecs.CODECS[self.wire_dtype]
+            message, residual = wire_codecs.with_error_feedback(change, self.residual.value(), encode, self.decode_message)
             self.residual.assign(residual)
+            if self.wire_dtype == "int8":
+                message = wire_codecs.pack_int8(*message)
+        if self.overlap == "eager":  # this worker's new change in place of its stale one
+            stale_total = stale_total - self.decode_message(self.message.value()) + self.decode_message(message)
+        self.outer_step(stale_total / self.cluster.num_replicas_in_sync)
+        self.message.assign(message)
+        self.in_flight.assign(True)
         return checksum(self.anchor) if self._refresh is None else None
+
+    def _exchange_fn(self, instance_key):
+        """The collective of an overlapped sync, on the exchange's thread: the total of every worker's message
+        (float32), as _sync_fn sums it, over the side channel (collectives.SideChannel says why)."""
+        if self.wire_dtype == "int8":
+            (total,) = sum_int8_rows(self.side.gather(self.message.value(), instance_key), self.side.size, [sum(self.sizes)])
+            return total
+        return tf.cast(self.side.sum(self.message.value(), instance_key), tf.float32)
+
+    def _land_fn(self, total):
+        """The end of an overlapped run: the mean of the last exchange's part not applied yet (all of it under
+        `delayed`, the others' changes under `eager`) added to the anchor, then under `eager` the workers' weights
+        averaged (they differ by their own changes). Nothing is in flight after it."""
+        if self.overlap == "eager":
+            total = total - self.decode_message(self.message.value())
+        landed = self.anchor + total / self.cluster.num_replicas_in_sync
+        self.anchor.assign(landed)
+        self.assign_weights(landed)
+        if self.overlap == "eager":
+            # (tf.identity: handed the variable's own read, the all-reduce finds no device to send it to)
+            summed = self.cluster.run(lambda: Wire("float32").all_reduce_sum([tf.identity(self.anchor.value())])[0])
+            mean = self.cluster.experimental_local_results(summed)[0] / self.cluster.num_replicas_in_sync
+            self.anchor.assign(mean)
+            self.assign_weights(mean)
+        self.message.assign(tf.zeros_like(self.message))
+        self.in_flight.assign(False)
+        return checksum(self.anchor) if self._refresh is None else None
+
+    def decode_message(self, message):
+        """A message in its wire form (sync_message's) -> the float32 change it stands for."""
+        if self.wire_dtype == "int8":
+            if isinstance(message, tuple):  # (encode's (values, scales), before packing)
+                return wire_codecs.int8_decode(*message)
+            return wire_codecs.int8_decode(*wire_codecs.unpack_int8(message, sum(self.sizes)))
+        return tf.cast(message, tf.float32)
 
     @property
     def wire_bytes_per_sync(self):
@@ -271,13 +400,18 @@ class Strategy(Connected):
 
     def epoch_facts(self):
         # the checksum of the last sync's weights: every worker's record of an epoch says the same one
-        return {"training_metrics_of": "this worker", "last_sync_step": self.synced_at,
-                "synced_weights_checksum": self.synced_checksum}
+        facts = {"training_metrics_of": "this worker", "last_sync_step": self.synced_at,
+                 "synced_weights_checksum": self.synced_checksum}
+        if self.overlap:  # how much of the exchanges the inner steps did not hide
+            facts["sync_wait_sec"], self.waited = round(self.waited, 3), 0.0
+        return facts
 
     def checkpoints_to_keep(self, steps_per_epoch):
-        # a worker is at most H steps ahead of the slowest, so at most ceil(H / steps per epoch)
-        # epochs: keep those, the common one before them, and one spare
-        return 2 + -(-self.every // steps_per_epoch)
+        # a worker is at most H steps ahead of the slowest (2H with overlapped syncs: a sync waits for the
+        # previous one's exchange only), so at most ceil(that / steps per epoch) epochs: keep those, the common
+        # one before them, and one spare
+        ahead = self.every * (2 if self.overlap else 1)
+        return 2 + -(-ahead // steps_per_epoch)
 
     @property
     def writes_model(self):
@@ -336,3 +470,32 @@ def nesterov_step(mean_change, momentum, lr, mu):
     mu * momentum'). lr 1 and mu 0: the mean change itself, i.e. plain averaging."""
     momentum = mu * momentum + mean_change
     return lr * (mean_change + mu * momentum), momentum
+
+
+class Background:
+    """One call at a time on a thread of its own (an overlapped sync's exchange): start() runs it, result()
+    waits for it and returns its value or raises its error. A daemon thread: a worker that fails or stops
+    while a peer is gone exits without waiting for a collective that cannot end."""
+
+    def __init__(self, fn):
+        self.fn, self.thread = fn, None
+
+    def start(self, *args):
+        assert self.thread is None, "an exchange is already in flight"
+        self.value = self.error = None
+
+        def run():
+            try:
+                self.value = self.fn(*args)
+            except BaseException as err:  # (raised again on the training thread, by result())
+                self.error = err
+
+        self.thread = threading.Thread(target=run, name="localsgd-exchange", daemon=True)
+        self.thread.start()
+
+    def result(self):
+        self.thread.join()
+        self.thread = None
+        if self.error is not None:
+            raise self.error
+        return self.value

@@ -28,6 +28,7 @@ ALLREDUCE_DTYPES = ("float32", "float16", "int8")
 LOSSY_WIRES = ("float16", "int8")  # localsgd keeps what they round off for the next sync (error feedback)
 DEFAULT_SYNC_EVERY = 32  # chosen by measurement: bench/README.md, "local SGD: choosing H"
 OUTER_OPTIMIZERS = ("none", "nesterov")
+OUTER_OVERLAPS = ("none", "delayed", "eager")  # localsgd.py's docstring says what each does
 DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM = 0.7, 0.9  # DiLoCo's (Douillard et al. 2023)
 # batches of a worker's shard that re-estimate the batch-norm statistics after a sync (localsgd.py)
 DEFAULT_SYNC_BATCH_NORM_BATCHES = 8
@@ -172,6 +173,13 @@ class LocalSGD(AllReduce):
         group.add_argument("--outer-momentum", type=float, default=None,
                            help=f"localsgd --outer-optimizer nesterov: the outer momentum (>= 0 and < 1, default "
                                 f"{DEFAULT_OUTER_MOMENTUM})")
+        group.add_argument("--outer-overlap", choices=OUTER_OVERLAPS, default=None,
+                           help="localsgd: run each sync's collective beside the next --sync-every inner steps instead of "
+                                "waiting for it, the outer step then one sync late. none (default): wait; delayed: apply "
+                                "the previous sync's mean change (the workers stay identical); eager: with this worker's "
+                                "own new change in place of its stale one (DiLoCo's eager updates; the workers differ "
+                                "by their own changes until the run ends with their average). For slow links, where a "
+                                "sync's collective takes a good part of H steps")
         group.add_argument("--sync-batch-norm-batches", type=int, default=None, metavar="N",
                            help="localsgd, a model with batch normalization: after each sync, re-estimate its moving "
                                 "statistics for the synced weights from N batches of the worker's shard (forward passes "
@@ -198,6 +206,8 @@ class LocalSGD(AllReduce):
             return f"--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not {strategy}"
         if args.sync_batch_norm_batches is not None:
             return f"--sync-batch-norm-batches applies to --strategy localsgd, not {strategy}"
+        if args.outer_overlap is not None:
+            return f"--outer-overlap applies to --strategy localsgd, not {strategy}"
         if args.allreduce_dtype == "int8":
             return (f"--allreduce-dtype int8 applies to --strategy localsgd, not {strategy} (TensorFlow's all-reduce "
                     "refuses int8; use float16)")
@@ -214,6 +224,8 @@ class LocalSGD(AllReduce):
         args.outer_momentum = DEFAULT_OUTER_MOMENTUM if args.outer_momentum is None else args.outer_momentum
         if args.sync_batch_norm_batches is None:
             args.sync_batch_norm_batches = DEFAULT_SYNC_BATCH_NORM_BATCHES
+        if args.outer_overlap is None:
+            args.outer_overlap = "none"
 
     def model_meta(self, args):
         """H, and what differs from plain averaging over a float32 wire (a default run records what it did)."""
@@ -229,6 +241,8 @@ def outer_settings(args):
         settings.update(outer_optimizer=args.outer_optimizer, outer_lr=args.outer_lr, outer_momentum=args.outer_momentum)
     if args.allreduce_dtype in LOSSY_WIRES:
         settings["allreduce_dtype"] = args.allreduce_dtype  # (with error feedback: always, on these wires)
+    if args.outer_overlap != "none":
+        settings["outer_overlap"] = args.outer_overlap
     return settings
 
 
