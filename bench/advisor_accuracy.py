@@ -10,7 +10,7 @@ measured row, the predicted against the measured seconds per epoch and the relat
 strategy to the target, or within 5 % of it. Writes bench/results/advisor_accuracy.json.
 
 Which configuration a row is: its strategy, workers and options (sync_every, allreduce_dtype,
-outer_optimizer), predicted with disttrain_trainer.perfmodel; "ceiling" (two 1-worker runs on the whole data
+outer_optimizer, outer_overlap), predicted with disttrain_trainer.perfmodel; "ceiling" (two 1-worker runs on the whole data
 at once, that never talk) by perfmodel.ceiling_seconds_per_epoch, and never recommended. The epochs to the target given to the advisor are those of
 the group's 1-worker row: the first epoch at which its held-out curve reached the target.
 
@@ -115,7 +115,8 @@ def configuration(strategy, options):
     trainer's defaults filled in), multiworker's wire."""
     if strategy == "localsgd":
         return (strategy, options.get("sync_every") or perfmodel.DEFAULT_SYNC_EVERY,
-                options.get("allreduce_dtype") or "float32", options.get("outer_optimizer") or "none")
+                options.get("allreduce_dtype") or "float32", options.get("outer_optimizer") or "none",
+                options.get("outer_overlap") or "none")
     if strategy == "multiworker":
         return (strategy, options.get("allreduce_dtype") or "float32")
     return (strategy,)
