@@ -108,7 +108,7 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
     def trainer_job(workdir_root: str, workdir_claim: str, run_id: str, workers: int, strategy: str, epochs: int,
                     batch: int, learning_rate: str, sync_every: str, optimizer: str, allreduce_dtype: str,
                     parameter_servers: int, seed: int, validation_fraction: str, model_file: str, trainer_port: int,
-                    outer_optimizer: str, outer_learning_rate: float, outer_momentum: float,
+                    outer_optimizer: str, outer_learning_rate: float, outer_momentum: float, outer_overlap: str,
                     sync_batch_norm_batches: str, dp_l2_clip: str, dp_noise_multiplier: str, dp_delta: str):
         install = ("pip install --quiet --no-cache-dir --no-deps --disable-pip-version-check --target /tmp/launcher "
                    + " ".join(LAUNCHER_PACKAGES))
@@ -122,7 +122,8 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
                   # the launcher keeps those of the strategy (trainer_job.STRATEGY_OPTIONS)
                   f"--sync-every={sync_every}", f"--allreduce-dtype={allreduce_dtype}", f"--ps={parameter_servers}",
                   f"--outer-optimizer={outer_optimizer}", f"--outer-lr={outer_learning_rate}",
-                  f"--outer-momentum={outer_momentum}", f"--sync-batch-norm-batches={sync_batch_norm_batches}"])
+                  f"--outer-momentum={outer_momentum}", f"--outer-overlap={outer_overlap}",
+                  f"--sync-batch-norm-batches={sync_batch_norm_batches}"])
 
     @dsl.container_component
     def aggregator(workdir_root: str, run_id: str, workers: int, combine: str, exports: str,
@@ -151,6 +152,7 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         outer_optimizer: str = "none",
         outer_learning_rate: float = 0.7,
         outer_momentum: float = 0.9,
+        outer_overlap: str = "none",
         sync_batch_norm_batches: str = "",
         optimizer: str = "",
         allreduce_dtype: str = "float32",
@@ -223,7 +225,8 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
             aggregate(trainer_job(workdir_claim=workdir_claim, trainer_port=trainer_port, sync_every=sync_every,
                                   allreduce_dtype=allreduce_dtype, parameter_servers=parameter_servers,
                                   outer_optimizer=outer_optimizer, outer_learning_rate=outer_learning_rate,
-                                  outer_momentum=outer_momentum, sync_batch_norm_batches=sync_batch_norm_batches,
+                                  outer_momentum=outer_momentum, outer_overlap=outer_overlap,
+                                  sync_batch_norm_batches=sync_batch_norm_batches,
                                   **training).after(data))
 
         for task in on_volume:

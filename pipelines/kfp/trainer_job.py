@@ -49,6 +49,7 @@ STRATEGY_OPTIONS = {
     "--outer-optimizer": ("localsgd",),
     "--outer-lr": ("localsgd",),
     "--outer-momentum": ("localsgd",),
+    "--outer-overlap": ("localsgd",),
     "--sync-batch-norm-batches": ("localsgd",),
 }
 # DiLoCo's outer step: the trainer takes its learning rate and momentum with --outer-optimizer nesterov only,

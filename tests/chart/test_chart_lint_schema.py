@@ -79,6 +79,8 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["strategy=localsgd", "outerOptimizer=nesterov", "outerMomentum=1"], ["/outerMomentum"]),
         (["strategy=localsgd", "outerOptimizer=nesterov", "outerMomentum=-0.1"], ["/outerMomentum"]),
         (["strategy=multiworker", "outerOptimizer=nesterov"], ["outerOptimizer applies to strategy localsgd, not multiworker"]),
+        (["strategy=localsgd", "outerOptimizer=nesterov", "outerOverlap=sometimes"], ["/outerOverlap", "eager"]),
+        (["strategy=multiworker", "outerOverlap=eager"], ["outerOverlap applies to strategy localsgd, not multiworker"]),
         (["strategy=multiworker", "allreduceDtype=int8"], ["allreduceDtype int8 applies to strategy localsgd, not multiworker"]),
         (["strategy=parameterserver", "parameterServers=0"], ["parameterServers >= 1 with strategy parameterserver"]),
         (["parameterServers=-1"], ["/parameterServers", "minimum"]),

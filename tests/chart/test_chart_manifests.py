@@ -164,7 +164,10 @@ def test_localsgd_passes_the_outer_optimizer_and_the_int8_wire():
         "500", "nesterov", "0.5", "0.8", "int8"]
     # none (the default): no outer flags, so the trainer's plain averaging (and its refusal of --outer-lr without nesterov)
     trainer = main_container(render(sets=("strategy=localsgd",)), "trainer")
-    assert not [a for a in trainer["args"] if a.startswith("--outer-")]
+    assert [a for a in trainer["args"] if a.startswith("--outer-")] == ["--outer-overlap"]
+    assert arg(trainer, "--outer-overlap") == "none"
+    trainer = main_container(render(sets=("strategy=localsgd", "outerOptimizer=nesterov", "outerOverlap=eager")), "trainer")
+    assert arg(trainer, "--outer-overlap") == "eager"
 
 
 def test_parameterserver_runs_chief_ps_and_workers_in_one_indexed_job(parameterserver_manifest):

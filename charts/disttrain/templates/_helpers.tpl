@@ -243,6 +243,9 @@ that depends on the storage choice.
 {{- if and (ne .Values.outerOptimizer "none") (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: outerOptimizer applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
+{{- if and (ne .Values.outerOverlap "none") (ne .Values.strategy "localsgd") -}}
+{{- fail (printf "disttrain: outerOverlap applies to strategy localsgd, not %s" .Values.strategy) -}}
+{{- end -}}
 {{- if and (eq .Values.allreduceDtype "int8") (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: allreduceDtype int8 applies to strategy localsgd, not %s (TensorFlow's all-reduce refuses int8; use float16)" .Values.strategy) -}}
 {{- end -}}

@@ -31,6 +31,8 @@ advisor's step before it (advisor.enabled) take the same ones, so the advice is 
 - --outer-momentum
 - {{ $ctx.Values.outerMomentum | toString | quote }}
 {{- end }}
+- --outer-overlap
+- {{ $ctx.Values.outerOverlap | quote }}
 {{- if not (kindIs "invalid" $ctx.Values.syncBatchNormBatches) }}
 - --sync-batch-norm-batches
 - {{ $ctx.Values.syncBatchNormBatches | int | toString | quote }}
