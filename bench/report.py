@@ -484,6 +484,24 @@ def time_to_accuracy(doc):
                "Raw: `bench/results/time_to_accuracy.json`.\n")
     if os.path.exists(os.path.join(BENCH, "plots", "time_to_accuracy.png")):
         out.append("![Time to accuracy per task and link](../assets/bench/time_to_accuracy.png)\n")
+    return "\n".join(out + time_to_accuracy_rows(rows))
+
+
+def outer_overlap(doc):
+    """DiLoCo with and without eager updates, side by side: rows of the time-to-accuracy plan run in one
+    sitting (time_to_accuracy.py --only ... --results bench/results/outer_overlap.json)."""
+    m = doc["machine"]
+    out = ["### Overlapped syncs side by side (`bench/time_to_accuracy.py --results bench/results/outer_overlap.json`)\n",
+           f"{m.get('nproc')} cores ({m.get('cpu')}); TensorFlow {m['versions'].get('tensorflow-cpu') or m['versions'].get('tensorflow')}. "
+           "DiLoCo's rows with and without `--outer-overlap eager`, run one after the other in one sitting; the columns "
+           "as in the time-to-accuracy table below (no 1-worker or ceiling row was run with them: no speedup). "
+           "Raw: `bench/results/outer_overlap.json`.\n"]
+    return "\n".join(out + time_to_accuracy_rows(doc["rows"]))
+
+
+def time_to_accuracy_rows(rows):
+    """The table of time-to-accuracy rows (its ceiling lines first, for the tasks that have a ceiling)."""
+    out = []
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     ceilings = {task: ceiling_time_to_target(rows, task) for task in tasks}
     for task, ceiling in ceilings.items():
@@ -508,7 +526,7 @@ def time_to_accuracy(doc):
         out.append(f"| {r['task']} | {r['link']} | {r['workers']} | {r['strategy']} | {options} | {r['target']} | "
                    f"{f(r.get('time_to_target_seconds'), 1)} | {speedup} | {f(r.get('seconds_per_epoch'), 2)} | {of_ceiling} | {of_ceiling_time} | "
                    f"{f(r.get('final_metric'), 3)} | {r.get('epochs', '-')} | {r['status']}{' (provisional)' if r.get('provisional') else ''} |")
-    return "\n".join(out)
+    return out
 
 
 def tables():
@@ -517,7 +535,7 @@ def tables():
                      ("batch_sweep", sweep), ("server", server), ("metrics", metrics), ("metrics-same", metrics), ("search", search),
                      ("copier", copier), ("copier_objectstore", copier_objectstore), ("aggregator", aggregator), ("combine", combine), ("progress_overhead", progress),
                      ("malloc_arenas", malloc_arenas), ("task_interface", task_interface), ("dp_off", dp_off), ("dp_utility", dp_utility), ("own_model", own_model), ("preemption", preemption),
-                     ("time_to_accuracy", time_to_accuracy)):
+                     ("time_to_accuracy", time_to_accuracy), ("outer_overlap", outer_overlap)):
         doc = load_result(name)
         if doc is not None:
             parts.append(fn(doc))

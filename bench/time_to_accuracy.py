@@ -19,7 +19,8 @@ Configurations (ROWS: a list of data; a row whose flags the installed trainer re
                    target is the aggregator's evaluation of the averaged model (there is no model before)
   multiworker      2 workers, gradients all-reduced every step
   localsgd         2 workers, weights averaged every --sync-every H steps (default H, and H in H_VALUES);
-                   DiLoCo (--outer-optimizer nesterov) at the same H, float32, float16 and int8 on the wire
+                   DiLoCo (--outer-optimizer nesterov) at the same H, float32, float16 and int8 on the wire;
+                   DiLoCo with eager updates (--outer-overlap eager) at H = 100, float32 and int8
   parameterserver  1 chief + 1 ps + 2 workers (4 processes)
 single, ceiling and average never use the network, so they run on loopback only and are the reference
 of every link. The ceiling of the time to target is measured by average's two workers (each evaluates
@@ -73,6 +74,9 @@ def rows_plan():
     rows += [("localsgd", 2, {"sync_every": h}) for h in H_VALUES]
     rows += [("localsgd", 2, {"sync_every": h, "outer_optimizer": "nesterov", **wire})
              for h in H_VALUES for wire in ({}, {"allreduce_dtype": "float16"}, {"allreduce_dtype": "int8"})]
+    # DiLoCo with eager updates (the exchange beside the next H steps) at H = 100, on the widest and the narrowest wire
+    rows += [("localsgd", 2, {"sync_every": 100, "outer_optimizer": "nesterov", **wire, "outer_overlap": "eager"})
+             for wire in ({}, {"allreduce_dtype": "int8"})]
     rows += [("parameterserver", 2, {})]
     return rows
 
