@@ -494,7 +494,7 @@ def outer_overlap(doc):
     out = ["### Overlapped syncs side by side (`bench/time_to_accuracy.py --results bench/results/outer_overlap.json`)\n",
            f"{m.get('nproc')} cores ({m.get('cpu')}); TensorFlow {m['versions'].get('tensorflow-cpu') or m['versions'].get('tensorflow')}. "
            "DiLoCo's rows with and without `--outer-overlap eager`, run one after the other in one sitting; the columns "
-           "as in the time-to-accuracy table below (no 1-worker or ceiling row was run with them: no speedup). "
+           "as in the time-to-accuracy table above (no 1-worker or ceiling row was run with them: no speedup). "
            "Raw: `bench/results/outer_overlap.json`.\n"]
     return "\n".join(out + time_to_accuracy_rows(doc["rows"]))
 
