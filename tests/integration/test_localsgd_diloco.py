@@ -87,7 +87,7 @@ def test_batch_norm_statistics_are_re_estimated_after_each_sync(tmp_path):
     assert parameters["sync_batch_norm_batches"] == 8
 
 
-# (make test: the int8 wire with eager updates, the product's choice for slow links; delayed on float32 in make test-long)
+# (make test: eager updates on the int8 wire, the form the advisor weighs; delayed on float32 in make test-long)
 @pytest.mark.parametrize("overlap, wire", [
     ("eager", "int8"),
     pytest.param("delayed", "float32", marks=pytest.mark.long),

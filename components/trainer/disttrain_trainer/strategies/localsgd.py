@@ -337,8 +337,8 @@ class Strategy(Connected):
         if self.residual is None:
             message = change
         else:
-            encode, _ = wire_codecs.CODECS[self.wire_dtype]
-            message, residual = wire_codecs.with_error_feedback(change, self.residual.value(), encode, self.decode_message)
+            encode, decode = wire_codecs.CODECS[self.wire_dtype]
+            message, residual = wire_codecs.with_error_feedback(change, self.residual.value(), encode, decode)
             self.residual.assign(residual)
             if self.wire_dtype == "int8":
                 message = wire_codecs.pack_int8(*message)
@@ -364,14 +364,13 @@ class Strategy(Connected):
         if self.overlap == "eager":
             total = total - self.decode_message(self.message.value())
         landed = self.anchor + total / self.cluster.num_replicas_in_sync
+        if self.overlap == "eager":
+            # (tf.identity: handed a tensor made outside the replica function, the all-reduce finds no device to
+            # send it to)
+            summed = self.cluster.run(lambda: Wire("float32").all_reduce_sum([tf.identity(landed)])[0])
+            landed = self.cluster.experimental_local_results(summed)[0] / self.cluster.num_replicas_in_sync
         self.anchor.assign(landed)
         self.assign_weights(landed)
-        if self.overlap == "eager":
-            # (tf.identity: handed the variable's own read, the all-reduce finds no device to send it to)
-            summed = self.cluster.run(lambda: Wire("float32").all_reduce_sum([tf.identity(self.anchor.value())])[0])
-            mean = self.cluster.experimental_local_results(summed)[0] / self.cluster.num_replicas_in_sync
-            self.anchor.assign(mean)
-            self.assign_weights(mean)
         self.message.assign(tf.zeros_like(self.message))
         self.in_flight.assign(False)
         return checksum(self.anchor) if self._refresh is None else None
@@ -379,8 +378,6 @@ class Strategy(Connected):
     def decode_message(self, message):
         """A message in its wire form (sync_message's) -> the float32 change it stands for."""
         if self.wire_dtype == "int8":
-            if isinstance(message, tuple):  # (encode's (values, scales), before packing)
-                return wire_codecs.int8_decode(*message)
             return wire_codecs.int8_decode(*wire_codecs.unpack_int8(message, sum(self.sizes)))
         return tf.cast(message, tf.float32)
 
