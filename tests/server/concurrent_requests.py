@@ -56,13 +56,19 @@ def concurrent_answers(base, calls, total, threads=THREADS, follow_up=None):
                 got.append((i, *calls[i].send(conn)))
                 if follow_up is not None:
                     follow_up(conn, *got[-1][1:])
+        except BaseException:
+            barrier.abort()  # the other threads stop at once instead of waiting out the barrier's timeout
+            raise
         finally:
             conn.close()
         return got
 
     with ThreadPoolExecutor(threads) as pool:
         futures = [pool.submit(run, t) for t in range(threads)]
-        return [answer for future in futures for answer in future.result()]
+        failed = [future.exception() for future in futures if future.exception() is not None]
+    if failed:  # the thread that failed says why; the others only saw the barrier broken
+        raise next((e for e in failed if not isinstance(e, threading.BrokenBarrierError)), failed[0])
+    return [answer for future in futures for answer in future.result()]
 
 
 def differing(answers, expected, same=lambda got, want: got == want):

@@ -22,11 +22,12 @@ def test_defaults_follow_the_workdir_layout(monkeypatch, tmp_path):
     options = gunicorn_options(args)
     assert options["bind"] == ["127.0.0.1:8080"] and (options["workers"], options["threads"]) == (2, 8)
     assert options["preload_app"] is False  # TensorFlow must not be loaded before the fork
+    assert options["keepalive"] == 75  # longer than the usual proxies' 60 s idle timeout (gunicorn's own: 2 s)
 
 
 def test_explicit_flags(tmp_path):
     args = parse_args(["--model", str(tmp_path / "m.keras"), "--model-name", "reviews", "--host", "::1", "--port", "9000",
-                       "--workers", "3", "--threads", "4", "--max-upload-mb", "0.5", "--max-text-chars", "50",
+                       "--workers", "3", "--threads", "4", "--keepalive", "5", "--max-upload-mb", "0.5", "--max-text-chars", "50",
                        "--max-instances", "7", "--reload-interval", "0", "--gallery", str(tmp_path / "people"),
                        "--gallery-seed", str(tmp_path), "--top-k", "5", "--runs-dir", str(tmp_path)])
     config = app_config(args)
@@ -34,7 +35,7 @@ def test_explicit_flags(tmp_path):
     assert config["MODEL_PATH"] == str(tmp_path / "m.keras") and config["MODEL_NAME"] == "reviews"
     assert config["MAX_CONTENT_LENGTH"] == 512 * 1024
     assert (config["MAX_BATCH_SIZE"], config["BATCH_TIMEOUT_MS"]) == (32, 0)
-    assert gunicorn_options(args)["bind"] == ["[::1]:9000"]
+    assert gunicorn_options(args)["bind"] == ["[::1]:9000"] and gunicorn_options(args)["keepalive"] == 5
     assert config["RUNS_DIR"] == str(tmp_path)
 
 
@@ -42,6 +43,7 @@ def test_explicit_flags(tmp_path):
     "argv, words",
     [
         (["--workers", "0"], "--workers must be at least 1"),
+        (["--keepalive", "0"], "--keepalive must be at least 1"),
         (["--port", "70000"], "--port must be between 0 and 65535"),
         (["--max-instances", "0"], "--max-instances must be at least 1"),
         (["--max-upload-mb", "0"], "--max-upload-mb must be positive"),

@@ -6,6 +6,7 @@ import time
 import cv2
 import numpy as np
 
+from server.concurrent_requests import Call, connection
 from server.serving import NEGATIVE, POSITIVE, http, publish, running_server, stop
 
 
@@ -36,6 +37,15 @@ def test_gunicorn_serves_reloads_refuses_bad_input_and_stops_cleanly(text_model,
         (positive, negative) = body["predictions"]
         assert positive[1] > 0.5 > negative[1]
         assert http("GET", base + "/healthz") == (200, {"status": "ok"})
+        # A kept-alive connection idle past gunicorn's own 2 s still answers (--keepalive, default 75 s): a client
+        # or proxy sending on it as the server closes it would get no answer.
+        conn = connection(base)
+        try:
+            assert Call("GET", "/healthz").send(conn)[0] == 200
+            time.sleep(3)
+            assert Call("GET", "/healthz").send(conn)[0] == 200
+        finally:
+            conn.close()
         status, body = http("POST", url, b"{oops")
         assert status == 400 and "not valid JSON" in body["error"]
 

@@ -78,6 +78,10 @@ def parse_args(argv=None):
     p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes, each with its own model copy (default 2)")
     p.add_argument("--threads", type=int, default=8, help="threads per worker; its concurrent predict calls share "
                    "model calls (see --max-batch-size) (default 8)")
+    p.add_argument("--keepalive", type=int, default=75, metavar="SECONDS", help="how long an idle keep-alive connection stays "
+                   "open (default 75). Behind a proxy that keeps connections to the server (an Ingress, a cloud L7 load "
+                   "balancer) it must be longer than the proxy's own idle timeout (60 s for ingress-nginx and AWS ALB), "
+                   "or a request the proxy sends as the server closes the connection fails")
     p.add_argument("--max-upload-mb", type=float, default=8, help="largest request body in MB; larger is a 413 (default 8)")
     p.add_argument("--max-text-chars", type=int, default=10000, help="longest text instance in characters (default 10000)")
     p.add_argument("--max-instances", type=int, default=256, help="most instances in one predict request (default 256)")
@@ -117,7 +121,7 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error(f"--port must be between 0 and 65535, got {args.port}")
-    for flag in ("workers", "threads", "max_text_chars", "max_instances", "max_batch_size", "gallery_max_entries", "max_request_pixels"):
+    for flag in ("workers", "threads", "keepalive", "max_text_chars", "max_instances", "max_batch_size", "gallery_max_entries", "max_request_pixels"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     if args.max_upload_mb <= 0 or args.reload_interval < 0 or args.batch_timeout_ms < 0:
@@ -270,6 +274,8 @@ def gunicorn_options(args):
         "preload_app": False,  # TensorFlow must never be imported before the fork
         "timeout": 120,  # a worker loading TensorFlow and a model on a busy node is slow, not stuck
         "graceful_timeout": 10,
+        # gunicorn's own default (2 s) closes a connection while a client or proxy may be sending on it
+        "keepalive": args.keepalive,
         "accesslog": "-",
         # gunicorn's default format plus the worker's pid: which process answered (the gallery is per-process memory over shared files)
         "access_log_format": '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" pid=%(p)s',
