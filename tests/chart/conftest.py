@@ -9,11 +9,23 @@ What pytest-helm does not do stays in chartlib.py (renderings with per-test --se
 Kubernetes versions, Helm 3, expected failures); its docstring says why.
 """
 
+import functools
+
 from pytest_helm import manifest_fixture
 
 from chartlib import CHART, CI_VALUES, DEFAULT_KUBE, NAMESPACE, RELEASE, ROOT, VARIANTS
 
 HELM = str(ROOT / "tests" / "chart" / "helm.sh")
+
+# kubernetes-validate reads and parses its schema files (a 1.4 MB _definitions.json among them) again on
+# every validate call, and the chart tests validate thousands of manifests: a fifth of their time. The
+# files are its packaged data, the same for the whole run, and jsonschema only reads them: read each once.
+try:
+    import kubernetes_validate.utils as _kubernetes_validate
+except ImportError:  # the tests that need it skip themselves
+    pass
+else:
+    _kubernetes_validate.schema_contents = functools.lru_cache(maxsize=None)(_kubernetes_validate.schema_contents)
 
 
 def template_command(variant):

@@ -15,7 +15,7 @@ import threading
 
 import pytest
 
-from chartlib import CHART, NAMESPACE, RELEASE, _render, arg, helm_path, main_container, one, wait_containers, yaml
+from chartlib import CHART, NAMESPACE, RELEASE, _render, arg, helm_path, load_all, main_container, one, wait_containers, yaml
 
 
 class FakeApiServer(http.server.BaseHTTPRequestHandler):
@@ -85,7 +85,7 @@ def upgrade(env, *sets, major=4):
     assert "REVISION: 5" in text
     hooks = text.split("HOOKS:", 1)[1].split("MANIFEST:", 1)[0]
     manifest = text.split("MANIFEST:", 1)[1].split("NOTES:", 1)[0]
-    docs = [d for d in yaml.safe_load_all(hooks + "\n---\n" + manifest) if d]
+    docs = load_all(hooks + "\n---\n" + manifest)
     return docs, text.split("NOTES:", 1)[1]
 
 

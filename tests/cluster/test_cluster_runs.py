@@ -24,7 +24,7 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-from chartlib import CHART, ROOT, helm  # noqa: E402
+from chartlib import CHART, ROOT, helm, load_all  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("DISTTRAIN_TEST_CLUSTER") != "1", reason="cluster runs: make test-cluster (sets DISTTRAIN_TEST_CLUSTER=1)"
@@ -51,7 +51,7 @@ def render(values_files, sets=()):
         args += ["-f", str(f)]
     for s in sets:
         args += ["--set", s]
-    return [d for d in yaml.safe_load_all(helm(*args).stdout) if d]
+    return load_all(helm(*args).stdout)
 
 
 def merged_values(values_files):
