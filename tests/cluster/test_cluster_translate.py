@@ -61,14 +61,12 @@ def test_every_ci_rendering_is_translated_or_refused_by_name(variant):
 
 @pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
 def test_every_test_cluster_run_translates(run):
-    import subprocess
+    from chartlib import helm, load_all
 
-    from chartlib import helm_path, load_all
-
-    args = [helm_path(), "template", "dt", str(CHART), "--namespace", NAMESPACE, "--kube-version", "1.33.0"]
+    args = ["template", "dt", str(CHART), "--namespace", NAMESPACE, "--kube-version", "1.33.0"]
     for f in run.values_files:
         args += ["-f", str(f)]
-    docs = load_all(subprocess.run(args, capture_output=True, text=True, check=True).stdout)
+    docs = load_all(helm(*args).stdout)
     if run.object_store:  # the Secret the user creates beside the release (cluster_objectstore.py)
         from cluster_objectstore import manifests
 

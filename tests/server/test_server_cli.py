@@ -35,7 +35,8 @@ def test_explicit_flags(tmp_path):
     assert config["MODEL_PATH"] == str(tmp_path / "m.keras") and config["MODEL_NAME"] == "reviews"
     assert config["MAX_CONTENT_LENGTH"] == 512 * 1024
     assert (config["MAX_BATCH_SIZE"], config["BATCH_TIMEOUT_MS"]) == (32, 0)
-    assert gunicorn_options(args)["bind"] == ["[::1]:9000"] and gunicorn_options(args)["keepalive"] == 5
+    options = gunicorn_options(args)
+    assert options["bind"] == ["[::1]:9000"] and options["keepalive"] == 5
     assert config["RUNS_DIR"] == str(tmp_path)
 
 
