@@ -6,6 +6,7 @@ and the image and cluster runs.
     diabetes_csv(path)        its diabetes table: 10 numeric columns + `progression` (a regression target)
     wine_csv(path)            its wine table: 13 numeric columns + `label` (3 classes)
     classifier(...), regressor(...)   small Keras models of the kind a notebook builds
+    batch_norm_cnn_file(path, blocks) a small convolutional model file with batch normalization, for the 8x8 digits
 """
 
 import csv
@@ -95,6 +96,26 @@ def regressor(n_features, mean, variance, target_mean, target_std, hidden=32, se
     model = keras.Model(inputs, outputs)
     model.compile(optimizer="adam", loss="mse")
     return model
+
+
+def batch_norm_cnn_file(path, blocks=1):
+    """`blocks` x (a convolution, batch normalization, ReLU) and pooling, as a network nested in the model the
+    way a keras.applications backbone is, then a softmax head: for the 8x8 digits, saved as a user's model
+    file; returns the path. What local SGD's syncs do to batch-norm statistics is the same for any model
+    with them: this one traces in seconds where MobileNetV2 takes minutes."""
+    import keras
+
+    keras.utils.set_random_seed(7)
+    inputs = keras.Input((8, 8, 1))
+    x = features_in = keras.Input((8, 8, 1))
+    for block in range(blocks):
+        x = keras.layers.Conv2D(16 * (1 + block // 2), 3, padding="same", use_bias=False)(x)
+        x = keras.layers.BatchNormalization()(x)
+        x = keras.layers.ReLU()(x)
+    features = keras.Model(features_in, keras.layers.GlobalAveragePooling2D()(x), name="features")
+    outputs = keras.layers.Dense(10, activation="softmax")(features(keras.layers.Rescaling(1 / 16)(inputs)))
+    keras.Model(inputs, outputs).save(path)
+    return path
 
 
 # A user's module: a registered custom layer and build(spec). Written into a directory that goes on

@@ -3,8 +3,8 @@ momentum and the wire's residual are checkpointed with the weights, and the rest
 exactly as an undisturbed run does: with one thread, the same final weights bit for bit, and the same
 outer state in the last checkpoints. Also with batch normalization, whose statistics each sync
 re-estimates from a few batches of each worker's shard: a small convolutional model file with a
-BatchNormalization layer (the re-estimation is the same for any model; MobileNetV2 here took four times
-as long, most of it tracing its graph; tests/integration/test_localsgd_diloco.py trains MobileNetV2). And
+BatchNormalization layer in a nested network (own_models.batch_norm_cnn_file: the re-estimation is the
+same for any model; MobileNetV2 here took four times as long, most of it tracing its graph). And
 with eager updates (--outer-overlap eager), whose checkpoints hold the message in flight."""
 
 import json
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from own_models import batch_norm_cnn_file
 from stages import free_port_block, latest_saved_epoch, stage, start_stage
 
 pytestmark = pytest.mark.faults
@@ -29,22 +30,7 @@ OUTER_STATE = ("anchors", "outer_momenta", "wire_residuals")
 # the resumed group sends it again.
 MODELS = {"cnn": lambda tmp_path: ["--batch", 8],
           "cnn-eager-updates": lambda tmp_path: ["--batch", 8, "--outer-overlap", "eager"],
-          "batch-norm": lambda tmp_path: ["--batch", 32, "--model-file", batch_norm_model_file(tmp_path / "model.keras")]}
-
-
-def batch_norm_model_file(path):
-    """A convolution, batch normalization and a softmax head for the 8x8 digits, as a user's model file."""
-    import keras
-
-    keras.utils.set_random_seed(7)
-    inputs = keras.Input((8, 8, 1))
-    x = keras.layers.Rescaling(1 / 16)(inputs)
-    x = keras.layers.Conv2D(16, 3, padding="same", use_bias=False)(x)
-    x = keras.layers.BatchNormalization()(x)
-    x = keras.layers.ReLU()(x)
-    x = keras.layers.GlobalAveragePooling2D()(x)
-    keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x)).save(path)
-    return path
+          "batch-norm": lambda tmp_path: ["--batch", 32, "--model-file", batch_norm_cnn_file(tmp_path / "model.keras")]}
 
 
 def start_pair(work, label, model_args):
