@@ -14,7 +14,13 @@ outer_optimizer, outer_overlap), predicted with disttrain_trainer.perfmodel; "ce
 at once, that never talk) by perfmodel.ceiling_seconds_per_epoch, and never recommended. The epochs to the target given to the advisor are those of
 the group's 1-worker row: the first epoch at which its held-out curve reached the target.
 
-Run it on the host and in the same sitting as the benchmark it checks (the probe measures this host).
+Sittings: hosts differ 2-3x in speed from one session to the next, so a probe predicts only the rows of
+the sitting it was taken in. The benchmark takes a probe of each task at the start of each sitting and
+keeps it beside that sitting's rows (tta_store); the rows of a sitting are checked against its own probe,
+and the epochs to the target come from the same sitting's 1-worker row where it has one. Rows without a
+sitting (measured before sittings were recorded) or whose sitting has no probe are checked against a probe
+taken now (or --probe): their errors are printed and stored but marked "same_sitting": false, and the
+summary counts the rows checked within their own sitting apart.
 The rows of a task the benchmark retired (time_to_accuracy.TASKS, "planned": False) are left out.
 """
 
@@ -46,6 +52,7 @@ WITHIN = 0.05  # the recommendation counts as right within 5 % of the fastest me
 
 
 def read_rows(path):
+    """(the rows, the whole document) of a results file."""
     try:
         with open(path) as fh:
             data = json.load(fh)
@@ -60,7 +67,7 @@ def read_rows(path):
         missing = [k for k in ("task", "link", "strategy", "workers", "seconds_per_epoch") if k not in row]
         if missing:
             sys.exit(f"error: {path}: row {i} has no {', '.join(missing)}")
-    return rows
+    return rows, (data if isinstance(data, dict) else {})
 
 
 def flag_args(options):
@@ -88,6 +95,39 @@ def epochs_to_target(rows):
     if not single.get("wall_seconds") or not single.get("epochs"):
         return None
     return max(single["time_to_target_seconds"] / single["wall_seconds"] * single["epochs"], 0.1)
+
+
+def take_probe(workdir, json_path, epochs, options, budget_seconds, flags=()):
+    """One advisor probe of a task's data (`disttrain-advise --json`): (its document, None), or (None, why not)."""
+    argv = [os.path.join(BIN, "disttrain-advise"), "--workdir", str(workdir), "--json", str(json_path),
+            "--budget-seconds", f"{budget_seconds:g}", "--epochs", str(epochs), *flags, *flag_args(options)]
+    try:
+        result = subprocess.run(argv, capture_output=True, text=True, timeout=budget_seconds + 60)
+    except subprocess.TimeoutExpired:
+        return None, f"the probe ran over {budget_seconds + 60:g} s"
+    if result.returncode != 0:
+        return None, f"disttrain-advise exited {result.returncode}: {result.stderr.strip()[-500:]}"
+    with open(json_path) as fh:
+        return json.load(fh), None
+
+
+def sitting_groups(rows, doc):
+    """[(sitting or None, that sitting's probe document of the task or None, its rows)] of one task's rows, in
+    the order the sittings first appear."""
+    from tta_store import sitting_probe
+
+    order = list(dict.fromkeys(r.get("sitting") for r in rows))
+    return [(s, sitting_probe(doc, s, rows[0]["task"]) if s else None, [r for r in rows if r.get("sitting") == s])
+            for s in order]
+
+
+def with_reference(group, task_rows):
+    """A link group's rows with a 1-worker row to take the epochs to the target from: its own sitting's if the
+    group has one, else the first of the task's. (rows, whether the reference is of the group's sitting)."""
+    if any(r["strategy"] == "single" for r in group):
+        return group, True
+    other = [r for r in task_rows if r["strategy"] == "single"][:1]
+    return group + other, not other
 
 
 def advise(args, extra, timeout):
@@ -141,6 +181,76 @@ def check_group(rows, recommendation):
     return fastest, best, verdict
 
 
+def probe_now(task, tasks, probes, single, epochs, scratch, budget_seconds):
+    """The path of a probe of the task for rows that have none of their own sitting: --probe's, or one taken now."""
+    if task in probes:
+        print(f"== {task}: the probe of {probes[task]}", flush=True)
+        return probes[task]
+    import time_to_accuracy
+
+    if task in tasks:
+        source, flags = tasks[task]
+        copier_args = ["--source", source]
+    else:  # the benchmark's own task: its data made as the benchmark makes it (augmented digits' npz)
+        copier_args = [*time_to_accuracy.task_source(scratch, task, time_to_accuracy.TASKS[task]),
+                       "--seed", str(time_to_accuracy.COPIER_SEED)]
+        flags = []  # (the model's flags come from the rows' options)
+    workdir = os.path.join(scratch, task)
+    copier = subprocess.run([os.path.join(BIN, "disttrain-copier"), *copier_args, "--n-shards", "2",
+                             "--workdir", workdir], capture_output=True, text=True)
+    if copier.returncode != 0:
+        sys.exit(f"error: the copier failed on {' '.join(copier_args)}: {copier.stderr.strip()[-500:]}")
+    print(f"== {task}: probing now ({' '.join(copier_args)} {' '.join(flags)}) ...", flush=True)
+    probe_path = os.path.join(scratch, f"{task}.probe.json")
+    _, why = take_probe(workdir, probe_path, epochs, single.get("options") or {}, budget_seconds, flags)
+    if why:
+        sys.exit(f"error: {why}")
+    return probe_path
+
+
+def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, epochs, scratch, out_rows, groups):
+    """Predict every row of one sitting of a task from `probe`, per link; append to out_rows and groups."""
+    for link_name in sorted({r["link"] for r in rows if r["strategy"] != "single"} or {"loopback"}):
+        # one worker sends nothing: any link's 1-worker row is the group's reference
+        group, reference_same = with_reference([r for r in rows if r["link"] == link_name], task_rows)
+        same_sitting = own_probe and reference_same
+        mbit = next((r.get("link_mbit") for r in group if r.get("link_mbit")), None)
+        target = epochs_to_target(group)
+        advice_path = os.path.join(scratch, f"{task}.{sitting}.{link_name}.json")
+        text = advise(["--from-probe", probe_path, "--json", advice_path, "--epochs", str(epochs),
+                       "--worker-counts", ",".join(str(n) for n in sorted({int(r["workers"]) for r in group} | {1})),
+                       *(["--link-mbit", f"{mbit:g}"] if mbit else []),
+                       *(["--epochs-to-target", f"{target:g}"] if target else [])], [], timeout=120)
+        with open(advice_path) as fh:
+            recommendation = json.load(fh)["recommendation"]
+        link = perfmodel.link_of(probe, mbit)
+        where = f" (sitting {sitting}{'' if same_sitting else ': a probe or 1-worker row of another sitting'})" if sitting else ""
+        print(f"-- {task}, {link_name}{where}:", flush=True)
+        for row in group:
+            predicted, why = predicted_row(probe, link, row, epochs, target)
+            measured = row["seconds_per_epoch"]  # None where the row did not train ("not available", "failed: ...")
+            error = None if predicted is None or not measured else (predicted.seconds_per_epoch - measured) / measured
+            label = f"{row['strategy']} x{row['workers']} {json.dumps(row.get('options') or {}, sort_keys=True)}"
+            shown = f"{predicted.seconds_per_epoch:8.3f}" if predicted else f"  ({why})"
+            measured_shown = f"{measured:8.3f}" if measured is not None else f"(none: {row.get('status', 'no row')})"
+            print(f"   {label:70} predicted {shown} s/epoch, measured {measured_shown}"
+                  + (f", error {100 * error:+6.1f} %" if error is not None else ""), flush=True)
+            out_rows.append({"task": task, "link": link_name, "strategy": row["strategy"], "workers": row["workers"],
+                             "options": row.get("options") or {}, "measured_seconds_per_epoch": measured,
+                             "predicted_seconds_per_epoch": predicted.seconds_per_epoch if predicted else None,
+                             "relative_error": error, "not_predicted": why, "sitting": sitting,
+                             "same_sitting": same_sitting})
+        fastest, best, verdict = check_group(group, recommendation)
+        print(f"   advice: {text.strip().splitlines()[-1][len('advice: '):]}", flush=True)
+        print(f"   the advice against the measurements: {verdict}"
+              + (f" (fastest measured: {fastest['strategy']} x{fastest['workers']}, "
+                 f"{fastest['time_to_target_seconds']:.1f} s)" if fastest else ""), flush=True)
+        groups.append({"task": task, "link": link_name, "sitting": sitting, "same_sitting": same_sitting,
+                       "epochs_to_target": target,
+                       "recommendation": recommendation, "verdict": verdict,
+                       "fastest_measured": fastest, "recommended_measured": best})
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--results", default=os.path.join(RESULTS, "time_to_accuracy.json"), help="the benchmark's rows")
@@ -166,7 +276,7 @@ def main():
         if not name or not os.path.isfile(path):
             sys.exit(f"error: --probe {spec!r}: expected NAME=PATH of an existing file")
         probes[name] = os.path.abspath(path)
-    rows = read_rows(args.results)
+    rows, doc = read_rows(args.results)
     import time_to_accuracy
 
     # a task the benchmark retired (its rows kept for the record) is not the advisor's to answer for
@@ -185,71 +295,39 @@ def main():
             task_rows = [r for r in rows if r["task"] == task]
             single = next((r for r in task_rows if r["strategy"] == "single"), task_rows[0])
             epochs = int(single.get("epochs") or 1)
-            probe_path = probes.get(task) or os.path.join(scratch, f"{task}.probe.json")
-            if task in probes:
-                print(f"== {task}: the probe of {probe_path}", flush=True)
-            else:
-                if task in tasks:
-                    source, flags = tasks[task]
-                    copier_args = ["--source", source]
-                else:  # the benchmark's own task: its data made as the benchmark makes it (augmented digits' npz)
-                    copier_args = [*time_to_accuracy.task_source(scratch, task, time_to_accuracy.TASKS[task]),
-                                   "--seed", str(time_to_accuracy.COPIER_SEED)]
-                    flags = []  # (the model's flags come from the rows' options)
-                workdir = os.path.join(scratch, task)
-                copier = subprocess.run([os.path.join(BIN, "disttrain-copier"), *copier_args, "--n-shards", "2",
-                                         "--workdir", workdir], capture_output=True, text=True)
-                if copier.returncode != 0:
-                    sys.exit(f"error: the copier failed on {' '.join(copier_args)}: {copier.stderr.strip()[-500:]}")
-                print(f"== {task}: probing ({' '.join(copier_args)} {' '.join(flags)}) ...", flush=True)
-                advise(["--workdir", workdir, "--json", probe_path, "--budget-seconds", f"{args.budget_seconds:g}",
-                        "--epochs", str(epochs), *flags, *flag_args(single.get("options") or {})], [],
-                       timeout=args.budget_seconds + 60)
-            with open(probe_path) as fh:
-                probe = perfmodel.Probe.from_dict(json.load(fh)["probe"])
-            for link_name in sorted({r["link"] for r in task_rows if r["strategy"] != "single"} or {"loopback"}):
-                group = [r for r in task_rows if r["link"] == link_name]
-                if not any(r["strategy"] == "single" for r in group):  # one worker sends nothing: any link's row
-                    group += [r for r in task_rows if r["strategy"] == "single"][:1]
-                mbit = next((r.get("link_mbit") for r in group if r.get("link_mbit")), None)
-                target = epochs_to_target(group)
-                advice_path = os.path.join(scratch, f"{task}.{link_name}.json")
-                text = advise(["--from-probe", probe_path, "--json", advice_path, "--epochs", str(epochs),
-                               "--worker-counts", ",".join(str(n) for n in sorted({int(r["workers"]) for r in group} | {1})),
-                               *(["--link-mbit", f"{mbit:g}"] if mbit else []),
-                               *(["--epochs-to-target", f"{target:g}"] if target else [])], [], timeout=120)
-                with open(advice_path) as fh:
-                    recommendation = json.load(fh)["recommendation"]
-                link = perfmodel.link_of(probe, mbit)
-                print(f"-- {task}, {link_name}:", flush=True)
-                for row in group:
-                    predicted, why = predicted_row(probe, link, row, epochs, target)
-                    measured = row["seconds_per_epoch"]  # None where the row did not train ("not available", "failed: ...")
-                    error = None if predicted is None or not measured else (predicted.seconds_per_epoch - measured) / measured
-                    label = f"{row['strategy']} x{row['workers']} {json.dumps(row.get('options') or {}, sort_keys=True)}"
-                    shown = f"{predicted.seconds_per_epoch:8.3f}" if predicted else f"  ({why})"
-                    measured_shown = f"{measured:8.3f}" if measured is not None else f"(none: {row.get('status', 'no row')})"
-                    print(f"   {label:70} predicted {shown} s/epoch, measured {measured_shown}"
-                          + (f", error {100 * error:+6.1f} %" if error is not None else ""), flush=True)
-                    out_rows.append({"task": task, "link": link_name, "strategy": row["strategy"], "workers": row["workers"],
-                                     "options": row.get("options") or {}, "measured_seconds_per_epoch": measured,
-                                     "predicted_seconds_per_epoch": predicted.seconds_per_epoch if predicted else None,
-                                     "relative_error": error, "not_predicted": why})
-                fastest, best, verdict = check_group(group, recommendation)
-                print(f"   advice: {text.strip().splitlines()[-1][len('advice: '):]}", flush=True)
-                print(f"   the advice against the measurements: {verdict}"
-                      + (f" (fastest measured: {fastest['strategy']} x{fastest['workers']}, "
-                         f"{fastest['time_to_target_seconds']:.1f} s)" if fastest else ""), flush=True)
-                groups.append({"task": task, "link": link_name, "epochs_to_target": target,
-                               "recommendation": recommendation, "verdict": verdict,
-                               "fastest_measured": fastest, "recommended_measured": best})
+            fresh_probe = None  # a probe given (--probe) or taken now: for rows without their own sitting's
+            for sitting, stored_probe, sitting_rows in sitting_groups(task_rows, doc):
+                if stored_probe is not None:
+                    probe_path = os.path.join(scratch, f"{task}.{sitting}.probe.json")
+                    with open(probe_path, "w") as fh:
+                        json.dump(stored_probe, fh)
+                    print(f"== {task}, sitting {sitting}: the probe taken in that sitting", flush=True)
+                else:
+                    fresh_probe = fresh_probe or probe_now(task, tasks, probes, single, epochs, scratch, args.budget_seconds)
+                    probe_path = fresh_probe
+                    if sitting:
+                        print(f"   (sitting {sitting} kept no probe of {task}: its rows are checked against {probe_path})",
+                              flush=True)
+                with open(probe_path) as fh:
+                    probe = perfmodel.Probe.from_dict(json.load(fh)["probe"])
+                check_sitting(task, sitting, stored_probe is not None, sitting_rows, task_rows, probe, probe_path, epochs,
+                              scratch, out_rows, groups)
     errors = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None]
+    same = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None and r["same_sitting"]]
+    right = [g for g in groups if g["verdict"].startswith(("fastest", "within"))]
     summary = {"rows": len(out_rows), "max_abs_relative_error": max(errors) if errors else None,
                "rows_within_15_percent": sum(e <= 0.15 for e in errors),
-               "groups_recommendation_right": sum(g["verdict"].startswith(("fastest", "within")) for g in groups),
-               "groups": len(groups)}
+               "groups_recommendation_right": len(right), "groups": len(groups),
+               # the check that counts: predictions against rows of the probe's own sitting
+               "same_sitting_rows": len(same), "same_sitting_rows_within_15_percent": sum(e <= 0.15 for e in same),
+               "same_sitting_max_abs_relative_error": max(same) if same else None,
+               "same_sitting_groups": sum(g["same_sitting"] for g in groups),
+               "same_sitting_groups_recommendation_right": sum(g["same_sitting"] for g in right)}
     print(f"== {summary['rows_within_15_percent']} of {len(errors)} predicted rows within 15 %; the advice right in "
           f"{summary['groups_recommendation_right']} of {len(groups)} (task, link) groups", flush=True)
+    print(f"== within their probe's own sitting: {summary['same_sitting_rows_within_15_percent']} of {len(same)} rows "
+          f"within 15 %; the advice right in {summary['same_sitting_groups_recommendation_right']} of "
+          f"{summary['same_sitting_groups']} groups", flush=True)
     atomic_write_json(args.out, {"benchmark": "advisor_accuracy", "results_file": os.path.abspath(args.results),
                                  "machine": machine_facts(), "config": {"budget_seconds": args.budget_seconds},
                                  "results": {"rows": out_rows, "groups": groups, "summary": summary}})

@@ -36,6 +36,12 @@ that the held-out accuracy climbs through the run (TASKS says why; the milder ta
 out of the plan). Both are sized for about 2,000 steps per worker with 2 workers (1 worker: twice as
 many), batch 64 per worker, --threads 1 per process.
 
+Sittings: each run of this command is a sitting. Its rows carry its id, and before a task's first row it
+takes the strategy advisor's probe of that task (`disttrain-advise`, its default 60 s budget) and keeps it
+with the sitting: hosts differ 2-3x in speed from one session to the next, so bench/advisor_accuracy.py
+checks the advisor against the rows of its probe's own sitting, and ratios are read within a sitting
+(run a (task, link) group with its task's single, ceiling and average rows in one sitting: --only).
+
 Resumable: each row is written to bench/results/time_to_accuracy.json (temporary file, then rename)
 as soon as it finishes; a rerun skips the rows stored as "ok" or "capped" with the same key (task,
 link, strategy, workers, options) and runs the others. --quick: tiny data and 2 epochs, into
@@ -44,6 +50,7 @@ time_to_accuracy-quick.json (checks the harness, measures nothing).
   python bench/time_to_accuracy.py --list                 the plan, with estimated times
   python bench/time_to_accuracy.py                        run (or resume) the whole plan
   python bench/time_to_accuracy.py --only link=loopback,strategy=localsgd
+  python bench/time_to_accuracy.py --rerun --only 'task=movie-reviews,link=loopback,strategy=single|ceiling|average'
   python bench/time_to_accuracy.py --retarget --target movie-reviews=0.77   recompute from the stored curves
 """
 
@@ -286,6 +293,24 @@ def workdirs(base, task_name, task):
     return out
 
 
+PROBE_BUDGET_SECONDS = 60  # the advisor's own default: the probe a user's run takes
+
+
+def probe_task(store, sitting, task_name, task, dirs, base):
+    """The advisor's probe of a task on this host, before its first row of the sitting, kept with the sitting
+    (bench/advisor_accuracy.py checks the sitting's rows against it). A failed probe is kept as its error;
+    the rows run all the same."""
+    from advisor_accuracy import take_probe
+
+    options = {**COMMON_OPTIONS, **task["options"], "batch": BATCH}
+    budget = 15 if QUICK else PROBE_BUDGET_SECONDS
+    print(f"  {task_name}: the advisor's probe (at most {budget} s) ...", file=sys.stderr, flush=True)
+    document, why = take_probe(dirs[2], os.path.join(base, f"probe-{task_name}.json"), task["epochs"], options, budget)
+    store.put_probe(sitting, task_name, document if document is not None else {"error": why})
+    if why:
+        print(f"    the probe failed: {why}", file=sys.stderr, flush=True)
+
+
 def write_data(directory, tasks):
     """--write-data: every task's data where another tool (bench/advisor_accuracy.py) can copy it the same way."""
     import shlex
@@ -519,6 +544,9 @@ def options(parser):
     parser.add_argument("--only", metavar="FILTERS", default="",
                         help="run only the rows matching every KEY=VALUE[|VALUE...] (comma-separated); keys: task, link, strategy, "
                              "workers, or an option's name (sync_every, outer_optimizer, allreduce_dtype)")
+    parser.add_argument("--rerun", action="store_true",
+                        help="run the selected rows even where they are stored (each replaces its stored row): e.g. a "
+                             "task's single, ceiling and average rows again in this sitting, beside a link's rows")
     parser.add_argument("--quick", action="store_true",
                         help="tiny data and 2 epochs per row, into results/time_to_accuracy-quick.json: checks the harness")
     parser.add_argument("--cap-seconds", action="append", default=[], metavar="TASK=SECONDS",
@@ -625,7 +653,7 @@ def main(args):
     if stale:
         print(f"note: stored rows of {', '.join(stale)} were measured against another target: --retarget recomputes them",
               file=sys.stderr)
-    todo = [r for r in rows if not store.done(row_key(r))]
+    todo = rows if args.rerun else [r for r in rows if not store.done(row_key(r))]
     print(f"{len(rows) - len(todo)} of {len(rows)} rows already stored; {len(todo)} to run", file=sys.stderr, flush=True)
     if any(LINKS[r["link"]] for r in todo) and os.geteuid() != 0:
         bad_input("the shaped links need root (ip netns, tc); run as root, or --only link=loopback")
@@ -634,13 +662,16 @@ def main(args):
     # SIGTERM (as Ctrl-C): stop the running row's processes, remove its namespaces, keep the stored rows
     signal.signal(signal.SIGTERM, interrupted)
     base = common.tmpdir("tta")
+    sitting = store.start_sitting(common.machine_facts())
+    print(f"sitting {sitting}", file=sys.stderr, flush=True)
     try:
         dirs = {}
         for row in todo:
             if row["task"] not in dirs:
                 dirs[row["task"]] = workdirs(base, row["task"], tasks[row["task"]])
+                probe_task(store, sitting, row["task"], tasks[row["task"]], dirs[row["task"]], base)
             print(f"  {describe(row)} ...", file=sys.stderr, flush=True)
-            result = run_row(row, tasks[row["task"]], dirs[row["task"]], base)
+            result = dict(run_row(row, tasks[row["task"]], dirs[row["task"]], base), sitting=sitting)
             store.put(result)
             if result["status"] not in ("ok", "capped"):
                 print(f"    {result['status']}" + (f": {result['reason']}" if result.get("reason") else ""), file=sys.stderr, flush=True)

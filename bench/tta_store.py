@@ -3,9 +3,15 @@ they are kept in (bench/results/time_to_accuracy.json). No TensorFlow, no proces
 (tests/unit/test_time_to_accuracy.py).
 
 A row is one (task, link, strategy, workers, options) run; `row_key` is its identity. The file is
-    {"benchmark", "machine": {...facts of the host, as every result file...}, "config", "rows": [row, ...]}
+    {"benchmark", "machine": {...facts of the host, as every result file...}, "config", "rows": [row, ...],
+     "sittings": {sitting id: {"started", "machine", "probes": {task: the advisor's probe document}}}}
 and is rewritten whole (temporary file, then rename) each time a row finishes, so an interrupted
 benchmark keeps every row it finished and a rerun skips them (`RowStore.done`).
+
+A sitting is one invocation of the benchmark: its rows carry its id ("sitting"), and it keeps the advisor
+probe it took of each task it ran. The plan is longer than any sitting, and hosts differ 2-3x in speed
+from one sitting to the next, so a prediction is checked against the rows of the sitting its probe was
+taken in (bench/advisor_accuracy.py), and ratios between rows are only read within a sitting.
 """
 
 import json
@@ -123,6 +129,24 @@ class RowStore:
         row = self.get(key)
         return row is not None and row.get("status") in FINAL_STATUSES
 
+    def start_sitting(self, machine, now=None):
+        """A new sitting's id (its start, UTC, to the second; a suffix if one started in the same second)."""
+        import time
+
+        sittings = self.doc.setdefault("sittings", {})
+        base = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(now))
+        sitting = base
+        while sitting in sittings:
+            sitting = f"{base}-{len(sittings)}"
+        sittings[sitting] = {"started": base, "machine": machine or {}, "probes": {}}
+        self.write()
+        return sitting
+
+    def put_probe(self, sitting, task, probe_document):
+        """Keep the advisor's probe (`disttrain-advise --json`'s document) of a task taken in a sitting."""
+        self.doc["sittings"][sitting]["probes"][task] = probe_document
+        self.write()
+
     def put(self, row):
         key = row_key(row)
         self.doc["rows"] = [r for r in self.rows if row_key(r) != key] + [row]
@@ -134,6 +158,13 @@ class RowStore:
         with open(tmp, "w") as fh:
             json.dump(self.doc, fh, indent=1)
         os.replace(tmp, self.path)
+
+
+def sitting_probe(doc, sitting, task):
+    """The advisor's probe document of `task` taken in `sitting`, or None (no such sitting, no probe, or a
+    probe that failed: stored as {"error": why})."""
+    document = (((doc or {}).get("sittings") or {}).get(sitting) or {}).get("probes", {}).get(task)
+    return document if isinstance(document, dict) and "probe" in document else None
 
 
 def _facts(machine):

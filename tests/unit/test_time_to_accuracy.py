@@ -167,3 +167,41 @@ def test_each_epoch_is_timed_by_the_write_that_first_shows_it(tmp_path):
         writer.flush()
         watch.poll()
     assert watch.curve == [(15.0, 1, 0.6), (23.0, 2, 0.8)]
+
+
+# ------------------------------------------------------------------ sittings: rows checked against their own probe
+
+def test_each_sitting_keeps_its_machine_and_its_probes(tmp_path):
+    from tta_store import sitting_probe
+
+    path = str(tmp_path / "tta.json")
+    store = RowStore(path, machine={"nproc": 2})
+    first = store.start_sitting({"nproc": 2, "cpu": "slow"}, now=1_800_000_000)
+    second = store.start_sitting({"nproc": 2, "cpu": "fast"}, now=1_800_000_000)  # the same second: its own id
+    assert first == "2027-01-15T08:00:00Z" and second != first
+    store.put_probe(first, "movie-reviews", {"probe": {"step_seconds": 0.004}})
+    store.put_probe(second, "movie-reviews", {"error": "disttrain-advise exited 2: ..."})
+    store.put(row(sitting=first))
+    doc = json.load(open(path))  # on disk at once
+    assert doc["sittings"][first]["machine"]["cpu"] == "slow" and doc["rows"][0]["sitting"] == first
+    assert sitting_probe(doc, first, "movie-reviews") == {"probe": {"step_seconds": 0.004}}
+    assert sitting_probe(doc, second, "movie-reviews") is None  # a failed probe predicts nothing
+    assert sitting_probe(doc, first, "digits-distorted-mobilenetv2") is None and sitting_probe(doc, None, "x") is None
+    assert set(RowStore(path).doc["sittings"]) == {first, second}  # a rerun keeps them
+
+
+def test_the_advisor_is_checked_per_sitting_with_that_sittings_one_worker_row():
+    import advisor_accuracy
+
+    probe = {"probe": {"step_seconds": 0.004}}
+    doc = {"sittings": {"s1": {"probes": {"movie-reviews": probe}}, "s2": {"probes": {}}}}
+    rows = [row(strategy="single", workers=1, link="loopback", sitting="s1"),
+            row(sitting="s1"),
+            row(link="50mbit", sitting="s2"),
+            row(link="1gbit")]  # measured before sittings were recorded
+    groups = advisor_accuracy.sitting_groups(rows, doc)
+    assert [(s, p, [r["link"] for r in rs]) for s, p, rs in groups] == [
+        ("s1", probe, ["loopback", "10mbit"]), ("s2", None, ["50mbit"]), (None, None, ["1gbit"])]
+    # a link group with its sitting's 1-worker row keeps it; one without borrows the task's first, and says so
+    assert advisor_accuracy.with_reference(rows[:2], rows) == (rows[:2], True)
+    assert advisor_accuracy.with_reference(rows[2:3], rows) == ([rows[2], rows[0]], False)
