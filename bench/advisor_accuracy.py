@@ -99,14 +99,10 @@ def epochs_to_target(rows):
 
 def take_probe(workdir, json_path, epochs, options, budget_seconds, flags=()):
     """One advisor probe of a task's data (`disttrain-advise --json`): (its document, None), or (None, why not)."""
-    argv = [os.path.join(BIN, "disttrain-advise"), "--workdir", str(workdir), "--json", str(json_path),
-            "--budget-seconds", f"{budget_seconds:g}", "--epochs", str(epochs), *flags, *flag_args(options)]
-    try:
-        result = subprocess.run(argv, capture_output=True, text=True, timeout=budget_seconds + 60)
-    except subprocess.TimeoutExpired:
-        return None, f"the probe ran over {budget_seconds + 60:g} s"
-    if result.returncode != 0:
-        return None, f"disttrain-advise exited {result.returncode}: {result.stderr.strip()[-500:]}"
+    _, why = run_advise(["--workdir", str(workdir), "--json", str(json_path), "--budget-seconds", f"{budget_seconds:g}",
+                         "--epochs", str(epochs), *flags, *flag_args(options)], timeout=budget_seconds + 60)
+    if why:
+        return None, why
     with open(json_path) as fh:
         return json.load(fh), None
 
@@ -130,12 +126,23 @@ def with_reference(group, task_rows):
     return group + other, not other
 
 
-def advise(args, extra, timeout):
-    result = subprocess.run([os.path.join(BIN, "disttrain-advise"), *args, *extra], capture_output=True, text=True,
-                            timeout=timeout)
+def run_advise(args, timeout):
+    """`disttrain-advise args`: (its output, None), or (None, why it failed)."""
+    try:
+        result = subprocess.run([os.path.join(BIN, "disttrain-advise"), *args], capture_output=True, text=True,
+                                timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None, f"disttrain-advise {' '.join(args)} ran over {timeout:g} s"
     if result.returncode != 0:
-        sys.exit(f"error: disttrain-advise {' '.join(args)} exited {result.returncode}: {result.stderr.strip()[-500:]}")
-    return result.stdout
+        return None, f"disttrain-advise {' '.join(args)} exited {result.returncode}: {result.stderr.strip()[-500:]}"
+    return result.stdout, None
+
+
+def advise(args, extra, timeout):
+    output, why = run_advise([*args, *extra], timeout)
+    if why:
+        sys.exit(f"error: {why}")
+    return output
 
 
 def predicted_row(probe, link, row, epochs, target):

@@ -40,7 +40,7 @@ Sittings: each run of this command is a sitting. Its rows carry its id, and befo
 takes the strategy advisor's probe of that task (`disttrain-advise`, its default 60 s budget) and keeps it
 with the sitting: hosts differ 2-3x in speed from one session to the next, so bench/advisor_accuracy.py
 checks the advisor against the rows of its probe's own sitting, and ratios are read within a sitting
-(run a (task, link) group with its task's single, ceiling and average rows in one sitting: --only).
+(--rerun runs a task's single, ceiling and average rows again beside a link's rows, in one sitting).
 
 Resumable: each row is written to bench/results/time_to_accuracy.json (temporary file, then rename)
 as soon as it finishes; a rerun skips the rows stored as "ok" or "capped" with the same key (task,
