@@ -30,7 +30,7 @@ from disttrain_contract import ContractError
 from disttrain_contract.evaluation import compiled
 from disttrain_contract.manifest import Manifest, read_split
 from disttrain_contract.tensorflow_import import import_tensorflow
-from disttrain_trainer import malloc_arenas
+from disttrain_trainer import malloc_settings
 
 RESULT = "RESULT "
 CALL_SECONDS = 0.5  # a timed call lasts about this long at most (fewer steps per call when steps are long)
@@ -44,7 +44,7 @@ def say(index, text):
 def run(args, data_dir, index, addresses, launched, deadline):
     """The probe of worker `index` of `addresses` (two host:port); `launched`, `deadline`: time.time() values."""
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
-    malloc_arenas.limit(args.threads)  # as the trainer does, so that the probe's steps cost what the trainer's do
+    malloc_settings.apply(args.threads, args.malloc)  # as the trainer does, so that the probe's steps cost what the trainer's do
     tf = import_tensorflow()
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
