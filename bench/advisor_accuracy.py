@@ -138,8 +138,8 @@ def run_advise(args, timeout):
     return result.stdout, None
 
 
-def advise(args, extra, timeout):
-    output, why = run_advise([*args, *extra], timeout)
+def advise(args, timeout):
+    output, why = run_advise(args, timeout)
     if why:
         sys.exit(f"error: {why}")
     return output
@@ -227,7 +227,7 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
         text = advise(["--from-probe", probe_path, "--json", advice_path, "--epochs", str(epochs),
                        "--worker-counts", ",".join(str(n) for n in sorted({int(r["workers"]) for r in group} | {1})),
                        *(["--link-mbit", f"{mbit:g}"] if mbit else []),
-                       *(["--epochs-to-target", f"{target:g}"] if target else [])], [], timeout=120)
+                       *(["--epochs-to-target", f"{target:g}"] if target else [])], timeout=120)
         with open(advice_path) as fh:
             recommendation = json.load(fh)["recommendation"]
         link = perfmodel.link_of(probe, mbit)
