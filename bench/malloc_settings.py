@@ -23,6 +23,7 @@ import os
 import sys
 
 from common import BIN, QUICK, Bench, command_line, median, reps, start, steady_epoch_sec, tail, tmpdir, wait_measured
+from disttrain_trainer.malloc_settings import ENVIRONMENT
 from stages import free_port_block
 
 import time_to_accuracy as tta
@@ -40,7 +41,6 @@ CONFIGS = {
 }
 # variant -> (the trainer's --malloc, the environment's additions)
 VARIANTS = {"tuned": ("tuned", {}), "one_arena": ("glibc", {"MALLOC_ARENA_MAX": "1"}), "glibc_default": ("glibc", {})}
-CLEAN = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 
 
 def commands(name, variant, dirs, run_dir):
@@ -56,7 +56,7 @@ def commands(name, variant, dirs, run_dir):
 def run(base, name, variant, repetition, dirs):
     run_dir = os.path.join(base, f"run-{len(os.listdir(base))}")
     os.makedirs(run_dir)
-    env = {**{k: v for k, v in os.environ.items() if k not in CLEAN}, **VARIANTS[variant][1]}
+    env = {**{k: v for k, v in os.environ.items() if k not in ENVIRONMENT}, **VARIANTS[variant][1]}
     argvs, outs = commands(name, variant, dirs, run_dir)
     logs = [os.path.join(run_dir, f"trainer-{i}.log") for i in range(len(argvs))]
     procs = [start([os.path.join(BIN, "disttrain-trainer"), *argv], log, env=env) for argv, log in zip(argvs, logs)]

@@ -330,11 +330,13 @@ def progress(doc):
 def malloc_settings(doc):
     c, res = doc["config"], doc["results"]["summary"]
     variants = list(c["variants"])
-    described = {"tuned": "the trainer's `--malloc tuned` (large blocks kept in the heap, one arena)",
-                 "one_arena": "one arena alone (`--malloc glibc`, `MALLOC_ARENA_MAX=1`)",
-                 "glibc_default": "glibc's defaults (`--malloc glibc`)"}
+
+    def described(variant):
+        setting = c["variants"][variant]
+        return f"{variant} (`--malloc {setting['malloc']}`" + "".join(f", `{k}={v}`" for k, v in setting["environment"].items()) + ")"
+
     out = [header(doc, "malloc settings: the trainer's against glibc's defaults (`bench/malloc_settings.py`)")]
-    out.append("Each configuration with one thread per process, run as " + "; ".join(described.get(v, v) for v in variants)
+    out.append("Each configuration with one thread per process, run as " + "; ".join(described(v) for v in variants)
                + f", one after the other, median of {c['repetitions']} repetition(s) each; steady seconds per epoch "
                "(epochs 2.., the slower worker). Goal: tuned no slower than either other by more than 3 %.\n")
     out.append("| configuration | " + " | ".join(f"{v} s/epoch (each run)" for v in variants)

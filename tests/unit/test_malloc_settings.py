@@ -1,6 +1,7 @@
 """The trainer's glibc malloc settings, counted in glibc's own reports (malloc_info, mallinfo2), in a fresh
 process each time."""
 
+import json
 import os
 import subprocess
 import sys
@@ -57,15 +58,12 @@ CHILD = textwrap.dedent("""
 """)
 
 pytestmark = pytest.mark.skipif(malloc_settings.glibc() is None, reason="these are glibc's settings")
-CLEAN = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 THRESHOLDS = {"mmap_threshold": 32 << 20, "trim_threshold": 64 << 20}
 
 
 def after(threads, mode="tuned", **env):
-    import json
-
     result = subprocess.run([sys.executable, "-c", CHILD, str(threads), mode], capture_output=True, text=True, timeout=60,
-                            env={**{k: v for k, v in os.environ.items() if k not in CLEAN}, **env})
+                            env={**{k: v for k, v in os.environ.items() if k not in malloc_settings.ENVIRONMENT}, **env})
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -110,7 +108,7 @@ def test_either_threshold_alone_is_not_enough():
 
 
 def test_reading_the_environment(monkeypatch):
-    for name in CLEAN:
+    for name in malloc_settings.ENVIRONMENT:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=1:glibc.malloc.arena_max=2")
     assert malloc_settings.user_limit() == "2" and malloc_settings.user_thresholds()

@@ -13,9 +13,9 @@
    and follow the largest mapped block the process has freed so far, so what a step costs in the kernel
    depends on the process's history. The advisor's probe of the text model at --threads 1 spent as much
    CPU in the kernel as in TensorFlow, its steps 7-15 ms from one probe to the next (seven probes), where
-   the trainer's own run stepped at about 6 ms. With the mmap threshold fixed at 32 MiB (the highest glibc's own rule would
-   raise it to on a 64-bit host) and the trim threshold at twice that (the ratio glibc's rule keeps), the
-   probe's steps took 5.5-6.0 ms (three probes), with a twentieth of the CPU in the kernel and the same peak
+   the trainer's own run stepped at about 6 ms. With the mmap threshold fixed at 32 MiB (the highest
+   glibc's own rule would raise it to on a 64-bit host) and the trim threshold at twice that (the ratio
+   glibc's rule keeps), the probe's steps took 5.5-6.0 ms (three probes), with a twentieth of the CPU in the kernel and the same peak
    memory; and side by side (bench/malloc_settings.py) a text epoch took 20 % less time under multiworker
    and 10 % less under the parameter server, a MobileNetV2 multiworker epoch 3 % less, with independent
    processes unchanged within the noise. Either setting alone is no faster: setting one turns glibc's rule
@@ -34,6 +34,8 @@ import ctypes.util
 import os
 
 MODES = ("tuned", "glibc")
+# the environment variables through which the user sets these settings (each wins over the trainer's)
+ENVIRONMENT = ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
 # glibc's malloc.h
 M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
