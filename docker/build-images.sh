@@ -29,8 +29,10 @@
 # hold the wheels (~0.5 GB) and a second copy of the dependencies (~1.3 GB with TensorFlow), so
 # five images left ~14 GB behind where the images themselves take ~6 GB; a CI machine ran out of
 # space in the middle of `make test-images`. The stages carry the label disttrain.build-stage and
-# are removed once their image is built (only those: other untagged images are left alone), and
-# so is the image a rebuild replaces, unless a container uses it.
+# are removed once the last image is built (only those: other untagged images are left alone), and
+# so is the image a rebuild replaces, unless a container uses it. Not before the last image: the
+# four TensorFlow images open with the same runtime stage (docker/requirements/runtime.txt), which
+# the first of them builds and the others take from the cache, with their first layers shared.
 # DISTTRAIN_KEEP_BUILD_STAGES=1 keeps them as a layer cache, so that a change to a component's
 # code rebuilds only its code layer instead of reinstalling its dependencies.
 set -euo pipefail
@@ -86,13 +88,21 @@ inputs_digest() {
     # every components/<x> folder the Dockerfile copies (the sweep image holds the trainer too): a change
     # in any of them must rebuild the image
     mapfile -t sources < <(grep -oE '^COPY +components/[A-Za-z0-9_-]+' "components/$c/Dockerfile" | awk '{print $2}' | sort -u)
+    # and every lock it copies (the TensorFlow images: the runtime's too)
+    mapfile -t locks < <(grep -oE '^COPY +docker/requirements/[A-Za-z0-9_-]+\.txt' "components/$c/Dockerfile" | awk '{print $2}' | sort -u)
     {
         echo "$MODE $base ${build_args[*]}"
-        find .dockerignore requirements.txt docker/server-healthcheck.py "docker/requirements/$c.txt" \
+        find .dockerignore requirements.txt docker/server-healthcheck.py "${locks[@]}" \
              components/contract "components/$c" "${sources[@]}" -type f ! -path '*/__pycache__/*' ! -path '*.egg-info/*' \
              ! -path '*/build/*' ! -path '*/tests/*' -print0 | sort -z | xargs -0 sha256sum
     } | sha256sum | cut -c1-32
 }
+
+# The build stages go once the last image is built, or the build has failed (see Disk above).
+remove_build_stages() {
+    [ "${DISTTRAIN_KEEP_BUILD_STAGES:-0}" = 1 ] || docker image prune --force --filter label=disttrain.build-stage=true >/dev/null || true
+}
+trap remove_build_stages EXIT
 
 mkdir -p build/logs
 for c in "${components[@]}"; do
@@ -112,9 +122,6 @@ for c in "${components[@]}"; do
         exit 1
     fi
     echo "done in $((SECONDS - start))s"
-    if [ "${DISTTRAIN_KEEP_BUILD_STAGES:-0}" != 1 ]; then
-        docker image prune --force --filter label=disttrain.build-stage=true >/dev/null
-    fi
     # The image the tag pointed to before; kept if a container still uses it (rm refuses).
     if [ -n "$replaced" ] && [ "$replaced" != "$(docker image inspect -f '{{.Id}}' "disttrain-$c:$TAG")" ]; then
         docker image rm "$replaced" >/dev/null 2>&1 || true

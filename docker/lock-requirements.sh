@@ -9,6 +9,7 @@
 # to its pin too (-c), so that the images agree with each other and with the development venv (attrs:
 # dp-accounting, in the trainer, takes only versions below 24). Run it after changing requirements.txt or a
 # component's dependencies; tests/images/test_image_sources.py fails while a lock disagrees.
+# Then docker/requirements/runtime.txt: the lines every TensorFlow image's lock shares (docker/locks.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
@@ -29,3 +30,5 @@ for c in "${components[@]}"; do
     "$PY" docker/locks.py write "$c" "$tmp/$c.json"
     echo "  docker/requirements/$c.txt: $(grep -vc '^#' "docker/requirements/$c.txt") packages" >&2
 done
+"$PY" docker/locks.py runtime
+echo "  docker/requirements/runtime.txt: $(grep -vc '^#' docker/requirements/runtime.txt) packages shared by the TensorFlow images" >&2

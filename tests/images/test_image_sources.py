@@ -49,11 +49,43 @@ def test_dockerfile_conventions(component):
         assert env in text
     assert all("--no-cache-dir" in line for line in re.findall(r"pip (?:install|download)[^\n]*", text))
     assert ("HEALTHCHECK" in text) == (component == "server")
-    # the locked dependencies are installed only if every wheel matches the lock's sha256
-    assert re.search(rf"pip install [^\n]*--require-hashes[^\n]*-r /tmp/wheels/{component}\.txt", text)
+    # the locked dependencies are installed only if every wheel matches the lock's sha256: the whole lock, or
+    # (a TensorFlow image) the runtime's lines, then the rest of the image's lock
+    if component in locks.runtime_components():
+        assert re.search(r"pip install [^\n]*--require-hashes[^\n]*-r /tmp/wheels/runtime\.txt", text)
+        assert f"grep -vxF -f /tmp/wheels/runtime.txt /tmp/wheels/{component}.txt > /tmp/own.txt" in text
+        assert re.search(r"pip install [^\n]*--require-hashes --no-deps[^\n]*\\\n[^\n]*-r /tmp/own\.txt", text)
+    else:
+        assert re.search(rf"pip install [^\n]*--require-hashes[^\n]*-r /tmp/wheels/{component}\.txt", text)
 
 
-@pytest.mark.parametrize("component", locks.COMPONENTS)
+RUNTIME_STAGE = re.compile(r"^ARG BASE_IMAGE=.*?^# ---- \(end of the TensorFlow runtime\)$", re.S | re.M)
+
+
+def test_the_tensorflow_images_open_with_the_same_runtime_stage():
+    """Docker's build cache shares a stage between images only when it is the same, instruction for
+    instruction: the four TensorFlow images build their runtime once (docker/build-images.sh)."""
+    stages = {}
+    for component in locks.runtime_components():
+        with open(os.path.join(ROOT, "components", component, "Dockerfile"), encoding="utf-8") as fh:
+            text = fh.read()
+        stage = RUNTIME_STAGE.search(text)
+        assert stage, f"components/{component}/Dockerfile has no TensorFlow runtime stage"
+        stages[component] = stage.group(0)
+        # the image's title is its last line: a layer of its own before the shared ones would end the cache
+        assert text.rstrip().splitlines()[-1] == f'LABEL org.opencontainers.image.title="disttrain-{component}"'
+    assert set(locks.runtime_components()) == {"trainer", "sweep", "aggregator", "server"}
+    assert len(set(stages.values())) == 1, "the runtime stages differ: " + ", ".join(stages)
+
+
+def test_the_runtime_lock_is_the_lines_every_tensorflow_lock_shares():
+    _, lines = locks.runtime_lines()
+    assert locks.locked_lines(locks.lock_path(locks.RUNTIME)) == lines, (
+        "docker/requirements/runtime.txt is out of date: run docker/lock-requirements.sh (or python3 docker/locks.py runtime)")
+    assert any(line.startswith("tensorflow-cpu==") for line in lines)
+
+
+@pytest.mark.parametrize("component", (*locks.COMPONENTS, locks.RUNTIME))
 def test_every_locked_package_has_a_wheel_hash(component):
     hashes = locks.read_hashes(locks.lock_path(component))
     assert hashes and all(len(h) == 1 for h in hashes.values()), (
