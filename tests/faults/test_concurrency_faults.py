@@ -2,8 +2,8 @@
 answer equal to the serial one: issue 16's goal. The same checks as tests/server/test_server_concurrency.py
 (which sends 320 per endpoint in `make test`); here each enrolment is deleted again so the gallery stays small.
 
-The predictions run under `make test-long`, the searches under `make test-faults`: neither injects a fault, and
-split so, CI's two chains of targets end close together (docs/development.md, "CI")."""
+Both run under `make test-faults` (load, no fault injected): there they even out CI's two chains of targets, since
+the images share one TensorFlow runtime and build in half the time (docs/development.md, "CI")."""
 
 import pytest
 
@@ -13,7 +13,7 @@ from server.test_server_concurrency import serve_faces, serve_text_and_images
 TOTAL = 10_000
 
 
-@pytest.mark.long
+@pytest.mark.faults
 def test_ten_thousand_concurrent_predicts_and_metadata(tmp_path_factory, tmp_path):
     import numpy as np
 
