@@ -45,6 +45,22 @@ def test_the_probe_finishes_within_its_budget_and_prints_a_table(advisor_probe):
     assert "1 Mbit/s" in slow.stdout and "probing" not in slow.stdout
 
 
+def test_the_text_models_multiworker_steps_are_timed(tmp_path):
+    """The text model's multiworker step (35 ms here) sizes the timed calls near a rounding edge (0.5 s / step):
+    both workers must time calls of the same size, or their per-step collectives mismatch and TensorFlow aborts
+    the phase; the advice then had only a lower bound for multiworker. A budget long enough for every phase."""
+    from stages import stage
+
+    stage("copier", "--source", "sample:movie-reviews", "--n-shards", 2, "--workdir", tmp_path / "work")
+    out = tmp_path / "advice.json"
+    result = advise("--workdir", tmp_path / "work", "--threads", 1, "--epochs", 5, "--budget-seconds", 90,
+                    "--json", out, timeout=150)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "not timed" not in result.stderr and "Collective" not in result.stderr, result.stderr
+    probe = json.loads(out.read_text())["probe"]
+    assert probe["multiworker_step_seconds"] > probe["step_seconds_pair"], probe
+
+
 def test_no_dataset_is_one_line_and_exit_2(tmp_path):
     result = advise("--workdir", tmp_path, "--budget-seconds", BUDGET, timeout=30)
     assert result.returncode == 2
