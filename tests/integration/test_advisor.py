@@ -45,20 +45,31 @@ def test_the_probe_finishes_within_its_budget_and_prints_a_table(advisor_probe):
     assert "1 Mbit/s" in slow.stdout and "probing" not in slow.stdout
 
 
-def test_the_text_models_multiworker_steps_are_timed(tmp_path):
+def test_the_text_models_multiworker_steps_and_parameter_server_epochs_are_timed(tmp_path):
     """The text model's multiworker step (35 ms here) sizes the timed calls near a rounding edge (0.5 s / step):
     both workers must time calls of the same size, or their per-step collectives mismatch and TensorFlow aborts
-    the phase; the advice then had only a lower bound for multiworker. A budget long enough for every phase."""
+    the phase; the advice then had only a lower bound for multiworker. Then the trainer's own parameter-server run
+    (an epoch of about 3 s). A budget long enough for every phase."""
     from stages import stage
 
     stage("copier", "--source", "sample:movie-reviews", "--n-shards", 2, "--workdir", tmp_path / "work")
-    out = tmp_path / "advice.json"
-    result = advise("--workdir", tmp_path / "work", "--threads", 1, "--epochs", 5, "--budget-seconds", 90,
-                    "--json", out, timeout=150)
+    out, scratch = tmp_path / "advice.json", tmp_path / "tmp"
+    scratch.mkdir()
+    result = subprocess.run([os.path.join(BIN, "disttrain-advise"), "--workdir", str(tmp_path / "work"), "--threads", "1",
+                             "--epochs", "5", "--budget-seconds", "90", "--json", str(out)],
+                            capture_output=True, text=True, timeout=150, env={**os.environ, "TMPDIR": str(scratch)})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "not timed" not in result.stderr and "Collective" not in result.stderr, result.stderr
-    probe = json.loads(out.read_text())["probe"]
+    document = json.loads(out.read_text())
+    probe = document["probe"]
     assert probe["multiworker_step_seconds"] > probe["step_seconds_pair"], probe
+    # the parameter server's epoch, measured: its row is predicted as measured, no longer a lower bound
+    assert probe["parameterserver_epoch_seconds"] > 0, result.stderr
+    row = next(p for p in document["predictions"] if p["strategy"] == "parameterserver" and p["workers"] == 2)
+    assert not row["lower_bound"] and row["seconds_per_epoch"] == pytest.approx(probe["parameterserver_epoch_seconds"])
+    assert "a parameter-server epoch" in result.stdout
+    # (TensorFlow's autograph leaves files of its own there)
+    assert not [n for n in os.listdir(scratch) if n.startswith("disttrain-advise-ps-")], "the parameter-server run's files were left"
 
 
 def test_no_dataset_is_one_line_and_exit_2(tmp_path):

@@ -46,3 +46,20 @@ def test_a_private_run_is_never_advised_parameterserver():
         text, document = advise(parse_args(["--epochs", "5", *argv]), probe, {"workers": 2})
         assert ("parameterserver" in {p["strategy"] for p in document["predictions"]}) is shown
         assert document["recommendation"]["strategy"] != "parameterserver" or shown
+
+
+def test_the_parameter_server_phase_runs_the_trainer_with_the_runs_own_flags_and_its_own_placement():
+    from disttrain_trainer import advise_parameterserver
+    from disttrain_trainer.main import parse_args as trainer_args
+
+    args = parse_args(["--model", "mobilenetv2", "--image-size", "32", "--batch", "32", "--threads", "1",
+                       "--learning-rate", "0.0005", "--optimizer", "sgd", "--steps-per-call", "8", "--strategy", "localsgd",
+                       "--sync-every", "100", "--outer-optimizer", "nesterov", "--service", "train", "--port", "2222",
+                       "--budget-seconds", "90", "--link-mbit", "50", "--json", "advice.json"])
+    flags = advise_parameterserver.trainer_flags(args)
+    # the run's model, data and step flags are passed on; not the advisor's, not another strategy's, not the placement
+    assert flags == ["--batch", "32", "--learning-rate", "0.0005", "--optimizer", "sgd", "--steps-per-call", "8",
+                     "--model", "mobilenetv2", "--image-size", "32", "--threads", "1"]
+    run = trainer_args([*flags, "--strategy", "parameterserver", "--ps", "1", "--workers", "2"])
+    for name in ("model", "image_size", "batch", "threads", "learning_rate", "optimizer", "steps_per_call", "malloc"):
+        assert getattr(run, name) == getattr(args, name), name

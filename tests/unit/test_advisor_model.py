@@ -320,6 +320,25 @@ def test_the_parameter_server_row_says_it_is_a_lower_bound():
     assert row.note.startswith("a lower bound: ") and not row.accuracy_risk
 
 
+def test_a_timed_parameter_server_epoch_is_predicted_as_measured_and_carried_to_other_links_and_counts():
+    # 200 group steps; without it, 100 * (0.006 + 2 * 0.001) = 0.8 s per epoch on the probe's link (loopback)
+    untimed, timed = probe(), probe(parameterserver_epoch_seconds=2.0)
+    assert pm.epoch_seconds(untimed, pm.link_of(untimed), "parameterserver", 2)[0] == pytest.approx(0.8)
+    assert pm.parameterserver_extra_seconds(timed) == pytest.approx((2.0 - 0.8) / 200)
+    row = pm.predict(timed, pm.link_of(timed), "parameterserver", 2, {"ps": 1}, epochs=5)
+    assert row.seconds_per_epoch == pytest.approx(2.0) and not row.lower_bound and row.note == ""
+    # 10 Mbit/s: the bytes of every step on top of the same runtime work per group step, or the server's link
+    slow = pm.link_of(timed, mbit=10)
+    workers_bound, server_bound, _ = pm.parameterserver_bounds(timed, slow, 2)
+    assert pm.epoch_seconds(timed, slow, "parameterserver", 2)[0] == pytest.approx(
+        max(workers_bound + 200 * (2.0 - 0.8) / 200, server_bound))
+    # four workers on the two cores: the same work per group step, the steps shared by more workers
+    workers_bound, _, _ = pm.parameterserver_bounds(timed, pm.link_of(timed), 4)
+    assert pm.epoch_seconds(timed, pm.link_of(timed), "parameterserver", 4)[0] == pytest.approx(workers_bound + 1.2)
+    # measured faster than the bounds (noise): nothing is taken off them
+    assert pm.parameterserver_extra_seconds(probe(parameterserver_epoch_seconds=0.5)) == 0.0
+
+
 def test_an_untimed_multiworker_row_is_a_lower_bound_and_a_timed_one_is_not():
     untimed, timed = probe(), probe(multiworker_step_seconds=0.009)
     row = pm.predict(untimed, pm.link_of(untimed), "multiworker", 2, epochs=5)

@@ -7,7 +7,9 @@
 
 It takes the trainer's own flags (the same data, model, batch and threads mean the same things) and
 probes for at most --budget-seconds: the step time of one worker alone and of two at once, one held-out
-evaluation, the model's bytes, and collectives on the link (perfmodel.Probe; advise_probe.py runs it).
+evaluation, the model's bytes, and collectives on the link (perfmodel.Probe; advise_probe.py runs it); then,
+on one host with enough of the budget left, the trainer's own parameter-server run for a few epochs
+(advise_parameterserver.py).
 From those it predicts the seconds per epoch and the time for the run (or to a target) of each strategy
 and worker count (perfmodel.py says how), prints a table and recommends one, with the reason in one
 sentence. It only advises: nothing it prints changes a run.
@@ -170,7 +172,40 @@ def run_probe(args, argv, launched):
     if 0 not in outputs:
         stuck = "; ".join(f"worker {i}: {last_lines.get(i, 'no output')}" for i in indexes)
         raise StageTimeout(f"the probe did not finish within --budget-seconds {args.budget_seconds:g} ({stuck})")
+    if not peer_mode(args):
+        parameter_server_phase(args, outputs[0], deadline)
     return outputs[0]
+
+
+def parameter_server_phase(args, result, deadline):
+    """The trainer's own parameter-server run, briefly, on this host (advise_parameterserver.py), when what is left
+    of the budget looks enough for four start-ups and two epochs: its steady seconds per epoch go into `result`."""
+    from disttrain_trainer import advise_parameterserver, privacy
+
+    def say(text):
+        print(f"  probe: {text}", file=sys.stderr, flush=True)
+
+    data_dir = args.data or Workdir(args.workdir).data
+    manifest = Manifest.read(data_dir)
+    if privacy.enabled(args):
+        return  # parameterserver cannot train a private run (privacy.py): it is not predicted
+    if manifest.n_shards != advise_parameterserver.WORKERS:
+        say(f"parameter-server epochs not timed: its run needs the data in {advise_parameterserver.WORKERS} shards "
+            f"(it has {manifest.n_shards}; the advisor predicts it as a lower bound)")
+        return
+    probe = probe_of(result, args, manifest, peers=False)
+    bound = perfmodel.epoch_seconds(probe, perfmodel.link_of(probe), "parameterserver", advise_parameterserver.WORKERS)[0]
+    # four start-ups on the host where two took startup_seconds, the first epoch (tracing) and a steady one, each
+    # taken as twice the lower bound (the text model's measured epoch)
+    needed = 2 * probe.startup_seconds + 2 * 2 * bound
+    left = deadline - time.time()
+    if left < needed:
+        say(f"parameter-server epochs not timed: about {needed:.0f} s needed, {left:.0f} s left of the budget (the "
+            f"advisor predicts it as a lower bound; a longer --budget-seconds times it)")
+        return
+    seconds = advise_parameterserver.measure(args, data_dir, deadline, say)
+    if seconds is not None:
+        result["parameterserver_epoch_seconds"] = seconds
 
 
 def relay(proc, index, outputs, last_lines, error_lines):
@@ -206,7 +241,8 @@ def probe_of(result, args, manifest, peers):
         steps_per_call=args.steps_per_call, cores=len(os.sched_getaffinity(0)), one_host=not peers,
         startup_seconds=result["startup_seconds"], join_seconds=result["join_seconds"],
         eval_seconds=result["eval_seconds"], batch_norm=result.get("batch_norm", False),
-        batch_norm_bytes=result.get("batch_norm_bytes", 0), multiworker_step_seconds=result.get("multiworker_step_seconds"))
+        batch_norm_bytes=result.get("batch_norm_bytes", 0), multiworker_step_seconds=result.get("multiworker_step_seconds"),
+        parameterserver_epoch_seconds=result.get("parameterserver_epoch_seconds"))
 
 
 def read_probe(path):
@@ -256,6 +292,8 @@ def advise(args, probe, facts):
             f"{2 * probe.step_seconds_alone / probe.step_seconds_pair:.2f}x at most)") if probe.step_seconds_pair else ""
     if probe.multiworker_step_seconds is not None:
         pair += f"; a multiworker step {probe.multiworker_step_seconds * 1000:.2f} ms (float32 gradients)"
+    if probe.parameterserver_epoch_seconds is not None:
+        pair += f"; a parameter-server epoch {probe.parameterserver_epoch_seconds:.2f} s (2 workers)"
     link_text = "no link" if link is None else (
         f"{link.name}: {link.latency_seconds * 1000:.2f} ms per collective + {link.per_byte_seconds * 1e6:.3f} s per MB"
         + (f" (~{8 / (link.per_byte_seconds * 1e6):,.0f} Mbit/s)" if link.per_byte_seconds > 0 else ""))

@@ -58,18 +58,23 @@ Seconds per epoch:
                    (R = --sync-batch-norm-batches, 8; a forward pass taken as a third of a step, the
                    backward pass being about twice the forward) and an all-reduce of the statistics
                    (B_bn bytes in float32): + R t_N / 3 + all-reduce(B_bn) per sync
-  parameterserver  max(S_P * (t_N + 2 (alpha + B_g * per_byte)) , S * N * 2 B_g * per_byte)
+  parameterserver  max(S_P * (t_N + 2 (alpha + B_g * per_byte)) + S * y , S * 2 B_g * per_byte)
                    every step reads the variables from the parameter server and sends its gradients
                    there (B_g each way, sparse rows for an embedding); S = ceil(examples / batch)
                    steps of the group per epoch, S_P = S / N of them per worker; the second term is
                    the one parameter server's link, which carries every worker's traffic.
-                   A lower bound, and the table says so: the runtime's own work per step is not
-                   probed (the probe's two processes form a MultiWorkerMirrored cluster, and a variable
-                   placed on the other process there crashed TensorFlow). Measured on the text model,
-                   2 workers on one 2-core host: 1.2-1.25 s per epoch against 0.55 predicted; the
-                   parameter server used 0.75 of a core, each worker 0.39, the chief 0.07: about
-                   12.5 ms of CPU per step of the group, where one worker's whole local step takes
-                   2.3 ms (Adam's update alone, timed apart, 2.2 ms: it runs on the server here)
+                   y: the runtime's own work per step of the group (remote reads and sends as
+                   operations of their own, the optimizer on the server, the coordinator), which the
+                   probe's two processes cannot time (they form a MultiWorkerMirrored cluster, and a
+                   variable placed on the other process there crashed TensorFlow). When what is left of
+                   the budget fits it, the advisor runs the trainer itself as parameterserver on this host
+                   (chief, 1 parameter server, 2 workers; advise_parameterserver.py) for a few
+                   epochs: T_ps, its steady seconds per epoch, gives y = (T_ps - the bounds above at
+                   N = 2 on the probe's link) / S, taken the same at any N and on any link (so at N = 2
+                   on the probe's link the prediction is T_ps). Not timed: y = 0, and the row is a lower
+                   bound (its note says so). Measured on the text model, 2 workers on one 2-core host:
+                   2.7 s per epoch against 1.4 predicted without y; earlier, the parameter server used
+                   0.75 of a core, each worker 0.39, the chief 0.07.
 
 Time to the target: start-up + E_s * (seconds per epoch + one held-out evaluation) (+ a connected
 strategy's time to join its peers), where E_s = f_s * E_1, E_1 being one worker's epochs to the target
@@ -161,6 +166,7 @@ class Probe:
     batch_norm: bool = False  # the model has batch normalisation (averaging it far apart is an accuracy risk)
     batch_norm_bytes: int = 0  # its moving statistics in float32 (localsgd re-estimates and all-reduces them per sync)
     multiworker_step_seconds: float | None = None  # t_mw (None: not timed)
+    parameterserver_epoch_seconds: float | None = None  # T_ps: the trainer's own, 2 workers on this host (None: not timed)
     notes: list = field(default_factory=list)
 
     @classmethod
@@ -317,12 +323,9 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     if strategy == "parameterserver":
         # the workers run the group's steps between them; each step pulls and pushes the model
         group_steps = math.ceil(probe.train_examples / b)
-        exchange = 2 * (link.latency_seconds + probe.gradient_bytes * link.per_byte_seconds)
-        per_worker = group_steps / workers
-        workers_bound = per_worker * (step_seconds(probe, workers) + exchange)
-        server_bound = group_steps * 2 * probe.gradient_bytes * link.per_byte_seconds
-        total = max(workers_bound, server_bound)
-        compute = per_worker * step_seconds(probe, workers)
+        workers_bound, server_bound, exchange = parameterserver_bounds(probe, link, workers)
+        total = max(workers_bound + group_steps * parameterserver_extra_seconds(probe), server_bound)
+        compute = group_steps / workers * step_seconds(probe, workers)
         return total, compute, total - compute, exchange
     steps = steps_per_epoch(probe.train_examples, workers, b)
     t = step_seconds(probe, workers)
@@ -373,6 +376,25 @@ def multiworker_extra_seconds(probe):
         return 0.0
     exchange = gradient_seconds(probe, link_of(probe), 2)
     return max(0.0, probe.multiworker_step_seconds - probe.step_seconds_pair - exchange)
+
+
+def parameterserver_bounds(probe, link, workers):
+    """(the workers' bound, the server's bound, one step's exchange) of a parameter-server epoch: the group's S
+    steps shared by the workers, each pulling and pushing the model; the one server's link carries them all."""
+    group_steps = math.ceil(probe.train_examples / probe.batch)
+    exchange = 2 * (link.latency_seconds + probe.gradient_bytes * link.per_byte_seconds)
+    workers_bound = group_steps / workers * (step_seconds(probe, workers) + exchange)
+    return workers_bound, group_steps * 2 * probe.gradient_bytes * link.per_byte_seconds, exchange
+
+
+def parameterserver_extra_seconds(probe):
+    """y in the module's docstring: what the trainer's parameter-server epoch took per step of the group beyond the
+    bounds, on the probe's host and link with 2 workers (0 when it was not timed)."""
+    if probe.parameterserver_epoch_seconds is None or probe.latency_seconds is None or probe.step_seconds_pair is None:
+        return 0.0
+    group_steps = math.ceil(probe.train_examples / probe.batch)
+    workers_bound, server_bound, _ = parameterserver_bounds(probe, link_of(probe), 2)
+    return max(0.0, probe.parameterserver_epoch_seconds - max(workers_bound, server_bound)) / group_steps
 
 
 def refresh_batches(probe, options):
@@ -427,10 +449,12 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
     elif strategy == "localsgd" and rare and probe.batch_norm and not refresh_batches(probe, options):
         note, risk = ("with batch normalisation and --sync-batch-norm-batches 0 an outer step this rare leaves the "
                       "statistics behind the weights (MobileNetV2 at H=250 scored 0.09-0.65 after each sync)"), True
-    lower_bound = strategy == "parameterserver" or (strategy == "multiworker" and probe.multiworker_step_seconds is None)
-    if strategy == "parameterserver":
+    lower_bound = ((strategy == "parameterserver" and probe.parameterserver_epoch_seconds is None)
+                   or (strategy == "multiworker" and probe.multiworker_step_seconds is None))
+    if strategy == "parameterserver" and lower_bound:
         note = ("a lower bound: the parameter-server runtime's own work per step (remote reads and sends, the optimizer "
-                "on the server) is not probed; a text model took 2.2x this on one host")
+                "on the server) was not timed within the probe's budget (a longer --budget-seconds times it); a text "
+                "model took 2x this on one host")
     elif lower_bound:
         note = ("a lower bound: no real multiworker step was timed within the probe's budget (a longer --budget-seconds "
                 "times them), so the collective's own work is not in it; MobileNetV2 took 1.5x this on one host")

@@ -1,0 +1,164 @@
+"""The advisor's parameter-server phase: the trainer itself, run briefly as `parameterserver` on this host.
+
+The probe's two processes form a MultiWorkerMirrored cluster, and a variable placed on the other process there
+crashed TensorFlow, so they cannot time a parameter-server step. What such a step costs beyond the compute and
+the bytes (each variable read from the server and each gradient sent to it as remote operations, the
+optimizer's update on the server, the coordinator's scheduling) was the part the advisor could not predict:
+measured on the text model, an epoch took 2x its prediction. So, after the probe's two processes have
+finished and when what is left of the budget fits it, the advisor starts the real thing: the trainer's four
+processes (chief, one parameter server, two workers) on loopback, with the run's own flags, on the probe's
+data (two shards), and reads the chief's metrics.json as the epochs end. The steady seconds per epoch (the
+mean of the epochs after the first, whose tracing it leaves out; the training part of each epoch, as the
+benchmarks count it) is the measurement; then the four processes are stopped and their directory removed.
+
+It needs whole epochs (the chief knows its steps only when an epoch's calls are done): a model whose epoch
+does not fit twice in what is left keeps the lower bound, and the advice says so.
+"""
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+from disttrain_trainer import main as trainer
+
+WORKERS, PARAMETER_SERVERS = 2, 1
+# Timed until at least two epochs after the first (which traces the step) and STEADY_SECONDS of them (a
+# small table's epochs last a tenth of a second), or until another epoch would not end before the deadline
+# (one steady epoch is then enough)
+STEADY_EPOCHS, STEADY_SECONDS = 2, 2.0
+POLL_SECONDS = 0.2
+# the flags this phase sets itself (the rest of the run's flags are passed on as they are)
+OWN_FLAGS = {"strategy", "workers", "worker_index", "ps", "port", "host_pattern", "service", "job", "out", "epochs",
+             "progress_interval", "peer_wait", "serve_timeout", "params_from", "wait_timeout", "linger_for_peers",
+             "validation_fraction", "help"}
+# The environment a trainer on Kubernetes reads its place from: none of it applies to processes on loopback.
+PLACEMENT_ENVIRONMENT = ("TF_CONFIG", "JOB_COMPLETION_INDEX", "DISTTRAIN_SERVICE", "DISTTRAIN_JOB")
+
+
+def trainer_flags(args):
+    """The run's trainer flags from the advisor's parsed `args`, as a trainer command line: every flag whose value
+    is not its default, except the placement and strategy flags this phase sets (OWN_FLAGS) and the other
+    strategies' own flags (a parameter-server run refuses them)."""
+    from disttrain_trainer.strategies import options
+
+    strategy_flags = {a.dest for a in options_parser(options)._actions}
+    argv = []
+    for action in trainer.build_parser()._actions:
+        if action.dest in OWN_FLAGS or action.dest in strategy_flags or not action.option_strings:
+            continue
+        value = getattr(args, action.dest, action.default)
+        if value == action.default or value is None:
+            continue
+        flag = action.option_strings[0]
+        if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction | argparse._StoreConstAction):
+            argv.append(flag)
+        elif isinstance(value, list | tuple):
+            argv += [flag, *map(str, value)]
+        else:
+            argv += [flag, str(value)]
+    return argv
+
+
+def options_parser(options):
+    parser = argparse.ArgumentParser(add_help=False)
+    options.add_flags(parser)
+    return parser
+
+
+def free_port_block(count):
+    """A base port with `count` consecutive ports free on loopback now (the trainer's {index_port} pattern)."""
+    for _ in range(50):
+        base = random.randrange(20000, 60000 - count)
+        sockets = []
+        try:
+            for port in range(base, base + count):
+                s = socket.socket()
+                sockets.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise OSError(f"no {count} consecutive free ports on loopback")
+
+
+def measure(args, data_dir, deadline, say):
+    """Steady seconds per epoch of `parameterserver` with 2 workers and 1 parameter server on this host, or None
+    (with why, through `say`) when the run failed or the deadline came first."""
+    out = tempfile.mkdtemp(prefix="disttrain-advise-ps-")
+    env = {k: v for k, v in os.environ.items() if k not in PLACEMENT_ENVIRONMENT}
+    procs = []
+    try:
+        base = free_port_block(1 + PARAMETER_SERVERS + WORKERS)
+        common = [*trainer_flags(args), "--data", str(data_dir), "--out", out, "--strategy", "parameterserver",
+                  "--ps", str(PARAMETER_SERVERS), "--workers", str(WORKERS), "--port", str(base),
+                  "--host-pattern", "127.0.0.1:{index_port}", "--epochs", "1000", "--progress-interval", "0",
+                  "--peer-wait", str(max(1, int(deadline - time.time())))]
+        logs = [open(os.path.join(out, f"task-{index}.log"), "w") for index in range(1 + PARAMETER_SERVERS + WORKERS)]
+        for index, log in enumerate(logs):
+            procs.append(subprocess.Popen([sys.executable, "-m", "disttrain_trainer.main", *common, "--worker-index", str(index)],
+                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+            log.close()
+        metrics = os.path.join(out, "worker-00000", "metrics.json")
+        epochs = []
+        while time.time() < deadline:
+            epochs = read_epochs(metrics)
+            if len(epochs) > STEADY_EPOCHS and sum(epochs[1:]) >= STEADY_SECONDS:
+                break
+            if len(epochs) >= 2 and time.time() + steady(epochs) * 1.2 > deadline:
+                break  # another epoch would not end before the deadline
+            failed = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() is not None]
+            if failed:
+                index, code = failed[0]
+                say(f"parameter-server epochs not timed: its task {index} exited with {code} "
+                    f"({last_line(os.path.join(out, f'task-{index}.log'))})")
+                return None
+            time.sleep(POLL_SECONDS)
+        if len(epochs) < 2:
+            say(f"parameter-server epochs not timed: {len(epochs)} epoch(s) ended before the budget's end (the advisor "
+                f"predicts it as a lower bound; a longer --budget-seconds times it)")
+            return None
+        seconds = steady(epochs)
+        say(f"parameter server: {seconds:.2f} s per epoch (2 workers, 1 parameter server and the chief on this host; "
+            f"{len(epochs) - 1} steady epoch(s))")
+        return seconds
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)  # its own session: that trainer process and nothing else
+            proc.wait()
+        shutil.rmtree(out, ignore_errors=True)
+
+
+def read_epochs(path):
+    """The training seconds of each epoch the chief has ended so far (its metrics.json, written atomically)."""
+    try:
+        with open(path) as fh:
+            return [float(e["wall_time_sec"]) for e in json.load(fh)]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+
+
+def steady(epochs):
+    """The mean of the epochs after the first (which traces the step), as the benchmarks' steady s/epoch."""
+    rest = epochs[1:] or epochs
+    return sum(rest) / len(rest)
+
+
+def last_line(path):
+    try:
+        with open(path) as fh:
+            lines = [line.strip() for line in fh if line.strip()]
+        return lines[-1][:300] if lines else "no output"
+    except OSError:
+        return "no log"
