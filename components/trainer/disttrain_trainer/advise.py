@@ -203,7 +203,9 @@ def parameter_server_phase(args, result, deadline):
         say(f"parameter-server epochs not timed: about {needed:.0f} s needed, {left:.0f} s left of the budget (the "
             f"advisor predicts it as a lower bound; a longer --budget-seconds times it)")
         return
-    seconds = advise_parameterserver.measure(args, data_dir, deadline, say)
+    # the run's epochs: what the time left could use at the bound's speed (it is stopped before)
+    epochs = max(advise_parameterserver.STEADY_EPOCHS + 1, min(1000, math.ceil(left / max(bound, 1e-3))))
+    seconds = advise_parameterserver.measure(args, data_dir, epochs, deadline, say)
     if seconds is not None:
         result["parameterserver_epoch_seconds"] = seconds
 

@@ -92,17 +92,23 @@ def free_port_block(count):
     raise OSError(f"no {count} consecutive free ports on loopback")
 
 
-def measure(args, data_dir, deadline, say):
+def measure(args, data_dir, epochs, deadline, say):
     """Steady seconds per epoch of `parameterserver` with 2 workers and 1 parameter server on this host, or None
-    (with why, through `say`) when the run failed or the deadline came first."""
+    (with why, through `say`) when the run failed or the deadline came first. `epochs`: the run's --epochs, what
+    the budget could use at most (its processes are stopped before; should the advisor itself be killed, they
+    end by themselves soon after)."""
     out = tempfile.mkdtemp(prefix="disttrain-advise-ps-")
     env = {k: v for k, v in os.environ.items() if k not in PLACEMENT_ENVIRONMENT}
     procs = []
     try:
-        base = free_port_block(1 + PARAMETER_SERVERS + WORKERS)
+        try:
+            base = free_port_block(1 + PARAMETER_SERVERS + WORKERS)
+        except OSError as err:
+            say(f"parameter-server epochs not timed: {err}")
+            return None
         common = [*trainer_flags(args), "--data", str(data_dir), "--out", out, "--strategy", "parameterserver",
                   "--ps", str(PARAMETER_SERVERS), "--workers", str(WORKERS), "--port", str(base),
-                  "--host-pattern", "127.0.0.1:{index_port}", "--epochs", "1000", "--progress-interval", "0",
+                  "--host-pattern", "127.0.0.1:{index_port}", "--epochs", str(epochs), "--progress-interval", "0",
                   "--peer-wait", str(max(1, int(deadline - time.time())))]
         logs = [open(os.path.join(out, f"task-{index}.log"), "w") for index in range(1 + PARAMETER_SERVERS + WORKERS)]
         for index, log in enumerate(logs):
@@ -110,27 +116,30 @@ def measure(args, data_dir, deadline, say):
                                           stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
             log.close()
         metrics = os.path.join(out, "worker-00000", "metrics.json")
-        epochs = []
+        ended = []
         while time.time() < deadline:
-            epochs = read_epochs(metrics)
-            if len(epochs) > STEADY_EPOCHS and sum(epochs[1:]) >= STEADY_SECONDS:
+            ended = read_epochs(metrics)
+            if len(ended) > STEADY_EPOCHS and sum(ended[1:]) >= STEADY_SECONDS:
                 break
-            if len(epochs) >= 2 and time.time() + steady(epochs) * 1.2 > deadline:
+            if len(ended) >= 2 and time.time() + steady(ended) * 1.2 > deadline:
                 break  # another epoch would not end before the deadline
-            failed = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() is not None]
+            if procs[0].poll() == 0:  # the chief trained all its epochs (a small table's are short)
+                ended = read_epochs(metrics)
+                break
+            failed = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() not in (None, 0)]
             if failed:
                 index, code = failed[0]
                 say(f"parameter-server epochs not timed: its task {index} exited with {code} "
                     f"({last_line(os.path.join(out, f'task-{index}.log'))})")
                 return None
             time.sleep(POLL_SECONDS)
-        if len(epochs) < 2:
-            say(f"parameter-server epochs not timed: {len(epochs)} epoch(s) ended before the budget's end (the advisor "
+        if len(ended) < 2:
+            say(f"parameter-server epochs not timed: {len(ended)} epoch(s) ended before the budget's end (the advisor "
                 f"predicts it as a lower bound; a longer --budget-seconds times it)")
             return None
-        seconds = steady(epochs)
+        seconds = steady(ended)
         say(f"parameter server: {seconds:.2f} s per epoch (2 workers, 1 parameter server and the chief on this host; "
-            f"{len(epochs) - 1} steady epoch(s))")
+            f"{len(ended) - 1} steady epoch(s))")
         return seconds
     finally:
         for proc in procs:
