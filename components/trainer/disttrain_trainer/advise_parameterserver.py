@@ -18,15 +18,15 @@ does not fit twice in what is left keeps the lower bound, and the advice says so
 import argparse
 import json
 import os
-import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+from disttrain_contract import ContractError
+from disttrain_contract.ports import free_port_block
 from disttrain_trainer import main as trainer
 
 WORKERS, PARAMETER_SERVERS = 2, 1
@@ -73,25 +73,6 @@ def options_parser(options):
     return parser
 
 
-def free_port_block(count):
-    """A base port with `count` consecutive ports free on loopback now (the trainer's {index_port} pattern)."""
-    for _ in range(50):
-        base = random.randrange(20000, 60000 - count)
-        sockets = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket()
-                sockets.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in sockets:
-                s.close()
-    raise OSError(f"no {count} consecutive free ports on loopback")
-
-
 def measure(args, data_dir, epochs, deadline, say):
     """Steady seconds per epoch of `parameterserver` with 2 workers and 1 parameter server on this host, or None
     (with why, through `say`) when the run failed or the deadline came first. `epochs`: the run's --epochs, what
@@ -103,7 +84,7 @@ def measure(args, data_dir, epochs, deadline, say):
     try:
         try:
             base = free_port_block(1 + PARAMETER_SERVERS + WORKERS)
-        except OSError as err:
+        except ContractError as err:
             say(f"parameter-server epochs not timed: {err}")
             return None
         common = [*trainer_flags(args), "--data", str(data_dir), "--out", out, "--strategy", "parameterserver",
