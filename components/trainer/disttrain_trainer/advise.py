@@ -114,7 +114,7 @@ def peer_mode(args):
     return bool(args.service or args.host_pattern) and not args.local_probe
 
 
-def run_probe(args, argv, launched):
+def run_probe(args, argv, launched, data_dir, manifest):
     """The probe's measurements (a dict from worker 0), or None on a worker that only took part.
     `launched`: when this process started its work (time.time()): the budget counts from there."""
     deadline = launched + args.budget_seconds - KILL_RESERVE_SECONDS
@@ -173,11 +173,11 @@ def run_probe(args, argv, launched):
         stuck = "; ".join(f"worker {i}: {last_lines.get(i, 'no output')}" for i in indexes)
         raise StageTimeout(f"the probe did not finish within --budget-seconds {args.budget_seconds:g} ({stuck})")
     if not peer_mode(args):
-        parameter_server_phase(args, outputs[0], deadline)
+        parameter_server_phase(args, data_dir, manifest, outputs[0], deadline)
     return outputs[0]
 
 
-def parameter_server_phase(args, result, deadline):
+def parameter_server_phase(args, data_dir, manifest, result, deadline):
     """The trainer's own parameter-server run, briefly, on this host (advise_parameterserver.py), when what is left
     of the budget looks enough for four start-ups and two epochs: its steady seconds per epoch go into `result`."""
     from disttrain_trainer import advise_parameterserver, privacy
@@ -185,8 +185,6 @@ def parameter_server_phase(args, result, deadline):
     def say(text):
         print(f"  probe: {text}", file=sys.stderr, flush=True)
 
-    data_dir = args.data or Workdir(args.workdir).data
-    manifest = Manifest.read(data_dir)
     if privacy.enabled(args):
         return  # parameterserver cannot train a private run (privacy.py): it is not predicted
     if manifest.n_shards != advise_parameterserver.WORKERS:
@@ -336,7 +334,7 @@ def main(argv=None):
             probe, facts = read_probe(args.from_probe)
         else:
             manifest = Manifest.read(data_dir)
-            result = run_probe(args, argv, launched)
+            result = run_probe(args, argv, launched, data_dir, manifest)
             if result is None:
                 return 0
             probe = probe_of(result, args, manifest, peer_mode(args))

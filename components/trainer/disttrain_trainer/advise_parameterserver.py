@@ -91,11 +91,10 @@ def measure(args, data_dir, epochs, deadline, say):
                   "--ps", str(PARAMETER_SERVERS), "--workers", str(WORKERS), "--port", str(base),
                   "--host-pattern", "127.0.0.1:{index_port}", "--epochs", str(epochs), "--progress-interval", "0",
                   "--peer-wait", str(max(1, int(deadline - time.time())))]
-        logs = [open(os.path.join(out, f"task-{index}.log"), "w") for index in range(1 + PARAMETER_SERVERS + WORKERS)]
-        for index, log in enumerate(logs):
-            procs.append(subprocess.Popen([sys.executable, "-m", "disttrain_trainer.main", *common, "--worker-index", str(index)],
-                                          stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
-            log.close()
+        for index in range(1 + PARAMETER_SERVERS + WORKERS):
+            with open(os.path.join(out, f"task-{index}.log"), "w") as log:
+                procs.append(subprocess.Popen([sys.executable, "-m", "disttrain_trainer.main", *common, "--worker-index",
+                                               str(index)], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
         metrics = os.path.join(out, "worker-00000", "metrics.json")
         ended = []
         while time.time() < deadline:

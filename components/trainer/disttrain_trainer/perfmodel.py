@@ -322,7 +322,7 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     b, k = probe.batch, probe.steps_per_call
     if strategy == "parameterserver":
         # the workers run the group's steps between them; each step pulls and pushes the model
-        group_steps = math.ceil(probe.train_examples / b)
+        group_steps = parameterserver_group_steps(probe)
         workers_bound, server_bound, exchange = parameterserver_bounds(probe, link, workers)
         total = max(workers_bound + group_steps * parameterserver_extra_seconds(probe), server_bound)
         compute = group_steps / workers * step_seconds(probe, workers)
@@ -378,10 +378,15 @@ def multiworker_extra_seconds(probe):
     return max(0.0, probe.multiworker_step_seconds - probe.step_seconds_pair - exchange)
 
 
+def parameterserver_group_steps(probe):
+    """S: the steps of the whole group per epoch (every worker draws from all the examples)."""
+    return math.ceil(probe.train_examples / probe.batch)
+
+
 def parameterserver_bounds(probe, link, workers):
     """(the workers' bound, the server's bound, one step's exchange) of a parameter-server epoch: the group's S
     steps shared by the workers, each pulling and pushing the model; the one server's link carries them all."""
-    group_steps = math.ceil(probe.train_examples / probe.batch)
+    group_steps = parameterserver_group_steps(probe)
     exchange = 2 * (link.latency_seconds + probe.gradient_bytes * link.per_byte_seconds)
     workers_bound = group_steps / workers * (step_seconds(probe, workers) + exchange)
     return workers_bound, group_steps * 2 * probe.gradient_bytes * link.per_byte_seconds, exchange
@@ -392,9 +397,8 @@ def parameterserver_extra_seconds(probe):
     bounds, on the probe's host and link with 2 workers (0 when it was not timed)."""
     if probe.parameterserver_epoch_seconds is None or probe.latency_seconds is None or probe.step_seconds_pair is None:
         return 0.0
-    group_steps = math.ceil(probe.train_examples / probe.batch)
     workers_bound, server_bound, _ = parameterserver_bounds(probe, link_of(probe), 2)
-    return max(0.0, probe.parameterserver_epoch_seconds - max(workers_bound, server_bound)) / group_steps
+    return max(0.0, probe.parameterserver_epoch_seconds - max(workers_bound, server_bound)) / parameterserver_group_steps(probe)
 
 
 def refresh_batches(probe, options):
