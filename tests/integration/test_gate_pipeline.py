@@ -9,10 +9,10 @@ import time
 import numpy as np
 import pytest
 
-from stages import read_report, run_pipeline, stage, start_stage
+from stages import read_report, stage, start_stage
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
-from serving import http, running_server  # noqa: E402  (the server tests' real-gunicorn helpers)
+from serving import http, pipeline_run, running_server  # noqa: E402  (the server tests' real-gunicorn helpers)
 
 pytestmark = pytest.mark.slow
 
@@ -44,9 +44,12 @@ def served_accuracy(base, work):
     return float((np.array(body["predictions"]).argmax(axis=1) == y).mean())
 
 
-def test_a_degraded_run_is_refused_and_the_published_model_stays(tmp_path):
-    work = tmp_path
-    good = run_pipeline(str(work), "sample:digits", 2, "average", epochs=20, batch=32)
+def test_a_degraded_run_is_refused_and_the_published_model_stays(tmp_path, tmp_path_factory):
+    # The good run: the session's finished 2-worker digits run (copier, trainers, aggregator; the dashboard
+    # tests read it too), copied, since this test trains again in its workdir.
+    work = tmp_path / "work"
+    shutil.copytree(pipeline_run(tmp_path_factory), work)
+    good = read_report(work / "final")
     assert good["gate"]["passed"] and not good["gate"]["forced"] and good["gate"]["published"] is None
     before = final_state(work / "final")
 
