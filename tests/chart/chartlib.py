@@ -209,15 +209,21 @@ def arg(container, flag):
 
 def load_values(variant):
     """Chart defaults merged with a variant's values file (enough for the tests' expectations)."""
-    base = yaml.safe_load((CHART / "values.yaml").read_text())
-    override = yaml.safe_load((CI_VALUES / VARIANTS[variant]).read_text()) or {}
+    return merged_values([CI_VALUES / VARIANTS[variant]])
+
+
+def merged_values(values_files):
+    """Chart defaults merged with values files in order, as `helm template -f A -f B` merges them (maps key by
+    key, anything else replaced)."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
 
     def merge(a, b):
-        for k, v in b.items():
+        for k, v in (b or {}).items():
             if isinstance(v, dict) and isinstance(a.get(k), dict):
                 merge(a[k], v)
             else:
                 a[k] = v
-        return a
 
-    return merge(base, override)
+    for path in values_files:
+        merge(values, yaml.safe_load(pathlib.Path(path).read_text()))
+    return values

@@ -24,7 +24,8 @@ import pytest
 
 yaml = pytest.importorskip("yaml")
 
-from chartlib import CHART, ROOT, helm, load_all  # noqa: E402
+import chartlib  # noqa: E402
+from chartlib import CHART, ROOT, merged_values  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     os.environ.get("DISTTRAIN_TEST_CLUSTER") != "1", reason="cluster runs: make test-cluster (sets DISTTRAIN_TEST_CLUSTER=1)"
@@ -46,27 +47,9 @@ def job_name(stage):
 
 
 def render(values_files, sets=()):
-    args = ["template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", KUBE_VERSION, "--set", f"image.tag={TAG}"]
-    for f in values_files:
-        args += ["-f", str(f)]
-    for s in sets:
-        args += ["--set", s]
-    return load_all(helm(*args).stdout)
-
-
-def merged_values(values_files):
-    values = yaml.safe_load((CHART / "values.yaml").read_text())
-
-    def merge(a, b):
-        for k, v in (b or {}).items():
-            if isinstance(v, dict) and isinstance(a.get(k), dict):
-                merge(a[k], v)
-            else:
-                a[k] = v
-
-    for f in values_files:
-        merge(values, yaml.safe_load(f.read_text()))
-    return values
+    """The release `helm template` makes of values files (and --set values) at the images' tag."""
+    return chartlib.render(None, sets=(f"image.tag={TAG}", *sets), kube_version=KUBE_VERSION,
+                           extra=tuple(arg for path in values_files for arg in ("-f", str(path))))
 
 
 @pytest.fixture(scope="module", autouse=True)
