@@ -127,7 +127,7 @@ def test_the_job_is_the_charts_trainer_job(strategy, ours, values):
     ours, chart = flags(effective_args(container)), flags(chart_container["args"])
     chart["--workdir"] = f"/workdir/run-{RUN_ID}"  # the run's directory: the pipeline's run id, the chart's revision
     chart["--job"], chart["--service"] = NAME, service["metadata"]["name"]
-    not_parameters = {"--wait-timeout", "--peer-wait", "--threads", "--progress-interval", "--embedding-size",
+    not_parameters = {"--wait-timeout", "--peer-wait", "--threads", "--malloc", "--progress-interval", "--embedding-size",
                       "--margin", "--views"}
     assert set(chart) - set(ours) == not_parameters
     assert ours == {k: v for k, v in chart.items() if k not in not_parameters}

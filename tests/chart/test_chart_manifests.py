@@ -1,5 +1,6 @@
 """The rendered manifests: valid Kubernetes objects for 1.29..1.35, and what the values promise."""
 
+import json
 import re
 import subprocess
 import sys
@@ -7,6 +8,7 @@ import sys
 import pytest
 
 from chartlib import (
+    CHART,
     KUBE_VERSIONS,
     NAMESPACE,
     OLD_KUBE_VERSIONS,
@@ -327,6 +329,20 @@ def test_wait_timeouts_come_from_values():
 def test_peer_wait_comes_from_values(defaults_manifest):
     assert arg(stage_container(defaults_manifest, "trainer"), "--peer-wait") == "600"
     assert arg(main_container(render(sets=("trainer.peerWaitSeconds=0",)), "trainer"), "--peer-wait") == "0"
+
+
+def test_malloc_comes_from_values_and_only_the_trainers_modes_pass_the_schema(defaults_manifest):
+    from disttrain_trainer.malloc_settings import MODES
+
+    assert arg(stage_container(defaults_manifest, "trainer"), "--malloc") == "tuned"
+    docs = render(sets=("trainer.malloc=glibc", "advisor.enabled=true"))
+    trainer_pod = pod_spec(one(docs, "Job", "trainer"))
+    # the advisor's probe steps cost what the trainer's do: the same setting
+    assert [arg(c, "--malloc") for c in trainer_pod["initContainers"] + trainer_pod["containers"]
+            if c["name"] in ("advisor", "trainer")] == ["glibc", "glibc"]
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    assert schema["properties"]["trainer"]["properties"]["malloc"]["enum"] == list(MODES)  # the trainer's choices
+    assert "malloc" in render_error(sets=("trainer.malloc=jemalloc",))
 
 
 def test_jobs_and_workdir_carry_the_revision(defaults_manifest):

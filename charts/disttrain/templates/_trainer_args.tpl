@@ -71,6 +71,8 @@ advisor's step before it (advisor.enabled) take the same ones, so the advice is 
 - {{ $ctx.Values.trainer.peerWaitSeconds | int | toString | quote }}
 - --threads
 - {{ $ctx.Values.trainer.threads | int | toString | quote }}
+- --malloc
+- {{ $ctx.Values.trainer.malloc | quote }}
 - --progress-interval
 - {{ $ctx.Values.trainer.progressIntervalSeconds | toString | quote }}
 {{- if gt (float64 ($ctx.Values.trainer.validationFraction | default 0)) 0.0 }}
