@@ -8,6 +8,10 @@ import sys
 from disttrain_contract.ports import free_port_block  # noqa: F401  (the tests and benchmarks import it from here)
 
 BIN = os.path.dirname(sys.executable)  # the venv's console scripts: disttrain-copier, ...
+# The advisor's probe budget in its tests: small, but one a probe meets on a loaded host (CI runs them beside the
+# image builds or the fault tests, and two TensorFlow start-ups with one thread each then take 20 s before the
+# first timed step).
+ADVISOR_BUDGET_SECONDS = 40
 
 
 def stage(name, *args, check=True, timeout=600, env=None):

@@ -31,17 +31,18 @@ def wine_data(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def advisor_probe(cancer_data, tmp_path_factory):
-    """One real `disttrain-advise` probe of the cancer table (two TensorFlow processes on loopback, a 40 s budget),
+    """One real `disttrain-advise` probe of the cancer table (two TensorFlow processes on loopback, a 40 s budget:
+    stages.ADVISOR_BUDGET_SECONDS),
     shared by the advisor's tests: (the finished process, its wall seconds, the path of its --json file)."""
     import os
     import subprocess
     import time
 
-    from stages import BIN
+    from stages import ADVISOR_BUDGET_SECONDS, BIN
 
     out = tmp_path_factory.mktemp("advisor") / "advice.json"
     started = time.monotonic()
     result = subprocess.run([os.path.join(BIN, "disttrain-advise"), "--data", str(cancer_data), "--threads", "1",
-                             "--epochs", "5", "--budget-seconds", "40", "--json", str(out)],
-                            capture_output=True, text=True, timeout=90)
+                             "--epochs", "5", "--budget-seconds", str(ADVISOR_BUDGET_SECONDS), "--json", str(out)],
+                            capture_output=True, text=True, timeout=ADVISOR_BUDGET_SECONDS + 50)
     return result, time.monotonic() - started, out
