@@ -130,7 +130,8 @@ def test_schemathesis_fuzz_of_the_published_openapi(served, tmp_path, measure, t
             if not passes:
                 rounds = [("all", 60, []), ("predict", 60, ["--include-path-regex", r":predict$"])]
             else:
-                rounds = [("all", min(30, max(10, math.ceil(1.25 * (FUZZ_REQUESTS - sent) / rate))), [])] * 2
+                seconds = min(30, max(10, math.ceil(1.25 * (FUZZ_REQUESTS - sent) / rate))) if rate else 30
+                rounds = [("all", seconds, [])] * 2
             round_started = time.monotonic()
             running = []
             for name, seconds, extra in rounds:
@@ -142,7 +143,7 @@ def test_schemathesis_fuzz_of_the_published_openapi(served, tmp_path, measure, t
                      "--report", "json", "--report-json-path", str(report)],
                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
             outputs = [fuzzer.communicate(timeout=seconds + 180)[0] for _, _, _, seconds, fuzzer in running]
-            for (name, seed, report, _, fuzzer), output in zip(running, outputs):
+            for (name, seed, report, seconds, fuzzer), output in zip(running, outputs):
                 summary = json.loads(report.read_text())
                 passes.append({"pass": name, "seed": seed, "seconds": seconds, "exit": fuzzer.returncode, "test_cases": summary["test_cases"],
                                "failures": summary["failures"], "errors": summary["errors"]})
