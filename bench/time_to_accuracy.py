@@ -51,6 +51,7 @@ time_to_accuracy-quick.json (checks the harness, measures nothing).
   python bench/time_to_accuracy.py                        run (or resume) the whole plan
   python bench/time_to_accuracy.py --only link=loopback,strategy=localsgd
   python bench/time_to_accuracy.py --rerun --only 'task=movie-reviews,link=loopback,strategy=single|ceiling|average'
+  python bench/time_to_accuracy.py --rerun --only 'task=movie-reviews,strategy=single|ceiling|average' --only 'task=movie-reviews,link=10mbit'
   python bench/time_to_accuracy.py --retarget --target movie-reviews=0.77   recompute from the stored curves
 """
 
@@ -148,9 +149,10 @@ def plan(tasks):
     return out
 
 
-def planned_tasks(tasks, filters):
-    """The tasks whose rows the plan holds: all but a retired one ("planned": False), unless --only names it."""
-    return {name: t for name, t in tasks.items() if name not in RETIRED or name in filters.get("task", ())}
+def planned_tasks(tasks, filter_sets):
+    """The tasks whose rows the plan holds: all but a retired one ("planned": False), unless an --only names it."""
+    named = {name for filters in filter_sets for name in filters.get("task", ())}
+    return {name: t for name, t in tasks.items() if name not in RETIRED or name in named}
 
 
 def bad_input(message):
@@ -171,6 +173,7 @@ def parse_only(text):
 
 
 def selected(row, filters):
+    """Whether a row matches every KEY=VALUE[|VALUE...] of one --only."""
     for key, values in filters.items():
         have = row[key] if key in ("task", "link", "strategy", "workers") else row["options"].get(key)
         if str(have) not in values:
@@ -541,9 +544,10 @@ def run_row(row, task, dirs, base):
 # ------------------------------------------------------------------------------ the command
 def options(parser):
     parser.add_argument("--list", action="store_true", help="print the plan with estimated times (and which rows are stored); run nothing")
-    parser.add_argument("--only", metavar="FILTERS", default="",
+    parser.add_argument("--only", metavar="FILTERS", action="append", default=[],
                         help="run only the rows matching every KEY=VALUE[|VALUE...] (comma-separated); keys: task, link, strategy, "
-                             "workers, or an option's name (sync_every, outer_optimizer, allreduce_dtype)")
+                             "workers, or an option's name (sync_every, outer_optimizer, allreduce_dtype). Repeated: the rows "
+                             "matching any of them (e.g. a task's loopback references and its shaped links in one sitting)")
     parser.add_argument("--rerun", action="store_true",
                         help="run the selected rows even where they are stored (each replaces its stored row): e.g. a "
                              "task's single, ceiling and average rows again in this sitting, beside a link's rows")
@@ -627,10 +631,11 @@ def main(args):
         os.environ["BENCH_QUICK"] = "1"
         QUICK = common.QUICK = True
     tasks = task_table(args)
-    filters = parse_only(args.only)
-    rows = [r for r in plan(planned_tasks(tasks, filters)) if selected(r, filters)]
-    if filters and not rows:
-        bad_input(f"--only {args.only!r} matches no row of the plan (--list shows it)")
+    filter_sets = [parse_only(text) for text in args.only]
+    rows = [r for r in plan(planned_tasks(tasks, filter_sets)) if not filter_sets or any(selected(r, f) for f in filter_sets)]
+    for text, filters in zip(args.only, filter_sets):
+        if filters and not any(selected(r, filters) for r in rows):
+            bad_input(f"--only {text!r} matches no row of the plan (--list shows it)")
     from tta_store import RowStore, row_key
 
     path = args.results or os.path.join(RESULTS, "time_to_accuracy-quick.json" if QUICK else "time_to_accuracy.json")

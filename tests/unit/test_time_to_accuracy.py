@@ -130,9 +130,9 @@ def test_a_retired_task_is_planned_only_when_named():
     tasks = time_to_accuracy.TASKS
     retired = [name for name, t in tasks.items() if t.get("planned", True) is False]
     assert retired == ["digits-augmented-mobilenetv2"] == sorted(time_to_accuracy.RETIRED)
-    assert set(time_to_accuracy.planned_tasks(tasks, {})) == set(tasks) - set(retired)
-    named = time_to_accuracy.planned_tasks(tasks, time_to_accuracy.parse_only("task=digits-augmented-mobilenetv2"))
-    assert set(named) == set(tasks)
+    assert set(time_to_accuracy.planned_tasks(tasks, [])) == set(tasks) - set(retired)
+    only = [time_to_accuracy.parse_only("link=loopback"), time_to_accuracy.parse_only("task=digits-augmented-mobilenetv2")]
+    assert set(time_to_accuracy.planned_tasks(tasks, only)) == set(tasks)
 
 
 def test_only_filters_by_row_fields_and_options(capsys):
@@ -144,6 +144,25 @@ def test_only_filters_by_row_fields_and_options(capsys):
         time_to_accuracy.parse_only("link")
     assert stopped.value.code == 2
     assert capsys.readouterr().err.strip() == "time_to_accuracy.py: --only: 'link' is not KEY=VALUE[|VALUE...]"
+
+
+def test_repeated_only_lists_the_rows_matching_any_of_them(tmp_path):
+    """One sitting can hold a task's loopback references and one shaped link's rows: --only twice."""
+    import subprocess
+
+    command = [sys.executable, os.path.join(BENCH, "time_to_accuracy.py"), "--list", "--results", str(tmp_path / "none.json"),
+               "--only", "task=movie-reviews,strategy=single|ceiling|average", "--only", "task=movie-reviews,link=10mbit"]
+    listed = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert listed.returncode == 0, listed.stderr
+    rows = [line.split()[:4] for line in listed.stdout.splitlines() if line.startswith("movie-reviews ")]
+    plan = time_to_accuracy.plan(time_to_accuracy.TASKS)
+    expected = [r for r in plan if r["task"] == "movie-reviews" and (r["strategy"] in ("single", "ceiling", "average") or r["link"] == "10mbit")]
+    assert len(rows) == len(expected) and {r[2] for r in rows[:3]} == {"1x", "2x"}
+    assert [r[1] for r in rows] == [r["link"] for r in expected]
+    # an --only that matches nothing is named, and nothing runs
+    unmatched = subprocess.run(command[:-2] + ["--only", "link=2mbit"], capture_output=True, text=True, timeout=120)
+    assert unmatched.returncode == 2
+    assert unmatched.stderr.strip() == "time_to_accuracy.py: --only 'link=2mbit' matches no row of the plan (--list shows it)"
 
 
 # ------------------------------------------------------------------ evaluation times from progress.json
