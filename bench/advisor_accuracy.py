@@ -20,7 +20,10 @@ keeps it beside that sitting's rows (tta_store); the rows of a sitting are check
 and the epochs to the target come from the same sitting's 1-worker row where it has one. Rows without a
 sitting (measured before sittings were recorded) or whose sitting has no probe are checked against a probe
 taken now (or --probe): their errors are printed and stored but marked "same_sitting": false, and the
-summary counts the rows checked within their own sitting apart.
+summary counts the rows checked within their own sitting apart. A row a later sitting measured again is
+read from the file's "earlier_rows", so every sitting is checked whole. The rows that never use the
+network (1 worker, the ceiling, `average`: loopback only) join each link's comparison: on a slow link,
+training alone or averaging once at the end can be the fastest, and the advice is checked against them.
 The rows of a task the benchmark retired (time_to_accuracy.TASKS, "planned": False) are left out.
 """
 
@@ -52,7 +55,8 @@ WITHIN = 0.05  # the recommendation counts as right within 5 % of the fastest me
 
 
 def read_rows(path):
-    """(the rows, the whole document) of a results file."""
+    """(the rows, the whole document) of a results file. The rows a later sitting measured again
+    ("earlier_rows", tta_store) come after the current ones: their sittings are checked whole."""
     try:
         with open(path) as fh:
             data = json.load(fh)
@@ -63,11 +67,12 @@ def read_rows(path):
     rows = data if isinstance(data, list) else data.get("rows") or (data.get("results") or {}).get("rows")
     if not isinstance(rows, list) or not rows:
         sys.exit(f"error: {path} has no rows (a list, or an object with rows or results.rows)")
-    for i, row in enumerate(rows):
+    earlier = data.get("earlier_rows") or [] if isinstance(data, dict) else []
+    for i, row in enumerate(rows + earlier):
         missing = [k for k in ("task", "link", "strategy", "workers", "seconds_per_epoch") if k not in row]
         if missing:
             sys.exit(f"error: {path}: row {i} has no {', '.join(missing)}")
-    return rows, (data if isinstance(data, dict) else {})
+    return rows + earlier, (data if isinstance(data, dict) else {})
 
 
 def flag_args(options):
@@ -119,11 +124,24 @@ def sitting_groups(rows, doc):
 
 def with_reference(group, task_rows):
     """A link group's rows with a 1-worker row to take the epochs to the target from: its own sitting's if the
-    group has one, else the first of the task's. (rows, whether the reference is of the group's sitting)."""
+    group has one, else the task's first (the current one before a replaced one). (rows, whether the
+    reference is of the group's sitting: true also where the task has no 1-worker row at all)."""
     if any(r["strategy"] == "single" for r in group):
         return group, True
     other = [r for r in task_rows if r["strategy"] == "single"][:1]
-    return group + other, not other
+    return group + other, not other or other[0].get("sitting") in {r.get("sitting") for r in group if r.get("sitting")}
+
+
+def link_groups(rows):
+    """[(link, the rows it is compared with)] of one sitting's rows of a task. The rows that
+    never use the network (time_to_accuracy.LOCAL_ONLY: 1 worker, the ceiling, `average`) run on loopback
+    only and are the reference of every link: they join each shaped link's comparison, so the advice to
+    train alone or to average once at the end is checked on every link; they are predicted once, on loopback."""
+    from time_to_accuracy import LOCAL_ONLY
+
+    links = sorted({r["link"] for r in rows if r["strategy"] != "single"} or {"loopback"})
+    return [(link, [r for r in rows if r["link"] == link] + [r for r in rows if r["link"] != link and r["strategy"] in LOCAL_ONLY])
+            for link in links]
 
 
 def run_advise(args, timeout):
@@ -217,9 +235,11 @@ def probe_now(task, tasks, probes, single, epochs, scratch, budget_seconds):
 
 def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, epochs, scratch, out_rows, groups):
     """Predict every row of one sitting of a task from `probe`, per link; append to out_rows and groups."""
-    for link_name in sorted({r["link"] for r in rows if r["strategy"] != "single"} or {"loopback"}):
+    groups_of_links = link_groups(rows)
+    links = {link for link, _ in groups_of_links}
+    for link_name, compared in groups_of_links:
         # one worker sends nothing: any link's 1-worker row is the group's reference
-        group, reference_same = with_reference([r for r in rows if r["link"] == link_name], task_rows)
+        group, reference_same = with_reference(compared, task_rows)
         same_sitting = own_probe and reference_same
         mbit = next((r.get("link_mbit") for r in group if r.get("link_mbit")), None)
         target = epochs_to_target(group)
@@ -234,6 +254,8 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
         where = f" (sitting {sitting}{'' if same_sitting else ': a probe or 1-worker row of another sitting'})" if sitting else ""
         print(f"-- {task}, {link_name}{where}:", flush=True)
         for row in group:
+            if row["link"] != link_name and row["link"] in links:
+                continue  # another link's row (one that never uses the network, on loopback): predicted in its own group
             predicted, why = predicted_row(probe, link, row, epochs, target)
             measured = row["seconds_per_epoch"]  # None where the row did not train ("not available", "failed: ...")
             error = None if predicted is None or not measured else (predicted.seconds_per_epoch - measured) / measured

@@ -4,7 +4,8 @@ they are kept in (bench/results/time_to_accuracy.json). No TensorFlow, no proces
 
 A row is one (task, link, strategy, workers, options) run; `row_key` is its identity. The file is
     {"benchmark", "machine": {...facts of the host, as every result file...}, "config", "rows": [row, ...],
-     "sittings": {sitting id: {"started", "machine", "probes": {task: the advisor's probe document}}}}
+     "sittings": {sitting id: {"started", "machine", "probes": {task: the advisor's probe document}}},
+     "earlier_rows": [a row a later sitting measured again, ...]}
 and is rewritten whole (temporary file, then rename) each time a row finishes, so an interrupted
 benchmark keeps every row it finished and a rerun skips them (`RowStore.done`).
 
@@ -147,8 +148,19 @@ class RowStore:
         self.doc["sittings"][sitting]["probes"][task] = probe_document
         self.write()
 
+    @property
+    def earlier_rows(self):
+        return self.doc.get("earlier_rows", [])
+
     def put(self, row):
+        """Add the row, replacing the stored one of its key. A replaced row of another sitting is kept in
+        "earlier_rows": the rows (and the reports) hold each key's newest measurement, while the advisor's
+        check still needs every sitting whole, beside the probe taken in it."""
         key = row_key(row)
+        replaced = [r for r in self.rows if row_key(r) == key]
+        kept = [r for r in replaced if r.get("sitting") and r.get("sitting") != row.get("sitting")]
+        if kept:
+            self.doc["earlier_rows"] = self.earlier_rows + kept
         self.doc["rows"] = [r for r in self.rows if row_key(r) != key] + [row]
         self.write()
 

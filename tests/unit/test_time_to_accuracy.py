@@ -224,3 +224,54 @@ def test_the_advisor_is_checked_per_sitting_with_that_sittings_one_worker_row():
     # a link group with its sitting's 1-worker row keeps it; one without borrows the task's first, and says so
     assert advisor_accuracy.with_reference(rows[:2], rows) == (rows[:2], True)
     assert advisor_accuracy.with_reference(rows[2:3], rows) == ([rows[2], rows[0]], False)
+
+
+def test_a_row_measured_again_in_a_later_sitting_keeps_the_earlier_one_apart(tmp_path):
+    """The rows hold each key's newest measurement; the replaced one of another sitting stays in
+    earlier_rows, so that sitting can still be checked whole against its own probe."""
+    path = str(tmp_path / "tta.json")
+    store = RowStore(path)
+    store.put(row(strategy="single", workers=1, link="loopback", sitting="s1", seconds_per_epoch=0.8))
+    store.put(row(strategy="single", workers=1, link="loopback", sitting="s2", seconds_per_epoch=0.7))
+    store.put(row(strategy="single", workers=1, link="loopback", sitting="s2", seconds_per_epoch=0.6))  # same sitting: replaced
+    store.put(row(sitting=None, seconds_per_epoch=1.0))
+    store.put(row(sitting="s2", seconds_per_epoch=0.9))  # the earlier one had no sitting: nothing to check it with
+    doc = json.load(open(path))
+    assert [(r["sitting"], r["seconds_per_epoch"]) for r in doc["rows"]] == [("s2", 0.6), ("s2", 0.9)]
+    assert [(r["sitting"], r["seconds_per_epoch"]) for r in doc["earlier_rows"]] == [("s1", 0.8)]
+    assert RowStore(path).earlier_rows == doc["earlier_rows"]
+
+
+def test_each_link_is_compared_with_the_rows_that_never_use_the_network():
+    """single, ceiling and average run on loopback only: they join every shaped link's comparison (the advice
+    to train alone or to average once at the end is checked on each link), and the sitting's 1-worker row is
+    the shaped links' reference."""
+    import advisor_accuracy
+
+    rows = [row(strategy="single", workers=1, link="loopback", sitting="s2"),
+            row(strategy="ceiling", link="loopback", sitting="s2"),
+            row(strategy="average", link="loopback", sitting="s2"),
+            row(strategy="multiworker", link="10mbit", sitting="s2"),
+            row(link="10mbit", sitting="s2"),
+            row(link="1gbit", sitting="s2")]
+    groups = dict(advisor_accuracy.link_groups(rows))
+    assert list(groups) == ["10mbit", "1gbit", "loopback"]
+    assert [r["strategy"] for r in groups["10mbit"]] == ["multiworker", "localsgd", "single", "ceiling", "average"]
+    assert [r["strategy"] for r in groups["loopback"]] == ["single", "ceiling", "average"]
+    assert advisor_accuracy.with_reference(groups["10mbit"], rows)[1] is True
+    # a group without one borrows the task's first 1-worker row, and says whether it is of the group's sitting
+    earlier_single = row(strategy="single", workers=1, link="loopback", sitting="s1")
+    assert advisor_accuracy.with_reference(rows[4:6], [rows[0], earlier_single]) == (rows[4:6] + [rows[0]], True)
+    assert advisor_accuracy.with_reference(rows[4:6], [earlier_single, rows[0]]) == (rows[4:6] + [earlier_single], False)
+
+
+def test_the_advisor_check_reads_the_rows_a_later_sitting_replaced(tmp_path):
+    import advisor_accuracy
+
+    path = tmp_path / "tta.json"
+    current = row(strategy="single", workers=1, link="loopback", sitting="s2", seconds_per_epoch=0.7)
+    earlier = row(strategy="single", workers=1, link="loopback", sitting="s1", seconds_per_epoch=0.8)
+    path.write_text(json.dumps({"rows": [current], "earlier_rows": [earlier]}))
+    rows, _ = advisor_accuracy.read_rows(str(path))
+    assert rows == [current, earlier]
+
