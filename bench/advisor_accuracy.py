@@ -233,15 +233,21 @@ def probe_now(task, tasks, probes, single, epochs, scratch, budget_seconds):
     return probe_path
 
 
-def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, epochs, scratch, out_rows, groups):
-    """Predict every row of one sitting of a task from `probe`, per link; append to out_rows and groups."""
+def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, epochs, scratch, out_rows, groups, doc=None):
+    """Predict every row of one sitting of a task from `probe`, per link; append to out_rows and groups. A shaped
+    link's rate is the payload rate the sitting measured on it where it did (bench/goodput.py: what the probe
+    would have measured on a real link of that speed), else its nominal rate."""
+    from tta_store import sitting_link
+
     groups_of_links = link_groups(rows)
     links = {link for link, _ in groups_of_links}
     for link_name, compared in groups_of_links:
         # one worker sends nothing: any link's 1-worker row is the group's reference
         group, reference_same = with_reference(compared, task_rows)
         same_sitting = own_probe and reference_same
-        mbit = next((r.get("link_mbit") for r in group if r.get("link_mbit")), None)
+        nominal = next((r.get("link_mbit") for r in group if r.get("link_mbit")), None)
+        measured_link = sitting_link(doc, sitting, link_name) or {}
+        mbit = measured_link.get("goodput_mbit") or nominal
         target = epochs_to_target(group)
         advice_path = os.path.join(scratch, f"{task}.{sitting}.{link_name}.json")
         text = advise(["--from-probe", probe_path, "--json", advice_path, "--epochs", str(epochs),
@@ -252,7 +258,8 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
             recommendation = json.load(fh)["recommendation"]
         link = perfmodel.link_of(probe, mbit)
         where = f" (sitting {sitting}{'' if same_sitting else ': a probe or 1-worker row of another sitting'})" if sitting else ""
-        print(f"-- {task}, {link_name}{where}:", flush=True)
+        rate = f", its measured payload rate {mbit:g} of {nominal:g} Mbit/s" if nominal and mbit != nominal else ""
+        print(f"-- {task}, {link_name}{where}{rate}:", flush=True)
         for row in group:
             if row["link"] != link_name and row["link"] in links:
                 continue  # another link's row (one that never uses the network, on loopback): predicted in its own group
@@ -275,6 +282,7 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
               + (f" (fastest measured: {fastest['strategy']} x{fastest['workers']}, "
                  f"{fastest['time_to_target_seconds']:.1f} s)" if fastest else ""), flush=True)
         groups.append({"task": task, "link": link_name, "sitting": sitting, "same_sitting": same_sitting,
+                       "link_mbit_nominal": nominal, "link_mbit_given": mbit, "link_measured": measured_link or None,
                        "epochs_to_target": target,
                        "recommendation": recommendation, "verdict": verdict,
                        "fastest_measured": fastest, "recommended_measured": best})
@@ -340,7 +348,7 @@ def main():
                 with open(probe_path) as fh:
                     probe = perfmodel.Probe.from_dict(json.load(fh)["probe"])
                 check_sitting(task, sitting, stored_probe is not None, sitting_rows, task_rows, probe, probe_path, epochs,
-                              scratch, out_rows, groups)
+                              scratch, out_rows, groups, doc)
     errors = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None]
     same = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None and r["same_sitting"]]
     right = [g for g in groups if g["verdict"].startswith(("fastest", "within"))]

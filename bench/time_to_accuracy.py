@@ -299,6 +299,23 @@ def workdirs(base, task_name, task):
 PROBE_BUDGET_SECONDS = 60  # the advisor's own default: the probe a user's run takes
 
 
+def measure_link(store, sitting, link):
+    """The payload rate a shaped link carries both ways (bench/goodput.py), before its first row of the
+    sitting, kept with the sitting: the advisor's check gives the advisor this rate, as its probe on a real link
+    would have measured it. A failed measurement is kept as its error (the check then uses the nominal rate)."""
+    import subprocess
+
+    import goodput
+
+    print(f"  {link}: the link's payload rate ...", file=sys.stderr, flush=True)
+    try:
+        measured = goodput.measure(link)
+    except (RuntimeError, ValueError, subprocess.SubprocessError, OSError) as err:
+        measured = {"error": str(err)}
+    store.put_link(sitting, link, measured)
+    print(f"    {measured.get('goodput_mbit', measured.get('error'))} Mbit/s", file=sys.stderr, flush=True)
+
+
 def probe_task(store, sitting, task_name, task, dirs, base):
     """The advisor's probe of a task on this host, before its first row of the sitting, kept with the sitting
     (bench/advisor_accuracy.py checks the sitting's rows against it). A failed probe is kept as its error;
@@ -636,7 +653,7 @@ def main(args):
     for text, filters in zip(args.only, filter_sets):
         if filters and not any(selected(r, filters) for r in rows):
             bad_input(f"--only {text!r} matches no row of the plan (--list shows it)")
-    from tta_store import RowStore, row_key
+    from tta_store import RowStore, row_key, sitting_link
 
     path = args.results or os.path.join(RESULTS, "time_to_accuracy-quick.json" if QUICK else "time_to_accuracy.json")
     if args.write_data:
@@ -675,6 +692,8 @@ def main(args):
             if row["task"] not in dirs:
                 dirs[row["task"]] = workdirs(base, row["task"], tasks[row["task"]])
                 probe_task(store, sitting, row["task"], tasks[row["task"]], dirs[row["task"]], base)
+            if LINKS[row["link"]] and not sitting_link(store.doc, sitting, row["link"]):
+                measure_link(store, sitting, row["link"])
             print(f"  {describe(row)} ...", file=sys.stderr, flush=True)
             result = dict(run_row(row, tasks[row["task"]], dirs[row["task"]], base), sitting=sitting)
             store.put(result)

@@ -4,7 +4,8 @@ they are kept in (bench/results/time_to_accuracy.json). No TensorFlow, no proces
 
 A row is one (task, link, strategy, workers, options) run; `row_key` is its identity. The file is
     {"benchmark", "machine": {...facts of the host, as every result file...}, "config", "rows": [row, ...],
-     "sittings": {sitting id: {"started", "machine", "probes": {task: the advisor's probe document}}},
+     "sittings": {sitting id: {"started", "machine", "probes": {task: the advisor's probe document},
+                               "links": {shaped link: its measured payload rate (bench/goodput.py)}}},
      "earlier_rows": [a row a later sitting measured again, ...]}
 and is rewritten whole (temporary file, then rename) each time a row finishes, so an interrupted
 benchmark keeps every row it finished and a rerun skips them (`RowStore.done`).
@@ -152,6 +153,11 @@ class RowStore:
     def earlier_rows(self):
         return self.doc.get("earlier_rows", [])
 
+    def put_link(self, sitting, link, goodput):
+        """Keep what a shaped link carried in a sitting (bench/goodput.py's document)."""
+        self.doc["sittings"][sitting].setdefault("links", {})[link] = goodput
+        self.write()
+
     def put(self, row):
         """Add the row, replacing the stored one of its key. A replaced row of another sitting is kept in
         "earlier_rows": the rows (and the reports) hold each key's newest measurement, while the advisor's
@@ -177,6 +183,11 @@ def sitting_probe(doc, sitting, task):
     probe that failed: stored as {"error": why})."""
     document = (((doc or {}).get("sittings") or {}).get(sitting) or {}).get("probes", {}).get(task)
     return document if isinstance(document, dict) and "probe" in document else None
+
+
+def sitting_link(doc, sitting, link):
+    """The measured payload rate of a shaped link in `sitting` (bench/goodput.py's document), or None."""
+    return ((((doc or {}).get("sittings") or {}).get(sitting) or {}).get("links") or {}).get(link)
 
 
 def _facts(machine):
