@@ -490,7 +490,7 @@ def time_to_accuracy(doc):
                "Raw: `bench/results/time_to_accuracy.json`.\n")
     if os.path.exists(os.path.join(BENCH, "plots", "time_to_accuracy.png")):
         out.append("![Time to accuracy per task and link](../assets/bench/time_to_accuracy.png)\n")
-    return "\n".join(out + time_to_accuracy_rows(rows))
+    return "\n".join(out + time_to_accuracy_rows(rows, doc.get("earlier_rows") or []))
 
 
 def outer_overlap(doc):
@@ -505,11 +505,24 @@ def outer_overlap(doc):
     return "\n".join(out + time_to_accuracy_rows(doc["rows"]))
 
 
-def time_to_accuracy_rows(rows):
-    """The table of time-to-accuracy rows (its ceiling lines first, for the tasks that have a ceiling)."""
+def time_to_accuracy_rows(rows, earlier=()):
+    """The table of time-to-accuracy rows (its ceiling lines first, for the tasks that have a ceiling). A row's
+    speedup and shares of the ceiling are against the 1-worker and ceiling rows of its own sitting where
+    that sitting measured them (they may since have been measured again: `earlier`, the file's earlier_rows),
+    else against the current ones: ratios are read within a sitting."""
     out = []
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     ceilings = {task: ceiling_time_to_target(rows, task) for task in tasks}
+
+    def references(r):
+        """(1-worker row, ceiling row, ceiling's time to target) for row r."""
+        own = [x for x in (*rows, *earlier) if x["task"] == r["task"] and r.get("sitting") and x.get("sitting") == r["sitting"]]
+        if any(x["strategy"] == "single" for x in own):
+            return (next(x for x in own if x["strategy"] == "single"), next((x for x in own if x["strategy"] == "ceiling"), None),
+                    ceiling_time_to_target(own, r["task"]))
+        return (next((x for x in rows if x["task"] == r["task"] and x["strategy"] == "single"), None),
+                next((x for x in rows if x["task"] == r["task"] and x["strategy"] == "ceiling"), None), ceilings[r["task"]])
+
     for task, ceiling in ceilings.items():
         if ceiling:
             out.append(f"- {task}: the ceiling's time to the target {ceiling[0]:.1f} s (`average`'s workers at epoch {ceiling[1]})")
@@ -518,15 +531,13 @@ def time_to_accuracy_rows(rows):
                "| final | epochs | status |")
     out.append("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in sorted(rows, key=lambda r: (tasks.index(r["task"]), row_order(r))):
-        single = next((s for s in rows if s["task"] == r["task"] and s["strategy"] == "single"), None)
+        single, ceiling, ceiling_time = references(r)
         speedup = (f"{single['time_to_target_seconds'] / r['time_to_target_seconds']:.2f}x"
                    if single and single.get("reached") and r.get("reached") else "-")
         options = ", ".join(f"{k}={v}" for k, v in strategy_options(r["options"]).items()) or "-"
-        ceiling = next((c for c in rows if c["task"] == r["task"] and c["strategy"] == "ceiling"), None)
         of_ceiling = (f"{ceiling['seconds_per_epoch'] / (2 * r['seconds_per_epoch']) * 100:.0f} %"
                       if ceiling and ceiling.get("seconds_per_epoch") and r.get("seconds_per_epoch") and r["workers"] == 2
                       and r["strategy"] != "ceiling" else "-")
-        ceiling_time = ceilings[r["task"]]
         of_ceiling_time = (f"{ceiling_time[0] / r['time_to_target_seconds'] * 100:.0f} %"
                            if ceiling_time and r.get("reached") and r["workers"] == 2 and r["strategy"] not in ("ceiling", "average") else "-")
         out.append(f"| {r['task']} | {r['link']} | {r['workers']} | {r['strategy']} | {options} | {r['target']} | "

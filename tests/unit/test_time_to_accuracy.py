@@ -275,3 +275,23 @@ def test_the_advisor_check_reads_the_rows_a_later_sitting_replaced(tmp_path):
     rows, _ = advisor_accuracy.read_rows(str(path))
     assert rows == [current, earlier]
 
+
+
+def test_the_results_table_reads_a_rows_speedup_within_its_own_sitting():
+    """A shaped link's row is compared with the 1-worker row of its own sitting, even after a later sitting
+    measured the 1-worker row again (kept in earlier_rows); a row of a sitting without one, with the current."""
+    import report
+
+    def timed(strategy, workers, link, sitting, seconds, **kwargs):
+        return row(strategy=strategy, workers=workers, link=link, sitting=sitting, reached=True, time_to_target_seconds=seconds,
+                   seconds_per_epoch=1.0, target=0.76, final_metric=0.76, epochs=5, options={"threads": 1}, **kwargs)
+
+    earlier_single = timed("single", 1, "loopback", "s1", 6.0)
+    current_single = timed("single", 1, "loopback", "s2", 4.0)
+    shaped = timed("localsgd", 2, "10mbit", "s1", 12.0)
+    unsat = timed("localsgd", 2, "1gbit", None, 8.0)
+    table = report.time_to_accuracy_rows([current_single, shaped, unsat], [earlier_single])
+    by_link = {line.split(" | ")[1]: line.split(" | ") for line in table if line.startswith("| movie-reviews")}
+    assert by_link["10mbit"][7] == "0.50x"  # 6.0 / 12.0: its own sitting's 1-worker row
+    assert by_link["1gbit"][7] == "0.50x"  # 4.0 / 8.0: no sitting of its own, the current one
+    assert by_link["loopback"][7] == "1.00x"
