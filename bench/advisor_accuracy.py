@@ -237,6 +237,7 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
     """Predict every row of one sitting of a task from `probe`, per link; append to out_rows and groups. A shaped
     link's rate is the payload rate the sitting measured on it where it did (bench/goodput.py: what the probe
     would have measured on a real link of that speed), else its nominal rate."""
+    from time_to_accuracy import LOCAL_ONLY
     from tta_store import sitting_link
 
     groups_of_links = link_groups(rows)
@@ -276,6 +277,10 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
                              "predicted_seconds_per_epoch": predicted.seconds_per_epoch if predicted else None,
                              "relative_error": error, "not_predicted": why, "sitting": sitting,
                              "same_sitting": same_sitting})
+        if len(links) > 1 and all(r["strategy"] in LOCAL_ONLY for r in group if r["link"] == link_name):
+            # only the references, which every other link's group of the sitting already compares: predicted, not a group
+            print("   (the references of the sitting's links: their advice is checked in each link's group)", flush=True)
+            continue
         fastest, best, verdict = check_group(group, recommendation)
         print(f"   advice: {text.strip().splitlines()[-1][len('advice: '):]}", flush=True)
         print(f"   the advice against the measurements: {verdict}"

@@ -60,8 +60,9 @@ def parse_args(argv=None):
                    help=f"the probe's whole time, start-up included; it is stopped at that (default 60, at least "
                         f"{MIN_BUDGET_SECONDS:g})")
     g.add_argument("--link-mbit", type=float, metavar="MBIT",
-                   help="predict for a link of this many Mbit/s between the workers (default: the link the probe "
-                        "measured: loopback, or the pods' network)")
+                   help="predict for a link that carries this many Mbit/s of payload between two workers, both ways at "
+                        "once (a link's line rate carries less: 8.3 of 10 Mbit/s in the benchmarks; measure it, e.g. "
+                        "iperf3 --bidir) (default: the link the probe measured: loopback, or the pods' network)")
     g.add_argument("--epochs-to-target", type=float, metavar="EPOCHS",
                    help="epochs one worker needs to reach your target metric (from an earlier run); every strategy is "
                         "taken to need as many (default: --epochs, i.e. the time for the whole run)")
