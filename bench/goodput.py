@@ -98,12 +98,24 @@ def transfer(rate):
     return {"nominal_mbit": nominal, "goodput_mbit": round(min(sent["mbit"], served["mbit"]), 3)}
 
 
-if __name__ == "__main__":
-    if sys.argv[1:2] == ["--endpoint"] and len(sys.argv) == 6:
-        endpoint(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]))
-    elif len(sys.argv) == 2 and sys.argv[1] in netns.BURST:
-        if os.geteuid() != 0:
-            sys.exit("goodput.py: the shaped links need root (ip netns, tc)")
-        print(json.dumps(measure(sys.argv[1])))
+def main():
+    import argparse
+
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("rate", nargs="?", choices=list(netns.BURST), help="the link's rate, in tc's form")
+    parser.add_argument("--endpoint", nargs=4, metavar=("ROLE", "HOST", "PORT", "NBYTES"),
+                        help="one end of a transfer (what runs inside a namespace): server|client HOST PORT NBYTES")
+    args = parser.parse_args()
+    if args.endpoint:
+        role, host, port, nbytes = args.endpoint
+        endpoint(role, host, int(port), int(nbytes))
+    elif args.rate is None:
+        parser.error("give a RATE (or --endpoint)")
+    elif os.geteuid() != 0:
+        parser.exit(2, "goodput.py: the shaped links need root (ip netns, tc)\n")
     else:
-        sys.exit(f"usage: goodput.py RATE ({', '.join(netns.BURST)}) | --endpoint server|client HOST PORT NBYTES")
+        print(json.dumps(measure(args.rate)))
+
+
+if __name__ == "__main__":
+    main()
