@@ -77,6 +77,7 @@ def transfer(rate):
     nbytes = int(nominal * 1e6 / 8 * SECONDS)
     here = os.path.abspath(__file__)
     netns.bridged(NAMESPACES, rate, BRIDGE)
+    server = None
     try:
         server = subprocess.Popen(netns.exec_in(NAMESPACES[1], [sys.executable, here, "--endpoint", "server", netns.address(1),
                                                                 str(PORT), str(nbytes)]), stdout=subprocess.PIPE, text=True)
@@ -88,11 +89,14 @@ def transfer(rate):
         client = subprocess.run(netns.exec_in(NAMESPACES[0], [sys.executable, here, "--endpoint", "client", netns.address(1),
                                                               str(PORT), str(nbytes)]), capture_output=True, text=True,
                                 timeout=SECONDS * 10 + 60)
-        served = json.loads(server.communicate(timeout=60)[0])
-        if client.returncode != 0:
+        if client.returncode != 0:  # (the server may still wait in accept: stopped below)
             raise RuntimeError(f"the goodput client failed: {client.stderr.strip()[-300:]}")
         sent = json.loads(client.stdout)
+        served = json.loads(server.communicate(timeout=60)[0])
     finally:
+        if server is not None and server.poll() is None:
+            server.kill()
+            server.wait()
         netns.teardown(NAMESPACES, BRIDGE)
     # the slower side's rate: an all-reduce waits for both ways
     return {"nominal_mbit": nominal, "goodput_mbit": round(min(sent["mbit"], served["mbit"]), 3)}
