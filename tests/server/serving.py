@@ -8,6 +8,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import time
 import urllib.error
@@ -148,6 +149,28 @@ def running_server(workdir, *args, ready_timeout=120, ready_path="/readyz", env=
         yield base, proc, log
     finally:
         stop(proc)
+
+
+def worker_pids(master):
+    """The gunicorn master's children: its worker processes."""
+    with open(f"/proc/{master}/task/{master}/children") as fh:
+        return {int(pid) for pid in fh.read().split()}
+
+
+@contextlib.contextmanager
+def answered_only_by(pid, workers):
+    """Requests made inside go to worker `pid`: the other workers are held (SIGSTOP), so only `pid` calls
+    accept() on the shared socket. The kernel hands connections to whichever worker accepts first, so
+    without this, one worker can answer every request of a run. Held for seconds, far below gunicorn's
+    120 s worker timeout."""
+    held = sorted(set(workers) - {pid})
+    for other in held:
+        os.kill(other, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for other in held:
+            os.kill(other, signal.SIGCONT)
 
 
 def stop(proc, timeout=30):

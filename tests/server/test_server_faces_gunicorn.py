@@ -1,34 +1,28 @@
 """Face search under real gunicorn with two worker processes sharing one gallery folder."""
 
-import re
-import time
-from concurrent.futures import ThreadPoolExecutor
-
 from server.face_photos import b64, lfw_photos, other_view, write_seed
-from server.serving import http, publish, running_server
+from server.serving import answered_only_by, http, publish, running_server, worker_pids
 
 SEED = {"lfw-004": 4, "lfw-015": 15, "lfw-033": 33}
 
 
-def searches_until_both_workers_answered(url, query, log, at_least=12, timeout=90):
-    """[(status, answer)] of pairs of concurrent searches (while one worker is busy, the other takes the next
-    connection), until the access log shows both worker pids and there are `at_least` answers. /readyz was
+def searches_on_each_worker(url, query, workers, each=3):
+    """[(status, answer)]: `each` searches answered by every worker in turn (the others held). /readyz was
     answered by the first worker up; the second may still be loading TensorFlow then."""
-    answers, deadline = [], time.monotonic() + timeout
-    with ThreadPoolExecutor(2) as pool:
-        while True:
-            answers += pool.map(lambda _: http("POST", url, query), range(2))
-            with open(log) as fh:
-                pids = set(re.findall(r'"POST /v1/models/disttrain:search HTTP/1.1" 200 .* pid=<(\d+)>', fh.read()))
-            if len(pids) == 2 and len(answers) >= at_least:
-                return answers
-            assert time.monotonic() < deadline, f"the searches did not reach both workers (only {pids})"
+    answers = []
+    for pid in sorted(workers):
+        with answered_only_by(pid, workers):
+            answers += [http("POST", url, query, timeout=120) for _ in range(each)]
+    return answers
 
 
 def test_two_workers_share_one_gallery(face_model, tmp_path):
     publish(face_model, tmp_path)
     seed = write_seed(tmp_path / "seed", {name: [lfw_photos()[i]] for name, i in SEED.items()})
-    with running_server(tmp_path, "--workers", "2", "--gallery-seed", seed) as (base, _proc, log):
+    with running_server(tmp_path, "--workers", "2", "--gallery-seed", seed) as (base, proc, _log):
+        workers = worker_pids(proc.pid)
+        assert len(workers) == 2
+        search = base + "/v1/models/disttrain:search"
         # Both workers seeded the same folder at start-up: each photo is in the gallery once.
         status, listed = http("GET", base + "/v1/gallery")
         assert status == 200 and sorted(e["name"] for e in listed["entries"]) == sorted(SEED)
@@ -36,7 +30,7 @@ def test_two_workers_share_one_gallery(face_model, tmp_path):
         status, entry = http("POST", base + "/v1/gallery", {"name": "Newcomer", "image": b64(lfw_photos()[50])})
         assert status == 201, entry
         query = {"image": b64(other_view(lfw_photos()[50])), "k": 4}
-        answers = searches_until_both_workers_answered(base + "/v1/models/disttrain:search", query, log)
+        answers = searches_on_each_worker(search, query, workers)
         assert all(status == 200 for status, _ in answers), answers
         rankings = {tuple((m["id"], m["distance"]) for m in answer["matches"]) for _, answer in answers}
         assert len(rankings) == 1  # every worker: the same gallery, the same embeddings, the same answer
@@ -45,7 +39,6 @@ def test_two_workers_share_one_gallery(face_model, tmp_path):
 
         # A delete through one worker is seen by every worker.
         assert http("DELETE", base + f"/v1/gallery/{entry['id']}")[0] == 200
-        for _ in range(6):
-            status, answer = http("POST", base + "/v1/models/disttrain:search", query)
+        for status, answer in searches_on_each_worker(search, query, workers):
             assert status == 200 and entry["id"] not in [m["id"] for m in answer["matches"]]
         assert len(http("GET", base + "/v1/gallery")[1]["entries"]) == 3

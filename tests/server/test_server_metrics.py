@@ -15,7 +15,8 @@ from disttrain_contract import ContractError
 from disttrain_server.gallery import Gallery
 from disttrain_server.main import gunicorn_options, metrics_dir, parse_args
 from server.face_photos import lfw_photos, png
-from server.serving import NEGATIVE, POSITIVE, error_of, http, make_client, predict_url, publish, running_server
+from server.serving import (NEGATIVE, POSITIVE, answered_only_by, error_of, http, make_client, predict_url, publish,
+                            running_server, worker_pids)
 
 PREDICT_RULE = "/v1/models/<model_name:model_name>:predict"
 
@@ -169,11 +170,6 @@ def test_the_multiprocess_directory_is_emptied_before_the_fork(tmp_path, monkeyp
 # -- gunicorn: two worker processes, one set of numbers
 
 
-def worker_pids(master):
-    with open(f"/proc/{master}/task/{master}/children") as fh:
-        return {int(pid) for pid in fh.read().split()}
-
-
 def answered_by(log, path):
     """The worker pids of the access log's lines for `path`."""
     with open(log) as fh:
@@ -195,41 +191,41 @@ def test_gunicorn_workers_add_up_and_a_dead_workers_gauges_go(text_model, tmp_pa
     with running_server(tmp_path, "--workers", "2", "--threads", "4") as (base, proc, log):
         workers = worker_pids(proc.pid)
         assert len(workers) == 2
-        # Concurrent requests until both workers have answered some: 8 threads through a barrier per round.
+        # Each worker in turn answers 8 concurrent requests (8 threads through a barrier) while the other is held.
         sent = 0
-        for _ in range(20):
-            barrier = threading.Barrier(8)
-            statuses = []
+        for pid in sorted(workers):
+            with answered_only_by(pid, workers):
+                barrier = threading.Barrier(8)
+                statuses = []
 
-            def call():
-                barrier.wait()
-                statuses.append(http("POST", base + predict_url(), {"instances": [POSITIVE, NEGATIVE, POSITIVE]})[0])
+                def call():
+                    barrier.wait()
+                    # A worker loads its model after the fork: the second may still be loading.
+                    statuses.append(http("POST", base + predict_url(), {"instances": [POSITIVE, NEGATIVE, POSITIVE]},
+                                         timeout=120)[0])
 
-            threads = [threading.Thread(target=call) for _ in range(8)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
+                threads = [threading.Thread(target=call) for _ in range(8)]
+                for t in threads:
+                    t.start()
+                for t in threads:
+                    t.join()
             assert statuses == [200] * 8
             sent += 8
-            if set(answered_by(log, predict_url())) == workers:
-                break
         time.sleep(0.5)  # the access log is written after the response
-        assert set(answered_by(log, predict_url())) == workers, "the requests never reached both workers"
+        assert sorted(answered_by(log, predict_url())) == sorted(list(workers) * 8)
         assert "counter_1.db" not in os.listdir(folder)
         assert {f"counter_{pid}.db" for pid in workers} <= set(os.listdir(folder))
 
-        # Whichever worker answers a scrape, it reports both workers' counts: scrape until both have answered one.
-        for _ in range(40):
-            parsed = scrape_http(base)
+        # Whichever worker answers a scrape, it reports both workers' counts.
+        for pid in sorted(workers):
+            with answered_only_by(pid, workers):
+                parsed = scrape_http(base)
             assert value(parsed, "disttrain_http_requests_total", method="POST", route=PREDICT_RULE, status="200") == sent
             assert value(parsed, "disttrain_http_request_duration_seconds_count", route=PREDICT_RULE) == sent
             assert value(parsed, "disttrain_http_request_duration_seconds_bucket", route=PREDICT_RULE, le="+Inf") == sent
             assert value(parsed, "disttrain_model_call_instances_sum") == 3 * sent
-            if set(answered_by(log, "/metrics")) == workers:
-                break
-            time.sleep(0.1)
-        assert set(answered_by(log, "/metrics")) == workers
+        time.sleep(0.5)
+        assert sorted(answered_by(log, "/metrics")) == sorted(workers)
         assert {dict(ls).get("route") for (n, ls) in parsed if n == "disttrain_http_requests_total"} <= {
             PREDICT_RULE, "/readyz", "/metrics"}
         # liveall: one model_version series per live worker (label pid), each the version /readyz gives
