@@ -25,11 +25,12 @@ def test_a_ring_allreduce_between_two_workers_costs_the_bytes_over_the_link():
     assert pm.allreduce_seconds(9_100_000, 1, link) == 0.0
 
 
-def test_the_given_link_adds_to_what_loopback_costs_and_replaces_a_faster_measured_one():
+def test_the_given_link_sets_the_cost_of_a_byte_where_it_is_slower_than_what_the_probe_measured():
     loop = probe(per_byte_seconds=1e-9, latency_seconds=0.002)
     link = pm.link_of(loop, mbit=100)
-    assert link.per_byte_seconds == pytest.approx(1e-9 + 8e-8)
+    assert link.per_byte_seconds == pytest.approx(8e-8)  # copying and sending pipelined: the slower stage
     assert link.latency_seconds == 0.002
+    assert pm.link_of(probe(per_byte_seconds=1e-8), mbit=10_000).per_byte_seconds == 1e-8  # copying slower than the wire
     remote = probe(per_byte_seconds=1e-9, link_measured="peers")
     assert pm.link_of(remote, mbit=100).per_byte_seconds == pytest.approx(8e-8)
     assert pm.link_of(remote).per_byte_seconds == 1e-9  # none given: as measured
@@ -89,11 +90,23 @@ def test_seconds_per_epoch_of_each_strategy():
     total, _, comm, g = pm.epoch_seconds(p, link, "multiworker", 2, {"allreduce_dtype": "float16"})
     assert g == pytest.approx(0.001 + 2_560_000 * 8e-7)
     assert comm == pytest.approx(100 * g + 4 * 0.001 + 0.001)
-    # parameterserver: 200 group steps, 100 per worker, each pulling and pushing 5.12 MB; the one ps's link
-    # carries both workers' traffic (200 * 2 * 5.12 MB) and is the bound
+    # parameterserver: 200 group steps, 100 per worker, each pulling the model and pushing its gradients, 5.12 MB
+    # each; the one ps's link carries both workers' traffic, 200 * 5.12 MB each way, and is the bound
     total, _, _, exchange = pm.epoch_seconds(p, link, "parameterserver", 2)
-    assert exchange == pytest.approx(2 * (0.001 + 5_120_000 * 8e-7))
-    assert total == pytest.approx(max(100 * (0.006 + exchange), 200 * 2 * 5_120_000 * 8e-7))
+    assert exchange == pytest.approx(2 * 0.001 + 2 * 5_120_000 * 8e-7)
+    assert total == pytest.approx(max(100 * (0.006 + exchange), 200 * 5_120_000 * 8e-7))
+    assert total == pytest.approx(100 * (0.006 + exchange))  # each worker's own pull and push, one after the other
+
+
+def test_a_parameter_server_step_pulls_the_whole_model_and_pushes_the_gradients_rows():
+    # an embedding model: 5.12 MB of weights, 0.18 MB of sparse gradient rows per step (the text model's)
+    p = probe(weight_bytes=5_120_000, gradient_bytes=180_000, gradient_sparse=True, latency_seconds=0.0,
+              per_byte_seconds=0.0, train_examples=10_240, batch=64)
+    link = pm.link_of(p, mbit=100)
+    workers_bound, server_bound, exchange = pm.parameterserver_bounds(p, link, 2)
+    assert exchange == pytest.approx((5_120_000 + 180_000) * 8e-8)
+    assert server_bound == pytest.approx(160 * 5_120_000 * 8e-8)  # the pulls, out of the server: 65.5 s
+    assert pm.epoch_seconds(p, link, "parameterserver", 2)[0] == pytest.approx(max(workers_bound, server_bound))
 
 
 def test_an_overlapped_sync_waits_only_for_what_the_next_steps_leave_of_its_exchange():

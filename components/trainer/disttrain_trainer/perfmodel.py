@@ -14,9 +14,13 @@ What the probe gives (`Probe`):
             timed, the budget being too short for its tracing)
 and the start-up (process start to the first step), one held-out evaluation, the examples per epoch.
 
-The link (`Link`): alpha and the seconds per byte. With --link-mbit L the wire adds 8 / (L * 1e6)
-seconds per byte to the cost the probe measured on loopback (serialising and copying happen either
-way; sending and copying are taken not to overlap, which errs on the slow side).
+The link (`Link`): alpha and the seconds per byte. With --link-mbit L a byte costs the larger of the
+wire's 8 / (L * 1e6) seconds and what the probe measured (on loopback: serialising and copying, which
+happen on any link). A stream pipelines the two: the next chunk is copied while the last is on the
+wire, so the slower stage sets the rate. Measured at 1 Gbit/s, where the two are closest (the wire 8.4
+ns a byte, loopback's copying 2.1 ns, the text model): adding them put the parameter server 23 % too
+slow (1 % too fast with the larger) and the other rows 0.4-4 % slower; at 100 Mbit/s and below the
+wire is over 95 % of the sum, and the choice moved no row of the benchmark by more than 4 %.
 
 Communication, N workers (Patarasuk and Yuan's ring; TensorFlow's collectives on CPU use a ring):
   all-reduce of B bytes   alpha + 2 (N - 1) / N * B * per_byte    each worker sends and receives
@@ -58,23 +62,30 @@ Seconds per epoch:
                    (R = --sync-batch-norm-batches, 8; a forward pass taken as a third of a step, the
                    backward pass being about twice the forward) and an all-reduce of the statistics
                    (B_bn bytes in float32): + R t_N / 3 + all-reduce(B_bn) per sync
-  parameterserver  max(S_P * (t_N + 2 (alpha + B_g * per_byte)) + S * y , S * 2 B_g * per_byte)
-                   every step reads the variables from the parameter server and sends its gradients
-                   there (B_g each way, sparse rows for an embedding); S = ceil(examples / batch)
-                   steps of the group per epoch, S_P = S / N of them per worker; the second term is
-                   the one parameter server's link, which carries every worker's traffic.
+  parameterserver  max(S_P * (t_N + 2 alpha + (B + B_g) * per_byte) + S * y , S * max(B, B_g) * per_byte)
+                   every step reads the variables from the parameter server whole (B: Keras reads a
+                   variable as one tensor, an embedding's table too, before its lookup takes the rows)
+                   and sends its gradients there (B_g, sparse rows for an embedding); S = ceil(examples
+                   / batch) steps of the group per epoch, S_P = S / N of them per worker; the second
+                   term is the one parameter server's link, which carries every worker's traffic: the
+                   pulls out, the pushes in, each direction at the link's rate. Measured on the text
+                   model (5.1 MB of weights, sparse gradients of 0.18 MB), 2 workers over shaped links:
+                   69.5 s per epoch at 100 Mbit/s and 139 s at 50, 4.8-5.1 MB through the server's
+                   link per step of the group (160 of them): the whole model each step, which the
+                   gradients' rows alone (the model before) put 13x too fast.
                    y: the runtime's own work per step of the group (remote reads and sends as
                    operations of their own, the optimizer on the server, the coordinator), which the
                    probe's two processes cannot time (they form a MultiWorkerMirrored cluster, and a
                    variable placed on the other process there crashed TensorFlow). When what is left of
                    the budget fits it, the advisor runs the trainer itself as parameterserver on this host
                    (chief, 1 parameter server, 2 workers; advise_parameterserver.py) for a few
-                   epochs: T_ps, its steady seconds per epoch, gives y = (T_ps - the bounds above at
+                   epochs: T_ps, its steady seconds per epoch, gives y = (T_ps - the workers' bound above at
                    N = 2 on the probe's link) / S, taken the same at any N and on any link (so at N = 2
-                   on the probe's link the prediction is T_ps). Not timed: y = 0, and the row is a lower
-                   bound (its note says so). Measured on the text model, 2 workers on one 2-core host:
-                   2.7 s per epoch against 1.4 predicted without y; earlier, the parameter server used
-                   0.75 of a core, each worker 0.39, the chief 0.07.
+                   on the probe's link the prediction is T_ps, or the server's bound where that is larger). Not timed: y = 0, and the row is a lower
+                   bound (its note says so). Measured on the text model, 2 workers on one 2-core host
+                   (four probes): T_ps 2.3-2.9 s per epoch against 1.7-2.6 from the bounds alone
+                   (0.9-1.5x); earlier, the parameter server used 0.75 of a core, each worker 0.39, the
+                   chief 0.07.
 
 Time to the target: start-up + E_s * (seconds per epoch + one held-out evaluation) (+ a connected
 strategy's time to join its peers), where E_s = f_s * E_1, E_1 being one worker's epochs to the target
@@ -198,9 +209,9 @@ def link_of(probe, mbit=None):
         return Link(name, probe.latency_seconds, probe.per_byte_seconds)
     if mbit <= 0:
         raise ModelError(f"a link of {mbit:g} Mbit/s carries nothing")
-    wire = 8 / (mbit * 1e6)
-    # a probe between real hosts measured a real wire: a given speed replaces it when slower
-    per_byte = probe.per_byte_seconds + wire if probe.link_measured == "loopback" else max(probe.per_byte_seconds, wire)
+    # copying and sending pipelined (the module's docstring); a probe between real hosts measured a real wire,
+    # which a given speed replaces when slower
+    per_byte = max(probe.per_byte_seconds, 8 / (mbit * 1e6))
     return Link(f"{mbit:g} Mbit/s", probe.latency_seconds, per_byte, mbit)
 
 
@@ -385,20 +396,23 @@ def parameterserver_group_steps(probe):
 
 def parameterserver_bounds(probe, link, workers):
     """(the workers' bound, the server's bound, one step's exchange) of a parameter-server epoch: the group's S
-    steps shared by the workers, each pulling and pushing the model; the one server's link carries them all."""
+    steps shared by the workers, each pulling the whole model (B) and pushing its gradients (B_g); the one
+    server's link carries them all, the pulls out and the pushes in (each direction on its own: full duplex)."""
     group_steps = parameterserver_group_steps(probe)
-    exchange = 2 * (link.latency_seconds + probe.gradient_bytes * link.per_byte_seconds)
+    pull, push = probe.weight_bytes, probe.gradient_bytes
+    exchange = 2 * link.latency_seconds + (pull + push) * link.per_byte_seconds
     workers_bound = group_steps / workers * (step_seconds(probe, workers) + exchange)
-    return workers_bound, group_steps * 2 * probe.gradient_bytes * link.per_byte_seconds, exchange
+    return workers_bound, group_steps * max(pull, push) * link.per_byte_seconds, exchange
 
 
 def parameterserver_extra_seconds(probe):
     """y in the module's docstring: what the trainer's parameter-server epoch took per step of the group beyond the
-    bounds, on the probe's host and link with 2 workers (0 when it was not timed)."""
+    workers' bound, on the probe's host and link with 2 workers (0 when it was not timed). Beyond the workers'
+    bound, not the larger of the two: y is added to that bound, so the prediction there is the time measured."""
     if probe.parameterserver_epoch_seconds is None or probe.latency_seconds is None or probe.step_seconds_pair is None:
         return 0.0
-    workers_bound, server_bound, _ = parameterserver_bounds(probe, link_of(probe), 2)
-    return max(0.0, probe.parameterserver_epoch_seconds - max(workers_bound, server_bound)) / parameterserver_group_steps(probe)
+    workers_bound, _, _ = parameterserver_bounds(probe, link_of(probe), 2)
+    return max(0.0, probe.parameterserver_epoch_seconds - workers_bound) / parameterserver_group_steps(probe)
 
 
 def refresh_batches(probe, options):
@@ -458,7 +472,7 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
     if strategy == "parameterserver" and lower_bound:
         note = ("a lower bound: the parameter-server runtime's own work per step (remote reads and sends, the optimizer "
                 "on the server) was not timed within the probe's budget (a longer --budget-seconds times it); a text "
-                "model took 2x this on one host")
+                "model took up to 1.5x this on one host")
     elif lower_bound:
         note = ("a lower bound: no real multiworker step was timed within the probe's budget (a longer --budget-seconds "
                 "times them), so the collective's own work is not in it; MobileNetV2 took 1.5x this on one host")
@@ -589,7 +603,7 @@ def _reason(choice, predictions, probe, link):
     if choice.strategy == "localsgd":
         o = choice.options
         between = o["sync_every"] * t
-        return (f"a {o['allreduce_dtype']} sync of "
+        return (f"each {o['allreduce_dtype']} sync of "
                 f"{_megabytes(sync_bytes(probe, o['allreduce_dtype']))} costs {_seconds(choice.sync_seconds)} at {where}, "
                 f"{100 * choice.sync_seconds / between:.0f} % of the {_seconds(between)} of steps between two syncs{speed}")
     if choice.strategy == "multiworker":
