@@ -174,10 +174,22 @@ def row_label(row):
     return " ".join(words)
 
 
+SCALE_OF_SINGLE = 4  # the time-to-accuracy panels' axis: at most this many times one worker's time to the target
+
+
+def minutes_shown(row):
+    """A time-to-accuracy row's bar, in minutes: its time to the target, or where it stopped (0: it did not run)."""
+    if row["status"] == "ok" and row["reached"]:
+        return row["time_to_target_seconds"] / 60
+    return (row.get("wall_seconds") or 0) / 60 if row["status"] in ("ok", "capped") else 0
+
+
 def time_to_accuracy(doc):
     """One panel per task and link: each configuration's time to the target (bar), the rows that never
     use the network (1 worker, the two-process ceiling, average) repeated on every link as references.
-    The panels of a task share their time axis. A task the benchmark retired (its rows kept) is not drawn."""
+    The panels of a task share their time axis, up to SCALE_OF_SINGLE times one worker's time to the target:
+    a longer bar (a capped parameter server's 10 minutes beside one worker's 6 s) is cut at the axis's end and
+    its note says its time. A task the benchmark retired (its rows kept) is not drawn."""
     from time_to_accuracy import RETIRED
 
     rows = [r for r in doc["rows"] if r["task"] not in RETIRED]
@@ -191,31 +203,34 @@ def time_to_accuracy(doc):
     for ax_row, task in zip(axes, tasks):
         single = next((r for r in rows if r["task"] == task and r["strategy"] == "single"), None)
         ceiling = ceiling_time_to_target(rows, task)
-        longest = 1e-3
+        axis_end = 1.5 * max([1e-3, *(minutes_shown(r) for r in rows if r["task"] == task)])
+        if single and single["reached"]:
+            axis_end = min(axis_end, SCALE_OF_SINGLE * single["time_to_target_seconds"] / 60)
         for ax, link in zip(ax_row, links):
             panel = sorted((r for r in rows if r["task"] == task and (r["strategy"] in local or r["link"] == link)), key=row_order)
             labels, values, colors, notes = [], [], [], []
             for r in panel:
                 labels.append(row_label(r))
                 reached = r["status"] == "ok" and r["reached"]
-                shown = r["time_to_target_seconds"] if reached else (r.get("wall_seconds") or 0) if r["status"] in ("ok", "capped") else 0
-                values.append(shown / 60)
+                values.append(minutes_shown(r))
                 diloco = r["options"].get("outer_optimizer") not in (None, "none")
                 colors.append((COLORS["diloco"] if diloco else COLORS.get(r["strategy"], "#8172B3")) if reached else "#DDDDDD")
                 if reached:
                     speed = (f" x{single['time_to_target_seconds'] / r['time_to_target_seconds']:.2f}"
                              if single and single["reached"] and r is not single else "")
-                    notes.append(f"{r['time_to_target_seconds'] / 60:.1f} min{speed}")
+                    seconds = r["time_to_target_seconds"]
+                    notes.append((f"{seconds:.1f} s" if seconds < 60 else f"{seconds / 60:.1f} min") + speed)
                 elif r["status"] in ("ok", "capped"):
                     final = f", final {r['final_metric']:.3f}" if r.get("final_metric") is not None else ""
                     notes.append(("capped" if r["status"] == "capped" else "not reached") + final)
                 else:
                     notes.append(r["status"].split(":")[0])
-            longest = max([longest, *values])
             bars = ax.barh(range(len(panel)), values, height=0.7, color=colors)
-            for bar, note in zip(bars, notes):
-                ax.annotate(note, (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(3, 0), textcoords="offset points",
-                            va="center", fontsize=7)
+            for bar, note, color in zip(bars, notes, colors):
+                cut = bar.get_width() > axis_end  # the note inside the bar's end, in a colour that shows on it
+                ax.annotate(note, (min(bar.get_width(), axis_end), bar.get_y() + bar.get_height() / 2),
+                            xytext=(-3 if cut else 3, 0), textcoords="offset points", va="center", fontsize=7,
+                            ha="right" if cut else "left", color="white" if cut and color != "#DDDDDD" else "black")
             if single and single["reached"]:
                 ax.axvline(single["time_to_target_seconds"] / 60, color="black", linestyle="--", linewidth=0.8)
             if ceiling:
@@ -226,7 +241,7 @@ def time_to_accuracy(doc):
             name = link.replace("gbit", " Gbit/s").replace("mbit", " Mbit/s")
             ax.set_title(f"{task}\n{name}: {panel[0]['metric']} >= {panel[0]['target']}" if panel else f"{task}\n{name}", fontsize=9)
             ax.grid(axis="x", alpha=0.3)
-        ax_row[0].set_xlim(0, longest * 1.5)
+        ax_row[0].set_xlim(0, axis_end)
     provisional = sum(1 for r in rows if r.get("provisional"))
     when = sorted(r["machine_before"]["time_utc"][:10] for r in rows if r.get("machine_before"))
     fig.suptitle("Time to accuracy: wall time from the trainers' start until the chief's held-out metric first reaches the target\n"
@@ -247,7 +262,7 @@ def main():
             continue
         fig = fn(doc)
         path = os.path.join(PLOTS, f"{name}.png")
-        fig.savefig(path, dpi=100)
+        fig.savefig(path, dpi=100, bbox_inches="tight")  # (tight: a note past the last panel's axis stays in)
         plt.close(fig)
         made.append(os.path.relpath(path, BENCH))
     print("plots: " + ", ".join(made))
