@@ -113,7 +113,9 @@ Overlapped syncs (--outer-overlap): a sync waits only for what the next H steps 
 (the run's end for the whole last one; the exchange's own work on the cores beside the steps is not
 counted), and the outer step, one sync late, puts the group about H steps behind (overlap_lag_epochs).
 Measured side by side (bench/results/outer_overlap.json, MobileNetV2, DiLoCo at H = 100, 10 Mbit/s):
--13 % per epoch in float32 and -2 % in int8, one epoch more to 0.90 in both.
+-13 % per epoch in float32 and -2 % in int8, one epoch more to 0.90 in both, while the stop agreement
+still waited behind the exchange; since (the text model, H = 100, 1.25 epochs): -9 to -44 % in float32
+and 0 to -17 % in int8 on the shaped links, two epochs more to 0.76 (docs/strategies.md).
 DiLoCo is a candidate at H >= DILOCO_MIN_SYNC_EVERY only: its outer learning rate and momentum are
 the paper's for H = 500, and measured at H = 100 and 250; a short H would compound the momentum on
 top of the inner optimizer's every few steps.
