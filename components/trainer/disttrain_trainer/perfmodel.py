@@ -79,13 +79,13 @@ Seconds per epoch:
                    variable placed on the other process there crashed TensorFlow). When what is left of
                    the budget fits it, the advisor runs the trainer itself as parameterserver on this host
                    (chief, 1 parameter server, 2 workers; advise_parameterserver.py) for a few
-                   epochs: T_ps, its steady seconds per epoch, gives y = (T_ps - the workers' bound above at
-                   N = 2 on the probe's link) / S, taken the same at any N and on any link (so at N = 2
-                   on the probe's link the prediction is T_ps, or the server's bound where that is larger). Not timed: y = 0, and the row is a lower
-                   bound (its note says so). Measured on the text model, 2 workers on one 2-core host
-                   (four probes): T_ps 2.3-2.9 s per epoch against 1.7-2.6 from the bounds alone
-                   (0.9-1.5x); earlier, the parameter server used 0.75 of a core, each worker 0.39, the
-                   chief 0.07.
+                   epochs: T_ps, its steady seconds per epoch, gives y = (T_ps - the workers' bound
+                   above at N = 2 on the probe's link) / S, taken the same at any N and on any link (so
+                   at N = 2 on the probe's link the prediction is T_ps, or the server's bound where that
+                   is larger). Not timed: y = 0, and the row is a lower bound (its note says so).
+                   Measured on the text model, 2 workers on one 2-core host (four probes): T_ps 2.3-2.9
+                   s per epoch against 1.7-2.6 from the bounds alone (0.9-1.5x); earlier, the parameter
+                   server used 0.75 of a core, each worker 0.39, the chief 0.07.
 
 Time to the target: start-up + E_s * (seconds per epoch + one held-out evaluation) (+ a connected
 strategy's time to join its peers), where E_s = f_s * E_1, E_1 being one worker's epochs to the target
