@@ -7,6 +7,7 @@ started as a separate process, the way it runs in production.
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -155,6 +156,21 @@ def worker_pids(master):
     """The gunicorn master's children: its worker processes."""
     with open(f"/proc/{master}/task/{master}/children") as fh:
         return {int(pid) for pid in fh.read().split()}
+
+
+def loaded_workers(proc, log, count, timeout=120):
+    """The gunicorn master's `count` worker pids, once each has logged its model load (post_worker_init: its
+    app built, a gallery seed done, the model loaded). /readyz answers as soon as one worker has; holding
+    another (answered_only_by) before then could stop it inside its start-up, under the gallery's lock."""
+    deadline = time.monotonic() + timeout
+    while True:
+        workers = worker_pids(proc.pid)
+        with open(log, errors="replace") as fh:
+            loaded = {int(pid) for pid in re.findall(r"\[(\d+)\] \[INFO\] loaded ", fh.read())}
+        if len(workers) == count and workers <= loaded:
+            return workers
+        assert time.monotonic() < deadline, f"workers {sorted(workers)}, of which loaded a model: {sorted(loaded & workers)}"
+        time.sleep(0.2)
 
 
 @contextlib.contextmanager

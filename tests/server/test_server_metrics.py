@@ -15,8 +15,8 @@ from disttrain_contract import ContractError
 from disttrain_server.gallery import Gallery
 from disttrain_server.main import gunicorn_options, metrics_dir, parse_args
 from server.face_photos import lfw_photos, png
-from server.serving import (NEGATIVE, POSITIVE, answered_only_by, error_of, http, make_client, predict_url, publish,
-                            running_server, worker_pids)
+from server.serving import (NEGATIVE, POSITIVE, answered_only_by, error_of, http, loaded_workers, make_client,
+                            predict_url, publish, running_server, worker_pids)
 
 PREDICT_RULE = "/v1/models/<model_name:model_name>:predict"
 
@@ -189,8 +189,7 @@ def test_gunicorn_workers_add_up_and_a_dead_workers_gauges_go(text_model, tmp_pa
     (folder / "counter_1.db").write_bytes(b"\0" * 64)  # a crashed server's leftover: emptied at start
     monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(folder))  # the server inherits it (see the module's import)
     with running_server(tmp_path, "--workers", "2", "--threads", "4") as (base, proc, log):
-        workers = worker_pids(proc.pid)
-        assert len(workers) == 2
+        workers = loaded_workers(proc, log, 2)
         # Each worker in turn answers 8 concurrent requests (8 threads through a barrier) while the other is held.
         sent = 0
         for pid in sorted(workers):
@@ -200,9 +199,7 @@ def test_gunicorn_workers_add_up_and_a_dead_workers_gauges_go(text_model, tmp_pa
 
                 def call():
                     barrier.wait()
-                    # A worker loads its model after the fork: the second may still be loading.
-                    statuses.append(http("POST", base + predict_url(), {"instances": [POSITIVE, NEGATIVE, POSITIVE]},
-                                         timeout=120)[0])
+                    statuses.append(http("POST", base + predict_url(), {"instances": [POSITIVE, NEGATIVE, POSITIVE]})[0])
 
                 threads = [threading.Thread(target=call) for _ in range(8)]
                 for t in threads:
