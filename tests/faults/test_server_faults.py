@@ -13,18 +13,12 @@ import time
 
 import pytest
 
-from server.serving import NEGATIVE, POSITIVE, http, running_server, worker_pids
+from server.serving import NEGATIVE, POSITIVE, access_log, http, running_server, worker_pids
 from stages import BIN
 
 pytestmark = pytest.mark.faults
 
 CLIENTS, LOAD_SEC, MAX_REQUESTS = 8, 15, 50_000  # the time bounds the load; the count is a safety cap
-ACCESS_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3}) .*pid=<(?P<pid>\d+)>')
-
-
-def access_log(log):
-    with open(log, errors="replace") as fh:
-        return [m.groupdict() for m in map(ACCESS_LINE.search, fh) if m]
 
 
 @pytest.mark.parametrize("worker_threads", [1, 8], ids=["sync-workers", "8-threads"])

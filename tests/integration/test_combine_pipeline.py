@@ -3,17 +3,13 @@ publishing the ensemble, which a real gunicorn server loads and answers :predict
 workers' best model, promoted."""
 
 import json
-import os
-import sys
 import zipfile
 
 import numpy as np
 import pytest
 
+from server.serving import http, running_server  # the server tests' real-gunicorn helpers
 from stages import run_pipeline, stage
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
-from serving import http, running_server  # noqa: E402  (the server tests' real-gunicorn helpers)
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]  # ~1 min: two trainings, two aggregations, a server
 

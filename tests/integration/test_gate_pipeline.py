@@ -3,16 +3,13 @@
 import hashlib
 import os
 import shutil
-import sys
 import time
 
 import numpy as np
 import pytest
 
+from server.serving import http, pipeline_run, running_server  # the server tests' real-gunicorn helpers
 from stages import read_report, stage, start_stage
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "server"))
-from serving import http, pipeline_run, running_server  # noqa: E402  (the server tests' real-gunicorn helpers)
 
 pytestmark = pytest.mark.slow
 

@@ -158,6 +158,16 @@ def worker_pids(master):
         return {int(pid) for pid in fh.read().split()}
 
 
+# gunicorn's access log line (the server's access_log_format ends with the answering worker's pid=<...>)
+ACCESS_LINE = re.compile(r'"(?P<method>[A-Z]+) (?P<path>\S+) HTTP/[\d.]+" (?P<status>\d{3}) .*pid=<(?P<pid>\d+)>')
+
+
+def access_log(log):
+    """The access log's requests, as dicts of method, path, status and pid (strings)."""
+    with open(log, errors="replace") as fh:
+        return [m.groupdict() for m in map(ACCESS_LINE.search, fh) if m]
+
+
 def loaded_workers(proc, log, count, timeout=120):
     """The gunicorn master's `count` worker pids, once each has logged its model load (post_worker_init: its
     app built, a gallery seed done, the model loaded). /readyz answers as soon as one worker has; holding

@@ -15,7 +15,7 @@ from disttrain_contract import ContractError
 from disttrain_server.gallery import Gallery
 from disttrain_server.main import gunicorn_options, metrics_dir, parse_args
 from server.face_photos import lfw_photos, png
-from server.serving import (NEGATIVE, POSITIVE, answered_only_by, error_of, http, loaded_workers, make_client,
+from server.serving import (NEGATIVE, POSITIVE, access_log, answered_only_by, error_of, http, loaded_workers, make_client,
                             predict_url, publish, running_server, worker_pids)
 
 PREDICT_RULE = "/v1/models/<model_name:model_name>:predict"
@@ -172,8 +172,7 @@ def test_the_multiprocess_directory_is_emptied_before_the_fork(tmp_path, monkeyp
 
 def answered_by(log, path):
     """The worker pids of the access log's lines for `path`."""
-    with open(log) as fh:
-        return [int(line.rsplit("pid=<", 1)[1].split(">", 1)[0]) for line in fh if f" {path} HTTP/1.1" in line and "pid=<" in line]
+    return [int(line["pid"]) for line in access_log(log) if line["path"] == path]
 
 
 def scrape_http(base):
