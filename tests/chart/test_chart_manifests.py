@@ -331,6 +331,17 @@ def test_peer_wait_comes_from_values(defaults_manifest):
     assert arg(main_container(render(sets=("trainer.peerWaitSeconds=0",)), "trainer"), "--peer-wait") == "0"
 
 
+def test_the_heartbeat_timeout_comes_from_values_for_the_all_reduce_strategies():
+    for strategy in ("multiworker", "localsgd"):
+        assert arg(main_container(render(sets=(f"strategy={strategy}",)), "trainer"), "--heartbeat-timeout") == "120"
+    trainer = main_container(render(sets=("strategy=localsgd", "trainer.heartbeatTimeoutSeconds=300")), "trainer")
+    assert arg(trainer, "--heartbeat-timeout") == "300"
+    # average never joins a cluster; the parameter server's strategy does not use the coordination service
+    for strategy in ("average", "parameterserver"):
+        assert "--heartbeat-timeout" not in main_container(render(sets=(f"strategy={strategy}",)), "trainer")["args"]
+    assert "heartbeatTimeoutSeconds" in render_error(sets=("trainer.heartbeatTimeoutSeconds=0",))
+
+
 def test_malloc_comes_from_values_and_only_the_trainers_modes_pass_the_schema(defaults_manifest):
     from disttrain_trainer.malloc_settings import MODES
 

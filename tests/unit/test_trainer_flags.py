@@ -40,6 +40,8 @@ from disttrain_trainer.tasks import text as text_task
         (["--allreduce-dtype", "bfloat16"], "invalid choice: 'bfloat16'"),  # TensorFlow's collectives refuse it
         (["--allreduce-pack-bytes", "-1"], "--allreduce-pack-bytes must be >= 0"),
         (["--peer-wait", "-1"], "--peer-wait must be >= 0 (0: no deadline)"),
+        (["--strategy", "localsgd", "--heartbeat-timeout", "0.5"], "--heartbeat-timeout must be >= 1 second"),
+        (["--strategy", "multiworker", "--heartbeat-timeout", "nan"], "--heartbeat-timeout must be >= 1 second"),
         (["--strategy", "allreduce"], "invalid choice: 'allreduce'"),
         (["--model", "vgg16"], "invalid choice: 'vgg16'"),
         (["--image-size", "64"], "--image-size applies to --model mobilenetv2 or resnet50"),

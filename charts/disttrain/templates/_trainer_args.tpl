@@ -45,6 +45,8 @@ advisor's step before it (advisor.enabled) take the same ones, so the advice is 
 {{- if has $ctx.Values.strategy (list "multiworker" "localsgd") }}
 - --allreduce-dtype
 - {{ $ctx.Values.allreduceDtype | quote }}
+- --heartbeat-timeout
+- {{ $ctx.Values.trainer.heartbeatTimeoutSeconds | int | toString | quote }}
 {{- end }}
 {{- if eq $ctx.Values.strategy "parameterserver" }}
 - --ps

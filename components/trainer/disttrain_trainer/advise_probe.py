@@ -49,8 +49,10 @@ def run(args, data_dir, index, addresses, launched, deadline):
     if args.threads:
         tf.config.threading.set_intra_op_parallelism_threads(args.threads)
         tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    from disttrain_trainer.collectives import join_cluster
+
     joining = time.time()
-    cluster = tf.distribute.MultiWorkerMirroredStrategy()
+    cluster = join_cluster(args.heartbeat_timeout)  # (its all-reduce of the weights on a slow link: the trainer's syncs)
     joined = time.time() - joining
     say(index, f"joined {addresses[1 - index]} in {joined:.1f} s")
 

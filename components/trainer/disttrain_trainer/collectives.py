@@ -12,11 +12,44 @@ the bytes (cast for the wire, cast back before use), and `--allreduce-pack-bytes
 the tensors are packed into collectives (0 = one pack for all of them).
 Sparse gradients (an embedding's tf.IndexedSlices) are all-gathered, not all-reduced:
 only the rows a batch touched, each once (see Wire._gather_rows).
+The cluster itself is joined here too (`join_cluster`), with a heartbeat timeout sized for slow links.
 """
 
 import tensorflow as tf
 
 from disttrain_trainer import wire_codecs
+
+# TensorFlow's own heartbeat timeout (its coordination service's default), which --heartbeat-timeout replaces
+TENSORFLOW_HEARTBEAT_TIMEOUT = 10
+
+
+def join_cluster(heartbeat_timeout):
+    """MultiWorkerMirroredStrategy over TF_CONFIG's cluster (creating it waits for every worker), with the
+    coordination service's heartbeat timeout set to `heartbeat_timeout` seconds instead of TensorFlow's 10.
+
+    Why: the service fails the whole group when a worker's heartbeat has not come for that long, and on a
+    slow link the heartbeats share the saturated link with the syncs' bytes. A plain localsgd run of
+    MobileNetV2 at 10 Mbit/s (9.1 MB per float32 sync, about 8 s on the link) failed at its seventh sync:
+    worker 1's heartbeat call exceeded its 10 s deadline, and the service declared it dead ("stopped sending
+    heartbeats"). (In a run of two 16 MB syncs on such a link no heartbeat was late: it is rare, and a long
+    run has many syncs.) The strategy takes no option for it, so the service is configured here as the
+    strategy itself would (collective_all_reduce_strategy.py, which leaves a configuration made before it
+    alone), with the timeout. A worker that dies closes its connections and fails the group's next collective
+    at once; the timeout only bounds how long a worker that stalls, or whose host is gone, keeps the others
+    waiting (tests/faults/test_stalled_worker.py)."""
+    from tensorflow.compiler.xla.tsl.protobuf import coordination_config_pb2
+    from tensorflow.python.distribute import multi_worker_util
+    from tensorflow.python.eager import context
+
+    spec = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
+    if context.context().coordination_service is None:
+        jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+                for job in ("chief", "worker") if job in spec.jobs]
+        context.context().configure_coordination_service(
+            service_type="standalone", service_leader=multi_worker_util.coordination_leader(spec),
+            coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000))
+    return tf.distribute.MultiWorkerMirroredStrategy()
+
 
 # (not bfloat16: options.ALLREDUCE_DTYPES says why) int8: localsgd's syncs only (sum_int8), never all_reduce_sum.
 WIRE_DTYPES = {"float32": tf.float32, "float16": tf.float16, "int8": tf.int8}

@@ -147,10 +147,10 @@ class Connected(Base):
     epoch's metrics over all workers once per epoch."""
 
     def __init__(self, args, workers, index):
-        from disttrain_trainer.collectives import Wire
+        from disttrain_trainer.collectives import Wire, join_cluster
 
         super().__init__(args, workers, index)
-        self.cluster = tf.distribute.MultiWorkerMirroredStrategy()
+        self.cluster = join_cluster(args.heartbeat_timeout)
         self.wire = Wire(args.allreduce_dtype, args.allreduce_pack_bytes)
 
     def examples_per_epoch(self, manifest, examples):

@@ -32,6 +32,9 @@ OUTER_OVERLAPS = ("none", "delayed", "eager")  # localsgd.py's docstring says wh
 DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM = 0.7, 0.9  # DiLoCo's (Douillard et al. 2023)
 # batches of a worker's shard that re-estimate the batch-norm statistics after a sync (localsgd.py)
 DEFAULT_SYNC_BATCH_NORM_BATCHES = 8
+# TensorFlow's coordination service's heartbeat timeout, instead of its 10 s, which a slow link's syncs once exceeded
+# (collectives.join_cluster says how). 120 s: above a float32 sync of 100 MB between 2 workers at 10 Mbit/s (about 90 s).
+DEFAULT_HEARTBEAT_TIMEOUT = 120.0
 SERVE_TIMEOUT = 7 * 24 * 3600.0  # a parameter-server task serves this long for the chief's marker by default
 
 
@@ -144,11 +147,20 @@ class AllReduce(Connected):
                                 "(and checkpointed)")
         group.add_argument("--allreduce-pack-bytes", type=int, default=0,
                            help="multiworker, localsgd: split collectives into packs of this size (default 0: one pack)")
+        group.add_argument("--heartbeat-timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT, metavar="SECONDS",
+                           help="multiworker, localsgd: seconds without a worker's heartbeat after which TensorFlow's "
+                                "coordination service fails the group (TensorFlow's own default: 10). Heartbeats share "
+                                "the link with the syncs' bytes: keep this well above the time one sync takes on it (the "
+                                "model's bytes on the wire x 8 / the link's bits per second). A worker that dies fails "
+                                "the group's next collective at once; this bounds how long a stalled worker keeps the "
+                                f"others waiting (default {DEFAULT_HEARTBEAT_TIMEOUT:g})")
 
     @classmethod
     def check(cls, args, error):
         if args.allreduce_pack_bytes < 0:
             error("--allreduce-pack-bytes must be >= 0")
+        if not args.heartbeat_timeout >= 1:  # (also refuses nan)
+            error("--heartbeat-timeout must be >= 1 second")
 
 
 class MultiWorker(AllReduce):
