@@ -7,6 +7,7 @@
   time_to_accuracy.png wall time until the held-out metric first reaches the target, per task and link
 """
 
+import collections
 import os
 
 import matplotlib
@@ -16,7 +17,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import matplotlib.ticker  # noqa: E402
 
 from common import BENCH, command_line, load_result  # noqa: E402
-from tta_store import LINK_ORDER, ceiling_time_to_target, row_order, strategy_options  # noqa: E402
+from tta_store import LINK_ORDER, ceiling_time_to_target, row_order, sitting_references, strategy_options  # noqa: E402
 
 PLOTS = os.path.join(BENCH, "plots")
 COLORS = {"single": "#333333", "ceiling": "#AAAAAA", "diloco": "#C44E52", "average": "#4C72B0", "multiworker": "#DD8452", "localsgd": "#55A868", "parameterserver": "#937860",
@@ -184,40 +185,64 @@ def minutes_shown(row):
     return (row.get("wall_seconds") or 0) / 60 if row["status"] in ("ok", "capped") else 0
 
 
+def panel_sitting(measured, default=None):
+    """The sitting whose references a time-to-accuracy panel draws: the one that measured most of the link's rows
+    (the newest on a tie; None is the rows from before sittings), or `default` when the link has none of its own."""
+    if not measured:
+        return default
+    counts = collections.Counter(r.get("sitting") for r in measured)
+    return max(counts, key=lambda sitting: (counts[sitting], sitting or ""))
+
+
 def time_to_accuracy(doc):
     """One panel per task and link: each configuration's time to the target (bar), the rows that never
-    use the network (1 worker, the two-process ceiling, average) repeated on every link as references.
+    use the network (1 worker, the two-process ceiling, average) as references. Hosts differ 2-3x in speed
+    from one sitting to the next, so a panel draws the references of the sitting that measured most of its
+    rows, each row's speed-up is against its own sitting's 1 worker, and a row of another sitting is marked *.
     The panels of a task share their time axis, up to SCALE_OF_SINGLE times one worker's time to the target:
     a longer bar (a capped parameter server's 10 minutes beside one worker's 6 s) is cut at the axis's end and
     its note says its time. A task the benchmark retired (its rows kept) is not drawn."""
     from time_to_accuracy import RETIRED
 
     rows = [r for r in doc["rows"] if r["task"] not in RETIRED]
+    earlier = [r for r in doc.get("earlier_rows") or [] if r["task"] not in RETIRED]
     tasks = list(dict.fromkeys(r["task"] for r in rows))
     links = [link for link in LINK_ORDER if any(r["link"] == link for r in rows)]
     local = ("single", "ceiling", "average")
-    slots = max(len([r for r in rows if r["task"] == t and (r["link"] == link or r["strategy"] in local)])
-                for t in tasks for link in links)
+    panels = {}
+    for task in tasks:
+        current = [r for r in rows if r["task"] == task and r["strategy"] in local]
+        for link in links:
+            measured = [r for r in rows if r["task"] == task and r["link"] == link and r["strategy"] not in local]
+            sitting = panel_sitting(measured, next((r.get("sitting") for r in current if r["strategy"] == "single"), None))
+            refs = list({r["strategy"]: r for r in (*rows, *earlier) if r["task"] == task and r["strategy"] in local
+                         and r.get("sitting") == sitting}.values()) or current
+            panels[task, link] = sorted(refs + measured, key=row_order), refs
+    slots = max(len(panel) for panel, _ in panels.values())
     fig, axes = plt.subplots(len(tasks), len(links), figsize=(max(11.0, 4.6 * len(links)), (0.3 * slots + 1.4) * len(tasks) + 1.2),
                              squeeze=False, sharex="row")
+    marked = False
     for ax_row, task in zip(axes, tasks):
         single = next((r for r in rows if r["task"] == task and r["strategy"] == "single"), None)
-        ceiling = ceiling_time_to_target(rows, task)
         axis_end = 1.5 * max([1e-3, *(minutes_shown(r) for r in rows if r["task"] == task)])
         if single and single["reached"]:
             axis_end = min(axis_end, SCALE_OF_SINGLE * single["time_to_target_seconds"] / 60)
         for ax, link in zip(ax_row, links):
-            panel = sorted((r for r in rows if r["task"] == task and (r["strategy"] in local or r["link"] == link)), key=row_order)
+            panel, refs = panels[task, link]
+            drawn = {r.get("sitting") for r in refs}
             labels, values, colors, notes = [], [], [], []
             for r in panel:
-                labels.append(row_label(r))
+                other = r.get("sitting") not in drawn
+                marked = marked or other
+                labels.append(row_label(r) + (" *" if other else ""))
                 reached = r["status"] == "ok" and r["reached"]
                 values.append(minutes_shown(r))
                 diloco = r["options"].get("outer_optimizer") not in (None, "none")
                 colors.append((COLORS["diloco"] if diloco else COLORS.get(r["strategy"], "#8172B3")) if reached else "#DDDDDD")
                 if reached:
-                    speed = (f" x{single['time_to_target_seconds'] / r['time_to_target_seconds']:.2f}"
-                             if single and single["reached"] and r is not single else "")
+                    own = (sitting_references(task, r.get("sitting"), rows, earlier) or (single,))[0]
+                    speed = (f" x{own['time_to_target_seconds'] / r['time_to_target_seconds']:.2f}"
+                             if own and own["reached"] and r is not own else "")
                     seconds = r["time_to_target_seconds"]
                     notes.append((f"{seconds:.1f} s" if seconds < 60 else f"{seconds / 60:.1f} min") + speed)
                 elif r["status"] in ("ok", "capped"):
@@ -231,8 +256,10 @@ def time_to_accuracy(doc):
                 ax.annotate(note, (min(bar.get_width(), axis_end), bar.get_y() + bar.get_height() / 2),
                             xytext=(-3 if cut else 3, 0), textcoords="offset points", va="center", fontsize=7,
                             ha="right" if cut else "left", color="white" if cut and color != "#DDDDDD" else "black")
-            if single and single["reached"]:
-                ax.axvline(single["time_to_target_seconds"] / 60, color="black", linestyle="--", linewidth=0.8)
+            drawn_single = next((r for r in refs if r["strategy"] == "single"), None)
+            ceiling = ceiling_time_to_target(refs, task)
+            if drawn_single and drawn_single["reached"]:
+                ax.axvline(drawn_single["time_to_target_seconds"] / 60, color="black", linestyle="--", linewidth=0.8)
             if ceiling:
                 ax.axvline(ceiling[0] / 60, color=COLORS["ceiling"], linestyle=":", linewidth=1.2)
             ax.set_yticks(range(len(panel)), labels, fontsize=7)
@@ -246,6 +273,8 @@ def time_to_accuracy(doc):
     when = sorted(r["machine_before"]["time_utc"][:10] for r in rows if r.get("machine_before"))
     fig.suptitle("Time to accuracy: wall time from the trainers' start until the chief's held-out metric first reaches the target\n"
                  "(dashed: 1 worker; dotted: the two-process ceiling's time, average's workers at 1 worker's epochs; grey: not reached, drawn to where the run stopped; red: DiLoCo)\n"
+                 + ("*: measured in another sitting than the panel's references (hosts differ in speed): read its speed-up, "
+                    "against its own sitting's 1 worker, not its bar beside them\n" if marked else "")
                  + (f"PROVISIONAL: {provisional} of {len(rows)} rows quick or measured while other processes were busy; " if provisional else "")
                  + f"{doc['machine'].get('nproc')} cores, {when[0] if when else '?'}..{when[-1] if when else '?'}", fontsize=10)
     fig.tight_layout()

@@ -7,7 +7,7 @@ import os
 import sys
 
 from common import BENCH, command_line, load_result
-from tta_store import ceiling_time_to_target, row_order, strategy_options
+from tta_store import ceiling_time_to_target, row_order, sitting_references, strategy_options
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 
@@ -516,12 +516,9 @@ def time_to_accuracy_rows(rows, earlier=()):
 
     def references(r):
         """(1-worker row, ceiling row, ceiling's time to target) for row r."""
-        own = [x for x in (*rows, *earlier) if x["task"] == r["task"] and r.get("sitting") and x.get("sitting") == r["sitting"]]
-        if any(x["strategy"] == "single" for x in own):
-            return (next(x for x in own if x["strategy"] == "single"), next((x for x in own if x["strategy"] == "ceiling"), None),
-                    ceiling_time_to_target(own, r["task"]))
-        return (next((x for x in rows if x["task"] == r["task"] and x["strategy"] == "single"), None),
-                next((x for x in rows if x["task"] == r["task"] and x["strategy"] == "ceiling"), None), ceilings[r["task"]])
+        return sitting_references(r["task"], r.get("sitting"), rows, earlier) or (
+            next((x for x in rows if x["task"] == r["task"] and x["strategy"] == "single"), None),
+            next((x for x in rows if x["task"] == r["task"] and x["strategy"] == "ceiling"), None), ceilings[r["task"]])
 
     for task, ceiling in ceilings.items():
         if ceiling:

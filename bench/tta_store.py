@@ -99,6 +99,18 @@ def ceiling_time_to_target(rows, task):
     return max(times), epochs
 
 
+def sitting_references(task, sitting, rows, earlier=()):
+    """(1-worker row, ceiling row, ceiling's time to target) that `sitting` measured for `task` (sitting None: the
+    rows from before the benchmark kept sittings), from the rows and the earlier rows (rows measured again since);
+    None when that sitting ran no 1-worker row. Hosts differ 2-3x in speed from one sitting to the next: a row's
+    ratios are against its own sitting's references."""
+    own = [x for x in (*rows, *earlier) if x["task"] == task and x.get("sitting") == sitting]
+    single = next((x for x in own if x["strategy"] == "single"), None)
+    if single is None:
+        return None
+    return single, next((x for x in own if x["strategy"] == "ceiling"), None), ceiling_time_to_target(own, task)
+
+
 class RowStore:
     """The rows on disk. `put` adds or replaces a row (same key) and rewrites the file atomically."""
 
@@ -164,7 +176,7 @@ class RowStore:
         check still needs every sitting whole, beside the probe taken in it."""
         key = row_key(row)
         replaced = [r for r in self.rows if row_key(r) == key]
-        kept = [r for r in replaced if r.get("sitting") and r.get("sitting") != row.get("sitting")]
+        kept = [r for r in replaced if r.get("sitting") != row.get("sitting")]  # (None: a row from before sittings)
         if kept:
             self.doc["earlier_rows"] = self.earlier_rows + kept
         self.doc["rows"] = [r for r in self.rows if row_key(r) != key] + [row]

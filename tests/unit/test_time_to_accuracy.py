@@ -235,10 +235,10 @@ def test_a_row_measured_again_in_a_later_sitting_keeps_the_earlier_one_apart(tmp
     store.put(row(strategy="single", workers=1, link="loopback", sitting="s2", seconds_per_epoch=0.7))
     store.put(row(strategy="single", workers=1, link="loopback", sitting="s2", seconds_per_epoch=0.6))  # same sitting: replaced
     store.put(row(sitting=None, seconds_per_epoch=1.0))
-    store.put(row(sitting="s2", seconds_per_epoch=0.9))  # the earlier one had no sitting: nothing to check it with
+    store.put(row(sitting="s2", seconds_per_epoch=0.9))  # (one from before sittings is kept too: its rows' references)
     doc = json.load(open(path))
     assert [(r["sitting"], r["seconds_per_epoch"]) for r in doc["rows"]] == [("s2", 0.6), ("s2", 0.9)]
-    assert [(r["sitting"], r["seconds_per_epoch"]) for r in doc["earlier_rows"]] == [("s1", 0.8)]
+    assert [(r["sitting"], r["seconds_per_epoch"]) for r in doc["earlier_rows"]] == [("s1", 0.8), (None, 1.0)]
     assert RowStore(path).earlier_rows == doc["earlier_rows"]
 
 
@@ -295,3 +295,28 @@ def test_the_results_table_reads_a_rows_speedup_within_its_own_sitting():
     assert by_link["10mbit"][7] == "0.50x"  # 6.0 / 12.0: its own sitting's 1-worker row
     assert by_link["1gbit"][7] == "0.50x"  # 4.0 / 8.0: no sitting of its own, the current one
     assert by_link["loopback"][7] == "1.00x"
+
+
+def test_a_row_from_before_sittings_is_read_against_the_references_of_its_time():
+    """Rows without a sitting were measured on an earlier host: their speed-up is against the 1-worker row without a
+    sitting (kept in earlier_rows when a sitting measured it again), not against today's; the plot's panel draws
+    the references of the sitting that measured most of its rows."""
+    import plots
+    import report
+    from tta_store import sitting_references
+
+    def timed(strategy, workers, link, sitting, seconds):
+        return row(strategy=strategy, workers=workers, link=link, sitting=sitting, reached=True, time_to_target_seconds=seconds,
+                   seconds_per_epoch=1.0, target=0.76, final_metric=0.76, epochs=5, options={"threads": 1})
+
+    old_single, new_single = timed("single", 1, "loopback", None, 2.0), timed("single", 1, "loopback", "s2", 8.0)
+    old_row, new_row = timed("localsgd", 2, "1gbit", None, 1.0), timed("localsgd", 2, "10mbit", "s2", 4.0)
+    assert sitting_references("movie-reviews", None, [new_single, old_row], [old_single])[0] is old_single
+    assert sitting_references("movie-reviews", "s3", [new_single], [old_single]) is None
+    table = report.time_to_accuracy_rows([new_single, old_row, new_row], [old_single])
+    by_link = {line.split(" | ")[1]: line.split(" | ") for line in table if line.startswith("| movie-reviews")}
+    assert by_link["1gbit"][7] == "2.00x" and by_link["10mbit"][7] == "2.00x"
+    assert plots.panel_sitting([old_row, new_row, dict(new_row)]) == "s2"
+    assert plots.panel_sitting([old_row, new_row]) == "s2"  # a tie: the newest
+    assert plots.panel_sitting([old_row, old_row, new_row]) is None
+    assert plots.panel_sitting([], default="s2") == "s2"
