@@ -19,10 +19,6 @@ import tensorflow as tf
 
 from disttrain_trainer import wire_codecs
 
-# TensorFlow's own heartbeat timeout (its coordination service's default), which --heartbeat-timeout replaces
-TENSORFLOW_HEARTBEAT_TIMEOUT = 10
-
-
 def join_cluster(heartbeat_timeout):
     """MultiWorkerMirroredStrategy over TF_CONFIG's cluster (creating it waits for every worker), with the
     coordination service's heartbeat timeout set to `heartbeat_timeout` seconds instead of TensorFlow's 10.
