@@ -1,9 +1,11 @@
 """Shared test helpers: run the real stage programs as separate processes."""
 
+import json
 import os
 import re
 import subprocess
 import sys
+import time
 
 from disttrain_contract.ports import free_port_block  # noqa: F401  (the tests and benchmarks import it from here)
 
@@ -68,3 +70,25 @@ def latest_saved_epoch(checkpoint_dir):
     except FileNotFoundError:
         return 0
     return int(re.search(r'^model_checkpoint_path: "ckpt-(\d+)"', text, re.M).group(1))
+
+
+def read_metrics(path):
+    """A trainer's metrics.json (one record per finished epoch), [] while it is not there or being replaced."""
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return []
+
+
+def wait_for_epochs(metrics_path, n, procs, timeout=600):
+    """metrics_path's records once it has `n` epochs; every trainer in `procs` must still be running meanwhile."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in procs:
+            assert proc.poll() is None, "a trainer exited before it could be killed"
+        metrics = read_metrics(metrics_path)
+        if len(metrics) >= n:
+            return metrics
+        time.sleep(0.05)
+    raise AssertionError(f"{metrics_path} never reached {n} epochs")

@@ -20,9 +20,9 @@ import time
 
 import pytest
 
-from faults.test_kill_trainer import read_metrics, tail, wait_for_epochs
+from faults.test_kill_trainer import tail
 from faults.faultlib import temp_leftovers, watching
-from stages import free_port_block, read_report, run_pipeline, stage, start_stage
+from stages import free_port_block, read_metrics, read_report, run_pipeline, stage, start_stage, wait_for_epochs
 
 pytestmark = pytest.mark.faults
 

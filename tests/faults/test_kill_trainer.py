@@ -18,31 +18,12 @@ import time
 import pytest
 
 from faults.faultlib import temp_leftovers, watching
-from stages import free_port_block, latest_saved_epoch, read_report, run_pipeline, stage, start_stage
+from stages import (free_port_block, latest_saved_epoch, read_metrics, read_report, run_pipeline, stage, start_stage,
+                    wait_for_epochs)
 
 pytestmark = pytest.mark.faults
 
 SOURCE, WORKERS, EPOCHS, BATCH, SEED = "sample:movie-reviews", 2, 3, 32, 42
-
-
-def read_metrics(path):
-    try:
-        with open(path) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
-        return []
-
-
-def wait_for_epochs(metrics_path, n, procs, timeout=600):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        for proc in procs:
-            assert proc.poll() is None, "a trainer exited before it could be killed"
-        metrics = read_metrics(metrics_path)
-        if len(metrics) >= n:
-            return metrics
-        time.sleep(0.05)
-    raise AssertionError(f"{metrics_path} never reached {n} epochs")
 
 
 def tail(path, chars=3000):

@@ -10,19 +10,11 @@ import time
 
 import pytest
 
-from stages import free_port_block, stage, start_stage
+from stages import free_port_block, stage, start_stage, wait_for_epochs
 
 pytestmark = pytest.mark.faults
 
 EPOCHS, STALL_SECONDS = 20, 20
-
-
-def epochs_done(metrics):
-    try:
-        with open(metrics) as fh:
-            return len(json.load(fh))
-    except (OSError, ValueError):
-        return 0
 
 
 def run_with_a_stall(work, *flags):
@@ -33,10 +25,7 @@ def run_with_a_stall(work, *flags):
             "--threads", 1, "--port", free_port_block(2), *flags]
     group = [start_stage("trainer", *args, "--worker-index", i, log=work / f"w{i}.log") for i in range(2)]
     try:
-        deadline = time.monotonic() + 300
-        while epochs_done(work / "train" / "worker-00001" / "metrics.json") < 1:
-            assert time.monotonic() < deadline and all(p.poll() is None for p in group), "worker 1 never ended an epoch"
-            time.sleep(0.01)
+        wait_for_epochs(work / "train" / "worker-00001" / "metrics.json", 1, group, timeout=300)
         group[1].send_signal(signal.SIGSTOP)
         time.sleep(STALL_SECONDS)
         group[1].send_signal(signal.SIGCONT)

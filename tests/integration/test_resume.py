@@ -14,22 +14,9 @@ import numpy as np
 import pytest
 
 from disttrain_contract.artifact import load_model
-from stages import free_port_block, latest_saved_epoch, read_report, stage, start_stage
+from stages import free_port_block, latest_saved_epoch, read_report, stage, start_stage, wait_for_epochs
 
 pytestmark = pytest.mark.slow
-
-
-def wait_for_epochs(metrics_path, n, proc, timeout=300):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        assert proc.poll() is None, "the trainer exited before it could be killed"
-        try:
-            if len(json.load(open(metrics_path))) >= n:
-                return
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"{metrics_path} never reached {n} epochs")
 
 
 def test_a_resumed_worker_ends_with_exactly_the_model_of_an_undisturbed_run(tmp_path):
@@ -43,7 +30,7 @@ def test_a_resumed_worker_ends_with_exactly_the_model_of_an_undisturbed_run(tmp_
         args = ["--workdir", tmp_path / name, "--epochs", 2, "--batch", 8, "--threads", 1]
         first = start_stage("trainer", *args, log=tmp_path / f"{name}-first.log")
         if name == "resumed":
-            wait_for_epochs(tmp_path / name / "train" / "worker-00000" / "metrics.json", 1, first)
+            wait_for_epochs(tmp_path / name / "train" / "worker-00000" / "metrics.json", 1, [first], timeout=300)
             time.sleep(0.5)  # into epoch 2
             first.send_signal(signal.SIGKILL)
             first.wait(timeout=30)
@@ -75,7 +62,7 @@ def test_localsgd_resumes_when_a_worker_is_epochs_behind(tmp_path):
         time.sleep(0.005)
     group[1].send_signal(signal.SIGSTOP)
     behind = latest_saved_epoch(train / "worker-00001" / "checkpoints")
-    wait_for_epochs(train / "worker-00000" / "metrics.json", 3, group[0])
+    wait_for_epochs(train / "worker-00000" / "metrics.json", 3, [group[0]], timeout=300)
     assert latest_saved_epoch(train / "worker-00000" / "checkpoints") == 3  # waiting at the sync in epoch 4
     assert behind == 1, f"worker 1 was stopped after epoch {behind}, not 1: the test did not hold it back in time"
     group[1].send_signal(signal.SIGKILL)
