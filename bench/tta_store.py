@@ -101,13 +101,17 @@ def ceiling_time_to_target(rows, task):
 
 def sitting_references(task, sitting, rows, earlier=()):
     """(1-worker row, ceiling row, ceiling's time to target) that `sitting` measured for `task` (sitting None: the
-    rows from before the benchmark kept sittings), from the rows and the earlier rows (rows measured again since);
-    None when that sitting ran no 1-worker row. Hosts differ 2-3x in speed from one sitting to the next: a row's
-    ratios are against its own sitting's references."""
+    rows from before the benchmark kept sittings), from the rows and the earlier rows (rows measured again since).
+    Hosts differ 2-3x in speed from one sitting to the next: a row's ratios are against its own sitting's
+    references. A sitting that ran none (one row run again beside the references of an earlier sitting) takes
+    those of the last sitting before it that ran them, not whichever sitting measured them last; None when no
+    sitting before it ran a 1-worker row of the task."""
     own = [x for x in (*rows, *earlier) if x["task"] == task and x.get("sitting") == sitting]
     single = next((x for x in own if x["strategy"] == "single"), None)
     if single is None:
-        return None
+        before = [x["sitting"] for x in (*rows, *earlier) if x["task"] == task and x["strategy"] == "single"
+                  and sitting is not None and x.get("sitting") is not None and x["sitting"] < sitting]
+        return sitting_references(task, max(before), rows, earlier) if before else None
     return single, next((x for x in own if x["strategy"] == "ceiling"), None), ceiling_time_to_target(own, task)
 
 

@@ -297,6 +297,22 @@ def test_the_results_table_reads_a_rows_speedup_within_its_own_sitting():
     assert by_link["loopback"][7] == "1.00x"
 
 
+def test_a_sitting_without_references_takes_those_of_the_last_sitting_before_it():
+    """A row run again in a sitting of its own, beside an earlier sitting's references, keeps being read against
+    them when a later sitting measures the references again (ISO times: the ids sort as the sittings ran)."""
+    from tta_store import sitting_references
+
+    def single(sitting):
+        return row(strategy="single", workers=1, link="loopback", sitting=sitting, options={"threads": 1})
+
+    first, second = single("2026-11-29T11:38:23Z"), single("2026-11-29T15:28:07Z")
+    later_row = "2026-11-29T13:08:16Z"
+    assert sitting_references("movie-reviews", later_row, [second], [first])[0] is first
+    assert sitting_references("movie-reviews", "2026-11-29T16:00:00Z", [second], [first])[0] is second
+    assert sitting_references("movie-reviews", "2026-11-29T10:00:00Z", [second], [first]) is None
+    assert sitting_references("movie-reviews", None, [second], [first]) is None
+
+
 def test_a_row_from_before_sittings_is_read_against_the_references_of_its_time():
     """Rows without a sitting were measured on an earlier host: their speed-up is against the 1-worker row without a
     sitting (kept in earlier_rows when a sitting measured it again), not against today's; the plot's panel draws
@@ -312,7 +328,7 @@ def test_a_row_from_before_sittings_is_read_against_the_references_of_its_time()
     old_single, new_single = timed("single", 1, "loopback", None, 2.0), timed("single", 1, "loopback", "s2", 8.0)
     old_row, new_row = timed("localsgd", 2, "1gbit", None, 1.0), timed("localsgd", 2, "10mbit", "s2", 4.0)
     assert sitting_references("movie-reviews", None, [new_single, old_row], [old_single])[0] is old_single
-    assert sitting_references("movie-reviews", "s3", [new_single], [old_single]) is None
+    assert sitting_references("movie-reviews", "s1", [new_single], [old_single]) is None  # no sitting before it ran one
     table = report.time_to_accuracy_rows([new_single, old_row, new_row], [old_single])
     by_link = {line.split(" | ")[1]: line.split(" | ") for line in table if line.startswith("| movie-reviews")}
     assert by_link["1gbit"][7] == "2.00x" and by_link["10mbit"][7] == "2.00x"
