@@ -215,8 +215,11 @@ def time_to_accuracy(doc):
         for link in links:
             measured = [r for r in rows if r["task"] == task and r["link"] == link and r["strategy"] not in local]
             sitting = panel_sitting(measured, next((r.get("sitting") for r in current if r["strategy"] == "single"), None))
+            # the references the speed-ups below are read against (sitting_references: the sitting's own, or those of
+            # the last sitting before it that ran them)
+            found = sitting_references(task, sitting, rows, earlier)
             refs = list({r["strategy"]: r for r in (*rows, *earlier) if r["task"] == task and r["strategy"] in local
-                         and r.get("sitting") == sitting}.values()) or current
+                         and r.get("sitting") == found[0].get("sitting")}.values()) if found else current
             panels[task, link] = sorted(refs + measured, key=row_order), refs
     slots = max(len(panel) for panel, _ in panels.values())
     fig, axes = plt.subplots(len(tasks), len(links), figsize=(max(11.0, 4.6 * len(links)), (0.3 * slots + 1.4) * len(tasks) + 1.2),

@@ -108,9 +108,11 @@ def sitting_references(task, sitting, rows, earlier=()):
     sitting before it ran a 1-worker row of the task."""
     own = [x for x in (*rows, *earlier) if x["task"] == task and x.get("sitting") == sitting]
     single = next((x for x in own if x["strategy"] == "single"), None)
+    if single is None and sitting is None:
+        return None
     if single is None:
         before = [x["sitting"] for x in (*rows, *earlier) if x["task"] == task and x["strategy"] == "single"
-                  and sitting is not None and x.get("sitting") is not None and x["sitting"] < sitting]
+                  and x.get("sitting") is not None and x["sitting"] < sitting]
         return sitting_references(task, max(before), rows, earlier) if before else None
     return single, next((x for x in own if x["strategy"] == "ceiling"), None), ceiling_time_to_target(own, task)
 
