@@ -118,10 +118,21 @@ def test_an_overlapped_sync_waits_only_for_what_the_next_steps_leave_of_its_exch
     _, _, waited, exchange = pm.epoch_seconds(p, link, "localsgd", 2, options, epochs=4)
     total, compute, comm, exposed = pm.epoch_seconds(p, link, "localsgd", 2, {**options, "outer_overlap": "eager"}, epochs=4)
     assert exposed == pytest.approx(exchange - 50 * 0.006)
-    assert comm == pytest.approx((8 * exposed + (exchange - exposed)) / 4) and total == pytest.approx(compute + comm)
+    # the end: the last exchange, and eager's float32 all-reduce of the weights that makes the workers' models one
+    end = (exchange - exposed) + pm.allreduce_seconds(5_120_000, 2, link)
+    assert comm == pytest.approx((8 * exposed + end) / 4) and total == pytest.approx(compute + comm)
     # H steps longer than the exchange hide all of it but the end's
     _, _, comm, exposed = pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "eager"}, epochs=100)
-    assert exposed == 0 and comm == pytest.approx(exchange / 100)
+    assert exposed == 0 and comm == pytest.approx((exchange + pm.allreduce_seconds(5_120_000, 2, link)) / 100)
+    # delayed updates land the last exchange as it is: no average at the end
+    _, _, comm, _ = pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "delayed"}, epochs=100)
+    assert comm == pytest.approx(exchange / 100)
+    # a model with batch normalisation re-estimates its statistics once more after the landing
+    bn = probe(latency_seconds=0.001, per_byte_seconds=0.0, batch_norm=True, batch_norm_bytes=0)
+    _, _, comm_bn, _ = pm.epoch_seconds(bn, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "delayed"}, epochs=100)
+    refresh = pm.REFRESH_BATCHES * pm.FORWARD_SHARE * 0.006 + pm.allreduce_seconds(0, 2, link)
+    # 100 steps an epoch: 10 syncs in 100 epochs, each re-estimates, and the end once more
+    assert comm_bn == pytest.approx((exchange + 11 * refresh) / 100)
     label = pm.predict(p, link, "localsgd", 2, {**options, "allreduce_dtype": "int8", "outer_overlap": "eager"}).label()
     assert label == "localsgd H=50 int8 nesterov eager"
     # its outer step lands one sync late: H more steps (50 of the 100 an epoch) to the target

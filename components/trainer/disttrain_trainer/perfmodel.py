@@ -110,8 +110,9 @@ chance. It errs where the group's batch is small for the model (larger batches t
 says nothing about the accuracy a strategy ends at: plain averaging rarely, and one average at the
 end, carry a note.
 Overlapped syncs (--outer-overlap): a sync waits only for what the next H steps leave of its exchange
-(the run's end for the whole last one; the exchange's own work on the cores beside the steps is not
-counted), and the outer step, one sync late, puts the group about H steps behind (overlap_lag_epochs).
+(the run's end for the whole last one, and with eager updates for one float32 all-reduce of the weights,
+which makes the workers' models one; the exchange's own work on the cores beside the steps is not
+counted: in one run of the text model at 50 Mbit/s, int8 at H = 100, the steps beside it took 10 % longer), and the outer step, one sync late, puts the group about H steps behind (overlap_lag_epochs).
 Measured side by side (bench/results/outer_overlap.json, MobileNetV2, DiLoCo at H = 100, 10 Mbit/s):
 -13 % per epoch in float32 and -2 % in int8, one epoch more to 0.90 in both, while the stop agreement
 still waited behind the exchange; since (the text model, H = 100, 1.25 epochs): -9 to -44 % in float32
@@ -359,9 +360,11 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     syncs = math.ceil(steps * epochs / every)  # every H steps, and one at the end
     if overlapped(options):
         # the exchange runs beside the next H steps: a sync waits only for what they leave of it, and the
-        # run's end for the whole last one
+        # run's end for the whole last one, whose landing the statistics' re-estimation follows once more (with
+        # eager updates, after the average of the workers' weights that makes them one model)
         exposed = max(0.0, exchange - every * t)
-        comm = (syncs * (exposed + local) + exchange - exposed) / epochs
+        end = exchange - exposed + local + (eager_end_seconds(probe, link, workers) if eager(options) else 0.0)
+        comm = (syncs * (exposed + local) + end) / epochs
         return compute + comm, compute, comm, exposed + local
     comm = syncs * (exchange + local) / epochs
     return compute + comm, compute, comm, exchange + local
@@ -380,6 +383,18 @@ def overlap_lag_epochs(probe, workers, options):
 def overlapped(options):
     """Whether a localsgd configuration runs its syncs' exchanges beside the next inner steps (--outer-overlap)."""
     return (options.get("outer_overlap") or "none") != "none"
+
+
+def eager(options):
+    """Whether an overlapped localsgd configuration takes eager updates (its workers' weights differ until the end)."""
+    return options.get("outer_overlap") == "eager"
+
+
+def eager_end_seconds(probe, link, workers):
+    """The end of a run with eager updates: its workers' weights differ by their own last changes, so they are
+    averaged (strategies/localsgd.py, finish): one all-reduce of the weights in float32, whatever the wire.
+    (The text model at 50 Mbit/s: 5.1 MB, about 0.9 s, one twenty-fifth of it in each of its 25 epochs.)"""
+    return allreduce_seconds(probe.weight_bytes, workers, link)
 
 
 def multiworker_extra_seconds(probe):
