@@ -363,6 +363,26 @@ def test_a_timed_parameter_server_epoch_is_predicted_as_measured_and_carried_to_
     assert pm.parameterserver_extra_seconds(probe(parameterserver_epoch_seconds=0.5)) == 0.0
 
 
+def test_on_the_probes_own_link_a_parameter_server_run_faster_than_the_bounds_corrects_them():
+    # loopback's copying at 2.8 ns a byte prices the workers' exchanges at 100 * (0.006 + 0.002 + 10.24 MB * 2.8 ns)
+    # = 3.67 s an epoch and the server's link at 200 * 5.12 MB * 2.8 ns = 2.87 s; the trainer's run on that link,
+    # which carried those bytes, took 2.0 s: predicted as measured there
+    timed = probe(per_byte_seconds=2.8e-9, parameterserver_epoch_seconds=2.0)
+    own = pm.link_of(timed)
+    workers_bound, server_bound, _ = pm.parameterserver_bounds(timed, own, 2)
+    assert (workers_bound, server_bound) == (pytest.approx(3.667, abs=0.001), pytest.approx(2.867, abs=0.001))
+    assert pm.epoch_seconds(timed, own, "parameterserver", 2)[0] == pytest.approx(2.0)
+    # four workers there: their bound corrected by the same seconds per group step
+    workers_bound_4, _, _ = pm.parameterserver_bounds(timed, own, 4)
+    assert pm.epoch_seconds(timed, own, "parameterserver", 4)[0] == pytest.approx(max(workers_bound_4 + 2.0 - workers_bound, 2.0))
+    # on a given link the bytes are priced at its rate, and the bounds stand
+    slow = pm.link_of(timed, mbit=100)
+    workers_bound, server_bound, _ = pm.parameterserver_bounds(timed, slow, 2)
+    assert pm.parameterserver_extra_seconds(timed) == 0.0
+    predicted = pm.epoch_seconds(timed, slow, "parameterserver", 2)[0]
+    assert predicted == pytest.approx(max(workers_bound, server_bound)) and predicted > 2.0
+
+
 def test_an_untimed_multiworker_row_is_a_lower_bound_and_a_timed_one_is_not():
     untimed, timed = probe(), probe(multiworker_step_seconds=0.009)
     row = pm.predict(untimed, pm.link_of(untimed), "multiworker", 2, epochs=5)

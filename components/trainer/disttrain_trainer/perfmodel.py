@@ -81,8 +81,12 @@ Seconds per epoch:
                    (chief, 1 parameter server, 2 workers; advise_parameterserver.py) for a few
                    epochs: T_ps, its steady seconds per epoch, gives y = (T_ps - the workers' bound
                    above at N = 2 on the probe's link) / S, taken the same at any N and on any link (so
-                   at N = 2 on the probe's link the prediction is T_ps, or the server's bound where that
-                   is larger). Not timed: y = 0, and the row is a lower bound (its note says so).
+                   at N = 2 on the probe's link the prediction is T_ps). On that link the bounds can
+                   also be above T_ps: they price the bytes at an all-reduce's cost per byte, which on
+                   loopback is copying both ways on the same cores (on one host the text model's bounds
+                   came to 1.94 and 2.26 s an epoch, its run to 1.83 s). There y may be negative, and
+                   the server's bound is at most T_ps (the timed run carried its traffic); on other
+                   links y >= 0. Not timed: y = 0, and the row is a lower bound (its note says so).
                    Measured on the text model, 2 workers on one 2-core host (four probes): T_ps 2.3-2.9
                    s per epoch against 1.7-2.6 from the bounds alone (0.9-1.5x); earlier, the parameter
                    server used 0.75 of a core, each worker 0.39, the chief 0.07.
@@ -338,7 +342,10 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
         # the workers run the group's steps between them; each step pulls and pushes the model
         group_steps = parameterserver_group_steps(probe)
         workers_bound, server_bound, exchange = parameterserver_bounds(probe, link, workers)
-        total = max(workers_bound + group_steps * parameterserver_extra_seconds(probe), server_bound)
+        timed_here = probe.parameterserver_epoch_seconds is not None and link == link_of(probe)
+        if timed_here:  # the timed run carried the server's traffic on this link (the module's docstring)
+            server_bound = min(server_bound, probe.parameterserver_epoch_seconds)
+        total = max(workers_bound + group_steps * parameterserver_extra_seconds(probe, timed_here), server_bound)
         compute = group_steps / workers * step_seconds(probe, workers)
         return total, compute, total - compute, exchange
     steps = steps_per_epoch(probe.train_examples, workers, b)
@@ -422,14 +429,17 @@ def parameterserver_bounds(probe, link, workers):
     return workers_bound, group_steps * max(pull, push) * link.per_byte_seconds, exchange
 
 
-def parameterserver_extra_seconds(probe):
+def parameterserver_extra_seconds(probe, own_link=False):
     """y in the module's docstring: what the trainer's parameter-server epoch took per step of the group beyond the
     workers' bound, on the probe's host and link with 2 workers (0 when it was not timed). Beyond the workers'
-    bound, not the larger of the two: y is added to that bound, so the prediction there is the time measured."""
+    bound, not the larger of the two: y is added to that bound, so the prediction there is the time measured.
+    `own_link`: for that link itself, where a run faster than the bound corrects it (y < 0: the bound priced the
+    exchange at loopback's all-reduce cost per byte, copying both ways); elsewhere the bound stands (y >= 0)."""
     if probe.parameterserver_epoch_seconds is None or probe.latency_seconds is None or probe.step_seconds_pair is None:
         return 0.0
     workers_bound, _, _ = parameterserver_bounds(probe, link_of(probe), 2)
-    return max(0.0, probe.parameterserver_epoch_seconds - workers_bound) / parameterserver_group_steps(probe)
+    extra = (probe.parameterserver_epoch_seconds - workers_bound) / parameterserver_group_steps(probe)
+    return extra if own_link else max(0.0, extra)
 
 
 def refresh_batches(probe, options):
