@@ -116,7 +116,8 @@ end, carry a note.
 Overlapped syncs (--outer-overlap): a sync waits only for what the next H steps leave of its exchange
 (the run's end for the whole last one, and with eager updates for one float32 all-reduce of the weights,
 which makes the workers' models one; the exchange's own work on the cores beside the steps is not
-counted: in one run of the text model at 50 Mbit/s, int8 at H = 100, the steps beside it took 10 % longer), and the outer step, one sync late, puts the group about H steps behind (overlap_lag_epochs).
+counted: in one run of the text model at 50 Mbit/s, int8 at H = 100, the steps beside it took 10 %
+longer), and the outer step, one sync late, puts the group about H steps behind (overlap_lag_epochs).
 Measured side by side (bench/results/outer_overlap.json, MobileNetV2, DiLoCo at H = 100, 10 Mbit/s):
 -13 % per epoch in float32 and -2 % in int8, one epoch more to 0.90 in both, while the stop agreement
 still waited behind the exchange; since (the text model, H = 100, 1.25 epochs): -9 to -44 % in float32
