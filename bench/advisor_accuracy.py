@@ -20,7 +20,10 @@ keeps it beside that sitting's rows (tta_store); the rows of a sitting are check
 and the epochs to the target come from the same sitting's 1-worker row where it has one. Rows without a
 sitting (measured before sittings were recorded) or whose sitting has no probe are checked against a probe
 taken now (or --probe): their errors are printed and stored but marked "same_sitting": false, and the
-summary counts the rows checked within their own sitting apart. A row a later sitting measured again is
+summary counts the rows checked within their own sitting apart. A row that carries a probe of its own
+(time_to_accuracy --probe-each-row: taken just before it, as a user probes before a run) is predicted
+from that probe, its error against the sitting's first probe printed and stored beside it: the host's
+speed can move within a sitting, and a probe an hour old answers for that, not for the advisor. A row a later sitting measured again is
 read from the file's "earlier_rows", so every sitting is checked whole. The rows that never use the
 network (1 worker, the ceiling, `average`: loopback only) join each link's comparison: on a slow link,
 training alone or averaging once at the end can be the fastest, and the advice is checked against them.
@@ -175,6 +178,17 @@ def predicted_row(probe, link, row, epochs, target):
         return None, str(err)
 
 
+def relative_error(predicted, measured):
+    """(predicted - measured) / measured of a row's seconds per epoch, or None (not predicted, or not trained)."""
+    return None if predicted is None or not measured else (predicted.seconds_per_epoch - measured) / measured
+
+
+def row_probe(row):
+    """The probe the benchmark took just before the row (time_to_accuracy --probe-each-row), or None."""
+    probe = row.get("probe")
+    return perfmodel.Probe.from_dict(probe) if isinstance(probe, dict) and probe else None
+
+
 def configuration(strategy, options):
     """What makes two runs of a strategy the same configuration: localsgd's H, wire and outer optimizer (the
     trainer's defaults filled in), multiworker's wire."""
@@ -264,19 +278,27 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
         for row in group:
             if row["link"] != link_name and row["link"] in links:
                 continue  # another link's row (one that never uses the network, on loopback): predicted in its own group
-            predicted, why = predicted_row(probe, link, row, epochs, target)
             measured = row["seconds_per_epoch"]  # None where the row did not train ("not available", "failed: ...")
-            error = None if predicted is None or not measured else (predicted.seconds_per_epoch - measured) / measured
+            predicted, why = predicted_row(probe, link, row, epochs, target)
+            error = relative_error(predicted, measured)
+            own = row_probe(row)
+            if own is not None:  # taken just before the row (--probe-each-row): the row is predicted from it
+                own_predicted, own_why = predicted_row(own, perfmodel.link_of(own, mbit), row, epochs, target)
+                sitting_error, predicted, why, error = error, own_predicted, own_why, relative_error(own_predicted, measured)
             label = f"{row['strategy']} x{row['workers']} {json.dumps(row.get('options') or {}, sort_keys=True)}"
             shown = f"{predicted.seconds_per_epoch:8.3f}" if predicted else f"  ({why})"
             measured_shown = f"{measured:8.3f}" if measured is not None else f"(none: {row.get('status', 'no row')})"
             print(f"   {label:70} predicted {shown} s/epoch, measured {measured_shown}"
-                  + (f", error {100 * error:+6.1f} %" if error is not None else ""), flush=True)
+                  + (f", error {100 * error:+6.1f} %" if error is not None else "")
+                  + ("" if own is None else " (the row's own probe" + (
+                      f"; the sitting's: {100 * sitting_error:+.1f} %)" if sitting_error is not None else ")")), flush=True)
             out_rows.append({"task": task, "link": link_name, "strategy": row["strategy"], "workers": row["workers"],
                              "options": row.get("options") or {}, "measured_seconds_per_epoch": measured,
                              "predicted_seconds_per_epoch": predicted.seconds_per_epoch if predicted else None,
                              "relative_error": error, "not_predicted": why, "sitting": sitting,
-                             "same_sitting": same_sitting})
+                             "same_sitting": same_sitting or own is not None and reference_same,
+                             "probe": "row" if own is not None else "sitting" if own_probe else "another",
+                             **({"relative_error_sitting_probe": sitting_error} if own is not None else {})})
         if len(links) > 1 and all(r["strategy"] in LOCAL_ONLY for r in group if r["link"] == link_name):
             # only the references, which every other link's group of the sitting already compares: predicted, not a group
             print("   (the references of the sitting's links: their advice is checked in each link's group)", flush=True)
@@ -357,6 +379,7 @@ def main():
     errors = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None]
     same = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None and r["same_sitting"]]
     right = [g for g in groups if g["verdict"].startswith(("fastest", "within"))]
+    own = [r for r in out_rows if r["probe"] == "row" and r["relative_error"] is not None]
     summary = {"rows": len(out_rows), "max_abs_relative_error": max(errors) if errors else None,
                "rows_within_15_percent": sum(e <= 0.15 for e in errors),
                "groups_recommendation_right": len(right), "groups": len(groups),
@@ -364,12 +387,20 @@ def main():
                "same_sitting_rows": len(same), "same_sitting_rows_within_15_percent": sum(e <= 0.15 for e in same),
                "same_sitting_max_abs_relative_error": max(same) if same else None,
                "same_sitting_groups": sum(g["same_sitting"] for g in groups),
+               # rows with a probe taken just before them: from that probe, and from their sitting's first one
+               "own_probe_rows": len(own), "own_probe_rows_within_15_percent": sum(abs(r["relative_error"]) <= 0.15 for r in own),
+               "own_probe_rows_within_15_percent_of_the_sitting_probe": sum(
+                   r.get("relative_error_sitting_probe") is not None and abs(r["relative_error_sitting_probe"]) <= 0.15 for r in own),
                "same_sitting_groups_recommendation_right": sum(g["same_sitting"] for g in right)}
     print(f"== {summary['rows_within_15_percent']} of {len(errors)} predicted rows within 15 %; the advice right in "
           f"{summary['groups_recommendation_right']} of {len(groups)} (task, link) groups", flush=True)
     print(f"== within their probe's own sitting: {summary['same_sitting_rows_within_15_percent']} of {len(same)} rows "
           f"within 15 %; the advice right in {summary['same_sitting_groups_recommendation_right']} of "
           f"{summary['same_sitting_groups']} groups", flush=True)
+    if own:
+        print(f"== of them, {len(own)} rows with a probe taken just before them: {summary['own_probe_rows_within_15_percent']} "
+              f"within 15 % of it ({summary['own_probe_rows_within_15_percent_of_the_sitting_probe']} of the sitting's first "
+              f"probe)", flush=True)
     atomic_write_json(args.out, {"benchmark": "advisor_accuracy", "results_file": os.path.abspath(args.results),
                                  "machine": machine_facts(), "config": {"budget_seconds": args.budget_seconds},
                                  "results": {"rows": out_rows, "groups": groups, "summary": summary}})

@@ -41,6 +41,9 @@ takes the strategy advisor's probe of that task (`disttrain-advise`, its default
 with the sitting: hosts differ 2-3x in speed from one session to the next, so bench/advisor_accuracy.py
 checks the advisor against the rows of its probe's own sitting, and ratios are read within a sitting
 (--rerun runs a task's single, ceiling and average rows again beside a link's rows, in one sitting).
+With --probe-each-row it takes the probe again just before every row and keeps it in the row: the host's
+speed can move within a sitting (the text model's rows ran 10-15 % off their own sitting's references),
+and advisor_accuracy.py then predicts each such row from the probe taken just before it.
 
 Resumable: each row is written to bench/results/time_to_accuracy.json (temporary file, then rename)
 as soon as it finishes; a rerun skips the rows stored as "ok" or "capped" with the same key (task,
@@ -316,19 +319,17 @@ def measure_link(store, sitting, link):
     print(f"    {measured.get('goodput_mbit', measured.get('error'))} Mbit/s", file=sys.stderr, flush=True)
 
 
-def probe_task(store, sitting, task_name, task, dirs, base):
-    """The advisor's probe of a task on this host, before its first row of the sitting, kept with the sitting
-    (bench/advisor_accuracy.py checks the sitting's rows against it). A failed probe is kept as its error;
-    the rows run all the same."""
+def probe_task(task_name, task, dirs, base):
+    """The advisor's probe of a task on this host now: its document, or {"error": why} (the rows run all the same)."""
     from advisor_accuracy import take_probe
 
     options = {**COMMON_OPTIONS, **task["options"], "batch": BATCH}
     budget = 15 if QUICK else PROBE_BUDGET_SECONDS
     print(f"  {task_name}: the advisor's probe (at most {budget} s) ...", file=sys.stderr, flush=True)
     document, why = take_probe(dirs[2], os.path.join(base, f"probe-{task_name}.json"), task["epochs"], options, budget)
-    store.put_probe(sitting, task_name, document if document is not None else {"error": why})
     if why:
         print(f"    the probe failed: {why}", file=sys.stderr, flush=True)
+    return document if document is not None else {"error": why}
 
 
 def write_data(directory, tasks):
@@ -581,6 +582,10 @@ def options(parser):
                         help="write each task's data into DIR and print the copier's and the trainer's flags for it (what a "
                              "row copies and trains: e.g. for bench/advisor_accuracy.py --task); train nothing")
     parser.add_argument("--results", metavar="PATH", help="the result file (default bench/results/time_to_accuracy.json)")
+    parser.add_argument("--probe-each-row", action="store_true",
+                        help="take the advisor's probe again just before every row (its own budget, about a minute) and keep "
+                             "it in the row: bench/advisor_accuracy.py predicts such a row from the probe taken just before "
+                             "it, so the host's speed moving during a sitting is not counted against the advisor")
 
 
 def task_table(args):
@@ -689,13 +694,22 @@ def main(args):
     try:
         dirs = {}
         for row in todo:
+            probe = None
             if row["task"] not in dirs:
                 dirs[row["task"]] = workdirs(base, row["task"], tasks[row["task"]])
-                probe_task(store, sitting, row["task"], tasks[row["task"]], dirs[row["task"]], base)
+                # before a task's first row: kept with the sitting, bench/advisor_accuracy.py checks its rows against it
+                probe = probe_task(row["task"], tasks[row["task"]], dirs[row["task"]], base)
+                store.put_probe(sitting, row["task"], probe)
             if LINKS[row["link"]] and not sitting_link(store.doc, sitting, row["link"]):
                 measure_link(store, sitting, row["link"])
+            if args.probe_each_row and probe is None:  # (a task's first row has the sitting's, just taken)
+                probe = probe_task(row["task"], tasks[row["task"]], dirs[row["task"]], base)
+            # --probe-each-row: the host as it is just before this row, kept in the row (the probe's timings only)
+            row_probe = probe.get("probe") if args.probe_each_row else None
             print(f"  {describe(row)} ...", file=sys.stderr, flush=True)
             result = dict(run_row(row, tasks[row["task"]], dirs[row["task"]], base), sitting=sitting)
+            if row_probe:
+                result["probe"] = row_probe
             store.put(result)
             if result["status"] not in ("ok", "capped"):
                 print(f"    {result['status']}" + (f": {result['reason']}" if result.get("reason") else ""), file=sys.stderr, flush=True)

@@ -80,3 +80,31 @@ def test_a_results_file_without_rows_is_one_line(tmp_path):
                             cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert result.returncode == 1 and result.stderr.strip().startswith("error: ") and "has no rows" in result.stderr
     assert not (tmp_path / "o.json").exists()
+
+
+def test_a_row_with_its_own_probe_is_predicted_from_it(results_file, advisor_probe, tmp_path):
+    """A row the benchmark probed just before it (--probe-each-row) is predicted from that probe; its error against
+    the probe given for the whole file stays beside it. Here the row's probe timed every step twice as slow."""
+    assert advisor_probe[0].returncode == 0, advisor_probe[0].stderr
+    probe = json.loads(open(advisor_probe[2]).read())["probe"]
+    slower = {**probe, **{k: 2 * probe[k] for k in ("step_seconds_alone", "step_seconds_pair") if probe.get(k)}}
+    document = json.loads(results_file.read_text())
+    for r in document["results"]["rows"]:
+        if (r["link"], r["strategy"]) == ("loopback", "localsgd"):
+            r["probe"] = slower
+    results_file.write_text(json.dumps(document))
+    out = tmp_path / "advisor_accuracy.json"
+    result = subprocess.run([sys.executable, "bench/advisor_accuracy.py", "--results", results_file, "--out", out,
+                             "--probe", f"cancer={advisor_probe[2]}"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert result.stdout.count("(the row's own probe; the sitting's: ") == 1, result.stdout
+    checked = json.loads(out.read_text())["results"]
+    rows = {(r["link"], r["strategy"]): r for r in checked["rows"]}
+    own = rows[("loopback", "localsgd")]
+    assert own["probe"] == "row" and own["same_sitting"]
+    from_given = own["relative_error_sitting_probe"]
+    # twice the step time, the same syncs: the prediction from the row's own probe is slower, by at most twice
+    assert 1.2 < (1 + own["relative_error"]) / (1 + from_given) <= 2.0 + 1e-9
+    assert {r["probe"] for k, r in rows.items() if k != ("loopback", "localsgd")} == {"another"}
+    assert checked["summary"]["own_probe_rows"] == 1
