@@ -23,8 +23,9 @@ taken now (or --probe): their errors are printed and stored but marked "same_sit
 summary counts the rows checked within their own sitting apart. A row that carries a probe of its own
 (time_to_accuracy --probe-each-row: taken just before it, as a user probes before a run) is predicted
 from that probe, its error against the sitting's first probe printed and stored beside it: the host's
-speed can move within a sitting, and a probe an hour old answers for that, not for the advisor. A row a later sitting measured again is
-read from the file's "earlier_rows", so every sitting is checked whole. The rows that never use the
+speed can move within a sitting, and a probe taken an hour before a row timed another speed, which is no
+error of the advisor's model. A row a later sitting measured again is read from the file's
+"earlier_rows", so every sitting is checked whole. The rows that never use the
 network (1 worker, the ceiling, `average`: loopback only) join each link's comparison: on a slow link,
 training alone or averaging once at the end can be the fastest, and the advice is checked against them.
 The rows of a task the benchmark retired (time_to_accuracy.TASKS, "planned": False) are left out.

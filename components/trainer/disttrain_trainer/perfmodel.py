@@ -44,8 +44,11 @@ Seconds per epoch:
   average          S_N * t_N                            (no communication; the aggregator averages)
   multiworker      S_N * (t_N + g + x) + (S_N / k) * alpha + alpha
                    g: the per-step gradient exchange (dense gradients all-reduced, an embedding's rows
-                   all-gathered), k steps per call (one agreement per call whether to stop, one sum of
-                   the metrics per epoch; a model with an embedding runs one step per call);
+                   all-gathered), k steps per train call (one agreement per call whether to stop, one sum
+                   of the metrics per epoch; a model with an embedding compiles one step per call of
+                   the step function, which the probe's t_mw includes, but still agrees once per k
+                   steps: counting an agreement per step put the text model's multiworker rows 13-21 %
+                   too slow on a host where its steps were 14 ms);
                    x = max(0, t_mw - t_2 - g on the probe's link, 2 workers, float32): what a real
                    multiworker step took beyond the compute and the exchange (the collective's own
                    work on cores the other worker's compute wants, waiting for the slower worker),
@@ -170,7 +173,7 @@ class Probe:
     weight_bytes: int  # float weights in float32 (localsgd's sync)
     weight_tensors: int
     gradient_bytes: int  # what one worker sends per multiworker step in float32 (sparse rows: as gathered)
-    gradient_sparse: bool  # the model has an embedding (sparse gradient; one step per call under multiworker)
+    gradient_sparse: bool  # the model has an embedding (sparse gradient rows, all-gathered under multiworker)
     latency_seconds: float | None  # alpha
     per_byte_seconds: float | None  # c, on the probe's link
     link_measured: str  # "loopback", "peers" or "none"
@@ -356,7 +359,7 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
         return compute, compute, 0.0, 0.0
     if strategy == "multiworker":
         g = gradient_seconds(probe, link, workers, options.get("allreduce_dtype", "float32"))
-        calls = steps if probe.gradient_sparse else math.ceil(steps / k)
+        calls = math.ceil(steps / k)  # the workers agree whether to stop once per train call of k steps
         comm = steps * (g + multiworker_extra_seconds(probe)) + calls * link.latency_seconds + link.latency_seconds
         return compute + comm, compute, comm, g
     every = options.get("sync_every") or DEFAULT_SYNC_EVERY
