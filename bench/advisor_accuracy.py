@@ -25,7 +25,8 @@ summary counts the rows checked within their own sitting apart. A row that carri
 from that probe, its error against the sitting's first probe printed and stored beside it: the host's
 speed can move within a sitting, and a probe taken an hour before a row timed another speed, which is no
 error of the advisor's model. A row a later sitting measured again is read from the file's
-"earlier_rows", so every sitting is checked whole. The rows that never use the
+"earlier_rows", so every sitting is checked whole; the summary also counts the newest measurement of
+each configuration (the rows the results' tables show) apart. The rows that never use the
 network (1 worker, the ceiling, `average`: loopback only) join each link's comparison: on a slow link,
 training alone or averaging once at the end can be the fastest, and the advice is checked against them.
 The rows of a task the benchmark retired (time_to_accuracy.TASKS, "planned": False) are left out.
@@ -71,7 +72,8 @@ def read_rows(path):
     rows = data if isinstance(data, list) else data.get("rows") or (data.get("results") or {}).get("rows")
     if not isinstance(rows, list) or not rows:
         sys.exit(f"error: {path} has no rows (a list, or an object with rows or results.rows)")
-    earlier = data.get("earlier_rows") or [] if isinstance(data, dict) else []
+    # (marked: the summary counts the newest measurement of each configuration apart)
+    earlier = [dict(r, replaced=True) for r in (data.get("earlier_rows") or [] if isinstance(data, dict) else [])]
     for i, row in enumerate(rows + earlier):
         missing = [k for k in ("task", "link", "strategy", "workers", "seconds_per_epoch") if k not in row]
         if missing:
@@ -298,6 +300,7 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
                              "predicted_seconds_per_epoch": predicted.seconds_per_epoch if predicted else None,
                              "relative_error": error, "not_predicted": why, "sitting": sitting,
                              "same_sitting": same_sitting or own is not None and reference_same,
+                             "replaced": bool(row.get("replaced")),
                              "probe": "row" if own is not None else "sitting" if own_probe else "another",
                              **({"relative_error_sitting_probe": sitting_error} if own is not None else {})})
         if len(links) > 1 and all(r["strategy"] in LOCAL_ONLY for r in group if r["link"] == link_name):
@@ -381,6 +384,8 @@ def main():
     same = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None and r["same_sitting"]]
     right = [g for g in groups if g["verdict"].startswith(("fastest", "within"))]
     own = [r for r in out_rows if r["probe"] == "row" and r["relative_error"] is not None]
+    current = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None and r["same_sitting"]
+               and not r["replaced"]]
     summary = {"rows": len(out_rows), "max_abs_relative_error": max(errors) if errors else None,
                "rows_within_15_percent": sum(e <= 0.15 for e in errors),
                "groups_recommendation_right": len(right), "groups": len(groups),
@@ -388,6 +393,9 @@ def main():
                "same_sitting_rows": len(same), "same_sitting_rows_within_15_percent": sum(e <= 0.15 for e in same),
                "same_sitting_max_abs_relative_error": max(same) if same else None,
                "same_sitting_groups": sum(g["same_sitting"] for g in groups),
+               # of them the newest measurement of each configuration (the results' tables), not those measured again since
+               "current_same_sitting_rows": len(current),
+               "current_same_sitting_rows_within_15_percent": sum(e <= 0.15 for e in current),
                # rows with a probe taken just before them: from that probe, and from their sitting's first one
                "own_probe_rows": len(own), "own_probe_rows_within_15_percent": sum(abs(r["relative_error"]) <= 0.15 for r in own),
                "own_probe_rows_within_15_percent_of_the_sitting_probe": sum(
@@ -398,6 +406,8 @@ def main():
     print(f"== within their probe's own sitting: {summary['same_sitting_rows_within_15_percent']} of {len(same)} rows "
           f"within 15 %; the advice right in {summary['same_sitting_groups_recommendation_right']} of "
           f"{summary['same_sitting_groups']} groups", flush=True)
+    print(f"== of them, the newest measurement of each configuration: {summary['current_same_sitting_rows_within_15_percent']} "
+          f"of {len(current)} rows within 15 %", flush=True)
     if own:
         print(f"== of them, {len(own)} rows with a probe taken just before them: {summary['own_probe_rows_within_15_percent']} "
               f"within 15 % of it ({summary['own_probe_rows_within_15_percent_of_the_sitting_probe']} of the sitting's first "

@@ -92,19 +92,26 @@ def test_a_row_with_its_own_probe_is_predicted_from_it(results_file, advisor_pro
     for r in document["results"]["rows"]:
         if (r["link"], r["strategy"]) == ("loopback", "localsgd"):
             r["probe"] = slower
+            # the same configuration measured before, since measured again: checked, but not the newest
+            document["earlier_rows"] = [dict(r, seconds_per_epoch=2 * r["seconds_per_epoch"])]
     results_file.write_text(json.dumps(document))
     out = tmp_path / "advisor_accuracy.json"
     result = subprocess.run([sys.executable, "bench/advisor_accuracy.py", "--results", results_file, "--out", out,
                              "--probe", f"cancer={advisor_probe[2]}"], cwd=ROOT, capture_output=True, text=True,
                             timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr
-    assert result.stdout.count("(the row's own probe; the sitting's: ") == 1, result.stdout
+    # (the row, and its earlier measurement, which kept the probe taken before it)
+    assert result.stdout.count("(the row's own probe; the sitting's: ") == 2, result.stdout
     checked = json.loads(out.read_text())["results"]
-    rows = {(r["link"], r["strategy"]): r for r in checked["rows"]}
+    rows = {(r["link"], r["strategy"]): r for r in checked["rows"] if not r["replaced"]}
     own = rows[("loopback", "localsgd")]
     assert own["probe"] == "row" and own["same_sitting"]
     from_given = own["relative_error_sitting_probe"]
     # twice the step time, the same syncs: the prediction from the row's own probe is slower, by at most twice
     assert 1.2 < (1 + own["relative_error"]) / (1 + from_given) <= 2.0 + 1e-9
     assert {r["probe"] for k, r in rows.items() if k != ("loopback", "localsgd")} == {"another"}
-    assert checked["summary"]["own_probe_rows"] == 1
+    replaced = [r for r in checked["rows"] if r["replaced"]]
+    assert len(replaced) == 1 and replaced[0]["probe"] == "row"
+    assert replaced[0]["measured_seconds_per_epoch"] == 2 * own["measured_seconds_per_epoch"]
+    summary = checked["summary"]
+    assert summary["own_probe_rows"] == 2 and summary["current_same_sitting_rows"] == 1
