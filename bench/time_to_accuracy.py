@@ -42,7 +42,7 @@ with the sitting: hosts differ 2-3x in speed from one session to the next, so be
 checks the advisor against the rows of its probe's own sitting, and ratios are read within a sitting
 (--rerun runs a task's single, ceiling and average rows again beside a link's rows, in one sitting).
 With --probe-each-row it takes the probe again just before every row and keeps it in the row: the host's
-speed can move within a sitting (the text model's rows ran 10-15 % off their own sitting's references),
+speed can move within a sitting (stored sittings' references ran 10-15 % off the probe taken at their start),
 and advisor_accuracy.py then predicts each such row from the probe taken just before it.
 
 Resumable: each row is written to bench/results/time_to_accuracy.json (temporary file, then rename)
