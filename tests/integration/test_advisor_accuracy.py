@@ -86,7 +86,7 @@ def test_a_row_with_its_own_probe_is_predicted_from_it(results_file, advisor_pro
     """A row the benchmark probed just before it (--probe-each-row) is predicted from that probe; its error against
     the probe given for the whole file stays beside it. Here the row's probe timed every step twice as slow."""
     assert advisor_probe[0].returncode == 0, advisor_probe[0].stderr
-    probe = json.loads(open(advisor_probe[2]).read())["probe"]
+    probe = json.loads(advisor_probe[2].read_text())["probe"]
     slower = {**probe, **{k: 2 * probe[k] for k in ("step_seconds_alone", "step_seconds_pair") if probe.get(k)}}
     document = json.loads(results_file.read_text())
     for r in document["results"]["rows"]:
