@@ -166,15 +166,15 @@ browser-deps:
 # tests/images runs only under `make test-images`, tests/cluster's Docker runs only under
 # `make test-cluster`; the fault tests only under `make test-faults`.
 test: venv venv-kserve venv-kserve-storage venv-kfp browser-deps
-	$(BIN)/python -m pytest tests -q -m "not faults and not long"
+	$(BIN)/python -m pytest tests -q -m "not faults and not long" --durations=20
 
 # Real-training integration tests too long for make test's ~15-minute budget on 2 cores.
 # pytest exits 5 when no test carries the marker: that is an empty target, not a failure.
 test-long: venv venv-kserve
-	$(BIN)/python -m pytest tests -q -m long || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest tests -q -m long --durations=10 || [ $$? -eq 5 ]
 
 test-faults: venv
-	$(BIN)/python -m pytest tests/faults -q -m faults
+	$(BIN)/python -m pytest tests/faults -q -m faults --durations=10
 
 TAG ?= latest
 images:
