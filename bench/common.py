@@ -318,7 +318,9 @@ def stop_and_remove(procs, base, keep=False):
 
 
 def tmpdir(prefix):
+    """A new scratch directory under $BENCH_TMP (made when missing: a path named for one sitting) or the system's."""
     base = os.environ.get("BENCH_TMP") or tempfile.gettempdir()
+    os.makedirs(base, exist_ok=True)
     return tempfile.mkdtemp(prefix=f"disttrain-bench-{prefix}-", dir=base)
 
 
