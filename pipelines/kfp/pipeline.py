@@ -84,11 +84,12 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         ])
 
     def trainer_args(workdir_root, run_id, workers, strategy, epochs, batch, learning_rate, optimizer, seed,
-                     validation_fraction, model_file, dp_l2_clip, dp_noise_multiplier, dp_delta):
+                     validation_fraction, model_file, threads, malloc, dp_l2_clip, dp_noise_multiplier, dp_delta):
         """disttrain-trainer's arguments for every strategy (the chart's, less --job/--service/--port)."""
         return [
             "--workdir", run_dir(workdir_root, run_id), "--strategy", strategy, "--epochs", epochs, "--batch", batch,
             f"--learning-rate={learning_rate}", f"--optimizer={optimizer}", "--seed", seed, "--workers", workers,
+            f"--threads={threads}", f"--malloc={malloc}",
             f"--validation-fraction={validation_fraction}", f"--model-file={model_file}",
             # DP-SGD: all three or none (the trainer refuses half a set in one line)
             f"--dp-l2-clip={dp_l2_clip}", f"--dp-noise-multiplier={dp_noise_multiplier}", f"--dp-delta={dp_delta}",
@@ -97,19 +98,21 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
     @dsl.container_component
     def trainer_in_task(workdir_root: str, run_id: str, workers: int, strategy: str, epochs: int, batch: int,
                         learning_rate: str, optimizer: str, seed: int, validation_fraction: str, model_file: str,
-                        dp_l2_clip: str, dp_noise_multiplier: str, dp_delta: str):
+                        threads: int, malloc: str, dp_l2_clip: str, dp_noise_multiplier: str, dp_delta: str):
         return dsl.ContainerSpec(
             image=image["trainer"],
             command=["sh", "-c", RUN_WORKERS_IN_TASK, "sh", workers, strategy, "disttrain-trainer"],
             args=trainer_args(workdir_root, run_id, workers, strategy, epochs, batch, learning_rate, optimizer, seed,
-                              validation_fraction, model_file, dp_l2_clip, dp_noise_multiplier, dp_delta))
+                              validation_fraction, model_file, threads, malloc, dp_l2_clip, dp_noise_multiplier,
+                              dp_delta))
 
     @dsl.container_component
     def trainer_job(workdir_root: str, workdir_claim: str, run_id: str, workers: int, strategy: str, epochs: int,
                     batch: int, learning_rate: str, sync_every: str, optimizer: str, allreduce_dtype: str,
                     parameter_servers: int, seed: int, validation_fraction: str, model_file: str, trainer_port: int,
                     outer_optimizer: str, outer_learning_rate: float, outer_momentum: float, outer_overlap: str,
-                    sync_batch_norm_batches: str, dp_l2_clip: str, dp_noise_multiplier: str, dp_delta: str):
+                    sync_batch_norm_batches: str, heartbeat_timeout_seconds: int, threads: int, malloc: str,
+                    dp_l2_clip: str, dp_noise_multiplier: str, dp_delta: str):
         install = ("pip install --quiet --no-cache-dir --no-deps --disable-pip-version-check --target /tmp/launcher "
                    + " ".join(LAUNCHER_PACKAGES))
         return dsl.ContainerSpec(
@@ -118,12 +121,14 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
             args=["--name", f"disttrain-{run_id}", "--image", image["trainer"], "--port", trainer_port,
                   "--claim", workdir_claim, "--mount", workdir_root, "--",
                   *trainer_args(workdir_root, run_id, workers, strategy, epochs, batch, learning_rate, optimizer,
-                                seed, validation_fraction, model_file, dp_l2_clip, dp_noise_multiplier, dp_delta),
+                                seed, validation_fraction, model_file, threads, malloc, dp_l2_clip, dp_noise_multiplier,
+                                dp_delta),
                   # the launcher keeps those of the strategy (trainer_job.STRATEGY_OPTIONS)
                   f"--sync-every={sync_every}", f"--allreduce-dtype={allreduce_dtype}", f"--ps={parameter_servers}",
                   f"--outer-optimizer={outer_optimizer}", f"--outer-lr={outer_learning_rate}",
                   f"--outer-momentum={outer_momentum}", f"--outer-overlap={outer_overlap}",
-                  f"--sync-batch-norm-batches={sync_batch_norm_batches}"])
+                  f"--sync-batch-norm-batches={sync_batch_norm_batches}",
+                  f"--heartbeat-timeout={heartbeat_timeout_seconds}"])
 
     @dsl.container_component
     def aggregator(workdir_root: str, run_id: str, workers: int, combine: str, exports: str,
@@ -187,6 +192,9 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         gate_force: bool = False,
         publish_to: str = "",
         trainer_port: int = 12345,
+        trainer_threads: int = 0,
+        trainer_malloc: str = "tuned",
+        trainer_heartbeat_timeout_seconds: int = 120,
         # where the stages meet, and how the trainers run
         workdir_root: str = "/workdir",
         workdir_claim: str = "disttrain-workdir",
@@ -203,7 +211,8 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         on_volume = [data]
         training = dict(workdir_root=workdir_root, run_id=run_id, workers=workers, strategy=strategy, epochs=epochs,
                         batch=batch, learning_rate=learning_rate, optimizer=optimizer, seed=seed,
-                        validation_fraction=validation_fraction, model_file=model_file, dp_l2_clip=dp_l2_clip,
+                        validation_fraction=validation_fraction, model_file=model_file, threads=trainer_threads,
+                        malloc=trainer_malloc, dp_l2_clip=dp_l2_clip,
                         dp_noise_multiplier=dp_noise_multiplier, dp_delta=dp_delta)
 
         def aggregate(after):
@@ -227,6 +236,7 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
                                   outer_optimizer=outer_optimizer, outer_learning_rate=outer_learning_rate,
                                   outer_momentum=outer_momentum, outer_overlap=outer_overlap,
                                   sync_batch_norm_batches=sync_batch_norm_batches,
+                                  heartbeat_timeout_seconds=trainer_heartbeat_timeout_seconds,
                                   **training).after(data))
 
         for task in on_volume:

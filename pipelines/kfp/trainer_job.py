@@ -44,6 +44,7 @@ DROP_UNSET_OPTIONS = (
 STRATEGY_OPTIONS = {
     "--ps": ("parameterserver",),
     "--allreduce-dtype": ("multiworker", "localsgd"),
+    "--heartbeat-timeout": ("multiworker", "localsgd"),
     "--sync-every": ("localsgd",),
     "--validation-fraction": ("average",),
     "--outer-optimizer": ("localsgd",),

@@ -31,7 +31,8 @@ NAME = f"disttrain-{RUN_ID}"  # the pipeline's Job name
 PIPELINE_OPTIONS = {"--learning-rate": "", "--validation-fraction": "", "--model-file": "", "--sync-every": "",
                     "--allreduce-dtype": "float32", "--ps": "1", "--outer-optimizer": "none", "--outer-lr": "0.7",
                     "--outer-momentum": "0.9", "--outer-overlap": "none", "--sync-batch-norm-batches": "", "--dp-l2-clip": "",
-                    "--dp-noise-multiplier": "", "--dp-delta": ""}
+                    "--dp-noise-multiplier": "", "--dp-delta": "", "--threads": "0", "--malloc": "tuned",
+                    "--heartbeat-timeout": "120"}
 
 
 def launch_dry_run(strategy, *overrides):
@@ -97,6 +98,10 @@ SETTINGS = [(strategy, (), ()) for strategy in STRATEGIES] + [
     ("multiworker", ("--dp-l2-clip=1.0", "--dp-noise-multiplier=1.1", "--dp-delta=1e-05"),
      ("trainer.privacy.l2Clip=1.0", "trainer.privacy.noiseMultiplier=1.1", "trainer.privacy.delta=1e-05")),
     ("average", ("--optimizer=sgd",), ("optimizer=sgd",)),
+    # a slow link's syncs: a longer heartbeat timeout; one thread and glibc's malloc
+    ("multiworker", ("--heartbeat-timeout=600", "--threads=1", "--malloc=glibc"),
+     ("trainer.heartbeatTimeoutSeconds=600", "trainer.threads=1", "trainer.malloc=glibc")),
+    ("parameterserver", ("--heartbeat-timeout=600",), ("trainer.heartbeatTimeoutSeconds=600",)),
 ]
 
 
@@ -127,8 +132,7 @@ def test_the_job_is_the_charts_trainer_job(strategy, ours, values):
     ours, chart = flags(effective_args(container)), flags(chart_container["args"])
     chart["--workdir"] = f"/workdir/run-{RUN_ID}"  # the run's directory: the pipeline's run id, the chart's revision
     chart["--job"], chart["--service"] = NAME, service["metadata"]["name"]
-    not_parameters = {"--wait-timeout", "--peer-wait", "--threads", "--malloc", "--progress-interval", "--embedding-size",
-                      "--margin", "--views"} | ({"--heartbeat-timeout"} if strategy in ("multiworker", "localsgd") else set())
+    not_parameters = {"--wait-timeout", "--peer-wait", "--progress-interval", "--embedding-size", "--margin", "--views"}
     assert set(chart) - set(ours) == not_parameters
     assert ours == {k: v for k, v in chart.items() if k not in not_parameters}
 
