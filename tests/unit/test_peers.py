@@ -176,3 +176,29 @@ def test_watch_leaves_a_process_that_got_through_as_it_was(tmp_path):
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30, cwd=tmp_path)
     assert (result.returncode, result.stdout.strip()) == (-signal.SIGQUIT, "through"), result.stderr
+
+
+# TensorFlow's messages when the other worker of two was killed (kill -9) mid-run: the survivor's collective
+MULTIWORKER_LOST = """Graph execution error:
+
+Detected at node allgather/CollectiveGatherV2 defined at (most recent call last):
+  File "/usr/local/bin/disttrain-trainer", line 6, in <module>
+
+Collective ops is aborted by: recvmsg:Connection reset by peer
+Additional GRPC error information from remote target /job:worker/replica:0/task:1 while calling /tensorflow.WorkerService/RecvBuf:
+:UNKNOWN:Error received from peer  {grpc_message:"recvmsg:Connection reset by peer", grpc_status:14}
+The error could be from a previous operation. Restart your program to reset.
+	 [[{{node allgather/CollectiveGatherV2}}]] [Op:__inference_one_step_965]"""
+
+
+@pytest.mark.parametrize("message, expected", [
+    (MULTIWORKER_LOST, "recvmsg:Connection reset by peer"),
+    ("Collective ops is aborted by: failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:38772: "
+     "Failed to connect to remote host: Connection refused\nAdditional GRPC error information",
+     "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:38772: Failed to connect to remote "
+     "host: Connection refused"),
+    ("\n  Socket closed\nmore", "Socket closed"),
+    ("", "no message"),
+])
+def test_a_lost_groups_reason_is_the_cause_tensorflow_names(message, expected):
+    assert peers.group_lost_reason(message) == expected

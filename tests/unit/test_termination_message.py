@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from disttrain_contract import ContractError, StageTimeout, run_cli
+from disttrain_contract import ContractError, GroupLost, StageTimeout, run_cli
 from disttrain_contract.errors import write_termination_message
 
 
@@ -22,7 +22,9 @@ def fail_with(err):
     return main
 
 
-@pytest.mark.parametrize("err, code", [(ContractError("no such file: /workdir/x.csv"), 2), (StageTimeout("timed out\nafter 3s"), 3)])
+@pytest.mark.parametrize("err, code", [(ContractError("no such file: /workdir/x.csv"), 2), (StageTimeout("timed out\nafter 3s"), 3),
+                                       # a peer gone: a retry the Job counts (not 2, which fails the Job at once)
+                                       (GroupLost("worker 0/2: the group lost a peer mid-run"), 1)])
 def test_a_contract_error_is_the_termination_message(log, capsys, err, code):
     with pytest.raises(SystemExit) as exit:
         run_cli(fail_with(err))

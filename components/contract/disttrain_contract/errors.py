@@ -31,6 +31,15 @@ class StageTimeout(ContractError):
     exit_code = 3
 
 
+class GroupLost(Exception):
+    """A peer of a connected group went away mid-run (killed, evicted, its node lost): neither the user's
+    input nor a bug, so one line and no traceback. Its exit code 1 is one the Job's retries count (2 would
+    fail the Job at once, 75 is a saved preemption): the retried pods form the group again and resume from
+    its checkpoints."""
+
+    exit_code = 1
+
+
 def write_termination_message(message, path=None):
     """Write the one-line reason a stage ends to the termination-message file, if there is one.
 
@@ -50,12 +59,12 @@ def write_termination_message(message, path=None):
 def run_cli(main, argv=None):
     """Run a stage's main(argv) and exit with its status.
 
-    A ContractError becomes one line on stderr (and in the termination-message file) and a
-    non-zero exit instead of a traceback; Ctrl-C exits 130 quietly. Anything else is a bug and
+    A ContractError or GroupLost becomes one line on stderr (and in the termination-message file)
+    and a non-zero exit instead of a traceback; Ctrl-C exits 130 quietly. Anything else is a bug and
     keeps its traceback; its exception's first line goes to the termination-message file."""
     try:
         status = main(argv)
-    except ContractError as err:
+    except (ContractError, GroupLost) as err:
         print(f"error: {err}", file=sys.stderr)
         write_termination_message(f"error: {err}")
         sys.exit(err.exit_code)

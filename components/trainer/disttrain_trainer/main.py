@@ -29,7 +29,8 @@ import json
 import os
 import time
 
-from disttrain_contract import ContractError, Workdir, atomic_write_json, read_json, read_marker, default_workdir, job_completion_index, run_cli, wait_for_marker, wait_for_quorum, write_marker
+from disttrain_contract import (ContractError, GroupLost, Workdir, atomic_write_json, default_workdir, job_completion_index,
+                                read_json, read_marker, run_cli, wait_for_marker, wait_for_quorum, write_marker)
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import compiled
 from disttrain_contract.manifest import Manifest, read_split
@@ -431,6 +432,11 @@ def main(argv=None):
                   f"save: the last checkpoint stands; exiting with code {preemption.EXIT_CODE}", flush=True)
             notice.exit(preemption.EXIT_CODE)
         progress.finish("failed", error=(str(err) or type(err).__name__)[:500])
+        # a peer gone mid-collective (kill -9, an eviction, a lost node): one line, no traceback (GroupLost)
+        if isinstance(err, (tf.errors.UnavailableError, tf.errors.AbortedError)) and args.strategy != "average":
+            raise GroupLost(f"{tag}: the group lost a peer mid-run ({type(err).__name__}: "
+                            f"{peers.group_lost_reason(err.message)}); this worker stops too, and started again "
+                            "the group resumes from its last checkpoint") from None
         raise
     notice.done()
     print(f"{tag}: done -> {worker_dir}", flush=True)

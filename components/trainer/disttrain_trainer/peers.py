@@ -79,6 +79,17 @@ def reason(err):
     return (err.strerror if isinstance(err, OSError) else None) or str(err)
 
 
+def group_lost_reason(message):
+    """What a collective's error message (TensorFlow's UnavailableError or AbortedError when a peer is gone)
+    says happened, in one line: the cause after "aborted by:" (a connection reset by the peer, refused by its
+    port), or the message's first line."""
+    lines = [line.strip() for line in str(message).splitlines() if line.strip()]
+    for line in lines:
+        if "aborted by:" in line:
+            return line.split("aborted by:", 1)[1].strip()
+    return lines[0] if lines else "no message"
+
+
 def missing_text(missing):
     """`missing`: [(task, where, why)] -> "worker 1 (host:port: connection refused), ..."."""
     if not missing:
