@@ -94,7 +94,7 @@ def test_kill_9_mid_epoch_recovers_to_the_same_accuracy(tmp_path, strategy, meas
             assert code != 0, "the survivor of a synchronous group finished alone"
             # in one line, with the exit code the Job's retries count
             log = tail(logs / f"worker-{1 - victim}-first.log", 100000)
-            assert code == 1 and "the group lost a peer mid-run (UnavailableError: " in log, log[-3000:]
+            assert code == 1 and "the group lost a peer mid-run (" in log, log[-3000:]
             assert "Traceback" not in log, log[-3000:]
             survivor_exit_sec = time.monotonic() - killed_at
             restarted = trainers(work, logs, strategy, "second")
