@@ -381,11 +381,11 @@ def main():
                 check_sitting(task, sitting, stored_probe is not None, sitting_rows, task_rows, probe, probe_path, epochs,
                               scratch, out_rows, groups, doc)
     errors = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None]
-    same = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None and r["same_sitting"]]
+    same_rows = [r for r in out_rows if r["relative_error"] is not None and r["same_sitting"]]
+    same = [abs(r["relative_error"]) for r in same_rows]
     right = [g for g in groups if g["verdict"].startswith(("fastest", "within"))]
     own = [r for r in out_rows if r["probe"] == "row" and r["relative_error"] is not None]
-    current = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None and r["same_sitting"]
-               and not r["replaced"]]
+    current = [abs(r["relative_error"]) for r in same_rows if not r["replaced"]]
     summary = {"rows": len(out_rows), "max_abs_relative_error": max(errors) if errors else None,
                "rows_within_15_percent": sum(e <= 0.15 for e in errors),
                "groups_recommendation_right": len(right), "groups": len(groups),

@@ -433,7 +433,7 @@ def main(argv=None):
             notice.exit(preemption.EXIT_CODE)
         progress.finish("failed", error=(str(err) or type(err).__name__)[:500])
         # a peer gone mid-collective (kill -9, an eviction, a lost node): one line, no traceback (GroupLost)
-        if isinstance(err, (tf.errors.UnavailableError, tf.errors.AbortedError)) and args.strategy != "average":
+        if chosen.connected and isinstance(err, (tf.errors.UnavailableError, tf.errors.AbortedError)):
             raise GroupLost(f"{tag}: the group lost a peer mid-run ({type(err).__name__}: "
                             f"{peers.group_lost_reason(err.message)}); this worker stops too, and started again "
                             "the group resumes from its last checkpoint") from None
