@@ -64,8 +64,10 @@ def parse_args(argv=None):
                         "once (a link's line rate carries less: 8.3 of 10 Mbit/s in the benchmarks; measure it, e.g. "
                         "iperf3 --bidir) (default: the link the probe measured: loopback, or the pods' network)")
     g.add_argument("--epochs-to-target", type=float, metavar="EPOCHS",
-                   help="epochs one worker needs to reach your target metric (from an earlier run); every strategy is "
-                        "taken to need as many (default: --epochs, i.e. the time for the whole run)")
+                   help="epochs one worker needs to reach your target metric (from an earlier run; a fraction where "
+                        "its curve crossed the target between two evaluations, e.g. 4.6); the other strategies' epochs "
+                        "follow from it (the docs' convergence model), each up to the evaluation that shows the target "
+                        "(default: --epochs, i.e. the time for the whole run)")
     g.add_argument("--worker-counts", metavar="N,N,...",
                    help="worker counts to predict (default: 1, 2 and --workers)")
     g.add_argument("--json", dest="json_path", metavar="PATH",

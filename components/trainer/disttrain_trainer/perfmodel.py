@@ -94,40 +94,54 @@ Seconds per epoch:
                    s per epoch against 1.7-2.6 from the bounds alone (0.9-1.5x); earlier, the parameter
                    server used 0.75 of a core, each worker 0.39, the chief 0.07.
 
-Time to the target: start-up + E_s * (seconds per epoch + one held-out evaluation) (+ a connected
+Time to the target: start-up + ceil(E_s) * (seconds per epoch + one held-out evaluation) (+ a connected
 strategy's time to join its peers), where E_s = f_s * E_1, E_1 being one worker's epochs to the target
-(--epochs-to-target, else the run's --epochs). The convergence model counts the steps of the one model
+(--epochs-to-target, else the run's --epochs): a held-out evaluation closes each epoch, so the target shows
+at the first evaluation at or after E_s. E_1 may be a fraction: where one worker's curve crossed the target
+between two evaluations (bench/advisor_accuracy.py interpolates it so; one worker at the fifth evaluation
+crossed at 4.58 of an epoch, and DiLoCo at H = 100, 0.8 of an epoch later, showed it at the sixth). The convergence model counts the steps of the one model
 the group trains, not epochs (no learning-rate scaling: the trainer uses the same rate at any N):
   f = 1  single; parameterserver (every worker's step updates the one model: S steps per epoch, as
-         one worker takes; staleness not counted); localsgd with an outer optimizer (DiLoCo: its
-         outer momentum makes up for the averaging; measured below) that takes at least
-         MIN_OUTER_STEPS outer steps before the target (S_N * E_1 / H of them; fewer: f = N, as plain
-         averaging: a momentum of three steps has not built up)
+         one worker takes; staleness not counted)
   f = N  multiworker (one step of N batches: N times fewer steps per epoch), localsgd averaging
          plainly (averaging N workers' H steps from the same weights moves the model about as far as
          H steps of an N-times larger batch), average (each worker takes S_N steps per epoch)
-Measured against it on 2 workers (MobileNetV2, epochs to the target over one worker's,
-bench/results/time_to_accuracy.json): on strongly distorted digits at half the learning rate, to 0.90,
-multiworker 1.67x, plain localsgd at H = 100 2.0x, DiLoCo at H = 100 1.0x in float32 and int8 (7.5
-outer steps before the target) and at H = 250 1.33x (3 outer steps: it stood at 0.89 for two epochs);
-on mildly augmented digits to 0.975 (and to 0.97): multiworker 2.0x (2.0x), plain localsgd at H = 32
-1.8x (2.0x) and at H = 100 1.6x (1.0x), DiLoCo at H = 100 1.0x (1.0x) in int8 and 1.8x (1.0x) in
-float32, at H = 250 1.8x (1.25x; 2.5 outer steps). A curve on its plateau crosses a target late by
-chance. It errs where the group's batch is small for the model (larger batches then lose little) and
-says nothing about the accuracy a strategy ends at: plain averaging rarely, and one average at the
+  DiLoCo (localsgd with an outer optimizer): E_s = min(E_1 + H / S_N, N E_1): one worker's epochs and
+         one outer step more (its outer momentum makes up for the averaging, but the group's model
+         moves only at a sync, an outer step behind a worker that steps alone), never more than
+         plain averaging's (with an outer step or less before the target, S_N E_1 / H <= 1 / (N - 1),
+         the momentum has not built up: the row's note says so)
+Measured on 2 workers (the evaluation that first showed the target, bench/results/time_to_accuracy.json;
+predicted from one worker's crossing, interpolated): the text model (S_N = 80; one worker crossed 0.76 at
+1.69 epochs, shown at the second evaluation) at H = 50, 100 and 250 showed it at the third, third and
+fourth evaluation in every sitting (predicted 3, 3 and 4: 1.69 + 0.625 and + 1.25, and plain averaging's
+3.38 at H = 250); with eager updates at H = 100 at the fifth (5). MobileNetV2 on strongly distorted digits
+at half the learning rate (S_N = 125; one worker crossed 0.90 at 4.58, shown at the fifth) at H = 50, 100
+and 250 at the fifth, sixth and seventh (5, 6, 7), float32, float16 and int8 alike, and with eager updates
+at H = 100 at the seventh (7). Not every sitting agrees: two earlier ones, whose one worker crossed at 5.62,
+showed DiLoCo at H = 100 at the sixth and at H = 250 at the seventh (predicted 7 and 8); on mildly
+augmented digits to 0.975 (one worker at 4.48) int8 at H = 100 showed it at the fifth (6) and float32 at
+the ninth, at H = 250 at the eighth (7). The rule this replaced (one worker's epochs from five outer steps before the target on, plain
+averaging's below) missed the text model's H = 50 and 100 and MobileNetV2's H = 100 and 250 by an epoch
+each. The other rows: multiworker 1.67x and 2.0x, plain localsgd at H = 100 2.4-2.6x (distorted digits)
+and 1.6x (augmented), at H = 32-250 1.5-2.0x (text). A curve on its plateau crosses a target late by
+chance. The model errs where the group's batch is small for the model (larger batches then lose little)
+and says nothing about the accuracy a strategy ends at: plain averaging rarely, and one average at the
 end, carry a note.
 Overlapped syncs (--outer-overlap): a sync waits only for what the next H steps leave of its exchange
 (the run's end for the whole last one, and with eager updates for one float32 all-reduce of the weights,
 which makes the workers' models one; the exchange's own work on the cores beside the steps is not
 counted: in one run of the text model at 50 Mbit/s, int8 at H = 100, the steps beside it took 10 %
-longer), and the outer step, one sync late, puts the group about H steps behind (overlap_lag_epochs).
+longer), and the outer step, one sync late, puts the group about H steps further behind (overlap_lag_epochs: one
+more outer step's H / S_N epochs, on top of DiLoCo's own; measured, the text model at H = 100 reached its
+target at epoch 5 against 3 waiting (predicted 4.5), MobileNetV2 at 7 against 6 (6.6)).
 Measured side by side (bench/results/outer_overlap.json, MobileNetV2, DiLoCo at H = 100, 10 Mbit/s):
 -13 % per epoch in float32 and -2 % in int8, one epoch more to 0.90 in both, while the stop agreement
 still waited behind the exchange; since (the text model, H = 100, 1.25 epochs): -9 to -44 % in float32
 and 0 to -17 % in int8 on the shaped links, two epochs more to 0.76 (docs/strategies.md).
 DiLoCo is a candidate at H >= DILOCO_MIN_SYNC_EVERY only: its outer learning rate and momentum are
-the paper's for H = 500, and measured at H = 100 and 250; a short H would compound the momentum on
-top of the inner optimizer's every few steps.
+the paper's for H = 500, and measured at H = 50, 100 and 250 (ending within a point of one worker on
+both models); a shorter H would compound the momentum on top of the inner optimizer's every few steps.
 """
 
 import math
@@ -143,10 +157,7 @@ CONNECTED = ("multiworker", "localsgd", "parameterserver")
 DEFAULT_SYNC_EVERY = 32  # the trainer's --sync-every default (strategies/options.py)
 # localsgd's H: the default, and rarer ones (500: the DiLoCo paper's); the time-to-accuracy benchmark's too
 SYNC_EVERY = (32, 50, 100, 250, 500)
-DILOCO_MIN_SYNC_EVERY = 100  # the outer optimizer's candidates (the module's docstring)
-# DiLoCo's outer steps before the target below which it is taken to converge as plain averaging does (f = N):
-# measured, f = 1 held with 6.25 and 7.5 of them and not with 2.5 and 3 (the module's docstring)
-MIN_OUTER_STEPS = 5
+DILOCO_MIN_SYNC_EVERY = 50  # the outer optimizer's candidates (the module's docstring)
 # batches that re-estimate the batch-norm statistics after a sync: the trainer's --sync-batch-norm-batches
 # default (strategies/options.py; a unit test checks that the two agree), and a forward pass's share of a step
 REFRESH_BATCHES, FORWARD_SHARE = 8, 1 / 3
@@ -381,14 +392,17 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     return compute + comm, compute, comm, exchange + local
 
 
+def outer_step_epochs(probe, workers, options):
+    """One outer step of a localsgd configuration in epochs: H / S_N."""
+    return (options.get("sync_every") or DEFAULT_SYNC_EVERY) / steps_per_epoch(probe.train_examples, workers, probe.batch)
+
+
 def overlap_lag_epochs(probe, workers, options):
     """The epochs an overlapped run needs beyond a waiting one to reach the same accuracy: its outer step lands
-    one sync late, so the group's model is about H steps behind (measured: MobileNetV2 on distorted digits,
-    DiLoCo at H = 100, 125 steps an epoch, reached 0.90 one epoch later with eager updates, float32 and int8
-    alike, bench/results/outer_overlap.json)."""
-    if not overlapped(options):
-        return 0.0
-    return (options.get("sync_every") or DEFAULT_SYNC_EVERY) / steps_per_epoch(probe.train_examples, workers, probe.batch)
+    one sync late, so the group's model is about H steps further behind (measured: MobileNetV2 on distorted
+    digits, DiLoCo at H = 100, 125 steps an epoch, reached 0.90 one epoch later with eager updates, float32 and
+    int8 alike, bench/results/outer_overlap.json; the text model two epochs later, at 80 steps an epoch)."""
+    return outer_step_epochs(probe, workers, options) if overlapped(options) else 0.0
 
 
 def overlapped(options):
@@ -455,8 +469,7 @@ def refresh_batches(probe, options):
 
 def outer_steps(probe, workers, options, epochs_to_target):
     """DiLoCo's outer steps (syncs) before the target, at one worker's epochs to it."""
-    every = options.get("sync_every") or DEFAULT_SYNC_EVERY
-    return steps_per_epoch(probe.train_examples, workers, probe.batch) * epochs_to_target / every
+    return epochs_to_target / outer_step_epochs(probe, workers, options)
 
 
 def diloco(strategy, options):
@@ -464,16 +477,21 @@ def diloco(strategy, options):
     return strategy == "localsgd" and (options.get("outer_optimizer") or "none") != "none"
 
 
-def convergence_factor(strategy, workers, options=None, outer_steps_to_target=None):
-    """Epochs to the target relative to one worker's (f in the module's docstring); `outer_steps_to_target`:
-    DiLoCo's (outer_steps), None when not known (taken as enough)."""
-    options = options or {}
-    if strategy in ("single", "parameterserver"):
-        return 1.0
-    if diloco(strategy, options):
-        enough = outer_steps_to_target is None or outer_steps_to_target >= MIN_OUTER_STEPS
-        return 1.0 if enough else float(workers)
-    return float(workers)
+def convergence_factor(strategy, workers):
+    """Epochs to the target relative to one worker's (f in the module's docstring) of every strategy but DiLoCo,
+    whose epochs epochs_needed counts."""
+    return 1.0 if strategy in ("single", "parameterserver") else float(workers)
+
+
+def epochs_needed(probe, strategy, workers, options, epochs_to_target):
+    """(this configuration's epochs to the target, whether DiLoCo's count is plain averaging's) from one worker's
+    (the module's docstring): f times them; DiLoCo one outer step more, at most plain averaging's; an overlapped
+    sync one outer step more again."""
+    plain = epochs_to_target * convergence_factor(strategy, workers)
+    if not diloco(strategy, options):
+        return plain, False
+    own = epochs_to_target + outer_step_epochs(probe, workers, options)
+    return min(own, plain) + overlap_lag_epochs(probe, workers, options), own >= plain
 
 
 def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_target=None):
@@ -482,17 +500,18 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
     options = dict(options or {})
     total, compute, comm, one = epoch_seconds(probe, link, strategy, workers, options, epochs)
     to_target = needed = None
+    as_plain = False
     if epochs_to_target is not None:
         # every worker evaluates the held-out split after each epoch: on one host they share its cores too
         evaluation = probe.eval_seconds * (step_seconds(probe, workers) / probe.step_seconds_alone)
         start = probe.startup_seconds + (probe.join_seconds if strategy in CONNECTED else 0.0)
-        outer = outer_steps(probe, workers, options, epochs_to_target) if diloco(strategy, options) else None
-        needed = epochs_to_target * convergence_factor(strategy, workers, options, outer) + overlap_lag_epochs(probe, workers, options)
+        needed, as_plain = epochs_needed(probe, strategy, workers, options, epochs_to_target)
+        needed = math.ceil(needed - 1e-9)  # the evaluation that shows it (1e-9: 3 * 1.0 is 3, not 3.0000000001)
         to_target = start + needed * (total + evaluation)
     note, risk = "", False
-    if diloco(strategy, options) and epochs_to_target is not None and outer < MIN_OUTER_STEPS:
-        note = (f"{outer:.1f} outer steps before the target: too few for the outer momentum (counted as plain "
-                f"averaging's epochs; a shorter --sync-every gives more)")
+    if epochs_to_target is not None and as_plain:
+        note = (f"{outer_steps(probe, workers, options, epochs_to_target):.1f} outer steps before the target: too few "
+                f"for the outer momentum (counted as plain averaging's epochs; a shorter --sync-every gives more)")
     rare = (options.get("sync_every") or DEFAULT_SYNC_EVERY) > PLAIN_SYNC_RISK
     if strategy == "localsgd" and not diloco(strategy, options) and rare:
         note, risk = "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov", True
