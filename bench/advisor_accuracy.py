@@ -91,18 +91,24 @@ def flag_args(options):
 
 
 def epochs_to_target(rows):
-    """The group's 1-worker epochs to the target, or None when it did not reach it: the first epoch its
-    held-out curve ([seconds, epoch, value] per evaluation) reached the target at; a row without a curve,
-    the fraction of its run at which it reached it (time to target / wall time) times its epochs (that
-    counts the start-up as training: a run that reaches the target at its first evaluation would seem
-    to need several epochs)."""
+    """The group's 1-worker epochs to the target, or None when it did not reach it: where its held-out curve
+    ([seconds, epoch, value] per evaluation) crossed the target, interpolated between the evaluation before
+    and the first that showed it (the advisor rounds every configuration's epochs up to the evaluation that
+    shows the target: perfmodel's docstring); the first evaluation's own epoch when that one shows it. A row
+    without a curve: the fraction of its run at which it reached it (time to target / wall time) times its
+    epochs (that counts the start-up as training: a run that reaches the target at its first evaluation
+    would seem to need several epochs)."""
     single = next((r for r in rows if r["strategy"] == "single" and r.get("reached")), None)
     if single is None:
         return None
     target = single.get("target")
-    reached = [point[1] for point in single.get("curve") or [] if target is not None and point[2] >= target]
-    if reached:
-        return float(reached[0])
+    curve = [(float(epoch), value) for _, epoch, value in single.get("curve") or []]
+    for i, (epoch, value) in enumerate(curve):
+        if target is not None and value >= target:
+            if i == 0:
+                return epoch
+            before, value_before = curve[i - 1]
+            return before + (epoch - before) * (target - value_before) / (value - value_before)
     if not single.get("wall_seconds") or not single.get("epochs"):
         return None
     return max(single["time_to_target_seconds"] / single["wall_seconds"] * single["epochs"], 0.1)
@@ -193,12 +199,13 @@ def row_probe(row):
 
 
 def configuration(strategy, options):
-    """What makes two runs of a strategy the same configuration: localsgd's H, wire and outer optimizer (the
-    trainer's defaults filled in), multiworker's wire."""
+    """What makes two runs of a strategy the same configuration: localsgd's H, wire, outer optimizer, overlap and
+    batch-norm re-estimation (the trainer's defaults filled in), multiworker's wire."""
     if strategy == "localsgd":
         return (strategy, options.get("sync_every") or perfmodel.DEFAULT_SYNC_EVERY,
                 options.get("allreduce_dtype") or "float32", options.get("outer_optimizer") or "none",
-                options.get("outer_overlap") or "none")
+                options.get("outer_overlap") or "none",
+                options.get("sync_batch_norm_batches", perfmodel.REFRESH_BATCHES))
     if strategy == "multiworker":
         return (strategy, options.get("allreduce_dtype") or "float32")
     return (strategy,)
