@@ -20,7 +20,8 @@ Configurations (ROWS: a list of data; a row whose flags the installed trainer re
   multiworker      2 workers, gradients all-reduced every step
   localsgd         2 workers, weights averaged every --sync-every H steps (default H, and H in H_VALUES);
                    DiLoCo (--outer-optimizer nesterov) at the same H, float32, float16 and int8 on the wire;
-                   DiLoCo with eager updates (--outer-overlap eager) at H = 100, float32 and int8
+                   DiLoCo with eager updates (--outer-overlap eager) at H = 100, float32 and int8;
+                   DiLoCo int8 at H = 50 with half the batch-norm re-estimation (--sync-batch-norm-batches 4)
   parameterserver  1 chief + 1 ps + 2 workers (4 processes)
 single, ceiling and average never use the network, so they run on loopback only and are the reference
 of every link. The ceiling of the time to target is measured by average's two workers (each evaluates
