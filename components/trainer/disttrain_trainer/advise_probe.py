@@ -248,25 +248,33 @@ def time_steps(train_call, iterator, steps, seconds, together=None):
         per_step.append((time.perf_counter() - started) / steps)
 
 
-def gradient_wire_bytes(tf, model, task, iterator):
+# batches whose touched embedding rows the probe averages: how many rows a batch touches varies with its examples
+SPARSE_BATCHES = 8
+
+
+def gradient_wire_bytes(tf, model, task, iterator, batches=SPARSE_BATCHES):
     """(bytes one worker sends per multiworker step in float32, whether a gradient is sparse): dense gradients
-    whole; an embedding's as the unique rows one real batch touched, each with its two int32 tags
-    (collectives.Wire._gather_rows)."""
-    x, y = next(iterator)
-    with tf.GradientTape() as tape:
-        per_example, _ = task.loss_and_score(y, model(x, training=True))
-        loss = tf.reduce_mean(per_example)
-    total, sparse = 0, False
-    for grad in tape.gradient(loss, model.trainable_variables):
-        if grad is None:
-            continue
-        if isinstance(grad, tf.IndexedSlices):
-            sparse = True
-            rows = int(tf.shape(tf.unique(grad.indices)[0])[0])
-            total += rows * (int(math.prod(grad.values.shape[1:])) * 4 + 8)
-        else:
-            total += int(math.prod(grad.shape)) * 4
-    return total, sparse
+    whole; an embedding's as the unique rows a real batch touched, each with its two int32 tags
+    (collectives.Wire._gather_rows), the mean of `batches` batches (a model without one: its first batch's)."""
+    dense, sparse_bytes = 0, []
+    for batch in range(batches):
+        x, y = next(iterator)
+        with tf.GradientTape() as tape:
+            per_example, _ = task.loss_and_score(y, model(x, training=True))
+            loss = tf.reduce_mean(per_example)
+        touched = None
+        for grad in tape.gradient(loss, model.trainable_variables):
+            if grad is None:
+                continue
+            if isinstance(grad, tf.IndexedSlices):
+                rows = int(tf.shape(tf.unique(grad.indices)[0])[0])
+                touched = (touched or 0) + rows * (int(math.prod(grad.values.shape[1:])) * 4 + 8)
+            elif batch == 0:
+                dense += int(math.prod(grad.shape)) * 4
+        if touched is None:
+            return dense, False
+        sparse_bytes.append(touched)
+    return dense + round(sum(sparse_bytes) / len(sparse_bytes)), True
 
 
 def main(args, data_dir, index, addresses, launched, deadline):
