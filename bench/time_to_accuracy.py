@@ -37,7 +37,8 @@ that the held-out accuracy climbs through the run (TASKS says why; the milder ta
 out of the plan). Both are sized for about 2,000 steps per worker with 2 workers (1 worker: twice as
 many), batch 64 per worker, --threads 1 per process.
 
-Sittings: each run of this command is a sitting. Its rows carry its id, and before a task's first row it
+Sittings: each run of this command is a sitting (--continue-sitting: it adds to the newest one instead, on
+the host that ran it, not restarted since). Its rows carry its id, and before a task's first row it
 takes the strategy advisor's probe of that task (`disttrain-advise`, its default 60 s budget) and keeps it
 with the sitting: hosts differ 2-3x in speed from one session to the next, so bench/advisor_accuracy.py
 checks the advisor against the rows of its probe's own sitting, and ratios are read within a sitting
@@ -587,6 +588,9 @@ def options(parser):
                         help="write each task's data into DIR and print the copier's and the trainer's flags for it (what a "
                              "row copies and trains: e.g. for bench/advisor_accuracy.py --task); train nothing")
     parser.add_argument("--results", metavar="PATH", help="the result file (default bench/results/time_to_accuracy.json)")
+    parser.add_argument("--continue-sitting", action="store_true",
+                        help="add the rows to the results' newest sitting instead of starting one (a row it left out, or "
+                             "one stopped), on the host that ran it, not restarted since (its boot id); its probes stay")
     parser.add_argument("--probe-each-row", action="store_true",
                         help="take the advisor's probe again just before every row (its own budget, about a minute) and keep "
                              "it in the row: bench/advisor_accuracy.py predicts such a row from the probe taken just before "
@@ -650,6 +654,15 @@ def interrupted(*_):
     raise KeyboardInterrupt
 
 
+def boot_id():
+    """This host's boot id (Linux), or None: what a continued sitting must share with the one that started it."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as fh:
+            return fh.read().strip() or None
+    except OSError:
+        return None
+
+
 def main(args):
     global QUICK
     import common
@@ -694,8 +707,14 @@ def main(args):
     # SIGTERM (as Ctrl-C): stop the running row's processes, remove its namespaces, keep the stored rows
     signal.signal(signal.SIGTERM, interrupted)
     base = common.tmpdir("tta")
-    sitting = store.start_sitting(common.machine_facts())
-    print(f"sitting {sitting}", file=sys.stderr, flush=True)
+    if args.continue_sitting:
+        sitting, why = store.continue_sitting(boot_id())
+        if why:
+            bad_input(f"--continue-sitting: {why}")
+        print(f"sitting {sitting}, continued", file=sys.stderr, flush=True)
+    else:
+        sitting = store.start_sitting(common.machine_facts(), boot=boot_id())
+        print(f"sitting {sitting}", file=sys.stderr, flush=True)
     try:
         dirs = {}
         for row in todo:
@@ -703,8 +722,9 @@ def main(args):
             if row["task"] not in dirs:
                 dirs[row["task"]] = workdirs(base, row["task"], tasks[row["task"]])
                 # before a task's first row: kept with the sitting, bench/advisor_accuracy.py checks its rows against it
-                probe = probe_task(row["task"], tasks[row["task"]], dirs[row["task"]], base)
-                store.put_probe(sitting, row["task"], probe)
+                if row["task"] not in store.doc["sittings"][sitting]["probes"]:  # (a continued sitting keeps its own)
+                    probe = probe_task(row["task"], tasks[row["task"]], dirs[row["task"]], base)
+                    store.put_probe(sitting, row["task"], probe)
             if LINKS[row["link"]] and not sitting_link(store.doc, sitting, row["link"]):
                 measure_link(store, sitting, row["link"])
             if args.probe_each_row and probe is None:  # (a task's first row has the sitting's, just taken)

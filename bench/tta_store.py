@@ -149,8 +149,9 @@ class RowStore:
         row = self.get(key)
         return row is not None and row.get("status") in FINAL_STATUSES
 
-    def start_sitting(self, machine, now=None):
-        """A new sitting's id (its start, UTC, to the second; a suffix if one started in the same second)."""
+    def start_sitting(self, machine, now=None, boot=None):
+        """A new sitting's id (its start, UTC, to the second; a suffix if one started in the same second). `boot`:
+        the host's boot id, which a later run must share to continue the sitting (continue_sitting)."""
         import time
 
         sittings = self.doc.setdefault("sittings", {})
@@ -158,9 +159,23 @@ class RowStore:
         sitting = base
         while sitting in sittings:
             sitting = f"{base}-{len(sittings)}"
-        sittings[sitting] = {"started": base, "machine": machine or {}, "probes": {}}
+        sittings[sitting] = {"started": base, "machine": machine or {}, "probes": {}, **({"boot": boot} if boot else {})}
         self.write()
         return sitting
+
+    def continue_sitting(self, boot):
+        """The newest sitting's id, to add rows to it: (id, None), or (None, why not). Only on the host that ran it,
+        not restarted since (the same boot id): a sitting's rows are read against each other, and hosts of one
+        kind differ 2-3x in speed."""
+        sittings = self.doc.get("sittings") or {}
+        if not sittings:
+            return None, "the results hold no sitting to continue"
+        newest = max(sittings, key=lambda s: (sittings[s]["started"], s))
+        recorded = sittings[newest].get("boot")
+        if not boot or recorded != boot:
+            why = "it kept no boot id" if not recorded else "it ran on another host, or before this one restarted"
+            return None, f"the newest sitting, {newest}, cannot be continued here: {why}"
+        return newest, None
 
     def put_probe(self, sitting, task, probe_document):
         """Keep the advisor's probe (`disttrain-advise --json`'s document) of a task taken in a sitting."""

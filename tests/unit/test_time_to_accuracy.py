@@ -209,6 +209,18 @@ def test_each_sitting_keeps_its_machine_and_its_probes(tmp_path):
     assert set(RowStore(path).doc["sittings"]) == {first, second}  # a rerun keeps them
 
 
+def test_only_the_newest_sitting_continues_and_only_on_the_host_boot_that_ran_it(tmp_path):
+    store = RowStore(str(tmp_path / "tta.json"), machine={"nproc": 2})
+    assert store.continue_sitting("boot-a") == (None, "the results hold no sitting to continue")
+    old = store.start_sitting({"nproc": 2}, now=1_800_000_000)  # kept no boot id (as sittings before it)
+    assert store.continue_sitting("boot-a")[1] == f"the newest sitting, {old}, cannot be continued here: it kept no boot id"
+    newest = store.start_sitting({"nproc": 2}, now=1_800_000_100, boot="boot-a")
+    assert RowStore(str(tmp_path / "tta.json")).continue_sitting("boot-a") == (newest, None)  # (kept on disk)
+    why = store.continue_sitting("boot-b")[1]
+    assert why.endswith("it ran on another host, or before this one restarted") and newest in why
+    assert store.continue_sitting(None)[0] is None  # no boot id here (not Linux): never
+
+
 def test_the_advisor_is_checked_per_sitting_with_that_sittings_one_worker_row():
     import advisor_accuracy
 
