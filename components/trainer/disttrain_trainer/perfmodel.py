@@ -99,8 +99,9 @@ strategy's time to join its peers), where E_s = f_s * E_1, E_1 being one worker'
 (--epochs-to-target, else the run's --epochs): a held-out evaluation closes each epoch, so the target shows
 at the first evaluation at or after E_s. E_1 may be a fraction: where one worker's curve crossed the target
 between two evaluations (bench/advisor_accuracy.py interpolates it so; one worker at the fifth evaluation
-crossed at 4.58 of an epoch, and DiLoCo at H = 100, 0.8 of an epoch later, showed it at the sixth). The convergence model counts the steps of the one model
-the group trains, not epochs (no learning-rate scaling: the trainer uses the same rate at any N):
+crossed at 4.58 of an epoch, and DiLoCo at H = 100, 0.8 of an epoch later, showed it at the sixth). The
+convergence model counts the steps of the one model the group trains, not epochs (no learning-rate
+scaling: the trainer uses the same rate at any N):
   f = 1  single; parameterserver (every worker's step updates the one model: S steps per epoch, as
          one worker takes; staleness not counted)
   f = N  multiworker (one step of N batches: N times fewer steps per epoch), localsgd averaging
@@ -121,20 +122,22 @@ and 250 at the fifth, sixth and seventh (5, 6, 7), float32, float16 and int8 ali
 at H = 100 at the seventh (7). Not every sitting agrees: two earlier ones, whose one worker crossed at 5.62,
 showed DiLoCo at H = 100 at the sixth and at H = 250 at the seventh (predicted 7 and 8); on mildly
 augmented digits to 0.975 (one worker at 4.48) int8 at H = 100 showed it at the fifth (6) and float32 at
-the ninth, at H = 250 at the eighth (7). The rule this replaced (one worker's epochs from five outer steps before the target on, plain
-averaging's below) missed the text model's H = 50 and 100 and MobileNetV2's H = 100 and 250 by an epoch
-each. The other rows: multiworker 1.67x and 2.0x, plain localsgd at H = 100 2.4-2.6x (distorted digits)
-and 1.6x (augmented), at H = 32-250 1.5-2.0x (text). A curve on its plateau crosses a target late by
-chance. The model errs where the group's batch is small for the model (larger batches then lose little)
+the ninth, at H = 250 at the eighth (7). The rule this replaced (one worker's epochs from five outer
+steps before the target on, plain averaging's below) missed the text model's H = 50 and 100 and
+MobileNetV2's H = 100 and 250 by an epoch each. The other rows: multiworker 1.67x and 2.0x, plain
+localsgd at H = 100 2.4-2.6x (distorted digits) and 1.6x (augmented), at H = 32-250 1.5-2.0x (text). A
+curve on its plateau crosses a target late by chance. The model errs where the group's batch is small for the model (larger batches then lose little)
 and says nothing about the accuracy a strategy ends at: plain averaging rarely, and one average at the
 end, carry a note.
 Overlapped syncs (--outer-overlap): a sync waits only for what the next H steps leave of its exchange
 (the run's end for the whole last one, and with eager updates for one float32 all-reduce of the weights,
 which makes the workers' models one; the exchange's own work on the cores beside the steps is not
 counted: in one run of the text model at 50 Mbit/s, int8 at H = 100, the steps beside it took 10 %
-longer), and the outer step, one sync late, puts the group about H steps further behind (overlap_lag_epochs: one
-more outer step's H / S_N epochs, on top of DiLoCo's own; measured, the text model at H = 100 reached its
-target at epoch 5 against 3 waiting (predicted 4.5), MobileNetV2 at 7 against 6 (6.6)).
+longer; in its int8 rows at 50 Mbit/s no sync waited, yet an epoch with a sync took about 0.1 s more
+than one without, and the rows took 17-21 % longer an epoch than predicted), and the outer step, one sync late, puts
+the group about H steps further behind (overlap_lag_epochs: one more outer step's H / S_N epochs, on top of
+DiLoCo's own; measured, the text model at H = 100 showed its target at the fifth evaluation against the
+third waiting, MobileNetV2 at the seventh against the sixth: predicted 5 and 7).
 Measured side by side (bench/results/outer_overlap.json, MobileNetV2, DiLoCo at H = 100, 10 Mbit/s):
 -13 % per epoch in float32 and -2 % in int8, one epoch more to 0.90 in both, while the stop agreement
 still waited behind the exchange; since (the text model, H = 100, 1.25 epochs): -9 to -44 % in float32
