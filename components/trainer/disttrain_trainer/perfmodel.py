@@ -126,9 +126,9 @@ the ninth, at H = 250 at the eighth (7). The rule this replaced (one worker's ep
 steps before the target on, plain averaging's below) missed the text model's H = 50 and 100 and
 MobileNetV2's H = 100 and 250 by an epoch each. The other rows: multiworker 1.67x and 2.0x, plain
 localsgd at H = 100 2.4-2.6x (distorted digits) and 1.6x (augmented), at H = 32-250 1.5-2.0x (text). A
-curve on its plateau crosses a target late by chance. The model errs where the group's batch is small for the model (larger batches then lose little)
-and says nothing about the accuracy a strategy ends at: plain averaging rarely, and one average at the
-end, carry a note.
+curve on its plateau crosses a target late by chance. The model errs where the group's batch is small
+for the model (larger batches then lose little) and says nothing about the accuracy a strategy ends at:
+plain averaging rarely, and one average at the end, carry a note.
 Overlapped syncs (--outer-overlap): a sync waits only for what the next H steps leave of its exchange
 (the run's end for the whole last one, and with eager updates for one float32 all-reduce of the weights,
 which makes the workers' models one; the exchange's own work on the cores beside the steps is not
