@@ -37,8 +37,8 @@ that the held-out accuracy climbs through the run (TASKS says why; the milder ta
 out of the plan). Both are sized for about 2,000 steps per worker with 2 workers (1 worker: twice as
 many), batch 64 per worker, --threads 1 per process.
 
-Sittings: each run of this command is a sitting (--continue-sitting: it adds to the newest one instead, on
-the host that ran it, not restarted since). Its rows carry its id, and before a task's first row it
+Sittings: each run of this command is a sitting (--continue-sitting [ID]: it adds to that one, or the
+newest, instead, on the host that ran it, not restarted since). Its rows carry its id, and before a task's first row it
 takes the strategy advisor's probe of that task (`disttrain-advise`, its default 60 s budget) and keeps it
 with the sitting: hosts differ 2-3x in speed from one session to the next, so bench/advisor_accuracy.py
 checks the advisor against the rows of its probe's own sitting, and ratios are read within a sitting
@@ -588,9 +588,10 @@ def options(parser):
                         help="write each task's data into DIR and print the copier's and the trainer's flags for it (what a "
                              "row copies and trains: e.g. for bench/advisor_accuracy.py --task); train nothing")
     parser.add_argument("--results", metavar="PATH", help="the result file (default bench/results/time_to_accuracy.json)")
-    parser.add_argument("--continue-sitting", action="store_true",
-                        help="add the rows to the results' newest sitting instead of starting one (a row it left out, or "
-                             "one stopped), on the host that ran it, not restarted since (its boot id); its probes stay")
+    parser.add_argument("--continue-sitting", nargs="?", const="newest", metavar="SITTING",
+                        help="add the rows to a sitting of the results (its id; without one, the newest) instead of "
+                             "starting one (a row it left out, or one stopped), on the host that ran it, not restarted "
+                             "since (its boot id); its probes stay")
     parser.add_argument("--probe-each-row", action="store_true",
                         help="take the advisor's probe again just before every row (its own budget, about a minute) and keep "
                              "it in the row: bench/advisor_accuracy.py predicts such a row from the probe taken just before "
@@ -708,7 +709,7 @@ def main(args):
     signal.signal(signal.SIGTERM, interrupted)
     base = common.tmpdir("tta")
     if args.continue_sitting:
-        sitting, why = store.continue_sitting(boot_id())
+        sitting, why = store.continue_sitting(boot_id(), None if args.continue_sitting == "newest" else args.continue_sitting)
         if why:
             bad_input(f"--continue-sitting: {why}")
         print(f"sitting {sitting}, continued", file=sys.stderr, flush=True)

@@ -163,19 +163,22 @@ class RowStore:
         self.write()
         return sitting
 
-    def continue_sitting(self, boot):
-        """The newest sitting's id, to add rows to it: (id, None), or (None, why not). Only on the host that ran it,
-        not restarted since (the same boot id): a sitting's rows are read against each other, and hosts of one
-        kind differ 2-3x in speed."""
+    def continue_sitting(self, boot, sitting=None):
+        """The id of a sitting to add rows to (`sitting`, or the newest): (id, None), or (None, why not). Only on
+        the host that ran it, not restarted since (the same boot id): a sitting's rows are read against each
+        other, and hosts of one kind differ 2-3x in speed."""
         sittings = self.doc.get("sittings") or {}
         if not sittings:
             return None, "the results hold no sitting to continue"
-        newest = max(sittings, key=lambda s: (sittings[s]["started"], s))
-        recorded = sittings[newest].get("boot")
+        if sitting is not None and sitting not in sittings:
+            return None, f"the results hold no sitting {sitting} (the newest is {max(sittings)})"
+        chosen = sitting or max(sittings, key=lambda s: (sittings[s]["started"], s))
+        recorded = sittings[chosen].get("boot")
         if not boot or recorded != boot:
             why = "it kept no boot id" if not recorded else "it ran on another host, or before this one restarted"
-            return None, f"the newest sitting, {newest}, cannot be continued here: {why}"
-        return newest, None
+            named = f"the newest sitting, {chosen}," if sitting is None else f"sitting {chosen}"
+            return None, f"{named} cannot be continued here: {why}"
+        return chosen, None
 
     def put_probe(self, sitting, task, probe_document):
         """Keep the advisor's probe (`disttrain-advise --json`'s document) of a task taken in a sitting."""

@@ -219,6 +219,12 @@ def test_only_the_newest_sitting_continues_and_only_on_the_host_boot_that_ran_it
     why = store.continue_sitting("boot-b")[1]
     assert why.endswith("it ran on another host, or before this one restarted") and newest in why
     assert store.continue_sitting(None)[0] is None  # no boot id here (not Linux): never
+    # an older sitting by its id, on its own boot only
+    later = store.start_sitting({"nproc": 2}, now=1_800_000_200, boot="boot-b")
+    assert store.continue_sitting("boot-a", newest) == (newest, None) and store.continue_sitting("boot-b")[0] == later
+    assert store.continue_sitting("boot-b", newest)[1] == (f"sitting {newest} cannot be continued here: it ran on "
+                                                          "another host, or before this one restarted")
+    assert store.continue_sitting("boot-a", "2020-01-01T00:00:00Z")[1].startswith("the results hold no sitting 2020")
 
 
 def test_the_advisor_is_checked_per_sitting_with_that_sittings_one_worker_row():
