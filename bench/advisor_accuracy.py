@@ -101,14 +101,18 @@ def epochs_to_target(rows):
     single = next((r for r in rows if r["strategy"] == "single" and r.get("reached")), None)
     if single is None:
         return None
+    from tta_store import first_reach
+
     target = single.get("target")
-    curve = [(float(epoch), value) for _, epoch, value in single.get("curve") or []]
-    for i, (epoch, value) in enumerate(curve):
-        if target is not None and value >= target:
-            if i == 0:
-                return epoch
-            before, value_before = curve[i - 1]
-            return before + (epoch - before) * (target - value_before) / (value - value_before)
+    # (epoch, value) of each evaluation that gave a value; the benchmark's own test of "reached" (first_reach)
+    curve = [(float(epoch), value) for _, epoch, value in single.get("curve") or [] if value is not None]
+    epoch = first_reach(curve, target) if target is not None else None
+    if epoch is not None:
+        earlier = [point for point in curve if point[0] < epoch]
+        if not earlier:
+            return epoch
+        (before, value_before), value = earlier[-1], dict(curve)[epoch]
+        return before + (epoch - before) * (target - value_before) / (value - value_before)
     if not single.get("wall_seconds") or not single.get("epochs"):
         return None
     return max(single["time_to_target_seconds"] / single["wall_seconds"] * single["epochs"], 0.1)

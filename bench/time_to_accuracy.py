@@ -38,11 +38,12 @@ out of the plan). Both are sized for about 2,000 steps per worker with 2 workers
 many), batch 64 per worker, --threads 1 per process.
 
 Sittings: each run of this command is a sitting (--continue-sitting [ID]: it adds to that one, or the
-newest, instead, on the host that ran it, not restarted since). Its rows carry its id, and before a task's first row it
-takes the strategy advisor's probe of that task (`disttrain-advise`, its default 60 s budget) and keeps it
-with the sitting: hosts differ 2-3x in speed from one session to the next, so bench/advisor_accuracy.py
-checks the advisor against the rows of its probe's own sitting, and ratios are read within a sitting
-(--rerun runs a task's single, ceiling and average rows again beside a link's rows, in one sitting).
+newest, instead, on the host that ran it, not restarted since). Its rows carry its id, and before a task's
+first row it takes the strategy advisor's probe of that task (`disttrain-advise`, its default 60 s budget)
+and keeps it with the sitting: hosts differ 2-3x in speed from one session to the next, so
+bench/advisor_accuracy.py checks the advisor against the rows of its probe's own sitting, and ratios are
+read within a sitting (--rerun runs a task's single, ceiling and average rows again beside a link's rows,
+in one sitting).
 With --probe-each-row it takes the probe again just before every row and keeps it in the row: the host's
 speed can move within a sitting (stored sittings' references ran 10-15 % off the probe taken at their start),
 and advisor_accuracy.py then predicts each such row from the probe taken just before it.

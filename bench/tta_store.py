@@ -170,9 +170,10 @@ class RowStore:
         sittings = self.doc.get("sittings") or {}
         if not sittings:
             return None, "the results hold no sitting to continue"
+        newest = max(sittings, key=lambda s: (sittings[s]["started"], s))
         if sitting is not None and sitting not in sittings:
-            return None, f"the results hold no sitting {sitting} (the newest is {max(sittings)})"
-        chosen = sitting or max(sittings, key=lambda s: (sittings[s]["started"], s))
+            return None, f"the results hold no sitting {sitting} (the newest is {newest})"
+        chosen = sitting or newest
         recorded = sittings[chosen].get("boot")
         if not boot or recorded != boot:
             why = "it kept no boot id" if not recorded else "it ran on another host, or before this one restarted"
