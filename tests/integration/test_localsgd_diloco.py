@@ -70,7 +70,7 @@ def test_diloco_workers_hold_identical_weights_after_every_sync(tmp_path, source
 
 
 @pytest.mark.long
-def test_batch_norm_statistics_are_re_estimated_after_each_sync(tmp_path):
+def test_batch_norm_statistics_are_re_estimated_for_each_evaluation(tmp_path):
     # Three convolution + batch-norm blocks nested in the model as a keras.applications backbone is (a model
     # file), H = the 23 steps of an epoch: every evaluation is of a sync's weights. The statistics averaged
     # across workers do not fit them; re-estimated after the sync, they do (measured: 0.59 and 0.74 after
@@ -81,6 +81,8 @@ def test_batch_norm_statistics_are_re_estimated_after_each_sync(tmp_path):
     averaged = train_pair(tmp_path / "averaged", "sample:digits", *model, "--sync-batch-norm-batches", 0)
     (metrics0, marker0), (metrics1, marker1) = refreshed
     assert [m["last_sync_step"] for m in metrics0] == [23, 46]  # each epoch ends with a sync
+    assert [m["batch_norm_re_estimations"] for m in metrics0] == [1, 1]  # (and "averaged" took none)
+    assert "batch_norm_re_estimations" not in averaged[0][0][0]
     assert [m["synced_weights_checksum"] for m in metrics0] == [m["synced_weights_checksum"] for m in metrics1]
     assert marker0["final_weights_sha256"] == marker1["final_weights_sha256"]
     with_refresh = [m["test_accuracy"] for m in metrics0]

@@ -55,16 +55,18 @@ Seconds per epoch:
                    taken the same at any N and on any link; 0 when t_mw was not timed, and the row is
                    then a lower bound (its note says so). (Without it, MobileNetV2's 2-worker
                    multiworker was predicted 20-22 % too fast on one host.)
-  localsgd         S_N * t_N + (syncs per run / epochs) * (sync + alpha)
+  localsgd         S_N * t_N + (syncs per run * (sync + alpha) + re-estimations per run * bn) / epochs
                    sync: all-reduce of B at the wire's bytes per weight (float32 4, float16 2), or, for
                    int8, all-gather of B / 4 plus a float32 scale per block of 256 weights (all the
                    weights as one vector); syncs per run = every H
                    steps and one at the end: ceil(S_N * epochs / H). The outer optimizer (DiLoCo's
                    Nesterov step) is a few passes over the weights per sync: not counted. A model with
-                   batch normalisation re-estimates its statistics after each sync: R forward passes
-                   (R = --sync-batch-norm-batches, 8; a forward pass taken as a third of a step, the
-                   backward pass being about twice the forward) and an all-reduce of the statistics
-                   (B_bn bytes in float32): + R t_N / 3 + all-reduce(B_bn) per sync
+                   batch normalisation re-estimates its statistics after a sync whose statistics are read
+                   (the last before each epoch's end, and the run's last: refreshes(), one an epoch at
+                   H shorter than an epoch): bn = R forward passes (R = --sync-batch-norm-batches, 8; a
+                   forward pass taken as a third of a step, the backward pass being about twice the
+                   forward) and an all-reduce of the statistics (B_bn bytes in float32): R t_N / 3 +
+                   all-reduce(B_bn)
   parameterserver  max(S_P * (t_N + 2 alpha + (B + B_g) * per_byte) + S * y , S * max(B, B_g) * per_byte)
                    every step reads the variables from the parameter server whole (B: Keras reads a
                    variable as one tensor, an embedding's table too, before its lookup takes the rows)
@@ -150,6 +152,8 @@ both models); a shorter H would compound the momentum on top of the inner optimi
 import math
 from dataclasses import asdict, dataclass, field
 
+from disttrain_trainer.strategies.options import statistics_read_after_sync
+
 WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1}
 # int8 weights per float32 scale on the wire: wire_codecs.BLOCK (kept here so this module needs no
 # TensorFlow; a unit test checks that the two agree)
@@ -200,7 +204,7 @@ class Probe:
     join_seconds: float = 0.0
     eval_seconds: float = 0.0
     batch_norm: bool = False  # the model has batch normalisation (averaging it far apart is an accuracy risk)
-    batch_norm_bytes: int = 0  # its moving statistics in float32 (localsgd re-estimates and all-reduces them per sync)
+    batch_norm_bytes: int = 0  # its moving statistics in float32 (localsgd re-estimates and all-reduces them: refreshes())
     multiworker_step_seconds: float | None = None  # t_mw (None: not timed)
     parameterserver_epoch_seconds: float | None = None  # T_ps: the trainer's own, 2 workers on this host (None: not timed)
     notes: list = field(default_factory=list)
@@ -383,15 +387,16 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     refresh = refresh_batches(probe, options)
     local = refresh * FORWARD_SHARE * t + allreduce_seconds(probe.batch_norm_bytes, workers, link) if refresh else 0.0
     syncs = math.ceil(steps * epochs / every)  # every H steps, and one at the end
+    estimations = refreshes(steps, every, epochs) * local
     if overlapped(options):
         # the exchange runs beside the next H steps: a sync waits only for what they leave of it, and the
         # run's end for the whole last one, whose landing the statistics' re-estimation follows once more (with
         # eager updates, after the average of the workers' weights that makes them one model)
         exposed = max(0.0, exchange - every * t)
         end = exchange - exposed + local + (eager_end_seconds(probe, link, workers) if eager(options) else 0.0)
-        comm = (syncs * (exposed + local) + end) / epochs
+        comm = (syncs * exposed + estimations + end) / epochs
         return compute + comm, compute, comm, exposed + local
-    comm = syncs * (exchange + local) / epochs
+    comm = (syncs * exchange + estimations) / epochs
     return compute + comm, compute, comm, exchange + local
 
 
@@ -464,9 +469,17 @@ def parameterserver_extra_seconds(probe, own_link=False):
     return extra if own_link else max(0.0, extra)
 
 
+def refreshes(steps_per_epoch, every, epochs):
+    """The syncs of a localsgd run of `epochs` epochs that re-estimate the batch-norm statistics: of those every H
+    steps and the one at the run's end, the ones whose statistics an epoch's end reads (the trainer's own rule,
+    strategies/options.py). One an epoch at H shorter than an epoch; every sync at H of an epoch or more."""
+    last = steps_per_epoch * epochs
+    return sum(statistics_read_after_sync(step, every, steps_per_epoch, last) for step in [*range(every, last, every), last])
+
+
 def refresh_batches(probe, options):
-    """The batches that re-estimate the batch-norm statistics after each localsgd sync (0: none, or no
-    batch normalisation)."""
+    """The batches that re-estimate the batch-norm statistics after a localsgd sync (0: none, or no batch
+    normalisation; refreshes() counts the syncs)."""
     return options.get("sync_batch_norm_batches", REFRESH_BATCHES) if probe.batch_norm else 0
 
 

@@ -46,12 +46,17 @@ no model the group holds (each worker's fit its own weights, and the outer step 
 further), so right after a sync the model's inference is off: MobileNetV2 at H=250 scored 0.09 held-out
 accuracy evaluated at a sync and 0.94 an epoch later (bench/results/time_to_accuracy.json). Training
 itself uses each batch's statistics and does not notice, but an evaluation or an export at a sync
-does, and the published model is always a sync's. So after each sync every worker re-estimates the
-statistics for the synced weights from the first N batches of its shard (forward passes in training
-mode with the moving average turned off, the mean of the batches' statistics, as
+does, and the published model is always a sync's. So after a sync whose statistics something reads
+before the next sync replaces them (options.statistics_read_after_sync: the last sync before an epoch's
+end, where the held-out evaluation and the checkpoint read them, and the run's last) every worker
+re-estimates the statistics for the synced weights from the first N batches of its shard (forward passes
+in training mode with the moving average turned off, the mean of the batches' statistics, as
 torch.optim.swa_utils.update_bn does after averaging), and the workers average those (one float32
-all-reduce of the statistics). The same N batches every time: a resumed run does what an undisturbed
-one does. It costs N forward passes per sync (about N / 3 steps).
+all-reduce of the statistics). The same N batches every time, and the same syncs (a rule of the step): a
+resumed run does what an undisturbed one does. It costs N forward passes (about N / 3 steps) once an epoch
+where H is shorter than an epoch. (Re-estimating after every sync, as this once did, gave every
+evaluation the same statistics: each re-estimation replaces the last whole, momentum 0. It cost MobileNetV2
+at H = 50 1.5 more re-estimations an epoch, about 0.3 s each.)
 
 What is not synced: the inner optimizer's state. Each worker keeps its own Adam moments and step
 count across syncs (as DiLoCo keeps each worker's inner AdamW state): they describe its own
@@ -102,9 +107,12 @@ class Strategy(Connected):
         self.batch_norm_batches = args.sync_batch_norm_batches
         self.overlap = args.outer_overlap if args.outer_overlap != "none" else None
         self.settings = options.outer_settings(args)
+        self.epochs = args.epochs
+        self.steps_per_epoch = None  # (train_epoch: the syncs whose statistics are read depend on it)
         self.synced_at = None
         self.synced_checksum = None
         self.waited = 0.0  # seconds this epoch's syncs waited for an overlapped exchange (epoch_facts)
+        self.estimations = 0  # this epoch's batch-norm re-estimations (epoch_facts)
         self.notice = None  # the run's preemption.Notice, while an epoch trains (train_epoch)
         self.agreed = None  # (step, whether any worker asked to stop): an overlapped sync's own agreement (sync)
 
@@ -206,6 +214,7 @@ class Strategy(Connected):
     def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0,
                     sums=None):
         self.notice = notice  # (an overlapped sync agrees on stopping itself: sync)
+        self.steps_per_epoch = steps_per_epoch
         return super().train_epoch(train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice, done,
                                    sums)
 
@@ -239,8 +248,9 @@ class Strategy(Connected):
             total = self.wait_for_exchange() if bool(self.in_flight.numpy()) else tf.zeros([sum(self.sizes)])
         with unoptimized_graphs():  # (never while the exchange runs: the option is the runtime's, see there)
             synced = self._send(total) if self.overlap else self._sync()
-            if self._refresh is not None:  # (the statistics change: the checksum is the refresh's)
-                synced = self.refresh()
+            if self._refresh is not None and options.statistics_read_after_sync(
+                    step, self.every, self.steps_per_epoch, self.epochs * self.steps_per_epoch):
+                synced = self.refresh()  # (the statistics change: the checksum is the refresh's)
         if self.overlap:
             if self.notice is not None:
                 # Agree on stopping before the exchange takes the link. The agreement is a collective too, and
@@ -268,6 +278,7 @@ class Strategy(Connected):
 
     def refresh(self):
         """Re-estimate the batch-norm statistics for the synced weights (the module's docstring)."""
+        self.estimations += 1
         with self.refresh_momentum():
             return self._refresh()
 
@@ -309,8 +320,8 @@ class Strategy(Connected):
     def _sync_fn(self):
         """One sync: every worker sends its change since the last sync (with the residual of a lossy
         wire), and applies the same update to the same anchor. Returns a checksum of the synced weights (the sum of
-        their bits), the same on every worker; None when the batch-norm re-estimation follows (its
-        checksum covers the statistics it changes)."""
+        their bits), the same on every worker (a batch-norm re-estimation after it returns its own: it changes the
+        statistics)."""
         workers = self.cluster.num_replicas_in_sync
 
         def replica_fn():
@@ -335,7 +346,7 @@ class Strategy(Connected):
         self.outer_step(total / workers)
         if self.residual is not None:
             self.residual.assign(residual)
-        return checksum(self.anchor) if self._refresh is None else None
+        return checksum(self.anchor)
 
     def outer_step(self, mean):
         """The anchor moved by the workers' mean change (--outer-optimizer), and the weights set to it."""
@@ -368,7 +379,7 @@ class Strategy(Connected):
         self.outer_step(stale_total / self.cluster.num_replicas_in_sync)
         self.message.assign(message)
         self.in_flight.assign(True)
-        return checksum(self.anchor) if self._refresh is None else None
+        return checksum(self.anchor)
 
     def _exchange_fn(self, instance_key):
         """The collective of an overlapped sync, on the exchange's thread: the total of every worker's message
@@ -394,7 +405,7 @@ class Strategy(Connected):
         self.assign_weights(landed)
         self.message.assign(tf.zeros_like(self.message))
         self.in_flight.assign(False)
-        return checksum(self.anchor) if self._refresh is None else None
+        return checksum(self.anchor)
 
     def decode_message(self, message):
         """A message in its wire form (sync_message's) -> the float32 change it stands for."""
@@ -422,6 +433,8 @@ class Strategy(Connected):
                  "synced_weights_checksum": self.synced_checksum}
         if self.overlap:  # how much of the exchanges the inner steps did not hide
             facts["sync_wait_sec"], self.waited = round(self.waited, 3), 0.0
+        if self._refresh is not None:  # (statistics_read_after_sync: one an epoch where H is shorter than one)
+            facts["batch_norm_re_estimations"], self.estimations = self.estimations, 0
         return facts
 
     def checkpoints_to_keep(self, steps_per_epoch):

@@ -32,6 +32,18 @@ OUTER_OVERLAPS = ("none", "delayed", "eager")  # localsgd.py's docstring says wh
 DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM = 0.7, 0.9  # DiLoCo's (Douillard et al. 2023)
 # batches of a worker's shard that re-estimate the batch-norm statistics after a sync (localsgd.py)
 DEFAULT_SYNC_BATCH_NORM_BATCHES = 8
+
+
+def statistics_read_after_sync(step, every, steps_per_epoch, last_step):
+    """Whether anything reads the batch-norm statistics of localsgd's sync at `step` (a multiple of H, or the
+    run's last step) before the next sync replaces them: an epoch's end (its held-out evaluation and its
+    checkpoint) or the run's end (the published model) comes first. Training normalizes with each batch's own
+    statistics, so only these syncs need theirs re-estimated (localsgd.py): with H shorter than an epoch, one
+    sync an epoch, the last before its end. The advisor (perfmodel.refreshes) counts them with this rule too."""
+    if step >= last_step:
+        return True
+    next_end = -(-step // steps_per_epoch) * steps_per_epoch  # (the step itself when it ends an epoch)
+    return next_end < min(step + every, last_step)  # (a sync at that end, or the run's last, re-estimates instead)
 # TensorFlow's coordination service's heartbeat timeout, instead of its 10 s, which a slow link's syncs once exceeded
 # (collectives.join_cluster says how). 120 s: above a float32 sync of 100 MB between 2 workers at 10 Mbit/s (about 90 s).
 DEFAULT_HEARTBEAT_TIMEOUT = 120.0
@@ -193,7 +205,9 @@ class LocalSGD(AllReduce):
                                 "by their own changes until the run ends with their average). For slow links, where a "
                                 "sync's collective takes a good part of H steps")
         group.add_argument("--sync-batch-norm-batches", type=int, default=None, metavar="N",
-                           help="localsgd, a model with batch normalization: after each sync, re-estimate its moving "
+                           help="localsgd, a model with batch normalization: after a sync whose statistics are read (the "
+                                "last sync before an epoch's end, where the held-out evaluation and the checkpoint read "
+                                "them, and the run's last), re-estimate its moving "
                                 "statistics for the synced weights from N batches of the worker's shard (forward passes "
                                 "in training mode, the mean of their batch statistics, averaged over the workers): "
                                 "statistics averaged across workers do not fit weights averaged or moved by the outer "
