@@ -82,6 +82,7 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["strategy=localsgd", "outerOptimizer=nesterov", "outerOverlap=sometimes"], ["/outerOverlap", "eager"]),
         (["strategy=multiworker", "outerOverlap=eager"], ["outerOverlap applies to strategy localsgd, not multiworker"]),
         (["strategy=multiworker", "allreduceDtype=int8"], ["allreduceDtype int8 applies to strategy localsgd, not multiworker"]),
+        (["strategy=multiworker", "allreduceDtype=int4"], ["allreduceDtype int4 applies to strategy localsgd, not multiworker"]),
         (["strategy=parameterserver", "parameterServers=0"], ["parameterServers >= 1 with strategy parameterserver"]),
         (["parameterServers=-1"], ["/parameterServers", "minimum"]),
         (["trainer.peerWaitSeconds=-1"], ["/trainer/peerWaitSeconds", "minimum"]),

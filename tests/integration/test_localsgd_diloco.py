@@ -1,7 +1,7 @@
 """DiLoCo (localsgd --outer-optimizer nesterov) with 2 real worker processes over loopback: after every
 epoch's last sync both workers hold the same weights (their records carry the same checksum of the
-synced weights), on the float32 and float16 wires (all-reduce) and on the int8 one (all-gather, summed in
-worker order), for the text and the image task; the model and the report record the outer settings."""
+synced weights), on the float32 and float16 wires (all-reduce) and on the int8 and int4 ones (all-gather,
+summed in worker order), for the text and the image task; the model and the report record the outer settings."""
 
 import json
 
@@ -30,12 +30,13 @@ def train_pair(work, source, *trainer_args):
     return [(json.load(open(w / "metrics.json")), json.load(open(w / "_SUCCESS"))) for w in worker]
 
 
-# make test: the int8 wire on both tasks and float16 on digits; the float32 wire (its all-reduce is plain local
+# make test: the int8 wire on both tasks, float16 and int4 on digits; the float32 wire (its all-reduce is plain local
 # SGD's) in make test-long
 @pytest.mark.parametrize("source, wire", [
     pytest.param("sample:digits", "float32", marks=pytest.mark.long),
     ("sample:digits", "float16"),
     ("sample:digits", "int8"),
+    ("sample:digits", "int4"),
     pytest.param("sample:movie-reviews", "float32", marks=pytest.mark.long),
     ("sample:movie-reviews", "int8"),
 ])
@@ -57,8 +58,10 @@ def test_diloco_workers_hold_identical_weights_after_every_sync(tmp_path, source
     size = sum(int(np.prod(w.shape)) for w in weights)
     if wire in ("float32", "float16"):
         assert marker0["wire_bytes_per_sync"] == {"float32": 4, "float16": 2}[wire] * size
-    else:  # every weight as one vector: 1 byte a weight padded to 4 bytes, a float32 scale per block of 256
+    elif wire == "int8":  # every weight as one vector: 1 byte a weight padded to 4 bytes, a float32 scale per block of 256
         assert marker0["wire_bytes_per_sync"] == 4 * (-(-size // 4) + -(-size // 256))
+    else:  # int4: two weights a byte
+        assert marker0["wire_bytes_per_sync"] == 4 * (-(-size // 8) + -(-size // 256))
     # both workers evaluate the same final model
     assert metrics0[-1]["test_accuracy"] == metrics1[-1]["test_accuracy"] > (0.7 if source == "sample:digits" else 0.6)
 
@@ -95,6 +98,7 @@ def test_batch_norm_statistics_are_re_estimated_for_each_evaluation(tmp_path):
 # (make test: eager updates on the int8 wire, the form the advisor weighs; delayed on float32 in make test-long)
 @pytest.mark.parametrize("overlap, wire", [
     ("eager", "int8"),
+    pytest.param("eager", "int4", marks=pytest.mark.long),
     pytest.param("delayed", "float32", marks=pytest.mark.long),
 ])
 def test_overlapped_syncs_end_in_one_model(tmp_path, overlap, wire):

@@ -49,9 +49,21 @@ def test_int8_travels_by_allgather_at_a_quarter_of_the_bytes():
     assert pm.sync_seconds(p, link, 3, "int8") == pytest.approx(2 * int8_bytes * 8 / 1e7)
 
 
-def test_the_int8_block_is_the_wire_codecs_block():
+def test_int4_sends_half_the_bytes_of_int8_and_a_scale_per_block():
+    p = probe(latency_seconds=0.0, weight_bytes=9_100_000, weight_tensors=100)
+    link = pm.link_of(p, mbit=10)
+    int4_bytes = 2_275_000 // 2 + 4 * -(-2_275_000 // 256)
+    assert pm.sync_bytes(p, "int4") == int4_bytes
+    assert pm.sync_seconds(p, link, 2, "int4") == pytest.approx(int4_bytes * 8 / 1e7)  # ~0.9 s
+    with pytest.raises(pm.ModelError, match="multiworker sends float32 or float16 gradients, not int4"):
+        pm.gradient_seconds(p, link, 2, "int4")
+
+
+def test_the_block_wires_are_the_wire_codecs_ones():
     from disttrain_trainer import wire_codecs
-    assert pm.INT8_BLOCK == wire_codecs.BLOCK
+    assert pm.WIRE_BLOCK == wire_codecs.BLOCK
+    assert set(pm.BLOCK_WIRES) == set(wire_codecs.BLOCK_WIRES)
+    assert all(pm.WIRE_BYTES[wire] == bits / 8 for wire, (_, bits) in wire_codecs.BLOCK_WIRES.items())
 
 
 def test_the_batch_norm_refresh_is_the_trainers_default():

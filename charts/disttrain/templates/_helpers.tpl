@@ -246,8 +246,8 @@ that depends on the storage choice.
 {{- if and (ne .Values.outerOverlap "none") (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: outerOverlap applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
-{{- if and (eq .Values.allreduceDtype "int8") (ne .Values.strategy "localsgd") -}}
-{{- fail (printf "disttrain: allreduceDtype int8 applies to strategy localsgd, not %s (TensorFlow's all-reduce refuses int8; use float16)" .Values.strategy) -}}
+{{- if and (has .Values.allreduceDtype (list "int8" "int4")) (ne .Values.strategy "localsgd") -}}
+{{- fail (printf "disttrain: allreduceDtype %s applies to strategy localsgd, not %s (TensorFlow's all-reduce refuses int8; use float16)" .Values.allreduceDtype .Values.strategy) -}}
 {{- end -}}
 {{- if and (ne .Values.allreduceDtype "float32") (not (has .Values.strategy (list "multiworker" "localsgd"))) -}}
 {{- fail (printf "disttrain: allreduceDtype applies to the strategies whose workers all-reduce (multiworker, localsgd), not %s" .Values.strategy) -}}

@@ -4,7 +4,7 @@ The strategies use MultiWorkerMirroredStrategy's collective ops (gRPC rings over
 TF_CONFIG cluster) for three things:
   * multiworker: the gradients, every step (`all_reduce_sum`, in a replica context);
   * localsgd: the change of the weights since the last sync, every H steps (`all_reduce_sum`; on
-    the int8 wire `sum_int8`: an all-gather, as TensorFlow's all-reduce and all-gather refuse int8);
+    the int8 and int4 wires `sum_blocks`: an all-gather, as TensorFlow's all-reduce and all-gather refuse int8);
   * both: the epoch's training metrics, once per epoch (`sum_across_workers`).
 A collective costs a fixed ~1.4 ms on loopback however small (bench/collective.py), so the
 trainer sends few of them, and can send them narrower: `--allreduce-dtype float16` halves
@@ -47,15 +47,16 @@ def join_cluster(heartbeat_timeout):
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
-# (not bfloat16: options.ALLREDUCE_DTYPES says why) int8: localsgd's syncs only (sum_int8), never all_reduce_sum.
-WIRE_DTYPES = {"float32": tf.float32, "float16": tf.float16, "int8": tf.int8}
+# (not bfloat16: options.ALLREDUCE_DTYPES says why) int8 and int4 (wire_codecs.BLOCK_WIRES, each value held in an int8
+# until it is packed): localsgd's syncs only (sum_blocks), never all_reduce_sum.
+WIRE_DTYPES = {"float32": tf.float32, "float16": tf.float16, "int8": tf.int8, "int4": tf.int8}
 
 
 class Wire:
     """How tensors travel in a collective: their dtype on the wire and the packing."""
 
     def __init__(self, dtype="float32", pack_bytes=0):
-        self.dtype = WIRE_DTYPES[dtype]
+        self.name, self.dtype = dtype, WIRE_DTYPES[dtype]
         self.options = tf.distribute.experimental.CommunicationOptions(bytes_per_pack=pack_bytes)
 
     def _cast(self, tensor):
@@ -64,8 +65,8 @@ class Wire:
     def all_reduce_sum(self, tensors):
         """In a replica context: each tensor summed over all workers, back in its own dtype
         (None stays None: a variable without a gradient sends nothing)."""
-        if self.dtype == tf.int8:
-            raise ValueError("TensorFlow's all-reduce refuses int8: send int8 messages with sum_int8")
+        if self.name in wire_codecs.BLOCK_WIRES:
+            raise ValueError(f"TensorFlow's all-reduce refuses int8: send {self.name} messages with sum_blocks")
         present = [i for i, t in enumerate(tensors) if t is not None]
         result = list(tensors)
         if any(isinstance(tensors[i], tf.IndexedSlices) for i in present):
@@ -77,15 +78,15 @@ class Wire:
             result[i] = _cast_like(value, tensors[i].dtype)
         return result
 
-    def sum_int8(self, messages, sizes):
-        """In a replica context: every worker's int8 messages (wire_codecs.int8_encode's, of vectors of
-        `sizes` elements) in one all-gather of int32 (the collectives refuse int8), each decoded and
+    def sum_blocks(self, messages, sizes):
+        """In a replica context: every worker's messages on this block wire (wire_codecs.block_encode's, of
+        vectors of `sizes` elements) in one all-gather of int32 (the collectives refuse int8), each decoded and
         the workers' summed in worker order: the same arithmetic on the same bits, so the same sums
         (float32) on every worker."""
-        packed = tf.concat([wire_codecs.pack_int8(*m) for m in messages], 0)
+        packed = tf.concat([wire_codecs.pack(*m, self.name) for m in messages], 0)
         context = tf.distribute.get_replica_context()
         rows = context.all_gather(packed[None], axis=0, options=self.options)  # [replicas, packed length]
-        return sum_int8_rows(rows, context.num_replicas_in_sync, sizes)
+        return sum_block_rows(rows, context.num_replicas_in_sync, sizes, self.name)
 
     def _gather_rows(self, tensors):
         """Sparse and dense tensors summed with ONE all-gather of tagged rows.
@@ -141,14 +142,14 @@ class Wire:
         return tf.concat([tf.reshape(tags, [-1, self._tag_columns]), values], axis=1)
 
 
-def sum_int8_rows(rows, workers, sizes):
-    """[workers, packed length] (each worker's pack_int8 vectors of `sizes` elements end to end) -> the
-    float32 sums of the decoded vectors, added in worker order."""
-    lengths = [wire_codecs.int8_packed_length(n) for n in sizes]
+def sum_block_rows(rows, workers, sizes, wire):
+    """[workers, packed length] (each worker's wire_codecs.pack vectors of `sizes` elements on the block wire
+    `wire`, end to end) -> the float32 sums of the decoded vectors, added in worker order."""
+    lengths = [wire_codecs.packed_length(n, wire) for n in sizes]
     totals = None
     for replica in range(workers):
         parts = tf.split(rows[replica], lengths)
-        decoded = [wire_codecs.int8_decode(*wire_codecs.unpack_int8(p, n)) for p, n in zip(parts, sizes)]
+        decoded = [wire_codecs.block_decode(*wire_codecs.unpack(p, n, wire)) for p, n in zip(parts, sizes)]
         totals = decoded if totals is None else [t + d for t, d in zip(totals, decoded)]
     return totals
 

@@ -27,8 +27,8 @@ Communication, N workers (Patarasuk and Yuan's ring; TensorFlow's collectives on
                           2 (N-1)/N of B (reduce-scatter, then all-gather): B at N = 2, so a 9.1 MB
                           float32 model between 2 workers at 10 Mbit/s costs 9.1e6 * 8 / 1e7 = 7.3 s
   all-gather of G bytes   2 alpha + (N - 1) * G * per_byte        each worker receives every other
-                          worker's G (a length exchange, then the data: two collectives); int8
-                          travels this way (TensorFlow's all-reduce refuses int8) and so do the rows
+                          worker's G (a length exchange, then the data: two collectives); int8 and
+                          int4 travel this way (TensorFlow's all-reduce refuses int8) and so do the rows
                           of an embedding's sparse gradient
 
 Compute, N workers (steps per worker per epoch S_N = ceil(ceil(examples / N) / batch), the copier's
@@ -57,7 +57,7 @@ Seconds per epoch:
                    multiworker was predicted 20-22 % too fast on one host.)
   localsgd         S_N * t_N + (syncs per run * (sync + alpha) + re-estimations per run * bn) / epochs
                    sync: all-reduce of B at the wire's bytes per weight (float32 4, float16 2), or, for
-                   int8, all-gather of B / 4 plus a float32 scale per block of 256 weights (all the
+                   int8, all-gather of B / 4 (int4: B / 8) plus a float32 scale per block of 256 weights (all the
                    weights as one vector); syncs per run = every H
                    steps and one at the end: ceil(S_N * epochs / H). The outer optimizer (DiLoCo's
                    Nesterov step) is a few passes over the weights per sync: not counted. A model with
@@ -152,12 +152,12 @@ both models); a shorter H would compound the momentum on top of the inner optimi
 import math
 from dataclasses import asdict, dataclass, field
 
-from disttrain_trainer.strategies.options import statistics_read_after_sync
+from disttrain_trainer.strategies.options import BLOCK_WIRES, statistics_read_after_sync
 
-WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1}
-# int8 weights per float32 scale on the wire: wire_codecs.BLOCK (kept here so this module needs no
+WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1, "int4": 0.5}
+# weights per float32 scale on the block wires: wire_codecs.BLOCK (kept here so this module needs no
 # TensorFlow; a unit test checks that the two agree)
-INT8_BLOCK = 256
+WIRE_BLOCK = 256
 STRATEGIES = ("single", "average", "multiworker", "localsgd", "parameterserver")
 # the strategies whose workers join a cluster at start-up (what --peer-wait waits for)
 CONNECTED = ("multiworker", "localsgd", "parameterserver")
@@ -168,6 +168,8 @@ DILOCO_MIN_SYNC_EVERY = 50  # the outer optimizer's candidates (the module's doc
 # batches that re-estimate the batch-norm statistics after a sync: the trainer's --sync-batch-norm-batches
 # default (strategies/options.py; a unit test checks that the two agree), and a forward pass's share of a step
 REFRESH_BATCHES, FORWARD_SHARE = 8, 1 / 3
+# the wires among the candidates (int4 is predicted when asked, as for the benchmark's rows; not a candidate:
+# measured on one model only, docs/strategies.md)
 WIRE_DTYPES = ("float32", "float16", "int8")
 # DiLoCo's overlapped syncs among the candidates: eager updates only (delayed updates ended 0.61 against 0.975
 # on the digits CNN at H = 5, docs/strategies.md)
@@ -260,20 +262,20 @@ def allgather_seconds(nbytes, workers, link):
 
 
 def sync_bytes(probe, dtype):
-    """Bytes per worker of one localsgd sync in `dtype` (int8: one byte per weight plus a float32
-    scale per block of INT8_BLOCK weights; every weight's change travels as one vector)."""
+    """Bytes per worker of one localsgd sync in `dtype` (int8: one byte per weight, int4 half a byte, plus a
+    float32 scale per block of WIRE_BLOCK weights; every weight's change travels as one vector)."""
     if dtype not in WIRE_BYTES:
         raise ModelError(f"unknown wire dtype {dtype!r} (choose from {', '.join(WIRE_BYTES)})")
-    if dtype == "int8":
+    if dtype in BLOCK_WIRES:
         weights = probe.weight_bytes // 4
-        return weights + 4 * -(-weights // INT8_BLOCK)
+        return math.ceil(weights * WIRE_BYTES[dtype]) + 4 * -(-weights // WIRE_BLOCK)
     return probe.weight_bytes * WIRE_BYTES[dtype] // 4
 
 
 def sync_seconds(probe, link, workers, dtype):
     """One localsgd sync of the weights' changes."""
     nbytes = sync_bytes(probe, dtype)
-    if dtype == "int8":
+    if dtype in BLOCK_WIRES:
         return allgather_seconds(nbytes, workers, link)
     return allreduce_seconds(nbytes, workers, link)
 
@@ -282,7 +284,7 @@ def gradient_seconds(probe, link, workers, dtype="float32"):
     """One multiworker step's gradient exchange."""
     if dtype not in ("float32", "float16"):
         raise ModelError(f"multiworker sends float32 or float16 gradients, not {dtype}")
-    nbytes = probe.gradient_bytes * WIRE_BYTES[dtype] // 4
+    nbytes = int(probe.gradient_bytes * WIRE_BYTES[dtype] // 4)
     return (allgather_seconds if probe.gradient_sparse else allreduce_seconds)(nbytes, workers, link)
 
 

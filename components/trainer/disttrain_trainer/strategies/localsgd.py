@@ -16,9 +16,9 @@ change (--outer-optimizer):
 Every worker computes the same sums, so every worker then holds exactly the same weights and the
 same outer momentum (each epoch's record carries a checksum of the synced weights to show it).
 
-The wire (--allreduce-dtype): float32 and float16 by all-reduce (collectives.Wire); int8
+The wire (--allreduce-dtype): float32 and float16 by all-reduce (collectives.Wire); int8 and int4
 (wire_codecs.py: a float32 scale per block of 256 values) by one all-gather, decoded and summed
-in worker order (TensorFlow's collectives refuse int8). On float16 and int8 the sync uses error
+in worker order (TensorFlow's collectives refuse int8). On the lossy wires the sync uses error
 feedback: what the wire rounded off (the residual) is added to the next sync's change.
 
 Overlap (--outer-overlap): a sync's collective is the only time a worker waits for the others, and over
@@ -89,7 +89,7 @@ import numpy as np
 import tensorflow as tf
 
 from disttrain_trainer import preemption, wire_codecs
-from disttrain_trainer.collectives import WIRE_DTYPES, SideChannel, Wire, sum_int8_rows
+from disttrain_trainer.collectives import WIRE_DTYPES, SideChannel, Wire, sum_block_rows
 from disttrain_trainer.models import find_layers
 from disttrain_trainer.strategies import options
 from disttrain_trainer.strategies.base import Connected
@@ -143,8 +143,8 @@ class Strategy(Connected):
         if self.overlap:
             # what this worker sent at the last sync, in its wire form, and whether its exchange is still to apply
             total = sum(self.sizes)
-            if self.wire_dtype == "int8":
-                self.message = tf.Variable(tf.zeros([wire_codecs.int8_packed_length(total)], tf.int32), trainable=False,
+            if self.wire_dtype in wire_codecs.BLOCK_WIRES:
+                self.message = tf.Variable(tf.zeros([wire_codecs.packed_length(total, self.wire_dtype)], tf.int32), trainable=False,
                                            name="sync_message")
             else:
                 self.message = tf.Variable(tf.zeros([total], WIRE_DTYPES[self.wire_dtype]), trainable=False,
@@ -339,7 +339,7 @@ class Strategy(Connected):
                 (total,) = self.wire.all_reduce_sum([message])
                 total = decode(total)
             else:
-                (total,) = self.wire.sum_int8([message], [sum(self.sizes)])
+                (total,) = self.wire.sum_blocks([message], [sum(self.sizes)])
             return total, residual
 
         total, residual = (self.cluster.experimental_local_results(t)[0] for t in self.cluster.run(replica_fn))
@@ -372,8 +372,8 @@ class Strategy(Connected):
             encode, decode = wire_codecs.CODECS[self.wire_dtype]
             message, residual = wire_codecs.with_error_feedback(change, self.residual.value(), encode, decode)
             self.residual.assign(residual)
-            if self.wire_dtype == "int8":
-                message = wire_codecs.pack_int8(*message)
+            if self.wire_dtype in wire_codecs.BLOCK_WIRES:
+                message = wire_codecs.pack(*message, self.wire_dtype)
         if self.overlap == "eager":  # this worker's new change in place of its stale one
             stale_total = stale_total - self.decode_message(self.message.value()) + self.decode_message(message)
         self.outer_step(stale_total / self.cluster.num_replicas_in_sync)
@@ -384,8 +384,9 @@ class Strategy(Connected):
     def _exchange_fn(self, instance_key):
         """The collective of an overlapped sync, on the exchange's thread: the total of every worker's message
         (float32), as _sync_fn sums it, over the side channel (collectives.SideChannel says why)."""
-        if self.wire_dtype == "int8":
-            (total,) = sum_int8_rows(self.side.gather(self.message.value(), instance_key), self.side.size, [sum(self.sizes)])
+        if self.wire_dtype in wire_codecs.BLOCK_WIRES:
+            (total,) = sum_block_rows(self.side.gather(self.message.value(), instance_key), self.side.size, [sum(self.sizes)],
+                                      self.wire_dtype)
             return total
         return tf.cast(self.side.sum(self.message.value(), instance_key), tf.float32)
 
@@ -409,16 +410,16 @@ class Strategy(Connected):
 
     def decode_message(self, message):
         """A message in its wire form (sync_message's) -> the float32 change it stands for."""
-        if self.wire_dtype == "int8":
-            return wire_codecs.int8_decode(*wire_codecs.unpack_int8(message, sum(self.sizes)))
+        if self.wire_dtype in wire_codecs.BLOCK_WIRES:
+            return wire_codecs.block_decode(*wire_codecs.unpack(message, sum(self.sizes), self.wire_dtype))
         return tf.cast(message, tf.float32)
 
     @property
     def wire_bytes_per_sync(self):
         """What each worker sends at a sync (its payload; an all-reduce ring sends about twice this over all
         its hops, an all-gather sends it to each other worker)."""
-        if self.wire_dtype == "int8":
-            return 4 * wire_codecs.int8_packed_length(sum(self.sizes))  # (one vector: see _sync_fn)
+        if self.wire_dtype in wire_codecs.BLOCK_WIRES:
+            return 4 * wire_codecs.packed_length(sum(self.sizes), self.wire_dtype)  # (one vector: see _sync_fn)
         return sum(self.sizes) * (2 if self.wire_dtype == "float16" else 4)
 
     def marker_info(self):

@@ -21,11 +21,12 @@ import argparse
 
 from disttrain_trainer.cluster import configure, ps_task
 
-# --allreduce-dtype (collectives.WIRE_DTYPES; int8: localsgd only, wire_codecs.py). Not bfloat16, although
+# --allreduce-dtype (collectives.WIRE_DTYPES; int8 and int4: localsgd only, wire_codecs.py). Not bfloat16, although
 # TensorFlow's collective ops take it: float16 sends the same bytes with 3 more significant bits (11 against 8),
 # and int8 half as many.
-ALLREDUCE_DTYPES = ("float32", "float16", "int8")
-LOSSY_WIRES = ("float16", "int8")  # localsgd keeps what they round off for the next sync (error feedback)
+ALLREDUCE_DTYPES = ("float32", "float16", "int8", "int4")
+BLOCK_WIRES = ("int8", "int4")  # a scale per block, sent by all-gather (wire_codecs.BLOCK_WIRES): localsgd only
+LOSSY_WIRES = ("float16", *BLOCK_WIRES)  # localsgd keeps what they round off for the next sync (error feedback)
 DEFAULT_SYNC_EVERY = 32  # chosen by measurement: bench/README.md, "local SGD: choosing H"
 OUTER_OPTIMIZERS = ("none", "nesterov")
 OUTER_OVERLAPS = ("none", "delayed", "eager")  # localsgd.py's docstring says what each does
@@ -153,9 +154,9 @@ class AllReduce(Connected):
     def add_flags(cls, group):
         group.add_argument("--allreduce-dtype", choices=ALLREDUCE_DTYPES, default="float32",
                            help="multiworker, localsgd: dtype of the gradients/weight changes on the wire (default float32). "
-                                "float16 halves the bytes; int8 (localsgd only) quarters them: a scale per block of 256 "
-                                "values, sent by all-gather and summed in worker order. localsgd with float16 or int8 "
-                                "always uses error feedback: what the wire rounds off is added to the next sync's change "
+                                "float16 halves the bytes; int8 (localsgd only) quarters them and int4 (localsgd only) "
+                                "takes an eighth: a scale per block of 256 values, sent by all-gather and summed in worker "
+                                "order. localsgd on float16, int8 or int4 always uses error feedback: what the wire rounds off is added to the next sync's change "
                                 "(and checkpointed)")
         group.add_argument("--allreduce-pack-bytes", type=int, default=0,
                            help="multiworker, localsgd: split collectives into packs of this size (default 0: one pack)")
@@ -234,9 +235,9 @@ class LocalSGD(AllReduce):
             return f"--sync-batch-norm-batches applies to --strategy localsgd, not {strategy}"
         if args.outer_overlap is not None:
             return f"--outer-overlap applies to --strategy localsgd, not {strategy}"
-        if args.allreduce_dtype == "int8":
-            return (f"--allreduce-dtype int8 applies to --strategy localsgd, not {strategy} (TensorFlow's all-reduce "
-                    "refuses int8; use float16)")
+        if args.allreduce_dtype in BLOCK_WIRES:
+            return (f"--allreduce-dtype {args.allreduce_dtype} applies to --strategy localsgd, not {strategy} "
+                    "(TensorFlow's all-reduce refuses int8; use float16)")
         return None
 
     def resolve(self, args, error):
