@@ -21,7 +21,8 @@ Configurations (ROWS: a list of data; a row whose flags the installed trainer re
   localsgd         2 workers, weights averaged every --sync-every H steps (default H, and H in H_VALUES);
                    DiLoCo (--outer-optimizer nesterov) at the same H, float32, float16 and int8 on the wire;
                    DiLoCo with eager updates (--outer-overlap eager) at H = 100, float32 and int8;
-                   DiLoCo int8 at H = 50 with half the batch-norm re-estimation (--sync-batch-norm-batches 4)
+                   DiLoCo int8 at H = 50 with half the batch-norm re-estimation (--sync-batch-norm-batches 4);
+                   DiLoCo int4 at H = 50
   parameterserver  1 chief + 1 ps + 2 workers (4 processes)
 single, ceiling and average never use the network, so they run on loopback only and are the reference
 of every link. The ceiling of the time to target is measured by average's two workers (each evaluates
@@ -75,7 +76,7 @@ BATCH, SEED, COPIER_SEED = 64, 42, 0
 LINKS = {"loopback": None, "1gbit": 1000, "100mbit": 100, "50mbit": 50, "10mbit": 10}  # name -> Mbit/s
 LOCAL_ONLY = ("single", "ceiling", "average")  # never use the network: loopback only, the reference of every link
 H_VALUES = (50, 100, 250)
-DTYPE_BYTES = {"float32": 1.0, "float16": 0.5, "int8": 0.25}  # of the float32 size, for the estimates
+DTYPE_BYTES = {"float32": 1.0, "float16": 0.5, "int8": 0.25, "int4": 0.125}  # of the float32 size, for the estimates
 NAMESPACES = tuple(f"dttta-{i}" for i in range(4))
 BRIDGE = "dttta-br"
 TEXT_EPOCHS = 25  # 80 steps per worker-epoch with 2 workers: 2,000 steps
@@ -95,6 +96,8 @@ def rows_plan():
     # the re-estimation's forward passes were about half of each sync's cost on MobileNetV2 at 50 Mbit/s
     rows += [("localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": "int8",
                               "sync_batch_norm_batches": 4})]
+    # DiLoCo on the int4 wire (half int8's bytes) at the shortest H, where the syncs cost the most over a slow link
+    rows += [("localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": "int4"})]
     rows += [("parameterserver", 2, {})]
     return rows
 
