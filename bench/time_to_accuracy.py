@@ -194,6 +194,13 @@ def selected(row, filters):
     return True
 
 
+def without_ceiling_time(rows):
+    """The tasks whose 2-worker rows `rows` hold without the task's `average` row (tta_store.ceiling_time_to_target:
+    its workers measure the ceiling of the time to target, within one sitting)."""
+    two = {r["task"] for r in rows if r["workers"] == 2 and r["strategy"] not in ("ceiling", "average")}
+    return sorted(t for t in two if not any(r["task"] == t and r["strategy"] == "average" for r in rows))
+
+
 def processes(row):
     """How many processes a row starts (parameterserver: chief, ps and the workers)."""
     return row["workers"] + 2 if row["strategy"] == "parameterserver" else row["workers"]
@@ -709,6 +716,11 @@ def main(args):
         bad_input("the shaped links need root (ip netns, tc); run as root, or --only link=loopback")
     if not todo:
         return
+    if not args.continue_sitting:
+        for task in without_ceiling_time(todo):
+            print(f"note: this sitting runs {task}'s 2-worker rows without its `average` row, whose workers measure the "
+                  "ceiling of the time to target: those rows will show no share of it (add strategy=average to --only, "
+                  "or add it later with --continue-sitting)", file=sys.stderr, flush=True)
     # SIGTERM (as Ctrl-C): stop the running row's processes, remove its namespaces, keep the stored rows
     signal.signal(signal.SIGTERM, interrupted)
     base = common.tmpdir("tta")

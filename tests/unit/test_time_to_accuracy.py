@@ -354,3 +354,14 @@ def test_a_row_from_before_sittings_is_read_against_the_references_of_its_time()
     assert plots.panel_sitting([old_row, new_row]) == "s2"  # a tie: the newest
     assert plots.panel_sitting([old_row, old_row, new_row]) is None
     assert plots.panel_sitting([], default="s2") == "s2"
+
+
+def test_a_sitting_without_average_is_told_its_rows_get_no_ceiling_time():
+    plan = time_to_accuracy.plan({"movie-reviews": time_to_accuracy.TASKS["movie-reviews"],
+                                  "digits-distorted-mobilenetv2": time_to_accuracy.TASKS["digits-distorted-mobilenetv2"]})
+    diloco = [r for r in plan if r["strategy"] == "localsgd" and r["link"] == "50mbit"]
+    assert time_to_accuracy.without_ceiling_time(diloco) == ["digits-distorted-mobilenetv2", "movie-reviews"]
+    text_average = [r for r in plan if r["task"] == "movie-reviews" and r["strategy"] == "average"]
+    assert time_to_accuracy.without_ceiling_time(diloco + text_average) == ["digits-distorted-mobilenetv2"]
+    # the references alone, or 1 worker alone: nothing to warn of
+    assert time_to_accuracy.without_ceiling_time([r for r in plan if r["strategy"] in ("single", "ceiling")]) == []
