@@ -168,9 +168,8 @@ DILOCO_MIN_SYNC_EVERY = 50  # the outer optimizer's candidates (the module's doc
 # batches that re-estimate the batch-norm statistics after a sync: the trainer's --sync-batch-norm-batches
 # default (strategies/options.py; a unit test checks that the two agree), and a forward pass's share of a step
 REFRESH_BATCHES, FORWARD_SHARE = 8, 1 / 3
-# the wires among the candidates (int4 is predicted when asked, as for the benchmark's rows; not a candidate:
-# measured on one model only, docs/strategies.md)
-WIRE_DTYPES = ("float32", "float16", "int8")
+# localsgd's wires among the candidates (multiworker's: float32 and float16)
+WIRE_DTYPES = ("float32", "float16", "int8", "int4")
 # DiLoCo's overlapped syncs among the candidates: eager updates only (delayed updates ended 0.61 against 0.975
 # on the digits CNN at H = 5, docs/strategies.md)
 OVERLAPS = ("eager",)
@@ -596,10 +595,10 @@ def recommend(predictions):
     than predicted; the reason names it when it would have been faster), or, within TIE of it,
     the simplest (average before localsgd before multiworker before parameterserver; fewer workers; for
     multiworker the wider wire, as float16 gradients are rounded; for localsgd no outer optimizer, then
-    no overlap, then the most frequent syncs). localsgd's wire is no tie-break: on float16 and int8 it keeps what it rounds
-    off for the next sync (error feedback), and measured no accuracy loss for it (MobileNetV2 on
-    distorted digits, DiLoCo at H = 100: 0.963 in int8, 0.960 in float16, 0.962 in float32), so there
-    the faster wire is the advice."""
+    no overlap, then the most frequent syncs). localsgd's wire is no tie-break: on float16, int8 and int4 it keeps what
+    it rounds off for the next sync (error feedback), and measured no accuracy loss for it (MobileNetV2 on
+    distorted digits, DiLoCo at H = 100: 0.963 in int8, 0.960 in float16, 0.962 in float32; at H = 50 0.964 in
+    int4 against one worker's 0.956), so there the faster wire is the advice."""
     if not predictions:
         raise ModelError("nothing to recommend")
     safe = [p for p in predictions if not p.accuracy_risk] or predictions
