@@ -76,7 +76,6 @@ BATCH, SEED, COPIER_SEED = 64, 42, 0
 LINKS = {"loopback": None, "1gbit": 1000, "100mbit": 100, "50mbit": 50, "10mbit": 10}  # name -> Mbit/s
 LOCAL_ONLY = ("single", "ceiling", "average")  # never use the network: loopback only, the reference of every link
 H_VALUES = (50, 100, 250)
-DTYPE_BYTES = {"float32": 1.0, "float16": 0.5, "int8": 0.25, "int4": 0.125}  # of the float32 size, for the estimates
 NAMESPACES = tuple(f"dttta-{i}" for i in range(4))
 BRIDGE = "dttta-br"
 TEXT_EPOCHS = 25  # 80 steps per worker-epoch with 2 workers: 2,000 steps
@@ -217,7 +216,9 @@ def estimate_seconds(row, task):
     # steps each training process takes per epoch (parameterserver: the group's steps are shared by its workers)
     per_worker = steps_one if row["workers"] == 1 or strategy == "ceiling" else -(-steps_one // row["workers"])
     compute = per_worker * t["step_sec"] * (t["two_process_slowdown"] if processes(row) > 1 else 1.0)
-    wire = DTYPE_BYTES[options.get("allreduce_dtype", "float32")]
+    from disttrain_trainer.perfmodel import WIRE_BYTES  # (the advisor's bytes a weight on each wire)
+
+    wire = WIRE_BYTES[options.get("allreduce_dtype", "float32")] / 4  # of the float32 size
     if strategy == "multiworker":
         comm = per_worker * (t["gradient_mb"] * wire * 8 / mbit + 0.002)
     elif strategy == "localsgd":

@@ -88,16 +88,18 @@ def unpack(packed, size, wire):
     """pack's inverse, for a vector of `size` elements: (values as int8, scales)."""
     blocks = blocks_of(size)
     scales = tf.bitcast(packed[:blocks], tf.float32)
-    data = tf.reshape(tf.bitcast(packed[blocks:], tf.int8), [-1])
-    if BLOCK_WIRES[wire][1] == 4:
-        return _split_pairs(data[:-(-size // 2)], size), scales
-    return data[:size], scales
+    data = tf.reshape(tf.bitcast(packed[blocks:], tf.int8), [-1])[:_data_bytes(size, wire)]
+    return (_split_pairs(data, size) if BLOCK_WIRES[wire][1] == 4 else data), scales
 
 
 def packed_length(size, wire):
     """int32 elements of pack's vector for `size` values."""
-    data_bytes = size if BLOCK_WIRES[wire][1] == 8 else -(-size // 2)
-    return blocks_of(size) + -(-data_bytes // 4)
+    return blocks_of(size) + -(-_data_bytes(size, wire) // 4)
+
+
+def _data_bytes(size, wire):
+    """The bytes `size` values take on a block wire (int4: two a byte), before the padding to int32."""
+    return -(-size * BLOCK_WIRES[wire][1] // 8)
 
 
 def _nibble_pairs(values):

@@ -33,6 +33,10 @@ OUTER_OVERLAPS = ("none", "delayed", "eager")  # localsgd.py's docstring says wh
 DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM = 0.7, 0.9  # DiLoCo's (Douillard et al. 2023)
 # batches of a worker's shard that re-estimate the batch-norm statistics after a sync (localsgd.py)
 DEFAULT_SYNC_BATCH_NORM_BATCHES = 8
+# TensorFlow's coordination service's heartbeat timeout, instead of its 10 s, which a slow link's syncs once exceeded
+# (collectives.join_cluster says how). 120 s: above a float32 sync of 100 MB between 2 workers at 10 Mbit/s (about 90 s).
+DEFAULT_HEARTBEAT_TIMEOUT = 120.0
+SERVE_TIMEOUT = 7 * 24 * 3600.0  # a parameter-server task serves this long for the chief's marker by default
 
 
 def statistics_read_after_sync(step, every, steps_per_epoch, last_step):
@@ -45,10 +49,6 @@ def statistics_read_after_sync(step, every, steps_per_epoch, last_step):
         return True
     next_end = -(-step // steps_per_epoch) * steps_per_epoch  # (the step itself when it ends an epoch)
     return next_end < min(step + every, last_step)  # (a sync at that end, or the run's last, re-estimates instead)
-# TensorFlow's coordination service's heartbeat timeout, instead of its 10 s, which a slow link's syncs once exceeded
-# (collectives.join_cluster says how). 120 s: above a float32 sync of 100 MB between 2 workers at 10 Mbit/s (about 90 s).
-DEFAULT_HEARTBEAT_TIMEOUT = 120.0
-SERVE_TIMEOUT = 7 * 24 * 3600.0  # a parameter-server task serves this long for the chief's marker by default
 
 
 class Options:
