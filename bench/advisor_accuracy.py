@@ -203,13 +203,13 @@ def row_probe(row):
 
 
 def configuration(strategy, options):
-    """What makes two runs of a strategy the same configuration: localsgd's H, wire, outer optimizer, overlap and
-    batch-norm re-estimation (the trainer's defaults filled in), multiworker's wire."""
+    """What makes two runs of a strategy the same configuration: localsgd's H, wire, outer optimizer, overlap,
+    batch-norm re-estimation and syncs at the epochs' ends (the trainer's defaults filled in), multiworker's wire."""
     if strategy == "localsgd":
         return (strategy, options.get("sync_every") or perfmodel.DEFAULT_SYNC_EVERY,
                 options.get("allreduce_dtype") or "float32", options.get("outer_optimizer") or "none",
                 options.get("outer_overlap") or "none",
-                options.get("sync_batch_norm_batches", perfmodel.REFRESH_BATCHES))
+                options.get("sync_batch_norm_batches", perfmodel.REFRESH_BATCHES), bool(options.get("sync_at_epoch_end")))
     if strategy == "multiworker":
         return (strategy, options.get("allreduce_dtype") or "float32")
     return (strategy,)

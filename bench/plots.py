@@ -171,7 +171,8 @@ def row_label(row):
     if row["strategy"] == "localsgd":
         words.append(f"H={o.get('sync_every', 'default')}")
     words += [str(o[k]) for k in ("outer_optimizer", "allreduce_dtype") if k in o]
-    words += [f"{k}={v}" for k, v in o.items() if k not in ("sync_every", "outer_optimizer", "allreduce_dtype")]
+    words += ["+epoch-end syncs" if (k, v) == ("sync_at_epoch_end", True) else f"{k}={v}"
+              for k, v in o.items() if k not in ("sync_every", "outer_optimizer", "allreduce_dtype")]
     return " ".join(words)
 
 

@@ -97,6 +97,10 @@ def rows_plan():
                               "sync_batch_norm_batches": 4})]
     # DiLoCo on the int4 wire (half int8's bytes) at the shortest H, where the syncs cost the most over a slow link
     rows += [("localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": "int4"})]
+    # the same two wires at H = 50 with a sync at each epoch's end too (--sync-at-epoch-end): each epoch's evaluation
+    # then reads the group's model, not the chief's own of up to H steps past the last sync
+    rows += [("localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": wire, "sync_at_epoch_end": True})
+             for wire in ("int8", "int4")]
     rows += [("parameterserver", 2, {})]
     return rows
 
@@ -363,7 +367,9 @@ def write_data(directory, tasks):
 
 # ------------------------------------------------------------------------------ one row
 def option_flags(options):
-    return [str(part) for key, value in options.items() for part in (f"--{key.replace('_', '-')}", value)]
+    """The trainer's flags of a row's options: a value after its flag; True: a switch by itself (--sync-at-epoch-end)."""
+    return [str(part) for key, value in options.items()
+            for part in ((f"--{key.replace('_', '-')}",) if value is True else (f"--{key.replace('_', '-')}", value))]
 
 
 def trainer_argv(row, task, workdir, out, index, port, shaped):

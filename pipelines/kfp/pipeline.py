@@ -111,7 +111,7 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
                     batch: int, learning_rate: str, sync_every: str, optimizer: str, allreduce_dtype: str,
                     parameter_servers: int, seed: int, validation_fraction: str, model_file: str, trainer_port: int,
                     outer_optimizer: str, outer_learning_rate: float, outer_momentum: float, outer_overlap: str,
-                    sync_batch_norm_batches: str, heartbeat_timeout_seconds: int, threads: int, malloc: str,
+                    sync_at_epoch_end: bool, sync_batch_norm_batches: str, heartbeat_timeout_seconds: int, threads: int, malloc: str,
                     dp_l2_clip: str, dp_noise_multiplier: str, dp_delta: str):
         install = ("pip install --quiet --no-cache-dir --no-deps --disable-pip-version-check --target /tmp/launcher "
                    + " ".join(LAUNCHER_PACKAGES))
@@ -127,7 +127,7 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
                   f"--sync-every={sync_every}", f"--allreduce-dtype={allreduce_dtype}", f"--ps={parameter_servers}",
                   f"--outer-optimizer={outer_optimizer}", f"--outer-lr={outer_learning_rate}",
                   f"--outer-momentum={outer_momentum}", f"--outer-overlap={outer_overlap}",
-                  f"--sync-batch-norm-batches={sync_batch_norm_batches}",
+                  f"--sync-at-epoch-end={sync_at_epoch_end}", f"--sync-batch-norm-batches={sync_batch_norm_batches}",
                   f"--heartbeat-timeout={heartbeat_timeout_seconds}"])
 
     @dsl.container_component
@@ -158,6 +158,7 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         outer_learning_rate: float = 0.7,
         outer_momentum: float = 0.9,
         outer_overlap: str = "none",
+        sync_at_epoch_end: bool = False,
         sync_batch_norm_batches: str = "",
         optimizer: str = "",
         allreduce_dtype: str = "float32",
@@ -235,7 +236,7 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
                                   allreduce_dtype=allreduce_dtype, parameter_servers=parameter_servers,
                                   outer_optimizer=outer_optimizer, outer_learning_rate=outer_learning_rate,
                                   outer_momentum=outer_momentum, outer_overlap=outer_overlap,
-                                  sync_batch_norm_batches=sync_batch_norm_batches,
+                                  sync_at_epoch_end=sync_at_epoch_end, sync_batch_norm_batches=sync_batch_norm_batches,
                                   heartbeat_timeout_seconds=trainer_heartbeat_timeout_seconds,
                                   **training).after(data))
 

@@ -51,6 +51,7 @@ STRATEGY_OPTIONS = {
     "--outer-lr": ("localsgd",),
     "--outer-momentum": ("localsgd",),
     "--outer-overlap": ("localsgd",),
+    "--sync-at-epoch-end": ("localsgd",),
     "--sync-batch-norm-batches": ("localsgd",),
 }
 # DiLoCo's outer step: the trainer takes its learning rate and momentum with --outer-optimizer nesterov only,

@@ -150,6 +150,7 @@ def check_meaning(stage, parsed, values, docs):
         else:  # plain averaging (localsgd's default), or not localsgd
             assert parsed.outer_optimizer == ("none" if values["strategy"] == "localsgd" else None)
         assert parsed.outer_overlap == (values["outerOverlap"] if values["strategy"] == "localsgd" else None)
+        assert parsed.sync_at_epoch_end == (bool(values["syncAtEpochEnd"]) if values["strategy"] == "localsgd" else None)
         assert parsed.sync_batch_norm_batches == (values.get("syncBatchNormBatches") if values["strategy"] == "localsgd" else None)
         assert parsed.validation_fraction == pytest.approx(float(values["trainer"]["validationFraction"] or 0))
         assert parsed.progress_interval == pytest.approx(float(values["trainer"]["progressIntervalSeconds"]))

@@ -94,6 +94,7 @@ SETTINGS = [(strategy, (), ()) for strategy in STRATEGIES] + [
      ("syncEvery=500", "outerOptimizer=nesterov", "outerLearningRate=0.5", "outerMomentum=0.8")),
     ("localsgd", ("--sync-batch-norm-batches=0",), ("syncBatchNormBatches=0",)),
     ("localsgd", ("--outer-optimizer=nesterov", "--outer-overlap=eager"), ("outerOptimizer=nesterov", "outerOverlap=eager")),
+    ("localsgd", ("--outer-optimizer=nesterov", "--sync-at-epoch-end"), ("outerOptimizer=nesterov", "syncAtEpochEnd=true")),
     ("parameterserver", ("--ps=2",), ("parameterServers=2",)),
     ("multiworker", ("--dp-l2-clip=1.0", "--dp-noise-multiplier=1.1", "--dp-delta=1e-05"),
      ("trainer.privacy.l2Clip=1.0", "trainer.privacy.noiseMultiplier=1.1", "trainer.privacy.delta=1e-05")),

@@ -170,6 +170,9 @@ def test_localsgd_passes_the_outer_optimizer_and_the_int8_wire():
     assert arg(trainer, "--outer-overlap") == "none"
     trainer = main_container(render(sets=("strategy=localsgd", "outerOptimizer=nesterov", "outerOverlap=eager")), "trainer")
     assert arg(trainer, "--outer-overlap") == "eager"
+    assert "--sync-at-epoch-end" not in trainer["args"]  # (off by default)
+    trainer = main_container(render(sets=("strategy=localsgd", "outerOptimizer=nesterov", "syncAtEpochEnd=true")), "trainer")
+    assert "--sync-at-epoch-end" in trainer["args"]
 
 
 def test_parameterserver_runs_chief_ps_and_workers_in_one_indexed_job(parameterserver_manifest):

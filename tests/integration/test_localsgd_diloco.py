@@ -117,3 +117,21 @@ def test_overlapped_syncs_end_in_one_model(tmp_path, overlap, wire):
     assert metrics0[-1]["test_accuracy"] == metrics1[-1]["test_accuracy"] > {"eager": 0.5, "delayed": 0.3}[overlap]
     run = json.load(open(tmp_path / "train" / "worker-00000" / "checkpoints" / "run.json"))
     assert run["outer_overlap"] == overlap
+
+
+def test_syncs_at_each_epochs_end_evaluate_the_groups_model(tmp_path):
+    # H = 5 does not divide an epoch's steps: with --sync-at-epoch-end the syncs count H from each epoch's start and
+    # one falls on its end, so every epoch's record is of one model, the same on both workers, evaluated the same
+    (metrics0, marker0), (metrics1, marker1) = train_pair(
+        tmp_path, "sample:digits", "--sync-every", 5, "--outer-optimizer", "nesterov", "--allreduce-dtype", "int8",
+        "--sync-at-epoch-end")
+    steps = metrics0[-1]["last_sync_step"] // EPOCHS
+    assert steps % 5, "the test needs an epoch that H does not divide"
+    assert [m["last_sync_step"] for m in metrics0] == [steps * e for e in range(1, EPOCHS + 1)]
+    for m0, m1 in zip(metrics0, metrics1):
+        assert (m0["synced_weights_checksum"], m0["test_accuracy"], m0["test_loss"]) == (
+            m1["synced_weights_checksum"], m1["test_accuracy"], m1["test_loss"])
+    assert marker0["final_weights_sha256"] == marker1["final_weights_sha256"] != marker0["init_weights_sha256"]
+    assert metrics0[-1]["test_accuracy"] > 0.7
+    run = json.load(open(tmp_path / "train" / "worker-00000" / "checkpoints" / "run.json"))
+    assert run["sync_at_epoch_end"] is True and run["sync_every"] == 5

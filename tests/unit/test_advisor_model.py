@@ -110,6 +110,22 @@ def test_seconds_per_epoch_of_each_strategy():
     assert total == pytest.approx(100 * (0.006 + exchange))  # each worker's own pull and push, one after the other
 
 
+def test_syncs_at_each_epochs_end_cost_one_short_interval_an_epoch():
+    p = probe(latency_seconds=0.001, per_byte_seconds=0.0)
+    link = pm.link_of(p, mbit=10)
+    one = pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 30}, epochs=3)[3]
+    # 100 steps an epoch per worker, H = 30: 10 syncs in 3 epochs, against 4 an epoch (30, 60, 90 and the end)
+    assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 30}, epochs=3)[2] == pytest.approx(10 * one / 3)
+    aligned = {"sync_every": 30, "sync_at_epoch_end": True}
+    assert pm.epoch_seconds(p, link, "localsgd", 2, aligned, epochs=3)[2] == pytest.approx(4 * one)
+    # an H that divides the epoch: the same syncs either way
+    assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 25, "sync_at_epoch_end": True}, epochs=3)[2] == \
+        pytest.approx(pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 25}, epochs=3)[2])
+    assert pm.predict(p, link, "localsgd", 2, aligned).label() == "localsgd H=30 +epoch ends float32"
+    with pytest.raises(pm.ModelError, match="does not go with outer_overlap"):
+        pm.epoch_seconds(p, link, "localsgd", 2, {**aligned, "outer_optimizer": "nesterov", "outer_overlap": "eager"})
+
+
 def test_a_parameter_server_step_pulls_the_whole_model_and_pushes_the_gradients_rows():
     # an embedding model: 5.12 MB of weights, 0.18 MB of sparse gradient rows per step (the text model's)
     p = probe(weight_bytes=5_120_000, gradient_bytes=180_000, gradient_sparse=True, latency_seconds=0.0,

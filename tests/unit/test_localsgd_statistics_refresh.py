@@ -1,6 +1,7 @@
 """localsgd re-estimates the batch-norm statistics only after a sync whose statistics something reads before
 the next sync replaces them: the last sync before an epoch's end (its held-out evaluation and checkpoint)
-and the run's last (the published model). Training normalizes with each batch's own statistics, and each
+and the run's last (the published model). With --sync-at-epoch-end the syncs restart at each epoch's
+start and one falls on its end, which re-estimates. Training normalizes with each batch's own statistics, and each
 re-estimation replaces the last whole, so the ones in between changed nothing anyone read. The rule is
 one function, which the trainer follows and the advisor counts with; here it is checked step by step, the
 trainer's sync loop with its collaborators replaced by recorders, and the advisor's count against both."""
@@ -9,13 +10,13 @@ import pytest
 
 from disttrain_trainer import perfmodel
 from disttrain_trainer.strategies.localsgd import Strategy as LocalSGD
-from disttrain_trainer.strategies.options import statistics_read_after_sync
+from disttrain_trainer.strategies.options import next_sync, statistics_read_after_sync, sync_steps
 
 
-def refreshed(every, steps_per_epoch, epochs):
+def refreshed(every, steps_per_epoch, epochs, at_epoch_end=False):
     last = steps_per_epoch * epochs
-    syncs = [*range(every, last, every), last]
-    return [s for s in syncs if statistics_read_after_sync(s, every, steps_per_epoch, last)]
+    return [s for s in sync_steps(every, steps_per_epoch, epochs, at_epoch_end)
+            if statistics_read_after_sync(s, next_sync(s, every, steps_per_epoch, at_epoch_end), steps_per_epoch, last)]
 
 
 def test_one_sync_an_epoch_the_last_before_its_end_and_the_runs_last():
@@ -37,13 +38,27 @@ def test_every_sync_re_estimates_where_h_is_an_epoch_or_longer(every, steps_per_
     assert refreshed(every, steps_per_epoch, epochs) == [*range(every, steps_per_epoch * epochs + 1, every)]
 
 
-@pytest.mark.parametrize("every, steps_per_epoch, epochs", [(50, 125, 16), (5, 23, 2), (1, 7, 3), (250, 125, 16),
-                                                             (32, 250, 10), (100, 100, 5)])
-def test_the_advisor_counts_the_syncs_the_trainer_re_estimates_at(every, steps_per_epoch, epochs):
-    calls = []
+def test_syncs_at_each_epochs_end_count_h_from_the_epochs_start():
+    # 125 steps an epoch, H = 50: 50, 100, the end at 125, then 175, 225, 250 ...; the end's sync re-estimates
+    assert sync_steps(50, 125, 3, at_epoch_end=True) == [50, 100, 125, 175, 225, 250, 300, 350, 375]
+    assert refreshed(50, 125, 3, at_epoch_end=True) == [125, 250, 375]
+    # H of an epoch or more: once an epoch, at its end; H dividing the epoch: the same syncs as without
+    assert sync_steps(500, 125, 3, at_epoch_end=True) == [125, 250, 375]
+    assert sync_steps(25, 100, 2, at_epoch_end=True) == sync_steps(25, 100, 2) == [*range(25, 201, 25)]
+    # without: every H steps of the run and the run's last
+    assert sync_steps(50, 125, 2) == [50, 100, 150, 200, 250]
+    assert sync_steps(1000, 100, 5) == [500]
+
+
+@pytest.mark.parametrize("every, steps_per_epoch, epochs, at_epoch_end", [
+    (50, 125, 16, False), (5, 23, 2, False), (1, 7, 3, False), (250, 125, 16, False), (32, 250, 10, False),
+    (100, 100, 5, False), (50, 125, 16, True), (5, 23, 2, True), (250, 125, 4, True), (30, 100, 3, True)])
+def test_the_advisor_counts_the_syncs_the_trainer_re_estimates_at(every, steps_per_epoch, epochs, at_epoch_end):
+    calls, syncs = [], []
     s = LocalSGD.__new__(LocalSGD)  # (no cluster: the sync's own steps are replaced by recorders)
     s.every, s.overlap, s.epochs, s.estimations, s.notice, s.synced_at = every, None, epochs, 0, None, None
-    s._sync = lambda: 7  # the synced weights' checksum
+    s.at_epoch_end = at_epoch_end
+    s._sync = lambda: syncs.append(s.synced_at_call) or 7  # the synced weights' checksum
     s._refresh = object()
     s.refresh = lambda: calls.append(s.synced_at_call) or 8
     per_epoch, step = [], 0
@@ -59,9 +74,10 @@ def test_the_advisor_counts_the_syncs_the_trainer_re_estimates_at(every, steps_p
         if len(per_epoch) == epochs - 1:
             s.finish(step)
         per_epoch.append(len(calls) - before)
-    assert calls == refreshed(every, steps_per_epoch, epochs)
-    assert perfmodel.refreshes(steps_per_epoch, every, epochs) == len(calls)
-    if every < steps_per_epoch:
+    assert syncs == sync_steps(every, steps_per_epoch, epochs, at_epoch_end)  # the trainer's syncs, as the advisor lists them
+    assert calls == refreshed(every, steps_per_epoch, epochs, at_epoch_end)
+    assert perfmodel.refreshes(steps_per_epoch, every, epochs, at_epoch_end) == len(calls)
+    if every < steps_per_epoch or at_epoch_end:
         assert per_epoch == [1] * epochs  # one an epoch
 
 

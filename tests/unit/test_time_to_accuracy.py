@@ -365,3 +365,12 @@ def test_a_sitting_without_average_is_told_its_rows_get_no_ceiling_time():
     assert time_to_accuracy.without_ceiling_time(diloco + text_average) == ["digits-distorted-mobilenetv2"]
     # the references alone, or 1 worker alone: nothing to warn of
     assert time_to_accuracy.without_ceiling_time([r for r in plan if r["strategy"] in ("single", "ceiling")]) == []
+
+
+def test_a_rows_options_become_the_trainers_flags_and_a_true_one_a_switch():
+    flags = time_to_accuracy.option_flags({"sync_every": 50, "outer_optimizer": "nesterov", "sync_at_epoch_end": True})
+    assert flags == ["--sync-every", "50", "--outer-optimizer", "nesterov", "--sync-at-epoch-end"]
+    # and the trainer takes them (the benchmark's own preflight does the same before a row runs)
+    from disttrain_trainer.main import parse_args
+
+    assert parse_args(["--strategy", "localsgd", *flags]).sync_at_epoch_end is True

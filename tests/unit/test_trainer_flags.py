@@ -39,6 +39,9 @@ from disttrain_trainer.tasks import text as text_task
          "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not parameterserver"),
         (["--strategy", "localsgd", "--outer-overlap", "sometimes"], "invalid choice: 'sometimes'"),
         (["--strategy", "multiworker", "--outer-overlap", "eager"], "--outer-overlap applies to --strategy localsgd, not multiworker"),
+        (["--sync-at-epoch-end"], "--sync-at-epoch-end applies to --strategy localsgd, not average"),
+        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-overlap", "eager", "--sync-at-epoch-end"],
+         "--sync-at-epoch-end does not go with --outer-overlap eager: an overlapped sync applies its exchange one sync late"),
         (["--allreduce-dtype", "bfloat16"], "invalid choice: 'bfloat16'"),  # TensorFlow's collectives refuse it
         (["--allreduce-pack-bytes", "-1"], "--allreduce-pack-bytes must be >= 0"),
         (["--peer-wait", "-1"], "--peer-wait must be >= 0 (0: no deadline)"),
@@ -81,6 +84,9 @@ def test_localsgd_outer_flags_default_to_plain_averaging_and_dilocos_values():
         "sync_every": 500, "outer_optimizer": "nesterov", "outer_lr": 0.5, "outer_momentum": 0.0, "allreduce_dtype": "int8"}
     args = parse_args(["--strategy", "localsgd", "--outer-overlap", "eager"])  # (plain averaging overlaps too)
     assert options.REGISTRY["localsgd"].model_meta(args) == {"sync_every": 32, "outer_overlap": "eager"}
+    assert parse_args(["--strategy", "localsgd"]).sync_at_epoch_end is False
+    args = parse_args(["--strategy", "localsgd", "--sync-every", "50", "--sync-at-epoch-end"])  # (a resume checks it)
+    assert options.REGISTRY["localsgd"].model_meta(args) == {"sync_every": 50, "sync_at_epoch_end": True}
     assert options.users_of("outer_lr") == ["localsgd"]
 
 

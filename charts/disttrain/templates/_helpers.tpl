@@ -246,6 +246,12 @@ that depends on the storage choice.
 {{- if and (ne .Values.outerOverlap "none") (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: outerOverlap applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
+{{- if and .Values.syncAtEpochEnd (ne .Values.strategy "localsgd") -}}
+{{- fail (printf "disttrain: syncAtEpochEnd applies to strategy localsgd, not %s" .Values.strategy) -}}
+{{- end -}}
+{{- if and .Values.syncAtEpochEnd (ne .Values.outerOverlap "none") -}}
+{{- fail (printf "disttrain: syncAtEpochEnd does not go with outerOverlap %s: an overlapped sync applies its exchange one sync late, so an epoch's end would not hold the group's model" .Values.outerOverlap) -}}
+{{- end -}}
 {{- if and (has .Values.allreduceDtype (list "int8" "int4")) (ne .Values.strategy "localsgd") -}}
 {{- fail (printf "disttrain: allreduceDtype %s applies to strategy localsgd, not %s (TensorFlow's all-reduce refuses int8; use float16)" .Values.allreduceDtype .Values.strategy) -}}
 {{- end -}}

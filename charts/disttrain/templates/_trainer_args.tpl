@@ -33,6 +33,9 @@ advisor's step before it (advisor.enabled) take the same ones, so the advice is 
 {{- end }}
 - --outer-overlap
 - {{ $ctx.Values.outerOverlap | quote }}
+{{- if $ctx.Values.syncAtEpochEnd }}
+- --sync-at-epoch-end
+{{- end }}
 {{- if not (kindIs "invalid" $ctx.Values.syncBatchNormBatches) }}
 - --sync-batch-norm-batches
 - {{ $ctx.Values.syncBatchNormBatches | int | toString | quote }}

@@ -59,7 +59,8 @@ Seconds per epoch:
                    sync: all-reduce of B at the wire's bytes per weight (float32 4, float16 2), or, for
                    int8, all-gather of B / 4 (int4: B / 8) plus a float32 scale per block of 256 weights (all the
                    weights as one vector); syncs per run = every H
-                   steps and one at the end: ceil(S_N * epochs / H). The outer optimizer (DiLoCo's
+                   steps and one at the end: ceil(S_N * epochs / H); with sync_at_epoch_end every H steps
+                   of each epoch and at its end: epochs * ceil(S_N / H) (options.sync_steps). The outer optimizer (DiLoCo's
                    Nesterov step) is a few passes over the weights per sync: not counted. A model with
                    batch normalisation re-estimates its statistics after a sync whose statistics are read
                    (the last before each epoch's end, and the run's last: refreshes(), one an epoch at
@@ -152,7 +153,7 @@ both models); a shorter H would compound the momentum on top of the inner optimi
 import math
 from dataclasses import asdict, dataclass, field
 
-from disttrain_trainer.strategies.options import BLOCK_WIRES, statistics_read_after_sync
+from disttrain_trainer.strategies.options import BLOCK_WIRES, next_sync, statistics_read_after_sync, sync_steps
 
 WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1, "int4": 0.5}
 # weights per float32 scale on the block wires: wire_codecs.BLOCK (kept here so this module needs no
@@ -341,7 +342,8 @@ class Prediction:
         if self.strategy == "localsgd":
             outer = "" if o.get("outer_optimizer", "none") == "none" else f" {o['outer_optimizer']}"
             overlap = "" if not overlapped(o) else f" {o['outer_overlap']}"
-            return f"localsgd H={o['sync_every']} {o.get('allreduce_dtype', 'float32')}{outer}{overlap}"
+            at_end = " +epoch ends" if o.get("sync_at_epoch_end") else ""
+            return f"localsgd H={o['sync_every']}{at_end} {o.get('allreduce_dtype', 'float32')}{outer}{overlap}"
         if self.strategy == "multiworker" and o.get("allreduce_dtype", "float32") != "float32":
             return f"multiworker {o['allreduce_dtype']}"
         return self.strategy
@@ -387,8 +389,11 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     exchange = sync_seconds(probe, link, workers, options.get("allreduce_dtype", "float32")) + link.latency_seconds
     refresh = refresh_batches(probe, options)
     local = refresh * FORWARD_SHARE * t + allreduce_seconds(probe.batch_norm_bytes, workers, link) if refresh else 0.0
-    syncs = math.ceil(steps * epochs / every)  # every H steps, and one at the end
-    estimations = refreshes(steps, every, epochs) * local
+    at_end = bool(options.get("sync_at_epoch_end"))
+    if at_end and overlapped(options):
+        raise ModelError("sync_at_epoch_end does not go with outer_overlap (the trainer refuses it)")
+    syncs = len(sync_steps(every, steps, epochs, at_end))  # every H steps (of each epoch), and one at the end
+    estimations = refreshes(steps, every, epochs, at_end) * local
     if overlapped(options):
         # the exchange runs beside the next H steps: a sync waits only for what they leave of it, and the
         # run's end for the whole last one, whose landing the statistics' re-estimation follows once more (with
@@ -470,12 +475,13 @@ def parameterserver_extra_seconds(probe, own_link=False):
     return extra if own_link else max(0.0, extra)
 
 
-def refreshes(steps_per_epoch, every, epochs):
-    """The syncs of a localsgd run of `epochs` epochs that re-estimate the batch-norm statistics: of those every H
-    steps and the one at the run's end, the ones whose statistics an epoch's end reads (the trainer's own rule,
+def refreshes(steps_per_epoch, every, epochs, at_epoch_end=False):
+    """The syncs of a localsgd run of `epochs` epochs that re-estimate the batch-norm statistics: of its syncs
+    (options.sync_steps), the ones whose statistics an epoch's end reads (the trainer's own rule,
     strategies/options.py). One an epoch at H shorter than an epoch; every sync at H of an epoch or more."""
     last = steps_per_epoch * epochs
-    return sum(statistics_read_after_sync(step, every, steps_per_epoch, last) for step in [*range(every, last, every), last])
+    return sum(statistics_read_after_sync(step, next_sync(step, every, steps_per_epoch, at_epoch_end), steps_per_epoch, last)
+               for step in sync_steps(every, steps_per_epoch, epochs, at_epoch_end))
 
 
 def refresh_batches(probe, options):

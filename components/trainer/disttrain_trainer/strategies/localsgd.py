@@ -16,6 +16,16 @@ change (--outer-optimizer):
 Every worker computes the same sums, so every worker then holds exactly the same weights and the
 same outer momentum (each epoch's record carries a checksum of the synced weights to show it).
 
+When: every H steps of the run, and at the run's last step. Between two syncs each worker trains its own
+model, so an epoch's end that falls between syncs evaluates and checkpoints the chief's own model of up to H
+steps past the last sync, not the group's. With --sync-at-epoch-end the syncs are every H steps counted from
+each epoch's start and at each epoch's end (options.next_sync): every epoch's evaluation then reads the
+group's model right after its outer step, the model the run would publish if it ended there, the same on
+every worker (DiLoCo's papers evaluate that model too). MobileNetV2 on distorted digits, DiLoCo int8 at
+H = 50 (125 steps an epoch): 0.321, 0.623, 0.785, 0.877, 0.921 over the first five epochs against the
+chief's own model's 0.275, 0.580, 0.763, 0.871, 0.899 (docs/benchmarks). The price, where H does not divide
+an epoch: a short interval and one sync more an epoch (3 instead of 2.5 there).
+
 The wire (--allreduce-dtype): float32 and float16 by all-reduce (collectives.Wire); int8 and int4
 (wire_codecs.py: a float32 scale per block of 256 values) by one all-gather, decoded and summed
 in worker order (TensorFlow's collectives refuse int8). On the lossy wires the sync uses error
@@ -68,8 +78,9 @@ model on the held-out split after each epoch and records its own shard's trainin
 accuracy, as `average` workers do. (An epoch-end collective to sum the metrics, with the
 chief alone evaluating, made every other worker wait for the chief's evaluation at its next
 sync: about 0.1 s per movie-reviews epoch, bench/README.md.) Between two syncs the workers'
-models differ, so their per-epoch curves differ a little; after the last sync every worker
-holds the same weights, and the chief's evaluation of them is the run's result.
+models differ, so their per-epoch curves differ a little (with --sync-at-epoch-end they are the
+same); after the last sync every worker holds the same weights, and the chief's evaluation of them is the
+run's result.
 
 Checkpoints: each worker keeps its own (its model differs from the others' between syncs),
 every epoch, with the anchor, the outer momentum and the wire's residual: a resumed run goes on
@@ -106,6 +117,7 @@ class Strategy(Connected):
         self.wire_dtype = args.allreduce_dtype
         self.batch_norm_batches = args.sync_batch_norm_batches
         self.overlap = args.outer_overlap if args.outer_overlap != "none" else None
+        self.at_epoch_end = args.sync_at_epoch_end  # (options.next_sync: the syncs' schedule)
         self.settings = options.outer_settings(args)
         self.epochs = args.epochs
         self.steps_per_epoch = None  # (train_epoch: the syncs whose statistics are read depend on it)
@@ -208,8 +220,11 @@ class Strategy(Connected):
             with self.refresh_momentum():
                 self._refresh.get_concrete_function()
 
+    def next_sync(self, step):
+        return options.next_sync(step, self.every, self.steps_per_epoch, self.at_epoch_end)
+
     def steps_to_sync(self, step):
-        return self.every - step % self.every
+        return self.next_sync(step) - step
 
     def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0,
                     sums=None):
@@ -219,14 +234,14 @@ class Strategy(Connected):
                                    sums)
 
     def after_steps(self, step):
-        if step % self.every == 0:
+        if self.next_sync(step - 1) == step:
             self.sync(step)
 
     def agree_to_stop(self, requested, step):
         # Only at a sync, where every worker holds the same weights: each then saves its own
         # checkpoint of that one step. Between two syncs a worker that had SIGTERM trains on
         # to the next one (at most H steps).
-        if step % self.every:
+        if self.next_sync(step - 1) != step:
             return False
         if self.agreed is not None and self.agreed[0] == step:
             return self.agreed[1]  # agreed by the sync at this step, before its exchange started
@@ -249,7 +264,7 @@ class Strategy(Connected):
         with unoptimized_graphs():  # (never while the exchange runs: the option is the runtime's, see there)
             synced = self._send(total) if self.overlap else self._sync()
             if self._refresh is not None and options.statistics_read_after_sync(
-                    step, self.every, self.steps_per_epoch, self.epochs * self.steps_per_epoch):
+                    step, self.next_sync(step), self.steps_per_epoch, self.epochs * self.steps_per_epoch):
                 synced = self.refresh()  # (the statistics change: the checksum is the refresh's)
         if self.overlap:
             if self.notice is not None:

@@ -39,16 +39,35 @@ DEFAULT_HEARTBEAT_TIMEOUT = 120.0
 SERVE_TIMEOUT = 7 * 24 * 3600.0  # a parameter-server task serves this long for the chief's marker by default
 
 
-def statistics_read_after_sync(step, every, steps_per_epoch, last_step):
-    """Whether anything reads the batch-norm statistics of localsgd's sync at `step` (a multiple of H, or the
-    run's last step) before the next sync replaces them: an epoch's end (its held-out evaluation and its
-    checkpoint) or the run's end (the published model) comes first. Training normalizes with each batch's own
-    statistics, so only these syncs need theirs re-estimated (localsgd.py): with H shorter than an epoch, one
-    sync an epoch, the last before its end. The advisor (perfmodel.refreshes) counts them with this rule too."""
+def next_sync(step, every, steps_per_epoch, at_epoch_end=False):
+    """The step of localsgd's first sync after `step`: every H steps of the run; with --sync-at-epoch-end, every
+    H steps counted from each epoch's start and at the epoch's end (where it comes first). (The run's last step
+    is a sync as well: the caller's.)"""
+    if not at_epoch_end:
+        return (step // every + 1) * every
+    start = step // steps_per_epoch * steps_per_epoch
+    return min(start + ((step - start) // every + 1) * every, start + steps_per_epoch)
+
+
+def sync_steps(every, steps_per_epoch, epochs, at_epoch_end=False):
+    """Every sync of a localsgd run, in order: those of next_sync and the run's last step. The trainer follows
+    next_sync; the advisor counts a run's syncs (perfmodel) with this list."""
+    last, steps, step = steps_per_epoch * epochs, [], 0
+    while (step := next_sync(step, every, steps_per_epoch, at_epoch_end)) < last:
+        steps.append(step)
+    return [*steps, last]
+
+
+def statistics_read_after_sync(step, following, steps_per_epoch, last_step):
+    """Whether anything reads the batch-norm statistics of localsgd's sync at `step` before the next sync (at
+    `following`) replaces them: an epoch's end (its held-out evaluation and its checkpoint) or the run's end
+    (the published model) comes first. Training normalizes with each batch's own statistics, so only these
+    syncs need theirs re-estimated (localsgd.py): with H shorter than an epoch, one sync an epoch, the last
+    before its end (or the one at its end). The advisor (perfmodel.refreshes) counts them with this rule too."""
     if step >= last_step:
         return True
     next_end = -(-step // steps_per_epoch) * steps_per_epoch  # (the step itself when it ends an epoch)
-    return next_end < min(step + every, last_step)  # (a sync at that end, or the run's last, re-estimates instead)
+    return next_end < min(following, last_step)  # (a sync at that end, or the run's last, re-estimates instead)
 
 
 class Options:
@@ -205,6 +224,12 @@ class LocalSGD(AllReduce):
                                 "own new change in place of its stale one (DiLoCo's eager updates; the workers differ "
                                 "by their own changes until the run ends with their average). For slow links, where a "
                                 "sync's collective takes a good part of H steps")
+        group.add_argument("--sync-at-epoch-end", action="store_true", default=None,
+                           help="localsgd: sync at each epoch's end as well, counting --sync-every from each epoch's start, "
+                                "so that each epoch's held-out evaluation and checkpoint are the group's model (the one "
+                                "the run would publish), the same on every worker, not the chief's own model of up to "
+                                "H steps past the last sync. Costs one sync an epoch more where H does not divide the "
+                                "epoch; H of an epoch or more then syncs once an epoch. Not with --outer-overlap")
         group.add_argument("--sync-batch-norm-batches", type=int, default=None, metavar="N",
                            help="localsgd, a model with batch normalization: after a sync whose statistics are read (the "
                                 "last sync before an epoch's end, where the held-out evaluation and the checkpoint read "
@@ -235,6 +260,8 @@ class LocalSGD(AllReduce):
             return f"--sync-batch-norm-batches applies to --strategy localsgd, not {strategy}"
         if args.outer_overlap is not None:
             return f"--outer-overlap applies to --strategy localsgd, not {strategy}"
+        if args.sync_at_epoch_end is not None:
+            return f"--sync-at-epoch-end applies to --strategy localsgd, not {strategy}"
         if args.allreduce_dtype in BLOCK_WIRES:
             return (f"--allreduce-dtype {args.allreduce_dtype} applies to --strategy localsgd, not {strategy} "
                     "(TensorFlow's all-reduce refuses int8; use float16)")
@@ -253,6 +280,12 @@ class LocalSGD(AllReduce):
             args.sync_batch_norm_batches = DEFAULT_SYNC_BATCH_NORM_BATCHES
         if args.outer_overlap is None:
             args.outer_overlap = "none"
+        args.sync_at_epoch_end = bool(args.sync_at_epoch_end)
+        if args.sync_at_epoch_end and args.outer_overlap != "none":
+            # (an overlapped sync's outer step lands one sync late, and under eager the workers differ until the end:
+            # an epoch's end would still not hold the group's model)
+            error(f"--sync-at-epoch-end does not go with --outer-overlap {args.outer_overlap}: an overlapped sync "
+                  "applies its exchange one sync late, so an epoch's end would not hold the group's model")
 
     def model_meta(self, args):
         """H, and what differs from plain averaging over a float32 wire (a default run records what it did)."""
@@ -270,6 +303,8 @@ def outer_settings(args):
         settings["allreduce_dtype"] = args.allreduce_dtype  # (with error feedback: always, on these wires)
     if args.outer_overlap != "none":
         settings["outer_overlap"] = args.outer_overlap
+    if args.sync_at_epoch_end:
+        settings["sync_at_epoch_end"] = True
     return settings
 
 
