@@ -5,7 +5,8 @@ outer state in the last checkpoints. Also with batch normalization, whose statis
 re-estimates from a few batches of each worker's shard: a small convolutional model file with a
 BatchNormalization layer in a nested network (own_models.batch_norm_cnn_file: the re-estimation is the
 same for any model; MobileNetV2 here took four times as long, most of it tracing its graph). And
-with eager updates (--outer-overlap eager), whose checkpoints hold the message in flight."""
+with eager updates (--outer-overlap eager), whose checkpoints hold the message in flight, and with syncs at
+each epoch's end (--sync-at-epoch-end)."""
 
 import json
 import shutil
@@ -27,9 +28,11 @@ OUTER_STATE = ("anchors", "outer_momenta", "wire_residuals")
 
 # the digits CNN at batch 8: 90 steps an epoch, 18 syncs; the batch-norm model file at batch 32: 23 steps, 4 syncs.
 # With eager updates every epoch's checkpoint is taken with the exchange of its last sync in flight (90 = 18 x 5):
-# the resumed group sends it again.
+# the resumed group sends it again. With syncs at each epoch's end too, at batch 7 (103 steps an epoch, which H = 5
+# does not divide): the schedule counts H from each epoch's start, the resumed group too.
 MODELS = {"cnn": lambda tmp_path: ["--batch", 8],
           "cnn-eager-updates": lambda tmp_path: ["--batch", 8, "--outer-overlap", "eager"],
+          "cnn-epoch-end-syncs": lambda tmp_path: ["--batch", 7, "--sync-at-epoch-end"],
           "batch-norm": lambda tmp_path: ["--batch", 32, "--model-file", batch_norm_cnn_file(tmp_path / "model.keras")]}
 
 
