@@ -30,7 +30,7 @@ NAME = f"disttrain-{RUN_ID}"  # the pipeline's Job name
 # the options the pipeline passes as --flag=VALUE, with its defaults ("": unset)
 PIPELINE_OPTIONS = {"--learning-rate": "", "--validation-fraction": "", "--model-file": "", "--sync-every": "",
                     "--allreduce-dtype": "float32", "--ps": "1", "--outer-optimizer": "none", "--outer-lr": "0.7",
-                    "--outer-momentum": "0.9", "--outer-overlap": "none", "--sync-batch-norm-batches": "", "--dp-l2-clip": "",
+                    "--outer-momentum": "0.9", "--outer-overlap": "none", "--sync-at-epoch-end": "false", "--sync-batch-norm-batches": "", "--dp-l2-clip": "",
                     "--dp-noise-multiplier": "", "--dp-delta": "", "--threads": "0", "--malloc": "tuned",
                     "--heartbeat-timeout": "120"}
 
@@ -94,7 +94,7 @@ SETTINGS = [(strategy, (), ()) for strategy in STRATEGIES] + [
      ("syncEvery=500", "outerOptimizer=nesterov", "outerLearningRate=0.5", "outerMomentum=0.8")),
     ("localsgd", ("--sync-batch-norm-batches=0",), ("syncBatchNormBatches=0",)),
     ("localsgd", ("--outer-optimizer=nesterov", "--outer-overlap=eager"), ("outerOptimizer=nesterov", "outerOverlap=eager")),
-    ("localsgd", ("--outer-optimizer=nesterov", "--sync-at-epoch-end"), ("outerOptimizer=nesterov", "syncAtEpochEnd=true")),
+    ("localsgd", ("--outer-optimizer=nesterov", "--sync-at-epoch-end=true"), ("outerOptimizer=nesterov", "syncAtEpochEnd=true")),
     ("parameterserver", ("--ps=2",), ("parameterServers=2",)),
     ("multiworker", ("--dp-l2-clip=1.0", "--dp-noise-multiplier=1.1", "--dp-delta=1e-05"),
      ("trainer.privacy.l2Clip=1.0", "trainer.privacy.noiseMultiplier=1.1", "trainer.privacy.delta=1e-05")),

@@ -106,7 +106,7 @@ CHART_VALUES = {
     "allow_missing_classes": "data.validation.allowMissingClasses", "workers": "workers", "epochs": "epochs",
     "batch": "batch", "strategy": "strategy", "learning_rate": "learningRate", "sync_every": "syncEvery",
     "outer_optimizer": "outerOptimizer", "outer_learning_rate": "outerLearningRate", "outer_momentum": "outerMomentum",
-    "outer_overlap": "outerOverlap",
+    "outer_overlap": "outerOverlap", "sync_at_epoch_end": "syncAtEpochEnd",
     "sync_batch_norm_batches": "syncBatchNormBatches",
     "optimizer": "optimizer", "allreduce_dtype": "allreduceDtype", "parameter_servers": "parameterServers",
     "seed": "seed", "model_file": "model.file", "dp_l2_clip": "trainer.privacy.l2Clip",
