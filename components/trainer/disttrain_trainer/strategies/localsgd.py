@@ -22,7 +22,7 @@ steps past the last sync, not the group's. With --sync-at-epoch-end the syncs ar
 each epoch's start and at each epoch's end (options.next_sync): every epoch's evaluation then reads the
 group's model right after its outer step, the model the run would publish if it ended there, the same on
 every worker (DiLoCo's papers evaluate that model too). MobileNetV2 on distorted digits, DiLoCo int8 at
-H = 50 (125 steps an epoch): 0.321, 0.623, 0.785, 0.877, 0.921 over the first five epochs against the
+H = 50 (125 steps an epoch): 0.321, 0.622, 0.785, 0.877, 0.921 over the first five epochs against the
 chief's own model's 0.275, 0.580, 0.763, 0.871, 0.899 (docs/benchmarks). The price, where H does not divide
 an epoch: a short interval and one sync more an epoch (3 instead of 2.5 there).
 
