@@ -368,8 +368,12 @@ def write_data(directory, tasks):
 # ------------------------------------------------------------------------------ one row
 def option_flags(options):
     """The trainer's flags of a row's options: a value after its flag; True: a switch by itself (--sync-at-epoch-end)."""
-    return [str(part) for key, value in options.items()
-            for part in ((f"--{key.replace('_', '-')}",) if value is True else (f"--{key.replace('_', '-')}", value))]
+    flags = []
+    for key, value in options.items():
+        flags.append(f"--{key.replace('_', '-')}")
+        if value is not True:
+            flags.append(str(value))
+    return flags
 
 
 def trainer_argv(row, task, workdir, out, index, port, shaped):

@@ -153,7 +153,7 @@ both models); a shorter H would compound the momentum on top of the inner optimi
 import math
 from dataclasses import asdict, dataclass, field
 
-from disttrain_trainer.strategies.options import BLOCK_WIRES, next_sync, statistics_read_after_sync, sync_steps
+from disttrain_trainer.strategies.options import BLOCK_WIRES, statistics_read_after_sync, sync_steps
 
 WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1, "int4": 0.5}
 # weights per float32 scale on the block wires: wire_codecs.BLOCK (kept here so this module needs no
@@ -479,9 +479,9 @@ def refreshes(steps_per_epoch, every, epochs, at_epoch_end=False):
     """The syncs of a localsgd run of `epochs` epochs that re-estimate the batch-norm statistics: of its syncs
     (options.sync_steps), the ones whose statistics an epoch's end reads (the trainer's own rule,
     strategies/options.py). One an epoch at H shorter than an epoch; every sync at H of an epoch or more."""
-    last = steps_per_epoch * epochs
-    return sum(statistics_read_after_sync(step, next_sync(step, every, steps_per_epoch, at_epoch_end), steps_per_epoch, last)
-               for step in sync_steps(every, steps_per_epoch, epochs, at_epoch_end))
+    last, syncs = steps_per_epoch * epochs, sync_steps(every, steps_per_epoch, epochs, at_epoch_end)
+    # (each sync's following one is the next in the list; the last is the run's end, which always re-estimates)
+    return sum(statistics_read_after_sync(step, following, steps_per_epoch, last) for step, following in zip(syncs, [*syncs[1:], last]))
 
 
 def refresh_batches(probe, options):

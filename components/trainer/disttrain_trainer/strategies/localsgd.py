@@ -226,6 +226,10 @@ class Strategy(Connected):
     def steps_to_sync(self, step):
         return self.next_sync(step) - step
 
+    def syncs_at(self, step):
+        """Whether the schedule (next_sync) puts a sync at `step`."""
+        return self.next_sync(step - 1) == step
+
     def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0,
                     sums=None):
         self.notice = notice  # (an overlapped sync agrees on stopping itself: sync)
@@ -234,14 +238,14 @@ class Strategy(Connected):
                                    sums)
 
     def after_steps(self, step):
-        if self.next_sync(step - 1) == step:
+        if self.syncs_at(step):
             self.sync(step)
 
     def agree_to_stop(self, requested, step):
         # Only at a sync, where every worker holds the same weights: each then saves its own
         # checkpoint of that one step. Between two syncs a worker that had SIGTERM trains on
         # to the next one (at most H steps).
-        if self.next_sync(step - 1) != step:
+        if not self.syncs_at(step):
             return False
         if self.agreed is not None and self.agreed[0] == step:
             return self.agreed[1]  # agreed by the sync at this step, before its exchange started
