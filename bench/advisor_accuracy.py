@@ -319,7 +319,7 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
             print("   (the references of the sitting's links: their advice is checked in each link's group)", flush=True)
             continue
         fastest, best, verdict = check_group(group, recommendation)
-        print(f"   advice: {text.strip().splitlines()[-1][len('advice: '):]}", flush=True)
+        print("   " + next(line for line in text.splitlines() if line.startswith("advice: ")), flush=True)
         print(f"   the advice against the measurements: {verdict}"
               + (f" (fastest measured: {fastest['strategy']} x{fastest['workers']}, "
                  f"{fastest['time_to_target_seconds']:.1f} s)" if fastest else ""), flush=True)

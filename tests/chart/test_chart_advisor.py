@@ -57,6 +57,37 @@ def test_notes_say_how_to_read_the_advice():
     assert "-c advisor" not in notes()
 
 
+def test_every_configuration_the_advisor_can_advise_renders_with_the_values_it_prints():
+    """The advice's "to follow it: ... --set V" line: for each kind of candidate the chart accepts V (schema and
+    refusals) and gives the trainer the flags of that configuration, read back by the trainer's own parser."""
+    from disttrain_trainer import perfmodel as pm
+    from disttrain_trainer.advise import chart_values, run_options
+    from disttrain_trainer.main import parse_args as trainer_args
+
+    probe = pm.Probe(step_seconds_alone=0.2, step_seconds_pair=0.2, weight_bytes=9_100_000, weight_tensors=260,
+                     gradient_bytes=9_100_000, gradient_sparse=False, latency_seconds=0.001, per_byte_seconds=0.0,
+                     link_measured="loopback", train_examples=16_000, batch=64, steps_per_call=32, cores=2, one_host=True)
+    predictions = pm.predict_all(probe, pm.link_of(probe, mbit=50), [1, 3], epochs=16, epochs_to_target=4.58)
+    kinds = {}  # one of each kind: the labels without H and the wire
+    for p in predictions:
+        kinds.setdefault((p.strategy, pm.diloco(p.strategy, p.options), pm.overlapped(p.options),
+                          bool(p.options.get("sync_at_epoch_end")), p.options.get("allreduce_dtype")), p)
+    assert len(kinds) >= 12
+    for p in kinds.values():
+        sets = chart_values(p)
+        job = one([d for d in render(sets=(sets,)) if stage_of(d) == "trainer"], "Job")
+        args = trainer_args(pod_spec(job)["containers"][0]["args"])
+        # (a parameter-server run's Job also holds its chief and parameter servers)
+        tasks = p.workers + (1 + p.options["ps"] if p.strategy == "parameterserver" else 0)
+        assert job["spec"]["completions"] == tasks, sets
+        assert ("single" if p.workers == 1 else args.strategy) == p.strategy, sets
+        if p.strategy in ("localsgd", "multiworker"):
+            assert run_options(args) == {k: v for k, v in p.options.items() if k != "outer_overlap"} | (
+                {} if p.strategy != "localsgd" else {"outer_optimizer": p.options.get("outer_optimizer", "none")}), sets
+        if pm.overlapped(p.options):
+            assert args.outer_overlap == p.options["outer_overlap"], sets
+
+
 def test_bad_values_are_refused_by_the_schema():
     assert "budgetSeconds" in render_error(sets=("advisor.enabled=true", "advisor.budgetSeconds=5"))
     assert "linkMbit" in render_error(sets=("advisor.linkMbit=0",))

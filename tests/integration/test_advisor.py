@@ -33,6 +33,9 @@ def test_the_probe_finishes_within_its_budget_and_prints_a_table(advisor_probe):
     assert 0 < probe["step_seconds_alone"] < 1 and 0 < probe["step_seconds_pair"] < 1
     assert probe["weight_bytes"] > 0 and probe["latency_seconds"] > 0 and probe["link_measured"] == "loopback"
     assert document["recommendation"]["reason"] in advice[0]
+    follow = text.splitlines()[text.splitlines().index(advice[0]) + 1]
+    assert follow.startswith("to follow it: helm upgrade ") and follow.endswith(
+        "--set " + document["recommendation"]["chart_values"]), text
     assert {p["strategy"] for p in document["predictions"]} == {"single", "average", "multiworker", "localsgd",
                                                                  "parameterserver"}
     assert os.listdir(out.parent) == ["advice.json"], "a temporary file was left"

@@ -271,6 +271,26 @@ def run_options(args):
     return {}
 
 
+def chart_values(prediction):
+    """The chart's values that run a prediction's configuration, as `helm --set` takes them (the trainer's flags
+    have the same names in kebab case)."""
+    o = prediction.options
+    values = {"strategy": "average" if prediction.strategy == "single" else prediction.strategy,
+              "workers": prediction.workers}
+    if prediction.strategy == "localsgd":
+        values.update(syncEvery=o["sync_every"], allreduceDtype=o.get("allreduce_dtype", "float32"),
+                      outerOptimizer=o.get("outer_optimizer") or "none")
+        if perfmodel.overlapped(o):
+            values["outerOverlap"] = o["outer_overlap"]
+        if o.get("sync_at_epoch_end"):
+            values["syncAtEpochEnd"] = "true"
+    elif prediction.strategy == "multiworker":
+        values["allreduceDtype"] = o.get("allreduce_dtype", "float32")
+    elif prediction.strategy == "parameterserver":
+        values["parameterServers"] = o.get("ps", 1)
+    return ",".join(f"{key}={value}" for key, value in values.items())
+
+
 def advise(args, probe, facts):
     """(text to print, the --json document)."""
     link = perfmodel.link_of(probe, args.link_mbit)
@@ -313,11 +333,13 @@ def advise(args, probe, facts):
         lines.append(f"this run's flags ({this_run.label()}, {workers} worker{'s' if workers > 1 else ''}): "
                      f"{this_run.seconds_per_epoch:.3f} s per epoch, {this_run.time_to_target_seconds:.1f} s for {basis}")
     lines.append(f"advice: {choice.label()}, {choice.workers} worker{'s' if choice.workers > 1 else ''}: {sentence}.")
+    lines.append(f"to follow it: helm upgrade RELEASE CHART --reuse-values --set {chart_values(choice)}")
     document = {
         "probe": probe.to_dict(), "facts": {**facts, "workers": workers},
         "link": None if link is None else vars(link), "wire_bytes": wire_bytes, "epochs": epochs, "epochs_to_target": args.epochs_to_target,
         "worker_counts": counts, "predictions": [p.to_dict() for p in predictions],
-        "recommendation": {**choice.to_dict(), "label": choice.label(), "reason": sentence},
+        "recommendation": {**choice.to_dict(), "label": choice.label(), "reason": sentence,
+                           "chart_values": chart_values(choice)},
         "this_run": None if this_run is None else this_run.to_dict(),
     }
     return "\n".join(lines), document
