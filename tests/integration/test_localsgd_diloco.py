@@ -128,6 +128,9 @@ def test_syncs_at_each_epochs_end_evaluate_the_groups_model(tmp_path):
     steps = metrics0[-1]["last_sync_step"] // EPOCHS
     assert steps % 5, "the test needs an epoch that H does not divide"
     assert [m["last_sync_step"] for m in metrics0] == [steps * e for e in range(1, EPOCHS + 1)]
+    # each record counts its epoch's syncs (every 5 steps and the end), and the seconds they took of the epoch
+    assert [m["syncs"] for m in metrics0] == [m["syncs"] for m in metrics1] == [-(-steps // 5)] * EPOCHS
+    assert all(0 < m["sync_sec"] < m["wall_time_sec"] for m in metrics0 + metrics1)
     for m0, m1 in zip(metrics0, metrics1):
         assert (m0["synced_weights_checksum"], m0["test_accuracy"], m0["test_loss"]) == (
             m1["synced_weights_checksum"], m1["test_accuracy"], m1["test_loss"])

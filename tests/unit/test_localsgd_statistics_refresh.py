@@ -57,6 +57,7 @@ def test_the_advisor_counts_the_syncs_the_trainer_re_estimates_at(every, steps_p
     calls, syncs = [], []
     s = LocalSGD.__new__(LocalSGD)  # (no cluster: the sync's own steps are replaced by recorders)
     s.every, s.overlap, s.epochs, s.estimations, s.notice, s.synced_at = every, None, epochs, 0, None, None
+    s.syncs, s.sync_seconds = 0, 0.0
     s.at_epoch_end = at_epoch_end
     s._sync = lambda: syncs.append(s.synced_at_call) or 7  # the synced weights' checksum
     s._refresh = object()
@@ -75,6 +76,7 @@ def test_the_advisor_counts_the_syncs_the_trainer_re_estimates_at(every, steps_p
             s.finish(step)
         per_epoch.append(len(calls) - before)
     assert syncs == sync_steps(every, steps_per_epoch, epochs, at_epoch_end)  # the trainer's syncs, as the advisor lists them
+    assert s.syncs == len(syncs) and s.sync_seconds > 0  # (no epoch's record was taken: all the run's, timed)
     assert calls == refreshed(every, steps_per_epoch, epochs, at_epoch_end)
     assert perfmodel.refreshes(steps_per_epoch, every, epochs, at_epoch_end) == len(calls)
     if every < steps_per_epoch or at_epoch_end:
@@ -84,6 +86,10 @@ def test_the_advisor_counts_the_syncs_the_trainer_re_estimates_at(every, steps_p
 def test_the_epoch_record_counts_its_re_estimations():
     s = LocalSGD.__new__(LocalSGD)
     s.overlap, s._refresh, s.synced_at, s.synced_checksum, s.estimations = None, object(), 100, 7, 1
-    assert s.epoch_facts()["batch_norm_re_estimations"] == 1 and s.estimations == 0
+    s.syncs, s.sync_seconds = 3, 1.23456
+    facts = s.epoch_facts()
+    assert facts["batch_norm_re_estimations"] == 1 and s.estimations == 0
+    # and its syncs, with the seconds training stood still for them; the next epoch counts its own
+    assert (facts["syncs"], facts["sync_sec"], s.syncs, s.sync_seconds) == (3, 1.235, 0, 0.0)
     s._refresh = None  # a model without batch normalisation: nothing to count
     assert "batch_norm_re_estimations" not in s.epoch_facts()

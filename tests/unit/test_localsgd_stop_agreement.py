@@ -26,7 +26,7 @@ class Recorder:
 def strategy(calls, overlap, requested=False, answer=False):
     s = LocalSGD.__new__(LocalSGD)  # (no cluster: only the sync's order is exercised)
     recorder = Recorder(calls, answer)
-    s.every, s.overlap, s.sizes, s.waited = 4, overlap, [3], 0.0
+    s.every, s.overlap, s.sizes, s.waited, s.syncs, s.sync_seconds = 4, overlap, [3], 0.0, 0, 0.0
     s.at_epoch_end, s.steps_per_epoch = False, 100  # (syncs every H steps of the run)
     s.notice, s.agreed, s._refresh = types.SimpleNamespace(requested=requested), None, None
     s.in_flight = types.SimpleNamespace(numpy=lambda: False)

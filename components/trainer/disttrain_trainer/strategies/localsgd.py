@@ -124,6 +124,7 @@ class Strategy(Connected):
         self.synced_at = None
         self.synced_checksum = None
         self.waited = 0.0  # seconds this epoch's syncs waited for an overlapped exchange (epoch_facts)
+        self.syncs, self.sync_seconds = 0, 0.0  # this epoch's syncs and the seconds training stood still for them
         self.estimations = 0  # this epoch's batch-norm re-estimations (epoch_facts)
         self.notice = None  # the run's preemption.Notice, while an epoch trains (train_epoch)
         self.agreed = None  # (step, whether any worker asked to stop): an overlapped sync's own agreement (sync)
@@ -263,6 +264,9 @@ class Strategy(Connected):
             self.synced_checksum = int(synced)
 
     def sync(self, step):
+        # (timed from here to the checksum's int(), which waits for the sync's result: the collective, its wait for
+        # the slowest worker, the codec, the outer step and a re-estimation, all that training stood still for)
+        started = time.monotonic()
         if self.overlap:
             total = self.wait_for_exchange() if bool(self.in_flight.numpy()) else tf.zeros([sum(self.sizes)])
         with unoptimized_graphs():  # (never while the exchange runs: the option is the runtime's, see there)
@@ -282,6 +286,7 @@ class Strategy(Connected):
             # after the re-estimation's collective and the agreement: one collective of the sync in flight at a time
             self.exchange.start(self.exchange_key(step))
         self.synced_checksum, self.synced_at = int(synced), step
+        self.syncs, self.sync_seconds = self.syncs + 1, self.sync_seconds + time.monotonic() - started
 
     def exchange_key(self, step):
         """The instance key of the exchange of the sync at `step`: the same on every worker, and a new one for
@@ -450,7 +455,10 @@ class Strategy(Connected):
     def epoch_facts(self):
         # the checksum of the last sync's weights: every worker's record of an epoch says the same one
         facts = {"training_metrics_of": "this worker", "last_sync_step": self.synced_at,
-                 "synced_weights_checksum": self.synced_checksum}
+                 "synced_weights_checksum": self.synced_checksum,
+                 # what this epoch's syncs cost this worker (its share of wall_time_sec), to set beside the advisor's
+                 "syncs": self.syncs, "sync_sec": round(self.sync_seconds, 3)}
+        self.syncs, self.sync_seconds = 0, 0.0
         if self.overlap:  # how much of the exchanges the inner steps did not hide
             facts["sync_wait_sec"], self.waited = round(self.waited, 3), 0.0
         if self._refresh is not None:  # (statistics_read_after_sync: one an epoch where H is shorter than one)
