@@ -302,14 +302,20 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
             label = f"{row['strategy']} x{row['workers']} {json.dumps(row.get('options') or {}, sort_keys=True)}"
             shown = f"{predicted.seconds_per_epoch:8.3f}" if predicted else f"  ({why})"
             measured_shown = f"{measured:8.3f}" if measured is not None else f"(none: {row.get('status', 'no row')})"
+            measured_syncs = row.get("sync_seconds_per_epoch")  # (localsgd rows since the trainer records them)
+            syncs_shown = (f"; its syncs {predicted.communication_seconds:.2f} s an epoch, measured "
+                           f"{min(measured_syncs):.2f} (the worker that reached them last) to {max(measured_syncs):.2f} (the other)"
+                           if measured_syncs and predicted else "")
             print(f"   {label:70} predicted {shown} s/epoch, measured {measured_shown}"
-                  + (f", error {100 * error:+6.1f} %" if error is not None else "")
+                  + (f", error {100 * error:+6.1f} %" if error is not None else "") + syncs_shown
                   + ("" if own is None else " (the row's own probe" + (
                       f"; the sitting's: {100 * sitting_error:+.1f} %)" if sitting_error is not None else ")")), flush=True)
             out_rows.append({"task": task, "link": link_name, "strategy": row["strategy"], "workers": row["workers"],
                              "options": row.get("options") or {}, "measured_seconds_per_epoch": measured,
                              "predicted_seconds_per_epoch": predicted.seconds_per_epoch if predicted else None,
                              "relative_error": error, "not_predicted": why, "sitting": sitting,
+                             **({"predicted_communication_seconds": predicted.communication_seconds,
+                                 "measured_sync_seconds": measured_syncs} if measured_syncs and predicted else {}),
                              "same_sitting": same_sitting or own is not None and reference_same,
                              "replaced": bool(row.get("replaced")),
                              "probe": "row" if own is not None else "sitting" if own_probe else "another",

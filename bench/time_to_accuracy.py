@@ -554,14 +554,20 @@ def run_row(row, task, dirs, base):
     # steady seconds per epoch: the training workers' metrics.json (parameterserver: only the chief keeps one)
     trained = [os.path.join(out, f"worker-{i:05d}") for out in outs
                for i in range(1 if strategy in ("single", "ceiling", "parameterserver") else row["workers"])]
-    walls = []
+    walls, syncs = [], []  # (syncs: localsgd's seconds an epoch stood still for its syncs, each worker's)
     for d in trained:
         try:
             with open(os.path.join(d, "metrics.json")) as fh:
-                walls.append([e["wall_time_sec"] for e in json.load(fh)])
+                epoch_records = json.load(fh)
         except (OSError, ValueError):
-            walls.append([])
+            epoch_records = []
+        walls.append([e["wall_time_sec"] for e in epoch_records])
+        syncs.append([e["sync_sec"] for e in epoch_records if "sync_sec" in e])
     epochs = min((len(w) for w in walls), default=0)
+    if epochs >= 2 and all(len(s) == len(w) for s, w in zip(syncs, walls)):
+        # each worker's, over the same epochs as seconds_per_epoch: the one that reached each sync last waited for no
+        # one (the exchange's own cost), the other also for it (the difference: the wait for the slower worker)
+        record["sync_seconds_per_epoch"] = [round(steady_epoch_sec([s]), 4) for s in syncs]
     record.update(wall_seconds=round(wall, 2), epochs=epochs, steps_per_epoch=watches[0].steps_per_epoch, machine_before=before, other_processes_cores=round(others, 3),
                   provisional=QUICK or others > BUSY_CPU,
                   seconds_per_epoch=round(steady_epoch_sec(walls), 4) if epochs >= 2 else None,

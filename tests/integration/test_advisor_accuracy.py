@@ -32,7 +32,9 @@ def results_file(tmp_path):
         row("loopback", "localsgd", 2, 0.020, 8.3, sync_every=32, outer_optimizer="nesterov", allreduce_dtype="int8"),
         row("loopback", "multiworker", 2, 0.045, 10.5),
         row("10mbit", "single", 1, 0.030, 9.0),
-        row("10mbit", "localsgd", 2, 0.150, 12.0, sync_every=32, allreduce_dtype="float32"),
+        # (the seconds each worker's syncs took an epoch, as the trainer records them)
+        {**row("10mbit", "localsgd", 2, 0.150, 12.0, sync_every=32, allreduce_dtype="float32"),
+         "sync_seconds_per_epoch": [0.11, 0.12]},
         row("10mbit", "multiworker", 2, 1.500, 0, reached=False),
         # a configuration the trainer refused: stored, never trained, nothing to compare
         {**row("10mbit", "localsgd", 2, None, 0, reached=False, sync_every=32, allreduce_dtype="bfloat8"),
@@ -63,6 +65,11 @@ def test_predicted_against_measured_per_row_and_the_advice_per_group(results_fil
             continue
         assert r["relative_error"] == pytest.approx(
             (r["predicted_seconds_per_epoch"] - r["measured_seconds_per_epoch"]) / r["measured_seconds_per_epoch"])
+    # beside the row's measured syncs, the syncs' predicted share of its seconds per epoch
+    synced = rows[("10mbit", "localsgd")]
+    assert synced["measured_sync_seconds"] == [0.11, 0.12] and synced["predicted_communication_seconds"] > 0
+    assert "its syncs " in text and "measured 0.11 (the worker that reached them last) to 0.12 (the other)" in text
+    assert "predicted_communication_seconds" not in rows[("loopback", "localsgd")]
     # the same configuration costs more on the slow link: a float32 sync of the weights every 32 steps
     assert rows[("10mbit", "localsgd")]["predicted_seconds_per_epoch"] > rows[("loopback", "localsgd")]["predicted_seconds_per_epoch"]
     groups = {g["link"]: g for g in document["groups"]}
