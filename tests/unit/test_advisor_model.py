@@ -345,6 +345,12 @@ def test_within_the_tie_diloco_syncs_at_each_epochs_end_so_that_evaluations_read
     assert pm.recommend([waiting, ends]) is ends
     sentence = pm.reason(ends, [waiting, ends], p, link)
     assert "one at each epoch's end, so that every evaluation and checkpoint holds the group's model" in sentence
+    # the sentence's cost of a sync is the exchange's: a batch-norm model's re-estimation follows one sync an epoch
+    norm = pm.Probe(**{**p.to_dict(), "batch_norm": True, "batch_norm_bytes": 100_000})
+    normed = pm.predict(norm, link, "localsgd", 2, at_end, epochs=16, epochs_to_target=4.58)
+    exchange = pm.sync_seconds(norm, link, 2, "int4") + link.latency_seconds
+    assert normed.sync_seconds > exchange + 0.5  # (8 forward passes of a 0.2 s step at a third of it)
+    assert f"costs {exchange * 1000:.0f} ms at 50 Mbit/s" in pm.reason(normed, [normed], norm, link)
     # a candidate beside each waiting DiLoCo configuration, where H is shorter than an epoch (at 250 and 500 it would
     # sync once an epoch: another H)
     predicted = pm.predict_all(p, link, [2], epochs=16, epochs_to_target=4.58)
