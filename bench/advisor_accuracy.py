@@ -304,7 +304,7 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
             measured_shown = f"{measured:8.3f}" if measured is not None else f"(none: {row.get('status', 'no row')})"
             measured_syncs = row.get("sync_seconds_per_epoch")  # (localsgd rows since the trainer records them)
             syncs_shown = (f"; its syncs {predicted.communication_seconds:.2f} s an epoch, measured "
-                           f"{min(measured_syncs):.2f} (the worker that reached them last) to {max(measured_syncs):.2f} (the other)"
+                           f"{min(measured_syncs):.2f}-{max(measured_syncs):.2f} (the two workers', each with its waits for the other)"
                            if measured_syncs and predicted else "")
             print(f"   {label:70} predicted {shown} s/epoch, measured {measured_shown}"
                   + (f", error {100 * error:+6.1f} %" if error is not None else "") + syncs_shown

@@ -565,8 +565,8 @@ def run_row(row, task, dirs, base):
         syncs.append([e["sync_sec"] for e in epoch_records if "sync_sec" in e])
     epochs = min((len(w) for w in walls), default=0)
     if epochs >= 2 and all(len(s) == len(w) for s, w in zip(syncs, walls)):
-        # each worker's, over the same epochs as seconds_per_epoch: the one that reached each sync last waited for no
-        # one (the exchange's own cost), the other also for it (the difference: the wait for the slower worker)
+        # each worker's, over the same epochs as seconds_per_epoch: a worker that reaches a sync first also waits
+        # there for the other, so the two differ by what each waited (the one that arrived last waited for no one)
         record["sync_seconds_per_epoch"] = [round(steady_epoch_sec([s]), 4) for s in syncs]
     record.update(wall_seconds=round(wall, 2), epochs=epochs, steps_per_epoch=watches[0].steps_per_epoch, machine_before=before, other_processes_cores=round(others, 3),
                   provisional=QUICK or others > BUSY_CPU,
