@@ -108,6 +108,9 @@ def test_overlapped_syncs_end_in_one_model(tmp_path, overlap, wire):
         "--outer-overlap", overlap)
     for m0, m1 in zip(metrics0, metrics1):
         assert m0["last_sync_step"] == m1["last_sync_step"] and m0["sync_wait_sec"] >= 0
+        # the seconds training stood still for the syncs hold their waits for the exchanges (the last epoch's, the
+        # landing of the last one too)
+        assert m0["sync_sec"] >= m0["sync_wait_sec"] and m1["sync_sec"] >= m1["sync_wait_sec"]
         same = m0["synced_weights_checksum"] == m1["synced_weights_checksum"]
         # delayed: every worker applies the same stale mean; eager: each its own change, until the final average
         assert same if overlap == "delayed" or m0 is metrics0[-1] else not same, (overlap, m0["epoch"])

@@ -256,12 +256,16 @@ class Strategy(Connected):
         if self.synced_at != step:  # the published model is a sync's, whatever H is
             self.sync(step)
         if self.overlap:  # and every worker's exchange applied, the same model on every worker
+            started = time.monotonic()
             total = self.wait_for_exchange()
             with unoptimized_graphs():
                 synced = self._land(total)
                 if self._refresh is not None:
                     synced = self.refresh()
             self.synced_checksum = int(synced)
+            # (the last epoch's sync_sec: the landing of the last exchange, and with eager updates the average of the
+            # workers' weights, are training standing still for its syncs too; not a sync of the schedule's count)
+            self.sync_seconds += time.monotonic() - started
 
     def sync(self, step):
         # (timed from here to the checksum's int(), which waits for the sync's result: the collective, its wait for
