@@ -283,6 +283,11 @@ def sync_seconds(probe, link, workers, dtype):
     return allreduce_seconds(nbytes, workers, link)
 
 
+def sync_exchange_seconds(probe, link, workers, dtype):
+    """One localsgd sync as the steps wait for it: its exchange and alpha (the module's docstring: sync + alpha)."""
+    return sync_seconds(probe, link, workers, dtype) + link.latency_seconds
+
+
 def gradient_seconds(probe, link, workers, dtype="float32"):
     """One multiworker step's gradient exchange."""
     if dtype not in ("float32", "float16"):
@@ -389,7 +394,7 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     every = options.get("sync_every") or DEFAULT_SYNC_EVERY
     if not isinstance(every, int) or every < 1:
         raise ModelError(f"sync_every must be an integer >= 1, got {every!r}")
-    exchange = sync_seconds(probe, link, workers, options.get("allreduce_dtype", "float32")) + link.latency_seconds
+    exchange = sync_exchange_seconds(probe, link, workers, options.get("allreduce_dtype", "float32"))
     refresh = refresh_batches(probe, options)
     local = refresh * FORWARD_SHARE * t + allreduce_seconds(probe.batch_norm_bytes, workers, link) if refresh else 0.0
     at_end = bool(options.get("sync_at_epoch_end"))
@@ -696,7 +701,7 @@ def _reason(choice, predictions, probe, link):
         o = choice.options
         between = o["sync_every"] * t
         # the exchange alone: Prediction.sync_seconds adds a batch-norm re-estimation, which follows one sync an epoch
-        exchange = sync_seconds(probe, link, choice.workers, o["allreduce_dtype"]) + link.latency_seconds
+        exchange = sync_exchange_seconds(probe, link, choice.workers, o["allreduce_dtype"])
         at_end = (", and one at each epoch's end, so that every evaluation and checkpoint holds the group's model"
                   if o.get("sync_at_epoch_end") else "")
         return (f"each {o['allreduce_dtype']} sync of "
