@@ -46,8 +46,8 @@ def test_the_probe_finishes_within_its_budget_and_prints_a_table(advisor_probe):
     assert "1 Mbit/s" in slow.stdout and "probing" not in slow.stdout
 
 
-def test_the_text_models_multiworker_steps_and_parameter_server_epochs_are_timed(tmp_path):
-    """The text model's multiworker step (35 ms here) sizes the timed calls near a rounding edge (0.5 s / step):
+def test_the_text_models_multiworker_steps_syncs_and_parameter_server_epochs_are_timed(tmp_path):
+    """The trainer's own localsgd sync in each wire. The text model's multiworker step (35 ms here) sizes the timed calls near a rounding edge (0.5 s / step):
     both workers must time calls of the same size, or their per-step collectives mismatch and TensorFlow aborts
     the phase; the advice then had only a lower bound for multiworker. Then the trainer's own parameter-server run
     (an epoch of about 3 s). A budget long enough for every phase: on a slow host beside CI's image builds the
@@ -66,6 +66,13 @@ def test_the_text_models_multiworker_steps_and_parameter_server_epochs_are_timed
     document = json.loads(out.read_text())
     probe = document["probe"]
     assert probe["multiworker_step_seconds"] > probe["step_seconds_pair"], probe
+    # the trainer's own localsgd sync in every wire, beyond which its exchange's model prices nothing
+    assert sorted(probe["trainer_sync_seconds"]) == ["float16", "float32", "int4", "int8"], probe
+    assert all(0 < seconds < 5 for seconds in probe["trainer_sync_seconds"].values()), probe
+    assert "a localsgd sync (DiLoCo) " in result.stdout
+    int8 = next(p for p in document["predictions"] if p["strategy"] == "localsgd" and p["workers"] == 2
+                and p["options"] == {"sync_every": 50, "allreduce_dtype": "int8", "outer_optimizer": "nesterov"})
+    assert int8["sync_seconds"] >= probe["trainer_sync_seconds"]["int8"] - 1e-9, int8  # (the text model: no re-estimation)
     # the parameter server's epoch, measured: its row is predicted as measured, no longer a lower bound
     assert probe["parameterserver_epoch_seconds"] > 0, result.stderr
     row = next(p for p in document["predictions"] if p["strategy"] == "parameterserver" and p["workers"] == 2)

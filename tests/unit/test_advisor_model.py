@@ -503,3 +503,36 @@ def test_the_table_numbers_each_note_and_prints_it_once():
     rows = [line for line in text.splitlines() if line.startswith("localsgd H=500 int8 ") or line.startswith("localsgd H=250 float16 ")]
     assert [row.split()[-1] for row in rows if "nesterov" not in row] == [number, number]
     assert all(line.startswith("[") for line in text.splitlines()[len(predictions) + 1:])
+
+
+def test_each_sync_costs_what_the_trainers_own_sync_took_beyond_its_modelled_exchange_on_any_link():
+    # MobileNetV2's numbers: 2.3M weights, the probe's loopback (2 ms a collective, 2 Gbit/s), its int4 sync timed at
+    # 91 ms, float32's at 56 ms
+    loop = probe(weight_bytes=9_080_000, step_seconds_alone=0.2, step_seconds_pair=0.2, latency_seconds=0.002,
+                 per_byte_seconds=4e-9, train_examples=16_000, trainer_sync_seconds={"int4": 0.091, "float32": 0.056})
+    plain = pm.Probe(**{**loop.to_dict(), "trainer_sync_seconds": {}})
+    here = pm.link_of(loop)
+    own = 0.091 - pm.sync_exchange_seconds(loop, here, 2, "int4")
+    assert pm.sync_own_seconds(loop, "int4") == pytest.approx(own)
+    assert own == pytest.approx(0.091 - (3 * 0.002 + pm.sync_bytes(loop, "int4") * 4e-9))  # the all-gather's 2 + alpha
+    assert pm.sync_own_seconds(loop, "int8") == 0.0  # not timed: the exchange alone, as before
+    assert pm.sync_own_seconds(plain, "int4") == 0.0
+    # float32 timed faster than its modelled all-reduce: no negative work
+    assert pm.sync_own_seconds(probe(per_byte_seconds=4e-9, trainer_sync_seconds={"float32": 0.001}), "float32") == 0.0
+    diloco = {"sync_every": 50, "allreduce_dtype": "int4", "outer_optimizer": "nesterov", "sync_at_epoch_end": True}
+    for link in (here, pm.link_of(loop, mbit=50)):  # the same own work on a slower link, beside its longer exchange
+        with_own, _, comm, one = pm.epoch_seconds(loop, link, "localsgd", 2, diloco, epochs=16)
+        without, _, comm_plain, one_plain = pm.epoch_seconds(plain, link, "localsgd", 2, diloco, epochs=16)
+        # 125 steps an epoch at H = 50: syncs at 50, 100 and 125, three an epoch
+        assert with_own - without == pytest.approx(3 * own)
+        assert comm - comm_plain == pytest.approx(3 * own) and one - one_plain == pytest.approx(own)
+    # an overlapped sync waits for its own work too, whatever the steps hide of its exchange
+    eager = {"sync_every": 100, "allreduce_dtype": "int4", "outer_optimizer": "nesterov", "outer_overlap": "eager"}
+    link = pm.link_of(loop, mbit=50)
+    syncs = len(pm.sync_steps(100, 125, 16))
+    assert pm.epoch_seconds(loop, link, "localsgd", 2, eager, epochs=16)[0] - \
+        pm.epoch_seconds(plain, link, "localsgd", 2, eager, epochs=16)[0] == pytest.approx(syncs * own / 16)
+    # the advice's sentence prices a sync with its own work
+    choice = pm.predict(loop, here, "localsgd", 2, diloco, epochs=16)
+    cost = pm.sync_exchange_seconds(loop, here, 2, "int4") + own
+    assert f"costs {cost * 1000:.0f} ms at loopback" in pm.reason(choice, [choice], loop, here)

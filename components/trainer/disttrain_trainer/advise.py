@@ -245,6 +245,7 @@ def probe_of(result, args, manifest, peers):
         startup_seconds=result["startup_seconds"], join_seconds=result["join_seconds"],
         eval_seconds=result["eval_seconds"], batch_norm=result.get("batch_norm", False),
         batch_norm_bytes=result.get("batch_norm_bytes", 0), multiworker_step_seconds=result.get("multiworker_step_seconds"),
+        trainer_sync_seconds=result.get("trainer_sync_seconds", {}),
         parameterserver_epoch_seconds=result.get("parameterserver_epoch_seconds"))
 
 
@@ -316,6 +317,9 @@ def advise(args, probe, facts):
             f"{2 * probe.step_seconds_alone / probe.step_seconds_pair:.2f}x at most)") if probe.step_seconds_pair else ""
     if probe.multiworker_step_seconds is not None:
         pair += f"; a multiworker step {probe.multiworker_step_seconds * 1000:.2f} ms (float32 gradients)"
+    if probe.trainer_sync_seconds:
+        pair += "; a localsgd sync (DiLoCo) " + ", ".join(f"{seconds * 1000:.1f} ms in {dtype}"
+                                                         for dtype, seconds in probe.trainer_sync_seconds.items())
     if probe.parameterserver_epoch_seconds is not None:
         pair += f"; a parameter-server epoch {probe.parameterserver_epoch_seconds:.2f} s (2 workers)"
     link_text = "no link" if link is None else (

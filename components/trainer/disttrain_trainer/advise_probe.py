@@ -8,7 +8,13 @@ does (tasks.create, step.make_train_call), and then, between barriers (one small
   2. both at once: steps (t2: how the host's cores share, or each host's own speed);
   3. collectives: one all-reduce of a float (latency) and of the model's weights in float32 and float16
      (seconds per byte on this link), as localsgd sends them (collectives.Wire);
-  4. multiworker steps: a second copy of the model under MultiWorkerMirroredStrategy, its gradients
+  4. the trainer's own localsgd sync (strategies/localsgd.py, DiLoCo's outer step, no batch-norm
+     re-estimation: the advisor prices that apart) in each wire, both workers at once, on the link:
+     what a sync costs beyond its exchange (flattening the weights, the codec and its error feedback,
+     the outer step, setting the weights), which the advisor adds to every sync's modelled exchange.
+     Best-effort like phase 5: a wire is timed only when what is left of the deadline looks enough for
+     it, and worker 0 prints its result again after the phase;
+  5. multiworker steps: a second copy of the model under MultiWorkerMirroredStrategy, its gradients
      all-reduced in every step as the trainer's multiworker does, both workers at once (what a
      multiworker step costs beyond the compute and the exchange phases 2 and 3 measured: the
      collective's own work on cores the other worker's compute also wants). Only when what is left of
@@ -31,6 +37,7 @@ from disttrain_contract.evaluation import compiled
 from disttrain_contract.manifest import Manifest, read_split
 from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_trainer import malloc_settings
+from disttrain_trainer.perfmodel import WIRE_BYTES
 
 RESULT = "RESULT "
 CALL_SECONDS = 0.5  # a timed call lasts about this long at most (fewer steps per call when steps are long)
@@ -191,12 +198,17 @@ def run(args, data_dir, index, addresses, launched, deadline):
     say(index, f"all-reduce: {latency * 1000:.2f} ms for a float, {weights32 * 1000:.1f} ms for the weights "
                f"({weight_bytes / 1e6:.2f} MB in float32), {weights16 * 1000:.1f} ms in float16")
 
-    # The result so far, now: phase 4 is best-effort. If it runs past the deadline the advisor stops the
+    # The result so far, now: phases 4 and 5 are best-effort. If it runs past the deadline the advisor stops the
     # probe and keeps this line (the last RESULT line counts), predicting multiworker from phases 2 and 3.
     # Worker 1 prints its own too: on a pod of its own, that line says it took part.
     print(RESULT + json.dumps(result), flush=True)
 
-    # 4. multiworker steps, if both workers have the time (each reads its own deadline: they agree)
+    # 4. the trainer's syncs, while both workers have the time
+    result["trainer_sync_seconds"] = time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker)
+    if index == 0:
+        print(RESULT + json.dumps(result), flush=True)
+
+    # 5. multiworker steps, if both workers have the time (each reads its own deadline: they agree)
     room = deadline - time.time() >= 3 * tracing + 5.0
     if not any_worker(not room):
         try:
@@ -226,6 +238,60 @@ def run(args, data_dir, index, addresses, launched, deadline):
     barrier()  # (neither leaves while the other still needs it)
     if index == 0:
         print(RESULT + json.dumps(result), flush=True)
+
+
+# the wires whose sync phase 4 times, the fewest bytes first (on a slow link the widest may not fit the deadline),
+# and the timed syncs of each after its first (which traces, and opens the sync's collectives)
+SYNC_WIRES = ("int4", "int8", "float16", "float32")
+SYNC_REPS = 3
+SYNC_SETUP_SECONDS = 3.0  # the first wire's building and tracing, before one was timed (MobileNetV2: about 2 s)
+
+
+def time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker):
+    """{wire: median seconds of one localsgd sync as the trainer runs it, between the two workers on the probe's
+    link} for the wires of SYNC_WIRES that fit the deadline (phase 4 in the module's docstring). The trainer's own
+    code (localsgd.Strategy on this cluster, bound to the probe's model), with DiLoCo's outer step (plain
+    averaging's is a little less work) and no batch-norm re-estimation. The syncs move no weight: the model has
+    not trained since the strategy took its anchor, so every change is zero (the codec and the outer step cost
+    the same for any values)."""
+    import argparse
+
+    from disttrain_trainer.strategies import localsgd
+    from disttrain_trainer.strategies.options import DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM
+
+    timed, setup = {}, SYNC_SETUP_SECONDS
+    for dtype in SYNC_WIRES:
+        # the wire's bytes at the cost per byte phase 3 measured on the link
+        exchange = (result["latency_seconds"]
+                    + result["weight_bytes"] * WIRE_BYTES[dtype] / 4 * result["per_byte_seconds"])
+        room = deadline - time.time() >= setup + (1 + SYNC_REPS) * 2 * exchange + 2.0
+        if any_worker(not room):
+            missing = ", ".join(SYNC_WIRES[SYNC_WIRES.index(dtype):])
+            say(index, f"the trainer's sync not timed in {missing}: too little of the budget left (the advisor "
+                       "counts its exchange alone there)")
+            break
+        started = time.perf_counter()
+        sync_args = argparse.Namespace(**{
+            **vars(args), "strategy": "localsgd", "allreduce_dtype": dtype, "sync_every": 1, "outer_optimizer": "nesterov",
+            "outer_lr": DEFAULT_OUTER_LR, "outer_momentum": DEFAULT_OUTER_MOMENTUM, "sync_batch_norm_batches": 0,
+            "outer_overlap": "none", "sync_at_epoch_end": False})
+        strategy = localsgd.Strategy(sync_args, 2, index, cluster=cluster)
+        strategy.bind(model)
+        strategy.before_training(0)  # traces the sync, as the trainer's start-up does
+        strategy.sync(0)  # its first run
+        setup = time.perf_counter() - started
+        times = []
+        while True:
+            begun = time.perf_counter()
+            strategy.sync(len(times) + 1)
+            times.append(time.perf_counter() - begun)
+            # both workers run the same syncs: go on only while every worker wants another (timed_allreduce's rule)
+            if any_worker(len(times) >= SYNC_REPS or time.time() + 2 * times[-1] >= deadline - 2.0):
+                break
+        timed[dtype] = statistics.median(times)
+        say(index, f"the trainer's sync in {dtype}: {timed[dtype] * 1000:.1f} ms (DiLoCo, {len(times)} timed)")
+        del strategy
+    return timed
 
 
 def call_steps(steps_per_call, one_step):

@@ -12,6 +12,8 @@ What the probe gives (`Probe`):
   c         seconds per byte of an all-reduce on the probe's link, beyond alpha
   t_mw      seconds per multiworker step of the two workers at once, on the probe's link (None: not
             timed, the budget being too short for its tracing)
+  T_sync    seconds of one localsgd sync of the trainer's own code in each wire, the two workers at once on
+            the probe's link (the wires the budget left time for)
 and the start-up (process start to the first step), one held-out evaluation, the examples per epoch.
 
 The link (`Link`): alpha and the seconds per byte. With --link-mbit L a byte costs the larger of the
@@ -55,13 +57,18 @@ Seconds per epoch:
                    taken the same at any N and on any link; 0 when t_mw was not timed, and the row is
                    then a lower bound (its note says so). (Without it, MobileNetV2's 2-worker
                    multiworker was predicted 20-22 % too fast on one host.)
-  localsgd         S_N * t_N + (syncs per run * (sync + alpha) + re-estimations per run * bn) / epochs
+  localsgd         S_N * t_N + (syncs per run * (sync + alpha + o) + re-estimations per run * bn) / epochs
                    sync: all-reduce of B at the wire's bytes per weight (float32 4, float16 2), or, for
                    int8, all-gather of B / 4 (int4: B / 8) plus a float32 scale per block of 256 weights (all the
                    weights as one vector); syncs per run = every H
                    steps and one at the end: ceil(S_N * epochs / H); with sync_at_epoch_end every H steps
-                   of each epoch and at its end: epochs * ceil(S_N / H) (options.sync_steps). The outer optimizer (DiLoCo's
-                   Nesterov step) is a few passes over the weights per sync: not counted. A model with
+                   of each epoch and at its end: epochs * ceil(S_N / H) (options.sync_steps).
+                   o: what a sync does beyond its exchange (flattening the weights, the codec and its error
+                   feedback, the outer step, setting the weights): T_sync of the wire less its modelled
+                   exchange (sync + alpha) on the probe's link at N = 2, taken the same at any N and on any
+                   link; 0 where the wire's sync was not timed. (Without it the syncs of every localsgd row
+                   measured 10-50 % longer than predicted: MobileNetV2's int4 at H = 50 0.92 s an epoch
+                   against 0.62 at 1 Gbit/s, the text model's int8 0.47 against 0.40.) A model with
                    batch normalisation re-estimates its statistics after a sync whose statistics are read
                    (the last before each epoch's end, and the run's last: refreshes(), one an epoch at
                    H shorter than an epoch): bn = R forward passes (R = --sync-batch-norm-batches, 8; a
@@ -135,8 +142,8 @@ localsgd at H = 100 2.4-2.6x (distorted digits) and 1.6x (augmented), at H = 32-
 curve on its plateau crosses a target late by chance. The model errs where the group's batch is small
 for the model (larger batches then lose little) and says nothing about the accuracy a strategy ends at:
 plain averaging rarely, and one average at the end, carry a note.
-Overlapped syncs (--outer-overlap): a sync waits only for what the next H steps leave of its exchange
-(the run's end for the whole last one, and with eager updates for one float32 all-reduce of the weights,
+Overlapped syncs (--outer-overlap): a sync waits for its own work (o) and only for what the next H steps
+leave of its exchange (the run's end for the whole last one, and with eager updates for one float32 all-reduce of the weights,
 which makes the workers' models one; the exchange's own work on the cores beside the steps is not
 counted: in one run of the text model at 50 Mbit/s, int8 at H = 100, the steps beside it took 10 %
 longer; in its int8 rows at 50 Mbit/s no sync waited, yet an epoch with a sync took about 0.1 s more
@@ -211,6 +218,7 @@ class Probe:
     batch_norm: bool = False  # the model has batch normalisation (averaging it far apart is an accuracy risk)
     batch_norm_bytes: int = 0  # its moving statistics in float32 (localsgd re-estimates and all-reduces them: refreshes())
     multiworker_step_seconds: float | None = None  # t_mw (None: not timed)
+    trainer_sync_seconds: dict = field(default_factory=dict)  # T_sync: {wire: seconds} of the wires timed
     parameterserver_epoch_seconds: float | None = None  # T_ps: the trainer's own, 2 workers on this host (None: not timed)
     notes: list = field(default_factory=list)
 
@@ -286,6 +294,21 @@ def sync_seconds(probe, link, workers, dtype):
 def sync_exchange_seconds(probe, link, workers, dtype):
     """One localsgd sync as the steps wait for it: its exchange and alpha (the module's docstring: sync + alpha)."""
     return sync_seconds(probe, link, workers, dtype) + link.latency_seconds
+
+
+def sync_own_seconds(probe, dtype):
+    """o in the module's docstring: what one localsgd sync in `dtype` costs beyond its exchange, from the trainer's
+    own sync the probe timed on its link (0 where it was not timed)."""
+    measured = probe.trainer_sync_seconds.get(dtype)
+    link = link_of(probe)
+    if measured is None or link is None:
+        return 0.0
+    return max(0.0, measured - sync_exchange_seconds(probe, link, 2, dtype))
+
+
+def sync_cost_seconds(probe, link, workers, dtype):
+    """One localsgd sync as the steps wait for it, without an overlap: its exchange and its own work."""
+    return sync_exchange_seconds(probe, link, workers, dtype) + sync_own_seconds(probe, dtype)
 
 
 def gradient_seconds(probe, link, workers, dtype="float32"):
@@ -394,7 +417,8 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     every = options.get("sync_every") or DEFAULT_SYNC_EVERY
     if not isinstance(every, int) or every < 1:
         raise ModelError(f"sync_every must be an integer >= 1, got {every!r}")
-    exchange = sync_exchange_seconds(probe, link, workers, options.get("allreduce_dtype", "float32"))
+    dtype = options.get("allreduce_dtype", "float32")
+    exchange, own = sync_exchange_seconds(probe, link, workers, dtype), sync_own_seconds(probe, dtype)
     refresh = refresh_batches(probe, options)
     local = refresh * FORWARD_SHARE * t + allreduce_seconds(probe.batch_norm_bytes, workers, link) if refresh else 0.0
     at_end = bool(options.get("sync_at_epoch_end"))
@@ -405,13 +429,14 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     if overlapped(options):
         # the exchange runs beside the next H steps: a sync waits only for what they leave of it, and the
         # run's end for the whole last one, whose landing the statistics' re-estimation follows once more (with
-        # eager updates, after the average of the workers' weights that makes them one model)
+        # eager updates, after the average of the workers' weights that makes them one model); its own work (the
+        # codec, the outer step with the last exchange) the steps wait for all the same
         exposed = max(0.0, exchange - every * t)
         end = exchange - exposed + local + (eager_end_seconds(probe, link, workers) if eager(options) else 0.0)
-        comm = (syncs * exposed + estimations + end) / epochs
-        return compute + comm, compute, comm, exposed + local
-    comm = (syncs * exchange + estimations) / epochs
-    return compute + comm, compute, comm, exchange + local
+        comm = (syncs * (exposed + own) + estimations + end) / epochs
+        return compute + comm, compute, comm, exposed + own + local
+    comm = (syncs * (exchange + own) + estimations) / epochs
+    return compute + comm, compute, comm, exchange + own + local
 
 
 def outer_step_epochs(probe, workers, options):
@@ -700,8 +725,8 @@ def _reason(choice, predictions, probe, link):
     if choice.strategy == "localsgd":
         o = choice.options
         between = o["sync_every"] * t
-        # the exchange alone: Prediction.sync_seconds adds a batch-norm re-estimation, which follows one sync an epoch
-        exchange = sync_exchange_seconds(probe, link, choice.workers, o["allreduce_dtype"])
+        # the sync alone: Prediction.sync_seconds adds a batch-norm re-estimation, which follows one sync an epoch
+        exchange = sync_cost_seconds(probe, link, choice.workers, o["allreduce_dtype"])
         at_end = (", and one at each epoch's end, so that every evaluation and checkpoint holds the group's model"
                   if o.get("sync_at_epoch_end") else "")
         return (f"each {o['allreduce_dtype']} sync of "

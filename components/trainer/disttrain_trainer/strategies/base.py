@@ -146,11 +146,13 @@ class Connected(Base):
     same number of steps per epoch (a collective waits for all of them), and sum the
     epoch's metrics over all workers once per epoch."""
 
-    def __init__(self, args, workers, index):
+    def __init__(self, args, workers, index, cluster=None):
+        """`cluster`: a MultiWorkerMirroredStrategy this process already joined (the advisor's probe, which times
+        the trainer's own localsgd syncs on its cluster); None: join TF_CONFIG's."""
         from disttrain_trainer.collectives import Wire, join_cluster
 
         super().__init__(args, workers, index)
-        self.cluster = join_cluster(args.heartbeat_timeout)
+        self.cluster = cluster if cluster is not None else join_cluster(args.heartbeat_timeout)
         self.wire = Wire(args.allreduce_dtype, args.allreduce_pack_bytes)
 
     def examples_per_epoch(self, manifest, examples):

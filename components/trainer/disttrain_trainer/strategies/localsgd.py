@@ -109,8 +109,8 @@ from disttrain_trainer.strategies.base import Connected
 class Strategy(Connected):
     name = "localsgd"
 
-    def __init__(self, args, workers, index):
-        super().__init__(args, workers, index)
+    def __init__(self, args, workers, index, cluster=None):
+        super().__init__(args, workers, index, cluster)
         self.every = args.sync_every  # (options.LocalSGD.resolve: --sync-every, or its default)
         self.nesterov = args.outer_optimizer == "nesterov"
         self.outer_lr, self.outer_momentum = args.outer_lr, args.outer_momentum
