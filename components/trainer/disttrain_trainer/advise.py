@@ -265,7 +265,7 @@ def run_options(args):
     """The options of the run these flags describe, in the predictions' terms."""
     if args.strategy == "localsgd":
         return {"sync_every": args.sync_every, "allreduce_dtype": args.allreduce_dtype,
-                "outer_optimizer": getattr(args, "outer_optimizer", None) or "none",
+                "outer_optimizer": args.outer_optimizer,
                 **({"sync_at_epoch_end": True} if args.sync_at_epoch_end else {})}
     if args.strategy == "multiworker":
         return {"allreduce_dtype": args.allreduce_dtype}
