@@ -204,7 +204,11 @@ def run(args, data_dir, index, addresses, launched, deadline):
     print(RESULT + json.dumps(result), flush=True)
 
     # 4. the trainer's syncs, while both workers have the time
-    result["trainer_sync_seconds"] = time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker)
+    try:
+        result["trainer_sync_seconds"] = time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker)
+    except tf.errors.OpError as err:  # best-effort: the earlier RESULT line stands, and the log says why
+        say(index, f"the trainer's sync not timed: {str(err).strip().splitlines()[0]}")
+        return  # (its collectives are aborted: no further phase)
     if index == 0:
         print(RESULT + json.dumps(result), flush=True)
 
