@@ -726,12 +726,12 @@ def _reason(choice, predictions, probe, link):
         o = choice.options
         between = o["sync_every"] * t
         # the sync alone: Prediction.sync_seconds adds a batch-norm re-estimation, which follows one sync an epoch
-        exchange = sync_cost_seconds(probe, link, choice.workers, o["allreduce_dtype"])
+        cost = sync_cost_seconds(probe, link, choice.workers, o["allreduce_dtype"])
         at_end = (", and one at each epoch's end, so that every evaluation and checkpoint holds the group's model"
                   if o.get("sync_at_epoch_end") else "")
         return (f"each {o['allreduce_dtype']} sync of "
-                f"{_megabytes(sync_bytes(probe, o['allreduce_dtype']))} costs {_seconds(exchange)} at {where}, "
-                f"{100 * exchange / between:.0f} % of the {_seconds(between)} of steps between two syncs"
+                f"{_megabytes(sync_bytes(probe, o['allreduce_dtype']))} costs {_seconds(cost)} at {where}, "
+                f"{100 * cost / between:.0f} % of the {_seconds(between)} of steps between two syncs"
                 f"{at_end}{speed}")
     if choice.strategy == "multiworker":
         return (f"a step's gradient exchange costs {_seconds(choice.sync_seconds)} "
