@@ -25,6 +25,7 @@ does (tasks.create, step.make_train_call), and then, between barriers (one small
 Each phase gets a share of what is left of the deadline.
 """
 
+import itertools
 import json
 import math
 import os
@@ -170,16 +171,10 @@ def run(args, data_dir, index, addresses, launched, deadline):
             return [cluster.experimental_local_results(t)[0] for t in summed]
 
         call()  # traces, and opens the communicator
-        times, stop = [], time.time() + share(0.3, 10.0)
-        while True:
-            started = time.perf_counter()
-            [t.numpy() for t in call()]
-            times.append(time.perf_counter() - started)
-            # Both workers must run the same number of all-reduces, and each reads its own clock: go on only
-            # while every worker wants another (one small collective, outside the timed call).
-            done = len(times) >= ALLREDUCE_REPS or (time.time() >= stop and len(times) >= 2)
-            if any_worker(done):  # any worker done: both stop here
-                return statistics.median(times)
+        stop = time.time() + share(0.3, 10.0)
+        return statistics.median(times_together(
+            lambda: [t.numpy() for t in call()], any_worker,
+            lambda times: len(times) >= ALLREDUCE_REPS or (time.time() >= stop and len(times) >= 2)))
 
     def changes():
         # what localsgd sends: tensors computed from the weights (a variable's own value, reduced as
@@ -284,18 +279,25 @@ def time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker
         strategy.before_training(0)  # traces the sync, as the trainer's start-up does
         strategy.sync(0)  # its first run
         setup = time.perf_counter() - started
-        times = []
-        while True:
-            begun = time.perf_counter()
-            strategy.sync(len(times) + 1)
-            times.append(time.perf_counter() - begun)
-            # both workers run the same syncs: go on only while every worker wants another (timed_allreduce's rule)
-            if any_worker(len(times) >= SYNC_REPS or time.time() + 2 * times[-1] >= deadline - 2.0):
-                break
+        steps = itertools.count(1)
+        times = times_together(lambda: strategy.sync(next(steps)), any_worker,  # noqa: B023 (run within this wire)
+                               lambda times: len(times) >= SYNC_REPS or time.time() + 2 * times[-1] >= deadline - 2.0)
         timed[dtype] = statistics.median(times)
         say(index, f"the trainer's sync in {dtype}: {timed[dtype] * 1000:.1f} ms (DiLoCo, {len(times)} timed)")
-        del strategy
     return timed
+
+
+def times_together(call, any_worker, enough):
+    """The seconds of each `call()`, repeated by both workers at once until any worker has `enough(times)`. Both must
+    make the same number of calls (each is a collective), and each reads its own clock: they go on only while every
+    worker wants another (`any_worker`: one small collective, outside the timed call)."""
+    times = []
+    while True:
+        started = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - started)
+        if any_worker(enough(times)):  # any worker done: both stop here
+            return times
 
 
 def call_steps(steps_per_call, one_step):

@@ -256,41 +256,47 @@ class Strategy(Connected):
         if self.synced_at != step:  # the published model is a sync's, whatever H is
             self.sync(step)
         if self.overlap:  # and every worker's exchange applied, the same model on every worker
-            started = time.monotonic()
-            total = self.wait_for_exchange()
-            with unoptimized_graphs():
-                synced = self._land(total)
-                if self._refresh is not None:
-                    synced = self.refresh()
-            self.synced_checksum = int(synced)
             # (the last epoch's sync_sec: the landing of the last exchange, and with eager updates the average of the
             # workers' weights, are training standing still for its syncs too; not a sync of the schedule's count)
-            self.sync_seconds += time.monotonic() - started
+            with self.standing_still(syncs=0):
+                total = self.wait_for_exchange()
+                with unoptimized_graphs():
+                    synced = self._land(total)
+                    if self._refresh is not None:
+                        synced = self.refresh()
+                self.synced_checksum = int(synced)
+
+    @contextlib.contextmanager
+    def standing_still(self, syncs):
+        """Count the block's seconds in this epoch's sync_sec, and `syncs` in its syncs (epoch_facts): training stands
+        still for them. (Up to the checksum's int(), which waits for the sync's result.)"""
+        started = time.monotonic()
+        yield
+        self.syncs, self.sync_seconds = self.syncs + syncs, self.sync_seconds + time.monotonic() - started
 
     def sync(self, step):
-        # (timed from here to the checksum's int(), which waits for the sync's result: the collective, its wait for
-        # the slowest worker, the codec, the outer step and a re-estimation, all that training stood still for)
-        started = time.monotonic()
-        if self.overlap:
-            total = self.wait_for_exchange() if bool(self.in_flight.numpy()) else tf.zeros([sum(self.sizes)])
-        with unoptimized_graphs():  # (never while the exchange runs: the option is the runtime's, see there)
-            synced = self._send(total) if self.overlap else self._sync()
-            if self._refresh is not None and options.statistics_read_after_sync(
-                    step, self.next_sync(step), self.steps_per_epoch, self.epochs * self.steps_per_epoch):
-                synced = self.refresh()  # (the statistics change: the checksum is the refresh's)
-        if self.overlap:
-            if self.notice is not None:
-                # Agree on stopping before the exchange takes the link. The agreement is a collective too, and
-                # asked after the exchange had started (agree_to_stop, before the next train call) its few bytes
-                # queued behind the exchange's on the one connection between two workers: on a slow link it
-                # waited for most of the exchange, which the steps then did not overlap (the text model's int8
-                # DiLoCo at 10 Mbit/s with eager updates: 1.56 s per epoch, 1.78 waiting for each sync; 1.20
-                # agreeing first).
-                self.agreed = (step, self.any_worker(self.notice.requested))
-            # after the re-estimation's collective and the agreement: one collective of the sync in flight at a time
-            self.exchange.start(self.exchange_key(step))
-        self.synced_checksum, self.synced_at = int(synced), step
-        self.syncs, self.sync_seconds = self.syncs + 1, self.sync_seconds + time.monotonic() - started
+        # (timed to the checksum's int(), which waits for the sync's result: the collective, its wait for the slowest
+        # worker, the codec, the outer step and a re-estimation, all that training stood still for)
+        with self.standing_still(syncs=1):
+            if self.overlap:
+                total = self.wait_for_exchange() if bool(self.in_flight.numpy()) else tf.zeros([sum(self.sizes)])
+            with unoptimized_graphs():  # (never while the exchange runs: the option is the runtime's, see there)
+                synced = self._send(total) if self.overlap else self._sync()
+                if self._refresh is not None and options.statistics_read_after_sync(
+                        step, self.next_sync(step), self.steps_per_epoch, self.epochs * self.steps_per_epoch):
+                    synced = self.refresh()  # (the statistics change: the checksum is the refresh's)
+            if self.overlap:
+                if self.notice is not None:
+                    # Agree on stopping before the exchange takes the link. The agreement is a collective too, and
+                    # asked after the exchange had started (agree_to_stop, before the next train call) its few bytes
+                    # queued behind the exchange's on the one connection between two workers: on a slow link it
+                    # waited for most of the exchange, which the steps then did not overlap (the text model's int8
+                    # DiLoCo at 10 Mbit/s with eager updates: 1.56 s per epoch, 1.78 waiting for each sync; 1.20
+                    # agreeing first).
+                    self.agreed = (step, self.any_worker(self.notice.requested))
+                # after the re-estimation's collective and the agreement: one collective of the sync in flight at a time
+                self.exchange.start(self.exchange_key(step))
+            self.synced_checksum, self.synced_at = int(synced), step
 
     def exchange_key(self, step):
         """The instance key of the exchange of the sync at `step`: the same on every worker, and a new one for
