@@ -142,12 +142,20 @@ localsgd at H = 100 2.4-2.6x (distorted digits) and 1.6x (augmented), at H = 32-
 curve on its plateau crosses a target late by chance. The model errs where the group's batch is small
 for the model (larger batches then lose little) and says nothing about the accuracy a strategy ends at:
 plain averaging rarely, and one average at the end, carry a note.
-Overlapped syncs (--outer-overlap): a sync waits for its own work (o) and only for what the next H steps
-leave of its exchange (the run's end for the whole last one, and with eager updates for one float32 all-reduce of the weights,
-which makes the workers' models one; the exchange's own work on the cores beside the steps is not
-counted: in one run of the text model at 50 Mbit/s, int8 at H = 100, the steps beside it took 10 %
-longer; in its int8 rows at 50 Mbit/s no sync waited, yet an epoch with a sync took about 0.1 s more
-than one without, and the rows took 17-21 % longer an epoch than predicted), and the outer step, one sync late, puts
+Overlapped syncs (--outer-overlap): a sync waits for its own work (o) and for what the next H steps leave
+of its exchange X (the run's end for the whole last one, and with eager updates for one float32 all-reduce
+of the weights, which makes the workers' models one). The steps beside an exchange do not run at full
+speed: while its bytes are on the wire they lose OVERLAP_STEP_LOSS (a third) of its time, so a sync
+costs max(X - H t_N, X / 3) beyond its H steps (overlapped_sync_seconds). Where that comes from: on the
+shaped links the text model's rows with eager updates whose steps hid the whole exchange measured 12-24 %
+slower an epoch than the exchange-hidden model predicted (int8 at 50 Mbit/s, X = 0.23 s beside 0.63 s of
+steps: 0.68 s an epoch against 0.57, and no sync waited; float32 at 100 Mbit/s, X = 0.44 s: 0.74 against
+0.57), the epochs with a sync taking about 0.1 s more of steps than those without; float32 at 50 Mbit/s,
+whose exchange (0.94 s) outlasts even the slowed steps, only 3 %. The cost grows with the exchange's time
+on the wire, not its bytes (int8 at 50 Mbit/s and float32 at 100 Mbit/s move 1.3 and 5.1 MB and lost
+about the same share of it), as if the collective's threads took part of the worker's core while the
+transfer lasts (not traced further). The third is fitted to those rows (the 29 and 30 Nov 2026 sittings); the rows measured after it
+check it (docs/benchmarks). The outer step, one sync late, puts
 the group about H steps further behind (overlap_lag_epochs: one more outer step's H / S_N epochs, on top of
 DiLoCo's own; measured, the text model at H = 100 showed its target at the fifth evaluation against the
 third waiting, MobileNetV2 at the seventh against the sixth: predicted 5 and 7).
@@ -181,6 +189,9 @@ DILOCO_MIN_SYNC_EVERY = 50  # the outer optimizer's candidates (the module's doc
 REFRESH_BATCHES, FORWARD_SHARE = 8, 1 / 3
 # localsgd's wires among the candidates (multiworker's: float32 and float16)
 WIRE_DTYPES = ("float32", "float16", "int8", "int4")
+# The share of an overlapped exchange's time on the wire that the inner steps beside it lose (the module's
+# docstring; fitted to the text model's rows with eager updates on shaped links, in two sittings)
+OVERLAP_STEP_LOSS = 1 / 3
 # DiLoCo's overlapped syncs among the candidates: eager updates only (delayed updates ended 0.61 against 0.975
 # on the digits CNN at H = 5, docs/strategies.md)
 OVERLAPS = ("eager",)
@@ -427,16 +438,27 @@ def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     syncs = len(sync_steps(every, steps, epochs, at_end))  # every H steps (of each epoch), and one at the end
     estimations = refreshes(steps, every, epochs, at_end) * local
     if overlapped(options):
-        # the exchange runs beside the next H steps: a sync waits only for what they leave of it, and the
-        # run's end for the whole last one, whose landing the statistics' re-estimation follows once more (with
-        # eager updates, after the average of the workers' weights that makes them one model); its own work (the
-        # codec, the outer step with the last exchange) the steps wait for all the same
-        exposed = max(0.0, exchange - every * t)
+        # the exchange runs beside the next H steps, which lose OVERLAP_STEP_LOSS of its time: a sync costs the
+        # larger of that and what the steps leave of the exchange, and the run's end waits for the whole last one,
+        # whose landing the statistics' re-estimation follows once more (with eager updates, after the average of
+        # the workers' weights that makes them one model); its own work (the codec, the outer step with the last
+        # exchange) the steps wait for all the same
+        exposed = overlapped_sync_seconds(exchange, every * t)
         end = exchange - exposed + local + (eager_end_seconds(probe, link, workers) if eager(options) else 0.0)
         comm = (syncs * (exposed + own) + estimations + end) / epochs
         return compute + comm, compute, comm, exposed + own + local
     comm = (syncs * (exchange + own) + estimations) / epochs
     return compute + comm, compute, comm, exchange + own + local
+
+
+def overlapped_sync_seconds(exchange, beside):
+    """What an overlapped sync's exchange (`exchange` seconds on the wire) adds to the `beside` seconds of the H
+    steps that run beside it. While it is in flight the steps run 1 / (1 - OVERLAP_STEP_LOSS) times slower: those
+    that fit in it take the exchange's time and do (1 - OVERLAP_STEP_LOSS) of it in steps; the rest run at full
+    speed after it. So the H steps and the exchange end after max(exchange, beside + OVERLAP_STEP_LOSS * exchange):
+    the exchange outlasting the slowed steps (a slow link) costs what they leave of it, a short one a third of its
+    time."""
+    return max(exchange - beside, OVERLAP_STEP_LOSS * exchange, 0.0)
 
 
 def outer_step_epochs(probe, workers, options):
