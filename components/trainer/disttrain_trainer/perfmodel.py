@@ -154,8 +154,10 @@ steps: 0.68 s an epoch against 0.57, and no sync waited; float32 at 100 Mbit/s, 
 whose exchange (0.94 s) outlasts even the slowed steps, only 3 %. The cost grows with the exchange's time
 on the wire, not its bytes (int8 at 50 Mbit/s and float32 at 100 Mbit/s move 1.3 and 5.1 MB and lost
 about the same share of it), as if the collective's threads took part of the worker's core while the
-transfer lasts (not traced further). The third is fitted to those rows (the 29 and 30 Nov 2026 sittings); the rows measured after it
-check it (docs/benchmarks). The outer step, one sync late, puts
+transfer lasts (not traced further). The third is fitted to those rows (the 29 and 30 Nov 2026 sittings)
+and held in the next sitting, on a host 1.8x faster: its eager rows whose steps hid the exchange (float32
+and int8 at 100 Mbit/s, int8 at 50) were predicted +2.6, -6.5 and -0.6 % off their measured seconds per
+epoch, and would have been -19.1, -12.8 and -12.5 % without the third (docs/benchmarks). The outer step, one sync late, puts
 the group about H steps further behind (overlap_lag_epochs: one more outer step's H / S_N epochs, on top of
 DiLoCo's own; measured, the text model at H = 100 showed its target at the fifth evaluation against the
 third waiting, MobileNetV2 at the seventh against the sixth: predicted 5 and 7).
