@@ -223,8 +223,9 @@ def time_to_accuracy(doc):
                          and r.get("sitting") == found[0].get("sitting")}.values()) if found else current
             panels[task, link] = sorted(refs + measured, key=row_order), refs
     slots = max(len(panel) for panel, _ in panels.values())
+    # (constrained layout: it makes room for the suptitle's lines, which tight_layout let the first row's titles cover)
     fig, axes = plt.subplots(len(tasks), len(links), figsize=(max(11.0, 4.6 * len(links)), (0.3 * slots + 1.4) * len(tasks) + 1.2),
-                             squeeze=False, sharex="row")
+                             squeeze=False, sharex="row", layout="constrained")
     marked = False
     for ax_row, task in zip(axes, tasks):
         single = next((r for r in rows if r["task"] == task and r["strategy"] == "single"), None)
@@ -281,7 +282,6 @@ def time_to_accuracy(doc):
                     "against its own sitting's 1 worker, not its bar beside them\n" if marked else "")
                  + (f"PROVISIONAL: {provisional} of {len(rows)} rows quick or measured while other processes were busy; " if provisional else "")
                  + f"{doc['machine'].get('nproc')} cores, {when[0] if when else '?'}..{when[-1] if when else '?'}", fontsize=10)
-    fig.tight_layout()
     return fig
 
 def main():
