@@ -23,7 +23,7 @@ Configurations (ROWS: a list of data; a row whose flags the installed trainer re
                    DiLoCo with eager updates (--outer-overlap eager) at H = 100, float32 and int8;
                    DiLoCo int8 at H = 50 with half the batch-norm re-estimation (--sync-batch-norm-batches 4);
                    DiLoCo int4 at H = 50; DiLoCo int8, int4 and float16 at H = 50 with a sync at each
-                   epoch's end too (--sync-at-epoch-end)
+                   epoch's end too (--sync-at-epoch-end), and int4 so at H = 100
   parameterserver  1 chief + 1 ps + 2 workers (4 processes)
 single, ceiling and average never use the network, so they run on loopback only and are the reference
 of every link. The ceiling of the time to target is measured by average's two workers (each evaluates
@@ -103,6 +103,9 @@ def rows_plan():
     # needs no codec (the advisor's advice for MobileNetV2 at 1 Gbit/s once each wire's own work was timed)
     rows += [("localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": wire, "sync_at_epoch_end": True})
              for wire in ("int8", "int4", "float16")]
+    # int4 with the switch at H = 100: half the syncs (the advisor's advice for MobileNetV2 at 10 Mbit/s on a host whose
+    # steps are fast enough that H = 50's syncs weigh)
+    rows += [("localsgd", 2, {"sync_every": 100, "outer_optimizer": "nesterov", "allreduce_dtype": "int4", "sync_at_epoch_end": True})]
     rows += [("parameterserver", 2, {})]
     return rows
 
