@@ -23,7 +23,7 @@ Configurations (ROWS: a list of data; a row whose flags the installed trainer re
                    DiLoCo with eager updates (--outer-overlap eager) at H = 100, float32 and int8;
                    DiLoCo int8 at H = 50 with half the batch-norm re-estimation (--sync-batch-norm-batches 4);
                    DiLoCo int4 at H = 50; DiLoCo int8, int4 and float16 at H = 50 with a sync at each
-                   epoch's end too (--sync-at-epoch-end), and int4 so at H = 100
+                   epoch's end too (--sync-at-epoch-end), and int4 with it at H = 100
   parameterserver  1 chief + 1 ps + 2 workers (4 processes)
 single, ceiling and average never use the network, so they run on loopback only and are the reference
 of every link. The ceiling of the time to target is measured by average's two workers (each evaluates
@@ -98,8 +98,8 @@ def rows_plan():
                               "sync_batch_norm_batches": 4})]
     # DiLoCo on the int4 wire (half int8's bytes) at the shortest H, where the syncs cost the most over a slow link
     rows += [("localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": "int4"})]
-    # the same two wires at H = 50 with a sync at each epoch's end too (--sync-at-epoch-end): each epoch's evaluation
-    # then reads the group's model, not the chief's own of up to H steps past the last sync; and float16, whose sync
+    # int8 and int4 at H = 50 with a sync at each epoch's end too (--sync-at-epoch-end): each epoch's evaluation
+    # then reads the group's model, not the chief's own of up to H steps past the last sync; and float16 so, whose sync
     # needs no codec (the advisor's advice for MobileNetV2 at 1 Gbit/s once each wire's own work was timed)
     rows += [("localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": wire, "sync_at_epoch_end": True})
              for wire in ("int8", "int4", "float16")]
