@@ -6,7 +6,8 @@ A row is one (task, link, strategy, workers, options) run; `row_key` is its iden
     {"benchmark", "machine": {...facts of the host, as every result file...}, "config", "rows": [row, ...],
      "sittings": {sitting id: {"started", "machine", "probes": {task: the advisor's probe document},
                                "links": {shaped link: its measured payload rate (bench/goodput.py)}}},
-     "earlier_rows": [a row a later sitting measured again, ...]}
+     "earlier_rows": [a row a later sitting measured again, ...],
+     "remeasured_rows": [a row its own sitting measured again (--rerun --continue-sitting), ...]}
 and is rewritten whole (temporary file, then rename) each time a row finishes, so an interrupted
 benchmark keeps every row it finished and a rerun skips them (`RowStore.done`).
 
@@ -198,12 +199,17 @@ class RowStore:
     def put(self, row):
         """Add the row, replacing the stored one of its key. A replaced row of another sitting is kept in
         "earlier_rows": the rows (and the reports) hold each key's newest measurement, while the advisor's
-        check still needs every sitting whole, beside the probe taken in it."""
+        check still needs every sitting whole, beside the probe taken in it. A replaced row of the same sitting
+        goes to "remeasured_rows", which no check reads (the sitting would otherwise count that configuration
+        twice) but which keeps every measurement: the docs report a row measured again beside the first."""
         key = row_key(row)
         replaced = [r for r in self.rows if row_key(r) == key]
         kept = [r for r in replaced if r.get("sitting") != row.get("sitting")]  # (None: a row from before sittings)
         if kept:
             self.doc["earlier_rows"] = self.earlier_rows + kept
+        again = [r for r in replaced if r.get("sitting") is not None and r.get("sitting") == row.get("sitting")]
+        if again:
+            self.doc["remeasured_rows"] = self.doc.get("remeasured_rows", []) + again
         self.doc["rows"] = [r for r in self.rows if row_key(r) != key] + [row]
         self.write()
 

@@ -246,7 +246,8 @@ def test_the_advisor_is_checked_per_sitting_with_that_sittings_one_worker_row():
 
 def test_a_row_measured_again_in_a_later_sitting_keeps_the_earlier_one_apart(tmp_path):
     """The rows hold each key's newest measurement; the replaced one of another sitting stays in
-    earlier_rows, so that sitting can still be checked whole against its own probe."""
+    earlier_rows, so that sitting can still be checked whole against its own probe, and one its own sitting
+    measured again stays in remeasured_rows, so that no measurement is lost."""
     path = str(tmp_path / "tta.json")
     store = RowStore(path)
     store.put(row(strategy="single", workers=1, link="loopback", sitting="s1", seconds_per_epoch=0.8))
@@ -258,6 +259,7 @@ def test_a_row_measured_again_in_a_later_sitting_keeps_the_earlier_one_apart(tmp
     assert [(r["sitting"], r["seconds_per_epoch"]) for r in doc["rows"]] == [("s2", 0.6), ("s2", 0.9)]
     assert [(r["sitting"], r["seconds_per_epoch"]) for r in doc["earlier_rows"]] == [("s1", 0.8), (None, 1.0)]
     assert RowStore(path).earlier_rows == doc["earlier_rows"]
+    assert [(r["sitting"], r["seconds_per_epoch"]) for r in doc["remeasured_rows"]] == [("s2", 0.7)]  # kept, unread
 
 
 def test_each_link_is_compared_with_the_rows_that_never_use_the_network():
