@@ -378,7 +378,8 @@ def stand_in():
     StandIn.authorizations = []
     StandIn.started = time.monotonic()
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandIn)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # shutdown() waits for the serving loop's next poll: the default half second, once per test, was 15 s of make test
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     yield server
     server.shutdown()

@@ -48,7 +48,8 @@ class FakeApiServer(http.server.BaseHTTPRequestHandler):
 def cluster(tmp_path):
     """(env, release file): a kubeconfig for the stand-in API server and a stored revision-4 release."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), FakeApiServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    # (shutdown() waits for the serving loop's next poll: the default is half a second)
+    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     kubeconfig = tmp_path / "kubeconfig"
     kubeconfig.write_text(yaml.safe_dump({
