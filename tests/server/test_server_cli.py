@@ -53,6 +53,10 @@ def test_explicit_flags(tmp_path):
         (["--model-name", "a:b"], "--model-name must be non-empty without '/' or ':'"),
         (["--top-k", "0"], "--top-k must be between 1 and 100"),
         (["--gallery-seed", "/nonexistent/seed"], "--gallery-seed /nonexistent/seed is not a directory"),
+        # (a URL was taken for a local path, and the server waited for it forever)
+        (["--model", "s3://bucket/final/model.keras"], "--model s3://bucket/final/model.keras: the server serves a "
+                                                       "model file on its own volume, not a URL"),
+        (["--model", "gs://b/m.keras"], "not a URL"),
     ],
 )
 def test_bad_flags_exit_2_with_a_message(capsys, argv, words):

@@ -14,6 +14,7 @@ import gc
 import importlib.util
 import logging
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -141,6 +142,10 @@ def parse_args(argv=None):
         p.error(f"--top-k must be between 1 and {MAX_TOP_K}, got {args.top_k}")
     if args.gallery_seed and not os.path.isdir(args.gallery_seed):
         p.error(f"--gallery-seed {args.gallery_seed} is not a directory")
+    if args.model and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", args.model):  # (it would wait for a local path of that name)
+        p.error(f"--model {args.model}: the server serves a model file on its own volume, not a URL; a release the "
+                "aggregator published to object storage is served by TF Serving or KServe from the store, or copy its "
+                "model.keras to the server's volume (docs: Object storage)")
     if "/" in args.model_name or ":" in args.model_name or not args.model_name:
         p.error(f"--model-name must be non-empty without '/' or ':', got {args.model_name!r}")
     if args.model_module is not None:
