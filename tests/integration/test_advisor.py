@@ -125,3 +125,35 @@ def test_two_workers_named_by_a_host_pattern_probe_the_link_between_them(cancer_
     assert "this worker took part in the probe" in out and "advice:" not in out
     third = advise(*common, "--worker-index", 2, timeout=30)  # a third worker has nothing to probe
     assert third.returncode == 0 and "the advice is in worker 0's log" in third.stdout
+
+
+@pytest.mark.long
+def test_the_parameter_server_timed_on_part_of_the_data_is_scaled_to_the_whole(cancer_data):
+    """The phase a model too slow for two whole epochs gets (advise_parameterserver.measure_on_part): the trainer's
+    real parameter-server run on the first half of each shard, its steady epoch scaled by the whole data's steps
+    over the part's, and the part's directory removed after."""
+    import glob
+    import re
+    import tempfile
+    import time
+
+    from disttrain_contract.manifest import Manifest
+    from disttrain_trainer import advise, advise_parameterserver
+
+    args = advise.parse_args(["--data", str(cancer_data), "--threads", "1", "--batch", "8"])
+    manifest = Manifest.read(str(cancer_data))
+    lines = []
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "disttrain-advise-ps-data-*")))
+    seconds = advise_parameterserver.measure_on_part(args, str(cancer_data), manifest, 0.5, 6, time.time() + 120,
+                                                     lines.append)
+    assert seconds is not None, lines
+    text = "\n".join(lines)
+    whole, part = -(-manifest.train_examples // 8), sum(-(-s.examples // 2) for s in manifest.shards)
+    assert f"timing it on {part:,} of the {manifest.train_examples:,} examples ({-(-part // 8)} steps of the group an " \
+           f"epoch, against {whole})" in text
+    steady = float(re.search(r"parameter server: ([0-9.]+) s per epoch \(2 workers", text).group(1))
+    ratio = whole / -(-part // 8)
+    assert seconds == pytest.approx(steady * ratio, abs=0.005 * ratio)  # (the printed figure is rounded to 0.01 s)
+    assert 1.9 < ratio < 2.1
+    assert f"{seconds:.2f} s per epoch of the whole data" in text
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "disttrain-advise-ps-data-*"))) == before

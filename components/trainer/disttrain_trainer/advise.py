@@ -196,17 +196,20 @@ def parameter_server_phase(args, data_dir, manifest, result, deadline):
         return
     probe = probe_of(result, args, manifest, peers=False)
     bound = perfmodel.epoch_seconds(probe, perfmodel.link_of(probe), "parameterserver", advise_parameterserver.WORKERS)[0]
-    # four start-ups on the host where two took startup_seconds, the first epoch (tracing) and a steady one, each
-    # taken as twice the lower bound (the text model's measured epoch)
-    needed = 2 * probe.startup_seconds + 2 * 2 * bound
+    group_steps = perfmodel.parameterserver_group_steps(probe)
     left = deadline - time.time()
-    if left < needed:
-        say(f"parameter-server epochs not timed: about {needed:.0f} s needed, {left:.0f} s left of the budget (the "
-            f"advisor predicts it as a lower bound; a longer --budget-seconds times it)")
+    fraction, least = advise_parameterserver.data_fraction(probe.startup_seconds, bound, group_steps, left)
+    if fraction is None:
+        say(f"parameter-server epochs not timed: about {least:.0f} s needed even on part of the data, {left:.0f} s "
+            f"left of the budget (the advisor predicts it as a lower bound; a --budget-seconds of at least "
+            f"{math.ceil(args.budget_seconds + least - left + 5)} would time it)")
         return
     # the run's epochs: what the time left could use at the bound's speed (it is stopped before)
-    epochs = max(advise_parameterserver.STEADY_EPOCHS + 1, min(1000, math.ceil(left / max(bound, 1e-3))))
-    seconds = advise_parameterserver.measure(args, data_dir, epochs, deadline, say)
+    epochs = max(advise_parameterserver.STEADY_EPOCHS + 1, min(1000, math.ceil(left / max(bound * fraction, 1e-3))))
+    if fraction == 1.0:
+        seconds = advise_parameterserver.measure(args, data_dir, epochs, deadline, say)
+    else:
+        seconds = advise_parameterserver.measure_on_part(args, data_dir, manifest, fraction, epochs, deadline, say)
     if seconds is not None:
         result["parameterserver_epoch_seconds"] = seconds
 
