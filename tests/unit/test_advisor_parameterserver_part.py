@@ -7,8 +7,8 @@ import os
 import pytest
 
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
-from disttrain_trainer.advise_parameterserver import (MIN_GROUP_STEPS, PART_TEST_EXAMPLES, data_fraction,
-                                                      part_of_the_data, seconds_needed)
+from disttrain_trainer.advise_parameterserver import (MAX_GROUP_STEPS, MIN_GROUP_STEPS, PART_TEST_EXAMPLES,
+                                                      data_fraction, part_of_the_data, seconds_needed)
 from stages import stage
 
 
@@ -16,8 +16,10 @@ def test_the_whole_data_when_two_epochs_fit_and_a_part_when_only_less_does():
     # start-up 10 s (four start-ups: 20 s), an epoch's lower bound 5 s (two epochs taken as 2 x 2 x 5 = 20 s)
     assert seconds_needed(10, 5) == 40
     assert data_fraction(10, 5, 250, left_seconds=45) == (1.0, 20 + 20 * MIN_GROUP_STEPS / 250)
-    fraction, _ = data_fraction(10, 5, 250, left_seconds=30)
+    fraction, _ = data_fraction(10, 5, 100, left_seconds=30)
     assert fraction == pytest.approx(0.5)  # (30 - 20) / 20: the part's two epochs fill what is left
+    fraction, _ = data_fraction(10, 5, 250, left_seconds=30)
+    assert fraction == pytest.approx(MAX_GROUP_STEPS / 250)  # at most 64 steps of the group, whatever fits
     # not even MIN_GROUP_STEPS steps of the group: no run, and the seconds the smallest part would need
     fraction, least = data_fraction(10, 5, 250, left_seconds=21)
     assert fraction is None and least == pytest.approx(20 + 20 * 16 / 250)
