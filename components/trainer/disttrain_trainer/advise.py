@@ -200,9 +200,11 @@ def parameter_server_phase(args, data_dir, manifest, result, deadline):
     left = deadline - time.time()
     fraction, least = advise_parameterserver.data_fraction(probe.startup_seconds, bound, group_steps, left)
     if fraction is None:
+        # (a longer budget can also let the probe time multiworker steps first, which this one left out)
+        more = "" if result.get("multiworker_step_seconds") is not None else " (more if the probe then times multiworker steps too)"
         say(f"parameter-server epochs not timed: about {least:.0f} s needed even on part of the data, {left:.0f} s "
             f"left of the budget (the advisor predicts it as a lower bound; a --budget-seconds of at least "
-            f"{math.ceil(args.budget_seconds + least - left + 5)} would time it)")
+            f"{math.ceil(args.budget_seconds + least - left + 5)}{more} would time it)")
         return
     # the run's epochs: what the time left could use at the bound's speed (it is stopped before)
     epochs = max(advise_parameterserver.STEADY_EPOCHS + 1, min(1000, math.ceil(left / max(bound * fraction, 1e-3))))
