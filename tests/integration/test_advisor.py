@@ -149,10 +149,11 @@ def test_the_parameter_server_timed_on_part_of_the_data_is_scaled_to_the_whole(c
     assert seconds is not None, lines
     text = "\n".join(lines)
     whole, part = -(-manifest.train_examples // 8), sum(-(-s.examples // 2) for s in manifest.shards)
-    assert f"timing it on {part:,} of the {manifest.train_examples:,} examples ({-(-part // 8)} steps of the group an " \
+    part_steps = -(-part // 8)
+    assert f"timing it on {part:,} of the {manifest.train_examples:,} examples ({part_steps} steps of the group an " \
            f"epoch, against {whole})" in text
     steady = float(re.search(r"parameter server: ([0-9.]+) s per epoch \(2 workers", text).group(1))
-    ratio = whole / -(-part // 8)
+    ratio = whole / part_steps
     assert seconds == pytest.approx(steady * ratio, abs=0.005 * ratio)  # (the printed figure is rounded to 0.01 s)
     assert 1.9 < ratio < 2.1
     assert f"{seconds:.2f} s per epoch of the whole data" in text

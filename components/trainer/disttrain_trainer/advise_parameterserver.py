@@ -39,6 +39,7 @@ from disttrain_contract.atomic import sha256_file
 from disttrain_contract.manifest import MANIFEST, SplitInfo, split_files
 from disttrain_contract.ports import free_port_block
 from disttrain_trainer import main as trainer
+from disttrain_trainer import perfmodel
 
 WORKERS, PARAMETER_SERVERS = 2, 1
 # Timed until at least two epochs after the first (which traces the step) and STEADY_SECONDS of them (a
@@ -106,7 +107,8 @@ def data_fraction(startup_seconds, bound_seconds, group_steps, left_seconds):
         return 1.0, least
     if left_seconds < least:
         return None, least
-    fits = (left_seconds - 2 * startup_seconds) / (2 * 2 * bound_seconds)
+    # seconds_needed is the start-ups plus a part of the epochs: the part whose epochs fill what is left
+    fits = (left_seconds - seconds_needed(startup_seconds, 0)) / seconds_needed(0, bound_seconds)
     return min(fits, MAX_GROUP_STEPS / group_steps), least
 
 
@@ -144,7 +146,7 @@ def measure_on_part(args, data_dir, manifest, fraction, epochs, deadline, say):
     scaled to an epoch of the whole data by its steps of the group over the part's; None as measure()."""
     with tempfile.TemporaryDirectory(prefix="disttrain-advise-ps-data-") as part_dir:
         part = part_of_the_data(data_dir, manifest, fraction, part_dir)
-        whole_steps, part_steps = (math.ceil(m.train_examples / args.batch) for m in (manifest, part))
+        whole_steps, part_steps = (perfmodel.steps_per_epoch(m.train_examples, 1, args.batch) for m in (manifest, part))
         say(f"parameter server: two epochs of the whole data do not fit the budget; timing it on "
             f"{part.train_examples:,} of the {manifest.train_examples:,} examples ({part_steps} steps of the group an "
             f"epoch, against {whole_steps})")

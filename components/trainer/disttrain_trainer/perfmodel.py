@@ -510,7 +510,7 @@ def multiworker_extra_seconds(probe):
 
 def parameterserver_group_steps(probe):
     """S: the steps of the whole group per epoch (every worker draws from all the examples)."""
-    return math.ceil(probe.train_examples / probe.batch)
+    return steps_per_epoch(probe.train_examples, 1, probe.batch)
 
 
 def parameterserver_bounds(probe, link, workers):
