@@ -1,12 +1,12 @@
-"""What each strategy asks of the command line, without TensorFlow: the registry of strategies.
-
-One entry per strategy (REGISTRY), each owning
+"""What each strategy asks of the command line, without TensorFlow. What a strategy is (whether its tasks talk,
+one model or one per worker, its chart values) is its entry in disttrain_contract.strategies, which every stage
+reads; this module holds one Options per entry (REGISTRY, in the contract's order), each owning
   flags      the flags only it (or its family) takes, with their help, defaults and value checks;
   misplaced  the refusal of its flags given to another strategy ("--sync-every applies to --strategy
              localsgd, not average");
   resolve    the defaults that depend on the strategy being chosen (parameterserver: one ps);
-  cluster    whether its tasks talk to each other (`connected`: TF_CONFIG, cluster.configure, the
-             peers' deadline) and how a task names itself in logs (`tag`);
+  cluster    TF_CONFIG for a connected strategy (cluster.configure) and how a task names itself in
+             logs (`tag`);
   metadata   what its models record besides every strategy's facts (localsgd: sync_every, the outer
              optimizer and the wire when not the defaults) and how many
              examples a model says it was trained on.
@@ -19,6 +19,7 @@ parameterserver: addresses, ports, the peers' deadline), AllReduce (multiworker,
 
 import argparse
 
+from disttrain_contract.strategies import STRATEGIES
 from disttrain_trainer.cluster import configure, ps_task
 
 # --allreduce-dtype (collectives.WIRE_DTYPES; int8 and int4: localsgd only, wire_codecs.py). Not bfloat16, although
@@ -71,10 +72,19 @@ def statistics_read_after_sync(step, following, steps_per_epoch, last_step):
 
 
 class Options:
-    """Every strategy: no flags of its own, tasks that never talk, a model trained on the worker's own examples."""
+    """Every strategy: no flags of its own, a model trained on the worker's own examples. What a strategy is
+    (whether its tasks talk, how many models it ends with, ...) is its contract entry, `facts`."""
     name = None
-    connected = False
     title = None  # the --help group of the flags this class introduces
+
+    @property
+    def facts(self):
+        """The strategy's entry in the contract's registry (disttrain_contract.strategies)."""
+        return STRATEGIES[self.name]
+
+    @property
+    def connected(self):
+        return self.facts.connected
 
     @classmethod
     def add_flags(cls, group):
@@ -145,7 +155,6 @@ class Average(Options):
 
 class Connected(Options):
     """Strategies whose tasks talk: TF_CONFIG names every task (given, or built from these flags)."""
-    connected = True
     title = "connected strategies (multiworker, localsgd, parameterserver)"
 
     @classmethod
@@ -338,7 +347,9 @@ class ParameterServer(Connected):
         return "{} {} (task {})".format(*ps_task(index, args.ps, workers), index)
 
 
+# one Options per entry of the contract's registry, in its order (a strategy without one fails here, at import)
 REGISTRY = {options.name: options() for options in (Average, MultiWorker, LocalSGD, ParameterServer)}
+assert tuple(REGISTRY) == tuple(STRATEGIES), "every strategy of disttrain_contract.strategies needs its Options here"
 NAMES = tuple(REGISTRY)
 CONNECTED = tuple(name for name, options in REGISTRY.items() if options.connected)
 
