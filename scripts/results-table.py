@@ -13,11 +13,19 @@ import time
 
 from disttrain_contract.layout import REPORT_FILE
 from disttrain_contract.report import Report
+from disttrain_contract.strategies import NAMES, STRATEGIES
+from disttrain_contract.tasks import TASKS
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNS = [(task, workers, strategy) for task in ("movie-reviews", "digits", "faces")
-        for workers, strategy in ((1, "average"), (2, "average"), (2, "multiworker"), (2, "localsgd"), (2, "parameterserver"))
-        if not (task == "faces" and strategy == "parameterserver")]  # faces' triplet generator: not with parameter servers
+# the dataset's task of each demo task (movie reviews are text, digits images)
+DEMO_TASKS = {"movie-reviews": "text", "digits": "image", "faces": "faces"}
+RUNS = [(task, workers, strategy) for task in DEMO_TASKS
+        for workers, strategy in ((1, NAMES[0]), *((2, name) for name in NAMES))
+        # faces' in-batch triplet mining needs whole batches: not with parameter servers
+        if TASKS[DEMO_TASKS[task]].parameter_server or not STRATEGIES[strategy].parameter_servers]
+# the per-worker column of a strategy whose group trains one model
+ONE_MODEL = {"multiworker": "(one synchronised model)", "localsgd": "(one model, averaged every H steps)",
+             "parameterserver": "(one model on the parameter server)"}
 
 
 def run(task, workers, strategy):
@@ -54,9 +62,10 @@ def main():
     # faces: "accuracy" is top-1 retrieval of people never seen in training (see README, Faces)
     print("|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        per_worker = {"average": ", ".join(f"{a:.3f}" for a in r["worker_accuracy"]), "multiworker": "(one synchronised model)",
-                      "localsgd": "(one model, averaged every H steps)", "parameterserver": "(one model on the parameter server)"}[r["strategy"]]
-        workers = f"{r['workers']} + 1 ps + chief" if r["strategy"] == "parameterserver" else r["workers"]
+        strategy = STRATEGIES[r["strategy"]]
+        per_worker = (", ".join(f"{a:.3f}" for a in r["worker_accuracy"]) if strategy.model_per_worker
+                      else ONE_MODEL[strategy.name])
+        workers = f"{r['workers']} + 1 ps + chief" if strategy.parameter_servers else r["workers"]
         print(f"| {r['task']} | {workers} | {r['strategy']} | {r['epochs']} | {per_worker} | {r['final_accuracy']:.3f} "
               f"| {baseline[r['task']]:.3f} | {r['training_wall_sec']} | {r['pipeline_wall_sec']} |")
     print()

@@ -57,6 +57,10 @@ STRATEGY_OPTIONS = {
 # DiLoCo's outer step: the trainer takes its learning rate and momentum with --outer-optimizer nesterov only,
 # and the chart passes the three only then
 OUTER_STEP_OPTIONS = ("--outer-optimizer", "--outer-lr", "--outer-momentum")
+# the strategies whose group has a chief and --ps parameter servers beside the workers (disttrain_contract.strategies:
+# parameter_servers; tests/unit/test_strategy_registry.py keeps these tables equal to the registry, since this
+# file must run on the standard library alone)
+PARAMETER_SERVER_STRATEGIES = ("parameterserver",)
 
 
 def parse_args(argv):
@@ -109,7 +113,7 @@ def trainer_tasks(trainer_args):
     known, _ = parser.parse_known_args([a for a in trainer_args if a not in ("--ps=", "--workers=")])
     if known.workers is None or known.workers < 1:
         raise ValueError("the trainer arguments must give --workers, at least 1")
-    return known.workers + (1 + known.ps if known.strategy == "parameterserver" else 0)
+    return known.workers + (1 + known.ps if known.strategy in PARAMETER_SERVER_STRATEGIES else 0)
 
 
 def service_name(job):

@@ -44,6 +44,7 @@ from disttrain_contract.faces import HARD_QUERIES
 from disttrain_contract.manifest import tokenize
 from disttrain_contract.report import Report
 from disttrain_contract.metrics import primary_metric
+from disttrain_contract.strategies import STRATEGIES
 from disttrain_contract.tasks import task_of
 
 CALIBRATION_BINS = 10
@@ -211,7 +212,7 @@ def read_baseline(path, report):
     if obj is None:
         raise ContractError(f"--baseline {path}: no such file")
     baseline = Report.from_json(obj, what=f"--baseline {path}")  # RecordError: the bad field, in one line
-    if len(baseline.workers) != 1 or baseline.strategy != "average":
+    if len(baseline.workers) != 1 or not getattr(STRATEGIES.get(baseline.strategy), "model_per_worker", False):
         raise ContractError(f"--baseline {path} is a {len(baseline.workers)}-worker {baseline.strategy} run, "
                             "not a 1-worker one")
     for key in ("task", "source", "split_seed", "test_examples", "labels", "problem", "target"):

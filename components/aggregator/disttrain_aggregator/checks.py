@@ -14,6 +14,7 @@ from disttrain_contract import ContractError, wait_for_markers, wait_for_quorum
 from disttrain_contract.artifact import load_model, read_meta
 from disttrain_contract.evaluation import HEADS, head_of
 from disttrain_contract.layout import marker_path
+from disttrain_contract.strategies import STRATEGIES, names_where, strategy_of
 
 
 def wait_for_workers(workdir, train_dir, expect, min_workers, timeout, straggler_wait):
@@ -25,12 +26,13 @@ def wait_for_workers(workdir, train_dir, expect, min_workers, timeout, straggler
     missing = [i for i, m in enumerate(markers) if m is None]
     worker_dirs, markers = [d for d, m in zip(worker_dirs, markers) if m], [m for m in markers if m]
     check_markers(markers, worker_dirs)
-    if missing and markers[0]["strategy"] != "average":
+    strategy = strategy_of(markers[0])
+    if missing and not strategy.model_per_worker:
         raise ContractError(
-            f"worker(s) {', '.join(map(str, missing))} did not finish, and a {markers[0]['strategy']} run has no result "
+            f"worker(s) {', '.join(map(str, missing))} did not finish, and a {strategy.name} run has no result "
             "without every worker (all-reduce and parameter-server groups end together); --min-workers below the "
-            "worker count is for --strategy average")
-    if markers[0]["strategy"] == "parameterserver":  # every task of the group: chief, ps, workers
+            f"worker count is for --strategy {' or '.join(names_where(lambda s: s.model_per_worker))}")
+    if strategy.parameter_servers:  # every task of the group: chief, ps, workers
         worker_dirs = [workdir.worker(i, train_dir) for i in range(ps_tasks(markers[0], expect))]
         markers = wait_for_markers(worker_dirs, timeout, "parameter-server tasks")
         check_markers(markers, worker_dirs)
@@ -50,6 +52,10 @@ def check_markers(markers, dirs):
         if missing:
             raise ContractError(f"{marker_path(d)} is not a trainer's marker (missing {', '.join(missing)}); "
                                 "was that worker trained by another version of disttrain-trainer?")
+        if marker["strategy"] not in STRATEGIES:
+            raise ContractError(f"{marker_path(d)} names strategy {marker['strategy']!r}, which this aggregator does not "
+                                f"know ({', '.join(STRATEGIES)}); was that worker trained by another version of "
+                                "disttrain-trainer?")
 
 
 def check_compatible(markers, expect):
@@ -61,10 +67,10 @@ def check_compatible(markers, expect):
     sizes = {m["workers"] for m in markers}
     if sizes != {expect}:
         raise ContractError(f"workers were started for {sorted(sizes)} workers, expected {expect}")
-    if markers[0]["strategy"] == "localsgd" and len({m.get("final_weights_sha256") for m in markers}) != 1:
+    if strategy_of(markers[0]).same_final_weights and len({m.get("final_weights_sha256") for m in markers}) != 1:
         # the last average gives every worker the same weights; if it did not, the
         # chief's model is not the group's
-        raise ContractError("the localsgd workers did not end with the same weights: "
+        raise ContractError(f"the {markers[0]['strategy']} workers did not end with the same weights: "
                             + ", ".join(f"worker {m['worker_index']}: {str(m.get('final_weights_sha256'))[:12]}" for m in markers))
     if len({m["init_weights_sha256"] for m in markers}) != 1:
         raise different_initial_weights(", ".join(f"worker {m['worker_index']}: {m['init_weights_sha256'][:12]}" for m in markers))

@@ -32,9 +32,11 @@ from disttrain_contract import ContractError
 from disttrain_contract.artifact import load_model
 from disttrain_contract.evaluation import head_of
 from disttrain_contract.metrics import ACCURACY, TOP1
+from disttrain_contract.strategies import names_where, strategy_of
 from disttrain_contract.tasks import TASKS
 
-MODES = ("average", "ensemble", "best")
+# (the mode "average" is the weight average, not the strategy of that name)
+WEIGHT_AVERAGE, ENSEMBLE, BEST = MODES = ("average", "ensemble", "best")
 LATENCY_REPEATS, LATENCY_WARMUP = 300, 20
 
 
@@ -77,10 +79,11 @@ def check_mode(mode, strategy, markers, metric=ACCURACY):
     """Refuse, before any model is loaded, a mode this run cannot give (exit 2, one line)."""
     if mode not in MODES:
         raise ContractError(f"--combine must be one of {', '.join(MODES)}, not {mode!r}")
-    if mode != "average" and strategy != "average":
-        raise ContractError(f"--combine {mode} needs one model per worker (--strategy average); a {strategy} run's "
+    if mode != WEIGHT_AVERAGE and not strategy_of(strategy).model_per_worker:
+        per_worker = " or ".join(names_where(lambda s: s.model_per_worker))
+        raise ContractError(f"--combine {mode} needs one model per worker (--strategy {per_worker}); a {strategy} run's "
                             "workers end with one shared model, which is promoted as it is")
-    if mode == "best" and validation_scores(markers, metric) is None:
+    if mode == BEST and validation_scores(markers, metric) is None:
         raise ContractError(f"--combine best ranks the workers by their validation {metric.label}, and these workers "
                             "kept no validation split: train them with disttrain-trainer --validation-fraction (e.g. 0.1)")
 
@@ -278,9 +281,9 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
             **{k: v for k, v in rows[by_index[best_index]].items() if k.startswith("test_")},
             "latency_ms_per_instance": latency_ms[2]}
 
-    if mode == "average":
+    if mode == WEIGHT_AVERAGE:
         published, metrics, extra = averaged, average_metrics, {}
-    elif mode == "ensemble":
+    elif mode == ENSEMBLE:
         published, metrics = ensemble, ensemble_metrics
         extra = {"ensemble_members": [m["worker_index"] for m in markers], **merged}
     else:

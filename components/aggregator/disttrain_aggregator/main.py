@@ -52,6 +52,7 @@ from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.metrics import primary_metric
 from disttrain_contract.layout import REPORT_FILE, marker_path
 from disttrain_contract.manifest import Manifest, read_split
+from disttrain_contract.strategies import strategy_of
 from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_contract.user_model import import_model_module
 
@@ -168,6 +169,7 @@ def main(argv=None):
     worker_dirs, markers, missing = checks.wait_for_workers(workdir, train_dir, expect, min_workers, args.timeout,
                                                             args.straggler_wait)
     strategy = markers[0]["strategy"]
+    per_worker = strategy_of(strategy).model_per_worker  # one model per worker to combine, or the group's one
     combine.check_mode(args.combine, strategy, markers, metric)
     left_out = report_builder.missing_workers(manifest, missing)
     if left_out:
@@ -203,9 +205,8 @@ def main(argv=None):
     # architecture) and the float64 running sum. Nothing is published until the loop is
     # through, so a bad model anywhere still leaves no partial output.
     import_tensorflow()  # quietly, before load_model imports keras (see tensorflow_import)
-    # multiworker, localsgd: one model, the same on every worker, written by the chief;
-    # average: one per worker
-    streamed = markers if strategy == "average" else markers[:1]
+    # the group's one model is the chief's (the same on every worker of an all-reduce group)
+    streamed = markers if per_worker else markers[:1]
     rows, weighted_sum = [], combine.WeightedSum()
     final = final_meta = first_signature = None
     for d, marker in zip(worker_dirs, streamed):
@@ -214,13 +215,13 @@ def main(argv=None):
         model, meta = checks.load_checked(os.path.join(d, marker["model"]), args.model_module, manifest)
         signature = checks.model_signature(model, meta)
         checks.check_model(marker, signature, first_signature)
-        name = f"worker {marker['worker_index']}" if strategy == "average" else report_builder.PROMOTED[strategy]
+        name = f"worker {marker['worker_index']}" if per_worker else strategy_of(strategy).promoted_as
         rows.append({"name": name, "worker_index": marker["worker_index"],
-                     "examples": marker["examples"] if strategy == "average" else manifest.train_examples,
+                     "examples": marker["examples"] if per_worker else manifest.train_examples,
                      **held_out(model, meta, name)})
-        if strategy == "average":
+        if per_worker:
             weighted_sum.add(model.get_weights(), marker["examples"])
-        if final is None:  # multiworker, localsgd: the chief's model as is
+        if final is None:  # the group's one model: the chief's as is
             final, final_meta, first_signature = model, meta, signature
         del model, meta  # before the next load_model, not after it
         # Keras layers reference each other, so the dropped model waits for the cycle
@@ -229,18 +230,18 @@ def main(argv=None):
         gc.collect(1)
 
     # ----------------------------------------------------------------- combine
-    if strategy == "average":  # same architecture, so worker 0's model can carry the average
+    if per_worker:  # same architecture, so worker 0's model can carry the average
         final.set_weights(weighted_sum.mean())
     del weighted_sum  # float64: twice a model's weights, not needed while publishing
     combined = None
-    if strategy == "average":  # average, ensemble and best, all evaluated; --combine says which is published
+    if per_worker:  # average, ensemble and best, all evaluated; --combine says which is published
         final, final_metrics, combine_meta, combined = combine.candidates(
             args.combine, manifest.task, combine.worker_model_paths(worker_dirs, markers), markers, rows, final,
             final_meta, held_out, feed_for(final_meta), metric=metric)
     else:
         final_metrics, combine_meta = held_out(final, final_meta, "final"), {}
     # the examples behind the final model: fewer than the data set's when workers were left out
-    trained_on = sum(m["examples"] for m in markers) if strategy == "average" else manifest.train_examples
+    trained_on = sum(m["examples"] for m in markers) if per_worker else manifest.train_examples
     histories = [report_builder.load_metrics(d) for d in worker_dirs]
     report = report_builder.build_report(manifest, metric, strategy, markers, rows, left_out, final_metrics, trained_on,
                                          combined, final_meta, histories, data_dir)
@@ -252,7 +253,7 @@ def main(argv=None):
     thresholds = ((args.max_drop_vs_best_worker, args.max_regression) if metric.unit == "fraction"
                   else (args.max_relative_drop_vs_best_worker, args.max_relative_regression))
     verdict = gate.decide(final_metrics[metric.key], [(r["name"], r[metric.key]) for r in rows], published,
-                          *thresholds, promoted=strategy != "average", metric=metric)
+                          *thresholds, promoted=not per_worker, metric=metric)
     # forced: published only because of --force
     report.gate = dict(verdict, forced=args.force and not verdict["passed"], published=published)
     report_builder.print_table(report)
@@ -270,7 +271,7 @@ def main(argv=None):
 
     # ----------------------------------------------------------------- publish
     meta = dict(final_meta, strategy=strategy, workers=expect, examples=trained_on,
-                aggregated_from=[r["worker_index"] for r in rows] if strategy == "average" else [0], **combine_meta)
+                aggregated_from=[r["worker_index"] for r in rows] if per_worker else [0], **combine_meta)
     meta.pop("worker_index", None)
     if not verdict["passed"] and not args.force:
         # final/ is not touched, so a server watching it keeps serving the published model

@@ -18,11 +18,8 @@ from disttrain_contract.artifact import save_model
 from disttrain_contract.layout import REPORT_FILE
 from disttrain_contract.metrics import metrics_of
 from disttrain_contract.report import MetricSummary, ModelRow, Privacy, Report, write_report
+from disttrain_contract.strategies import strategy_of
 from disttrain_contract.tasks import task_of
-
-# what the promoted model of a strategy whose workers end with the same model is called
-PROMOTED = {"multiworker": "chief (synchronised)", "localsgd": "chief (local SGD)",
-            "parameterserver": "chief (parameter servers)"}
 
 
 def build_report(manifest, metric, strategy, markers, rows, left_out, final_metrics, trained_on, combined, final_meta,
@@ -54,7 +51,7 @@ def build_report(manifest, metric, strategy, markers, rows, left_out, final_metr
         training_parameters=final_meta.get("training_parameters"),
         parameters_origin=final_meta.get("parameters_origin"),
         training_wall_time_sec=max((sum(e["wall_time_sec"] for e in h) for h in histories), default=None),
-        ps_facts=ps_facts(markers) if strategy == "parameterserver" else None,
+        ps_facts=ps_facts(markers) if strategy_of(strategy).parameter_servers else None,
         data=data_summary(data_dir, manifest),  # the copier's statistics and validation result
         privacy=run_privacy(markers),
         created_at=time.time(),
@@ -105,9 +102,7 @@ def print_table(report):
     """The report (a contract report.Report) as a table of its metric columns (report.metric_columns):
     accuracy and loss for classifiers; RMSE, MAE, R², MSE for regression; retrieval distances for faces."""
     columns = report.columns
-    final_label = ("final (promoted)" if report.strategy != "average"
-                   else f"final ({(report.combine or {}).get('published', 'average')})")
-    rows = [(r.name, r) for r in report.workers] + [(final_label, report.final)]
+    rows = [(r.name, r) for r in report.workers] + [(report.final_label, report.final)]
     print(f"\n{'model':<24}{'examples':>10}" + "".join(f"{c.short:>12}" for c in columns))
     print("-" * (34 + 12 * len(columns)))
     for name, row in rows:

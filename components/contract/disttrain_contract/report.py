@@ -30,6 +30,7 @@ from disttrain_contract.atomic import atomic_write_json, read_json
 from disttrain_contract.layout import REPORT_FILE
 from disttrain_contract.metrics import Metric, primary_metric
 from disttrain_contract.records import Fields, RecordError
+from disttrain_contract.strategies import STRATEGIES
 from disttrain_contract.tasks import TASKS
 
 # what parameter-server training adds at the top level (the chief's marker's counts)
@@ -214,6 +215,15 @@ class Report:
     @property
     def retrieval(self):
         return self.task in TASKS and TASKS[self.task].retrieval
+
+    @property
+    def final_label(self):
+        """The final model's row name: how a run of one model per worker combined them ("final (ensemble)"), or
+        "final (promoted)" for the group's one model (also for a strategy this version does not know)."""
+        strategy = STRATEGIES.get(self.strategy)
+        if strategy is not None and strategy.model_per_worker:
+            return f"final ({(self.combine or {}).get('published', 'average')})"
+        return "final (promoted)"
 
     # ------------------------------------------------------------------ JSON
     def to_json(self):

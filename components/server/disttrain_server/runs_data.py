@@ -204,7 +204,7 @@ def summarize(report):
         "metric": columns[0].title, "metric_key": primary.key, "direction": primary.direction,
         "fraction": primary.unit == "fraction", "problem": report.problem,
         "rows": rows,
-        "final": {"name": f"final ({combine.get('published', 'average')})" if report.strategy == "average" else "final (promoted)",
+        "final": {"name": report.final_label,
                   "examples": number(report.final.examples), "metrics": [number(report.final.get(c.key)) for c in columns]},
         "final_value": final_value,
         "gate": {"passed": gate.get("passed"), "forced": bool(gate.get("forced")),

@@ -54,9 +54,12 @@ from disttrain_contract.metrics import primary_metric
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_bytes, atomic_write_json, default_workdir, job_completion_index, read_marker, run_cli, wait_for_marker, write_marker
 from disttrain_contract.manifest import Manifest
 from disttrain_contract.ports import free_port_block
+from disttrain_contract.strategies import names_where, strategy_of
 from disttrain_contract.user_model import local_model_file
 from disttrain_sweep import split
 from disttrain_sweep.space import DEFAULTS, SYNC_EVERY_DEFAULT, build_space, distribution_sketch, params_of, parse_start
+
+SWEPT = names_where(lambda s: s.sweep_dimensions is not None)  # the strategies a trial can use
 
 STUDY_NAME = "disttrain"
 # The trainer's line per epoch; in a trial its "test" split is the validation split.
@@ -82,7 +85,7 @@ def parse_args(argv=None):
                    help="this process's number among the sweep processes: seeds its sampler (default $JOB_COMPLETION_INDEX, else 0)")
     for name in DEFAULTS["text"]:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, help="search space (default: per task, below)")
-    p.add_argument("--strategy", choices=("average", "localsgd"), default="average",
+    p.add_argument("--strategy", choices=SWEPT, default=SWEPT[0],
                    help="average (default): a trial is one trainer; localsgd: a trial is a group of --trial-workers "
                         "trainers with local SGD, and the space gains --sync-every")
     p.add_argument("--trial-workers", type=int, default=2,
@@ -112,9 +115,9 @@ def parse_args(argv=None):
         p.error("--retries, --threads and --process-index must be >= 0")
     if not 0 < args.heartbeat < args.stale_after:
         p.error("--heartbeat must be > 0 and below --stale-after")
-    if args.strategy == "localsgd" and args.trial_workers < 2:
-        p.error("--trial-workers must be >= 2 with --strategy localsgd (one worker has nothing to average)")
-    if args.strategy != "localsgd":
+    if strategy_of(args.strategy).connected and args.trial_workers < 2:
+        p.error(f"--trial-workers must be >= 2 with --strategy {args.strategy} (one worker has nothing to average)")
+    if not strategy_of(args.strategy).connected:
         args.trial_workers = 1
     return args
 
@@ -163,7 +166,7 @@ def main(argv=None):
     config = {"task": manifest.task, "space": distribution_sketch(space), "start": start, "trials": args.trials,
               "validation_fraction": args.validation_fraction, "seed": args.seed, "pruner": args.pruner,
               "dataset": [s.sha256 for s in manifest.shards]}
-    if args.strategy != "average":  # (an average study's config keeps its earlier form)
+    if strategy_of(args.strategy).connected:  # (a study of unconnected trials keeps the config's earlier form)
         config.update(strategy=args.strategy, trial_workers=args.trial_workers)
     if args.metric.name != "accuracy" or args.model_file or args.model_module:  # (likewise)
         config.update(metric=args.metric.name, model_file=args.model_file, model_module=args.model_module)
@@ -183,7 +186,8 @@ def main(argv=None):
             raise ContractError(f"{journal} is a study with other settings ({study.user_attrs['config']}); "
                                 "delete WORKDIR/sweep to start a new sweep, or run with the same flags")
     print(f"{tag}: {manifest.task} task, {args.trials} trials in total"
-          + (f" of {args.trial_workers} localsgd workers each" if args.strategy == "localsgd" else "") + ", search space "
+          + (f" of {args.trial_workers} {args.strategy} workers each" if strategy_of(args.strategy).connected else "")
+          + ", search space "
           + ", ".join(f"{k} {d.describe()}" for k, d in space.items()), flush=True)
 
     retry = RetryHeartbeatStaleTrialCallback(max_retry=args.retries)

@@ -12,6 +12,7 @@ parameter the sweep finds is one the trainer takes (PARAMS below is the one list
 import dataclasses
 from disttrain_contract import ContractError
 from disttrain_contract.params import PARAMS, check_value
+from disttrain_contract.strategies import DEFAULT, names_where, strategy_of
 
 # Defaults per task, around the trainer's own defaults (text: lr 0.003, width 64, dropout 0.5,
 # 5 epochs; image: lr 0.001, 64 hidden units, dropout 0.3, 20 epochs), kept short so a sweep of
@@ -31,6 +32,8 @@ DEFAULTS["array"] = DEFAULTS["table"]
 # of 32; a text epoch of a 2-worker group is ~80 steps per worker, so 128 averages less than twice
 # an epoch, and digits' ~12 steps per epoch make 64 and 128 one average per 5-10 epochs.
 SYNC_EVERY_DEFAULT = "8,16,32,64,128"
+# the dimensions a strategy's trials search besides the task's (disttrain_contract.strategies: sweep_dimensions)
+STRATEGY_DIMENSIONS = {"sync_every": SYNC_EVERY_DEFAULT}
 # ranges sampled on a log scale: their effect is by factors, not by steps
 LOG_SCALE = ("learning_rate", "sync_every")
 
@@ -82,16 +85,19 @@ def parse_dimension(name, text):
     return Dimension(name, choices=tuple(values))
 
 
-def build_space(task, overrides, strategy="average"):
-    """The task's default space with the given flags (name -> text, None = default) replacing dimensions;
-    strategy localsgd adds sync_every."""
+def build_space(task, overrides, strategy=DEFAULT):
+    """The task's default space with the given flags (name -> text, None = default) replacing dimensions, and the
+    strategy's own dimensions (localsgd: sync_every)."""
     if task not in DEFAULTS:
         raise ContractError(f"the sweep searches text, image, table and array tasks; this dataset's task is {task}")
     defaults = dict(DEFAULTS[task])
-    if strategy == "localsgd":
-        defaults["sync_every"] = SYNC_EVERY_DEFAULT
-    elif overrides.get("sync_every"):
-        raise ContractError("--sync-every is searched by localsgd trials only: add --strategy localsgd")
+    for name, default in STRATEGY_DIMENSIONS.items():
+        if name in strategy_of(strategy).sweep_dimensions:
+            defaults[name] = default
+        elif overrides.get(name):
+            users = names_where(lambda s, name=name: name in (s.sweep_dimensions or ()))
+            raise ContractError(f"--{name.replace('_', '-')} is searched by {' and '.join(users)} trials only: add "
+                                f"--strategy {users[0]}")
     return {name: parse_dimension(name, overrides.get(name) or default) for name, default in defaults.items()}
 
 

@@ -33,12 +33,14 @@ import math
 import sys
 
 from disttrain_contract.privacy import delta_problem
+from disttrain_contract.strategies import names_where, strategy_of
 
 MECHANISM = "DP-SGD (per-example clipping, Gaussian noise, Poisson sampling)"
 ACCOUNTANT = "RDP"  # dp_accounting.rdp.RdpAccountant
 NEIGHBOURING = "add or remove one example"
-# strategies that can train privately, and why the other cannot
-SUPPORTED_STRATEGIES = ("average", "multiworker", "localsgd")
+# strategies that can train privately (each batch's noise added once, at a known sampling rate), and why the
+# asynchronous one cannot
+SUPPORTED_STRATEGIES = names_where(lambda s: not s.asynchronous)
 PARAMETERSERVER_REASON = (
     "--strategy parameterserver does not support differential privacy: its workers apply their steps "
     "asynchronously to shared variables, so the noise cannot be added once per batch of a known sampling "
@@ -97,7 +99,7 @@ def check(args, error):
         value = getattr(args, flag[2:].replace("-", "_"))
         if not (value > 0 and math.isfinite(value)):  # (also refuses nan)
             error(f"{flag} must be a positive number, got {value}")
-    if args.strategy not in SUPPORTED_STRATEGIES:
+    if strategy_of(args.strategy).asynchronous:
         error(PARAMETERSERVER_REASON)
 
 

@@ -6,6 +6,8 @@ import tensorflow as tf
 from disttrain_contract.errors import ContractError
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.metrics import metrics_of, primary_metric, training_score
+from disttrain_contract.strategies import strategy_of
+from disttrain_contract.tasks import TASKS, task_of
 from disttrain_trainer.data import poisson_batches, shuffled_batches
 
 
@@ -39,7 +41,15 @@ class Task:
                 setattr(args, name, private.get(name, getattr(self, name)))
 
     def check(self, args):
-        """Refuse flags that do not apply to this task (ContractError: one line, exit 2)."""
+        """Refuse a strategy or flags that do not apply to this task (ContractError: one line, exit 2)."""
+        task = task_of(self.manifest)
+        if strategy_of(args.strategy).parameter_servers and not task.parameter_server:
+            takes = [t.name for t in TASKS.values() if t.parameter_server]
+            raise ContractError(f"--strategy {args.strategy} trains the {', '.join(takes)} tasks, not {task.name}")
+        self.check_flags(args)
+
+    def check_flags(self, args):
+        """Refuse flags that do not apply to this task."""
         if args.model != "cnn":
             raise ContractError(f"--model {args.model} is for image datasets; this one is {self.manifest.task}")
 

@@ -3,7 +3,6 @@ people x augmented views (triplets.py); evaluated by retrieval on held-out peopl
 
 import tensorflow as tf
 
-from disttrain_contract.errors import ContractError
 from disttrain_contract.evaluation import evaluate
 from disttrain_contract.faces import FACE_PREPROCESSING  # view_batches and evaluate use it; the artifact records it
 from disttrain_trainer.models import build_face_model
@@ -18,10 +17,6 @@ class Task(base.Task):
         super().__init__(manifest, args)
         self.views = args.views  # an epoch shows every photo --views times, each time differently augmented
 
-    def check(self, args):
-        super().check(args)
-        if args.strategy == "parameterserver":
-            raise ContractError("--strategy parameterserver trains the text, image and table tasks, not faces")
 
     def dataset(self, x, y, batch, seed, index):
         # people x augmented views, for in-batch triplet mining

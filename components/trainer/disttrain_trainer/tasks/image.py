@@ -7,7 +7,7 @@ from disttrain_trainer.tasks import base
 class Task(base.Task):
     name = "image"
 
-    def check(self, args):
+    def check_flags(self, args):
         pass  # --model and --image-size are this task's (parse_args checks them)
 
     def build(self):

@@ -64,7 +64,7 @@ class Task(base.Task):
         self._probe = probe  # the model build() returns when no distribution strategy asks for its own
 
     # ------------------------------------------------------------------ flags
-    def check(self, args):
+    def check_flags(self, args):
         if args.model != "cnn":
             raise ContractError("--model chooses a built-in image network; it does not apply with --model-file/--model-module")
 
