@@ -32,6 +32,7 @@ import time
 
 from disttrain_contract import ContractError, StageTimeout, Workdir, atomic_write_json, read_json, run_cli
 from disttrain_contract.manifest import Manifest
+from disttrain_contract.strategies import strategy_of
 from disttrain_trainer import cluster, perfmodel
 from disttrain_trainer import main as trainer
 
@@ -268,32 +269,14 @@ def read_probe(path):
 # --------------------------------------------------------------------------- advice
 def run_options(args):
     """The options of the run these flags describe, in the predictions' terms."""
-    if args.strategy == "localsgd":
-        return {"sync_every": args.sync_every, "allreduce_dtype": args.allreduce_dtype,
-                "outer_optimizer": args.outer_optimizer,
-                **({"sync_at_epoch_end": True} if args.sync_at_epoch_end else {})}
-    if args.strategy == "multiworker":
-        return {"allreduce_dtype": args.allreduce_dtype}
-    return {}
+    return perfmodel.COST_MODELS[args.strategy].run_options(args)
 
 
 def chart_values(prediction):
     """The chart's values that run a prediction's configuration, as `helm --set` takes them (the trainer's flags
     have the same names in kebab case)."""
-    o = prediction.options
-    values = {"strategy": "average" if prediction.strategy == "single" else prediction.strategy,
-              "workers": prediction.workers}
-    if prediction.strategy == "localsgd":
-        values.update(syncEvery=o["sync_every"], allreduceDtype=o.get("allreduce_dtype", "float32"),
-                      outerOptimizer=o.get("outer_optimizer") or "none")
-        if perfmodel.overlapped(o):
-            values["outerOverlap"] = o["outer_overlap"]
-        if o.get("sync_at_epoch_end"):
-            values["syncAtEpochEnd"] = "true"
-    elif prediction.strategy == "multiworker":
-        values["allreduceDtype"] = o.get("allreduce_dtype", "float32")
-    elif prediction.strategy == "parameterserver":
-        values["parameterServers"] = o.get("ps", 1)
+    model = prediction.model
+    values = {"strategy": model.chart_strategy(), "workers": prediction.workers, **model.chart_values(prediction.options)}
     return ",".join(f"{key}={value}" for key, value in values.items())
 
 
@@ -306,11 +289,11 @@ def advise(args, probe, facts):
     target = args.epochs_to_target or epochs
     predictions = perfmodel.predict_all(probe, link, counts, epochs, target)
     if getattr(args, "dp_l2_clip", None) is not None:  # a private run: parameterserver cannot train it (privacy.py)
-        predictions = [p for p in predictions if p.strategy != "parameterserver"]
+        predictions = [p for p in predictions if not p.model.facts.asynchronous]
     choice = perfmodel.recommend(predictions)
     sentence = perfmodel.reason(choice, predictions, probe, link)
     this_run = None
-    strategy = "single" if workers == 1 and args.strategy == "average" else args.strategy
+    strategy = perfmodel.SINGLE if workers == 1 and not strategy_of(args.strategy).connected else args.strategy
     try:
         this_run = perfmodel.predict(probe, link, strategy, workers, run_options(args), epochs, target)
     except perfmodel.ModelError:

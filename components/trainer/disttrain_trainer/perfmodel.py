@@ -173,15 +173,16 @@ both models); a shorter H would compound the momentum on top of the inner optimi
 import math
 from dataclasses import asdict, dataclass, field
 
+from disttrain_contract.strategies import STRATEGIES as REGISTRY, names_where
 from disttrain_trainer.strategies.options import BLOCK_WIRES, statistics_read_after_sync, sync_steps
 
 WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1, "int4": 0.5}
 # weights per float32 scale on the block wires: wire_codecs.BLOCK (kept here so this module needs no
 # TensorFlow; a unit test checks that the two agree)
 WIRE_BLOCK = 256
-STRATEGIES = ("single", "average", "multiworker", "localsgd", "parameterserver")
-# the strategies whose workers join a cluster at start-up (what --peer-wait waits for)
-CONNECTED = ("multiworker", "localsgd", "parameterserver")
+# the advisor's reference: one worker alone (a one-worker run of the unconnected strategy); not a strategy of
+# the registry (disttrain_contract.strategies), but a configuration the advisor predicts like theirs
+SINGLE = "single"
 DEFAULT_SYNC_EVERY = 32  # the trainer's --sync-every default (strategies/options.py)
 # localsgd's H: the default, and rarer ones (500: the DiLoCo paper's); the time-to-accuracy benchmark's too
 SYNC_EVERY = (32, 50, 100, 250, 500)
@@ -202,7 +203,6 @@ OVERLAPS = ("eager",)
 PLAIN_SYNC_RISK = 128
 # Predictions this close (relative) count as a tie: the simpler strategy is recommended
 TIE = 0.05
-SIMPLICITY = {"single": 0, "average": 1, "localsgd": 2, "multiworker": 3, "parameterserver": 4}
 
 
 class ModelError(ValueError):
@@ -381,76 +381,25 @@ class Prediction:
     def to_dict(self):
         return asdict(self)
 
+    @property
+    def model(self):
+        """Its configuration's cost model (COST_MODELS)."""
+        return COST_MODELS[self.strategy]
+
     def label(self):
-        o = self.options
-        if self.strategy == "localsgd":
-            outer = "" if o.get("outer_optimizer", "none") == "none" else f" {o['outer_optimizer']}"
-            overlap = "" if not overlapped(o) else f" {o['outer_overlap']}"
-            at_end = " +epoch ends" if o.get("sync_at_epoch_end") else ""
-            return f"localsgd H={o['sync_every']}{at_end} {o.get('allreduce_dtype', 'float32')}{outer}{overlap}"
-        if self.strategy == "multiworker" and o.get("allreduce_dtype", "float32") != "float32":
-            return f"multiworker {o['allreduce_dtype']}"
-        return self.strategy
+        return self.model.label(self.options)
 
 
 def epoch_seconds(probe, link, strategy, workers, options=None, epochs=1):
     """(seconds per epoch, compute part, communication part, one sync's seconds) of `strategy`."""
     options = options or {}
-    if strategy not in STRATEGIES:
+    if strategy not in COST_MODELS:
         raise ModelError(f"unknown strategy {strategy!r}")
-    if strategy == "single" and workers != 1:
-        raise ModelError("single is one worker")
-    if strategy in CONNECTED and workers < 2:
-        raise ModelError(f"{strategy} needs >= 2 workers")
-    if strategy in CONNECTED and link is None:
-        raise ModelError(f"{strategy}: no link measured or given (--link-mbit)")
+    model = COST_MODELS[strategy]
+    model.check(workers, link)
     if epochs < 1:
         raise ModelError(f"epochs must be >= 1, got {epochs}")
-    b, k = probe.batch, probe.steps_per_call
-    if strategy == "parameterserver":
-        # the workers run the group's steps between them; each step pulls and pushes the model
-        group_steps = parameterserver_group_steps(probe)
-        workers_bound, server_bound, exchange = parameterserver_bounds(probe, link, workers)
-        timed_here = probe.parameterserver_epoch_seconds is not None and link == link_of(probe)
-        if timed_here:  # the timed run carried the server's traffic on this link (the module's docstring)
-            server_bound = min(server_bound, probe.parameterserver_epoch_seconds)
-        total = max(workers_bound + group_steps * parameterserver_extra_seconds(probe, timed_here), server_bound)
-        compute = group_steps / workers * step_seconds(probe, workers)
-        return total, compute, total - compute, exchange
-    steps = steps_per_epoch(probe.train_examples, workers, b)
-    t = step_seconds(probe, workers)
-    compute = steps * t
-    if strategy in ("single", "average"):
-        return compute, compute, 0.0, 0.0
-    if strategy == "multiworker":
-        g = gradient_seconds(probe, link, workers, options.get("allreduce_dtype", "float32"))
-        calls = math.ceil(steps / k)  # the workers agree whether to stop once per train call of k steps
-        comm = steps * (g + multiworker_extra_seconds(probe)) + calls * link.latency_seconds + link.latency_seconds
-        return compute + comm, compute, comm, g
-    every = options.get("sync_every") or DEFAULT_SYNC_EVERY
-    if not isinstance(every, int) or every < 1:
-        raise ModelError(f"sync_every must be an integer >= 1, got {every!r}")
-    dtype = options.get("allreduce_dtype", "float32")
-    exchange, own = sync_exchange_seconds(probe, link, workers, dtype), sync_own_seconds(probe, dtype)
-    refresh = refresh_batches(probe, options)
-    local = refresh * FORWARD_SHARE * t + allreduce_seconds(probe.batch_norm_bytes, workers, link) if refresh else 0.0
-    at_end = bool(options.get("sync_at_epoch_end"))
-    if at_end and overlapped(options):
-        raise ModelError("sync_at_epoch_end does not go with outer_overlap (the trainer refuses it)")
-    syncs = len(sync_steps(every, steps, epochs, at_end))  # every H steps (of each epoch), and one at the end
-    estimations = refreshes(steps, every, epochs, at_end) * local
-    if overlapped(options):
-        # the exchange runs beside the next H steps, which lose OVERLAP_STEP_LOSS of its time: a sync costs the
-        # larger of that and what the steps leave of the exchange, and the run's end waits for the whole last one,
-        # whose landing the statistics' re-estimation follows once more (with eager updates, after the average of
-        # the workers' weights that makes them one model); its own work (the codec, the outer step with the last
-        # exchange) the steps wait for all the same
-        exposed = overlapped_sync_seconds(exchange, every * t)
-        end = exchange - exposed + local + (eager_end_seconds(probe, link, workers) if eager(options) else 0.0)
-        comm = (syncs * (exposed + own) + estimations + end) / epochs
-        return compute + comm, compute, comm, exposed + own + local
-    comm = (syncs * (exchange + own) + estimations) / epochs
-    return compute + comm, compute, comm, exchange + own + local
+    return model.epoch_seconds(probe, link, workers, options, epochs)
 
 
 def overlapped_sync_seconds(exchange, beside):
@@ -559,13 +508,13 @@ def outer_steps(probe, workers, options, epochs_to_target):
 
 def diloco(strategy, options):
     """Whether a configuration is localsgd with an outer optimizer (DiLoCo)."""
-    return strategy == "localsgd" and (options.get("outer_optimizer") or "none") != "none"
+    return COST_MODELS[strategy].diloco(options)
 
 
 def convergence_factor(strategy, workers):
     """Epochs to the target relative to one worker's (f in the module's docstring) of every strategy but DiLoCo,
     whose epochs epochs_needed counts."""
-    return 1.0 if strategy in ("single", "parameterserver") else float(workers)
+    return COST_MODELS[strategy].convergence_factor(workers)
 
 
 def epochs_needed(probe, strategy, workers, options, epochs_to_target):
@@ -584,12 +533,13 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
     `epochs_to_target`: one worker's (the module's docstring)."""
     options = dict(options or {})
     total, compute, comm, one = epoch_seconds(probe, link, strategy, workers, options, epochs)
+    model = COST_MODELS[strategy]
     to_target = needed = None
     as_plain = False
     if epochs_to_target is not None:
         # every worker evaluates the held-out split after each epoch: on one host they share its cores too
         evaluation = probe.eval_seconds * (step_seconds(probe, workers) / probe.step_seconds_alone)
-        start = probe.startup_seconds + (probe.join_seconds if strategy in CONNECTED else 0.0)
+        start = probe.startup_seconds + (probe.join_seconds if model.connected else 0.0)
         needed, as_plain = epochs_needed(probe, strategy, workers, options, epochs_to_target)
         needed = math.ceil(needed - 1e-9)  # the evaluation that shows it (1e-9: 3 * 1.0 is 3, not 3.0000000001)
         to_target = start + needed * (total + evaluation)
@@ -597,48 +547,18 @@ def predict(probe, link, strategy, workers, options=None, epochs=1, epochs_to_ta
     if epochs_to_target is not None and as_plain:
         note = (f"{outer_steps(probe, workers, options, epochs_to_target):.1f} outer steps before the target: too few "
                 f"for the outer momentum (counted as plain averaging's epochs; a shorter --sync-every gives more)")
-    rare = (options.get("sync_every") or DEFAULT_SYNC_EVERY) > PLAIN_SYNC_RISK
-    if strategy == "localsgd" and not diloco(strategy, options) and rare:
-        note, risk = "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov", True
-    elif strategy == "localsgd" and rare and probe.batch_norm and not refresh_batches(probe, options):
-        note, risk = ("with batch normalisation and --sync-batch-norm-batches 0 an outer step this rare leaves the "
-                      "statistics behind the weights (MobileNetV2 at H=250 scored 0.09-0.65 after each sync)"), True
-    lower_bound = ((strategy == "parameterserver" and probe.parameterserver_epoch_seconds is None)
-                   or (strategy == "multiworker" and probe.multiworker_step_seconds is None))
-    if strategy == "parameterserver" and lower_bound:
-        note = ("a lower bound: the parameter-server runtime's own work per step (remote reads and sends, the optimizer "
-                "on the server) was not timed within the probe's budget (a longer --budget-seconds times it); a text "
-                "model took up to 1.5x this on one host")
-    elif lower_bound:
-        note = ("a lower bound: no real multiworker step was timed within the probe's budget (a longer --budget-seconds "
-                "times them), so the collective's own work is not in it; MobileNetV2 took 1.5x this on one host")
-    if strategy == "average":
-        note = "one average at the end: accuracy as one-shot averaging gives it (check with --validation-fraction)"
-        if probe.batch_norm:  # the rarest averaging of all
-            note, risk = ("one average at the end of a batch-norm model: averaged statistics do not fit averaged weights "
-                          "(averaging every 400 steps took MobileNetV2 to 0.399)"), True
+    lower_bound = model.lower_bound(probe)
+    note, risk = model.note(probe, options, lower_bound) or (note, risk)
     return Prediction(strategy, workers, options, total, compute, comm, one, to_target, needed, note, risk, lower_bound)
 
 
 def candidates(worker_counts, outer_optimizers=("none", "nesterov")):
-    """(strategy, workers, options) of every configuration the advisor compares."""
-    rows = [("single", 1, {})]
+    """(strategy, workers, options) of every configuration the advisor compares: one worker alone, then each
+    worker count's configurations of each strategy, in the registry's order."""
+    rows = [(SINGLE, 1, {})]
     for n in sorted(set(w for w in worker_counts if w >= 2)):
-        rows.append(("average", n, {}))
-        for dtype in ("float32", "float16"):
-            rows.append(("multiworker", n, {"allreduce_dtype": dtype}))
-        for every in SYNC_EVERY:
-            for dtype in WIRE_DTYPES:
-                for outer in outer_optimizers:
-                    if outer != "none" and every < DILOCO_MIN_SYNC_EVERY:
-                        continue
-                    rows.append(("localsgd", n, {"sync_every": every, "allreduce_dtype": dtype, "outer_optimizer": outer}))
-                    if outer != "none":  # DiLoCo with syncs at each epoch's end, and with eager updates (OVERLAPS)
-                        rows.append(("localsgd", n, {"sync_every": every, "allreduce_dtype": dtype, "outer_optimizer": outer,
-                                                     "sync_at_epoch_end": True}))
-                        rows += [("localsgd", n, {"sync_every": every, "allreduce_dtype": dtype, "outer_optimizer": outer,
-                                                  "outer_overlap": overlap}) for overlap in OVERLAPS]
-        rows.append(("parameterserver", n, {"ps": 1}))
+        for model in COST_MODELS.values():
+            rows += model.candidates(n, outer_optimizers)
     return rows
 
 
@@ -647,7 +567,7 @@ def predict_all(probe, link, worker_counts, epochs, epochs_to_target=None, outer
     each epoch's end where H is an epoch or more (they would sync once an epoch: another H, not this one's)."""
     out = []
     for strategy, workers, options in candidates(worker_counts, outer_optimizers):
-        if strategy in CONNECTED and link is None:
+        if COST_MODELS[strategy].connected and link is None:
             continue
         if options.get("sync_at_epoch_end") and options["sync_every"] >= steps_per_epoch(probe.train_examples, workers,
                                                                                        probe.batch):
@@ -686,8 +606,7 @@ def recommend(predictions):
 
     def simplicity(p):
         o = p.options
-        wider = -WIRE_BYTES.get(o.get("allreduce_dtype", "float32"), 4) if p.strategy == "multiworker" else 0
-        return (SIMPLICITY[p.strategy], p.workers, wider, diloco(p.strategy, o), overlapped(o),
+        return (p.model.simplicity, p.workers, p.model.wider(o), diloco(p.strategy, o), overlapped(o),
                 not o.get("sync_at_epoch_end"), o.get("sync_every", 0), cost_of(p))
     return min(close, key=simplicity)
 
@@ -718,14 +637,112 @@ def reason(choice, predictions, probe, link):
 
 
 def _reason(choice, predictions, probe, link):
-    single = next((p for p in predictions if p.strategy == "single"), None)
+    single = next((p for p in predictions if p.strategy == SINGLE), None)
     t = step_seconds(probe, max(choice.workers, 1))
     where = link.name if link is not None else "no link"
-    full_sync = sync_seconds(probe, link, max(choice.workers, 2), "float32") if link is not None else None
     speed = ""
-    if single is not None and choice.strategy != "single":
+    if single is not None and choice.strategy != SINGLE:
         speed = f", predicted {cost_of(single) / cost_of(choice):.2f}x as fast as one worker"
-    if choice.strategy == "single":
+    return choice.model.reason(choice, predictions, probe, link, t, where, speed)
+
+
+# --------------------------------------------------------------------------- the configurations' cost models
+class CostModel:
+    """What the advisor knows of one kind of configuration: a strategy of the registry (disttrain_contract.strategies,
+    `facts`), or SINGLE, one worker alone. Each says what its epochs cost, how many it needs, how it is written
+    (label, the trainer's flags and the chart's values) and why it is advised; the functions above and below
+    compose them and name no strategy."""
+    name = None
+    simplicity = 0  # recommend()'s tie-break: the simpler configuration first (lower)
+
+    @property
+    def facts(self):
+        """Its strategy's entry in the registry."""
+        return REGISTRY[self.name]
+
+    @property
+    def connected(self):
+        """Its workers join a cluster at start-up (what --peer-wait waits for), so it needs a link."""
+        return self.facts.connected
+
+    def check(self, workers, link):
+        if self.connected and workers < 2:
+            raise ModelError(f"{self.name} needs >= 2 workers")
+        if self.connected and link is None:
+            raise ModelError(f"{self.name}: no link measured or given (--link-mbit)")
+
+    def label(self, options):
+        return self.name
+
+    def epoch_seconds(self, probe, link, workers, options, epochs):
+        """(seconds per epoch, compute part, communication part, one sync's seconds); its arguments checked."""
+        compute = steps_per_epoch(probe.train_examples, workers, probe.batch) * step_seconds(probe, workers)
+        return compute, compute, 0.0, 0.0
+
+    def convergence_factor(self, workers):
+        """f of the module's docstring: its epochs to the target over one worker's (the group's shards are N times
+        one worker's examples per step of a worker: N times the epochs at the same steps)."""
+        return float(workers)
+
+    def diloco(self, options):
+        return False
+
+    def lower_bound(self, probe):
+        """Part of its cost was not probed (the note says which)."""
+        return False
+
+    def note(self, probe, options, lower_bound):
+        """(note, accuracy risk) of its own that replace the prediction's, or None."""
+        return None
+
+    def candidates(self, workers, outer_optimizers):
+        """(strategy, workers, options) of its configurations the advisor compares at `workers` >= 2 workers."""
+        return [(self.name, workers, {})]
+
+    def wider(self, options):
+        """recommend()'s tie-break within a strategy: the wider wire first (lower)."""
+        return 0
+
+    def run_options(self, args):
+        """The options of the run the trainer's flags (`args`) describe, in the predictions' terms."""
+        return {}
+
+    def chart_values(self, options):
+        """The chart's values beyond strategy and workers that run a configuration with these options."""
+        return {}
+
+    def chart_strategy(self):
+        """The chart's `strategy` value that runs it."""
+        return self.name
+
+    def reason(self, choice, predictions, probe, link, t, where, speed):
+        """Why `choice` (of this model) is advised: a clause; `t` its step's seconds, `speed` how much faster it is
+        than one worker (", predicted 1.8x as fast as one worker", or "")."""
+        raise NotImplementedError
+
+
+class SingleCost(CostModel):
+    name = SINGLE
+
+    @property
+    def facts(self):
+        return REGISTRY[names_where(lambda s: not s.connected)[0]]  # a one-worker run of the unconnected strategy
+
+    def check(self, workers, link):
+        if workers != 1:
+            raise ModelError("single is one worker")
+
+    def convergence_factor(self, workers):
+        return 1.0
+
+    def candidates(self, workers, outer_optimizers):
+        return []  # (one worker alone is the first candidate whatever the worker counts: candidates())
+
+    def chart_strategy(self):
+        return self.facts.name
+
+    def reason(self, choice, predictions, probe, link, t, where, speed):
+        single = choice
         pair = [p for p in predictions if p.workers >= 2]
         if not pair:
             return f"no second worker could be predicted ({where})"
@@ -742,11 +759,151 @@ def _reason(choice, predictions, probe, link):
             why += f" (two workers on this host step at {probe.step_seconds_pair * 1000:.1f} ms against " \
                    f"{probe.step_seconds_alone * 1000:.1f} ms alone)"
         return why
-    if choice.strategy == "average":
-        if full_sync is None:
+
+
+class AverageCost(CostModel):
+    name = "average"
+    simplicity = 1
+
+    def note(self, probe, options, lower_bound):
+        if probe.batch_norm:  # the rarest averaging of all
+            return ("one average at the end of a batch-norm model: averaged statistics do not fit averaged weights "
+                    "(averaging every 400 steps took MobileNetV2 to 0.399)"), True
+        return "one average at the end: accuracy as one-shot averaging gives it (check with --validation-fraction)", False
+
+    def reason(self, choice, predictions, probe, link, t, where, speed):
+        if link is None:
             return f"one average at the end{speed}"
+        full_sync = sync_seconds(probe, link, max(choice.workers, 2), "float32")
         return f"one average at the end: a sync costs {_seconds(full_sync)} at {where} against {_seconds(t)} steps{speed}"
-    if choice.strategy == "localsgd":
+
+
+class MultiWorkerCost(CostModel):
+    name = "multiworker"
+    simplicity = 3
+
+    def label(self, options):
+        dtype = options.get("allreduce_dtype", "float32")
+        return self.name if dtype == "float32" else f"{self.name} {dtype}"
+
+    def epoch_seconds(self, probe, link, workers, options, epochs):
+        steps = steps_per_epoch(probe.train_examples, workers, probe.batch)
+        compute = steps * step_seconds(probe, workers)
+        g = gradient_seconds(probe, link, workers, options.get("allreduce_dtype", "float32"))
+        calls = math.ceil(steps / probe.steps_per_call)  # the workers agree whether to stop once per train call of k steps
+        comm = steps * (g + multiworker_extra_seconds(probe)) + calls * link.latency_seconds + link.latency_seconds
+        return compute + comm, compute, comm, g
+
+    def lower_bound(self, probe):
+        return probe.multiworker_step_seconds is None
+
+    def note(self, probe, options, lower_bound):
+        if lower_bound:
+            return ("a lower bound: no real multiworker step was timed within the probe's budget (a longer "
+                    "--budget-seconds times them), so the collective's own work is not in it; MobileNetV2 took 1.5x "
+                    "this on one host"), False
+        return None
+
+    def candidates(self, workers, outer_optimizers):
+        return [(self.name, workers, {"allreduce_dtype": dtype}) for dtype in ("float32", "float16")]
+
+    def wider(self, options):
+        return -WIRE_BYTES.get(options.get("allreduce_dtype", "float32"), 4)
+
+    def run_options(self, args):
+        return {"allreduce_dtype": args.allreduce_dtype}
+
+    def chart_values(self, options):
+        return {"allreduceDtype": options.get("allreduce_dtype", "float32")}
+
+    def reason(self, choice, predictions, probe, link, t, where, speed):
+        return (f"a step's gradient exchange costs {_seconds(choice.sync_seconds)} "
+                f"at {where} against {_seconds(t)} of compute{speed}")
+
+
+class LocalSGDCost(CostModel):
+    name = "localsgd"
+    simplicity = 2
+
+    def label(self, o):
+        outer = "" if o.get("outer_optimizer", "none") == "none" else f" {o['outer_optimizer']}"
+        overlap = "" if not overlapped(o) else f" {o['outer_overlap']}"
+        at_end = " +epoch ends" if o.get("sync_at_epoch_end") else ""
+        return f"{self.name} H={o['sync_every']}{at_end} {o.get('allreduce_dtype', 'float32')}{outer}{overlap}"
+
+    def epoch_seconds(self, probe, link, workers, options, epochs):
+        steps = steps_per_epoch(probe.train_examples, workers, probe.batch)
+        t = step_seconds(probe, workers)
+        compute = steps * t
+        every = options.get("sync_every") or DEFAULT_SYNC_EVERY
+        if not isinstance(every, int) or every < 1:
+            raise ModelError(f"sync_every must be an integer >= 1, got {every!r}")
+        dtype = options.get("allreduce_dtype", "float32")
+        exchange, own = sync_exchange_seconds(probe, link, workers, dtype), sync_own_seconds(probe, dtype)
+        refresh = refresh_batches(probe, options)
+        local = refresh * FORWARD_SHARE * t + allreduce_seconds(probe.batch_norm_bytes, workers, link) if refresh else 0.0
+        at_end = bool(options.get("sync_at_epoch_end"))
+        if at_end and overlapped(options):
+            raise ModelError("sync_at_epoch_end does not go with outer_overlap (the trainer refuses it)")
+        syncs = len(sync_steps(every, steps, epochs, at_end))  # every H steps (of each epoch), and one at the end
+        estimations = refreshes(steps, every, epochs, at_end) * local
+        if overlapped(options):
+            # the exchange runs beside the next H steps, which lose OVERLAP_STEP_LOSS of its time: a sync costs the
+            # larger of that and what the steps leave of the exchange, and the run's end waits for the whole last one,
+            # whose landing the statistics' re-estimation follows once more (with eager updates, after the average of
+            # the workers' weights that makes them one model); its own work (the codec, the outer step with the last
+            # exchange) the steps wait for all the same
+            exposed = overlapped_sync_seconds(exchange, every * t)
+            end = exchange - exposed + local + (eager_end_seconds(probe, link, workers) if eager(options) else 0.0)
+            comm = (syncs * (exposed + own) + estimations + end) / epochs
+            return compute + comm, compute, comm, exposed + own + local
+        comm = (syncs * (exchange + own) + estimations) / epochs
+        return compute + comm, compute, comm, exchange + own + local
+
+    def diloco(self, options):
+        return (options.get("outer_optimizer") or "none") != "none"
+
+    def note(self, probe, options, lower_bound):
+        if (options.get("sync_every") or DEFAULT_SYNC_EVERY) <= PLAIN_SYNC_RISK:
+            return None
+        if not self.diloco(options):
+            return "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov", True
+        if probe.batch_norm and not refresh_batches(probe, options):
+            return ("with batch normalisation and --sync-batch-norm-batches 0 an outer step this rare leaves the "
+                    "statistics behind the weights (MobileNetV2 at H=250 scored 0.09-0.65 after each sync)"), True
+        return None
+
+    def candidates(self, workers, outer_optimizers):
+        rows = []
+        for every in SYNC_EVERY:
+            for dtype in WIRE_DTYPES:
+                for outer in outer_optimizers:
+                    if outer != "none" and every < DILOCO_MIN_SYNC_EVERY:
+                        continue
+                    rows.append((self.name, workers, {"sync_every": every, "allreduce_dtype": dtype, "outer_optimizer": outer}))
+                    if outer != "none":  # DiLoCo with syncs at each epoch's end, and with eager updates (OVERLAPS)
+                        rows.append((self.name, workers, {"sync_every": every, "allreduce_dtype": dtype,
+                                                          "outer_optimizer": outer, "sync_at_epoch_end": True}))
+                        rows += [(self.name, workers, {"sync_every": every, "allreduce_dtype": dtype,
+                                                       "outer_optimizer": outer, "outer_overlap": overlap})
+                                 for overlap in OVERLAPS]
+        return rows
+
+    def run_options(self, args):
+        return {"sync_every": args.sync_every, "allreduce_dtype": args.allreduce_dtype,
+                "outer_optimizer": args.outer_optimizer,
+                **({"sync_at_epoch_end": True} if args.sync_at_epoch_end else {})}
+
+    def chart_values(self, o):
+        values = {"syncEvery": o["sync_every"], "allreduceDtype": o.get("allreduce_dtype", "float32"),
+                  "outerOptimizer": o.get("outer_optimizer") or "none"}
+        if overlapped(o):
+            values["outerOverlap"] = o["outer_overlap"]
+        if o.get("sync_at_epoch_end"):
+            values["syncAtEpochEnd"] = "true"
+        return values
+
+    def reason(self, choice, predictions, probe, link, t, where, speed):
         o = choice.options
         between = o["sync_every"] * t
         # the sync alone: Prediction.sync_seconds adds a batch-norm re-estimation, which follows one sync an epoch
@@ -757,11 +914,51 @@ def _reason(choice, predictions, probe, link):
                 f"{_megabytes(sync_bytes(probe, o['allreduce_dtype']))} costs {_seconds(cost)} at {where}, "
                 f"{100 * cost / between:.0f} % of the {_seconds(between)} of steps between two syncs"
                 f"{at_end}{speed}")
-    if choice.strategy == "multiworker":
-        return (f"a step's gradient exchange costs {_seconds(choice.sync_seconds)} "
+
+
+class ParameterServerCost(CostModel):
+    name = "parameterserver"
+    simplicity = 4
+
+    def epoch_seconds(self, probe, link, workers, options, epochs):
+        # the workers run the group's steps between them; each step pulls and pushes the model
+        group_steps = parameterserver_group_steps(probe)
+        workers_bound, server_bound, exchange = parameterserver_bounds(probe, link, workers)
+        timed_here = probe.parameterserver_epoch_seconds is not None and link == link_of(probe)
+        if timed_here:  # the timed run carried the server's traffic on this link (the module's docstring)
+            server_bound = min(server_bound, probe.parameterserver_epoch_seconds)
+        total = max(workers_bound + group_steps * parameterserver_extra_seconds(probe, timed_here), server_bound)
+        compute = group_steps / workers * step_seconds(probe, workers)
+        return total, compute, total - compute, exchange
+
+    def convergence_factor(self, workers):
+        return 1.0  # (the group's steps draw from every shard: one worker's epochs)
+
+    def lower_bound(self, probe):
+        return probe.parameterserver_epoch_seconds is None
+
+    def note(self, probe, options, lower_bound):
+        if lower_bound:
+            return ("a lower bound: the parameter-server runtime's own work per step (remote reads and sends, the "
+                    "optimizer on the server) was not timed within the probe's budget (a longer --budget-seconds times "
+                    "it); a text model took up to 1.5x this on one host"), False
+        return None
+
+    def candidates(self, workers, outer_optimizers):
+        return [(self.name, workers, {"ps": 1})]
+
+    def chart_values(self, options):
+        return {"parameterServers": options.get("ps", 1)}
+
+    def reason(self, choice, predictions, probe, link, t, where, speed):
+        return (f"a step's pull and push cost {_seconds(choice.sync_seconds)} "
                 f"at {where} against {_seconds(t)} of compute{speed}")
-    return (f"a step's pull and push cost {_seconds(choice.sync_seconds)} "
-            f"at {where} against {_seconds(t)} of compute{speed}")
+
+
+# one cost model per strategy of the registry, in its order, after one worker alone (the candidates' order)
+COST_MODELS = {model.name: model for model in (SingleCost(), AverageCost(), MultiWorkerCost(), LocalSGDCost(),
+                                               ParameterServerCost())}
+assert tuple(COST_MODELS)[1:] == tuple(REGISTRY), "every strategy of disttrain_contract.strategies needs a cost model"
 
 
 def table(predictions, choice=None):
@@ -772,7 +969,7 @@ def table(predictions, choice=None):
     head = ["strategy", "workers", "s/epoch", "compute", "comm.", "sync", "epochs" if has_target else "",
             "to target" if has_target else "", "note"]
     rows, notes = [], {}
-    for p in sorted(predictions, key=lambda p: (cost_of(p), SIMPLICITY[p.strategy])):
+    for p in sorted(predictions, key=lambda p: (cost_of(p), p.model.simplicity)):
         mark = " <-" if p is choice else ""
         number = notes.setdefault(p.note, len(notes) + 1) if p.note else None
         rows.append([p.label() + mark, str(p.workers), f"{p.seconds_per_epoch:.3f}", f"{p.compute_seconds:.3f}",
