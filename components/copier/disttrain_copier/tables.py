@@ -28,6 +28,7 @@ import numpy as np
 
 from disttrain_contract import ContractError
 from disttrain_contract.layout import whole_number
+from disttrain_copier.dataset import Dataset
 
 CSV_DELIMITERS = {".csv": ",", ".tsv": "\t"}
 PARQUET_EXTENSIONS = (".parquet", ".pq")
@@ -38,8 +39,6 @@ BATCH = 4096
 def table(path, label_column="label", problem="classification", local=None):
     """The Dataset of a table file (see the module docstring). local: where the file is read (a
     downloaded copy of an s3:// `path`); every message names `path`."""
-    from disttrain_copier.sources import Dataset  # sources imports this module
-
     reader = open_table(path, local)
     columns = reader.columns
     if label_column not in columns:
