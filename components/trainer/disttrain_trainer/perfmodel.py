@@ -1,5 +1,8 @@
 """The strategy advisor's performance model: seconds per epoch and time to a target for each strategy,
 from what the probe measured. Pure arithmetic (no TensorFlow), so that tests check it number by number.
+Each configuration's terms are its CostModel below (SINGLE and one per strategy of the registry,
+disttrain_contract.strategies). What each term was checked against, with the figures: docs/benchmarks,
+"The advisor's model, term by term"; how well the whole predicts the measured rows: docs/strategies.md.
 
 What the probe gives (`Probe`):
   t1        seconds per training step of one worker alone on its host, at the run's batch
@@ -19,10 +22,7 @@ and the start-up (process start to the first step), one held-out evaluation, the
 The link (`Link`): alpha and the seconds per byte. With --link-mbit L a byte costs the larger of the
 wire's 8 / (L * 1e6) seconds and what the probe measured (on loopback: serialising and copying, which
 happen on any link). A stream pipelines the two: the next chunk is copied while the last is on the
-wire, so the slower stage sets the rate. Measured at 1 Gbit/s, where the two are closest (the wire 8.4
-ns a byte, loopback's copying 2.1 ns, the text model): adding them put the parameter server 23 % too
-slow (1 % too fast with the larger) and the other rows 0.4-4 % slower; at 100 Mbit/s and below the
-wire is over 95 % of the sum, and the choice moved no row of the benchmark by more than 4 %.
+wire, so the slower stage sets the rate (their sum was checked too, and was the worse fit).
 
 Communication, N workers (Patarasuk and Yuan's ring; TensorFlow's collectives on CPU use a ring):
   all-reduce of B bytes   alpha + 2 (N - 1) / N * B * per_byte    each worker sends and receives
@@ -48,15 +48,12 @@ Seconds per epoch:
                    g: the per-step gradient exchange (dense gradients all-reduced, an embedding's rows
                    all-gathered), k steps per train call (one agreement per call whether to stop, one sum
                    of the metrics per epoch; a model with an embedding compiles one step per call of
-                   the step function, which the probe's t_mw includes, but still agrees once per k
-                   steps: counting an agreement per step added 0.12-0.17 s an epoch, 4-15 %, to the
-                   text model's multiworker rows on a host where its steps took 14 ms);
+                   the step function, which the probe's t_mw includes, but still agrees once per k steps);
                    x = max(0, t_mw - t_2 - g on the probe's link, 2 workers, float32): what a real
                    multiworker step took beyond the compute and the exchange (the collective's own
                    work on cores the other worker's compute wants, waiting for the slower worker),
                    taken the same at any N and on any link; 0 when t_mw was not timed, and the row is
-                   then a lower bound (its note says so). (Without it, MobileNetV2's 2-worker
-                   multiworker was predicted 20-22 % too fast on one host.)
+                   then a lower bound (its note says so)
   localsgd         S_N * t_N + (syncs per run * (sync + alpha + o) + re-estimations per run * bn) / epochs
                    sync: all-reduce of B at the wire's bytes per weight (float32 4, float16 2), or, for
                    int8, all-gather of B / 4 (int4: B / 8) plus a float32 scale per block of 256 weights (all the
@@ -66,9 +63,7 @@ Seconds per epoch:
                    o: what a sync does beyond its exchange (flattening the weights, the codec and its error
                    feedback, the outer step, setting the weights): T_sync of the wire less its modelled
                    exchange (sync + alpha) on the probe's link at N = 2, taken the same at any N and on any
-                   link; 0 where the wire's sync was not timed. (Without it the syncs of every localsgd row
-                   measured 10-50 % longer than predicted: MobileNetV2's int4 at H = 50 0.92 s an epoch
-                   against 0.62 at 1 Gbit/s, the text model's int8 0.47 against 0.40.) A model with
+                   link; 0 where the wire's sync was not timed. A model with
                    batch normalisation re-estimates its statistics after a sync whose statistics are read
                    (the last before each epoch's end, and the run's last: refreshes(), one an epoch at
                    H shorter than an epoch): bn = R forward passes (R = --sync-batch-norm-batches, 8; a
@@ -81,11 +76,7 @@ Seconds per epoch:
                    and sends its gradients there (B_g, sparse rows for an embedding); S = ceil(examples
                    / batch) steps of the group per epoch, S_P = S / N of them per worker; the second
                    term is the one parameter server's link, which carries every worker's traffic: the
-                   pulls out, the pushes in, each direction at the link's rate. Measured on the text
-                   model (5.1 MB of weights, sparse gradients of 0.18 MB), 2 workers over shaped links:
-                   69.5 s per epoch at 100 Mbit/s and 139 s at 50, 4.8-5.1 MB through the server's
-                   link per step of the group (160 of them): the whole model each step, which the
-                   gradients' rows alone (the model before) put 13x too fast.
+                   pulls out, the pushes in, each direction at the link's rate.
                    y: the runtime's own work per step of the group (remote reads and sends as
                    operations of their own, the optimizer on the server, the coordinator), which the
                    probe's two processes cannot time (they form a MultiWorkerMirrored cluster, and a
@@ -96,22 +87,17 @@ Seconds per epoch:
                    above at N = 2 on the probe's link) / S, taken the same at any N and on any link (so
                    at N = 2 on the probe's link the prediction is T_ps). On that link the bounds can
                    also be above T_ps: they price the bytes at an all-reduce's cost per byte, which on
-                   loopback is copying both ways on the same cores (on one host the text model's bounds
-                   came to 1.94 and 2.26 s an epoch, its run to 1.83 s). There y may be negative, and
+                   loopback is copying both ways on the same cores. There y may be negative, and
                    the server's bound is at most T_ps (the timed run carried its traffic); on other
                    links y >= 0. Not timed: y = 0, and the row is a lower bound (its note says so).
-                   Measured on the text model, 2 workers on one 2-core host (four probes): T_ps 2.3-2.9
-                   s per epoch against 1.7-2.6 from the bounds alone (0.9-1.5x); earlier, the parameter
-                   server used 0.75 of a core, each worker 0.39, the chief 0.07.
 
 Time to the target: start-up + ceil(E_s) * (seconds per epoch + one held-out evaluation) (+ a connected
 strategy's time to join its peers), where E_s = f_s * E_1, E_1 being one worker's epochs to the target
 (--epochs-to-target, else the run's --epochs): a held-out evaluation closes each epoch, so the target shows
 at the first evaluation at or after E_s. E_1 may be a fraction: where one worker's curve crossed the target
-between two evaluations (bench/advisor_accuracy.py interpolates it so; one worker at the fifth evaluation
-crossed at 4.58 of an epoch, and DiLoCo at H = 100, 0.8 of an epoch later, showed it at the sixth). The
-convergence model counts the steps of the one model the group trains, not epochs (no learning-rate
-scaling: the trainer uses the same rate at any N):
+between two evaluations (bench/advisor_accuracy.py interpolates it so). The convergence model counts the
+steps of the one model the group trains, not epochs (no learning-rate scaling: the trainer uses the same
+rate at any N):
   f = 1  single; parameterserver (every worker's step updates the one model: S steps per epoch, as
          one worker takes; staleness not counted)
   f = N  multiworker (one step of N batches: N times fewer steps per epoch), localsgd averaging
@@ -123,51 +109,19 @@ scaling: the trainer uses the same rate at any N):
          end an outer step is the mean of an epoch's, 1 / ceil(S_N / H) epochs), never more than
          plain averaging's (with an outer step or less before the target, S_N E_1 / H <= 1 / (N - 1),
          the momentum has not built up: the row's note says so)
-Measured on 2 workers (the evaluation that first showed the target, bench/results/time_to_accuracy.json;
-predicted from one worker's crossing, interpolated): the text model (S_N = 80; one worker crossed 0.76 at
-1.69 epochs, shown at the second evaluation) at H = 50, 100 and 250 showed it at the third, third and
-fourth evaluation in every sitting (predicted 3, 3 and 4: 1.69 + 0.625 and + 1.25, and plain averaging's
-3.38 at H = 250); with eager updates at H = 100 at the fifth (5). MobileNetV2 on strongly distorted digits
-at half the learning rate (S_N = 125; one worker crossed 0.90 at 4.58, shown at the fifth) at H = 50, 100
-and 250 at the fifth, sixth and seventh (5, 6, 7), float32, float16 and int8 alike, and with eager updates
-at H = 100 at the seventh (7). With syncs at each epoch's end (int4 and int8 at H = 50): MobileNetV2 at
-the fifth on every link (5: 4.58 + 1/3), where int4 without them showed it at the sixth in the same sitting
-(5: 4.98, a miss), and the text model at the third (3: 1.69 + 1/2) with and without them. Not every sitting agrees: two earlier ones, whose one worker crossed at 5.62,
-showed DiLoCo at H = 100 at the sixth and at H = 250 at the seventh (predicted 7 and 8); on mildly
-augmented digits to 0.975 (one worker at 4.48) int8 at H = 100 showed it at the fifth (6) and float32 at
-the ninth, at H = 250 at the eighth (7). The rule this replaced (one worker's epochs from five outer
-steps before the target on, plain averaging's below) missed the text model's H = 50 and 100 and
-MobileNetV2's H = 100 and 250 by an epoch each. The other rows: multiworker 1.67x and 2.0x, plain
-localsgd at H = 100 2.4-2.6x (distorted digits) and 1.6x (augmented), at H = 32-250 1.5-2.0x (text). A
-curve on its plateau crosses a target late by chance. The model errs where the group's batch is small
-for the model (larger batches then lose little) and says nothing about the accuracy a strategy ends at:
-plain averaging rarely, and one average at the end, carry a note.
+The model errs where the group's batch is small for the model (larger batches then lose little) and says
+nothing about the accuracy a strategy ends at: plain averaging rarely, and one average at the end, carry a
+note.
 Overlapped syncs (--outer-overlap): a sync waits for its own work (o) and for what the next H steps leave
 of its exchange X (the run's end for the whole last one, and with eager updates for one float32 all-reduce
 of the weights, which makes the workers' models one). The steps beside an exchange do not run at full
 speed: while its bytes are on the wire they lose OVERLAP_STEP_LOSS (a third) of its time, so a sync
-costs max(X - H t_N, X / 3) beyond its H steps (overlapped_sync_seconds). Where that comes from: on the
-shaped links the text model's rows with eager updates whose steps hid the whole exchange measured 12-24 %
-slower an epoch than the exchange-hidden model predicted (int8 at 50 Mbit/s, X = 0.23 s beside 0.63 s of
-steps: 0.68 s an epoch against 0.57, and no sync waited; float32 at 100 Mbit/s, X = 0.44 s: 0.74 against
-0.57), the epochs with a sync taking about 0.1 s more of steps than those without; float32 at 50 Mbit/s,
-whose exchange (0.94 s) outlasts even the slowed steps, only 3 %. The cost grows with the exchange's time
-on the wire, not its bytes (int8 at 50 Mbit/s and float32 at 100 Mbit/s move 1.3 and 5.1 MB and lost
-about the same share of it), as if the collective's threads took part of the worker's core while the
-transfer lasts (not traced further). The third is fitted to those rows (the 29 and 30 Nov 2026 sittings)
-and held in the next sitting, on a host 1.8x faster: its eager rows whose steps hid the exchange (float32
-and int8 at 100 Mbit/s, int8 at 50) were predicted +2.6, -6.5 and -0.6 % off their measured seconds per
-epoch, and would have been -19.1, -12.8 and -12.5 % without the third (docs/benchmarks). The outer step, one sync late, puts
-the group about H steps further behind (overlap_lag_epochs: one more outer step's H / S_N epochs, on top of
-DiLoCo's own; measured, the text model at H = 100 showed its target at the fifth evaluation against the
-third waiting, MobileNetV2 at the seventh against the sixth: predicted 5 and 7).
-Measured side by side (bench/results/outer_overlap.json, MobileNetV2, DiLoCo at H = 100, 10 Mbit/s):
--13 % per epoch in float32 and -2 % in int8, one epoch more to 0.90 in both, while the stop agreement
-still waited behind the exchange; since (the text model, H = 100, 1.25 epochs): -9 to -44 % in float32
-and 0 to -17 % in int8 on the shaped links, two epochs more to 0.76 (docs/strategies.md).
+costs max(X - H t_N, X / 3) beyond its H steps (overlapped_sync_seconds). The third is fitted to measured
+rows, not derived. The outer step, one sync late, puts the group about H steps further behind
+(overlap_lag_epochs: one more outer step's H / S_N epochs, on top of DiLoCo's own).
 DiLoCo is a candidate at H >= DILOCO_MIN_SYNC_EVERY only: its outer learning rate and momentum are
-the paper's for H = 500, and measured at H = 50, 100 and 250 (ending within a point of one worker on
-both models); a shorter H would compound the momentum on top of the inner optimizer's every few steps.
+the paper's for H = 500, and measured at H = 50, 100 and 250; a shorter H would compound the momentum on top
+of the inner optimizer's every few steps.
 """
 
 import math
