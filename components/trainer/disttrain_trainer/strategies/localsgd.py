@@ -21,10 +21,8 @@ model, so an epoch's end that falls between syncs evaluates and checkpoints the 
 steps past the last sync, not the group's. With --sync-at-epoch-end the syncs are every H steps counted from
 each epoch's start and at each epoch's end (options.next_sync): every epoch's evaluation then reads the
 group's model right after its outer step, the model the run would publish if it ended there, the same on
-every worker (DiLoCo's papers evaluate that model too). MobileNetV2 on distorted digits, DiLoCo int8 at
-H = 50 (125 steps an epoch): 0.321, 0.622, 0.785, 0.877, 0.921 over the first five epochs against the
-chief's own model's 0.275, 0.580, 0.763, 0.871, 0.899 (docs/benchmarks). The price, where H does not divide
-an epoch: a short interval and one sync more an epoch (3 instead of 2.5 there).
+every worker (DiLoCo's papers evaluate that model too; docs/strategies.md compares the two curves). The price,
+where H does not divide an epoch: a short interval and one sync more an epoch (ceil(S / H) instead of S / H).
 
 The wire (--allreduce-dtype): float32 and float16 by all-reduce (collectives.Wire); int8 and int4
 (wire_codecs.py: a float32 scale per block of 256 values) by one all-gather, decoded and summed
@@ -32,7 +30,7 @@ in worker order (TensorFlow's collectives refuse int8). On the lossy wires the s
 feedback: what the wire rounded off (the residual) is added to the next sync's change.
 
 Overlap (--outer-overlap): a sync's collective is the only time a worker waits for the others, and over
-a slow link it is most of a sync (MobileNetV2's int8 change, 2.3 MB, takes about 1.8 s at 10 Mbit/s). With
+a slow link it is most of a sync (its bytes x 8 / the link's bits per second). With
 `delayed` or `eager` the collective runs on a second thread beside the next H inner steps: at a sync a
 worker encodes its change and starts sending it, and applies the exchange the previous sync started
 (waiting only for what is left of it). The outer step is then one sync late (Kale, Douillard and Donchev
@@ -48,13 +46,13 @@ as it is (no outer step: there are no inner steps after it for a momentum step t
 `eager` the workers then average their weights (one float32 all-reduce), so the published model is one
 model, the same on every worker. What is in flight (this worker's last message, in its wire form) is
 checkpointed: a resumed group sends it again, and goes on exactly as an undisturbed one. The exchange has
-a collective group of its own (collectives.SideChannel says why). Measured on two cores (docs/strategies.md):
-it hid every exchange, but the late outer step cost about H steps to the target, so `none` stays the default.
+a collective group of its own (collectives.SideChannel says why). The late outer step costs about H steps to
+the target (measured: docs/strategies.md), so `none` stays the default.
 
 Batch normalization (--sync-batch-norm-batches N, default 8): the averaged moving statistics describe
 no model the group holds (each worker's fit its own weights, and the outer step moves the weights
-further), so right after a sync the model's inference is off: MobileNetV2 at H=250 scored 0.09 held-out
-accuracy evaluated at a sync and 0.94 an epoch later (bench/results/time_to_accuracy.json). Training
+further), so right after a sync the model's inference is off (a batch-norm network evaluated at a rare sync
+can score near chance: docs/strategies.md). Training
 itself uses each batch's statistics and does not notice, but an evaluation or an export at a sync
 does, and the published model is always a sync's. So after a sync whose statistics something reads
 before the next sync replaces them (options.statistics_read_after_sync: the last sync before an epoch's
@@ -64,9 +62,8 @@ in training mode with the moving average turned off, the mean of the batches' st
 torch.optim.swa_utils.update_bn does after averaging), and the workers average those (one float32
 all-reduce of the statistics). The same N batches every time, and the same syncs (a rule of the step): a
 resumed run does what an undisturbed one does. It costs N forward passes (about N / 3 steps) once an epoch
-where H is shorter than an epoch. (Re-estimating after every sync, as this once did, gave every
-evaluation the same statistics: each re-estimation replaces the last whole, momentum 0. It cost MobileNetV2
-at H = 50 1.5 more re-estimations an epoch, about 0.3 s each.)
+where H is shorter than an epoch. (Re-estimating after every sync would give every evaluation the same
+statistics, each re-estimation replacing the last whole, momentum 0, at the price of more of them.)
 
 What is not synced: the inner optimizer's state. Each worker keeps its own Adam moments and step
 count across syncs (as DiLoCo keeps each worker's inner AdamW state): they describe its own
@@ -77,7 +74,7 @@ No meeting per epoch: the syncs are the only collectives. Every worker evaluates
 model on the held-out split after each epoch and records its own shard's training loss and
 accuracy, as `average` workers do. (An epoch-end collective to sum the metrics, with the
 chief alone evaluating, made every other worker wait for the chief's evaluation at its next
-sync: about 0.1 s per movie-reviews epoch, bench/README.md.) Between two syncs the workers'
+sync.) Between two syncs the workers'
 models differ, so their per-epoch curves differ a little (with --sync-at-epoch-end they are the
 same); after the last sync every worker holds the same weights, and the chief's evaluation of them is the
 run's result.
