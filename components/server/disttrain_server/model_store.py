@@ -235,7 +235,8 @@ def numeric_inputs(model, meta, path):
     names = [item["name"] for item in declared]
     if len(set(names)) != len(names):
         raise ContractError(f"{path}: disttrain.json names an input twice: {names}")
-    unsupported = [f"{item['name']} ({item.get('dtype')})" for item in declared if item.get("dtype") not in TF_DTYPES]
+    unsupported = [f"{item['name']} ({str(item.get('dtype'))[:40]})" for item in declared
+                   if not isinstance(item.get("dtype"), str) or item["dtype"] not in TF_DTYPES]  # (a list is unhashable)
     if unsupported:
         raise ContractError(f"{path}: inputs of a type this server cannot take: {', '.join(unsupported)}; it serves numeric "
                             f"inputs ({', '.join(TF_DTYPES)})")
