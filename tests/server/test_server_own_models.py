@@ -206,6 +206,7 @@ def test_a_model_its_disttrain_json_misdescribes_is_not_served(cancer_root, tmp_
         ({"problem": "regression", "labels": []}, 'a regression model\'s head must be "value"'),
         ({"head": "softmax"}, "the model has 1 outputs but disttrain.json names 2 labels"),
         ({"inputs": [{"name": "features", "shape": [5], "dtype": "string"}]}, "inputs of a type this server cannot take: features (string)"),
+        ({"inputs": [{"name": "features", "shape": [5], "dtype": ["float32"]}]}, "inputs of a type this server cannot take: features (['float32'])"),
     ):
         path = str(tmp_path / "model.keras")
         save_model(model, path, {**meta, **change})

@@ -87,11 +87,24 @@ def code_info(module, function=None):
     return {"module": module.__name__, **({"function": function} if function else {}), "sha256": digest.hexdigest()}
 
 
+def check_model_code(recorded, where):
+    """disttrain.json's "model_code" is code_info's mapping: {"module", "sha256"[, "function"]}, strings."""
+    if not isinstance(recorded, dict):
+        raise ContractError(f'{where}: disttrain.json "model_code" must be an object {{"module", "sha256"}}, got '
+                            f"{type(recorded).__name__} {recorded!r:.80}")
+    for field in ("module", "sha256") + (("function",) if "function" in recorded else ()):
+        value = recorded.get(field)
+        if not isinstance(value, str) or not value:
+            got = "nothing" if field not in recorded else f"{type(value).__name__} {value!r:.80}"
+            raise ContractError(f'{where}: disttrain.json "model_code.{field}" must be a non-empty string, got {got}')
+
+
 def check_code_matches(meta, module_spec, where):
     """The module given to this stage is the one the model was trained with (same name, same source)."""
     recorded = (meta or {}).get("model_code")
-    if not recorded:
+    if recorded is None:
         return
+    check_model_code(recorded, where)
     if not module_spec:
         raise ContractError(f"{where} was trained with code from the module {recorded['module']}: pass "
                             f"--model-module {recorded['module']} so that its layers load")

@@ -43,6 +43,10 @@ def readyz():
     except ModelUnavailable as err:
         return {"status": "unavailable", "reason": err.reason}, 503
     ready = {"status": "ready", "model": current_app.config["MODEL_NAME"], "version": str(loaded.version)}
+    failure = model_store().load_failure
+    if failure is not None:
+        # Ready (the loaded model answers), and the newer publication that could not replace it is named.
+        ready["load_failure"] = {"version": str(failure.version), "reason": failure.reason}
     if loaded.batcher:
         # This worker process's batching so far: requests per model call is what it saves.
         b = loaded.batcher
@@ -102,14 +106,25 @@ def predict_rows(loaded, instances):
 
 @model_routes(bp, MODEL_PATHS, "", "GET")
 def model_status(model_name, version=None, label=None):
+    """TF Serving's GetModelStatusResponse: the served version AVAILABLE and, when the newest published
+    file could not be served (it failed to load or its self-test), that version in state END with the
+    reason; /versions/V of the failed version shows its entry only."""
     # "ready" is not TF Serving's: KServe's V1 clients read it (InferenceRESTClient.is_model_ready).
     try:
-        loaded = resolve(model_name, version, label)
+        loaded, unavailable = served_model(model_name), None
     except ModelUnavailable as err:
-        entry = {"version": version or "0", "state": "UNKNOWN", "status": {"error_code": "UNAVAILABLE", "error_message": err.reason}}
+        loaded, unavailable = None, err.reason
+    failure = model_store().load_failure
+    failed = [] if failure is None else [{"version": str(failure.version), "state": "END",
+                                          "status": {"error_code": "UNKNOWN", "error_message": failure.reason}}]
+    if failed and version is not None and label is None and whole_number(version) == failure.version:
+        entries = failed
+    elif loaded is not None:
+        check_version(model_name, loaded, version, label)
+        entries = [{"version": str(loaded.version), "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}] + failed
     else:
-        entry = {"version": str(loaded.version), "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
-    return {"model_version_status": [entry], "ready": entry["state"] == "AVAILABLE"}
+        entries = failed or [{"version": version or "0", "state": "UNKNOWN", "status": {"error_code": "UNAVAILABLE", "error_message": unavailable}}]
+    return {"model_version_status": entries, "ready": any(entry["state"] == "AVAILABLE" for entry in entries)}
 
 
 @model_routes(bp, MODEL_PATHS, "/metadata", "GET")
@@ -194,7 +209,7 @@ def openapi_paths(context):
         },
         "/readyz": {
             "get": {
-                "summary": "Readiness: a model is loaded in this process.",
+                "summary": "Readiness: a model is loaded in this process and answered its self-test.",
                 "responses": {
                     "200": json_response("A model is loaded.", {"$ref": "#/components/schemas/Ready"}),
                     "503": json_response("No model could be loaded; `reason` says why.", {"$ref": "#/components/schemas/NotReady"}),
@@ -233,6 +248,8 @@ def openapi_schemas(context):
             object_of(status=enum_of("ready"), model=STRING, version=STRING),
             # present when micro-batching is on: this worker process's counts so far
             batching=object_of(max_batch_size=INTEGER, model_calls=INTEGER, requests=INTEGER, instances=INTEGER),
+            # present when the newest published model could not replace the loaded one
+            load_failure=object_of(version=STRING, reason=STRING),
         ),
         "NotReady": object_of(status=enum_of("unavailable"), reason=STRING),
         "ModelStatus": with_optional(
@@ -240,7 +257,7 @@ def openapi_schemas(context):
                 model_version_status=array_of(
                     object_of(
                         version=STRING,
-                        state=enum_of("AVAILABLE", "UNKNOWN"),
+                        state=enum_of("AVAILABLE", "END", "UNKNOWN"),
                         status=object_of(error_code=STRING, error_message=STRING),
                     )
                 )
@@ -412,7 +429,8 @@ def _tf_serving_paths(limits, instance, model_name, kind, task, numeric=None):
                 "summary": "Model version status (TF Serving's GetModelStatus).",
                 "parameters": parameters,
                 "responses": {
-                    "200": json_response("Status of the served version; state UNKNOWN while no model is loaded.", ref("ModelStatus")),
+                    "200": json_response("Status of the served version (AVAILABLE), and of a newer published one that could not be served "
+                                         "(END, with the reason); state UNKNOWN while no model was found.", ref("ModelStatus")),
                     "404": not_found,
                 },
             }

@@ -20,14 +20,27 @@ A user's own model (tasks table and array; docs/formats.md) takes the
 numeric inputs its disttrain.json lists ("inputs": one, or several named ones)
 and answers through its "head": a classifier's raw output becomes class
 probabilities (evaluation.probabilities), a regression's one value per instance.
+
+A model's one input (text, image) is fed in the dtype the model declares: an image request's
+pixels are uint8 0..255 (decoded files, pixel arrays), which the trainer feeds a float input as
+they are (cast, no rescaling: the model's own layers scale them), and so does compiled_call.
+
+"Loaded" means it answers: at load the model is called once on a synthetic instance built from its
+signature (zeros; a placeholder string for text: no data row, a published model carries no training
+data), through the path requests take, and must answer finite outputs of the announced shape. A
+model that does not -- or any exception while loading and checking it, not only ContractError -- is
+a recorded load failure (LoadFailure): its reason is what /readyz and the model status report, the
+file is not loaded again until it changes, and a model loaded earlier keeps serving.
 """
 
+import dataclasses
 import logging
 import os
 import threading
 import time
 from dataclasses import dataclass
 
+import numpy as np
 
 from disttrain_contract import ContractError
 from disttrain_contract.artifact import load_model, read_meta
@@ -50,6 +63,16 @@ CLASSIFIER_HEADS = tuple(head for head in HEADS if head not in ("value", "embedd
 SIGMOID_HEADS = ("sigmoid", "sigmoid_logits")
 REASON_CHARS = 500  # a 503 reason is one line of at most this many characters (Keras' messages can be pages)
 CALL_CHUNK = 512  # most instances per model call: bounds memory when the gallery embeds many faces at once
+SELF_TEST_TEXT = "self-test"  # the text instance of the load's self-test (any non-empty string a request could send)
+
+
+@dataclass(frozen=True)
+class LoadFailure:
+    """A published file that could not be served: its version (mtime in whole seconds, as
+    LoadedModel.version) and why, in one line."""
+
+    version: int
+    reason: str
 
 
 @dataclass(frozen=True)
@@ -153,15 +176,19 @@ def compiled_call(model, inputs=None, finish=None):
         spec = model.inputs[0]
         graph = tf.function(lambda x: model(x, training=False), input_signature=[tf.TensorSpec(spec.shape, spec.dtype)], autograph=False)
         graph.get_concrete_function()  # trace now, at load, instead of in the first request
+        declared = str(spec.dtype)
+        # Requests bring uint8 pixels (or strings); a float (or other numeric) image input gets
+        # them cast, exactly as the trainer feeds it (tasks.own: astype of the model's dtype).
+        feed = (lambda batch: batch) if declared == "string" else (lambda batch: np.asarray(batch).astype(declared, copy=False))
     else:
-        graph = _numeric_graph(model, inputs)
+        graph, feed = _numeric_graph(model, inputs), (lambda batch: batch)  # numeric.to_batch casts to each input's dtype
 
     # Thread-safe: a traced tf.function can run from many threads at once (each call has
     # its own execution state; the variables are only read), which the batcher's direct
     # path for full batches and --max-batch-size 1 both rely on.
     if finish is None:
-        return lambda batch: call_in_chunks(graph, batch, CALL_CHUNK)
-    return lambda batch: finish(call_in_chunks(graph, batch, CALL_CHUNK))
+        return lambda batch: call_in_chunks(graph, feed(batch), CALL_CHUNK)
+    return lambda batch: finish(call_in_chunks(graph, feed(batch), CALL_CHUNK))
 
 
 def _numeric_graph(model, inputs):
@@ -208,7 +235,8 @@ def numeric_inputs(model, meta, path):
     names = [item["name"] for item in declared]
     if len(set(names)) != len(names):
         raise ContractError(f"{path}: disttrain.json names an input twice: {names}")
-    unsupported = [f"{item['name']} ({item.get('dtype')})" for item in declared if item.get("dtype") not in TF_DTYPES]
+    unsupported = [f"{item['name']} ({str(item.get('dtype'))[:40]})" for item in declared
+                   if not isinstance(item.get("dtype"), str) or item["dtype"] not in TF_DTYPES]  # (a list is unhashable)
     if unsupported:
         raise ContractError(f"{path}: inputs of a type this server cannot take: {', '.join(unsupported)}; it serves numeric "
                             f"inputs ({', '.join(TF_DTYPES)})")
@@ -310,6 +338,32 @@ def _check_face_model(meta, spec, outputs, path):
         raise ContractError(f"{path}: {err}") from None
 
 
+def self_test(loaded):
+    """Raise ContractError unless the model answers one synthetic instance built from its signature
+    (zeros of each input's dtype and shape, sizes left open taken as 1; text: a placeholder string)
+    through LoadedModel.predict, with finite outputs of the announced shape."""
+    from disttrain_contract.evaluation import as_model_input
+    from disttrain_server.signature import input_tensors, output_tensor
+
+    tensors = input_tensors(loaded)
+    if tensors[0].dtype == "DT_STRING" and not loaded.is_numeric:
+        batch = as_model_input("text", [SELF_TEST_TEXT])
+    else:
+        arrays = {t.name: np.zeros([1, *(1 if size == -1 else size for size in t.example_shape)],
+                                   dtype="uint8" if not loaded.is_numeric else t.numpy_dtype) for t in tensors}
+        batch = arrays if len(arrays) > 1 else next(iter(arrays.values()))
+    expected = [1, *output_tensor(loaded).shape[1:]]
+    try:
+        outputs = np.asarray(loaded.predict(batch))
+    except Exception as err:  # noqa: BLE001 -- any error of the model's call is the reason it is not ready
+        raise ContractError(f"the model does not answer its self-test (one instance of zeros shaped as its signature): "
+                            f"{type(err).__name__}: {_one_line(str(err))}") from None
+    if list(outputs.shape) != expected:
+        raise ContractError(f"the model's self-test answered shape {list(outputs.shape)}, its signature announces {expected}")
+    if not np.isfinite(outputs).all():
+        raise ContractError("the model's self-test (one instance of zeros shaped as its signature) answered non-finite values (NaN or infinity)")
+
+
 class ModelStore:
     """Holds one LoadedModel per process; thread-safe (gunicorn --threads).
 
@@ -333,6 +387,7 @@ class ModelStore:
         self._current = None
         self._error = "not loaded yet"
         self._failed_key = None  # a broken file is reported once, not reloaded every interval
+        self._failure = None  # its LoadFailure
         self._next_check = float("-inf")
 
     def get(self):
@@ -354,6 +409,12 @@ class ModelStore:
             raise ModelUnavailable(self._error)
         return current
 
+    @property
+    def load_failure(self):
+        """The LoadFailure of the newest published file, if it could not be served (a model loaded
+        earlier may be serving meanwhile), else None."""
+        return self._failure
+
     def _refresh(self):
         try:
             st = os.stat(self.path)
@@ -368,26 +429,38 @@ class ModelStore:
             return
         started = time.monotonic()
         try:
-            model, meta, inputs = self._load()
-            serve = compiled_call(model, inputs, finish_outputs(meta))
-        except ContractError as err:
-            # A half-copied or foreign file, or one that needs code this server was not given:
-            # report it (one line), keep the previous model.
-            self._failed_key, self._error = key, _one_line(str(err).replace(self.path, self.public_name))
-            log.warning("cannot load %s: %s%s", self.path, _one_line(err), "; still serving the previous model" if current else "")
+            loaded = self._loaded(key)
+        except Exception as err:  # noqa: BLE001 -- whatever a file or the user's code raises is this file's failure, recorded
+            # A half-copied or foreign file, one that needs code this server was not given, one whose
+            # disttrain.json is malformed, one that does not answer: report it (one line), keep the
+            # previous model, and do not load this file again until it changes.
+            reason = _one_line(str(err).replace(self.path, self.public_name))
+            if not isinstance(err, ContractError):
+                reason = _one_line(f"{type(err).__name__}: {reason}")
+            self._failed_key, self._error = key, reason
+            self._failure = LoadFailure(version=key[1] // 1_000_000_000, reason=reason)
+            log.warning("cannot load %s: %s%s", self.path, reason, "; still serving the previous model" if current else "")
             return
         # If the file was replaced again between stat and load we loaded the newer
         # one under the older key; the next check then just loads it once more.
+        self._current = loaded
+        self._failed_key, self._error, self._failure = None, None, None
+        seconds = time.monotonic() - started
+        if self.observer:
+            self.observer.model_loaded(self._current, seconds)
+        log.info("loaded %s (version %d, %s task) in %.1fs", self.path, self._current.version, loaded.meta["task"], seconds)
+
+    def _loaded(self, key):
+        """The LoadedModel of the file (whose stat is `key`), self-tested; raises why it cannot be served."""
+        model, meta, inputs = self._load()
+        serve = compiled_call(model, inputs, finish_outputs(meta))
+        loaded = LoadedModel(model=model, meta=meta, path=self.path, key=key, serve=serve, inputs=tuple(inputs or ()))
+        self_test(loaded)  # before the observer counts calls: the self-test is not a request
         if self.observer:
             serve = self.observer.count_instances(serve)  # every model call: batched, direct and the gallery's
         # Each model gets its own batcher: a batch never mixes two model versions.
         batcher = MicroBatcher(serve, self.max_batch_size, self.batch_timeout) if self.max_batch_size > 1 else None
-        self._current = LoadedModel(model=model, meta=meta, path=self.path, key=key, serve=serve, batcher=batcher, inputs=tuple(inputs or ()))
-        self._failed_key, self._error = None, None
-        seconds = time.monotonic() - started
-        if self.observer:
-            self.observer.model_loaded(self._current, seconds)
-        log.info("loaded %s (version %d, %s task) in %.1fs", self.path, self._current.version, meta["task"], seconds)
+        return dataclasses.replace(loaded, serve=serve, batcher=batcher)
 
     def _load(self):
         """(model, meta, numeric inputs or None) of the file, refusing with one line what cannot be served:
