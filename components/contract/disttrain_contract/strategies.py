@@ -20,6 +20,8 @@ and the copier and the server run without TensorFlow).
 
 import dataclasses
 
+from disttrain_contract.registry import entry_of
+
 
 @dataclasses.dataclass(frozen=True)
 class Setting:
@@ -97,12 +99,7 @@ DEFAULT = NAMES[0]
 def strategy_of(name_or_record):
     """The Strategy of a name, or of anything that names one (a marker or report dict's "strategy", an object's
     .strategy). KeyError for an unknown one."""
-    name = name_or_record
-    if isinstance(name, dict):
-        name = name["strategy"]
-    elif not isinstance(name, str):
-        name = name.strategy
-    return STRATEGIES[name]
+    return entry_of(STRATEGIES, "strategy", name_or_record)
 
 
 def settings_of(strategy):

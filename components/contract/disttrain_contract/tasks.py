@@ -21,6 +21,8 @@ import dataclasses
 
 import numpy as np
 
+from disttrain_contract.registry import entry_of
+
 PROBLEMS = ("classification", "regression")
 
 
@@ -104,9 +106,4 @@ TASKS = {task.name: task for task in (
 def task_of(manifest_or_name):
     """The Task of a manifest (anything with a .task), a report or disttrain.json dict (its "task"),
     or a task's name. KeyError for an unknown one (Manifest.read refuses those first)."""
-    name = manifest_or_name
-    if isinstance(name, dict):
-        name = name["task"]
-    elif not isinstance(name, str):
-        name = name.task
-    return TASKS[name]
+    return entry_of(TASKS, "task", manifest_or_name)
