@@ -17,6 +17,7 @@ filesystem with a writable /tmp is all it needs.
 
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import threading
@@ -133,8 +134,9 @@ class Front:
         """Start nginx; return once it holds its port (it writes its pid file after it has bound it).
         ContractError if it exits first (its own message, e.g. the port in use, is on stderr above).
         `on_exit` is called (in a thread) if nginx stops while the server runs."""
+        # in a process group of its own: its worker outlives a master that was killed, and close() ends both
         self.proc = subprocess.Popen([self.nginx, "-p", self.directory, "-c", self.config, "-e", "stderr"],
-                                     stdin=subprocess.DEVNULL)
+                                     stdin=subprocess.DEVNULL, start_new_session=True)
         pid_file = os.path.join(self.directory, "nginx.pid")
         deadline = time.monotonic() + START_TIMEOUT
         while not os.path.exists(pid_file):
@@ -158,12 +160,18 @@ class Front:
         threading.Thread(target=watch, name="front-watch", daemon=True).start()
 
     def close(self):
-        """Stop nginx (SIGQUIT: it finishes the requests it holds, up to a few seconds) and remove its directory."""
+        """Stop nginx (SIGQUIT: it finishes the requests it holds, up to a few seconds), then whatever is
+        left of its process group (a worker whose master was killed), and remove its directory."""
         self.closing = True
-        if self.proc is not None and self.proc.poll() is None and not self.exited.is_set():
-            self.proc.send_signal(3)  # SIGQUIT: graceful shutdown
+        if self.proc is not None:
+            if self.proc.poll() is None and not self.exited.is_set():
+                self.proc.send_signal(signal.SIGQUIT)
+                try:
+                    self.proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    pass
             try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         shutil.rmtree(self.directory, ignore_errors=True)
