@@ -8,7 +8,6 @@ measured side by side on the same busy machine. Without the front, 8 such connec
 threads and every request, the probes included, waits until they give up (docs/operations.md)."""
 
 import json
-import shutil
 import socket
 import threading
 import time
@@ -16,10 +15,11 @@ import time
 import numpy as np
 import pytest
 
+from disttrain_server.front import find_nginx
 from server.serving import NEGATIVE, POSITIVE, http, running_server
 
 pytestmark = [pytest.mark.faults,
-              pytest.mark.skipif(shutil.which("nginx") is None, reason="needs nginx (Debian's nginx-light)")]
+              pytest.mark.skipif(find_nginx() is None, reason="needs nginx (Debian's nginx-light: make front-deps)")]
 
 SLOW_CONNECTIONS = 64
 HEADER_TIMEOUT = 4  # --header-timeout of the server under test: each trickling connection is cut after it

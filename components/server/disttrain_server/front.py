@@ -99,12 +99,16 @@ http {{
 """
 
 
+def find_nginx():
+    """The nginx binary: on PATH, else where Debian puts it (/usr/sbin, often not on a user's PATH); None if neither."""
+    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None)
+
+
 class Front:
     """nginx running as a child of the gunicorn master, for as long as the server runs."""
 
     def __init__(self, host, port, **limits):
-        self.nginx = shutil.which("nginx") or next(
-            (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None)
+        self.nginx = find_nginx()
         if self.nginx is None:
             raise ContractError("--front nginx: no nginx on this system (install Debian's nginx-light, "
                                 "or run with --front none)")
