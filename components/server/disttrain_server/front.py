@@ -51,7 +51,7 @@ def nginx_config(directory, host, port, *, user=None, header_timeout, body_timeo
 worker_processes 1;
 daemon off;
 pid {directory}/nginx.pid;
-error_log stderr warn;
+error_log stderr error;  # what nginx refuses or fails at; not each body it buffers to a file (warn)
 events {{
     # every connection counts, the clients' and the ones to gunicorn: beyond it new ones wait in
     # the kernel's accept queue
