@@ -176,7 +176,7 @@ test-long: venv venv-kserve
 test-faults: venv front-deps
 	$(BIN)/python -m pytest tests/faults -q -m faults --durations=10
 
-# Debian's nginx-light: the server's front (--front nginx), which the slow-client fault test runs for real.
+# Debian's nginx-light (Debian 13 dropped it: its nginx is that build): the server's front (--front nginx), which the slow-client fault test runs for real.
 # Its service is kept from starting on install (policy-rc.d 101): only the server starts nginx, on its own port.
 front-deps:
 	@if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then \
@@ -184,7 +184,7 @@ front-deps:
 	    echo "make test-faults needs nginx, and installing it needs root: run \`sudo apt-get install -y nginx-light\` first" >&2; exit 1; \
 	  fi; \
 	  policy=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && policy=1; }; \
-	  apt-get update -q && apt-get install -y -q --no-install-recommends nginx-light; status=$$?; \
+	  apt-get update -q && { apt-get install -y -q --no-install-recommends nginx-light || apt-get install -y -q --no-install-recommends nginx; }; status=$$?; \
 	  [ -z "$$policy" ] || rm -f /usr/sbin/policy-rc.d; exit $$status; \
 	fi
 

@@ -8,7 +8,10 @@ measured side by side on the same busy machine. Without the front, 8 such connec
 threads and every request, the probes included, waits until they give up (docs/operations.md)."""
 
 import json
+import os
+import signal
 import socket
+import subprocess
 import threading
 import time
 
@@ -17,6 +20,7 @@ import pytest
 
 from disttrain_server.front import find_nginx
 from server.serving import NEGATIVE, POSITIVE, http, running_server
+from stages import BIN
 
 pytestmark = [pytest.mark.faults,
               pytest.mark.skipif(find_nginx() is None, reason="needs nginx (Debian's nginx-light: make front-deps)")]
@@ -155,3 +159,53 @@ def test_slow_clients_do_not_starve_predictions_or_probes(served, measure):
     # the header deadline holds: every trickling connection the server cut, it cut at --header-timeout
     assert stats["closed_after"], "no trickling connection was cut"
     assert all(HEADER_TIMEOUT - 0.5 <= t <= HEADER_TIMEOUT + 3 for t in stats["closed_after"]), sorted(stats["closed_after"])
+
+
+def nginx_pids(master):
+    """The nginx processes the server `master` started: its child nginx master and that one's workers."""
+    def children(pid):
+        with open(f"/proc/{pid}/task/{pid}/children") as fh:
+            return [int(p) for p in fh.read().split()]
+
+    def name(pid):
+        with open(f"/proc/{pid}/comm") as fh:
+            return fh.read().strip()
+
+    (front,) = [pid for pid in children(master) if name(pid) == "nginx"]
+    return front, children(front)
+
+
+def test_the_server_stops_when_its_front_dies(served):
+    """nginx killed (SIGKILL, its worker left behind) while the server runs: the server stops with
+    one line and a non-zero exit, so that the container is restarted, and takes the orphaned
+    worker with it; the port is free again."""
+    with running_server(served, "--front", "nginx", "--workers", "1", "--threads", "2",
+                        ready_path="/healthz") as (base, proc, log):
+        front, workers = nginx_pids(proc.pid)
+        assert workers, "nginx has no worker process"
+        os.kill(front, signal.SIGKILL)
+        proc.wait(timeout=60)
+        with open(log, errors="replace") as fh:
+            lines = fh.read().splitlines()
+        assert proc.returncode == 2, lines[-5:]
+        assert lines[-1] == "error: the front (nginx) exited: the server stopped with it"
+        assert not any("Traceback" in line for line in lines)
+        for pid in workers:
+            assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", \
+                f"nginx worker {pid} outlived the server"
+        port = int(base.rsplit(":", 1)[1])
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))  # raises if anything still listens there
+
+
+def test_a_taken_port_is_one_line(served, tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        out = subprocess.run([os.path.join(BIN, "disttrain-server"), "--workdir", str(served), "--front", "nginx",
+                              "--port", str(port)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2
+    assert out.stderr.splitlines()[-1] == (f"error: --front nginx: nginx could not start on 127.0.0.1:{port} "
+                                           "(exit 1; its message is above)")
+    assert "Address already in use" in out.stderr and "Traceback" not in out.stderr
