@@ -195,7 +195,10 @@ def test_the_server_stops_when_its_front_dies(served):
                 f"nginx worker {pid} outlived the server"
         port = int(base.rsplit(":", 1)[1])
         with socket.socket() as s:
-            s.bind(("127.0.0.1", port))  # raises if anything still listens there
+            # (SO_REUSEADDR, as nginx and gunicorn bind: it passes the connections left in TIME_WAIT, never a listener)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+            s.listen()  # raises if anything still listens there
 
 
 def test_a_taken_port_is_one_line(served, tmp_path):
