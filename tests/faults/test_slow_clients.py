@@ -33,8 +33,8 @@ PREDICT_CLIENTS = 2
 PROBE_EVERY, PROBE_TIMEOUT = 0.5, 5  # the chart's liveness probe times out after 5 s
 
 
-def trickle(port, stop, stats):
-    """Keep SLOW_CONNECTIONS connections open that send a request header byte by byte, a new one for
+def trickle(port, stop, stats, count=SLOW_CONNECTIONS):
+    """Keep `count` connections open that send a request header byte by byte, a new one for
     each the server closes, until `stop`; one thread, non-blocking sockets. Records in `stats` the most
     open at once and, for each closed by the server, how long it had been open."""
     header = (b"POST /v1/models/disttrain:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
@@ -46,7 +46,7 @@ def trickle(port, stop, stats):
         s.setblocking(False)
         conns[s] = (time.monotonic(), 0)
 
-    for _ in range(SLOW_CONNECTIONS):
+    for _ in range(count):
         open_one()
     while not stop.is_set():
         stats["most_open"] = max(stats["most_open"], len(conns))
@@ -159,6 +159,30 @@ def test_slow_clients_do_not_starve_predictions_or_probes(served, measure):
     # the header deadline holds: every trickling connection the server cut, it cut at --header-timeout
     assert stats["closed_after"], "no trickling connection was cut"
     assert all(HEADER_TIMEOUT - 0.5 <= t <= HEADER_TIMEOUT + 3 for t in stats["closed_after"]), sorted(stats["closed_after"])
+
+
+def test_without_the_front_eight_slow_clients_stall_the_probes(served):
+    """The control: gunicorn alone (--front none, 1 worker x 8 threads), 8 of the same trickling
+    connections, and /healthz times out; what the test above guards against, and proof that its
+    trickling connections and probes see it."""
+    with running_server(served, "--front", "none", "--workers", "1", "--threads", "8") as (base, proc, log):
+        port = int(base.rsplit(":", 1)[1])
+        stop, stats, probes = threading.Event(), {"most_open": 0, "closed_after": []}, []
+        trickler = threading.Thread(target=trickle, args=(port, stop, stats), kwargs={"count": 8})
+        trickler.start()
+        try:
+            time.sleep(1)
+            probe_stop = threading.Event()
+            prober = threading.Thread(target=probe, args=(base, probe_stop, probes))
+            prober.start()
+            time.sleep(2 * PROBE_TIMEOUT)
+            probe_stop.set()
+            prober.join(timeout=30)
+        finally:
+            stop.set()
+            trickler.join(timeout=30)
+    assert stats["most_open"] == 8 and not stats["closed_after"], stats  # gunicorn cut none of them
+    assert probes and all(status != 200 for _, status in probes), probes
 
 
 def nginx_pids(master):
