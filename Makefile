@@ -40,7 +40,7 @@ MODEL_FILE ?=
 MODEL_MODULE ?=
 
 # every one of these is in `make help` (tests/unit/test_makefile.py checks it)
-.PHONY: help lint venv venv-kserve venv-kserve-storage venv-kfp kfp-pipeline docs docs-venv docs-gen demo demo-s3 pipeline sweep test test-long test-faults test-images test-cluster images push bench bench-quick browser-deps clean
+.PHONY: help lint venv venv-kserve venv-kserve-storage venv-kfp kfp-pipeline docs docs-venv docs-gen demo demo-s3 pipeline sweep test test-long test-faults front-deps test-images test-cluster images push bench bench-quick browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
@@ -62,7 +62,7 @@ help:
 	@echo "make lint         ruff over every Python file (rules: ruff.toml); quick, run first by CI"
 	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
 	@echo "make test-long    longer real-training integration tests (sweeps, multi-model runs) kept out of make test's 15-minute budget"
-	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk"
+	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk, slow clients (installs nginx-light)"
 	@echo "make test-images  build the five images and run the pipeline with docker run only (starts dockerd)"
 	@echo "make test-cluster run the chart's helm template output with the images as a cluster would (starts dockerd)"
 	@echo "make images       build disttrain-{copier,trainer,aggregator,server}:$(TAG)"
@@ -173,8 +173,20 @@ test: venv venv-kserve venv-kserve-storage venv-kfp browser-deps
 test-long: venv venv-kserve
 	$(BIN)/python -m pytest tests -q -m long --durations=10 || [ $$? -eq 5 ]
 
-test-faults: venv
+test-faults: venv front-deps
 	$(BIN)/python -m pytest tests/faults -q -m faults --durations=10
+
+# Debian's nginx-light (Debian 13 dropped it: its nginx is that build): the server's front (--front nginx), which the slow-client fault test runs for real.
+# Its service is kept from starting on install (policy-rc.d 101): only the server starts nginx, on its own port.
+front-deps:
+	@if ! command -v nginx >/dev/null && [ ! -x /usr/sbin/nginx ]; then \
+	  if [ "$$(id -u)" != 0 ]; then \
+	    echo "make test-faults needs nginx, and installing it needs root: run \`sudo apt-get install -y nginx-light\` first" >&2; exit 1; \
+	  fi; \
+	  policy=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && policy=1; }; \
+	  apt-get update -q && { apt-get install -y -q --no-install-recommends nginx-light || apt-get install -y -q --no-install-recommends nginx; }; status=$$?; \
+	  [ -z "$$policy" ] || rm -f /usr/sbin/policy-rc.d; exit $$status; \
+	fi
 
 TAG ?= latest
 images:

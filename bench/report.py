@@ -165,7 +165,9 @@ def server(doc):
     out.append(f"Loopback, {doc['config']['requests_per_point']} requests or {doc['config']['time_limit_sec']:.0f} s per point, "
                f"median of {doc['config']['repetitions']} repetition(s). disttrain = `disttrain-server` {doc['config']['disttrain_server']}; "
                f"disttrain-nobatch = `disttrain-server {doc['config'].get('disttrain_nobatch', '')}` (no micro-batching); "
-               "flask-dev = `bench/flask_baseline.py` (Flask development server, `model.predict` per request, like the originals); "
+               + (f"disttrain-front = `disttrain-server {doc['config']['disttrain_front']}` (nginx in front, as the image and the chart run it); "
+                  if "disttrain_front" in doc["config"] else "")
+               + "flask-dev = `bench/flask_baseline.py` (Flask development server, `model.predict` per request, like the originals); "
                "in-process = the server's compiled model called directly from threads of one process (no HTTP: the ceiling for one process). "
                "The load generator is Python threads on the same 2 cores (its CPU seconds are in the last column). "
                "Fewer requests than asked = the time cap was hit.\n")
@@ -176,6 +178,8 @@ def server(doc):
         out.append(f"| {r['concurrency']} | {r['target']} | {f(r['requests_per_sec'], 1)} | {f(min(rps), 0)}-{f(max(rps), 0)} | "
                    f"{f(r['p50_ms'], 1)} | {f(r['p95_ms'], 1)} | "
                    f"{f(r['p99_ms'], 1)} | {r['requests']} ({r['errors']}) | {f(r['client_cpu_sec'], 1)} |")
+    if "call_vs_predict_batch1" not in res:  # a run without the in-process target (--only)
+        return "\n".join(out)
     cvp = res["call_vs_predict_batch1"]
     out.append(f"\nOne call, batch 1, in-process, the two measured alternately (p50): `model(tf.constant(x))` {f(cvp['model_call_p50_ms'], 2)} ms vs "
                f"`model.predict(tf.constant(x))` {f(cvp['model_predict_p50_ms'], 2)} ms. "

@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """Serving: requests/s and latency percentiles for single-instance :predict calls.
 
-Four targets, same model, same request bodies:
+Five targets, same model, same request bodies:
   disttrain          disttrain-server with its defaults (gunicorn, 2 workers x 8 threads, compiled model,
                      micro-batching up to 32 instances per model call, no batch timeout)
+  disttrain-front    the same server behind its front, as the image and the chart run it (--front nginx:
+                     nginx reads each request whole, then passes it to gunicorn on a Unix socket)
   disttrain-nobatch  the same server with --max-batch-size 1: every request makes its own model call
   flask-dev          bench/flask_baseline.py: Flask's development server + model.predict per request (the originals)
   in-process         the server's compiled model called directly in one process, no HTTP (the ceiling),
                      threads as concurrency
 The load generator (this process) runs on loopback: C threads, each with its own connection,
-share a bounded request count and a time limit; at C = 1, 8, 32. Each repetition runs every
+share a bounded request count and a time limit; at C = 1, 8, 32 (--concurrency, --only: a subset, for a
+short side-by-side run). Each repetition runs every
 (concurrency, target) pair in turn. The client shares the 2 cores with the server; its CPU use is recorded.
 
 Per call: in-process latency of one model call for batch 1, 8, 32, eager Keras against the compiled
@@ -47,7 +50,8 @@ TEXTS = [
 CONCURRENCY = (1, 8, 32)
 SERVER_ARGS = ["--workers", "2", "--threads", "8", "--max-batch-size", "32", "--batch-timeout-ms", "0"]
 NOBATCH_ARGS = ["--max-batch-size", "1"]  # replaces SERVER_ARGS' value (see server_args)
-TARGETS = ("disttrain", "disttrain-nobatch", "flask-dev", "in-process")
+FRONT_ARGS = ["--front", "nginx"]
+TARGETS = ("disttrain", "disttrain-front", "disttrain-nobatch", "flask-dev", "in-process")
 
 
 def server_args(extra=()):
@@ -235,15 +239,21 @@ def main():
     p.add_argument("--requests", type=int, default=300 if QUICK else 2000)
     p.add_argument("--time-limit", type=float, default=30 if QUICK else 60)
     p.add_argument("--iters", type=int, default=100 if QUICK else 300)
+    p.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="comma-separated (default 1,8,32)")
+    p.add_argument("--only", default=",".join(TARGETS), help=f"comma-separated targets (default all: {','.join(TARGETS)})")
     args = p.parse_args()
+    concurrency = tuple(int(c) for c in args.concurrency.split(","))
+    only = args.only.split(",")
+    if not set(only) <= set(TARGETS):
+        p.error(f"--only takes targets among {','.join(TARGETS)}, got {args.only}")
     if args.inprocess_child:
         return inprocess(args)
 
     n = reps(full=3, quick=1)
     base = tmpdir("server")
-    config = {"concurrency": CONCURRENCY, "requests_per_point": args.requests, "time_limit_sec": args.time_limit,
+    config = {"concurrency": concurrency, "targets": only, "requests_per_point": args.requests, "time_limit_sec": args.time_limit,
               "repetitions": n, "disttrain_server": " ".join(SERVER_ARGS) + " (the defaults)",
-              "disttrain_nobatch": " ".join(server_args(NOBATCH_ARGS)),
+              "disttrain_nobatch": " ".join(server_args(NOBATCH_ARGS)), "disttrain_front": " ".join(server_args(FRONT_ARGS)),
               "flask_dev": "bench/flask_baseline.py (Flask development server, threaded, model.predict per request)",
               "model": "movie-reviews text model (1 worker, 2 epochs)", "instances_per_request": 1}
     procs = []
@@ -251,30 +261,35 @@ def main():
         try:
             model = prepare_model(base)
             targets = {}
-            for name, extra in (("disttrain", []), ("disttrain-nobatch", NOBATCH_ARGS)):
+            for name, extra in (("disttrain", []), ("disttrain-front", FRONT_ARGS), ("disttrain-nobatch", NOBATCH_ARGS)):
+                if name not in only:
+                    continue
                 port, log = free_port_block(1), os.path.join(base, f"{name}.log")
                 procs.append(subprocess.Popen([os.path.join(BIN, "disttrain-server"), "--workdir", base, "--port", str(port),
                                                *server_args(extra)], stdout=open(log, "w"), stderr=subprocess.STDOUT))
                 wait_http(f"http://127.0.0.1:{port}/readyz", proc=procs[-1], log=log)
                 targets[name] = http_factory(port)
-            port, log = free_port_block(1), os.path.join(base, "flask.log")
-            procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "flask_baseline.py"), model, str(port)],
-                                          stdout=open(log, "w"), stderr=subprocess.STDOUT))
-            wait_http(f"http://127.0.0.1:{port}/healthz", proc=procs[-1], log=log)
-            targets["flask-dev"] = http_factory(port)
+            if "flask-dev" in only:
+                port, log = free_port_block(1), os.path.join(base, "flask.log")
+                procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "flask_baseline.py"), model, str(port)],
+                                              stdout=open(log, "w"), stderr=subprocess.STDOUT))
+                wait_http(f"http://127.0.0.1:{port}/healthz", proc=procs[-1], log=log)
+                targets["flask-dev"] = http_factory(port)
             for name, factory in targets.items():  # warm up: both gunicorn workers load the model lazily
                 w = run_load(factory, 4, 40, 120)
                 if w["errors"]:
                     raise SystemExit(f"{name} warm-up failed: {w['last_error']}")
             runs, children = [], []
             for rep in range(n):
-                for c in CONCURRENCY:
+                for c in concurrency:
                     for name, factory in targets.items():
                         r = run_load(factory, c, args.requests, args.time_limit)
                         r.update(target=name, rep=rep, loadavg_1min=os.getloadavg()[0])
                         runs.append(r)
                         print(f"  rep {rep + 1}/{n} c={c:<2} {name:<17} {r['requests_per_sec']:7.1f} req/s  p50 {r['p50_ms']:7.1f}  "
                               f"p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}", file=sys.stderr, flush=True)
+                if "in-process" not in only:
+                    continue
                 # the in-process ceiling and the batching probe, in a child (no HTTP servers busy meanwhile)
                 log_i = os.path.join(base, f"inprocess-{rep}.log")
                 r = run_measured([sys.executable, os.path.abspath(__file__), "--inprocess-child", "--model", model,
@@ -290,22 +305,20 @@ def main():
         finally:
             stop_and_remove(procs, base)
         summary = []
-        for c in CONCURRENCY:
-            for name in TARGETS:
+        for c in concurrency:
+            for name in (t for t in TARGETS if t in only):
                 rs = [r for r in runs if r["target"] == name and r["concurrency"] == c]
                 summary.append({"target": name, "concurrency": c, "reps": len(rs),
                                 "requests": sum(r["requests"] for r in rs), "errors": sum(r["errors"] for r in rs),
                                 **{k: median([r[k] for r in rs]) for k in ("requests_per_sec", "p50_ms", "p95_ms", "p99_ms", "client_cpu_sec", "wall_sec")},
                                 "requests_per_sec_all": [round(r["requests_per_sec"], 1) for r in rs]})
-        batching = [{"batch": b["batch"], **{k: median([ch["batching"][i][k] for ch in children]) for k in b if k != "batch"}}
-                    for i, b in enumerate(children[0]["batching"])]
-        bench.results = {
-            "summary": summary, "batching": batching,
-            "call_vs_predict_batch1": {"model_call_p50_ms": median([ch["call_batch1_ms"]["p50_ms"] for ch in children]),
-                                       "model_predict_p50_ms": median([ch["predict_batch1_ms"]["p50_ms"] for ch in children])},
-            "numpy_string_predict": children[0]["numpy_string_predict"],
-            "runs": runs,
-        }
+        bench.results = {"summary": summary, "runs": runs}
+        if children:
+            bench.results["batching"] = [{"batch": b["batch"], **{k: median([ch["batching"][i][k] for ch in children]) for k in b if k != "batch"}}
+                                         for i, b in enumerate(children[0]["batching"])]
+            bench.results["call_vs_predict_batch1"] = {"model_call_p50_ms": median([ch["call_batch1_ms"]["p50_ms"] for ch in children]),
+                                                       "model_predict_p50_ms": median([ch["predict_batch1_ms"]["p50_ms"] for ch in children])}
+            bench.results["numpy_string_predict"] = children[0]["numpy_string_predict"]
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ TAG=${DISTTRAIN_BASE_IMAGE:-disttrain-base:bookworm}
 CACHE=${DISTTRAIN_DOCKER_CACHE:-.cache/docker}
 TARBALL=$CACHE/base-bookworm.tar.gz
 # Bump when the package list or clean-up below changes, so the cached tarball is rebuilt.
-RECIPE=3
+RECIPE=4
 STAMP=$CACHE/base-bookworm.recipe
 
 if docker image inspect "$TAG" >/dev/null 2>&1 && [ "$(docker image inspect -f '{{index .Config.Labels "disttrain.base.recipe"}}' "$TAG")" = "$RECIPE" ]; then
@@ -39,6 +39,12 @@ if [ ! -s "$TARBALL" ] || [ "$(cat "$STAMP" 2>/dev/null)" != "$RECIPE" ]; then
     # minbase = Essential + apt; python3.11-venv brings ensurepip (pip, setuptools) for `python3 -m venv`.
     debootstrap --variant=minbase --include=python3,python3-venv,ca-certificates bookworm "$root" "$mirror" \
         > "$CACHE/debootstrap.log" 2>&1 || { tail -n 30 "$CACHE/debootstrap.log" >&2; exit 1; }
+    # nginx-light, the server image's front (its local build, like every one, has no network), installed
+    # in the chroot with its services kept from starting (policy-rc.d 101: nginx would bind port 80 here).
+    printf '#!/bin/sh\nexit 101\n' > "$root"/usr/sbin/policy-rc.d && chmod +x "$root"/usr/sbin/policy-rc.d
+    { chroot "$root" apt-get install -y -q --no-install-recommends nginx-light && rm -f "$root"/etc/nginx/sites-enabled/default; } \
+        >> "$CACHE/debootstrap.log" 2>&1 || { tail -n 30 "$CACHE/debootstrap.log" >&2; exit 1; }
+    rm -f "$root"/usr/sbin/policy-rc.d
     # Clean: package caches and lists, docs, man pages, locales, logs.
     rm -rf "$root"/var/cache/apt/archives/*.deb "$root"/var/cache/apt/*.bin "$root"/var/lib/apt/lists/* \
            "$root"/var/cache/debconf/*-old "$root"/var/lib/dpkg/*-old \

@@ -578,6 +578,37 @@ def test_server_probes_and_args():
     assert arg(server, "--model-name") == "imdb"
 
 
+def test_server_front_and_its_limits_come_from_values():
+    """nginx fronts gunicorn in the server container (--front nginx) with the values' deadlines and
+    connection limit; it listens on the container port the Service and the probes use, so the
+    probes, like the clients, reach gunicorn only through it, never behind slow clients."""
+    server = main_container(render(), "server")
+    assert arg(server, "--front") == "nginx"
+    assert (arg(server, "--header-timeout"), arg(server, "--body-timeout"), arg(server, "--max-connections")) == ("10", "30", "1024")
+    (port,) = server["ports"]
+    assert port["name"] == "http" and str(port["containerPort"]) == arg(server, "--port")
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        assert server[probe]["httpGet"]["port"] == "http", probe
+    assert server["livenessProbe"]["timeoutSeconds"] == 5
+    # non-root with a read-only root: nginx's files go to the /tmp emptyDir
+    for key, value in HARDENED.items():
+        assert server["securityContext"][key] == value, key
+    assert {"name": "tmp", "mountPath": "/tmp"} in server["volumeMounts"]
+
+    server = main_container(render(sets=("server.front.headerTimeoutSeconds=3", "server.front.bodyTimeoutSeconds=7",
+                                         "server.front.maxConnections=4096")), "server")
+    assert (arg(server, "--header-timeout"), arg(server, "--body-timeout"), arg(server, "--max-connections")) == ("3", "7", "4096")
+
+    server = main_container(render(sets=("server.front.enabled=false",)), "server")
+    assert arg(server, "--front") == "none"
+    assert not {"--header-timeout", "--body-timeout", "--max-connections"} & set(server["args"])
+
+
+@pytest.mark.parametrize("bad", ["server.front.maxConnections=8", "server.front.headerTimeoutSeconds=0", "server.front.nginx=true"])
+def test_server_front_values_are_checked(bad):
+    assert "front" in render_error(sets=(bad,))
+
+
 def test_helm_test_pod_checks_readyz_and_predict_on_the_service():
     docs = render(sets=("server.modelName=imdb", "server.service.port=8081"))
     pod = one(docs, "Pod")

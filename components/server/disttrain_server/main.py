@@ -16,6 +16,7 @@ import logging
 import os
 import re
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -26,6 +27,7 @@ from disttrain_contract.user_model import parse_module_spec
 from disttrain_server.app import create_app
 from disttrain_server.errors import ModelUnavailable
 from disttrain_server.faces import MAX_TOP_K
+from disttrain_server.front import FRONT_ENV, FRONTS, Front
 from disttrain_server.metrics import MULTIPROC_ENV
 from disttrain_server.shared import STORE_KEY
 
@@ -103,6 +105,18 @@ def parse_args(argv=None):
     p.add_argument("--no-metrics", action="store_true", help="no GET /metrics and no counting behind it. With metrics on, the "
                    f"workers share their values through files in ${MULTIPROC_ENV} (emptied of *.db files at start) or, "
                    "unset, in a new temporary directory removed at exit")
+    front = p.add_argument_group("front (slow clients)")
+    front.add_argument("--front", default=os.environ.get(FRONT_ENV, "none"), help="'nginx': nginx listens on --host/--port, "
+                       "reads each request whole (headers within --header-timeout) and hands only complete requests to "
+                       "gunicorn, on a Unix socket in a private directory under $TMPDIR: clients that send slowly cannot hold "
+                       "gunicorn's threads, and the probes stay answered. 'none': gunicorn listens itself "
+                       f"(default ${FRONT_ENV}, else none; the server image sets nginx)")
+    front.add_argument("--header-timeout", type=int, default=10, metavar="SECONDS", help="with --front nginx: a client "
+                       "must send its whole request header within this time, or gets 408 (default 10)")
+    front.add_argument("--body-timeout", type=int, default=30, metavar="SECONDS", help="with --front nginx: longest pause "
+                       "between two reads of a request body, or 408 (default 30)")
+    front.add_argument("--max-connections", type=int, default=1024, help="with --front nginx: most open connections, the "
+                       "clients' and nginx's own to gunicorn together; more wait in the kernel's accept queue (default 1024)")
     security = p.add_argument_group("security")
     security.add_argument("--api-token-file", metavar="PATH", help="a file holding the API token (surrounding whitespace removed); "
                           "clients send it as 'Authorization: Bearer <token>'. Default: no token (anyone may call everything)")
@@ -122,7 +136,11 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if not 0 <= args.port <= 65535:
         p.error(f"--port must be between 0 and 65535, got {args.port}")
-    for flag in ("workers", "threads", "keepalive", "max_text_chars", "max_instances", "max_batch_size", "gallery_max_entries", "max_request_pixels"):
+    if args.front not in FRONTS:
+        p.error(f"--front (or ${FRONT_ENV}) must be one of {', '.join(FRONTS)}, got {args.front!r}")
+    if args.max_connections < 64:
+        p.error(f"--max-connections must be at least 64, got {args.max_connections}")
+    for flag in ("workers", "threads", "keepalive", "header_timeout", "body_timeout", "max_text_chars", "max_instances", "max_batch_size", "gallery_max_entries", "max_request_pixels"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     if args.max_upload_mb <= 0 or args.reload_interval < 0 or args.batch_timeout_ms < 0:
@@ -242,18 +260,21 @@ def metrics_dir():
 
 
 def when_ready(server):
-    for listener in server.LISTENERS:
-        host, port = listener.sock.getsockname()[:2]
+    front = server.app.front
+    addresses = [(front.host, front.port)] if front else [listener.sock.getsockname()[:2] for listener in server.LISTENERS]
+    for host, port in addresses:
         host = f"[{host}]" if ":" in host else host
-        print(f"disttrain-server: serving {server.app.app_config['MODEL_NAME']!r} at http://{host}:{port}/", flush=True)
+        print(f"disttrain-server: serving {server.app.app_config['MODEL_NAME']!r} at http://{host}:{port}/"
+              f"{' (nginx in front)' if front else ''}", flush=True)
 
 
 class ServerApplication(BaseApplication):
     """gunicorn's documented way to embed it: options in, our own app factory out."""
 
-    def __init__(self, app_config, options):
+    def __init__(self, app_config, options, front=None):
         self.app_config = app_config
         self.options = options
+        self.front = front
         super().__init__()
 
     def load_config(self):
@@ -270,10 +291,13 @@ class ServerApplication(BaseApplication):
         return create_app(self.app_config)
 
 
-def gunicorn_options(args):
+def gunicorn_options(args, front=None):
+    """gunicorn's settings; with a front it listens on the front's Unix socket only."""
     host = f"[{args.host}]" if ":" in args.host else args.host
+    # behind the front the peer is nginx: the client's address is the one nginx adds to X-Forwarded-For
+    client = "%({x-forwarded-for}i)s" if front else "%(h)s"
     return {
-        "bind": [f"{host}:{args.port}"],
+        "bind": [f"unix:{front.socket}" if front else f"{host}:{args.port}"],
         "workers": args.workers,
         "threads": args.threads,  # > 1 makes gunicorn use its gthread worker
         "preload_app": False,  # TensorFlow must never be imported before the fork
@@ -283,7 +307,7 @@ def gunicorn_options(args):
         "keepalive": args.keepalive,
         "accesslog": "-",
         # gunicorn's default format plus the worker's pid: which process answered (the gallery is per-process memory over shared files)
-        "access_log_format": '%(h)s %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" pid=%(p)s',
+        "access_log_format": client + ' %(l)s %(u)s %(t)s "%(r)s" %(s)s %(b)s "%(f)s" "%(a)s" pid=%(p)s',
         "proc_name": "disttrain-server",
         "control_socket_disable": True,  # gunicorn's shared ~/.gunicorn control socket would clash between servers
         "post_worker_init": post_worker_init,
@@ -315,12 +339,29 @@ def main(argv=None):
         # SIGCHLD handling, no place for a first import
         from prometheus_client import multiprocess  # noqa: F401
     master = os.getpid()
+    front = None
+    if args.front == "nginx":
+        front = Front(args.host, args.port, header_timeout=args.header_timeout, body_timeout=args.body_timeout,
+                      max_connections=args.max_connections, keepalive=args.keepalive, max_body_mb=args.max_upload_mb)
     try:
-        ServerApplication(config, gunicorn_options(args)).run()
+        if front:
+            # nginx gone, the server cannot be reached: stop gunicorn too (SIGTERM, its graceful halt), and
+            # exit non-zero below, so that the container is restarted
+            front.start(on_exit=lambda: os.kill(master, signal.SIGTERM))
+        try:
+            ServerApplication(config, gunicorn_options(args, front), front).run()
+        except SystemExit:
+            # gunicorn's halt ends the master by sys.exit (its workers leave this way too)
+            if os.getpid() == master and front and front.died.is_set():
+                raise ContractError("the front (nginx) exited: the server stopped with it") from None
+            raise
     finally:
-        # gunicorn's workers leave run() too, by SystemExit; only the master removes the directory
-        if made and os.getpid() == master:
-            shutil.rmtree(made, ignore_errors=True)
+        # gunicorn's workers leave run() too, by SystemExit; only the master removes the directories
+        if os.getpid() == master:
+            if front:
+                front.close()
+            if made:
+                shutil.rmtree(made, ignore_errors=True)
     return 0
 
 
