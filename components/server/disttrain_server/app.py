@@ -34,6 +34,7 @@ DEFAULT_CONFIG = {
     "TOP_K": 3,  # matches a face search returns unless the request asks for another k
     "API_TOKEN": None,  # bytes: the token (--api-token-file); None: no token is asked for
     "TOKEN_REQUIRED_FOR": "writes",  # "writes" (enrol, delete) or "all" (every /v1 call)
+    "PUBLIC_FACE_SEARCH": False,  # True: gallery reads and :search need no token under "writes" (--public-face-search)
     "READ_ONLY_GALLERY": False,  # True: enrol and delete answer 403
     "GALLERY_MAX_ENTRIES": 1000,  # enrolment past it answers 507
     "GALLERY_MAX_BYTES": 200 * 1024 * 1024,  # the gallery folder's bytes; enrolment past it answers 507

@@ -62,7 +62,7 @@ def parse_args(argv=None):
         "plus /healthz, /readyz, /report, /progress.json (the run in training), /runs (the run dashboard), /openapi.json and /metrics (Prometheus).",
         epilog="A model published later at --model (the aggregator replaces the file atomically) is loaded without a "
         "restart; until a model exists the server runs and /readyz answers 503. "
-        "Security: with --api-token-file, gallery writes (or, with --token-required-for all, every /v1 call) need "
+        "Security: with --api-token-file, the face gallery and face search (or, with --token-required-for all, every /v1 call) need "
         "'Authorization: Bearer <token>'; /healthz, /readyz (probes), the page, /static, /openapi.json, /report and the run dashboard (/runs) stay open. "
         "POST bodies must be application/json or multipart/form-data, and multipart needs an X-Requested-With header "
         "(any value) unless a browser says it comes from this server's own page; cross-site browser requests are refused.",
@@ -107,8 +107,13 @@ def parse_args(argv=None):
     security.add_argument("--api-token-file", metavar="PATH", help="a file holding the API token (surrounding whitespace removed); "
                           "clients send it as 'Authorization: Bearer <token>'. Default: no token (anyone may call everything)")
     security.add_argument("--token-required-for", choices=("writes", "all"), default="writes",
-                          help="with --api-token-file: 'writes' = gallery enrol and delete need the token; 'all' = every /v1 call "
-                          "(predict, search, gallery, metadata) does too. /healthz and /readyz stay open for Kubernetes probes (default writes)")
+                          help="with --api-token-file: 'writes' = the face gallery needs the token (enrol, delete, and, unless "
+                          "--public-face-search, its list, thumbnails and :search); 'all' = every /v1 call "
+                          "(predict, metadata too) does. /healthz and /readyz stay open for Kubernetes probes (default writes)")
+    security.add_argument("--public-face-search", action="store_true", help="with --api-token-file and --token-required-for "
+                          "writes: the gallery's list and thumbnails and :search answer without the token, so anyone who "
+                          "reaches the server sees the enrolled people's names and faces and learns which of them a photo "
+                          "matches (default: they need the token)")
     security.add_argument("--read-only-gallery", action="store_true", help="enrol and delete answer 403; search still works (public demos)")
     security.add_argument("--gallery-max-entries", type=int, default=1000, help="most gallery entries; enrolling past it answers 507 (default 1000)")
     security.add_argument("--gallery-max-mb", type=float, default=200, help="most MB the gallery folder may hold; enrolling past it answers 507 (default 200)")
@@ -175,6 +180,7 @@ def app_config(args):
         "TOP_K": args.top_k,
         "API_TOKEN": args.api_token,
         "TOKEN_REQUIRED_FOR": args.token_required_for,
+        "PUBLIC_FACE_SEARCH": args.public_face_search,
         "READ_ONLY_GALLERY": args.read_only_gallery,
         "GALLERY_MAX_ENTRIES": args.gallery_max_entries,
         "GALLERY_MAX_BYTES": int(args.gallery_max_mb * 1024 * 1024),
