@@ -112,12 +112,25 @@ def model_status(model_name, version=None, label=None):
     return {"model_version_status": [entry], "ready": entry["state"] == "AVAILABLE"}
 
 
+# Training statistics that are a single record's value (the smallest and largest of each feature):
+# /metadata leaves them out unless --show-heldout-examples, which hands out whole rows anyway.
+ROW_STATISTICS = ("min", "max")
+
+
+def described_input(spec):
+    """The model's input as /metadata describes it: its statistics without ROW_STATISTICS by default."""
+    statistics = spec.get("statistics")
+    if not statistics or current_app.config["SHOW_HELDOUT_EXAMPLES"]:
+        return spec
+    return {**spec, "statistics": {k: v for k, v in statistics.items() if k not in ROW_STATISTICS}}
+
+
 @model_routes(bp, MODEL_PATHS, "/metadata", "GET")
 def model_metadata(model_name, version=None, label=None):
     """TF Serving's GetModelMetadataResponse: the serving_default signature_def, plus our own facts
     (task, labels, input, limits, embedding_size) as a second metadata field, "disttrain"."""
     loaded = resolve(model_name, version, label)
-    ours = {"task": loaded.task, "labels": loaded.labels, "input": loaded.input_spec, "limits": limits()}
+    ours = {"task": loaded.task, "labels": loaded.labels, "input": described_input(loaded.input_spec), "limits": limits()}
     if loaded.is_numeric:
         # classification (probabilities over labels) or regression (one value of target per instance)
         ours.update(problem=loaded.meta.get("problem", "classification"), target=loaded.target)

@@ -40,6 +40,7 @@ DEFAULT_CONFIG = {
     "GALLERY_MAX_BYTES": 200 * 1024 * 1024,  # the gallery folder's bytes; enrolment past it answers 507
     "ALLOWED_HOSTS": [],  # Host headers served; empty: any (see security.check_host)
     "MAX_REQUEST_PIXELS": 16_000_000,  # encoded images of one request, summed, before decoding (uploads.PixelBudget)
+    "SHOW_HELDOUT_EXAMPLES": False,  # True: the page embeds held-out rows with their labels, /metadata the training min/max
     "METRICS": True,  # GET /metrics and the counting behind it (see metrics); False: neither
 }
 

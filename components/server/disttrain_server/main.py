@@ -114,6 +114,10 @@ def parse_args(argv=None):
                           "writes: the gallery's list and thumbnails and :search answer without the token, so anyone who "
                           "reaches the server sees the enrolled people's names and faces and learns which of them a photo "
                           "matches (default: they need the token)")
+    security.add_argument("--show-heldout-examples", action="store_true", help="the page of a table or array model "
+                          "prefills its form with up to 20 held-out rows of the served run's data and their true labels, "
+                          "and /metadata gives each feature's training minimum and maximum (single records' values). "
+                          "Default: the page prefills the training mean and /metadata gives means and variances only")
     security.add_argument("--read-only-gallery", action="store_true", help="enrol and delete answer 403; search still works (public demos)")
     security.add_argument("--gallery-max-entries", type=int, default=1000, help="most gallery entries; enrolling past it answers 507 (default 1000)")
     security.add_argument("--gallery-max-mb", type=float, default=200, help="most MB the gallery folder may hold; enrolling past it answers 507 (default 200)")
@@ -186,6 +190,7 @@ def app_config(args):
         "GALLERY_MAX_BYTES": int(args.gallery_max_mb * 1024 * 1024),
         "ALLOWED_HOSTS": args.allowed_hosts,
         "MAX_REQUEST_PIXELS": args.max_request_pixels,
+        "SHOW_HELDOUT_EXAMPLES": args.show_heldout_examples,
         "METRICS": not args.no_metrics,
     }
 
