@@ -558,7 +558,8 @@ def test_helm_test_checks_that_requiredfor_all_refuses_a_call_without_the_token(
 
 
 def test_helm_test_without_auth_sends_no_token(stand_in, tmp_path):
-    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=("server.auth.enabled=false", "server.gallery.readOnly=true"))
+    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=("server.auth.enabled=false", "server.gallery.readOnly=true",
+                                                               "server.auth.publicFaceSearch=true"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert StandIn.authorizations == [None]
 

@@ -5,7 +5,7 @@ import base64
 
 import pytest
 
-from chartlib import CHART, NAMES, arg, find, helm, main_container, one, pod_spec, policy_of, render, render_error, wait_containers
+from chartlib import CHART, NAMES, arg, find, helm, load_all, main_container, one, pod_spec, policy_of, render, render_error, stage_container, wait_containers
 
 PUBLIC_OPEN = ("server.auth.enabled=false",)  # with the defaults: LoadBalancer, no source ranges, writable gallery
 REFUSAL = "lets anyone"
@@ -60,7 +60,7 @@ def test_an_existing_secret_is_used_as_it_is():
 
 
 def test_no_auth_no_token_anywhere():
-    docs = render(sets=("server.auth.enabled=false", "server.gallery.readOnly=true"))
+    docs = render(sets=("server.auth.enabled=false", "server.gallery.readOnly=true", "server.auth.publicFaceSearch=true"))
     assert not find(docs, "Secret")
     server = main_container(docs, "server")
     assert "--api-token-file" not in server["args"] and "--token-required-for" not in server["args"]
@@ -78,7 +78,7 @@ def test_server_limits_and_hosts_reach_the_args():
     assert arg(server, "--allowed-hosts") == ("demo.example.com,127.0.0.1,dt-disttrain-server,dt-disttrain-server.ml,"
                                               "dt-disttrain-server.ml.svc,dt-disttrain-server.ml.svc.cluster.local")
     assert "--read-only-gallery" not in server["args"]
-    assert "--allowed-hosts" not in main_container(render(), "server")["args"]  # empty: any host
+    assert arg(main_container(render(), "server"), "--allowed-hosts").startswith("disttrain.example.com,")  # ci's default-values
 
 
 # ------------------------------------------------------------------ the shared volume and the gallery
@@ -132,14 +132,53 @@ def test_helm3_refuses_it_too():
 
 @pytest.mark.parametrize("sets", [
     ("server.service.allowPublicUnauthenticated=true",),
-    ("server.gallery.readOnly=true",),
+    ("server.gallery.readOnly=true", "server.auth.publicFaceSearch=true"),
     ("server.service.loadBalancerSourceRanges={203.0.113.0/24}",),
     ("server.service.type=ClusterIP",),
     (),  # auth on: the default
 ])
 def test_each_way_out_is_accepted(sets):
-    sets = sets if sets == () else PUBLIC_OPEN + sets
+    sets = ("server.allowedHosts={demo.example.com}",) + (sets if sets == () else PUBLIC_OPEN + sets)
     helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", *sum((["--set", s] for s in sets), []))
+
+
+FACE_REFUSAL = "lets anyone search the face gallery and read the enrolled people's names and faces"
+HOSTS_REFUSAL = "disttrain: a LoadBalancer or Ingress server with no host names"
+HOST = ("server.allowedHosts={demo.example.com}",)
+
+
+@pytest.mark.parametrize("sets", [
+    PUBLIC_OPEN + ("server.gallery.readOnly=true",),  # nobody can write, but anyone could search
+    PUBLIC_OPEN + ("server.gallery.readOnly=true", "server.service.type=ClusterIP", "server.ingress.enabled=true"),
+])
+def test_public_face_search_without_a_token_is_refused(sets):
+    err = render_error(sets=("storage.storageClass=x",) + HOST + sets, extra=("--skip-schema-validation",))
+    assert FACE_REFUSAL in err and "server.auth.publicFaceSearch=true" in err
+    assert len([line for line in err.splitlines() if "disttrain:" in line]) == 1, err
+    docs = render(sets=HOST + sets + ("server.auth.publicFaceSearch=true",))  # the opt-out says what it exposes
+    assert one(docs, "Deployment", "server")
+
+
+def test_face_search_needs_the_token_unless_opted_out(defaults_manifest):
+    server = stage_container(defaults_manifest, "server")
+    assert "--public-face-search" not in server["args"] and arg(server, "--token-required-for") == "writes"
+    assert "--show-heldout-examples" not in server["args"]
+    opened = main_container(render(sets=("server.auth.publicFaceSearch=true", "server.showHeldoutExamples=true")), "server")
+    assert "--public-face-search" in opened["args"] and "--show-heldout-examples" in opened["args"]
+
+
+def test_a_load_balancer_or_ingress_needs_host_names():
+    for sets in [(), ("server.service.type=ClusterIP", "server.ingress.enabled=true", "server.ingress.hosts[0].host=")]:
+        err = render_error(sets=("storage.storageClass=x", *sets), extra=("--skip-schema-validation",))
+        assert HOSTS_REFUSAL in err and "server.allowedHosts" in err, err
+        assert len([line for line in err.splitlines() if "disttrain:" in line]) == 1, err
+    # an Ingress gives its hosts; a ClusterIP Service alone may answer any Host (port-forward, in-cluster clients)
+    docs = render(sets=("server.allowedHosts=null", "server.service.type=ClusterIP", "server.ingress.enabled=true",
+                        "server.ingress.hosts[0].host=demo.example.com"))
+    hosts = arg(main_container(docs, "server"), "--allowed-hosts").split(",")
+    assert hosts[0] == "demo.example.com" and "dt-disttrain-server.ml.svc" in hosts
+    plain = main_container(render(sets=("server.allowedHosts=null", "server.service.type=ClusterIP")), "server")
+    assert "--allowed-hosts" not in plain["args"]
 
 
 def test_allocate_load_balancer_node_ports(defaults_manifest):
@@ -166,6 +205,28 @@ def test_ingress_is_optional_and_points_at_the_service(defaults_manifest):
     assert rule["host"] == "demo.example.com"
     (path,) = rule["http"]["paths"]
     assert path["backend"] == {"service": {"name": service["metadata"]["name"], "port": {"number": 80}}}
+
+
+def test_the_tls_ingress_example_of_the_docs_renders(tmp_path):
+    """docs/security.md, section TLS: its values file as written, rendered. TLS at the Ingress for the
+    page's host, the Service off the network, the server answering that host only."""
+    text = (CHART.parents[1] / "docs" / "security.md").read_text()
+    example = text.split("## TLS", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    values = tmp_path / "tls-values.yaml"
+    values.write_text(example)
+    docs = load_all(helm("template", "dt", str(CHART), "--namespace", "ml", "--set", "storage.storageClass=nfs-client",
+                         "-f", str(values)).stdout)
+    ingress = one(docs, "Ingress")
+    assert ingress["spec"]["tls"] == [{"hosts": ["demo.example.com"], "secretName": "demo-tls"}]
+    assert ingress["spec"]["rules"][0]["host"] == "demo.example.com" and ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/ssl-redirect"] == "true"
+    service = one(docs, "Service", "server")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == service["metadata"]["name"]
+    hosts = arg(main_container(docs, "server"), "--allowed-hosts").split(",")
+    assert hosts[0] == "demo.example.com" and "evil.example" not in hosts
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "dt-disttrain-server"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}} in policy["spec"]["ingress"][0]["from"]
 
 
 def test_every_namespaced_resource_names_the_release_namespace():
@@ -281,7 +342,8 @@ def test_nfs_server_without_node_cidrs_is_refused():
     assert "nfsServer.networkPolicy.allowedCIDRs" in err
     err = render_error(sets=("nfsServer.enabled=true",), extra=("--skip-schema-validation",))
     assert "nfsServer.networkPolicy.allowedCIDRs" in err
-    helm("template", "dt", str(CHART), "--set", "nfsServer.enabled=true", "--set", "networkPolicy.enabled=false")
+    helm("template", "dt", str(CHART), "--set", "nfsServer.enabled=true", "--set", "networkPolicy.enabled=false",
+         "--set", "server.allowedHosts={demo.example.com}")
 
 
 def test_policies_can_be_turned_off():

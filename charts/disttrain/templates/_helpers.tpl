@@ -655,6 +655,17 @@ aggregator averages at least (default: the trainer's). Equal to workers unless t
   readOnly: true
 {{- end -}}
 
+{{/* The Host names the server answers, comma-separated: server.allowedHosts, else the Ingress' hosts (empty: any). */}}
+{{- define "disttrain.serverHosts" -}}
+{{- if .Values.server.allowedHosts -}}
+{{- join "," .Values.server.allowedHosts -}}
+{{- else if .Values.server.ingress.enabled -}}
+{{- $hosts := list -}}
+{{- range .Values.server.ingress.hosts }}{{ if .host }}{{ $hosts = append $hosts .host }}{{ end }}{{ end -}}
+{{- join "," $hosts -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The face gallery: its own writable mount (the server mounts the shared volume read-only). */}}
 {{- define "disttrain.galleryMountPath" -}}/var/lib/disttrain/gallery{{- end -}}
 {{- define "disttrain.gallerySubPath" -}}gallery{{- end -}}
@@ -672,5 +683,12 @@ server.service.allowPublicUnauthenticated (the schema says the same; this repeat
 {{- end -}}
 {{- if and .Values.nfsServer.enabled .Values.networkPolicy.enabled (not .Values.nfsServer.networkPolicy.allowedCIDRs) -}}
 {{- fail "disttrain: nfsServer.enabled with networkPolicy.enabled needs nfsServer.networkPolicy.allowedCIDRs: the CIDR(s) of your nodes, which mount the export (it is rw,no_root_squash: no other peer may reach it)" -}}
+{{- end -}}
+{{- $public := or (and (eq $svc.type "LoadBalancer") (not $svc.loadBalancerSourceRanges)) .Values.server.ingress.enabled -}}
+{{- if and (ne .Values.server.backend "tfserving") $public (not .Values.server.auth.enabled) (not .Values.server.auth.publicFaceSearch) (not $svc.allowPublicUnauthenticated) -}}
+{{- fail "disttrain: a public server (a LoadBalancer with no server.service.loadBalancerSourceRanges, or server.ingress) with no API token (server.auth.enabled=false) lets anyone search the face gallery and read the enrolled people's names and faces. Set server.auth.enabled=true or loadBalancerSourceRanges, or accept it with server.auth.publicFaceSearch=true" -}}
+{{- end -}}
+{{- if and (ne .Values.server.backend "tfserving") (or (eq $svc.type "LoadBalancer") .Values.server.ingress.enabled) (not (include "disttrain.serverHosts" . | trim)) -}}
+{{- fail "disttrain: a LoadBalancer or Ingress server with no host names (server.allowedHosts empty, and no server.ingress.hosts) answers any Host header, so a page on another site can call its API through DNS rebinding: set server.allowedHosts to the names (or the load balancer's IP) clients use, e.g. {demo.example.com}, or put it behind server.ingress with hosts" -}}
 {{- end -}}
 {{- end -}}
