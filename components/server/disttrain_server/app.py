@@ -42,6 +42,7 @@ DEFAULT_CONFIG = {
     "MAX_REQUEST_PIXELS": 16_000_000,  # encoded images of one request, summed, before decoding (uploads.PixelBudget)
     "SHOW_HELDOUT_EXAMPLES": False,  # True: the page embeds held-out rows with their labels, /metadata the training min/max
     "METRICS": True,  # GET /metrics and the counting behind it (see metrics); False: neither
+    "METRICS_PORT": None,  # the port /metrics answers on, and nothing else does (--metrics-port); None: on every port
 }
 
 

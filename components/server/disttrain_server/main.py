@@ -103,6 +103,9 @@ def parse_args(argv=None):
     p.add_argument("--no-metrics", action="store_true", help="no GET /metrics and no counting behind it. With metrics on, the "
                    f"workers share their values through files in ${MULTIPROC_ENV} (emptied of *.db files at start) or, "
                    "unset, in a new temporary directory removed at exit")
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="answer /metrics on this port (bound on --host too) and "
+                   "nowhere else, and nothing but /metrics on it: the API's port, which a Service or Ingress publishes, "
+                   "then never publishes the scrape (the chart's default). Default: /metrics on --port")
     security = p.add_argument_group("security")
     security.add_argument("--api-token-file", metavar="PATH", help="a file holding the API token (surrounding whitespace removed); "
                           "clients send it as 'Authorization: Bearer <token>'. Default: no token (anyone may call everything)")
@@ -134,6 +137,11 @@ def parse_args(argv=None):
     for flag in ("workers", "threads", "keepalive", "max_text_chars", "max_instances", "max_batch_size", "gallery_max_entries", "max_request_pixels"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    if args.metrics_port is not None:
+        if not 1 <= args.metrics_port <= 65535 or args.metrics_port == args.port:
+            p.error(f"--metrics-port must be between 1 and 65535 and not --port ({args.port}), got {args.metrics_port}")
+        if args.no_metrics:
+            p.error("--metrics-port and --no-metrics exclude each other")
     if args.max_upload_mb <= 0 or args.reload_interval < 0 or args.batch_timeout_ms < 0:
         p.error("--max-upload-mb must be positive, --reload-interval and --batch-timeout-ms not negative")
     if args.gallery_max_mb <= 0:
@@ -192,6 +200,7 @@ def app_config(args):
         "MAX_REQUEST_PIXELS": args.max_request_pixels,
         "SHOW_HELDOUT_EXAMPLES": args.show_heldout_examples,
         "METRICS": not args.no_metrics,
+        "METRICS_PORT": args.metrics_port,
     }
 
 
@@ -256,7 +265,10 @@ def when_ready(server):
     for listener in server.LISTENERS:
         host, port = listener.sock.getsockname()[:2]
         host = f"[{host}]" if ":" in host else host
-        print(f"disttrain-server: serving {server.app.app_config['MODEL_NAME']!r} at http://{host}:{port}/", flush=True)
+        if port == server.app.app_config["METRICS_PORT"]:
+            print(f"disttrain-server: metrics at http://{host}:{port}/metrics", flush=True)
+        else:
+            print(f"disttrain-server: serving {server.app.app_config['MODEL_NAME']!r} at http://{host}:{port}/", flush=True)
 
 
 class ServerApplication(BaseApplication):
@@ -284,7 +296,7 @@ class ServerApplication(BaseApplication):
 def gunicorn_options(args):
     host = f"[{args.host}]" if ":" in args.host else args.host
     return {
-        "bind": [f"{host}:{args.port}"],
+        "bind": [f"{host}:{args.port}"] + ([f"{host}:{args.metrics_port}"] if args.metrics_port else []),
         "workers": args.workers,
         "threads": args.threads,  # > 1 makes gunicorn use its gthread worker
         "preload_app": False,  # TensorFlow must never be imported before the fork

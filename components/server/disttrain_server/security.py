@@ -64,7 +64,7 @@ SECURITY_HEADERS = {
 
 # Probes: open to any Host and to callers without a token.
 PROBE_PATHS = ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready")
-SCRAPE_PATH = "/metrics"  # open the same way (metrics.py)
+SCRAPE_PATH = "/metrics"  # open the same way (metrics.py; with --metrics-port only on that port)
 STATE_CHANGING = ("POST", "PUT", "PATCH", "DELETE")
 BODY_TYPES = ("application/json", "multipart/form-data")
 # Read-only model calls that read their body as JSON whatever it is declared as (docstring above):
