@@ -566,7 +566,7 @@ def test_helm_test_without_auth_sends_no_token(stand_in, tmp_path):
 
 # ---------------------------------------------- the helm test pod's python, server.backend tfserving
 
-TFSERVING = ("server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP")
+TFSERVING = ("server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP", "server.allowedHosts=null")
 
 
 def test_helm_test_against_tfserving_waits_for_available_then_predicts_a_text(stand_in, tmp_path):

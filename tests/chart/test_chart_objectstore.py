@@ -24,7 +24,7 @@ from chartlib import (
     workloads,
 )
 
-STORAGE = ("storage.storageClass=nfs-client",)
+STORAGE = ("storage.storageClass=nfs-client", "server.allowedHosts={demo.example.com}")
 STORE = ("objectStore.endpoint=http://seaweedfs.storage.svc:8333", "objectStore.allowPlainHttp=true", "objectStore.existingSecret=store-keys",
          "objectStore.networkPolicy.to[0].ipBlock.cidr=10.20.0.0/16")
 LABEL = "disttrain.io/object-store"
@@ -179,7 +179,7 @@ def test_aws_s3_with_workload_identity_needs_no_secret():
     assert env == {"AWS_REGION": {"name": "AWS_REGION", "value": "eu-west-1"}}
     policy = one(docs, "NetworkPolicy", "object-store")
     assert policy["spec"]["egress"] == [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 443}]}]
-    account = one(docs, "ServiceAccount")
+    (account,) = [a for a in find(docs, "ServiceAccount") if a["metadata"]["name"] == "dt-disttrain"]  # the stages'
     assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/disttrain"}
 
 

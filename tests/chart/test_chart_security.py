@@ -289,8 +289,10 @@ def test_server_port_is_open_to_all_by_default_and_to_the_test_pod(defaults_mani
     server = policy_of(defaults_manifest, "server")
     assert selects(server["spec"]["podSelector"], server_labels)
     assert server["spec"]["policyTypes"] == ["Ingress"]
-    anyone, tester = server["spec"]["ingress"]
+    anyone, scrapers, tester = server["spec"]["ingress"]
     assert anyone == {"ports": [{"protocol": "TCP", "port": 8080}]}  # no `from`: any source
+    # the metrics port from the cluster's pods only (metrics.networkPolicy.namespaceSelectors empty)
+    assert scrapers == {"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": 9090}]}
     (peer,) = tester["from"]
     assert selects(peer["podSelector"], defaults_manifest.get(NAMES["test"])["metadata"]["labels"]) and tester["ports"] == anyone["ports"]
     test = policy_of(defaults_manifest, "test")
@@ -304,7 +306,7 @@ def test_server_peers_from_values():
     docs = render(sets=("server.port=9000", "server.networkPolicy.allowFrom.ipBlocks[0].cidr=203.0.113.0/24",
                         "server.networkPolicy.allowFrom.ipBlocks[0].except[0]=203.0.113.7/32",
                         "server.networkPolicy.allowFrom.namespaceSelectors[0].kubernetes\\.io/metadata\\.name=ingress-nginx"))
-    peers, _ = policy(docs, "server")["spec"]["ingress"]
+    peers, _scrapers, _tester = policy(docs, "server")["spec"]["ingress"]
     assert peers["from"] == [{"ipBlock": {"cidr": "203.0.113.0/24", "except": ["203.0.113.7/32"]}},
                              {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]
     assert peers["ports"] == [{"protocol": "TCP", "port": 9000}]
@@ -313,7 +315,7 @@ def test_server_peers_from_values():
 def test_without_the_helm_test_there_is_no_test_policy():
     docs = render(sets=("tests.enabled=false",))
     assert not [d for d in find(docs, "NetworkPolicy") if d["metadata"]["name"].endswith("-test")]
-    assert len(policy(docs, "server")["spec"]["ingress"]) == 1
+    assert len(policy(docs, "server")["spec"]["ingress"]) == 2  # the clients, the metrics port
 
 
 def test_copier_egress_is_https_by_default_and_a_value(defaults_manifest):
@@ -370,3 +372,26 @@ def test_the_optional_shapes_validate_strictly(kube):
     assert find(docs, "Ingress")
     for doc in docs:
         kubernetes_validate.validate(doc, kube, strict=True)
+
+
+def test_the_public_pods_do_not_carry_the_object_stores_identity():
+    """serviceAccount.annotations (e.g. an IRSA role for the object store) stay on the stages'
+    ServiceAccount; the server, TensorBoard and the helm test pod run as their own, without them."""
+    docs = render(sets=("tensorboard.enabled=true", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/store"))
+    accounts = {d["metadata"]["name"]: d for d in find(docs, "ServiceAccount")}
+    assert set(accounts) == {"dt-disttrain", "dt-disttrain-serving"}
+    assert accounts["dt-disttrain"]["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/store"}
+    assert "annotations" not in accounts["dt-disttrain-serving"]["metadata"]
+    assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
+    serving = {"Deployment/dt-disttrain-server", "Deployment/dt-disttrain-tensorboard", "Pod/dt-disttrain-test"}
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "Job", "Pod"):
+            spec = doc["spec"] if doc["kind"] == "Pod" else doc["spec"]["template"]["spec"]
+            name = f"{doc['kind']}/{doc['metadata']['name']}"
+            if name.endswith("nfs-server"):
+                continue
+            assert spec["serviceAccountName"] == ("dt-disttrain-serving" if name in serving else "dt-disttrain"), name
+    named = render(sets=("serviceAccount.create=false", "serviceAccount.name=store-identity"))
+    assert pod_spec(one(named, "Deployment", "server"))["serviceAccountName"] == "default"
+    assert pod_spec(one(named, "Job", "copier"))["serviceAccountName"] == "store-identity"
+    assert not find(named, "ServiceAccount")
