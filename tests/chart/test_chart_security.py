@@ -76,7 +76,7 @@ def test_server_limits_and_hosts_reach_the_args():
     assert arg(server, "--max-request-pixels") == "4000000"
     # the Service's in-cluster names are added, so the helm test pod (and other pods) get through
     assert arg(server, "--allowed-hosts") == ("demo.example.com,127.0.0.1,dt-disttrain-server,dt-disttrain-server.ml,"
-                                              "dt-disttrain-server.ml.svc,dt-disttrain-server.ml.svc.cluster.local")
+                                              "dt-disttrain-server.ml.svc,dt-disttrain-server.ml.svc.cluster.local,localhost")  # loopback: port-forward
     assert "--read-only-gallery" not in server["args"]
     assert arg(main_container(render(), "server"), "--allowed-hosts").startswith("disttrain.example.com,")  # ci's default-values
 
