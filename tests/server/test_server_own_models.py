@@ -247,6 +247,12 @@ def test_page_offers_a_prefilled_form_per_feature(cancer_client, cancer_root, di
     assert "Prefilled with a held-out example" in shown and 'id="example"' in shown
     assert f"label {['benign', 'malignant'][int(y[0])]}" in shown
     assert f'{float(f"{x[1, 0]:.7g}")}, {float(f"{x[1, 1]:.7g}")}' in shown  # the rows, as the default page lacks them
+    # every API call behind the token: the page holds neither rows nor the statistics /metadata would need it for
+    guarded = create_app({"MODEL_PATH": str(cancer_root / "final" / "model.keras"), "GALLERY_DIR": str(cancer_root / "gallery"),
+                          "TESTING": True, "SHOW_HELDOUT_EXAMPLES": True, "API_TOKEN": b"s3cret", "TOKEN_REQUIRED_FOR": "all"})
+    page = guarded.test_client().get("/").get_data(as_text=True)
+    assert "Enter a value for every field." in page and f'value="{float(f"{mean[0]:.7g}")}"' not in page
+    assert f'value="{float(f"{x[0, 0]:.7g}")}"' not in page and "label benign" not in page and "label malignant" not in page
     html = diabetes_client.get("/").get_data(as_text=True)
     assert "<title>disttrain · table regression</title>" in html and "predicts <strong>progression</strong> (regression)" in html
     html = counts_client.get("/").get_data(as_text=True)

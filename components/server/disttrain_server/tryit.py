@@ -27,11 +27,15 @@ MAX_EXAMPLES = 20
 MAX_EXAMPLE_NUMBERS = 20_000  # the examples travel in the page: at most this many numbers in all
 
 
-def form(loaded, show_heldout=False):
+def form(loaded, show_heldout=False, prefill=True):
     """{"inputs": [{"name", "shape", "fields": [{"id", "label", "index"}] or "box": True}], "examples":
     [{"values": {input name: flat list}, "truth": str}], "source": "held-out" | "mean" | None}.
-    Held-out rows only with show_heldout; otherwise (and when the rows are not at hand) the mean."""
+    Held-out rows only with show_heldout; otherwise (and when the rows are not at hand) the mean;
+    nothing with prefill False (the page of a server whose every API call needs the token: the
+    statistics are the model's metadata, which the token guards)."""
     inputs = [_input(item, loaded, len(loaded.inputs)) for item in loaded.inputs]
+    if not prefill:
+        return {"inputs": inputs, "examples": [], "source": None}
     examples = held_out_examples(loaded) if show_heldout else []
     source = "held-out" if examples else None
     if not examples:
