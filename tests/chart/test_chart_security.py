@@ -395,3 +395,13 @@ def test_the_public_pods_do_not_carry_the_object_stores_identity():
     assert pod_spec(one(named, "Deployment", "server"))["serviceAccountName"] == "default"
     assert pod_spec(one(named, "Job", "copier"))["serviceAccountName"] == "store-identity"
     assert not find(named, "ServiceAccount")
+
+
+def test_notes_warn_when_face_search_is_public():
+    def notes(*sets):
+        out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", "ml", "--set", "storage.storageClass=x",
+                   *sum((["--set", s] for s in HOST + sets), []))
+        return out.stdout.split("NOTES:", 1)[1]
+
+    assert "server.auth.publicFaceSearch=true: anyone who reaches the server can" in notes("server.auth.publicFaceSearch=true")
+    assert "publicFaceSearch" not in notes()
