@@ -1,5 +1,6 @@
 """The try-it form of a user's own table model in a real browser (Debian's chromium via Playwright)
-against a real gunicorn server: prefilled with held-out examples, its answer the API's."""
+against a real gunicorn server run with --show-heldout-examples: prefilled with held-out examples, its
+answer the API's."""
 
 import re
 import shutil
@@ -22,7 +23,7 @@ def served(tmp_path_factory):
     source = own_models.cancer(tmp_path_factory)
     shutil.copytree(source / "data", workdir / "data")
     publish(str(source / "final" / "model.keras"), workdir)
-    with running_server(workdir, "--workers", "1", "--reload-interval", "1") as (base, _proc, _log):
+    with running_server(workdir, "--workers", "1", "--reload-interval", "1", "--show-heldout-examples") as (base, _proc, _log):
         yield base, workdir
 
 

@@ -558,14 +558,15 @@ def test_helm_test_checks_that_requiredfor_all_refuses_a_call_without_the_token(
 
 
 def test_helm_test_without_auth_sends_no_token(stand_in, tmp_path):
-    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=("server.auth.enabled=false", "server.gallery.readOnly=true"))
+    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=("server.auth.enabled=false", "server.gallery.readOnly=true",
+                                                               "server.auth.publicFaceSearch=true"))
     assert out.returncode == 0, out.stdout + out.stderr
     assert StandIn.authorizations == [None]
 
 
 # ---------------------------------------------- the helm test pod's python, server.backend tfserving
 
-TFSERVING = ("server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP")
+TFSERVING = ("server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP", "server.allowedHosts=null")
 
 
 def test_helm_test_against_tfserving_waits_for_available_then_predicts_a_text(stand_in, tmp_path):

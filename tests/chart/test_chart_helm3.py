@@ -46,5 +46,5 @@ def test_helm3_schema_refusals_are_clear(sets, expected):
 
 
 def test_helm3_accepts_decimal_strings_from_set():
-    helm("template", RELEASE, str(CHART), "--set", "storage.storageClass=x", "--set", "learningRate=0.0003",
+    helm("template", RELEASE, str(CHART), "--set", "storage.storageClass=x", "--set", "server.allowedHosts={demo.example.com}", "--set", "learningRate=0.0003",
          "--set", "data.testFraction=0.25", major=3)

@@ -135,11 +135,11 @@ def test_schema_rejects_no_storage_naming_every_choice(sets):
 @pytest.mark.parametrize("storage", [["storage.storageClass=x"], ["storage.existingClaim=c"], ["storage.nfs.server=10.0.0.1"],
                                      ["nfsServer.enabled=true", "nfsServer.networkPolicy.allowedCIDRs={10.0.0.0/8}"], ["storage.storageClass=-"]])
 def test_schema_accepts_each_storage_choice(storage):
-    helm("template", "dt", str(CHART), *sum((["--set", s] for s in storage), []))
+    helm("template", "dt", str(CHART), "--set", "server.allowedHosts={demo.example.com}", *sum((["--set", s] for s in storage), []))
 
 
 def test_rwo_is_fine_with_one_worker():
-    helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", "--set", "workers=1", "--set", "storage.accessMode=ReadWriteOnce")
+    helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", "--set", "server.allowedHosts={demo.example.com}", "--set", "workers=1", "--set", "storage.accessMode=ReadWriteOnce")
 
 
 # The same rules in the templates (clear messages when the schema is skipped: --skip-schema-validation).
@@ -162,7 +162,7 @@ def test_template_fail_messages(sets, expected):
                                     "npz:/workdir/x.npz", "images:/workdir/people", "keras:imdb", "keras:imdb=/workdir/imdb"])
 def test_schema_accepts_every_documented_source(source):
     """Every source values.yaml documents (sample:faces was refused by the schema until make test-cluster ran it)."""
-    helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", "--set", f"data.source={source}")
+    helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", "--set", "server.allowedHosts={demo.example.com}", "--set", f"data.source={source}")
 
 
 @pytest.mark.parametrize(

@@ -532,10 +532,11 @@ def test_only_the_nfs_server_is_privileged_and_it_says_so():
 
 def test_service_account_mounts_no_token():
     docs = render()
-    sa = one(docs, "ServiceAccount")
-    assert sa["automountServiceAccountToken"] is False
+    accounts = {sa["metadata"]["name"]: sa for sa in find(docs, "ServiceAccount")}
+    assert set(accounts) == {"dt-disttrain", "dt-disttrain-serving"}  # the stages', the server's (test_chart_security)
+    assert all(sa["automountServiceAccountToken"] is False for sa in accounts.values())
     for doc in workloads(docs):
-        assert pod_spec(doc)["serviceAccountName"] == sa["metadata"]["name"]
+        assert pod_spec(doc)["serviceAccountName"] in accounts
 
 
 def test_resources_per_stage_come_from_values():
@@ -660,7 +661,7 @@ def test_every_resource_has_the_standard_labels(variant):
 def test_notes_tell_how_to_follow_read_and_open():
     from chartlib import CHART, helm
 
-    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x")
+    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x", "--set", "server.allowedHosts={demo.example.com}")
     notes = out.stdout.split("NOTES:", 1)[1]
     for needle in (
         "kubectl logs -n ml -f job/dt-disttrain-copier-r1",
@@ -680,7 +681,7 @@ def test_notes_tell_how_to_follow_read_and_open():
 def test_notes_count_every_trainer_pod_of_a_parameter_server_group():
     from chartlib import CHART, helm
 
-    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x",
+    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x", "--set", "server.allowedHosts={demo.example.com}",
                "--set", "strategy=parameterserver", "--set", "parameterServers=2", "--set", "workers=3")
     notes = out.stdout.split("NOTES:", 1)[1]
     assert "3 worker(s) + 2 parameter server(s) + the chief" in notes

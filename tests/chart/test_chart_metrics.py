@@ -8,7 +8,7 @@ from chartlib import DEFAULT_KUBE, NAMES, arg, find, main_container, one, pod_sp
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)")
 
-SCRAPE = {"prometheus.io/scrape": "true", "prometheus.io/port": "8080", "prometheus.io/path": "/metrics"}
+SCRAPE = {"prometheus.io/scrape": "true", "prometheus.io/port": "9090", "prometheus.io/path": "/metrics"}
 TENSORBOARD_ON = ("tensorboard.enabled=true",)
 RESTRICTED = ("server.networkPolicy.allowFrom.ipBlocks[0].cidr=10.0.0.0/8",)
 
@@ -58,11 +58,25 @@ def test_server_pods_are_annotated_for_scraping_and_share_a_multiprocess_dir_on_
         defaults_manifest.get("ServiceMonitor/dt-disttrain-server")
 
 
-def test_scrape_port_follows_the_server_port_and_pod_annotations_win(tmp_path):
+def test_scrape_port_follows_the_metrics_port_and_pod_annotations_win(tmp_path):
     values = tmp_path / "values.yaml"
     values.write_text('podAnnotations:\n  prometheus.io/path: /custom\n  team: ml\n')
-    docs = render(sets=("server.port=9000",), extra=("-f", str(values)))
-    assert server_pod(docs)["metadata"]["annotations"] == {**SCRAPE, "prometheus.io/port": "9000", "prometheus.io/path": "/custom", "team": "ml"}
+    docs = render(sets=("server.port=9000", "server.metricsPort=9100"), extra=("-f", str(values)))
+    assert server_pod(docs)["metadata"]["annotations"] == {**SCRAPE, "prometheus.io/port": "9100", "prometheus.io/path": "/custom", "team": "ml"}
+    server = main_container(docs, "server")
+    assert arg(server, "--metrics-port") == "9100" and arg(server, "--port") == "9000"
+    assert {p["name"]: p["containerPort"] for p in server["ports"]} == {"http": 9000, "metrics": 9100}
+
+
+def test_the_public_service_and_ingress_never_publish_the_metrics_port():
+    docs = render(sets=("server.ingress.enabled=true", "metrics.serviceMonitor.enabled=true"))
+    public = one([d for d in docs if d["metadata"]["name"] == "dt-disttrain-server"], "Service")
+    assert [(p["name"], p["targetPort"]) for p in public["spec"]["ports"]] == [("http", "http")]
+    assert public["spec"]["type"] == "LoadBalancer"
+    backend = one(docs, "Ingress")["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": "dt-disttrain-server", "port": {"number": 80}}
+    scrape = one(docs, "Service", "server-metrics")
+    assert scrape["spec"]["type"] == "ClusterIP" and [(p["name"], p["targetPort"]) for p in scrape["spec"]["ports"]] == [("metrics", "metrics")]
 
 
 def test_metrics_disabled_means_no_endpoint_no_annotations_no_monitor():
@@ -79,24 +93,26 @@ def test_service_monitor_scrapes_the_server_service_when_enabled():
     monitor = one(docs, "ServiceMonitor")
     assert monitor["apiVersion"] == "monitoring.coreos.com/v1"
     assert monitor["metadata"]["namespace"] == "ml" and monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"
-    service = one([d for d in docs if d["metadata"]["name"] == monitor["metadata"]["name"]], "Service")
-    assert selects(monitor["spec"]["selector"], service["metadata"]["labels"])
+    (service,) = [d for d in find(docs, "Service") if selects(monitor["spec"]["selector"], d["metadata"]["labels"])]
+    assert service["metadata"]["name"] == "dt-disttrain-server-metrics"  # not the public server Service
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["ml"]}
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in [p["name"] for p in service["spec"]["ports"]]
     assert (endpoint["path"], endpoint["interval"], endpoint["scrapeTimeout"]) == ("/metrics", "15s", "10s")
     # the Service's named port reaches the container port that serves /metrics
     (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
-    assert port["targetPort"] == "http" and main_container(docs, "server")["ports"][0]["name"] == "http"
+    assert port["targetPort"] == "metrics" and port["port"] == 9090
+    assert {"name": "metrics", "containerPort": 9090, "protocol": "TCP"} in main_container(docs, "server")["ports"]
     validate(docs)
 
 
 def test_prometheus_namespaces_reach_a_restricted_server():
-    assert len(server_ingress(render(sets=RESTRICTED))) == 2  # allowFrom, the helm test pod
+    rules = server_ingress(render(sets=RESTRICTED))  # allowFrom, the metrics port from the cluster's pods, the helm test pod
+    assert len(rules) == 3 and {"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": 9090}]} in rules
     docs = render(sets=RESTRICTED + ("metrics.networkPolicy.namespaceSelectors[0].kubernetes\\.io/metadata\\.name=monitoring",))
     rules = server_ingress(docs)
     monitoring = {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
-                  "ports": [{"protocol": "TCP", "port": 8080}]}
+                  "ports": [{"protocol": "TCP", "port": 9090}]}
     assert len(rules) == 3 and monitoring in rules
     # metrics off: no opening for a scraper
     assert len(server_ingress(render(sets=RESTRICTED + ("metrics.enabled=false",

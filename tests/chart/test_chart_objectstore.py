@@ -24,8 +24,8 @@ from chartlib import (
     workloads,
 )
 
-STORAGE = ("storage.storageClass=nfs-client",)
-STORE = ("objectStore.endpoint=http://seaweedfs.storage.svc:8333", "objectStore.existingSecret=store-keys",
+STORAGE = ("storage.storageClass=nfs-client", "server.allowedHosts={demo.example.com}")
+STORE = ("objectStore.endpoint=http://seaweedfs.storage.svc:8333", "objectStore.allowPlainHttp=true", "objectStore.existingSecret=store-keys",
          "objectStore.networkPolicy.to[0].ipBlock.cidr=10.20.0.0/16")
 LABEL = "disttrain.io/object-store"
 KINDS = {"copier": "Job", "sweep": "Job", "trainer": "Job", "aggregator": "Job", "server": "Deployment"}
@@ -179,7 +179,7 @@ def test_aws_s3_with_workload_identity_needs_no_secret():
     assert env == {"AWS_REGION": {"name": "AWS_REGION", "value": "eu-west-1"}}
     policy = one(docs, "NetworkPolicy", "object-store")
     assert policy["spec"]["egress"] == [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 443}]}]
-    account = one(docs, "ServiceAccount")
+    (account,) = [a for a in find(docs, "ServiceAccount") if a["metadata"]["name"] == "dt-disttrain"]  # the stages'
     assert account["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::111122223333:role/disttrain"}
 
 
@@ -245,7 +245,7 @@ def test_egress_to_the_store_is_open_for_its_users_only():
 )
 def test_the_policy_port_is_the_endpoints(endpoint, port_value, port):
     sets = STORAGE + ("aggregator.publishTo=s3://models/p", "objectStore.networkPolicy.to[0].ipBlock.cidr=10.0.0.0/8",
-                      f"objectStore.endpoint={endpoint}", "objectStore.existingSecret=keys")
+                      f"objectStore.endpoint={endpoint}", "objectStore.allowPlainHttp=true", "objectStore.existingSecret=keys")
     if port_value is not None:
         sets += (f"objectStore.networkPolicy.port={port_value}",)
     policy = one(render(sets=sets), "NetworkPolicy", "object-store")
@@ -253,7 +253,7 @@ def test_the_policy_port_is_the_endpoints(endpoint, port_value, port):
 
 
 def test_without_network_policies_the_env_stays_and_no_policy_is_rendered():
-    docs = render(sets=STORAGE + STORE[:2] + ("aggregator.publishTo=s3://models/p", "networkPolicy.enabled=false"))
+    docs = render(sets=STORAGE + STORE[:3] + ("aggregator.publishTo=s3://models/p", "networkPolicy.enabled=false"))
     assert not find(docs, "NetworkPolicy")
     assert stages_with_store_env(docs) == {"aggregator"}
 
@@ -304,7 +304,7 @@ def test_schema_wants_a_secret_for_an_s3_compatible_store():
 
 @pytest.mark.parametrize("use", ["data.source=table:s3://data/c.csv", "model.file=s3://models/s.keras", "aggregator.publishTo=s3://models/p"])
 def test_schema_wants_the_stores_address_when_network_policies_deny_egress(use):
-    sets = STORAGE + STORE[:2] + (use,) + (("data.source=table:/workdir/c.csv",) if use.startswith("model") else ())
+    sets = STORAGE + STORE[:3] + (use,) + (("data.source=table:/workdir/c.csv",) if use.startswith("model") else ())
     err = render_error(sets=sets)
     assert "a stage uses the object store and networkPolicy.enabled denies its egress: set objectStore.networkPolicy.to" in err, err
     helm("template", "dt", str(CHART), *sum((["--set", s] for s in sets + ("networkPolicy.enabled=false",)), []))
@@ -321,8 +321,12 @@ def test_schema_wants_the_stores_address_when_network_policies_deny_egress(use):
         (("objectStore.endpoint=minio:9000", "objectStore.existingSecret=k"),
          'disttrain: objectStore.endpoint "minio:9000" must be an http:// or https:// URL without a path'),
         (("objectStore.endpoint=https://minio:9000",), "disttrain: objectStore.endpoint names an S3-compatible store"),
+        (("objectStore.endpoint=https://AKIAEXAMPLE:wJalrXUtnFEMI@minio:9000", "objectStore.existingSecret=k"),
+         "disttrain: objectStore.endpoint carries a credential (USER:SECRET@ before the host)"),
+        (("objectStore.endpoint=http://seaweedfs.storage.svc:8333", "objectStore.existingSecret=k"),
+         "disttrain: objectStore.endpoint http://seaweedfs.storage.svc:8333 is plain http"),
         (STORE + ("objectStore.caBundle.configMap=ca",), "disttrain: objectStore.caBundle verifies an https endpoint"),
-        (STORE[:2] + ("aggregator.publishTo=s3://models/p", "data.source=table:s3://data/c.csv"),
+        (STORE[:3] + ("aggregator.publishTo=s3://models/p", "data.source=table:s3://data/c.csv"),
          "disttrain: copier, aggregator use the object store, and networkPolicy.enabled denies their egress"),
     ],
 )
@@ -330,3 +334,13 @@ def test_template_refusals(sets, expected):
     err = render_error(sets=STORAGE + tuple(sets), extra=("--skip-schema-validation",))
     assert expected in err, err
     assert len([line for line in err.splitlines() if "disttrain:" in line]) == 1, f"one line, got:\n{err}"
+    assert "wJalrXUtnFEMI" not in err and "AKIAEXAMPLE" not in err  # a credential in the endpoint is never repeated
+
+
+def test_plain_http_reaches_the_stages_only_with_its_opt_in():
+    docs = store("aggregator.publishTo=s3://models/p")
+    env = {e["name"]: e.get("value") for e in main_container(docs, "aggregator")["env"]}
+    assert env["AWS_ENDPOINT_URL"] == "http://seaweedfs.storage.svc:8333" and env["DISTTRAIN_S3_ALLOW_HTTP"] == "1"
+    https = render(sets=STORAGE + ("objectStore.endpoint=https://minio:9000", "objectStore.existingSecret=k",
+                                   "objectStore.networkPolicy.to[0].ipBlock.cidr=10.0.0.0/8", "aggregator.publishTo=s3://models/p"))
+    assert "DISTTRAIN_S3_ALLOW_HTTP" not in [e["name"] for e in main_container(https, "aggregator")["env"]]

@@ -6,7 +6,7 @@ import pytest
 
 from chartlib import CHART, containers, find, helm, main_container, one, pod_spec, render, render_error, stage_of, workloads
 
-STORAGE = ("storage.storageClass=nfs-client",)
+STORAGE = ("storage.storageClass=nfs-client", "server.allowedHosts={demo.example.com}")
 TABLE = ("data.source=table:/workdir/own/cancer.csv",)
 CODE_DIR = "/opt/disttrain/user-code"
 MODULE_STAGES = ("trainer", "aggregator", "server")
@@ -129,7 +129,7 @@ def test_the_user_env_comes_after_the_charts_so_extra_env_can_extend_pythonpath(
 
 
 def test_tfserving_gets_no_code():
-    docs = own(*CODE, "server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP")
+    docs = own(*CODE, "server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP", "server.allowedHosts=null")
     spec = pod_spec(workload(docs, "server"))
     assert "user-code" not in [v["name"] for v in spec["volumes"]]
     for c in containers(spec):
@@ -170,7 +170,7 @@ def test_regression_takes_npz_too():
 
 
 def test_schema_accepts_a_table_source():
-    helm("template", "dt", str(CHART), "--set", STORAGE[0], "--set", "data.source=table:/workdir/own/x.parquet")
+    helm("template", "dt", str(CHART), "--set", STORAGE[0], "--set", STORAGE[1], "--set", "data.source=table:/workdir/own/x.parquet")
 
 
 # ------------------------------------------------------------------ refusals

@@ -5,7 +5,7 @@ import base64
 
 import pytest
 
-from chartlib import CHART, NAMES, arg, find, helm, main_container, one, pod_spec, policy_of, render, render_error, wait_containers
+from chartlib import CHART, NAMES, arg, find, helm, load_all, main_container, one, pod_spec, policy_of, render, render_error, stage_container, wait_containers
 
 PUBLIC_OPEN = ("server.auth.enabled=false",)  # with the defaults: LoadBalancer, no source ranges, writable gallery
 REFUSAL = "lets anyone"
@@ -60,7 +60,7 @@ def test_an_existing_secret_is_used_as_it_is():
 
 
 def test_no_auth_no_token_anywhere():
-    docs = render(sets=("server.auth.enabled=false", "server.gallery.readOnly=true"))
+    docs = render(sets=("server.auth.enabled=false", "server.gallery.readOnly=true", "server.auth.publicFaceSearch=true"))
     assert not find(docs, "Secret")
     server = main_container(docs, "server")
     assert "--api-token-file" not in server["args"] and "--token-required-for" not in server["args"]
@@ -76,9 +76,9 @@ def test_server_limits_and_hosts_reach_the_args():
     assert arg(server, "--max-request-pixels") == "4000000"
     # the Service's in-cluster names are added, so the helm test pod (and other pods) get through
     assert arg(server, "--allowed-hosts") == ("demo.example.com,127.0.0.1,dt-disttrain-server,dt-disttrain-server.ml,"
-                                              "dt-disttrain-server.ml.svc,dt-disttrain-server.ml.svc.cluster.local")
+                                              "dt-disttrain-server.ml.svc,dt-disttrain-server.ml.svc.cluster.local,localhost")  # loopback: port-forward
     assert "--read-only-gallery" not in server["args"]
-    assert "--allowed-hosts" not in main_container(render(), "server")["args"]  # empty: any host
+    assert arg(main_container(render(), "server"), "--allowed-hosts").startswith("disttrain.example.com,")  # ci's default-values
 
 
 # ------------------------------------------------------------------ the shared volume and the gallery
@@ -132,14 +132,53 @@ def test_helm3_refuses_it_too():
 
 @pytest.mark.parametrize("sets", [
     ("server.service.allowPublicUnauthenticated=true",),
-    ("server.gallery.readOnly=true",),
+    ("server.gallery.readOnly=true", "server.auth.publicFaceSearch=true"),
     ("server.service.loadBalancerSourceRanges={203.0.113.0/24}",),
     ("server.service.type=ClusterIP",),
     (),  # auth on: the default
 ])
 def test_each_way_out_is_accepted(sets):
-    sets = sets if sets == () else PUBLIC_OPEN + sets
+    sets = ("server.allowedHosts={demo.example.com}",) + (sets if sets == () else PUBLIC_OPEN + sets)
     helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", *sum((["--set", s] for s in sets), []))
+
+
+FACE_REFUSAL = "lets anyone search the face gallery and read the enrolled people's names and faces"
+HOSTS_REFUSAL = "disttrain: a LoadBalancer or Ingress server with no host names"
+HOST = ("server.allowedHosts={demo.example.com}",)
+
+
+@pytest.mark.parametrize("sets", [
+    PUBLIC_OPEN + ("server.gallery.readOnly=true",),  # nobody can write, but anyone could search
+    PUBLIC_OPEN + ("server.gallery.readOnly=true", "server.service.type=ClusterIP", "server.ingress.enabled=true"),
+])
+def test_public_face_search_without_a_token_is_refused(sets):
+    err = render_error(sets=("storage.storageClass=x",) + HOST + sets, extra=("--skip-schema-validation",))
+    assert FACE_REFUSAL in err and "server.auth.publicFaceSearch=true" in err
+    assert len([line for line in err.splitlines() if "disttrain:" in line]) == 1, err
+    docs = render(sets=HOST + sets + ("server.auth.publicFaceSearch=true",))  # the opt-out says what it exposes
+    assert one(docs, "Deployment", "server")
+
+
+def test_face_search_needs_the_token_unless_opted_out(defaults_manifest):
+    server = stage_container(defaults_manifest, "server")
+    assert "--public-face-search" not in server["args"] and arg(server, "--token-required-for") == "writes"
+    assert "--show-heldout-examples" not in server["args"]
+    opened = main_container(render(sets=("server.auth.publicFaceSearch=true", "server.showHeldoutExamples=true")), "server")
+    assert "--public-face-search" in opened["args"] and "--show-heldout-examples" in opened["args"]
+
+
+def test_a_load_balancer_or_ingress_needs_host_names():
+    for sets in [(), ("server.service.type=ClusterIP", "server.ingress.enabled=true", "server.ingress.hosts[0].host=")]:
+        err = render_error(sets=("storage.storageClass=x", *sets), extra=("--skip-schema-validation",))
+        assert HOSTS_REFUSAL in err and "server.allowedHosts" in err, err
+        assert len([line for line in err.splitlines() if "disttrain:" in line]) == 1, err
+    # an Ingress gives its hosts; a ClusterIP Service alone may answer any Host (port-forward, in-cluster clients)
+    docs = render(sets=("server.allowedHosts=null", "server.service.type=ClusterIP", "server.ingress.enabled=true",
+                        "server.ingress.hosts[0].host=demo.example.com"))
+    hosts = arg(main_container(docs, "server"), "--allowed-hosts").split(",")
+    assert hosts[0] == "demo.example.com" and "dt-disttrain-server.ml.svc" in hosts
+    plain = main_container(render(sets=("server.allowedHosts=null", "server.service.type=ClusterIP")), "server")
+    assert "--allowed-hosts" not in plain["args"]
 
 
 def test_allocate_load_balancer_node_ports(defaults_manifest):
@@ -166,6 +205,28 @@ def test_ingress_is_optional_and_points_at_the_service(defaults_manifest):
     assert rule["host"] == "demo.example.com"
     (path,) = rule["http"]["paths"]
     assert path["backend"] == {"service": {"name": service["metadata"]["name"], "port": {"number": 80}}}
+
+
+def test_the_tls_ingress_example_of_the_docs_renders(tmp_path):
+    """docs/security.md, section TLS: its values file as written, rendered. TLS at the Ingress for the
+    page's host, the Service off the network, the server answering that host only."""
+    text = (CHART.parents[1] / "docs" / "security.md").read_text()
+    example = text.split("## TLS", 1)[1].split("```yaml\n", 1)[1].split("```", 1)[0]
+    values = tmp_path / "tls-values.yaml"
+    values.write_text(example)
+    docs = load_all(helm("template", "dt", str(CHART), "--namespace", "ml", "--set", "storage.storageClass=nfs-client",
+                         "-f", str(values)).stdout)
+    ingress = one(docs, "Ingress")
+    assert ingress["spec"]["tls"] == [{"hosts": ["demo.example.com"], "secretName": "demo-tls"}]
+    assert ingress["spec"]["rules"][0]["host"] == "demo.example.com" and ingress["spec"]["ingressClassName"] == "nginx"
+    assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/ssl-redirect"] == "true"
+    service = one(docs, "Service", "server")
+    assert service["spec"]["type"] == "ClusterIP"
+    assert ingress["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] == service["metadata"]["name"]
+    hosts = arg(main_container(docs, "server"), "--allowed-hosts").split(",")
+    assert hosts[0] == "demo.example.com" and "evil.example" not in hosts
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy" and d["metadata"]["name"] == "dt-disttrain-server"]
+    assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}} in policy["spec"]["ingress"][0]["from"]
 
 
 def test_every_namespaced_resource_names_the_release_namespace():
@@ -228,8 +289,10 @@ def test_server_port_is_open_to_all_by_default_and_to_the_test_pod(defaults_mani
     server = policy_of(defaults_manifest, "server")
     assert selects(server["spec"]["podSelector"], server_labels)
     assert server["spec"]["policyTypes"] == ["Ingress"]
-    anyone, tester = server["spec"]["ingress"]
+    anyone, scrapers, tester = server["spec"]["ingress"]
     assert anyone == {"ports": [{"protocol": "TCP", "port": 8080}]}  # no `from`: any source
+    # the metrics port from the cluster's pods only (metrics.networkPolicy.namespaceSelectors empty)
+    assert scrapers == {"from": [{"namespaceSelector": {}}], "ports": [{"protocol": "TCP", "port": 9090}]}
     (peer,) = tester["from"]
     assert selects(peer["podSelector"], defaults_manifest.get(NAMES["test"])["metadata"]["labels"]) and tester["ports"] == anyone["ports"]
     test = policy_of(defaults_manifest, "test")
@@ -243,7 +306,7 @@ def test_server_peers_from_values():
     docs = render(sets=("server.port=9000", "server.networkPolicy.allowFrom.ipBlocks[0].cidr=203.0.113.0/24",
                         "server.networkPolicy.allowFrom.ipBlocks[0].except[0]=203.0.113.7/32",
                         "server.networkPolicy.allowFrom.namespaceSelectors[0].kubernetes\\.io/metadata\\.name=ingress-nginx"))
-    peers, _ = policy(docs, "server")["spec"]["ingress"]
+    peers, _scrapers, _tester = policy(docs, "server")["spec"]["ingress"]
     assert peers["from"] == [{"ipBlock": {"cidr": "203.0.113.0/24", "except": ["203.0.113.7/32"]}},
                              {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}]
     assert peers["ports"] == [{"protocol": "TCP", "port": 9000}]
@@ -252,7 +315,7 @@ def test_server_peers_from_values():
 def test_without_the_helm_test_there_is_no_test_policy():
     docs = render(sets=("tests.enabled=false",))
     assert not [d for d in find(docs, "NetworkPolicy") if d["metadata"]["name"].endswith("-test")]
-    assert len(policy(docs, "server")["spec"]["ingress"]) == 1
+    assert len(policy(docs, "server")["spec"]["ingress"]) == 2  # the clients, the metrics port
 
 
 def test_copier_egress_is_https_by_default_and_a_value(defaults_manifest):
@@ -281,7 +344,8 @@ def test_nfs_server_without_node_cidrs_is_refused():
     assert "nfsServer.networkPolicy.allowedCIDRs" in err
     err = render_error(sets=("nfsServer.enabled=true",), extra=("--skip-schema-validation",))
     assert "nfsServer.networkPolicy.allowedCIDRs" in err
-    helm("template", "dt", str(CHART), "--set", "nfsServer.enabled=true", "--set", "networkPolicy.enabled=false")
+    helm("template", "dt", str(CHART), "--set", "nfsServer.enabled=true", "--set", "networkPolicy.enabled=false",
+         "--set", "server.allowedHosts={demo.example.com}")
 
 
 def test_policies_can_be_turned_off():
@@ -308,3 +372,36 @@ def test_the_optional_shapes_validate_strictly(kube):
     assert find(docs, "Ingress")
     for doc in docs:
         kubernetes_validate.validate(doc, kube, strict=True)
+
+
+def test_the_public_pods_do_not_carry_the_object_stores_identity():
+    """serviceAccount.annotations (e.g. an IRSA role for the object store) stay on the stages'
+    ServiceAccount; the server, TensorBoard and the helm test pod run as their own, without them."""
+    docs = render(sets=("tensorboard.enabled=true", "serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::1:role/store"))
+    accounts = {d["metadata"]["name"]: d for d in find(docs, "ServiceAccount")}
+    assert set(accounts) == {"dt-disttrain", "dt-disttrain-serving"}
+    assert accounts["dt-disttrain"]["metadata"]["annotations"] == {"eks.amazonaws.com/role-arn": "arn:aws:iam::1:role/store"}
+    assert "annotations" not in accounts["dt-disttrain-serving"]["metadata"]
+    assert all(a["automountServiceAccountToken"] is False for a in accounts.values())
+    serving = {"Deployment/dt-disttrain-server", "Deployment/dt-disttrain-tensorboard", "Pod/dt-disttrain-test"}
+    for doc in docs:
+        if doc["kind"] in ("Deployment", "Job", "Pod"):
+            spec = doc["spec"] if doc["kind"] == "Pod" else doc["spec"]["template"]["spec"]
+            name = f"{doc['kind']}/{doc['metadata']['name']}"
+            if name.endswith("nfs-server"):
+                continue
+            assert spec["serviceAccountName"] == ("dt-disttrain-serving" if name in serving else "dt-disttrain"), name
+    named = render(sets=("serviceAccount.create=false", "serviceAccount.name=store-identity"))
+    assert pod_spec(one(named, "Deployment", "server"))["serviceAccountName"] == "default"
+    assert pod_spec(one(named, "Job", "copier"))["serviceAccountName"] == "store-identity"
+    assert not find(named, "ServiceAccount")
+
+
+def test_notes_warn_when_face_search_is_public():
+    def notes(*sets):
+        out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", "ml", "--set", "storage.storageClass=x",
+                   *sum((["--set", s] for s in HOST + sets), []))
+        return out.stdout.split("NOTES:", 1)[1]
+
+    assert "server.auth.publicFaceSearch=true: anyone who reaches the server can" in notes("server.auth.publicFaceSearch=true")
+    assert "publicFaceSearch" not in notes()

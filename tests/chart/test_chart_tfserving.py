@@ -14,7 +14,7 @@ import pytest
 from chartlib import CHART, NAMESPACE, RELEASE, VARIANTS, load_values, render, render_error
 
 SERVER = f"{RELEASE}-disttrain-server"
-TFSERVING = ("server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP")
+TFSERVING = ("server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP", "server.allowedHosts=null")
 DIGEST = "sha256:" + "ab" * 32
 
 
@@ -192,7 +192,7 @@ def test_template_refuses_without_the_schema(sets, expected):
 @pytest.mark.parametrize("sets", [("server.service.loadBalancerSourceRanges={203.0.113.0/24}",),
                                   ("server.service.allowPublicUnauthenticated=true",)])
 def test_a_load_balancer_is_accepted_when_restricted_or_explicitly_public(sets):
-    docs = render(sets=("server.backend=tfserving", "server.auth.enabled=false") + sets)
+    docs = render(sets=("server.backend=tfserving", "server.auth.enabled=false", "server.allowedHosts=null") + sets)
     (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == SERVER]
     assert service["spec"]["type"] == "LoadBalancer"
 
@@ -218,9 +218,11 @@ def test_notes_tell_how_to_reach_tf_serving():
 def test_notes_of_the_disttrain_backend_keep_their_steps():
     from chartlib import helm
 
-    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x")
+    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x",
+               "--set", "server.allowedHosts={demo.example.com}")
     notes = out.stdout.split("NOTES:", 1)[1]
     assert "report.png\n\n3. Open the demo and the API:\n" in notes and "--logs\n\n5. Metrics: Prometheus text at /metrics " in notes
+    assert "port 9090, which no public Service publishes" in notes
     assert "TF Serving" not in notes
 
 

@@ -77,7 +77,7 @@ def cluster(tmp_path):
 
 def upgrade(env, *sets, major=4):
     args = [helm_path(major), "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client" if major == 4 else "--dry-run",
-            "--set", "storage.storageClass=nfs-client"]
+            "--set", "storage.storageClass=nfs-client", "--set", "server.allowedHosts={demo.example.com}"]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)

@@ -66,3 +66,34 @@ def test_a_url_without_a_bucket_is_refused():
         objectstore.split("s3:///key")
     assert objectstore.split("s3://b/k/x.csv") == ("b", "k/x.csv")
     assert not objectstore.is_url("/data/x.csv")
+
+
+def test_an_endpoint_with_a_credential_is_refused_without_repeating_it(monkeypatch):
+    secret = "wJalrXUtnFEMI-K7MDENG"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", f"https://AKIAEXAMPLE:{secret}@minio.storage.svc:9000")
+    objectstore.reset()
+    with pytest.raises(ObjectStoreError) as refused:
+        objectstore.filesystem()  # before any request: the first use of the store
+    message = str(refused.value)
+    assert "carries a credential" in message and "AWS_SECRET_ACCESS_KEY" in message
+    assert secret not in message and "AKIAEXAMPLE" not in message and "\n" not in message
+    objectstore.reset()
+
+
+@pytest.mark.parametrize("url, allowed", [
+    ("https://minio.storage.svc:9000", True),
+    ("http://127.0.0.1:8333", True),  # the demo's SeaweedFS: nothing leaves the host
+    ("http://localhost:8333", True),
+    ("http://[::1]:8333", True),
+    ("http://seaweedfs.storage.svc:8333", False),
+    ("http://10.0.0.7:9000", False),
+])
+def test_plain_http_needs_loopback_or_the_opt_in(monkeypatch, url, allowed):
+    monkeypatch.delenv(objectstore.ALLOW_HTTP_ENV, raising=False)
+    if allowed:
+        objectstore.check_endpoint(url)
+    else:
+        with pytest.raises(ObjectStoreError, match=f"is plain http: .* set {objectstore.ALLOW_HTTP_ENV}=1"):
+            objectstore.check_endpoint(url)
+        monkeypatch.setenv(objectstore.ALLOW_HTTP_ENV, "1")
+        objectstore.check_endpoint(url)

@@ -152,3 +152,20 @@ def test_report_is_served_from_next_to_the_model(text_model, tmp_path):
     (tmp_path / "final" / "report.json").write_text(json.dumps({"final": {"accuracy": 0.81}}))
     response = client.get("/report")
     assert response.status_code == 200 and response.get_json() == {"final": {"accuracy": 0.81}}
+
+
+def test_report_names_files_relative_to_the_run_never_the_servers_volume(text_model, tmp_path):
+    """The copier's statistics and plot are recorded as absolute paths on the volume: /report (and the
+    dashboard's report.json) give them relative to the run's working directory, and a path outside
+    the run as its file name alone; prose with a slash in it is left as written."""
+    client = make_client(text_model, tmp_path)
+    written = {"data": {"stats": f"{tmp_path}/data/stats.json", "plot": f"{tmp_path}/data/stats.png", "passed": True},
+               "baseline": "/srv/other-runs/run-1/final/report.json", "why": "a 1/2 split of the data", "runs": [f"{tmp_path}/final"]}
+    (tmp_path / "final" / "report.json").write_text(json.dumps(written))
+    (tmp_path / "final" / "_SUCCESS").touch()  # the dashboard shows a finished run's report
+    for url in ("/report", "/runs/served/report.json"):
+        response = client.get(url)
+        assert response.status_code == 200 and response.mimetype == "application/json", url
+        assert response.get_json() == {"data": {"stats": "data/stats.json", "plot": "data/stats.png", "passed": True},
+                                       "baseline": "report.json", "why": "a 1/2 split of the data", "runs": ["final"]}, url
+        assert str(tmp_path) not in response.get_data(as_text=True) and "/srv/" not in response.get_data(as_text=True)

@@ -5,6 +5,8 @@ import os
 import signal
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 # Imported at collection, with PROMETHEUS_MULTIPROC_DIR unset: prometheus_client picks its mode at its
@@ -13,7 +15,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from disttrain_contract import ContractError
 from disttrain_server.gallery import Gallery
-from disttrain_server.main import gunicorn_options, metrics_dir, parse_args
+from disttrain_contract.ports import free_port_block
+from disttrain_server.main import app_config, gunicorn_options, metrics_dir, parse_args
 from server.face_photos import lfw_photos, png
 from server.serving import (NEGATIVE, POSITIVE, access_log, answered_only_by, error_of, http, loaded_workers, make_client,
                             predict_url, publish, running_server, worker_pids)
@@ -243,3 +246,37 @@ def test_gunicorn_workers_add_up_and_a_dead_workers_gauges_go(text_model, tmp_pa
             time.sleep(0.5)
         assert value(parsed, "disttrain_http_requests_total", method="POST", route=PREDICT_RULE, status="200") == sent
         assert value(parsed, "disttrain_model_call_instances_sum") == 3 * sent
+
+
+def test_metrics_port_serves_the_scrape_only_and_the_api_port_never_does(text_model, tmp_path):
+    """--metrics-port on real gunicorn: the scrape on its own port (the port a Service or Ingress publishes
+    never answers it, whatever Host a client sends), and the API on the other only."""
+    publish(text_model, tmp_path)
+    metrics_port = free_port_block(1)
+    with running_server(tmp_path, "--workers", "1", "--metrics-port", metrics_port) as (base, _proc, log):
+        scrape = f"http://127.0.0.1:{metrics_port}"
+        assert http("POST", base + predict_url(), {"instances": [POSITIVE]})[0] == 200
+        status, text = http("GET", scrape + "/metrics")
+        assert status == 200 and 'disttrain_http_requests_total{method="POST",route="/v1/models/<model_name:model_name>:predict",status="200"} 1.0' in text
+        status, body = http("GET", base + "/metrics")
+        assert status == 404 and body == {"error": f"/metrics is not served on this port (/metrics is on port {metrics_port})"}
+        # the Host header names the metrics port: the connection's own port decides
+        request = urllib.request.Request(base + "/metrics", headers={"Host": f"127.0.0.1:{metrics_port}"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=10)
+        assert refused.value.code == 404
+        for path in ("/", "/readyz", "/v1/models/disttrain"):
+            assert http("GET", scrape + path)[0] == 404, path
+        assert http("GET", base + "/readyz")[0] == 200
+        with open(log) as fh:
+            assert f"metrics at http://127.0.0.1:{metrics_port}/metrics" in fh.read()
+
+
+def test_metrics_port_flags(capsys):
+    assert app_config(parse_args(["--metrics-port", "9090"]))["METRICS_PORT"] == 9090
+    assert app_config(parse_args([]))["METRICS_PORT"] is None  # /metrics on --port (make demo: loopback)
+    for argv, words in [(["--metrics-port", "8080"], "not --port (8080)"), (["--metrics-port", "0"], "between 1 and 65535"),
+                        (["--metrics-port", "9090", "--no-metrics"], "exclude each other")]:
+        with pytest.raises(SystemExit) as exit_info:
+            parse_args(argv)
+        assert exit_info.value.code == 2 and words in capsys.readouterr().err

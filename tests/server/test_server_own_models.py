@@ -15,7 +15,15 @@ from server import fuzz
 from server.own_models import CANCER_FEATURES, own_outputs, held_out
 from server.serving import error_of, make_client, predict_url
 
+from disttrain_server import create_app
+
 INFER = "/v2/models/disttrain/infer"
+
+
+def showing_rows(root):
+    """A client of the model in root/final (root/data beside it) run with --show-heldout-examples."""
+    return create_app({"MODEL_PATH": str(root / "final" / "model.keras"), "GALLERY_DIR": str(root / "gallery"),
+                       "TESTING": True, "SHOW_HELDOUT_EXAMPLES": True}).test_client()
 
 
 def predictions(client, body, key="predictions"):
@@ -71,7 +79,7 @@ def test_table_regression_answers_one_value_per_instance(diabetes_client, diabet
     assert "regression model (it predicts progression)" in error_of(refused, 409)
 
 
-def test_metadata_describes_the_own_signature(cancer_client, diabetes_client, two_inputs_client, counts_client):
+def test_metadata_describes_the_own_signature(cancer_client, cancer_root, diabetes_client, two_inputs_client, counts_client):
     def signature(client):
         body = client.get("/v1/models/disttrain/metadata").get_json()
         return body["metadata"]["signature_def"]["signature_def"]["serving_default"], body["metadata"]["disttrain"]
@@ -83,6 +91,9 @@ def test_metadata_describes_the_own_signature(cancer_client, diabetes_client, tw
     assert {name: dims(info) for name, info in sig["inputs"].items()} == {"features": ("DT_FLOAT", [-1, 5])}
     assert {name: dims(info) for name, info in sig["outputs"].items()} == {"probabilities": ("DT_FLOAT", [-1, 2])}
     assert (ours["task"], ours["problem"], ours["labels"], ours["input"]["features"]) == ("table", "classification", ["benign", "malignant"], CANCER_FEATURES)
+    assert set(ours["input"]["statistics"]) == {"mean", "variance"}  # no feature's smallest or largest record
+    _, shown = signature(showing_rows(cancer_root))
+    assert set(shown["input"]["statistics"]) == {"mean", "variance", "min", "max"} and len(shown["input"]["statistics"]["min"]) == 5
     sig, ours = signature(diabetes_client)
     assert {name: dims(info) for name, info in sig["outputs"].items()} == {"value": ("DT_FLOAT", [-1])}
     assert (ours["problem"], ours["target"], ours["labels"]) == ("regression", "progression", [])
@@ -216,13 +227,33 @@ def test_a_model_its_disttrain_json_misdescribes_is_not_served(cancer_root, tmp_
 
 
 def test_page_offers_a_prefilled_form_per_feature(cancer_client, cancer_root, diabetes_client, counts_client):
+    """By default the form holds the training mean and the page no row of the data; the operator's
+    --show-heldout-examples prefills held-out rows with their true labels."""
     html = cancer_client.get("/").get_data(as_text=True)
     x, y = held_out(cancer_root)
+    mean = load_model(str(cancer_root / "final" / "model.keras"))[1]["input"]["statistics"]["mean"]
     assert "<title>disttrain · table classifier</title>" in html and 'src="/static/tryit.js"' in html and "<script>" not in html
     for index, feature in enumerate(CANCER_FEATURES):
         assert f'<label for="field-features-{index}">{feature}</label>' in html
-        assert f'data-index="{index}" value="{float(f"{x[0, index]:.7g}")}"' in html  # the first held-out example
-    assert "Prefilled with a held-out example" in html and 'id="example"' in html
+        assert f'data-index="{index}" value="{float(f"{mean[index]:.7g}")}"' in html
+    assert "Prefilled with the training mean of each feature" in html and 'id="example"' not in html
+    assert "held-out" not in html.split('id="example-note"')[1].split("</p>")[0]
+    for row in x[:20]:  # not one held-out value of the 20 rows the opt-in shows, nor their labels
+        assert f'{float(f"{row[0]:.7g}")}, {float(f"{row[1]:.7g}")}' not in html
+    assert "label benign" not in html and "label malignant" not in html
+
+    shown = showing_rows(cancer_root).get("/").get_data(as_text=True)
+    for index in range(len(CANCER_FEATURES)):
+        assert f'data-index="{index}" value="{float(f"{x[0, index]:.7g}")}"' in shown  # the first held-out example
+    assert "Prefilled with a held-out example" in shown and 'id="example"' in shown
+    assert f"label {['benign', 'malignant'][int(y[0])]}" in shown
+    assert f'{float(f"{x[1, 0]:.7g}")}, {float(f"{x[1, 1]:.7g}")}' in shown  # the rows, as the default page lacks them
+    # every API call behind the token: the page holds neither rows nor the statistics /metadata would need it for
+    guarded = create_app({"MODEL_PATH": str(cancer_root / "final" / "model.keras"), "GALLERY_DIR": str(cancer_root / "gallery"),
+                          "TESTING": True, "SHOW_HELDOUT_EXAMPLES": True, "API_TOKEN": b"s3cret", "TOKEN_REQUIRED_FOR": "all"})
+    page = guarded.test_client().get("/").get_data(as_text=True)
+    assert "Enter a value for every field." in page and f'value="{float(f"{mean[0]:.7g}")}"' not in page
+    assert f'value="{float(f"{x[0, 0]:.7g}")}"' not in page and "label benign" not in page and "label malignant" not in page
     html = diabetes_client.get("/").get_data(as_text=True)
     assert "<title>disttrain · table regression</title>" in html and "predicts <strong>progression</strong> (regression)" in html
     html = counts_client.get("/").get_data(as_text=True)

@@ -62,16 +62,45 @@ def test_gallery_writes_need_the_token(writes_client):
         assert words in error_of(response, 401)
         challenge = response.headers["WWW-Authenticate"]
         assert challenge.startswith("Bearer ") and (f'error="{error}"' in challenge) == bool(error)
-    assert count(client) == 0  # reads stay open in the "writes" scope
+    assert count(client, BEARER) == 0
     entry = client.post("/v1/gallery", json=enrol_json(), headers=BEARER)
     assert entry.status_code == 201, entry.get_data(as_text=True)
     entry_id = entry.get_json()["id"]
     assert client.post("/v1/gallery", data=photo_form("Grace"), headers={**BEARER, **FORM}).status_code == 201  # multipart too
-    assert client.get(f"/v1/gallery/{entry_id}/thumbnail.png").status_code == 200
+    assert client.get(f"/v1/gallery/{entry_id}/thumbnail.png", headers=BEARER).status_code == 200
     assert "wrong API token" in error_of(client.delete(f"/v1/gallery/{entry_id}", headers={"Authorization": "Bearer x" + TOKEN}), 401)
     error_of(client.delete(f"/v1/gallery/{entry_id}"), 401)
-    assert count(client) == 2
-    assert client.delete(f"/v1/gallery/{entry_id}", headers=BEARER).status_code == 200 and count(client) == 1
+    assert count(client, BEARER) == 2
+    assert client.delete(f"/v1/gallery/{entry_id}", headers=BEARER).status_code == 200 and count(client, BEARER) == 1
+
+
+def test_face_data_needs_the_token_unless_face_search_is_public(face_model, tmp_path):
+    """The "writes" scope guards every read of the gallery too: its list, thumbnails and :search
+    (which answers the names a photo matches); --public-face-search opens the reads, never the writes."""
+    private = make_client(face_model, tmp_path / "private", API_TOKEN=TOKEN.encode())
+    entry = private.post("/v1/gallery", json=enrol_json("Ada"), headers=BEARER).get_json()
+    search = {"image": b64(lfw_photos()[3])}
+    reads = [("get", "/v1/gallery", {}), ("get", entry["thumbnail"], {}), ("get", f"/v1/gallery/{entry['id']}/thumbnail.png", {}),
+             ("post", SEARCH, {"json": search}), ("post", "/v1/models/disttrain/versions/1:search", {"json": search})]
+    for method, path, kwargs in reads:
+        response = getattr(private, method)(path, **kwargs)
+        assert "needs the API token" in error_of(response, 401), path
+        assert "Ada" not in response.get_data(as_text=True)
+    assert private.get("/v1/gallery", headers=BEARER).get_json()["entries"][0]["name"] == "Ada"
+    found = private.post(SEARCH, json=search, headers=BEARER).get_json()
+    assert found["matches"][0]["name"] == "Ada" and found["matches"][0]["distance"] < 0.01  # the enrolled photo itself
+    assert private.get("/v1/models/disttrain/metadata").status_code == 200  # the model's other reads stay open
+    page = private.get("/").get_data(as_text=True)
+    assert 'data-token-for-face-reads="true"' in page  # the page fetches thumbnails with the token
+
+    public = make_client(face_model, tmp_path / "public", API_TOKEN=TOKEN.encode(), PUBLIC_FACE_SEARCH=True)
+    error_of(public.post("/v1/gallery", json=enrol_json("Ada")), 401)  # writes keep the token
+    entry = public.post("/v1/gallery", json=enrol_json("Ada"), headers=BEARER).get_json()
+    assert public.get("/v1/gallery").get_json()["count"] == 1
+    assert public.get(entry["thumbnail"]).status_code == 200
+    assert public.post(SEARCH, json=search).get_json()["matches"][0]["name"] == "Ada"
+    assert 'data-token-for-face-reads="false"' in public.get("/").get_data(as_text=True)
+    assert parse_args(["--public-face-search"]).public_face_search and not parse_args([]).public_face_search
 
 
 def test_all_scope_guards_every_v1_call_and_leaves_probes_and_page_open(all_client):
@@ -386,5 +415,12 @@ def test_host_allowlist(text_model, tmp_path):
         error_of(client.post(predict_url(), json={"instances": [POSITIVE]}, headers={"Host": host}), 400)
     for probe in ("/healthz", "/readyz"):  # the kubelet sends the pod's IP as Host
         assert client.get(probe, headers={"Host": "10.1.2.3:8080"}).status_code == 200
+    # DNS rebinding: a page on evil.example whose name now resolves to this server. Its requests are
+    # same-origin to the browser (Host and Origin both evil.example), so the cross-site check passes them;
+    # the host allowlist is what refuses them.
+    rebound = {"Host": "evil.example", "Origin": "http://evil.example", "Sec-Fetch-Site": "same-origin"}
+    assert "host 'evil.example' is not served here" in error_of(client.post(predict_url(), json={"instances": [POSITIVE]}, headers=rebound), 400)
+    error_of(client.get("/v1/models/disttrain/metadata", headers=rebound), 400)
     open_client = make_client(text_model, tmp_path)  # default: any host
+    assert open_client.post(predict_url(), json={"instances": [POSITIVE]}, headers=rebound).status_code == 200  # why hosts matter
     assert open_client.get("/", headers={"Host": "anything.example"}).status_code == 200

@@ -93,6 +93,15 @@ app.kubernetes.io/component: {{ index . 1 }}
 disttrain.io/run: {{ printf "r%d" (int $ctx.Release.Revision) | quote }}
 {{- end -}}
 
+{{/* The server's, TensorBoard's and the helm test pod's ServiceAccount (disttrain.servingPodCommon). */}}
+{{- define "disttrain.servingServiceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}
+{{- default (include "disttrain.componentName" (list . "serving")) .Values.serviceAccount.servingName -}}
+{{- else -}}
+{{- default "default" .Values.serviceAccount.servingName -}}
+{{- end -}}
+{{- end -}}
+
 {{- define "disttrain.serviceAccountName" -}}
 {{- if .Values.serviceAccount.create -}}
 {{- default (include "disttrain.fullname" .) .Values.serviceAccount.name -}}
@@ -262,6 +271,7 @@ that depends on the storage choice.
 {{- include "disttrain.validateBackend" . -}}
 {{- include "disttrain.validateOwnModel" . -}}
 {{- include "disttrain.validateObjectStore" . -}}
+{{- include "disttrain.validatePublicServer" . -}}
 {{- end -}}
 
 {{/*
@@ -391,6 +401,11 @@ settings are ignored (values.yaml, section Server, says which and why).
 {{- printf "%s/final/saved_model" (include "disttrain.workdir" .) -}}
 {{- end -}}
 
+{{/* The port /metrics answers on: server.metricsPort (our server's --metrics-port), TF Serving's HTTP port. */}}
+{{- define "disttrain.metricsPort" -}}
+{{- ternary .Values.server.port .Values.server.metricsPort (eq (include "disttrain.tfserving" .) "true") | int | toString -}}
+{{- end -}}
+
 {{/* The server's API ports as NetworkPolicy port entries: HTTP, plus TF Serving's gRPC. */}}
 {{- define "disttrain.serverApiPorts" -}}
 - protocol: TCP
@@ -401,16 +416,30 @@ settings are ignored (values.yaml, section Server, says which and why).
 {{- end }}
 {{- end -}}
 
-{{/* Pod-level settings every disttrain pod shares. */}}
+{{/* Pod-level settings of the stages' pods (the release's ServiceAccount: the object store's
+workload identity, through serviceAccount.annotations, is theirs). */}}
 {{- define "disttrain.podCommon" -}}
-serviceAccountName: {{ include "disttrain.serviceAccountName" . }}
+{{ include "disttrain.podSettings" (list . (include "disttrain.serviceAccountName" .)) }}
+{{- end -}}
+
+{{/* The same for the pods that face clients or run no stage (the server, TensorBoard, the helm
+test pod): their own ServiceAccount, without serviceAccount.annotations, so a workload identity
+meant for the object store never reaches the public server. */}}
+{{- define "disttrain.servingPodCommon" -}}
+{{ include "disttrain.podSettings" (list . (include "disttrain.servingServiceAccountName" .)) }}
+{{- end -}}
+
+{{/* Pod-level settings every disttrain pod shares: (list $ serviceAccountName). */}}
+{{- define "disttrain.podSettings" -}}
+{{- $ctx := index . 0 -}}
+serviceAccountName: {{ index . 1 }}
 automountServiceAccountToken: false
-{{- with .Values.imagePullSecrets }}
+{{- with $ctx.Values.imagePullSecrets }}
 imagePullSecrets:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 securityContext:
-  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+  {{- toYaml $ctx.Values.podSecurityContext | nindent 2 }}
 {{- end -}}
 
 {{/* Scheduling of a stage's pods: (list $ .Values.copier). */}}
@@ -653,6 +682,34 @@ aggregator averages at least (default: the trainer's). Equal to workers unless t
 - name: api-token
   mountPath: {{ include "disttrain.apiTokenDir" . }}
   readOnly: true
+{{- end -}}
+
+{{/*
+A server others can reach from outside the cluster (a LoadBalancer with no source ranges, or the
+Ingress): face search needs the token unless server.auth.publicFaceSearch says it is public, and
+a LoadBalancer or an Ingress answers only its host names (DNS rebinding). Checked after the other
+rules, so a values file with several mistakes hears of the others first.
+*/}}
+{{- define "disttrain.validatePublicServer" -}}
+{{- $svc := .Values.server.service -}}
+{{- $public := or (and (eq $svc.type "LoadBalancer") (not $svc.loadBalancerSourceRanges)) .Values.server.ingress.enabled -}}
+{{- if and (ne .Values.server.backend "tfserving") $public (not .Values.server.auth.enabled) (not .Values.server.auth.publicFaceSearch) (not $svc.allowPublicUnauthenticated) -}}
+{{- fail "disttrain: a public server (a LoadBalancer with no server.service.loadBalancerSourceRanges, or server.ingress) with no API token (server.auth.enabled=false) lets anyone search the face gallery and read the enrolled people's names and faces. Set server.auth.enabled=true or loadBalancerSourceRanges, or accept it with server.auth.publicFaceSearch=true" -}}
+{{- end -}}
+{{- if and (ne .Values.server.backend "tfserving") (or (eq $svc.type "LoadBalancer") .Values.server.ingress.enabled) (not (include "disttrain.serverHosts" . | trim)) -}}
+{{- fail "disttrain: a LoadBalancer or Ingress server with no host names (server.allowedHosts empty, and no server.ingress.hosts) answers any Host header, so a page on another site can call its API through DNS rebinding: set server.allowedHosts to the names (or the load balancer's IP) clients use, e.g. {demo.example.com}, or put it behind server.ingress with hosts" -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The Host names the server answers, comma-separated: server.allowedHosts, else the Ingress' hosts (empty: any). */}}
+{{- define "disttrain.serverHosts" -}}
+{{- if .Values.server.allowedHosts -}}
+{{- join "," .Values.server.allowedHosts -}}
+{{- else if .Values.server.ingress.enabled -}}
+{{- $hosts := list -}}
+{{- range .Values.server.ingress.hosts }}{{ if .host }}{{ $hosts = append $hosts .host }}{{ end }}{{ end -}}
+{{- join "," $hosts -}}
+{{- end -}}
 {{- end -}}
 
 {{/* The face gallery: its own writable mount (the server mounts the shared volume read-only). */}}

@@ -73,6 +73,10 @@ The key pair comes from the Secret by reference: its values never pass through H
 - name: AWS_ENDPOINT_URL
   value: {{ . | quote }}
 {{- end }}
+{{- if and (hasPrefix "http://" $o.endpoint) $o.allowPlainHttp }}
+- name: DISTTRAIN_S3_ALLOW_HTTP
+  value: "1"
+{{- end }}
 {{- with $o.region }}
 - name: AWS_REGION
   value: {{ . | quote }}
@@ -141,6 +145,13 @@ with the whole explanation).
 {{- $publishTo := .Values.aggregator.publishTo -}}
 {{- if and $publishTo (not (regexMatch "^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$" $publishTo)) -}}
 {{- fail (printf "disttrain: aggregator.publishTo %q must be an s3://BUCKET[/PREFIX] URL (e.g. s3://models/disttrain); the shared volume is always published to" $publishTo) -}}
+{{- end -}}
+{{- if contains "@" $o.endpoint -}}
+{{- /* not printed: the part before @ is a key pair */ -}}
+{{- fail "disttrain: objectStore.endpoint carries a credential (USER:SECRET@ before the host): give the store's address alone, and the key pair in the Secret objectStore.existingSecret names" -}}
+{{- end -}}
+{{- if and (hasPrefix "http://" $o.endpoint) (not $o.allowPlainHttp) -}}
+{{- fail (printf "disttrain: objectStore.endpoint %s is plain http: the stages' requests and data would cross the network in clear; use https, or set objectStore.allowPlainHttp=true for a store on a network you trust" $o.endpoint) -}}
 {{- end -}}
 {{- if and $o.endpoint (not (regexMatch "^https?://[^/?#\\s]+/?$" $o.endpoint)) -}}
 {{- fail (printf "disttrain: objectStore.endpoint %q must be an http:// or https:// URL without a path (e.g. https://minio.storage.svc:9000)" $o.endpoint) -}}

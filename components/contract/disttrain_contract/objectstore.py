@@ -14,6 +14,8 @@ Configuration, all standard (botocore reads them):
   AWS_ENDPOINT_URL       an S3-compatible store's address (unset: AWS S3)
   AWS_REGION / AWS_DEFAULT_REGION                                   the region
   AWS_CA_BUNDLE          a private CA's certificates (PEM) for an https endpoint
+and one of ours (check_endpoint): DISTTRAIN_S3_ALLOW_HTTP=1 accepts a plain http:// endpoint that is
+not on loopback (its requests, signed keys and data cross the network in clear).
 
 Retries: botocore retries each request (its "standard" mode: throttling and transient errors, with
 exponential backoff and jitter) up to ATTEMPTS times (AWS_MAX_ATTEMPTS and AWS_RETRY_MODE, when set,
@@ -25,7 +27,9 @@ names the URL and the cause, never a credential.
 
 import contextlib
 import errno
+import ipaddress
 import os
+from urllib.parse import urlsplit
 
 from disttrain_contract.atomic import atomic_path, describe_os_error
 from disttrain_contract.errors import ContractError
@@ -65,8 +69,39 @@ def split(url):
     return bucket, key
 
 
+ALLOW_HTTP_ENV = "DISTTRAIN_S3_ALLOW_HTTP"
+LOOPBACK_NAMES = ("localhost",)
+
+
+def check_endpoint(url):
+    """AWS_ENDPOINT_URL as the stages accept it: no credential in it (an https://KEY:SECRET@host URL
+    would sit in the pod spec and in every message naming the endpoint; the key pair belongs in
+    AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), and https unless the store is on loopback (the
+    demo's SeaweedFS: nothing leaves the host) or DISTTRAIN_S3_ALLOW_HTTP=1 says plain http is meant."""
+    parts = urlsplit(url)
+    if "@" in parts.netloc:
+        # the message never repeats the URL: its user part is the secret
+        raise ObjectStoreError("AWS_ENDPOINT_URL carries a credential (USER:SECRET@ before the host): give the "
+                               "store's address alone and the key pair in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+    if parts.scheme == "http" and not is_loopback(parts.hostname) and os.environ.get(ALLOW_HTTP_ENV) != "1":
+        raise ObjectStoreError(f"AWS_ENDPOINT_URL {url} is plain http: requests and data would cross the network "
+                               f"in clear; use https, or set {ALLOW_HTTP_ENV}=1 (chart: objectStore.allowPlainHttp=true) "
+                               "for a store on a network you trust")
+
+
+def is_loopback(host):
+    if not host:
+        return False
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def endpoint():
-    """The store's address as the user gave it (for messages; it holds no credential)."""
+    """The store's address as the user gave it (for messages; check_endpoint has refused one holding a credential)."""
     return os.environ.get("AWS_ENDPOINT_URL") or "AWS S3"
 
 
@@ -80,6 +115,8 @@ def filesystem():
     most runs never touch an object store."""
     global _filesystem
     if _filesystem is None:
+        if os.environ.get("AWS_ENDPOINT_URL"):
+            check_endpoint(os.environ["AWS_ENDPOINT_URL"])
         import s3fs
 
         config = {"connect_timeout": CONNECT_TIMEOUT_SEC, "read_timeout": READ_TIMEOUT_SEC}

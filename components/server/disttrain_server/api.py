@@ -3,7 +3,7 @@
 
 import os
 
-from flask import Blueprint, current_app, request, send_file
+from flask import Blueprint, current_app, request
 from werkzeug.routing import BaseConverter
 
 from disttrain_contract.layout import REPORT_FILE, whole_number
@@ -13,7 +13,8 @@ from disttrain_server.errors import ApiError, ModelUnavailable
 from disttrain_server.instances import read_classify, read_predict, to_batch
 from disttrain_server.openapi import (BOOLEAN, INTEGER, STRING, Context, array_of, build_spec, closed, enum_of, json_response, object_of,
                                       ref, with_optional)
-from disttrain_server.shared import OPENAPI_KEY, limits, model_store, served_model
+from disttrain_server.runs_data import report_without_abs_paths
+from disttrain_server.shared import OPENAPI_KEY, limits, model_store, served_model, served_run_dir
 from disttrain_server.signature import (INPUT_NAMES, PREDICT_METHOD, SIGNATURE_NAME, TF_DTYPES, input_tensor, input_tensors,
                                         signature_def)
 from disttrain_server.uploads import PixelBudget
@@ -127,12 +128,25 @@ def model_status(model_name, version=None, label=None):
     return {"model_version_status": entries, "ready": any(entry["state"] == "AVAILABLE" for entry in entries)}
 
 
+# Training statistics that are a single record's value (the smallest and largest of each feature):
+# /metadata leaves them out unless --show-heldout-examples, which hands out whole rows anyway.
+ROW_STATISTICS = ("min", "max")
+
+
+def described_input(spec):
+    """The model's input as /metadata describes it: its statistics without ROW_STATISTICS by default."""
+    statistics = spec.get("statistics")
+    if not statistics or current_app.config["SHOW_HELDOUT_EXAMPLES"]:
+        return spec
+    return {**spec, "statistics": {k: v for k, v in statistics.items() if k not in ROW_STATISTICS}}
+
+
 @model_routes(bp, MODEL_PATHS, "/metadata", "GET")
 def model_metadata(model_name, version=None, label=None):
     """TF Serving's GetModelMetadataResponse: the serving_default signature_def, plus our own facts
     (task, labels, input, limits, embedding_size) as a second metadata field, "disttrain"."""
     loaded = resolve(model_name, version, label)
-    ours = {"task": loaded.task, "labels": loaded.labels, "input": loaded.input_spec, "limits": limits()}
+    ours = {"task": loaded.task, "labels": loaded.labels, "input": described_input(loaded.input_spec), "limits": limits()}
     if loaded.is_numeric:
         # classification (probabilities over labels) or regression (one value of target per instance)
         ours.update(problem=loaded.meta.get("problem", "classification"), target=loaded.target)
@@ -174,9 +188,10 @@ def classify(model_name, version=None, label=None):
 
 @bp.get("/report")
 def report():
-    path = os.path.join(os.path.dirname(model_store().path), REPORT_FILE)  # served as written (contract report.Report)
+    path = os.path.join(os.path.dirname(model_store().path), REPORT_FILE)  # the contract's report.Report
     try:
-        return send_file(path, mimetype="application/json", max_age=0)
+        body = report_without_abs_paths(path, served_run_dir())
+        return current_app.response_class(body, mimetype="application/json", headers={"Cache-Control": "no-cache"})
     except (FileNotFoundError, IsADirectoryError):
         raise ApiError(404, "no report.json next to the served model (the aggregator writes one when it publishes)") from None
 

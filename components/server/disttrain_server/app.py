@@ -34,12 +34,15 @@ DEFAULT_CONFIG = {
     "TOP_K": 3,  # matches a face search returns unless the request asks for another k
     "API_TOKEN": None,  # bytes: the token (--api-token-file); None: no token is asked for
     "TOKEN_REQUIRED_FOR": "writes",  # "writes" (enrol, delete) or "all" (every /v1 call)
+    "PUBLIC_FACE_SEARCH": False,  # True: gallery reads and :search need no token under "writes" (--public-face-search)
     "READ_ONLY_GALLERY": False,  # True: enrol and delete answer 403
     "GALLERY_MAX_ENTRIES": 1000,  # enrolment past it answers 507
     "GALLERY_MAX_BYTES": 200 * 1024 * 1024,  # the gallery folder's bytes; enrolment past it answers 507
     "ALLOWED_HOSTS": [],  # Host headers served; empty: any (see security.check_host)
     "MAX_REQUEST_PIXELS": 16_000_000,  # encoded images of one request, summed, before decoding (uploads.PixelBudget)
+    "SHOW_HELDOUT_EXAMPLES": False,  # True: the page embeds held-out rows with their labels, /metadata the training min/max
     "METRICS": True,  # GET /metrics and the counting behind it (see metrics); False: neither
+    "METRICS_PORT": None,  # the port /metrics answers on, and nothing else does (--metrics-port); None: on every port
 }
 
 

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 
@@ -64,7 +65,7 @@ def parse_args(argv=None):
         "plus /healthz, /readyz, /report, /progress.json (the run in training), /runs (the run dashboard), /openapi.json and /metrics (Prometheus).",
         epilog="A model published later at --model (the aggregator replaces the file atomically) is loaded without a "
         "restart; until a model exists the server runs and /readyz answers 503. "
-        "Security: with --api-token-file, gallery writes (or, with --token-required-for all, every /v1 call) need "
+        "Security: with --api-token-file, the face gallery and face search (or, with --token-required-for all, every /v1 call) need "
         "'Authorization: Bearer <token>'; /healthz, /readyz (probes), the page, /static, /openapi.json, /report and the run dashboard (/runs) stay open. "
         "POST bodies must be application/json or multipart/form-data, and multipart needs an X-Requested-With header "
         "(any value) unless a browser says it comes from this server's own page; cross-site browser requests are refused.",
@@ -117,12 +118,25 @@ def parse_args(argv=None):
                        "between two reads of a request body, or 408 (default 30)")
     front.add_argument("--max-connections", type=int, default=1024, help="with --front nginx: most open connections, the "
                        "clients' and nginx's own to gunicorn together; more wait in the kernel's accept queue (default 1024)")
+    p.add_argument("--metrics-port", type=int, metavar="PORT", help="answer /metrics on this port (bound on --host too) and "
+                   "nowhere else, and nothing but /metrics on it: the API's port, which a Service or Ingress publishes, "
+                   "then never publishes the scrape (the chart's default; with --front nginx gunicorn answers it "
+                   "itself, not behind nginx). Default: /metrics on --port")
     security = p.add_argument_group("security")
     security.add_argument("--api-token-file", metavar="PATH", help="a file holding the API token (surrounding whitespace removed); "
                           "clients send it as 'Authorization: Bearer <token>'. Default: no token (anyone may call everything)")
     security.add_argument("--token-required-for", choices=("writes", "all"), default="writes",
-                          help="with --api-token-file: 'writes' = gallery enrol and delete need the token; 'all' = every /v1 call "
-                          "(predict, search, gallery, metadata) does too. /healthz and /readyz stay open for Kubernetes probes (default writes)")
+                          help="with --api-token-file: 'writes' = the face gallery needs the token (enrol, delete, and, unless "
+                          "--public-face-search, its list, thumbnails and :search); 'all' = every /v1 call "
+                          "(predict, metadata too) does. /healthz and /readyz stay open for Kubernetes probes (default writes)")
+    security.add_argument("--public-face-search", action="store_true", help="with --api-token-file and --token-required-for "
+                          "writes: the gallery's list and thumbnails and :search answer without the token, so anyone who "
+                          "reaches the server sees the enrolled people's names and faces and learns which of them a photo "
+                          "matches (default: they need the token)")
+    security.add_argument("--show-heldout-examples", action="store_true", help="the page of a table or array model "
+                          "prefills its form with up to 20 held-out rows of the served run's data and their true labels, "
+                          "and /metadata gives each feature's training minimum and maximum (single records' values). "
+                          "Default: the page prefills the training mean and /metadata gives means and variances only")
     security.add_argument("--read-only-gallery", action="store_true", help="enrol and delete answer 403; search still works (public demos)")
     security.add_argument("--gallery-max-entries", type=int, default=1000, help="most gallery entries; enrolling past it answers 507 (default 1000)")
     security.add_argument("--gallery-max-mb", type=float, default=200, help="most MB the gallery folder may hold; enrolling past it answers 507 (default 200)")
@@ -143,6 +157,11 @@ def parse_args(argv=None):
     for flag in ("workers", "threads", "keepalive", "header_timeout", "body_timeout", "max_text_chars", "max_instances", "max_batch_size", "gallery_max_entries", "max_request_pixels"):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
+    if args.metrics_port is not None:
+        if not 1 <= args.metrics_port <= 65535 or args.metrics_port == args.port:
+            p.error(f"--metrics-port must be between 1 and 65535 and not --port ({args.port}), got {args.metrics_port}")
+        if args.no_metrics:
+            p.error("--metrics-port and --no-metrics exclude each other")
     if args.max_upload_mb <= 0 or args.reload_interval < 0 or args.batch_timeout_ms < 0:
         p.error("--max-upload-mb must be positive, --reload-interval and --batch-timeout-ms not negative")
     if args.gallery_max_mb <= 0:
@@ -193,12 +212,15 @@ def app_config(args):
         "TOP_K": args.top_k,
         "API_TOKEN": args.api_token,
         "TOKEN_REQUIRED_FOR": args.token_required_for,
+        "PUBLIC_FACE_SEARCH": args.public_face_search,
         "READ_ONLY_GALLERY": args.read_only_gallery,
         "GALLERY_MAX_ENTRIES": args.gallery_max_entries,
         "GALLERY_MAX_BYTES": int(args.gallery_max_mb * 1024 * 1024),
         "ALLOWED_HOSTS": args.allowed_hosts,
         "MAX_REQUEST_PIXELS": args.max_request_pixels,
+        "SHOW_HELDOUT_EXAMPLES": args.show_heldout_examples,
         "METRICS": not args.no_metrics,
+        "METRICS_PORT": args.metrics_port,
     }
 
 
@@ -261,11 +283,17 @@ def metrics_dir():
 
 def when_ready(server):
     front = server.app.front
-    addresses = [(front.host, front.port)] if front else [listener.sock.getsockname()[:2] for listener in server.LISTENERS]
+    # (with the front, gunicorn's own listeners are its Unix socket, which no client reaches, and --metrics-port)
+    addresses = [listener.sock.getsockname()[:2] for listener in server.LISTENERS if listener.sock.family != socket.AF_UNIX]
+    if front:
+        addresses.insert(0, (front.host, front.port))
     for host, port in addresses:
         host = f"[{host}]" if ":" in host else host
-        print(f"disttrain-server: serving {server.app.app_config['MODEL_NAME']!r} at http://{host}:{port}/"
-              f"{' (nginx in front)' if front else ''}", flush=True)
+        if port == server.app.app_config["METRICS_PORT"]:
+            print(f"disttrain-server: metrics at http://{host}:{port}/metrics", flush=True)
+        else:
+            print(f"disttrain-server: serving {server.app.app_config['MODEL_NAME']!r} at http://{host}:{port}/"
+                  f"{' (nginx in front)' if front else ''}", flush=True)
 
 
 class ServerApplication(BaseApplication):
@@ -297,7 +325,8 @@ def gunicorn_options(args, front=None):
     # behind the front the peer is nginx: the client's address is the one nginx adds to X-Forwarded-For
     client = "%({x-forwarded-for}i)s" if front else "%(h)s"
     return {
-        "bind": [f"unix:{front.socket}" if front else f"{host}:{args.port}"],
+        "bind": [f"unix:{front.socket}" if front else f"{host}:{args.port}"]
+                + ([f"{host}:{args.metrics_port}"] if args.metrics_port else []),
         "workers": args.workers,
         "threads": args.threads,  # > 1 makes gunicorn use its gthread worker
         "preload_app": False,  # TensorFlow must never be imported before the fork

@@ -39,12 +39,14 @@ in flask.g, which belongs to that request alone.
 """
 
 import collections
+import socket
 import time
 
 from flask import Blueprint, Response, current_app, g, request
 
 from disttrain_contract import ContractError
 from disttrain_server.batching import rows
+from disttrain_server.errors import ApiError
 from disttrain_server.shared import GALLERY_KEY
 
 bp = Blueprint("metrics", __name__)
@@ -57,6 +59,7 @@ LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 INSTANCE_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 METHODS = frozenset(("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"))
 UNMATCHED = "unmatched"
+SCRAPE_PATH = "/metrics"
 # PENDING_CALL_SIZES: a model call's size is appended to a deque on the micro-batcher's thread and
 # observed by the request threads (record) and scrapes. That thread is the one every request of a
 # worker waits for, and an observe() there takes prometheus_client's process-wide lock and writes
@@ -172,10 +175,30 @@ def init_app(app):
         return None
     ours = ServerMetrics(app)
     app.extensions[METRICS_KEY] = ours
+    if app.config["METRICS_PORT"]:
+        app.before_request(keep_to_its_port)
     app.before_request(start_timer)
     app.after_request(record)
     app.register_blueprint(bp)
     return ours
+
+
+def local_port():
+    """The port the request's connection came in on: gunicorn's socket (SERVER_PORT is the Host
+    header's port there, which a client chooses), else the WSGI server's SERVER_PORT (test clients)."""
+    sock = request.environ.get("gunicorn.socket")
+    if sock is not None:  # (a Unix socket's name is its path: the front's socket, never the metrics port)
+        return sock.getsockname()[1] if sock.family != socket.AF_UNIX else 0
+    return int(request.environ.get("SERVER_PORT") or 0)
+
+
+def keep_to_its_port():
+    """--metrics-port: /metrics answers there only, and nothing else does, so a Service or Ingress that
+    publishes the API port never publishes the scrape, and the metrics port serves no API."""
+    on_metrics_port = local_port() == current_app.config["METRICS_PORT"]
+    if on_metrics_port != (request.path == SCRAPE_PATH):
+        raise ApiError(404, f"{request.path} is not served on this port" + (
+            f" (/metrics is on port {current_app.config['METRICS_PORT']})" if request.path == SCRAPE_PATH else ""))
 
 
 def start_timer():
@@ -195,7 +218,7 @@ def record(response):
     return response
 
 
-@bp.get("/metrics")
+@bp.get(SCRAPE_PATH)
 def scrape():
     """Prometheus' text format. Open like /readyz: no token and any Host (see security.py). Not in
     /openapi.json: a scraper's text, not a JSON API operation (like /favicon.ico)."""

@@ -20,7 +20,7 @@ from flask import Blueprint, current_app, render_template, send_file, url_for
 from disttrain_contract.layout import Workdir
 from disttrain_server.errors import ApiError
 from disttrain_contract.layout import REPORT_FILE
-from disttrain_server.runs_data import (CACHE_KEY, RUN_DIR, SERVED, ReportCache, is_run_dir, numbered_runs, report_dir, served_name,
+from disttrain_server.runs_data import (CACHE_KEY, RUN_DIR, SERVED, ReportCache, is_run_dir, numbered_runs, report_dir, report_without_abs_paths, served_name,
                                         worker_histories)
 from disttrain_server.shared import runs_dir, served_run_dir
 from disttrain_server.svg import svg_chart
@@ -178,6 +178,9 @@ def run_file(run, name):
     try:
         if not path:
             raise FileNotFoundError
+        if name == REPORT_FILE:  # its paths relative to the run, as /report serves it
+            body = report_without_abs_paths(path, resolve(run))
+            return current_app.response_class(body, mimetype=FILES[name], headers={"Cache-Control": "no-cache"})
         # send_file opens the fixed path read-only; a request's ?v= only defeats stale browser caches
         return send_file(path, mimetype=FILES[name], max_age=0)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):

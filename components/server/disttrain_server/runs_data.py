@@ -226,6 +226,33 @@ def privacy_parts(details):
     return {"training_epsilon": number(training.get("epsilon")), "vocabulary_epsilon": number(vocabulary.get("epsilon"))}
 
 
+def report_without_abs_paths(path, run_dir):
+    """report.json at `path` as the API serves it: every value that is an absolute path (the copier's
+    statistics and plot, say) relative to the run's working directory `run_dir` (data/stats.png), or
+    its file name alone when it lies outside the run; the server's volume layout stays its own.
+    JSON bytes; FileNotFoundError/IsADirectoryError as open() raises them. A file that is not JSON
+    (a report being replaced is renamed into place whole, so this is a damaged one) is served as it is."""
+    with open(path, "rb") as fh:
+        raw = fh.read()
+    try:
+        report = json.loads(raw)
+    except ValueError:
+        return raw
+    root = os.path.abspath(run_dir)
+
+    def relative(value):
+        if isinstance(value, dict):
+            return {key: relative(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [relative(item) for item in value]
+        if isinstance(value, str) and value.startswith("/") and "\n" not in value and " " not in value:
+            inside = os.path.commonpath([root, os.path.abspath(value)]) == root
+            return os.path.relpath(value, root) if inside else os.path.basename(value)
+        return value
+
+    return json.dumps(relative(report), indent=2).encode()
+
+
 def served_name():
     """The served run's name in URLs: its run-N when it is a run of --runs-dir, else SERVED."""
     run_dir, runs = served_run_dir(), runs_dir()

@@ -19,7 +19,9 @@ Paths that stay open whatever --token-required-for says, and why:
                             gallery's size, no names, ids or inputs (metrics.py). Like the probes it
                             skips the Host allowlist: Prometheus scrapes pods by IP, which is the Host
 Everything under /v1/ and /v2 (TF Serving's and KServe's APIs) is the API, which
---token-required-for all protects.
+--token-required-for all protects. Under --token-required-for writes the token still guards gallery
+writes and every read of face data (the gallery's list and thumbnails, and :search, which answers the
+names of the enrolled people a photo matches) unless --public-face-search opens the reads.
 
 The body types a POST may declare. Writes (the gallery) and :search: JSON or multipart only, because
 text/plain and application/x-www-form-urlencoded are what an HTML form on another site can send
@@ -62,7 +64,7 @@ SECURITY_HEADERS = {
 
 # Probes: open to any Host and to callers without a token.
 PROBE_PATHS = ("/healthz", "/readyz", "/v2/health/live", "/v2/health/ready")
-SCRAPE_PATH = "/metrics"  # open the same way (metrics.py)
+SCRAPE_PATH = "/metrics"  # open the same way (metrics.py; with --metrics-port only on that port)
 STATE_CHANGING = ("POST", "PUT", "PATCH", "DELETE")
 BODY_TYPES = ("application/json", "multipart/form-data")
 # Read-only model calls that read their body as JSON whatever it is declared as (docstring above):
@@ -158,12 +160,21 @@ def is_gallery_write():
     return request.method in STATE_CHANGING and request.path.startswith("/v1/gallery")
 
 
+def is_face_data():
+    """The gallery (its list, entries, thumbnails) and face search: enrolled people's names and faces.
+    A search answers the names a photo matches, so it reads the gallery like its list does."""
+    return request.path.startswith("/v1/gallery") or (request.path.startswith("/v1/models/") and request.path.endswith(":search"))
+
+
 def needs_token():
-    if current_app.config["API_TOKEN"] is None:
+    """With a token: every API call under 'all'; under 'writes', gallery writes and (unless
+    PUBLIC_FACE_SEARCH, --public-face-search) every read of face data too."""
+    config = current_app.config
+    if config["API_TOKEN"] is None:
         return False
-    if current_app.config["TOKEN_REQUIRED_FOR"] == "all":
+    if config["TOKEN_REQUIRED_FOR"] == "all":
         return is_api(request.path)
-    return is_gallery_write()
+    return is_gallery_write() or (is_face_data() and not config["PUBLIC_FACE_SEARCH"])
 
 
 def check_token():

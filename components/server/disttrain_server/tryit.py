@@ -1,6 +1,8 @@
 """The demo page's generic "try it" form for a numeric model (tasks table and array): one labelled
 number field per feature (a table), per element (an array of at most MAX_FIELDS numbers) or a JSON
-box (a larger array), prefilled with held-out examples.
+box (a larger array), prefilled with the training mean of each feature (the model's input statistics),
+or, when the operator asks for it (--show-heldout-examples), with held-out rows and their true labels:
+rows are people's or things' own records, which a public page should not hand out by default.
 
 The examples come from the served run's data, WORKDIR/data (the copier's manifest.json and its
 held-out test split; WORKDIR is the directory of final/, the one the served model was published
@@ -25,11 +27,16 @@ MAX_EXAMPLES = 20
 MAX_EXAMPLE_NUMBERS = 20_000  # the examples travel in the page: at most this many numbers in all
 
 
-def form(loaded):
+def form(loaded, show_heldout=False, prefill=True):
     """{"inputs": [{"name", "shape", "fields": [{"id", "label", "index"}] or "box": True}], "examples":
-    [{"values": {input name: flat list}, "truth": str}], "source": "held-out" | "mean" | None}."""
+    [{"values": {input name: flat list}, "truth": str}], "source": "held-out" | "mean" | None}.
+    Held-out rows only with show_heldout; otherwise (and when the rows are not at hand) the mean;
+    nothing with prefill False (the page of a server whose every API call needs the token: the
+    statistics are the model's metadata, which the token guards)."""
     inputs = [_input(item, loaded, len(loaded.inputs)) for item in loaded.inputs]
-    examples = held_out_examples(loaded)
+    if not prefill:
+        return {"inputs": inputs, "examples": [], "source": None}
+    examples = held_out_examples(loaded) if show_heldout else []
     source = "held-out" if examples else None
     if not examples:
         mean = _mean_example(loaded)

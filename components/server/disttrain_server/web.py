@@ -80,8 +80,11 @@ def index():
     return render_template("index.html", title=page_title(name, loaded), name=name, model=loaded,
                            unavailable=unavailable, limits=limits(), token_required_for=token_required_for,
                            read_only_gallery=config["READ_ONLY_GALLERY"],
+                           token_for_face_reads=config["API_TOKEN"] is not None and (
+                               token_required_for == "all" or not config["PUBLIC_FACE_SEARCH"]),
                            data=training_data(model_store().path) if loaded else None,
-                           tryit=tryit.form(loaded) if loaded and loaded.is_numeric else None,
+                           tryit=tryit.form(loaded, config["SHOW_HELDOUT_EXAMPLES"], prefill=token_required_for != "all")
+                           if loaded and loaded.is_numeric else None,
                            dashboard=url_for("runs.run_page", run=served_name()))
 
 

@@ -18,8 +18,9 @@
   const enrolStatus = document.getElementById("enrol-status");
   const gallery = document.getElementById("gallery");
   const galleryCount = document.getElementById("gallery-count");
-  // Every /v1 call needs the token: an <img src> cannot send it, so thumbnails are fetched.
-  const tokenForReads = app.dataset.tokenRequiredFor === "all";
+  // Gallery reads need the token (the default, or every /v1 call does): an <img src> cannot send it,
+  // so thumbnails are fetched.
+  const tokenForReads = app.dataset.tokenForFaceReads === "true";
   const readOnly = app.dataset.readOnlyGallery === "true";
   const PREVIEW_MAX = 320; // CSS pixels; the box is drawn in the photo's own pixels, scaled the same way
 
