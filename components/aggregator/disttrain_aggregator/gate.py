@@ -83,7 +83,7 @@ def _worse(metric, final, gap, reference, limit, flag, what, where=""):
 def _trivial_check(metric, final, trivial, min_gain, flag):
     """The floor: (check, refusal sentence or None). gain: how much better than the trivial predictor
     (points, or percent of its RMSE); passes when > 0 and at least `min_gain` (exactly the margin passes)."""
-    gain = -shortfall(metric, final, trivial["value"])
+    gain = 0.0 - shortfall(metric, final, trivial["value"])  # (0.0 -: never "-0.0")
     passed = gain > EPSILON_POINTS and gain >= min_gain - EPSILON_POINTS
     check = {"name": "trivial", "reference": trivial["description"],
              "predictor": {key: value for key, value in trivial.items() if key != "value"},
