@@ -70,6 +70,7 @@ def test_a_model_no_better_than_the_trivial_predictor_is_refused_and_a_good_one_
     final = report["final"][f"test_{check['metric']}"]
     assert check["final_value"] == final and check["min_gain"] == 1.0 and check["gain"] < 1.0 and not check["passed"]
     assert [c["passed"] for c in report["gate"]["checks"]] == [True, True, False]  # the relative checks saw nothing
+    print(line)
     print(f"{problem}: blind model {final:.4f}, trivial predictor {check['reference_value']:.4f}, gain {check['gain']}")
 
     # the same data, models that see their input: published, and the check says by how much

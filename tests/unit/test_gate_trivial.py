@@ -86,7 +86,7 @@ def test_a_model_at_the_majority_class_is_refused_naming_the_predictor_the_value
     assert not verdict["passed"]
     assert verdict["reasons"] == [
         "held-out accuracy 0.5836 is no better than the trivial predictor's 0.5836 (always the training split's "
-        "majority class 'positive' (57.7% of the training examples); at least 1 points above required: "
+        "majority class 'positive' (57.7% of the training examples); at least 1 point above required: "
         "--min-gain-vs-trivial)"]
     check = verdict["checks"][-1]
     assert (check["name"], check["reference_value"], check["gain"], check["min_gain"], check["passed"]) == (

@@ -96,10 +96,11 @@ def _trivial_check(metric, final, trivial, min_gain, flag):
         how = (f"only {gain:.2f} points above" if gain > EPSILON_POINTS else "no better than" if gain > -EPSILON_POINTS
                else f"{-gain:.2f} points below")
         return check, (f"held-out {metric.name} {final:.4f} is {how} the trivial predictor's {trivial['value']:.4f} "
-                       f"({trivial['description']}; at least {min_gain:g} points above required: {flag})")
+                       f"({trivial['description']}; at least {min_gain:g} point{'' if min_gain == 1 else 's'} above "
+                       f"required: {flag})")
     how = (f"only {gain:.2f} % better than" if gain > EPSILON_POINTS else "no better than" if gain > -EPSILON_POINTS
            else f"{-gain:.2f} % worse than")
-    return check, (f"held-out {metric.label} {final:.4g} is {how} the trivial predictor's {trivial['value']:.4g} "
+    return check, (f"held-out {metric.label} {final:.5g} is {how} the trivial predictor's {trivial['value']:.5g} "
                    f"({trivial['description']}; at least {min_gain:g} % better required: {flag})")
 
 
