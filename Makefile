@@ -38,6 +38,17 @@ LABEL_COLUMN ?=
 PROBLEM ?=
 MODEL_FILE ?=
 MODEL_MODULE ?=
+# the aggregator's quality gate (make demo, pipeline, sweep, demo-s3); empty: the aggregator's defaults
+MAX_DROP_VS_BEST_WORKER ?=
+MAX_REGRESSION ?=
+MIN_GAIN_VS_TRIVIAL ?=
+MAX_RELATIVE_DROP_VS_BEST_WORKER ?=
+MAX_RELATIVE_REGRESSION ?=
+MIN_RELATIVE_GAIN_VS_TRIVIAL ?=
+FORCE ?=
+GATE_VARIABLES := MAX_DROP_VS_BEST_WORKER MAX_REGRESSION MIN_GAIN_VS_TRIVIAL MAX_RELATIVE_DROP_VS_BEST_WORKER \
+  MAX_RELATIVE_REGRESSION MIN_RELATIVE_GAIN_VS_TRIVIAL FORCE
+GATE := $(foreach v,$(GATE_VARIABLES),$(v)=$($(v)))
 
 # every one of these is in `make help` (tests/unit/test_makefile.py checks it)
 .PHONY: help lint venv venv-kserve venv-kserve-storage venv-kfp kfp-pipeline docs docs-venv docs-gen demo demo-s3 pipeline sweep test test-long test-faults front-deps test-images test-cluster images push bench bench-quick browser-deps clean
@@ -48,6 +59,10 @@ help:
 	@echo "              your data and model: SOURCE=table:my.csv LABEL_COLUMN=label PROBLEM=classification|regression MODEL_FILE=my.keras MODEL_MODULE=mymodels[:build]"
 	@echo "              COMBINE=average|ensemble|best (average strategy; best: VALIDATION=0.1 by default, the trainers' validation split)"
 	@echo "              WORKDIR=workdir/demo (where the data, checkpoints, logs and the published model go)"
+	@echo "              the quality gate (empty: the aggregator's defaults), in accuracy points: MAX_DROP_VS_BEST_WORKER=1"
+	@echo "              MAX_REGRESSION=1 (vs the published model) MIN_GAIN_VS_TRIVIAL=1 (above the majority class; faces: chance);"
+	@echo "              regression, in percent of RMSE: MAX_RELATIVE_DROP_VS_BEST_WORKER=5 MAX_RELATIVE_REGRESSION=5"
+	@echo "              MIN_RELATIVE_GAIN_VS_TRIVIAL=1 (below the training mean's); FORCE=1 publishes a refused model"
 	@echo "make pipeline the same as make demo without the server (same variables)"
 	@echo "make demo-s3  make pipeline with its input in an S3 store: SeaweedFS on loopback, the breast-cancer table from"
 	@echo "              s3://demo/tables/breast_cancer.csv (docs: Object storage); in WORKDIR (default workdir/demo-s3)"
@@ -127,25 +142,25 @@ docs: docs-gen docs-venv
 demo: venv
 	SOURCE=$(SOURCE) LABEL_COLUMN=$(LABEL_COLUMN) PROBLEM=$(PROBLEM) MODEL_FILE=$(MODEL_FILE) MODEL_MODULE=$(MODEL_MODULE) \
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) PORT=$(PORT) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) \
-	  WORKDIR=$(WORKDIR) BIN=$(BIN) scripts/run-local.sh
+	  $(GATE) WORKDIR=$(WORKDIR) BIN=$(BIN) scripts/run-local.sh
 
 # the same as demo without the server (used to measure the README's table)
 pipeline: venv
 	SOURCE=$(SOURCE) LABEL_COLUMN=$(LABEL_COLUMN) PROBLEM=$(PROBLEM) MODEL_FILE=$(MODEL_FILE) MODEL_MODULE=$(MODEL_MODULE) \
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) \
-	  WORKDIR=$(WORKDIR) BIN=$(BIN) SERVE=0 scripts/run-local.sh
+	  $(GATE) WORKDIR=$(WORKDIR) BIN=$(BIN) SERVE=0 scripts/run-local.sh
 
 # the pipeline reading its table from an S3 store (SeaweedFS on loopback): scripts/demo_s3.py
 demo-s3: venv
 	MODEL_FILE=$(MODEL_FILE) MODEL_MODULE=$(MODEL_MODULE) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) \
 	SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) COMBINE=$(COMBINE) VALIDATION=$(VALIDATION) WORKDIR=$(S3_WORKDIR) BIN=$(BIN) \
-	  $(BIN)/python scripts/demo_s3.py
+	  $(GATE) $(BIN)/python scripts/demo_s3.py
 
 # the pipeline with a hyper-parameter sweep between copier and trainers (components/sweep)
 sweep: venv
 	TASK=$(TASK) WORKERS=$(WORKERS) EPOCHS=$(EPOCHS) BATCH=$(BATCH) STRATEGY=$(STRATEGY) SYNC_EVERY=$(SYNC_EVERY) PS=$(PS) \
 	  WORKDIR=$(SWEEP_WORKDIR) BIN=$(BIN) SERVE=0 SWEEP=1 TRIALS=$(TRIALS) PARALLEL=$(PARALLEL) SWEEP_ARGS="$(SWEEP_ARGS)" \
-	  scripts/run-local.sh
+	  $(GATE) scripts/run-local.sh
 
 # ruff's rule set and the reasons for it are in ruff.toml
 lint: venv

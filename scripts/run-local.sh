@@ -21,7 +21,12 @@ SYNC_EVERY=${SYNC_EVERY:-}         # localsgd: steps between two weight averages
 PS=${PS:-1}                        # parameterserver: parameter servers (tasks: 1 chief + PS + WORKERS)
 COMBINE=${COMBINE:-average}        # average | ensemble | best: which model the aggregator publishes (strategy average)
 VALIDATION=${VALIDATION:-}         # average: the trainers' --validation-fraction (default 0.1 with COMBINE=best, else none)
-AGGREGATOR_ARGS=${AGGREGATOR_ARGS:-}  # e.g. --force, --max-drop-vs-best-worker 5 (the quality gate)
+AGGREGATOR_ARGS=${AGGREGATOR_ARGS:-}  # more aggregator flags, e.g. --exports none
+# the aggregator's quality gate (empty: its defaults): accuracy points, and percent of RMSE for a regression
+MAX_DROP_VS_BEST_WORKER=${MAX_DROP_VS_BEST_WORKER:-} MAX_REGRESSION=${MAX_REGRESSION:-} MIN_GAIN_VS_TRIVIAL=${MIN_GAIN_VS_TRIVIAL:-}
+MAX_RELATIVE_DROP_VS_BEST_WORKER=${MAX_RELATIVE_DROP_VS_BEST_WORKER:-} MAX_RELATIVE_REGRESSION=${MAX_RELATIVE_REGRESSION:-}
+MIN_RELATIVE_GAIN_VS_TRIVIAL=${MIN_RELATIVE_GAIN_VS_TRIVIAL:-}
+FORCE=${FORCE:-}                   # 1: publish even a model the gate refuses (recorded in report.json)
 SWEEP=${SWEEP:-0}                  # 1: an Optuna sweep after the copier; the trainers take its best.json (make sweep)
 TRIALS=${TRIALS:-12}               # sweep: trials in total
 PARALLEL=${PARALLEL:-2}            # sweep: disttrain-sweep processes on the one study
@@ -106,8 +111,16 @@ done
 wait_all "a trainer" "${pids[@]}"
 
 echo "== aggregator"
+GATE_ARGS=()
+[ -n "$MAX_DROP_VS_BEST_WORKER" ] && GATE_ARGS+=(--max-drop-vs-best-worker "$MAX_DROP_VS_BEST_WORKER")
+[ -n "$MAX_REGRESSION" ] && GATE_ARGS+=(--max-regression "$MAX_REGRESSION")
+[ -n "$MIN_GAIN_VS_TRIVIAL" ] && GATE_ARGS+=(--min-gain-vs-trivial "$MIN_GAIN_VS_TRIVIAL")
+[ -n "$MAX_RELATIVE_DROP_VS_BEST_WORKER" ] && GATE_ARGS+=(--max-relative-drop-vs-best-worker "$MAX_RELATIVE_DROP_VS_BEST_WORKER")
+[ -n "$MAX_RELATIVE_REGRESSION" ] && GATE_ARGS+=(--max-relative-regression "$MAX_RELATIVE_REGRESSION")
+[ -n "$MIN_RELATIVE_GAIN_VS_TRIVIAL" ] && GATE_ARGS+=(--min-relative-gain-vs-trivial "$MIN_RELATIVE_GAIN_VS_TRIVIAL")
+case "$FORCE" in ""|0) ;; *) GATE_ARGS+=(--force) ;; esac
 # shellcheck disable=SC2086  # AGGREGATOR_ARGS: several words
-"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" --combine "$COMBINE" "${MODULE_ARGS[@]}" $AGGREGATOR_ARGS 2> "$WORKDIR/logs/aggregator.err" || {
+"$BIN/disttrain-aggregator" --workdir "$WORKDIR" --expect "$WORKERS" --combine "$COMBINE" "${MODULE_ARGS[@]}" "${GATE_ARGS[@]}" $AGGREGATOR_ARGS 2> "$WORKDIR/logs/aggregator.err" || {
   echo "the aggregator failed: $(grep -m1 '^error:' "$WORKDIR/logs/aggregator.err" || tail -n 1 "$WORKDIR/logs/aggregator.err") (all of it: $WORKDIR/logs/aggregator.err)" >&2
   exit 1
 }

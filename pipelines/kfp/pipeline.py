@@ -133,7 +133,8 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
     @dsl.container_component
     def aggregator(workdir_root: str, run_id: str, workers: int, combine: str, exports: str,
                    max_drop_vs_best_worker: float, max_regression: float, max_relative_drop_vs_best_worker: float,
-                   max_relative_regression: float, force: bool, publish_to: str):
+                   max_relative_regression: float, min_gain_vs_trivial: float, min_relative_gain_vs_trivial: float,
+                   force: bool, publish_to: str):
         workdir = run_dir(workdir_root, run_id)
         return dsl.ContainerSpec(image=image["aggregator"], command=["sh", "-c", RUN_STAGE, "sh", "disttrain-aggregator"],
                                  args=[
@@ -141,7 +142,8 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
             "--expect", workers, "--combine", combine, "--exports", exports,
             "--max-drop-vs-best-worker", max_drop_vs_best_worker, "--max-regression", max_regression,
             "--max-relative-drop-vs-best-worker", max_relative_drop_vs_best_worker,
-            "--max-relative-regression", max_relative_regression, f"--force={force}", f"--publish-to={publish_to}",
+            "--max-relative-regression", max_relative_regression, "--min-gain-vs-trivial", min_gain_vs_trivial,
+            "--min-relative-gain-vs-trivial", min_relative_gain_vs_trivial, f"--force={force}", f"--publish-to={publish_to}",
         ])
 
     @dsl.pipeline(name="disttrain", description="copier -> trainers -> aggregator (quality gate, publish)")
@@ -190,6 +192,8 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
         gate_max_regression: float = 1.0,
         gate_max_relative_drop_vs_best_worker: float = 5.0,
         gate_max_relative_regression: float = 5.0,
+        gate_min_gain_vs_trivial: float = 1.0,
+        gate_min_relative_gain_vs_trivial: float = 1.0,
         gate_force: bool = False,
         publish_to: str = "",
         trainer_port: int = 12345,
@@ -223,7 +227,9 @@ def build(image, launcher_image=LAUNCHER_IMAGE):
                               exports=exports, max_drop_vs_best_worker=gate_max_drop_vs_best_worker,
                               max_regression=gate_max_regression,
                               max_relative_drop_vs_best_worker=gate_max_relative_drop_vs_best_worker,
-                              max_relative_regression=gate_max_relative_regression, force=gate_force,
+                              max_relative_regression=gate_max_relative_regression,
+                              min_gain_vs_trivial=gate_min_gain_vs_trivial,
+                              min_relative_gain_vs_trivial=gate_min_relative_gain_vs_trivial, force=gate_force,
                               publish_to=publish_to).after(after)
             on_volume.append(task)
 

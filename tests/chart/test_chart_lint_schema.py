@@ -101,6 +101,8 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["aggregator.gate.maxRegression=-0.5"], ["/aggregator/gate/maxRegression"]),
         (["aggregator.gate.maxRegression=101"], ["/aggregator/gate/maxRegression", "maximum"]),
         (["aggregator.gate.force=yes"], ["/aggregator/gate/force", "boolean"]),
+        (["aggregator.gate.minGainVsTrivial=0"], ["/aggregator/gate/minGainVsTrivial"]),
+        (["aggregator.gate.minRelativeGainVsTrivial=101"], ["/aggregator/gate/minRelativeGainVsTrivial"]),
         (["data.validation.maxLabelSkew=1.5"], ["/data/validation/maxLabelSkew"]),
         (["data.validation.allowDuplicates=maybe"], ["/data/validation/allowDuplicates", "boolean"]),
         (["data.validation.allowDupes=true"], ["/data/validation", "allowDupes"]),

@@ -246,12 +246,16 @@ def test_trainer_failure_handling_on_older_clusters(kube, failure_policy):
 def test_aggregator_gate_args_come_from_values(defaults_manifest):
     aggregator = stage_container(defaults_manifest, "aggregator")
     assert arg(aggregator, "--max-drop-vs-best-worker") == "1" and arg(aggregator, "--max-regression") == "1"
+    assert arg(aggregator, "--min-gain-vs-trivial") == "1" and arg(aggregator, "--min-relative-gain-vs-trivial") == "1"
     # every run has its own directory: the model published last is in an earlier run's final/
     assert arg(aggregator, "--published") == "/workdir/run-*/final/model.keras"
     assert "--force" not in aggregator["args"]
     aggregator = main_container(render(sets=("aggregator.gate.maxDropVsBestWorker=2.5", "aggregator.gate.maxRegression=0",
-                                             "aggregator.gate.force=true")), "aggregator")
+                                             "aggregator.gate.minGainVsTrivial=0.5",
+                                             "aggregator.gate.minRelativeGainVsTrivial=3", "aggregator.gate.force=true")),
+                                 "aggregator")
     assert arg(aggregator, "--max-drop-vs-best-worker") == "2.5" and arg(aggregator, "--max-regression") == "0"
+    assert arg(aggregator, "--min-gain-vs-trivial") == "0.5" and arg(aggregator, "--min-relative-gain-vs-trivial") == "3"
     assert "--force" in aggregator["args"]
 
 

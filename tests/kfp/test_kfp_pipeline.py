@@ -118,7 +118,9 @@ CHART_VALUES = {
     "publish_to": "aggregator.publishTo", "gate_max_drop_vs_best_worker": "aggregator.gate.maxDropVsBestWorker",
     "gate_max_regression": "aggregator.gate.maxRegression",
     "gate_max_relative_drop_vs_best_worker": "aggregator.gate.maxRelativeDropVsBestWorker",
-    "gate_max_relative_regression": "aggregator.gate.maxRelativeRegression", "gate_force": "aggregator.gate.force",
+    "gate_max_relative_regression": "aggregator.gate.maxRelativeRegression",
+    "gate_min_gain_vs_trivial": "aggregator.gate.minGainVsTrivial",
+    "gate_min_relative_gain_vs_trivial": "aggregator.gate.minRelativeGainVsTrivial", "gate_force": "aggregator.gate.force",
     "workdir_root": "storage.mountPath",
 }
 NOT_CHART_VALUES = {"workdir_claim", "trainer_launch"}

@@ -29,16 +29,20 @@ def test_a_marker_ranking_by_another_metric_is_refused_and_none_is_the_flags_adv
         combine.check_mode("best", "average", [{"worker_index": 0, "validation_metric": None}], RMSE)
 
 
+MEAN = {"name": "training mean", "value": 2.0, "training_mean": 3.0, "description": "always the training targets' mean 3"}
+
+
 def test_the_regression_gate_is_relative_and_says_so():
     workers = [("worker 0", 1.00), ("worker 1", 0.80)]
-    verdict = gate.decide(0.83, workers, None, 5.0, 5.0, metric=RMSE)  # 3.75 % worse than worker 1's 0.80
+    floor = {"trivial": MEAN, "min_gain_vs_trivial": 1.0}
+    verdict = gate.decide(0.83, workers, None, 5.0, 5.0, metric=RMSE, **floor)  # 3.75 % worse than worker 1's 0.80
     assert verdict["passed"], verdict
     best = verdict["checks"][0]
     assert best["reference"] == "worker 1" and best["unit"] == "percent" and best["shortfall"] == pytest.approx(3.75)
     assert "drop_points" not in best and verdict["metric"] == {"name": "rmse", "direction": "min", "label": "RMSE",
                                                                "unit": "percent"}
     verdict = gate.decide(0.90, workers, {"comparable": True, "test_rmse": 0.5, "path": "/w/final/model.keras"},
-                          5.0, 5.0, metric=RMSE)
+                          5.0, 5.0, metric=RMSE, **floor)
     assert not verdict["passed"]
     assert verdict["reasons"] == [
         "held-out RMSE 0.9 is 12.50 % worse than worker 1's 0.8 (at most 5 % allowed: --max-relative-drop-vs-best-worker)",
@@ -47,7 +51,7 @@ def test_the_regression_gate_is_relative_and_says_so():
     line = gate.summary(verdict)
     assert "RMSE 12.50 % worse than the best worker's 0.8 (at most 5 % worse: FAILED)" in line
     # lower is better: a lower RMSE than the published model's passes with a 0 % threshold
-    assert gate.decide(0.4, workers, {"comparable": True, "test_rmse": 0.5}, 100.0, 0.0, metric=RMSE)["passed"]
+    assert gate.decide(0.4, workers, {"comparable": True, "test_rmse": 0.5}, 100.0, 0.0, metric=RMSE, **floor)["passed"]
 
 
 def test_a_published_model_of_another_problem_or_target_is_not_comparable():

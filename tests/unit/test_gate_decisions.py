@@ -6,16 +6,21 @@ from disttrain_aggregator import gate
 from disttrain_aggregator.main import parse_args
 
 WORKERS = [("worker 0", 0.80), ("worker 1", 0.82)]
+# always the training split's majority class, scored on the held-out labels (trivial.trivial_predictor's form)
+MAJORITY = {"name": "majority class", "value": 0.40, "label": "cat",
+            "description": "always the training split's majority class 'cat' (41.0% of the training examples)"}
 
 
-def decide(final, published=None, workers=WORKERS, drop=1.0, regression=1.0, promoted=False):
-    return gate.decide(final, workers, published, drop, regression, promoted)
+def decide(final, published=None, workers=WORKERS, drop=1.0, regression=1.0, promoted=False, trivial=MAJORITY,
+           min_gain=1.0):
+    return gate.decide(final, workers, published, drop, regression, promoted, trivial=trivial,
+                       min_gain_vs_trivial=min_gain)
 
 
 def test_an_average_better_than_every_worker_passes():
     verdict = decide(0.84)
     assert verdict["passed"] and verdict["reasons"] == []
-    best, published = verdict["checks"]
+    best, published, _ = verdict["checks"]
     assert best["reference"] == "worker 1" and best["drop_points"] == pytest.approx(-2.0)
     assert published == {"name": "published", "passed": True, "note": "no published model to compare with"}
 
@@ -54,7 +59,7 @@ def test_zero_regression_lets_an_identical_model_through():
 def test_both_checks_failing_give_both_reasons():
     verdict = decide(0.5, {"comparable": True, "test_accuracy": 0.9})
     assert not verdict["passed"] and len(verdict["reasons"]) == 2
-    assert [c["passed"] for c in verdict["checks"]] == [False, False]
+    assert [c["passed"] for c in verdict["checks"]] == [False, False, True]
 
 
 def test_an_incomparable_published_model_does_not_block():
@@ -88,6 +93,7 @@ def test_a_published_model_is_comparable_only_on_the_same_task_labels_and_input(
 def test_gate_flags():
     args = parse_args([])
     assert (args.max_drop_vs_best_worker, args.max_regression, args.force, args.published) == (1.0, 1.0, False, None)
+    assert (args.min_gain_vs_trivial, args.min_relative_gain_vs_trivial) == (1.0, 1.0)
     args = parse_args(["--max-drop-vs-best-worker", "2.5", "--max-regression", "0", "--force", "--published", "/w/run-*/final/model.keras"])
     assert (args.max_drop_vs_best_worker, args.max_regression, args.force, args.published) == (2.5, 0.0, True, "/w/run-*/final/model.keras")
 

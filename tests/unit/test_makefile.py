@@ -34,6 +34,24 @@ def test_help_lists_every_target():
     assert listed <= phony, f"make help names targets that do not exist: {sorted(listed - phony)}"
 
 
+def test_help_lists_every_variable_of_the_pipeline_targets():
+    """make demo's, pipeline's and sweep's variables (the block from "make demo variables" on), the quality gate's too."""
+    with open(os.path.join(ROOT, "Makefile")) as fh:
+        text = fh.read()
+    block = text[text.index("# make demo variables"):text.index("# every one of these")]
+    variables = re.findall(r"^([A-Z_]+) \?=", block, re.M)
+    assert {"MIN_GAIN_VS_TRIVIAL", "MIN_RELATIVE_GAIN_VS_TRIVIAL", "MAX_REGRESSION", "FORCE"} <= set(variables)
+    listed = make("help")
+    assert [v for v in variables if not re.search(rf"\b{v}\b", listed)] == []
+
+
+@pytest.mark.parametrize("target", ["demo", "pipeline", "sweep", "demo-s3"])
+def test_the_quality_gates_variables_reach_the_pipeline(target):
+    printed = make("-n", target, "MIN_GAIN_VS_TRIVIAL=2.5", "MAX_RELATIVE_REGRESSION=7", "FORCE=1")
+    assert "MIN_GAIN_VS_TRIVIAL=2.5" in printed and "MAX_RELATIVE_REGRESSION=7" in printed and "FORCE=1" in printed
+    assert "MIN_RELATIVE_GAIN_VS_TRIVIAL= " in printed  # unset: the aggregator's default
+
+
 def sweep_workdir(*args, env=None):
     return re.search(r"WORKDIR=(\S+)", make("-n", "sweep", *args, env=env)).group(1)
 

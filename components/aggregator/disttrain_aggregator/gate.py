@@ -9,7 +9,7 @@ metric's unit of difference:
   * a metric in the target's unit (RMSE; lower is better): PERCENT worse than the reference,
     relative to it (RMSE 1.05 against 1.00 is 5 % worse), the thresholds
     --max-relative-drop-vs-best-worker and --max-relative-regression.
-Two checks:
+Three checks:
 
 * best worker: the final model may be at most the threshold worse than the best single worker
   model -- averaging that made the model worse than one of its parts is refused. A promoted
@@ -55,10 +55,10 @@ def shortfall(metric, value, reference):
 
 
 def flags_for(metric):
-    """The two flags whose thresholds apply to `metric`: (best worker, published)."""
+    """The three flags whose thresholds apply to `metric`: (best worker, published, trivial)."""
     if metric.unit == "fraction":
-        return "--max-drop-vs-best-worker", "--max-regression"
-    return "--max-relative-drop-vs-best-worker", "--max-relative-regression"
+        return "--max-drop-vs-best-worker", "--max-regression", "--min-gain-vs-trivial"
+    return "--max-relative-drop-vs-best-worker", "--max-relative-regression", "--min-relative-gain-vs-trivial"
 
 
 def _figures(metric, reference, final, gap, limit):
@@ -80,7 +80,32 @@ def _worse(metric, final, gap, reference, limit, flag, what, where=""):
             f"{where} (at most {limit:g} % allowed: {flag})")
 
 
-def decide(final, workers, published, max_drop_vs_best_worker, max_regression, promoted=False, metric=None):
+def _trivial_check(metric, final, trivial, min_gain, flag):
+    """The floor: (check, refusal sentence or None). gain: how much better than the trivial predictor
+    (points, or percent of its RMSE); passes when > 0 and at least `min_gain` (exactly the margin passes)."""
+    gain = 0.0 - shortfall(metric, final, trivial["value"])  # (0.0 -: never "-0.0")
+    passed = gain > EPSILON_POINTS and gain >= min_gain - EPSILON_POINTS
+    check = {"name": "trivial", "reference": trivial["description"],
+             "predictor": {key: value for key, value in trivial.items() if key != "value"},
+             "metric": metric.name, "direction": metric.direction, "unit": unit_of(metric),
+             "reference_value": trivial["value"], "final_value": final, "gain": gain, "min_gain": min_gain,
+             "passed": passed}
+    if passed:
+        return check, None
+    if metric.unit == "fraction":
+        how = (f"only {gain:.2f} points above" if gain > EPSILON_POINTS else "no better than" if gain > -EPSILON_POINTS
+               else f"{-gain:.2f} points below")
+        return check, (f"held-out {metric.name} {final:.4f} is {how} the trivial predictor's {trivial['value']:.4f} "
+                       f"({trivial['description']}; at least {min_gain:g} point{'' if min_gain == 1 else 's'} above "
+                       f"required: {flag})")
+    how = (f"only {gain:.2f} % better than" if gain > EPSILON_POINTS else "no better than" if gain > -EPSILON_POINTS
+           else f"{-gain:.2f} % worse than")
+    return check, (f"held-out {metric.label} {final:.5g} is {how} the trivial predictor's {trivial['value']:.5g} "
+                   f"({trivial['description']}; at least {min_gain:g} % better required: {flag})")
+
+
+def decide(final, workers, published, max_drop_vs_best_worker, max_regression, promoted=False, metric=None, *,
+           trivial, min_gain_vs_trivial):
     """The gate's verdict.
 
     final: the final model's held-out value of `metric` (default: accuracy); workers: [(name,
@@ -88,9 +113,11 @@ def decide(final, workers, published, max_drop_vs_best_worker, max_regression, p
     published: None (no published model), {"comparable": False, "why": ...} or {"comparable": True,
     "test_<metric>": ...} (evaluated on this run's split); thresholds in the metric's unit (points
     for a fraction, percent for a metric in the target's unit: see the module docstring).
+    trivial: the trivial predictor (trivial.trivial_predictor: "name", "description", its held-out
+    "value"); min_gain_vs_trivial: the margin the final model must beat it by, in the same unit.
     Returns {"passed", "metric", "reasons" (one sentence per failed check), "checks"}."""
     metric = metric or ACCURACY
-    best_flag, published_flag = flags_for(metric)
+    best_flag, published_flag, trivial_flag = flags_for(metric)
     checks, reasons = [], []
 
     best = metric.best([value for _, value in workers])  # in the metric's direction; nan never the best
@@ -120,6 +147,11 @@ def decide(final, workers, published, max_drop_vs_best_worker, max_regression, p
             reasons.append(_worse(metric, final, drop, old, max_regression, published_flag, "the published model's",
                                   " on this run's held-out split"))
         checks.append(check)
+
+    check, reason = _trivial_check(metric, final, trivial, min_gain_vs_trivial, trivial_flag)
+    checks.append(check)
+    if reason:
+        reasons.append(reason)
 
     return {"passed": not reasons, "metric": {"name": metric.name, "direction": metric.direction,
                                               "label": metric.label, "unit": unit_of(metric)},
@@ -151,13 +183,23 @@ def summary(verdict):
     parts = []
     for check in verdict["checks"]:
         what = "best worker" if check["name"] == "best_worker" else "published model"
-        if "shortfall" not in check:
+        state = "ok" if check["passed"] else "FAILED"
+        if check["name"] == "trivial":
+            gain, reference, margin = check["gain"], check["reference_value"], check["min_gain"]
+            predictor = check["predictor"]["name"] + (f" {check['predictor']['label']!r}" if "label" in check["predictor"] else "")
+            if check["unit"] == "points":
+                parts.append(f"{abs(gain):.2f} points {'above' if gain >= 0 else 'below'} the trivial predictor's "
+                             f"{reference:.4f} ({predictor}; at least {margin:g} above: {state})")
+            else:
+                parts.append(f"{(verdict.get('metric') or {}).get('label', check['metric'])} {abs(gain):.2f} % "
+                             f"{'better' if gain >= 0 else 'worse'} than the trivial predictor's {reference:.4g} "
+                             f"({predictor}; at least {margin:g} % better: {state})")
+        elif "shortfall" not in check:
             parts.append(check["note"])
         elif check.get("note"):  # the promoted strategies' best-worker check
             parts.append(f"{what}: the final model itself (promoted)")
         else:
             gap, reference, limit = check["shortfall"], check["reference_value"], check["max_shortfall"]
-            state = "ok" if check["passed"] else "FAILED"
             if check["unit"] == "points":
                 parts.append(f"{abs(gap):.2f} points {'below' if gap >= 0 else 'above'} the {what}'s "
                              f"{reference:.4f} (at most {limit:g} below: {state})")

@@ -25,7 +25,8 @@
 5. evaluate the result, and the published model (if any) on this run's held-out
    split; analysis.py analyses every model evaluated (per class, calibration, slices)
    from the predictions already made; the quality gate (gate.py) decides whether the
-   result may replace the published model;
+   result may replace the published model, and whether it is better than the trivial
+   predictor (trivial.py: the training split's majority class, the training mean, chance);
 6. export (exports.py, --exports): a TensorFlow SavedModel for TF Serving and KServe
    (final/saved_model/<version>/) and a TFLite model (final/model.tflite), built and
    checked against the Keras model on the held-out split in a staging directory; a
@@ -44,7 +45,7 @@ import json
 import os
 import time
 
-from disttrain_aggregator import analysis, checks, combine, exports, feeds, gate, publish, report_builder
+from disttrain_aggregator import analysis, checks, combine, exports, feeds, gate, publish, report_builder, trivial
 from disttrain_aggregator.published_model import evaluate_published
 from disttrain_aggregator.tensorboard_events import write_event_files
 from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, run_cli, wait_for_marker, write_marker
@@ -108,9 +109,12 @@ def parse_args(argv=None):
                    "worker vs this baseline); without it the report says there is none")
     gating = p.add_argument_group(
         "quality gate",
-        "the final model is published only if its held-out value of the primary metric passes both checks: "
-        "classification (accuracy; faces: top-1 retrieval) in accuracy points with the first two thresholds, "
-        "regression (RMSE, lower is better) in percent of the reference's RMSE with the --max-relative-* ones")
+        "the final model is published only if its held-out value of the primary metric passes three checks: "
+        "against the best single worker, the published model, and the trivial predictor that ignores its input "
+        "(the training split's majority class; regression: the training targets' mean; faces: chance, 1 / the "
+        "held-out people). Classification (accuracy; faces: top-1 retrieval) in accuracy points with "
+        "--max-drop-vs-best-worker, --max-regression and --min-gain-vs-trivial, regression (RMSE, lower is "
+        "better) in percent of the reference's RMSE with the --max-relative-* ones and --min-relative-gain-vs-trivial")
     gating.add_argument("--max-drop-vs-best-worker", type=float, default=1.0, metavar="POINTS",
                         help="classification: at most this many accuracy points below the best single worker model "
                         "(default 1.0); not used for regression")
@@ -124,6 +128,16 @@ def parse_args(argv=None):
                         help="regression: the final model's held-out RMSE at most this many percent above the "
                         "published model's, evaluated on this run's held-out split (default 5; 0: no worse at all); "
                         "not used for classification")
+    gating.add_argument("--min-gain-vs-trivial", type=float, default=1.0, metavar="POINTS",
+                        help="classification: at least this many accuracy points above the trivial predictor on the "
+                        "held-out split: always the training split's majority class (faces: chance, 1 / the held-out "
+                        "people) (default 1.0, about one standard error of an accuracy over 2,000 held-out examples; "
+                        "more than 0: a model only as good as the trivial predictor is never published); not used "
+                        "for regression")
+    gating.add_argument("--min-relative-gain-vs-trivial", type=float, default=1.0, metavar="PERCENT",
+                        help="regression: the final model's held-out RMSE at least this many percent below the "
+                        "trivial predictor's, which always predicts the training targets' mean (default 1: about "
+                        "R² 0.02; more than 0); not used for classification")
     gating.add_argument("--published", metavar="PATH_OR_GLOB",
                         help="the published model to compare with: a path, or a glob of which the newest match with "
                         "its _SUCCESS marker counts (default: --savefile)")
@@ -143,6 +157,10 @@ def parse_args(argv=None):
     for flag in ("max_relative_drop_vs_best_worker", "max_relative_regression"):
         if not 0 <= getattr(args, flag) <= 1000:  # also refuses nan
             p.error(f"--{flag.replace('_', '-')} must be between 0 and 1000 (percent)")
+    for flag, unit in (("min_gain_vs_trivial", "accuracy points"), ("min_relative_gain_vs_trivial", "percent")):
+        if not 0 < getattr(args, flag) <= 100:  # also refuses nan
+            p.error(f"--{flag.replace('_', '-')} must be more than 0 and at most 100 ({unit}): a model only as good "
+                    "as the trivial predictor is never published")
     return args
 
 
@@ -253,7 +271,10 @@ def main(argv=None):
     thresholds = ((args.max_drop_vs_best_worker, args.max_regression) if metric.unit == "fraction"
                   else (args.max_relative_drop_vs_best_worker, args.max_relative_regression))
     verdict = gate.decide(final_metrics[metric.key], [(r["name"], r[metric.key]) for r in rows], published,
-                          *thresholds, promoted=not per_worker, metric=metric)
+                          *thresholds, promoted=not per_worker, metric=metric,
+                          trivial=trivial.trivial_predictor(data_dir, manifest, y_test),
+                          min_gain_vs_trivial=(args.min_gain_vs_trivial if metric.unit == "fraction"
+                                               else args.min_relative_gain_vs_trivial))
     # forced: published only because of --force
     report.gate = dict(verdict, forced=args.force and not verdict["passed"], published=published)
     report_builder.print_table(report)

@@ -137,7 +137,7 @@ def print_hard_queries(final):
 
 def plot_report(report, histories, path):
     """Bars: the held-out primary metric (accuracy; regression: RMSE) per worker, per combine
-    candidate (average runs) and final. Curves: its per-epoch held-out value for each worker (the
+    candidate (average runs) and final, with the quality gate's trivial predictor as a line. Curves: its per-epoch held-out value for each worker (the
     trainers' test_<metric>), with the final model as a line. Under them, one
     line of the copier's data validation (when the dataset has it)."""
     # (matplotlib keeps its font cache where MPLCONFIGDIR says, the images set /tmp; never in the published
@@ -168,7 +168,13 @@ def plot_report(report, histories, path):
         bars.text(x, v, f"{v:.3f}" if fraction else f"{v:.4g}", ha="center", va="bottom", fontsize=8 if len(values) > 5 else 10)
     if len(values) > 5:
         bars.tick_params(axis="x", labelrotation=30, labelsize=8)
-    finite = [v for v in values if np.isfinite(v)]
+    # the quality gate's floor: what a model that ignores its input scores (gate.py's trivial check)
+    floor = next((c for c in (report.get("gate") or {}).get("checks", []) if c["name"] == "trivial"), None)
+    if floor:
+        bars.axhline(floor["reference_value"], color="#555555", linestyle=":",
+                     label=f"trivial predictor ({floor['predictor']['name']}): {floor['reference_value']:.4g}")
+        bars.legend(fontsize=8, loc="lower right")
+    finite = [v for v in values if np.isfinite(v)] + ([floor["reference_value"]] if floor else [])
     bars.set_ylim(0, 1.05 if fraction else 1.15 * max(finite + [1e-9]))
     bars.set_ylabel(ylabel)
     bars.set_title(f"{report['task']} / {report['strategy']}"
