@@ -74,6 +74,7 @@ help:
 	@echo "make venv-kfp     .venv-kfp, the Kubeflow Pipelines SDK's own virtualenv (make test and test-images build it)"
 	@echo "make kfp-pipeline recompile pipelines/kfp/pipeline.yaml from pipeline.py (make test fails while they differ)"
 	@echo "make browser-deps Debian's chromium and curl, which make test drives (needs root; otherwise names the sudo command)"
+	@echo "make front-deps   Debian's nginx (nginx-light), the server's front against slow clients, which make test-faults runs (needs root)"
 	@echo "make lint         ruff over every Python file (rules: ruff.toml); quick, run first by CI"
 	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
 	@echo "make test-long    longer real-training integration tests (sweeps, multi-model runs) kept out of make test's 15-minute budget"
