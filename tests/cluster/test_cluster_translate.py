@@ -206,8 +206,10 @@ def test_the_trainer_job_plan():
     assert deny.isolates_ingress and deny.rules == [] and selector_matches(deny.selector, pod.labels)
     (rule,) = policies["dt-disttrain-trainer"].rules
     assert rule.ports == [("TCP", 12345)] and rule.peers == [policies["dt-disttrain-trainer"].selector]
-    (anyone, tester) = policies["dt-disttrain-server"].rules
+    (anyone, scrapers, tester) = policies["dt-disttrain-server"].rules
     assert (anyone.peers, anyone.ports) == (None, [("TCP", 8080)])  # allowFrom empty: any source
+    # the metrics port from the cluster's namespaces: no pod of the release (a namespaceSelector alone is outside it)
+    assert (scrapers.peers, scrapers.ports) == ([], [("TCP", 9090)])
     assert tester.peers == [{"app.kubernetes.io/name": "disttrain", "app.kubernetes.io/instance": "dt", "app.kubernetes.io/component": "test"}]
     # egress is listed as a documented no-op, not dropped silently
     assert any(path.endswith("egress") for _, path, _ in release.noops)

@@ -94,8 +94,8 @@ def build_spec(parts, context):
             "description": "The model disttrain trained, behind TensorFlow Serving's REST API (/v1) and KServe's Open "
             "Inference Protocol (/v2). "
             'Every error is JSON: {"error": "<message>"}. '
-            "With a token configured (--api-token-file), gallery writes, or every /v1 and /v2 call except the /v2/health "
-            "probes (--token-required-for all), "
+            "With a token configured (--api-token-file), the face gallery (its writes, and its list, thumbnails and :search "
+            "unless --public-face-search), or every /v1 and /v2 call except the /v2/health probes (--token-required-for all), "
             "need `Authorization: Bearer <token>`. POST bodies must be application/json or multipart/form-data; multipart "
             "also needs an X-Requested-With header. Images must be PNG or JPEG.",
         },
