@@ -590,8 +590,10 @@ def test_server_front_and_its_limits_come_from_values():
     server = main_container(render(), "server")
     assert arg(server, "--front") == "nginx"
     assert (arg(server, "--header-timeout"), arg(server, "--body-timeout"), arg(server, "--max-connections")) == ("10", "30", "1024")
-    (port,) = server["ports"]
+    # the front listens on the API's port; the metrics port is gunicorn's own (its ClusterIP Service is the scrape's)
+    port, metrics = server["ports"]
     assert port["name"] == "http" and str(port["containerPort"]) == arg(server, "--port")
+    assert metrics["name"] == "metrics" and str(metrics["containerPort"]) == arg(server, "--metrics-port")
     for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
         assert server[probe]["httpGet"]["port"] == "http", probe
     assert server["livenessProbe"]["timeoutSeconds"] == 5
