@@ -197,3 +197,16 @@ def test_an_init_that_imports_back_is_a_cycle(tmp_path):
     package = write_package(tmp_path, {"__init__.py": "from pkg.app import make\n", "app.py": "from pkg import helper\n\n\ndef make():\n    pass\n"})
     (package / "__init__.py").write_text("from pkg.app import make\n\n\ndef helper():\n    pass\n")
     assert find_cycles(import_graph(package)) == [["pkg", "pkg.app", "pkg"]]
+
+
+def test_no_blueprint_imports_another():
+    """Flask blueprints share what they need through helper modules (shared.py, runs_data.py, model_calls.py,
+    openapi.py ...), never through each other: a blueprint is a set of routes, and importing one from another
+    ties their registration together."""
+    modules = module_names(SERVER_PACKAGE)
+    blueprints = {name for name, path in modules.items() if "Blueprint(" in path.read_text()}
+    assert {"disttrain_server.api", "disttrain_server.v2", "disttrain_server.runs"} <= blueprints
+    graph = import_graph(SERVER_PACKAGE)
+    found = [f"{name} imports {target} (line {uses[0][0]})" for name in sorted(blueprints)
+             for target, uses in sorted(graph[name].items()) if target in blueprints]
+    assert not found, "blueprints importing blueprints:\n" + "\n".join(found)

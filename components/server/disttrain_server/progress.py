@@ -26,8 +26,7 @@ from flask import Blueprint, current_app, send_file
 
 from disttrain_contract.layout import MARKER, PROGRESS_FILE, Workdir
 from disttrain_server.errors import ApiError
-from disttrain_server.runs import run_links
-from disttrain_server.runs_data import MAX_WORKERS, WORKER_DIR, read_progress
+from disttrain_server.runs_data import MAX_WORKERS, WORKER_DIR, read_progress, run_links
 from disttrain_server.shared import run_finder
 
 bp = Blueprint("progress", __name__)

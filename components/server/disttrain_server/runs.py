@@ -17,11 +17,10 @@ import os
 
 from flask import Blueprint, current_app, render_template, send_file, url_for
 
-from disttrain_contract.layout import Workdir
 from disttrain_server.errors import ApiError
 from disttrain_contract.layout import REPORT_FILE
-from disttrain_server.runs_data import (CACHE_KEY, RUN_DIR, SERVED, ReportCache, is_run_dir, numbered_runs, report_dir, report_without_abs_paths, served_name,
-                                        worker_histories)
+from disttrain_server.runs_data import (CACHE_KEY, RUN_DIR, SERVED, ReportCache, file_url, is_run_dir, numbered_runs, report_dir,
+                                        report_without_abs_paths, served_name, worker_histories)
 from disttrain_server.shared import runs_dir, served_run_dir
 from disttrain_server.svg import svg_chart
 
@@ -72,16 +71,6 @@ def resolve(name):
                    + ("" if runs else " (this server has no --runs-dir)"))
 
 
-def file_url(name, directory, filename):
-    """The URL of a report file, with its mtime so that a browser asks again when the file is replaced;
-    None if the run has no such file."""
-    try:
-        mtime = int(os.stat(os.path.join(directory, filename)).st_mtime)
-    except OSError:
-        return None
-    return url_for("runs.run_file", run=name, name=filename, v=mtime)
-
-
 def run_row(name, run_dir, served):
     """One row of the list: the run's status and its report's summary (cached)."""
     status, directory = report_dir(run_dir)
@@ -112,19 +101,6 @@ def curves(run_dir):
     return {key: svg_chart(series, key, title) for key, title in
             (("loss", "training loss"), ("accuracy", "training accuracy"), ("test_accuracy", "held-out accuracy"),
              ("mae", "training MAE"), ("test_rmse", "held-out RMSE"))}
-
-
-def run_links(run_dir, finished):
-    """For /progress.json: the dashboard URL of the run in `run_dir` and, once finished, its analysis.png's
-    (None, None: the run is neither the served one nor a run-N of --runs-dir)."""
-    run_dir, runs = os.path.abspath(run_dir), runs_dir()
-    if run_dir == served_run_dir():
-        name = served_name()
-    elif runs and os.path.dirname(run_dir) == os.path.abspath(runs) and RUN_DIR.fullmatch(os.path.basename(run_dir)):
-        name = os.path.basename(run_dir)
-    else:
-        return None, None
-    return url_for("runs.run_page", run=name), file_url(name, Workdir(run_dir).final, "analysis.png") if finished else None
 
 
 def enable_hint():

@@ -25,6 +25,8 @@ import re
 import threading
 from collections import OrderedDict
 
+from flask import url_for
+
 from disttrain_contract.layout import MARKER, PROGRESS_FILE, REPORT_FILE, Workdir
 from disttrain_contract.progress import Progress
 from disttrain_contract.records import RecordError, finite_number
@@ -307,3 +309,27 @@ def worker_histories(run_dir, limit):
         if progress and "history" in progress:  # (Progress checked that every entry is an object with an epoch)
             series.append((index, progress["history"]))
     return series
+
+
+# ------------------------------------------------------------------ the dashboard's URLs (runs.py's routes)
+def file_url(name, directory, filename):
+    """The URL of a report file, with its mtime so that a browser asks again when the file is replaced;
+    None if the run has no such file."""
+    try:
+        mtime = int(os.stat(os.path.join(directory, filename)).st_mtime)
+    except OSError:
+        return None
+    return url_for("runs.run_file", run=name, name=filename, v=mtime)
+
+
+def run_links(run_dir, finished):
+    """For /progress.json: the dashboard URL of the run in `run_dir` and, once finished, its analysis.png's
+    (None, None: the run is neither the served one nor a run-N of --runs-dir)."""
+    run_dir, runs = os.path.abspath(run_dir), runs_dir()
+    if run_dir == served_run_dir():
+        name = served_name()
+    elif runs and os.path.dirname(run_dir) == os.path.abspath(runs) and RUN_DIR.fullmatch(os.path.basename(run_dir)):
+        name = os.path.basename(run_dir)
+    else:
+        return None, None
+    return url_for("runs.run_page", run=name), file_url(name, Workdir(run_dir).final, "analysis.png") if finished else None

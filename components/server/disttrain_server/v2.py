@@ -23,7 +23,7 @@ A numeric model (tables, arrays: a user's own model) takes its own inputs, each 
 
 and gets "probabilities" FP32 [n, labels] (classifiers, whatever their head) or "value" FP32 [n]
 (regressions). The instances go through
-the same checks, limits and batch path as /v1 (api.predict_rows); errors are {"error": "..."}:
+the same checks, limits and batch path as /v1 (model_calls.predict_rows); errors are {"error": "..."}:
 400 for a request that does not fit the model's tensors (unknown input or output name, wrong
 datatype, shape and data disagreeing), 413 and 422 as in /v1. Tensor data in binary form (the
 "binary tensor data" extension, an application/octet-stream body) is not supported: 415.
@@ -36,9 +36,9 @@ import numpy as np
 from flask import Blueprint, current_app, request
 
 from disttrain_server import numeric
-from disttrain_server.api import model_routes, predict_rows, resolve
 from disttrain_server.errors import ApiError, ModelUnavailable, json_type
 from disttrain_server.instances import check_count, read_json_object
+from disttrain_server.model_calls import model_routes, predict_rows, resolve
 from disttrain_server.openapi import BOOLEAN, INTEGER, STRING, array_of, enum_of, json_response, object_of, ref, with_optional
 from disttrain_server.shared import model_store
 from disttrain_server.signature import OUTPUT_NAMES, V2_DATATYPES, input_tensor, input_tensors, output_tensor
