@@ -17,7 +17,7 @@ import sys
 import pytest
 import yaml
 
-from chartlib import KUBE_VERSIONS, ROOT, one, pod_spec, render
+from chartlib import KUBE_VERSIONS, ROOT, arg, one, pod_spec, render
 
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)")
 
@@ -185,8 +185,9 @@ def test_the_server_serves_what_the_aggregator_publishes_and_takes_its_arguments
     (chart_container,) = [c for c in pod_spec(chart)["containers"] if c["name"] == "server"]
     for key in ("securityContext", "startupProbe", "livenessProbe", "readinessProbe"):
         assert container[key] == chart_container[key], key
-    # the API's port; the chart's server also has its metrics port (server.metricsPort), the pipeline's serves /metrics on http
-    assert container["ports"] == [p for p in chart_container["ports"] if p["name"] == "http"]
+    # the API's port and the metrics port, as the chart's server has them (server.port, server.metricsPort)
+    assert container["ports"] == chart_container["ports"]
+    assert arg(container, "--metrics-port") == arg(chart_container, "--metrics-port")
     assert pod_spec(deployment)["securityContext"] == pod_spec(chart)["securityContext"]
 
 

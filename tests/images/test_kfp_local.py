@@ -113,6 +113,7 @@ def test_server_yaml_serves_the_published_model(runs):
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
     port = free_port()
     args[args.index("--host") + 1], args[args.index("--port") + 1] = "127.0.0.1", str(port)
+    args[args.index("--metrics-port") + 1] = str(free_port())  # (the host's network: a port no other test holds)
     name = f"disttrain-kfp-server-{port}"
     subprocess.run(["docker", "run", "--rm", "--detach", "--init", "--name", name, "--network", "host", "--read-only",
                     "--tmpfs", "/tmp", "-v", f"{runs['workdir_root']}:/workdir:ro", f"disttrain-server:{TAG}", *args],
