@@ -66,6 +66,11 @@ CALL_CHUNK = 512  # most instances per model call: bounds memory when the galler
 SELF_TEST_TEXT = "self-test"  # the text instance of the load's self-test (any non-empty string a request could send)
 
 
+def version_of(key):
+    """The API version of a file whose stat is `key` (inode, mtime in ns, size): its mtime in whole seconds."""
+    return key[1] // 1_000_000_000
+
+
 @dataclass(frozen=True)
 class LoadFailure:
     """A published file that could not be served: its version (mtime in whole seconds, as
@@ -91,7 +96,7 @@ class LoadedModel:
     @property
     def version(self):
         """The API version: the file's mtime in whole seconds (grows with each publication)."""
-        return self.key[1] // 1_000_000_000
+        return version_of(self.key)
 
     @property
     def task(self):
@@ -438,7 +443,7 @@ class ModelStore:
             if not isinstance(err, ContractError):
                 reason = _one_line(f"{type(err).__name__}: {reason}")
             self._failed_key, self._error = key, reason
-            self._failure = LoadFailure(version=key[1] // 1_000_000_000, reason=reason)
+            self._failure = LoadFailure(version=version_of(key), reason=reason)
             log.warning("cannot load %s: %s%s", self.path, reason, "; still serving the previous model" if current else "")
             return
         # If the file was replaced again between stat and load we loaded the newer
