@@ -11,7 +11,7 @@ KSERVE_STORAGE_BIN := .venv-kserve-storage/bin
 KFP_BIN := .venv-kfp/bin
 # the docs site's own venv: MkDocs and Material for MkDocs, pinned in requirements-docs.txt (make docs)
 DOCS_BIN := .venv-docs/bin
-COMPONENTS := contract copier trainer sweep aggregator server
+COMPONENTS := contract copier trainer advisor sweep aggregator server
 
 # make demo variables
 TASK ?= movie-reviews

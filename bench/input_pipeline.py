@@ -43,14 +43,13 @@ tf.config.threading.set_inter_op_parallelism_threads(1)
 from disttrain_contract.manifest import Manifest, read_split
 from disttrain_trainer.data import shuffled_batches
 from disttrain_trainer import tasks
-from disttrain_trainer.main import parse_args
+from disttrain_trainer import parse_config
 from disttrain_trainer.step import make_train_call
 
 data_dir, pipeline, what, batch, calls, per_call = sys.argv[1], sys.argv[2], sys.argv[3], *map(int, sys.argv[4:7])
 manifest = Manifest.read(data_dir)
 x, y = read_split(data_dir, manifest, manifest.shard(0))
-task = tasks.create(manifest, parse_args([]))  # the trainer's task: its own data preparation and model
-task.apply_defaults(task.args)
+task, _ = tasks.create(manifest, parse_config([]))  # the trainer's task: its own data preparation and model
 x = task.prepare(data_dir, x)
 
 def element_wise():

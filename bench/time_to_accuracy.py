@@ -412,7 +412,7 @@ def row_commands(row, task, workdir, run_dir, port, shaped):
     return argvs, outs
 
 
-PREFLIGHT = "import sys\nfrom disttrain_trainer.main import parse_args\nparse_args(sys.argv[1:])"
+PREFLIGHT = "import sys\nfrom disttrain_trainer import parse_config\nparse_config(sys.argv[1:])"
 
 
 def refused(argv):

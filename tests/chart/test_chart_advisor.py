@@ -31,13 +31,13 @@ def test_enabled_runs_the_advisor_with_the_trainer_flags_after_the_waits():
 
 
 def test_the_rendered_command_is_accepted_by_the_real_parser():
-    from disttrain_trainer.advise import parse_args
+    from disttrain_advisor.main import parse_args
 
     spec = trainer_spec(render(sets=("advisor.enabled=true", "strategy=multiworker", "advisor.budgetSeconds=30")))
     advisor = next(c for c in spec["initContainers"] if c["name"] == "advisor")
     args = parse_args(advisor["command"][1:] + advisor["args"])
-    assert (args.never_fail, args.budget_seconds, args.strategy, args.local_probe) == (True, 30, "multiworker", False)
-    assert args.service  # pods 0 and 1 probe the link between them
+    assert (args.never_fail, args.budget_seconds, args.train.strategy, args.local_probe) == (True, 30, "multiworker", False)
+    assert args.train.service  # pods 0 and 1 probe the link between them
 
 
 def test_one_worker_probes_inside_its_own_pod():
@@ -61,8 +61,8 @@ def test_every_configuration_the_advisor_can_advise_renders_with_the_values_it_p
     """The advice's "to follow it: ... --set V" line: for each kind of candidate the chart accepts V (schema and
     refusals) and gives the trainer the flags of that configuration, read back by the trainer's own parser."""
     from disttrain_trainer import perfmodel as pm
-    from disttrain_trainer.advise import chart_values, run_options
-    from disttrain_trainer.main import parse_args as trainer_args
+    from disttrain_advisor.main import chart_values, run_options
+    from disttrain_trainer import parse_config
 
     probe = pm.Probe(step_seconds_alone=0.2, step_seconds_pair=0.2, weight_bytes=9_100_000, weight_tensors=260,
                      gradient_bytes=9_100_000, gradient_sparse=False, latency_seconds=0.001, per_byte_seconds=0.0,
@@ -78,7 +78,7 @@ def test_every_configuration_the_advisor_can_advise_renders_with_the_values_it_p
     for p in kinds.values():
         sets = chart_values(p)
         job = one([d for d in render(sets=(sets,)) if stage_of(d) == "trainer"], "Job")
-        args = trainer_args(pod_spec(job)["containers"][0]["args"])
+        args = parse_config(pod_spec(job)["containers"][0]["args"])
         # (a parameter-server run's Job also holds its chief and parameter servers)
         tasks = p.workers + (1 + p.options["ps"] if p.strategy == "parameterserver" else 0)
         assert job["spec"]["completions"] == tasks, sets
@@ -87,7 +87,7 @@ def test_every_configuration_the_advisor_can_advise_renders_with_the_values_it_p
             assert run_options(args) == {k: v for k, v in p.options.items() if k != "outer_overlap"} | (
                 {} if p.strategy != "localsgd" else {"outer_optimizer": p.options.get("outer_optimizer", "none")}), sets
         if pm.overlapped(p.options):
-            assert args.outer_overlap == p.options["outer_overlap"], sets
+            assert args.strategy_settings.outer_overlap == p.options["outer_overlap"], sets
 
 
 def test_bad_values_are_refused_by_the_schema():

@@ -143,21 +143,23 @@ def check_meaning(stage, parsed, values, docs):
             assert parsed.learning_rate is None
         else:
             assert parsed.learning_rate == pytest.approx(float(values["learningRate"]))
-        assert parsed.sync_every == values.get("syncEvery")
+        own = parsed.strategy_settings  # (the chosen strategy's own flags: disttrain_trainer.config)
+        assert getattr(own, "sync_every", None) == values.get("syncEvery")
         if values["strategy"] == "localsgd" and values["outerOptimizer"] == "nesterov":
-            assert (parsed.outer_optimizer, parsed.outer_lr, parsed.outer_momentum) == (
+            assert (own.outer_optimizer, own.outer_lr, own.outer_momentum) == (
                 "nesterov", pytest.approx(float(values["outerLearningRate"])), pytest.approx(float(values["outerMomentum"])))
         else:  # plain averaging (localsgd's default), or not localsgd
-            assert parsed.outer_optimizer == ("none" if values["strategy"] == "localsgd" else None)
-        assert parsed.outer_overlap == (values["outerOverlap"] if values["strategy"] == "localsgd" else None)
-        assert parsed.sync_at_epoch_end == (bool(values["syncAtEpochEnd"]) if values["strategy"] == "localsgd" else None)
-        assert parsed.sync_batch_norm_batches == (values.get("syncBatchNormBatches") if values["strategy"] == "localsgd" else None)
-        assert parsed.validation_fraction == pytest.approx(float(values["trainer"]["validationFraction"] or 0))
+            assert getattr(own, "outer_optimizer", None) == ("none" if values["strategy"] == "localsgd" else None)
+        localsgd = values["strategy"] == "localsgd"
+        assert getattr(own, "outer_overlap", None) == (values["outerOverlap"] if localsgd else None)
+        assert getattr(own, "sync_at_epoch_end", None) == (bool(values["syncAtEpochEnd"]) if localsgd else None)
+        assert getattr(own, "sync_batch_norm_batches", None) == (values.get("syncBatchNormBatches") if localsgd else None)
+        assert own.validation_fraction == pytest.approx(float(values["trainer"]["validationFraction"] or 0))
         assert parsed.progress_interval == pytest.approx(float(values["trainer"]["progressIntervalSeconds"]))
         assert parsed.optimizer == values["optimizer"]
         # only the strategies whose workers all-reduce get it; the others keep the trainer's default
         connected = values["strategy"] in ("multiworker", "localsgd")
-        assert parsed.allreduce_dtype == (values["allreduceDtype"] if connected else "float32")
+        assert getattr(own, "allreduce_dtype", "float32") == (values["allreduceDtype"] if connected else "float32")
         job = one(docs, "Job", "trainer")
         assert parsed.job == job["metadata"]["name"]
         assert parsed.service == pod_spec(job)["subdomain"]
@@ -171,11 +173,11 @@ def check_meaning(stage, parsed, values, docs):
         if values["strategy"] == "parameterserver":  # pod 1 is the first parameter server
             from disttrain_trainer.cluster import build_ps_tf_config, default_host_pattern
 
-            assert parsed.ps == values["parameterServers"]
-            config = build_ps_tf_config(parsed.ps, workers, 1, default_host_pattern(parsed.service), parsed.job, parsed.service, parsed.port)
+            assert own.ps == values["parameterServers"]
+            config = build_ps_tf_config(own.ps, workers, 1, default_host_pattern(parsed.service), parsed.job, parsed.service, parsed.port)
             assert config["task"] == {"type": "ps", "index": 0}
             assert config["cluster"]["ps"] == [f"{job['metadata']['name']}-1.{parsed.service}:{parsed.port}"]
-            assert job["spec"]["completions"] == job["spec"]["parallelism"] == 1 + parsed.ps + workers
+            assert job["spec"]["completions"] == job["spec"]["parallelism"] == 1 + own.ps + workers
     elif stage == "aggregator":
         assert parsed.expect == workers
         assert parsed.dir == "/workdir/run-1/train"

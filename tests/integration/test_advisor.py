@@ -100,7 +100,7 @@ def test_a_broken_model_file_is_one_line_and_exit_2(cancer_data, tmp_path):
 
 
 def test_help_names_the_advisor_flags():
-    result = subprocess.run([sys.executable, "-m", "disttrain_trainer.advise", "--help"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-m", "disttrain_advisor.main", "--help"], capture_output=True, text=True)
     assert result.returncode == 0
     for flag in ("--budget-seconds", "--link-mbit", "--epochs-to-target", "--json", "--from-probe", "--model-file"):
         assert flag in result.stdout
@@ -129,7 +129,7 @@ def test_two_workers_named_by_a_host_pattern_probe_the_link_between_them(cancer_
 
 @pytest.mark.long
 def test_the_parameter_server_timed_on_part_of_the_data_is_scaled_to_the_whole(cancer_data):
-    """The phase a model too slow for two whole epochs gets (advise_parameterserver.measure_on_part): the trainer's
+    """The phase a model too slow for two whole epochs gets (parameterserver_phase.measure_on_part): the trainer's
     real parameter-server run on the first half of each shard, its steady epoch scaled by the whole data's steps
     over the part's, and the part's directory removed after."""
     import glob
@@ -138,7 +138,8 @@ def test_the_parameter_server_timed_on_part_of_the_data_is_scaled_to_the_whole(c
     import time
 
     from disttrain_contract.manifest import Manifest
-    from disttrain_trainer import advise, advise_parameterserver
+    from disttrain_advisor import main as advise
+    from disttrain_advisor import parameterserver_phase as advise_parameterserver
 
     args = advise.parse_args(["--data", str(cancer_data), "--threads", "1", "--batch", "8"])
     manifest = Manifest.read(str(cancer_data))

@@ -1,4 +1,4 @@
-"""The advisor's parameter-server phase on part of the data (advise_parameterserver): how much of the data fits
+"""The advisor's parameter-server phase on part of the data (disttrain_advisor.parameterserver_phase): how much of the data fits
 what is left of the budget, and the part itself, written as the copier writes data, for the trainer to read."""
 
 import math
@@ -7,7 +7,7 @@ import os
 import pytest
 
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
-from disttrain_trainer.advise_parameterserver import (MAX_GROUP_STEPS, MIN_GROUP_STEPS, PART_TEST_EXAMPLES,
+from disttrain_advisor.parameterserver_phase import (MAX_GROUP_STEPS, MIN_GROUP_STEPS, PART_TEST_EXAMPLES,
                                                       data_fraction, part_of_the_data, seconds_needed)
 from stages import stage
 

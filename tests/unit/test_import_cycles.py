@@ -141,7 +141,7 @@ def describe(graph, cycle):
 
 def test_the_walk_reads_the_packages_imports():
     """(a broken walk would find no cycle in an empty graph)"""
-    assert len(PACKAGES) == 6
+    assert len(PACKAGES) == 7
     graph = import_graph(SERVER_PACKAGE)
     assert "disttrain_server.api" in graph["disttrain_server.app"]
     assert "disttrain_server.shared" in graph["disttrain_server.api"]
@@ -210,3 +210,22 @@ def test_no_blueprint_imports_another():
     found = [f"{name} imports {target} (line {uses[0][0]})" for name in sorted(blueprints)
              for target, uses in sorted(graph[name].items()) if target in blueprints]
     assert not found, "blueprints importing blueprints:\n" + "\n".join(found)
+
+
+def test_the_advisor_imports_the_trainers_api_not_its_command_line():
+    """disttrain_advisor builds on the trainer's public API (TrainConfig, its tasks, strategies and cost models):
+    nothing in it imports the trainer's CLI module, whose only job is to parse and call train()."""
+    import ast
+
+    advisor = ROOT / "components" / "advisor" / "disttrain_advisor"
+    found = []
+    for path in sorted(advisor.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) and node.module
+                     else [])
+            found += [(path.name, node.lineno, n) for n in names]
+    assert any(n.startswith("disttrain_trainer.") for _, _, n in found)  # (the walk saw its imports)
+    cli = [f"{f} line {line}: {n}" for f, line, n in found
+           if n.startswith(("disttrain_trainer.main", "disttrain_trainer.config.check_flags"))]
+    assert not cli, cli

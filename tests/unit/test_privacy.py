@@ -10,7 +10,7 @@ from dp_accounting.rdp import RdpAccountant
 
 from disttrain_contract.privacy import delta_problem
 from disttrain_trainer import privacy
-from disttrain_trainer.main import parse_args
+from disttrain_trainer import parse_config as parse_args
 
 DP = ["--dp-l2-clip", "1.0", "--dp-noise-multiplier", "1.1", "--dp-delta", "1e-5"]
 
@@ -237,8 +237,7 @@ def test_private_text_training_defaults_to_sgd_and_explicit_flags_win():
     from disttrain_trainer.tasks import image, text
 
     def defaults(task_class, argv):
-        args = parse_args(argv)
-        object.__new__(task_class).apply_defaults(args)  # (the defaults come from the class alone)
+        args = parse_args(argv).with_task_defaults(task_class)  # (the defaults come from the class alone)
         return args.optimizer, args.learning_rate, args.width, args.dropout
 
     # without DP: the ordinary defaults, so ordinary runs are unchanged

@@ -1,4 +1,4 @@
-"""The advisor probe's bytes per multiworker step (advise_probe.gradient_wire_bytes): dense gradients whole, an
+"""The advisor probe's bytes per multiworker step (probe.gradient_wire_bytes): dense gradients whole, an
 embedding's as the unique rows real batches touch, averaged over several batches (one batch's count varies with
 its examples)."""
 
@@ -8,7 +8,7 @@ import pytest
 tf = pytest.importorskip("tensorflow")
 keras = pytest.importorskip("keras")
 
-from disttrain_trainer.advise_probe import gradient_wire_bytes  # noqa: E402
+from disttrain_advisor.probe import gradient_wire_bytes  # noqa: E402
 
 
 class Task:

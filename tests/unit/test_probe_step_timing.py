@@ -1,11 +1,11 @@
-"""The advisor probe's step timer (advise_probe.time_steps): the median seconds per step of its calls, ending at
+"""The advisor probe's step timer (probe.time_steps): the median seconds per step of its calls, ending at
 its time or, for short steps, once it has timed ENOUGH_CALLS calls; timing together, the workers agree before
 each call."""
 
 import time
 
-from disttrain_trainer import advise_probe
-from disttrain_trainer.advise_probe import ENOUGH_CALLS, time_steps
+from disttrain_advisor import probe as advise_probe
+from disttrain_advisor.probe import ENOUGH_CALLS, time_steps
 
 
 class Call:

@@ -373,6 +373,6 @@ def test_a_rows_options_become_the_trainers_flags_and_a_true_one_a_switch():
     flags = time_to_accuracy.option_flags({"sync_every": 50, "outer_optimizer": "nesterov", "sync_at_epoch_end": True})
     assert flags == ["--sync-every", "50", "--outer-optimizer", "nesterov", "--sync-at-epoch-end"]
     # and the trainer takes them (the benchmark's own preflight does the same before a row runs)
-    from disttrain_trainer.main import parse_args
+    from disttrain_trainer import parse_config
 
-    assert parse_args(["--strategy", "localsgd", *flags]).sync_at_epoch_end is True
+    assert parse_config(["--strategy", "localsgd", *flags]).strategy_settings.sync_at_epoch_end is True

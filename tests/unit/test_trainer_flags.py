@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from disttrain_trainer.main import parse_args
+from disttrain_trainer import parse_config as parse_args
 from disttrain_trainer.strategies import options
 from disttrain_trainer.tasks import text as text_task
 
@@ -74,18 +74,18 @@ def test_nonsense_is_refused_by_name(argv, message, capsys):
 
 
 def test_localsgd_outer_flags_default_to_plain_averaging_and_dilocos_values():
-    args = parse_args(["--strategy", "localsgd"])
+    args = parse_args(["--strategy", "localsgd"]).strategy_settings
     assert (args.outer_optimizer, args.outer_lr, args.outer_momentum, args.allreduce_dtype) == ("none", 0.7, 0.9, "float32")
     assert args.outer_overlap == "none"
     assert options.outer_settings(args) == {}  # a default run records (and resumes) what it always did
     args = parse_args(["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "0.5",
-                       "--outer-momentum", "0", "--allreduce-dtype", "int8", "--sync-every", "500"])
+                       "--outer-momentum", "0", "--allreduce-dtype", "int8", "--sync-every", "500"]).strategy_settings
     assert options.REGISTRY["localsgd"].model_meta(args) == {
         "sync_every": 500, "outer_optimizer": "nesterov", "outer_lr": 0.5, "outer_momentum": 0.0, "allreduce_dtype": "int8"}
-    args = parse_args(["--strategy", "localsgd", "--outer-overlap", "eager"])  # (plain averaging overlaps too)
+    args = parse_args(["--strategy", "localsgd", "--outer-overlap", "eager"]).strategy_settings  # (plain averaging too)
     assert options.REGISTRY["localsgd"].model_meta(args) == {"sync_every": 32, "outer_overlap": "eager"}
-    assert parse_args(["--strategy", "localsgd"]).sync_at_epoch_end is False
-    args = parse_args(["--strategy", "localsgd", "--sync-every", "50", "--sync-at-epoch-end"])  # (a resume checks it)
+    assert parse_args(["--strategy", "localsgd"]).strategy_settings.sync_at_epoch_end is False
+    args = parse_args(["--strategy", "localsgd", "--sync-every", "50", "--sync-at-epoch-end"]).strategy_settings
     assert options.REGISTRY["localsgd"].model_meta(args) == {"sync_every": 50, "sync_at_epoch_end": True}
     assert options.users_of("outer_lr") == ["localsgd"]
 
@@ -93,7 +93,8 @@ def test_localsgd_outer_flags_default_to_plain_averaging_and_dilocos_values():
 def test_the_new_flags_parse():
     args = parse_args(["--strategy", "localsgd", "--sync-every", "16", "--allreduce-dtype", "float16",
                        "--allreduce-pack-bytes", "1048576", "--steps-per-call", "8"])
-    assert (args.strategy, args.sync_every, args.allreduce_dtype, args.allreduce_pack_bytes, args.steps_per_call) == (
+    own = args.strategy_settings
+    assert (args.strategy, own.sync_every, own.allreduce_dtype, own.allreduce_pack_bytes, args.steps_per_call) == (
         "localsgd", 16, "float16", 1048576, 8)
     args = parse_args(["--model", "mobilenetv2", "--image-size", "64"])
     assert (args.model, args.image_size) == ("mobilenetv2", 64)
@@ -106,14 +107,14 @@ def test_learning_rate_defaults_per_task_unless_given():
 
 
 def test_parameter_server_flags_default_to_one_ps():
-    args = parse_args(["--strategy", "parameterserver"])
+    args = parse_args(["--strategy", "parameterserver"]).strategy_settings
     assert (args.ps, args.serve_timeout) == (1, 7 * 24 * 3600.0)
-    assert parse_args(["--strategy", "parameterserver", "--ps", "2", "--serve-timeout", "60"]).ps == 2
+    assert parse_args(["--strategy", "parameterserver", "--ps", "2", "--serve-timeout", "60"]).strategy_settings.ps == 2
 
 
 def test_localsgd_resolves_its_default_sync_every():
-    assert parse_args(["--strategy", "localsgd"]).sync_every == options.DEFAULT_SYNC_EVERY
-    assert parse_args([]).sync_every is None  # (not average's)
+    assert parse_args(["--strategy", "localsgd"]).strategy_settings.sync_every == options.DEFAULT_SYNC_EVERY
+    assert not hasattr(parse_args([]).strategy_settings, "sync_every")  # (not average's)
 
 
 @pytest.mark.parametrize("argv, message", [
@@ -139,10 +140,11 @@ def test_every_strategy_is_one_registry_entry_owning_its_flags():
     for name in options.NAMES:  # each entry has its training module
         path = os.path.join(os.path.dirname(strategies.__file__), f"{name}.py")
         assert os.path.isfile(path), path
-    args = parse_args(["--strategy", "parameterserver", "--ps", "2"])
-    assert options.REGISTRY["parameterserver"].tag(args, 0, 2) == "chief 0 (task 0)"
-    assert options.REGISTRY["parameterserver"].tag(args, 3, 2) == "worker 0 (task 3)"
-    assert options.REGISTRY["multiworker"].tag(args, 1, 2) == "worker 1/2"
+    from disttrain_trainer.cluster import Placement
+
+    assert options.REGISTRY["parameterserver"].tag(Placement(2, 0, None, 2)) == "chief 0 (task 0)"
+    assert options.REGISTRY["parameterserver"].tag(Placement(2, 3, None, 2)) == "worker 0 (task 3)"
+    assert options.REGISTRY["multiworker"].tag(Placement(2, 1)) == "worker 1/2"
 
 
 def test_help_and_flag_errors_import_no_tensorflow():
@@ -161,10 +163,10 @@ def test_checkpoints_resume_only_with_the_same_outer_settings(tmp_path):
     """run.json records localsgd's outer settings when not the defaults: a DiLoCo checkpoint (its outer
     momentum, its residual) is not resumed as plain averaging, and the refusal names what changed."""
     from disttrain_contract import ContractError
-    from disttrain_trainer.main import check_run_config
+    from disttrain_trainer.training import check_run_config
 
     def config(*argv):
-        args = parse_args(["--strategy", "localsgd", *argv])
+        args = parse_args(["--strategy", "localsgd", *argv]).strategy_settings
         return {"strategy": "localsgd", "sync_every": args.sync_every, **options.outer_settings(args)}
 
     diloco = config("--outer-optimizer", "nesterov", "--allreduce-dtype", "int8")
@@ -172,3 +174,33 @@ def test_checkpoints_resume_only_with_the_same_outer_settings(tmp_path):
     check_run_config(tmp_path, diloco, write=True)  # the same run resumes
     with pytest.raises(ContractError, match=r"changed: allreduce_dtype, outer_lr, outer_momentum, outer_optimizer\)"):
         check_run_config(tmp_path, config(), write=True)
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["--strategy", "localsgd", "--sync-every", "50", "--outer-optimizer", "nesterov", "--outer-lr", "0.5",
+     "--sync-at-epoch-end", "--allreduce-dtype", "int8"],
+    ["--strategy", "localsgd", "--outer-overlap", "eager", "--threads", "1", "--learning-rate", "0.01"],
+    ["--strategy", "parameterserver", "--ps", "2", "--workers", "3", "--service", "svc", "--job", "job"],
+    ["--strategy", "multiworker", "--allreduce-dtype", "float16", "--model", "mobilenetv2", "--image-size", "64"],
+    ["--validation-fraction", "0.2", "--linger-for-peers", "5", "--dp-l2-clip", "1", "--dp-noise-multiplier", "1.1",
+     "--dp-delta", "1e-5"],
+])
+def test_a_configuration_is_its_command_line(argv):
+    """to_argv is the command line of the same run: parsed again, it is the same frozen TrainConfig."""
+    import dataclasses
+
+    config = parse_args(["--workdir", "/w", *argv])
+    assert parse_args(config.to_argv()) == config
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        config.epochs = 1
+
+
+def test_the_task_defaults_make_a_new_configuration():
+    """The task's defaults (learning rate, width, dropout, optimizer) fill what the flags left unset, in a new
+    configuration; the parsed one is not changed."""
+    config = parse_args(["--width", "8"])
+    with_defaults = config.with_task_defaults(text_task.Task)
+    assert (with_defaults.learning_rate, with_defaults.width, with_defaults.dropout, with_defaults.optimizer) == (
+        text_task.Task.learning_rate, 8, text_task.Task.dropout, "adam")
+    assert (config.learning_rate, config.dropout, config.optimizer) == (None, None, None)

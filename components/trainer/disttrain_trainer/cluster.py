@@ -12,6 +12,7 @@ Pure functions, no TensorFlow: unit-tested on their own.
 
 import json
 import os
+from typing import NamedTuple
 
 KUBERNETES_PATTERN = "{job}-{index}.{service}:{port}"
 LOCAL_PATTERN = "127.0.0.1:{index_port}"
@@ -105,30 +106,40 @@ def parse_ps_tf_config(text):
     return workers, job_index(task_type, task_index, ps), ps
 
 
-def configure(args, workers, index, connected):
-    """(workers, index, TF_CONFIG text or None) of this task, with os.environ["TF_CONFIG"] set for a connected
-    strategy: the TF_CONFIG given in the environment wins (its task count and index too; parameter-server
-    training also takes its --ps from it), else one is built from --host-pattern (by default the
-    Kubernetes names `<job>-<index>.<service>` with --service, else loopback ports). A strategy whose
-    workers never talk gets none: a stray TF_CONFIG must not turn the default strategy distributed.
-    ValueError from a malformed TF_CONFIG or pattern is raised as ContractError (one line, exit 2)."""
+class Placement(NamedTuple):
+    """Where this task is in its group: the workers, its Job index, its TF_CONFIG text (None: a strategy whose
+    workers never talk) and the parameter-server tasks (parameterserver; 0 otherwise)."""
+    workers: int
+    index: int
+    tf_config: str | None = None
+    parameter_servers: int = 0
+
+
+def configure(config, workers, index, connected):
+    """This task's Placement, with os.environ["TF_CONFIG"] set for a connected strategy: the TF_CONFIG given in
+    the environment wins (its task count and index too; parameter-server training also takes its number of
+    ps tasks from it), else one is built from --host-pattern (by default the Kubernetes names
+    `<job>-<index>.<service>` with --service, else loopback ports). A strategy whose workers never talk gets
+    none: a stray TF_CONFIG must not turn the default strategy distributed. ValueError from a malformed
+    TF_CONFIG or pattern is raised as ContractError (one line, exit 2)."""
     from disttrain_contract import ContractError
 
     tf_config = os.environ.get("TF_CONFIG")
     if not connected:
         os.environ.pop("TF_CONFIG", None)
-        return workers, index, None
+        return Placement(workers, index)
+    ps = config.strategy_settings.ps  # (parameterserver's --ps; 0 for the others)
     try:
-        if tf_config and args.ps:
-            workers, index, args.ps = parse_ps_tf_config(tf_config)
+        if tf_config and ps:
+            workers, index, ps = parse_ps_tf_config(tf_config)
         elif tf_config:
             workers, index = parse_tf_config(tf_config)
         else:
-            pattern = args.host_pattern or default_host_pattern(args.service)
-            config = (build_ps_tf_config(args.ps, workers, index, pattern, args.job, args.service, args.port) if args.ps
-                      else build_tf_config(workers, index, pattern, args.job, args.service, args.port))
-            tf_config = json.dumps(config)
+            pattern = config.host_pattern or default_host_pattern(config.service)
+            built = (build_ps_tf_config(ps, workers, index, pattern, config.job, config.service, config.port) if ps
+                     else build_tf_config(workers, index, pattern, config.job, config.service, config.port))
+            tf_config = json.dumps(built)
             os.environ["TF_CONFIG"] = tf_config
     except ValueError as err:
         raise ContractError(str(err)) from None
-    return workers, index, tf_config
+    return Placement(workers, index, tf_config, ps)

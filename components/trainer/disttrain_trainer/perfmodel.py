@@ -82,7 +82,7 @@ Seconds per epoch:
                    probe's two processes cannot time (they form a MultiWorkerMirrored cluster, and a
                    variable placed on the other process there crashed TensorFlow). When what is left of
                    the budget fits it, the advisor runs the trainer itself as parameterserver on this host
-                   (chief, 1 parameter server, 2 workers; advise_parameterserver.py) for a few
+                   (chief, 1 parameter server, 2 workers; disttrain_advisor/parameterserver_phase.py) for a few
                    epochs: T_ps, its steady seconds per epoch, gives y = (T_ps - the workers' bound
                    above at N = 2 on the probe's link) / S, taken the same at any N and on any link (so
                    at N = 2 on the probe's link the prediction is T_ps). On that link the bounds can

@@ -1,6 +1,6 @@
 """One module per training strategy, all of one shape, composed in main.py:
 
-  set up   Strategy(args, workers, index): join the other workers (TF_CONFIG) and create
+  set up   Strategy(config, placement): join the other workers (TF_CONFIG) and create
            the tf.distribute strategy the steps run under (`tf_strategy`, `scope()`);
   step     `reduce_gradients`: None, or how a synchronous step sums the gradients
            across workers (step.make_train_call runs the step itself);
@@ -25,7 +25,8 @@ import importlib
 from disttrain_trainer.strategies.options import CONNECTED, NAMES  # noqa: F401  (the strategies' names, in one place)
 
 
-def create(name, args, workers, index):
-    if name not in NAMES:
-        raise ValueError(f"unknown strategy {name!r}")
-    return importlib.import_module(f"disttrain_trainer.strategies.{name}").Strategy(args, workers, index)
+def create(config, placement):
+    """The strategy `config` names (a TrainConfig), for this task's `placement` (cluster.Placement)."""
+    if config.strategy not in NAMES:
+        raise ValueError(f"unknown strategy {config.strategy!r}")
+    return importlib.import_module(f"disttrain_trainer.strategies.{config.strategy}").Strategy(config, placement)

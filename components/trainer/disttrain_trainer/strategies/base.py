@@ -14,8 +14,8 @@ class Base:
     run_call = None  # how a compiled train call runs (step.make_train_call): None = here, now
     serves = False  # a task that serves the others (parameter servers, workers) instead of training
 
-    def __init__(self, args, workers, index):
-        self.workers, self.index, self.is_chief = workers, index, index == 0
+    def __init__(self, config, placement):
+        self.workers, self.index, self.is_chief = placement.workers, placement.index, placement.index == 0
         self.tf_strategy = tf.distribute.get_strategy()  # the default: one replica, no communication
 
     def scope(self):
@@ -30,7 +30,7 @@ class Base:
         """Strategy state that a checkpoint must hold besides the model and the optimizer."""
         return {}
 
-    def serve(self, args, chief_dir, own_dir, notice):
+    def serve(self, config, chief_dir, own_dir, notice):
         """The whole life of a serving task (`serves`); returns the exit code. `notice`: its
         preemption.Notice (SIGTERM: exit at once, nothing of its own to save)."""
         raise NotImplementedError
@@ -146,14 +146,15 @@ class Connected(Base):
     same number of steps per epoch (a collective waits for all of them), and sum the
     epoch's metrics over all workers once per epoch."""
 
-    def __init__(self, args, workers, index, cluster=None):
+    def __init__(self, config, placement, cluster=None):
         """`cluster`: a MultiWorkerMirroredStrategy this process already joined (the advisor's probe, which times
         the trainer's own localsgd syncs on its cluster); None: join TF_CONFIG's."""
         from disttrain_trainer.collectives import Wire, join_cluster
 
-        super().__init__(args, workers, index)
-        self.cluster = cluster if cluster is not None else join_cluster(args.heartbeat_timeout)
-        self.wire = Wire(args.allreduce_dtype, args.allreduce_pack_bytes)
+        super().__init__(config, placement)
+        settings = config.strategy_settings
+        self.cluster = cluster if cluster is not None else join_cluster(settings.heartbeat_timeout)
+        self.wire = Wire(settings.allreduce_dtype, settings.allreduce_pack_bytes)
 
     def examples_per_epoch(self, manifest, examples):
         # every worker takes the same number of steps (a collective needs all of them)

@@ -106,17 +106,18 @@ from disttrain_trainer.strategies.base import Connected
 class Strategy(Connected):
     name = "localsgd"
 
-    def __init__(self, args, workers, index, cluster=None):
-        super().__init__(args, workers, index, cluster)
-        self.every = args.sync_every  # (options.LocalSGD.resolve: --sync-every, or its default)
-        self.nesterov = args.outer_optimizer == "nesterov"
-        self.outer_lr, self.outer_momentum = args.outer_lr, args.outer_momentum
-        self.wire_dtype = args.allreduce_dtype
-        self.batch_norm_batches = args.sync_batch_norm_batches
-        self.overlap = args.outer_overlap if args.outer_overlap != "none" else None
-        self.at_epoch_end = args.sync_at_epoch_end  # (options.next_sync: the syncs' schedule)
-        self.settings = options.outer_settings(args)
-        self.epochs = args.epochs
+    def __init__(self, config, placement, cluster=None):
+        super().__init__(config, placement, cluster)
+        settings = config.strategy_settings  # (options.LocalSGDSettings: the flags, or their defaults)
+        self.every = settings.sync_every
+        self.nesterov = settings.outer_optimizer == "nesterov"
+        self.outer_lr, self.outer_momentum = settings.outer_lr, settings.outer_momentum
+        self.wire_dtype = settings.allreduce_dtype
+        self.batch_norm_batches = settings.sync_batch_norm_batches
+        self.overlap = settings.outer_overlap if settings.outer_overlap != "none" else None
+        self.at_epoch_end = settings.sync_at_epoch_end  # (options.next_sync: the syncs' schedule)
+        self.settings = options.outer_settings(settings)
+        self.epochs = config.epochs
         self.steps_per_epoch = None  # (train_epoch: the syncs whose statistics are read depend on it)
         self.synced_at = None
         self.synced_checksum = None

@@ -14,8 +14,8 @@ from disttrain_trainer.strategies.base import Connected
 class Strategy(Connected):
     name = "multiworker"
 
-    def __init__(self, args, workers, index):
-        super().__init__(args, workers, index)
+    def __init__(self, config, placement):
+        super().__init__(config, placement)
         self.tf_strategy = self.cluster  # the model's variables are mirrored on every worker
         self.reduce_gradients = self.wire.all_reduce_sum
 

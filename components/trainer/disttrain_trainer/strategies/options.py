@@ -18,6 +18,7 @@ parameterserver: addresses, ports, the peers' deadline), AllReduce (multiworker,
 """
 
 import argparse
+from dataclasses import dataclass
 
 from disttrain_contract.strategies import STRATEGIES, users_of_flag
 from disttrain_trainer.cluster import configure, ps_task
@@ -71,11 +72,59 @@ def statistics_read_after_sync(step, following, steps_per_epoch, last_step):
     return next_end < min(following, last_step)  # (a sync at that end, or the run's last, re-estimates instead)
 
 
+# ------------------------------------------------------------------ each strategy's part of a TrainConfig
+@dataclass(frozen=True)
+class StrategySettings:
+    """The chosen strategy's own settings (TrainConfig.strategy_settings), its defaults resolved: one frozen
+    dataclass per family of flags below, its fields named as the flags' dests. The field defaults are the
+    resolved defaults (TrainConfig.to_argv leaves out a field at its default)."""
+    # (class attributes, not fields: what a strategy without these flags answers)
+    validation_fraction = 0.0
+    linger_for_peers = 0.0
+    ps = 0  # parameter-server tasks
+
+
+@dataclass(frozen=True)
+class AverageSettings(StrategySettings):
+    validation_fraction: float = 0.0
+    linger_for_peers: float = 0.0
+
+
+@dataclass(frozen=True)
+class AllReduceSettings(StrategySettings):
+    allreduce_dtype: str = "float32"
+    allreduce_pack_bytes: int = 0
+    heartbeat_timeout: float = DEFAULT_HEARTBEAT_TIMEOUT
+
+
+@dataclass(frozen=True)
+class MultiWorkerSettings(AllReduceSettings):
+    pass
+
+
+@dataclass(frozen=True)
+class LocalSGDSettings(AllReduceSettings):
+    sync_every: int = DEFAULT_SYNC_EVERY
+    outer_optimizer: str = "none"
+    outer_lr: float = DEFAULT_OUTER_LR
+    outer_momentum: float = DEFAULT_OUTER_MOMENTUM
+    outer_overlap: str = "none"
+    sync_at_epoch_end: bool = False
+    sync_batch_norm_batches: int = DEFAULT_SYNC_BATCH_NORM_BATCHES
+
+
+@dataclass(frozen=True)
+class ParameterServerSettings(StrategySettings):
+    ps: int = 1
+    serve_timeout: float = SERVE_TIMEOUT
+
+
 class Options:
     """Every strategy: no flags of its own, a model trained on the worker's own examples. What a strategy is
     (whether its tasks talk, how many models it ends with, ...) is its contract entry, `facts`."""
     name = None
     title = None  # the --help group of the flags this class introduces
+    settings = StrategySettings  # the frozen type of its part of a TrainConfig
 
     @property
     def facts(self):
@@ -100,29 +149,33 @@ class Options:
         return None
 
     def resolve(self, args, error):
-        """Set (and check) the defaults that depend on this strategy being the one chosen."""
+        """This strategy's settings from the checked flags `args` (not changed): each field the flag's value, or
+        its default where the flag was not given, with the checks that depend on this strategy being chosen."""
+        return self.settings(**{name: getattr(args, name) for name in self.settings.__dataclass_fields__})
 
-    def configure(self, args, workers, index):
-        """(workers, index, TF_CONFIG text or None): TF_CONFIG in the environment for a connected strategy,
-        none for the others (cluster.configure)."""
-        return configure(args, workers, index, connected=self.connected)
+    def configure(self, config, workers, index):
+        """This task's place in the group, a cluster.Placement: TF_CONFIG in the environment for a connected
+        strategy, none for the others (cluster.configure)."""
+        return configure(config, workers, index, connected=self.connected)
 
-    def tag(self, args, index, workers):
-        """How this task names itself in its log lines and progress file."""
-        return f"worker {index}/{workers}"
+    def tag(self, placement):
+        """How this task names itself in its log lines and progress file (`placement`: cluster.Placement)."""
+        return f"worker {placement.index}/{placement.workers}"
 
     def model_examples(self, examples, manifest):
         """The examples a worker's model says it was trained on: its own (this worker trained alone)."""
         return examples
 
-    def model_meta(self, args):
-        """What else a worker model's disttrain.json, and its training_parameters, record."""
+    def model_meta(self, settings):
+        """What else a worker model's disttrain.json, and its training_parameters, record (`settings`: its
+        StrategySettings)."""
         return {}
 
 
 class Average(Options):
     name = "average"
     title = "strategy average"
+    settings = AverageSettings
 
     @classmethod
     def add_flags(cls, group):
@@ -206,11 +259,13 @@ class AllReduce(Connected):
 
 class MultiWorker(AllReduce):
     name = "multiworker"
+    settings = MultiWorkerSettings
 
 
 class LocalSGD(AllReduce):
     name = "localsgd"
     title = "strategy localsgd"
+    settings = LocalSGDSettings
 
     @classmethod
     def add_flags(cls, group):
@@ -277,49 +332,42 @@ class LocalSGD(AllReduce):
         return None
 
     def resolve(self, args, error):
-        if args.sync_every is None:
-            args.sync_every = DEFAULT_SYNC_EVERY
-        if args.outer_optimizer is None:
-            args.outer_optimizer = "none"
-        if args.outer_optimizer == "none" and (args.outer_lr, args.outer_momentum) != (None, None):
+        if args.outer_optimizer in (None, "none") and (args.outer_lr, args.outer_momentum) != (None, None):
             error("--outer-lr and --outer-momentum apply to --outer-optimizer nesterov, not none")
-        args.outer_lr = DEFAULT_OUTER_LR if args.outer_lr is None else args.outer_lr
-        args.outer_momentum = DEFAULT_OUTER_MOMENTUM if args.outer_momentum is None else args.outer_momentum
-        if args.sync_batch_norm_batches is None:
-            args.sync_batch_norm_batches = DEFAULT_SYNC_BATCH_NORM_BATCHES
-        if args.outer_overlap is None:
-            args.outer_overlap = "none"
-        args.sync_at_epoch_end = bool(args.sync_at_epoch_end)
-        if args.sync_at_epoch_end and args.outer_overlap != "none":
+        if args.sync_at_epoch_end and args.outer_overlap not in (None, "none"):
             # (an overlapped sync's outer step lands one sync late, and under eager the workers differ until the end:
             # an epoch's end would still not hold the group's model)
             error(f"--sync-at-epoch-end does not go with --outer-overlap {args.outer_overlap}: an overlapped sync "
                   "applies its exchange one sync late, so an epoch's end would not hold the group's model")
+        given = {name: getattr(args, name) for name in self.settings.__dataclass_fields__}
+        return self.settings(**{name: value for name, value in given.items() if value is not None})
 
-    def model_meta(self, args):
+    def model_meta(self, settings):
         """H, and what differs from plain averaging over a float32 wire (a default run records what it did)."""
-        return {"sync_every": args.sync_every, **outer_settings(args)}
+        return {"sync_every": settings.sync_every, **outer_settings(settings)}
 
 
-def outer_settings(args):
+def outer_settings(settings):
     """localsgd's settings beyond H that change what a sync computes, only where they differ from plain
     averaging over a float32 wire: the model's metadata and the checkpoints' run.json record them, so a run
     with the defaults records (and resumes) what it did before these options existed."""
-    settings = {}
-    if args.outer_optimizer != "none":
-        settings.update(outer_optimizer=args.outer_optimizer, outer_lr=args.outer_lr, outer_momentum=args.outer_momentum)
-    if args.allreduce_dtype in LOSSY_WIRES:
-        settings["allreduce_dtype"] = args.allreduce_dtype  # (with error feedback: always, on these wires)
-    if args.outer_overlap != "none":
-        settings["outer_overlap"] = args.outer_overlap
-    if args.sync_at_epoch_end:
-        settings["sync_at_epoch_end"] = True
-    return settings
+    differs = {}
+    if settings.outer_optimizer != "none":
+        differs.update(outer_optimizer=settings.outer_optimizer, outer_lr=settings.outer_lr,
+                       outer_momentum=settings.outer_momentum)
+    if settings.allreduce_dtype in LOSSY_WIRES:
+        differs["allreduce_dtype"] = settings.allreduce_dtype  # (with error feedback: always, on these wires)
+    if settings.outer_overlap != "none":
+        differs["outer_overlap"] = settings.outer_overlap
+    if settings.sync_at_epoch_end:
+        differs["sync_at_epoch_end"] = True
+    return differs
 
 
 class ParameterServer(Connected):
     name = "parameterserver"
     title = "strategy parameterserver"
+    settings = ParameterServerSettings
 
     @classmethod
     def add_flags(cls, group):
@@ -337,14 +385,14 @@ class ParameterServer(Connected):
         return None
 
     def resolve(self, args, error):
-        args.ps = 1 if args.ps is None else args.ps
-        if args.ps < 1:
+        if args.ps is not None and args.ps < 1:
             error("--ps must be >= 1")
-        if args.serve_timeout is None:
-            args.serve_timeout = SERVE_TIMEOUT
+        given = {name: getattr(args, name) for name in self.settings.__dataclass_fields__}
+        return self.settings(**{name: value for name, value in given.items() if value is not None})
 
-    def tag(self, args, index, workers):
-        return "{} {} (task {})".format(*ps_task(index, args.ps, workers), index)
+    def tag(self, placement):
+        role, number = ps_task(placement.index, placement.parameter_servers, placement.workers)
+        return f"{role} {number} (task {placement.index})"
 
 
 # one Options per entry of the contract's registry, in its order (a strategy without one fails here, at import)
@@ -372,8 +420,9 @@ def add_flags(parser: argparse.ArgumentParser):
 
 
 def check(args, error):
-    """Refuse values no strategy takes and flags of another strategy than the chosen one; then set (and
-    check) the chosen strategy's defaults. Returns its Options. `error`: parser.error (exit 2)."""
+    """Refuse values no strategy takes and flags of another strategy than the chosen one; then the chosen
+    strategy's settings, its defaults resolved (its StrategySettings; `args` is not changed). `error`:
+    parser.error (exit 2)."""
     chosen = REGISTRY[args.strategy]
     for cls in families():  # (each family's own checks, not those it inherits: they run for their own family)
         if "check" in vars(cls):
@@ -382,8 +431,7 @@ def check(args, error):
         message = cls.misplaced(args, args.strategy) if "misplaced" in vars(cls) and not isinstance(chosen, cls) else None
         if message:
             error(message)
-    chosen.resolve(args, error)
-    return chosen
+    return chosen.resolve(args, error)
 
 
 def users_of(dest):

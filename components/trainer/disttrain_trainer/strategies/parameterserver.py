@@ -52,10 +52,10 @@ PROGRESS_POLL_SEC = 0.25
 class Strategy(Base):
     name = "parameterserver"
 
-    def __init__(self, args, workers, index):
-        super().__init__(args, workers, index)
-        self.ps = args.ps
-        self.role, self.task_index = ps_task(index, self.ps, workers)
+    def __init__(self, config, placement):
+        super().__init__(config, placement)
+        self.ps = placement.parameter_servers  # (--ps, or TF_CONFIG's: cluster.configure)
+        self.role, self.task_index = ps_task(self.index, self.ps, self.workers)
         self.serves = self.role != "chief"
         if self.serves:
             return
@@ -67,13 +67,13 @@ class Strategy(Base):
         self.steps_scheduled = 0
 
     # ------------------------------------------------------------------ serving tasks
-    def serve(self, args, chief_dir, own_dir, notice):
+    def serve(self, config, chief_dir, own_dir, notice):
         cluster = tf.train.ClusterSpec(tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec())
         tf.distribute.Server(cluster, job_name=self.role, task_index=self.task_index, protocol="grpc", start=True)
         notice.install()  # again: the server's coordination agent installed its own SIGTERM handler; SIGTERM: exit 75
         tag = f"{self.role} {self.task_index} (task {self.index})"  # as main.py's
         print(f"{tag}: serving {cluster.as_dict()} until the chief finishes", flush=True)
-        chief = wait_for_marker(chief_dir, args.serve_timeout, "the chief's model", poll=1.0, log=open(os.devnull, "w"))
+        chief = wait_for_marker(chief_dir, config.strategy_settings.serve_timeout, "the chief's model", poll=1.0, log=open(os.devnull, "w"))
         if chief.get("strategy") != self.name:
             raise RuntimeError(f"the chief's marker in {chief_dir} is not from parameter-server training: {chief}")
         write_marker(own_dir, "trainer", worker_index=self.index, workers=self.workers, strategy=self.name, role=self.role,

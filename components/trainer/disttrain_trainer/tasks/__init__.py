@@ -17,10 +17,15 @@ import importlib
 BUILTIN = {"text": "text", "image": "image", "faces": "faces", "table": "table", "array": "table"}
 
 
-def create(manifest, args):
-    """The task for this dataset and these flags: the user's model when one is given, else the built-in one."""
-    if args.model_file or args.model_module:
-        module = "own"
-    else:
-        module = BUILTIN[manifest.task]
-    return importlib.import_module(f"disttrain_trainer.tasks.{module}").Task(manifest, args)
+def task_class(manifest, config):
+    """The task for this dataset and this TrainConfig: the user's model when one is given, else the built-in one.
+    Its class attributes are the defaults of the flags it leaves unset (TrainConfig.with_task_defaults)."""
+    module = "own" if config.model_file or config.model_module else BUILTIN[manifest.task]
+    return importlib.import_module(f"disttrain_trainer.tasks.{module}").Task
+
+
+def create(manifest, config):
+    """The task for this dataset, with `config` filled in with its defaults (returned too): (task, config)."""
+    cls = task_class(manifest, config)
+    config = config.with_task_defaults(cls)
+    return cls(manifest, config), config

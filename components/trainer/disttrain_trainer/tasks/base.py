@@ -20,8 +20,8 @@ class Task:
     views = 1  # examples per epoch = shard examples x views (faces: augmented views of each photo)
     private_sampling = None  # differentially private training: (q, secret seed) of its Poisson sampler (privacy.Plan)
 
-    def __init__(self, manifest, args):
-        self.manifest, self.args = manifest, args
+    def __init__(self, manifest, config):
+        self.manifest, self.config = manifest, config
         self.problem = manifest.problem
         self.primary = primary_metric(manifest.task, manifest.problem)
         self.score = training_score(manifest.problem)  # what the step's second sum is (accuracy or MAE)
@@ -29,29 +29,22 @@ class Task:
 
     # ------------------------------------------------------------------ flags
     optimizer = "adam"  # --optimizer's default
-    # differentially private training (--dp-*): the defaults that replace the above (text: tasks/text.py)
+    # differentially private training (--dp-*): the defaults that replace the above (text: tasks/text.py);
+    # TrainConfig.with_task_defaults applies them
     private_defaults = {}
 
-    def apply_defaults(self, args):
-        from disttrain_trainer import privacy
-
-        private = self.private_defaults if privacy.enabled(args) else {}
-        for name in ("optimizer", "learning_rate", "width", "dropout"):
-            if getattr(args, name) is None:
-                setattr(args, name, private.get(name, getattr(self, name)))
-
-    def check(self, args):
+    def check(self, config):
         """Refuse a strategy or flags that do not apply to this task (ContractError: one line, exit 2)."""
         task = task_of(self.manifest)
-        if strategy_of(args.strategy).parameter_servers and not task.parameter_server:
+        if strategy_of(config.strategy).parameter_servers and not task.parameter_server:
             takes = [t.name for t in TASKS.values() if t.parameter_server]
-            raise ContractError(f"--strategy {args.strategy} trains the {', '.join(takes)} tasks, not {task.name}")
-        self.check_flags(args)
+            raise ContractError(f"--strategy {config.strategy} trains the {', '.join(takes)} tasks, not {task.name}")
+        self.check_flags(config)
 
-    def check_flags(self, args):
+    def check_flags(self, config):
         """Refuse flags that do not apply to this task."""
-        if args.model != "cnn":
-            raise ContractError(f"--model {args.model} is for image datasets; this one is {self.manifest.task}")
+        if config.model != "cnn":
+            raise ContractError(f"--model {config.model} is for image datasets; this one is {self.manifest.task}")
 
     # ------------------------------------------------------------------- data
     def prepare(self, data_dir, x_train):

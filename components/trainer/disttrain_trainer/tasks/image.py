@@ -7,13 +7,13 @@ from disttrain_trainer.tasks import base
 class Task(base.Task):
     name = "image"
 
-    def check_flags(self, args):
-        pass  # --model and --image-size are this task's (parse_args checks them)
+    def check_flags(self, config):
+        pass  # --model and --image-size are this task's (the trainer's flag checks)
 
     def build(self):
         spec = self.manifest.input
         return build_image_model(spec["height"], spec["width"], spec["channels"], len(self.manifest.labels),
-                                 self.args.dropout, self.args.model, self.args.image_size, hidden=self.args.width)
+                                 self.config.dropout, self.config.model, self.config.image_size, hidden=self.config.width)
 
     def describe(self):
-        return f"image ({self.args.model})"
+        return f"image ({self.config.model})"

@@ -41,20 +41,20 @@ FLOAT_KINDS = "fc"
 class Task(base.Task):
     name = "own"
 
-    def __init__(self, manifest, args):
-        super().__init__(manifest, args)
+    def __init__(self, manifest, config):
+        super().__init__(manifest, config)
         if manifest.task == "faces":
             raise ContractError("--model-file and --model-module train the table, array, image and text tasks; faces "
                                 "trains the built-in embedding with triplet mining")
         self.module = self.function = None
         # an s3:// model file is downloaded once, to the shared volume (the root file system is read-only)
-        self.model_path = local_model_file(args.model_file, Workdir(args.workdir).root) if args.model_file else None
-        if args.model_module:
-            self.module, self.function = import_model_module(args.model_module)
-            if not args.model_file and not callable(getattr(self.module, self.function, None)):
-                raise ContractError(f"--model-module {args.model_module}: the module {self.module.__name__} has no "
+        self.model_path = local_model_file(config.model_file, Workdir(config.workdir).root) if config.model_file else None
+        if config.model_module:
+            self.module, self.function = import_model_module(config.model_module)
+            if not config.model_file and not callable(getattr(self.module, self.function, None)):
+                raise ContractError(f"--model-module {config.model_module}: the module {self.module.__name__} has no "
                                     f"function {self.function}(spec) that returns the model")
-        self.model_source = "file" if args.model_file else "module"
+        self.model_source = "file" if config.model_file else "module"
         self.spec = ModelSpec.of(manifest)
         probe = self._model()  # checked here, before any peer is joined and anything is written
         self.head_kind, self.loss_fn = self._head_and_loss(probe)
@@ -64,16 +64,16 @@ class Task(base.Task):
         self._probe = probe  # the model build() returns when no distribution strategy asks for its own
 
     # ------------------------------------------------------------------ flags
-    def check_flags(self, args):
-        if args.model != "cnn":
+    def check_flags(self, config):
+        if config.model != "cnn":
             raise ContractError("--model chooses a built-in image network; it does not apply with --model-file/--model-module")
 
     # ------------------------------------------------------------------ model
     def _model(self):
-        if self.args.model_file:
-            model = load_model_file(self.model_path, compile=True, name=self.args.model_file)
+        if self.config.model_file:
+            model = load_model_file(self.model_path, compile=True, name=self.config.model_file)
         else:
-            keras.utils.set_random_seed(self.args.seed)
+            keras.utils.set_random_seed(self.config.seed)
             name = f"{self.module.__name__}.{self.function}"
             try:
                 model = getattr(self.module, self.function)(self.spec)
@@ -224,7 +224,7 @@ class Task(base.Task):
     # --------------------------------------------------------------- artifacts
     def run_config(self):
         config = {"model_source": self.model_source}
-        if self.args.model_file:
+        if self.config.model_file:
             config["model_file_sha256"] = file_sha256(self.model_path)
         if self.module is not None:
             config["model_code_sha256"] = code_info(self.module)["sha256"]
@@ -233,13 +233,13 @@ class Task(base.Task):
     def metadata(self, published):
         meta = super().metadata(published)
         if self.module is not None:
-            meta["model_code"] = code_info(self.module, None if self.args.model_file else self.function)
-        if self.args.model_file:
+            meta["model_code"] = code_info(self.module, None if self.config.model_file else self.function)
+        if self.config.model_file:
             meta["model_file_sha256"] = file_sha256(self.model_path)
         return meta
 
     def describe(self):
-        source = self.args.model_file or f"{self.module.__name__}.{self.function}"
+        source = self.config.model_file or f"{self.module.__name__}.{self.function}"
         return f"{self.manifest.task}, own model {source} ({self.head_kind} head)"
 
 

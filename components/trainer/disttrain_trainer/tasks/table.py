@@ -30,15 +30,15 @@ class Task(base.Task):
         x = inputs
         # Differentially private training leaves out the copier's statistics (of the private training split,
         # which ε would not cover): the features and the target go in unscaled (privacy.NOT_COVERED)
-        private = privacy.enabled(self.args)
+        private = privacy.enabled(self.config)
         norm = None if private else normalization(spec)
         if norm is not None:
             x = norm(x)
         if len(spec["shape"]) > 1:
             x = keras.layers.Flatten(name="flatten")(x)
         for i in range(2):
-            x = keras.layers.Dense(self.args.width, activation="relu", name=f"hidden{i}")(x)
-        x = keras.layers.Dropout(self.args.dropout, name="dropout")(x)
+            x = keras.layers.Dense(self.config.width, activation="relu", name=f"hidden{i}")(x)
+        x = keras.layers.Dropout(self.config.dropout, name="dropout")(x)
         if self.problem == "regression":
             outputs = keras.layers.Dense(1, name="standardized")(x)
             target = None if private else self.manifest.target_statistics

@@ -1,6 +1,6 @@
 """One process of the advisor's probe: the user's model on the user's data, timed the way the trainer runs it.
 
-The advisor (advise.py) starts two of these on one host (loopback), or one per pod (index 0 and 1, on the
+The advisor (main.py) starts two of these on one host (loopback), or one per pod (index 0 and 1, on the
 real link between them). Each joins a two-worker cluster (MultiWorkerMirroredStrategy: TensorFlow wants the
 cluster before anything starts its runtime), builds the task's model and input exactly as the trainer
 does (tasks.create, step.make_train_call), and then, between barriers (one small collective each):
@@ -25,6 +25,7 @@ does (tasks.create, step.make_train_call), and then, between barriers (one small
 Each phase gets a share of what is left of the deadline.
 """
 
+import dataclasses
 import itertools
 import json
 import math
@@ -56,15 +57,15 @@ def say(index, text):
 def run(args, data_dir, index, addresses, launched, deadline):
     """The probe of worker `index` of `addresses` (two host:port); `launched`, `deadline`: time.time() values."""
     os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
-    malloc_settings.apply(args.threads, args.malloc)  # as the trainer does, so that the probe's steps cost what the trainer's do
+    malloc_settings.apply(args.train.threads, args.train.malloc)  # as the trainer does, so that the probe's steps cost what the trainer's do
     tf = import_tensorflow()
-    if args.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.threads)
+    if args.train.threads:
+        tf.config.threading.set_intra_op_parallelism_threads(args.train.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(args.train.threads)
     from disttrain_trainer.collectives import join_cluster
 
     joining = time.time()
-    cluster = join_cluster(args.heartbeat_timeout)  # (its all-reduce of the weights on a slow link: the trainer's syncs)
+    cluster = join_cluster(args.probe_wire.heartbeat_timeout)  # (its all-reduce of the weights on a slow link: the trainer's syncs)
     joined = time.time() - joining
     say(index, f"joined {addresses[1 - index]} in {joined:.1f} s")
 
@@ -77,23 +78,22 @@ def run(args, data_dir, index, addresses, launched, deadline):
     from disttrain_trainer.step import make_train_call
 
     manifest = Manifest.read(data_dir)
-    task = tasks.create(manifest, args)
-    task.apply_defaults(args)
-    task.check(args)
+    task, train = tasks.create(manifest, args.train)  # (the run's TrainConfig with the task's defaults)
+    task.check(train)
     shard = manifest.shard(index % manifest.n_shards)
     x, y = read_split(data_dir, manifest, shard)
     x = task.prepare(data_dir, x)
-    dataset = task.dataset(x, y, args.batch, args.seed + index, index).prefetch(2)
+    dataset = task.dataset(x, y, args.train.batch, args.train.seed + index, index).prefetch(2)
     iterator = iter(dataset)
-    keras.utils.set_random_seed(args.seed)
+    keras.utils.set_random_seed(args.train.seed)
     model = task.build()
-    optimizer = build_optimizer(args.optimizer, args.learning_rate)
+    optimizer = build_optimizer(train.optimizer, train.learning_rate)
     optimizer.build(model.trainable_variables)
     default = tf.distribute.get_strategy()
     # a private run (--dp-*) is timed with its own step: per-example gradients, clipping and noise
     from disttrain_trainer import privacy
 
-    private = (privacy.Plan.probe_gradient(args) if privacy.enabled(args) else None)
+    private = (privacy.Plan.probe_gradient(train) if privacy.enabled(train) else None)
     train_call = make_train_call(default, model, optimizer, task.loss_and_score, private=private)
     tracing = time.perf_counter()
     train_call(iterator, 1)  # traces the step
@@ -139,7 +139,7 @@ def run(args, data_dir, index, addresses, launched, deadline):
               "batch_norm_bytes": sum(4 * int(np.prod(v.shape)) for n in norms for v in (n.moving_mean, n.moving_variance))}
     wall, cpu = time.perf_counter(), time.process_time()
     if index == 0:
-        result["step_seconds_alone"] = time_steps(train_call, iterator, call_steps(args.steps_per_call, one), share(0.2, 5.0))
+        result["step_seconds_alone"] = time_steps(train_call, iterator, call_steps(args.train.steps_per_call, one), share(0.2, 5.0))
         inference = compiled(task.publish(model))
         x_test, y_test = read_split(data_dir, manifest, manifest.test)
         x_test = task.model_input(x_test)
@@ -154,7 +154,7 @@ def run(args, data_dir, index, addresses, launched, deadline):
     # they stop together. Each on its own clock and window, a worker's calls could run while the other's
     # had ended: the pair then measured no contention (two text workers at 2.5 ms a step against 2.6 ms alone,
     # where two independent runs measured 1.39x).
-    mine = time_steps(train_call, iterator, the_same(call_steps(args.steps_per_call, one)), share(0.3, 5.0),
+    mine = time_steps(train_call, iterator, the_same(call_steps(args.train.steps_per_call, one)), share(0.3, 5.0),
                       together=any_worker)
     both = sum_across_workers(cluster, [mine if index == 0 else 0.0, mine if index == 1 else 0.0, waiting]).tolist()
     result["step_seconds_pair"] = max(both[:2])
@@ -216,18 +216,18 @@ def run(args, data_dir, index, addresses, launched, deadline):
     if not any_worker(not room):
         try:
             with cluster.scope():
-                keras.utils.set_random_seed(args.seed)
+                keras.utils.set_random_seed(args.train.seed)
                 replicated = task.build()
-                replicated_optimizer = build_optimizer(args.optimizer, args.learning_rate)
+                replicated_optimizer = build_optimizer(train.optimizer, train.learning_rate)
                 replicated_optimizer.build(replicated.trainable_variables)
             multiworker_call = make_train_call(cluster, replicated, replicated_optimizer, task.loss_and_score,
-                                               Wire("float32", args.allreduce_pack_bytes).all_reduce_sum, private=private)
+                                               Wire("float32", args.probe_wire.allreduce_pack_bytes).all_reduce_sum, private=private)
             distributed = iter(cluster.distribute_datasets_from_function(
-                lambda _context: task.dataset(x, y, args.batch, args.seed + index, index).prefetch(2)))
+                lambda _context: task.dataset(x, y, args.train.batch, args.train.seed + index, index).prefetch(2)))
             multiworker_call(distributed, 1)  # traces the step
             first = time.perf_counter()
             multiworker_call(distributed, 1)
-            steps = the_same(call_steps(args.steps_per_call, time.perf_counter() - first))
+            steps = the_same(call_steps(args.train.steps_per_call, time.perf_counter() - first))
             step = time_steps(multiworker_call, distributed, steps, share(0.8, 5.0), together=any_worker)
             result["multiworker_step_seconds"] = max(sum_across_workers(cluster, [step if index == 0 else 0.0,
                                                                                   step if index == 1 else 0.0]).tolist())
@@ -257,10 +257,9 @@ def time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker
     averaging's is a little less work) and no batch-norm re-estimation. The syncs move no weight: the model has
     not trained since the strategy took its anchor, so every change is zero (the codec and the outer step cost
     the same for any values)."""
-    import argparse
-
+    from disttrain_trainer.cluster import Placement
     from disttrain_trainer.strategies import localsgd
-    from disttrain_trainer.strategies.options import DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM
+    from disttrain_trainer.strategies.options import LocalSGDSettings
 
     timed, setup = {}, SYNC_SETUP_SECONDS
     for dtype in SYNC_WIRES:
@@ -274,11 +273,11 @@ def time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker
                        "counts its exchange alone there)")
             break
         started = time.perf_counter()
-        sync_args = argparse.Namespace(**{
-            **vars(args), "strategy": "localsgd", "allreduce_dtype": dtype, "sync_every": 1, "outer_optimizer": "nesterov",
-            "outer_lr": DEFAULT_OUTER_LR, "outer_momentum": DEFAULT_OUTER_MOMENTUM, "sync_batch_norm_batches": 0,
-            "outer_overlap": "none", "sync_at_epoch_end": False})
-        strategy = localsgd.Strategy(sync_args, 2, index, cluster=cluster)
+        settings = LocalSGDSettings(allreduce_dtype=dtype, allreduce_pack_bytes=args.probe_wire.allreduce_pack_bytes,
+                                    heartbeat_timeout=args.probe_wire.heartbeat_timeout, sync_every=1,
+                                    outer_optimizer="nesterov", sync_batch_norm_batches=0)
+        sync_config = dataclasses.replace(args.train, strategy="localsgd", strategy_settings=settings)
+        strategy = localsgd.Strategy(sync_config, Placement(2, index), cluster=cluster)
         strategy.bind(model)
         strategy.before_training(0)  # traces the sync, as the trainer's start-up does
         strategy.sync(0)  # its first run

@@ -20,7 +20,6 @@ examples of each shard: 39.0 s an epoch scaled from 16 steps of the group, again
 data. When not even that fits, the model keeps the lower bound, and the advice says what budget would time it.
 """
 
-import argparse
 import dataclasses
 import json
 import math
@@ -38,8 +37,8 @@ from disttrain_contract import ContractError
 from disttrain_contract.atomic import sha256_file
 from disttrain_contract.manifest import MANIFEST, SplitInfo, split_files
 from disttrain_contract.ports import free_port_block
-from disttrain_trainer import main as trainer
-from disttrain_trainer import perfmodel
+from disttrain_trainer import TrainConfig, perfmodel
+from disttrain_trainer.strategies.options import ParameterServerSettings
 
 WORKERS, PARAMETER_SERVERS = 2, 1
 # Timed until at least two epochs after the first (which traces the step) and STEADY_SECONDS of them (a
@@ -52,42 +51,18 @@ POLL_SECONDS = 0.2
 # MAX_GROUP_STEPS (its files go to a temporary directory: a few thousand examples, whatever the data's size), and a
 # held-out split of at most PART_TEST_EXAMPLES (the run evaluates after each epoch, untimed but in the budget)
 MIN_GROUP_STEPS, MAX_GROUP_STEPS, PART_TEST_EXAMPLES = 16, 64, 256
-# the flags this phase sets itself (the rest of the run's flags are passed on as they are)
-OWN_FLAGS = {"strategy", "workers", "worker_index", "ps", "port", "host_pattern", "service", "job", "out", "epochs",
-             "progress_interval", "peer_wait", "serve_timeout", "params_from", "wait_timeout", "linger_for_peers",
-             "validation_fraction", "help"}
 # The environment a trainer on Kubernetes reads its place from: none of it applies to processes on loopback.
 PLACEMENT_ENVIRONMENT = ("TF_CONFIG", "JOB_COMPLETION_INDEX", "DISTTRAIN_SERVICE", "DISTTRAIN_JOB")
 
 
-def trainer_flags(args):
-    """The run's trainer flags from the advisor's parsed `args`, as a trainer command line: every flag whose value
-    is not its default, except the placement and strategy flags this phase sets (OWN_FLAGS) and the other
-    strategies' own flags (a parameter-server run refuses them)."""
-    from disttrain_trainer.strategies import options
-
-    strategy_flags = {a.dest for a in options_parser(options)._actions}
-    argv = []
-    for action in trainer.build_parser()._actions:
-        if action.dest in OWN_FLAGS or action.dest in strategy_flags or not action.option_strings:
-            continue
-        value = getattr(args, action.dest, action.default)
-        if value == action.default or value is None:
-            continue
-        flag = action.option_strings[0]
-        if isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction | argparse._StoreConstAction):
-            argv.append(flag)
-        elif isinstance(value, list | tuple):
-            argv += [flag, *map(str, value)]
-        else:
-            argv += [flag, str(value)]
-    return argv
-
-
-def options_parser(options):
-    parser = argparse.ArgumentParser(add_help=False)
-    options.add_flags(parser)
-    return parser
+def phase_config(config, data_dir, out, base_port, epochs, peer_wait):
+    """The run's TrainConfig as this phase's parameterserver run on loopback: the run's data, model and training
+    flags, with this phase's own placement, strategy, epochs and output (`worker_index`: set per task)."""
+    return dataclasses.replace(
+        config, data=str(data_dir), out=out, strategy="parameterserver",
+        strategy_settings=ParameterServerSettings(ps=PARAMETER_SERVERS), workers=WORKERS, port=base_port,
+        host_pattern="127.0.0.1:{index_port}", service="", job="", epochs=epochs, progress_interval=0.0,
+        peer_wait=peer_wait, params_from=None, wait_timeout=TrainConfig.wait_timeout)
 
 
 def seconds_needed(startup_seconds, bound_seconds):
@@ -146,7 +121,7 @@ def measure_on_part(args, data_dir, manifest, fraction, epochs, deadline, say):
     scaled to an epoch of the whole data by its steps of the group over the part's; None as measure()."""
     with tempfile.TemporaryDirectory(prefix="disttrain-advise-ps-data-") as part_dir:
         part = part_of_the_data(data_dir, manifest, fraction, part_dir)
-        whole_steps, part_steps = (perfmodel.steps_per_epoch(m.train_examples, 1, args.batch) for m in (manifest, part))
+        whole_steps, part_steps = (perfmodel.steps_per_epoch(m.train_examples, 1, args.train.batch) for m in (manifest, part))
         say(f"parameter server: two epochs of the whole data do not fit the budget; timing it on "
             f"{part.train_examples:,} of the {manifest.train_examples:,} examples ({part_steps} steps of the group an "
             f"epoch, against {whole_steps})")
@@ -172,14 +147,12 @@ def measure(args, data_dir, epochs, deadline, say):
         except ContractError as err:
             say(f"parameter-server epochs not timed: {err}")
             return None
-        common = [*trainer_flags(args), "--data", str(data_dir), "--out", out, "--strategy", "parameterserver",
-                  "--ps", str(PARAMETER_SERVERS), "--workers", str(WORKERS), "--port", str(base),
-                  "--host-pattern", "127.0.0.1:{index_port}", "--epochs", str(epochs), "--progress-interval", "0",
-                  "--peer-wait", str(max(1, int(deadline - time.time())))]
+        run = phase_config(args.train, data_dir, out, base, epochs, peer_wait=max(1, int(deadline - time.time())))
         for index in range(1 + PARAMETER_SERVERS + WORKERS):
+            argv = dataclasses.replace(run, worker_index=index).to_argv()
             with open(os.path.join(out, f"task-{index}.log"), "w") as log:
-                procs.append(subprocess.Popen([sys.executable, "-m", "disttrain_trainer.main", *common, "--worker-index",
-                                               str(index)], stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True))
+                procs.append(subprocess.Popen([sys.executable, "-m", "disttrain_trainer.main", *argv], stdout=log,
+                                              stderr=subprocess.STDOUT, env=env, start_new_session=True))
         metrics = os.path.join(out, "worker-00000", "metrics.json")
         ended = []
         while time.time() < deadline:

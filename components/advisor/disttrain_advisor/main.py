@@ -7,9 +7,9 @@
 
 It takes the trainer's own flags (the same data, model, batch and threads mean the same things) and
 probes for at most --budget-seconds: the step time of one worker alone and of two at once, one held-out
-evaluation, the model's bytes, and collectives on the link (perfmodel.Probe; advise_probe.py runs it); then,
+evaluation, the model's bytes, and collectives on the link (perfmodel.Probe; probe.py runs it); then,
 on one host with enough of the budget left, the trainer's own parameter-server run for a few epochs
-(advise_parameterserver.py).
+(parameterserver_phase.py).
 From those it predicts the seconds per epoch and the time for the run (or to a target) of each strategy
 and worker count (perfmodel.py says how), prints a table and recommends one, with the reason in one
 sentence. It only advises: nothing it prints changes a run.
@@ -20,6 +20,7 @@ index 0 and 1 probe the real link between them (the others print where the advic
 """
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -33,8 +34,8 @@ import time
 from disttrain_contract import ContractError, StageTimeout, Workdir, atomic_write_json, read_json, run_cli
 from disttrain_contract.manifest import Manifest
 from disttrain_contract.strategies import strategy_of
-from disttrain_trainer import cluster, perfmodel
-from disttrain_trainer import main as trainer
+from disttrain_trainer import TrainConfig, build_parser, cluster, from_flags, perfmodel
+from disttrain_trainer.strategies.options import AllReduceSettings
 
 PROBE_WORKER_FLAG = "--probe-worker"
 RELAY_LOCK = threading.Lock()  # one probe worker's line at a time on stderr
@@ -42,8 +43,27 @@ KILL_RESERVE_SECONDS = 1.0  # of the budget, kept for stopping the probe and pri
 MIN_BUDGET_SECONDS = 10.0
 
 
+@dataclasses.dataclass(frozen=True)
+class AdviseConfig:
+    """What disttrain-advise was asked: the run to advise on (`train`, the trainer's flags as a TrainConfig),
+    the wire settings its probe's collectives use (the trainer's --heartbeat-timeout and
+    --allreduce-pack-bytes, whatever the run's strategy), and the advisor's own flags."""
+    train: TrainConfig
+    probe_wire: AllReduceSettings
+    budget_seconds: float = 60.0
+    link_mbit: float | None = None
+    epochs_to_target: float | None = None
+    worker_counts: tuple | None = None
+    json_path: str | None = None
+    from_probe: str | None = None
+    local_probe: bool = False
+    never_fail: bool = False
+    probe_worker: tuple | None = None
+
+
 def parse_args(argv=None):
-    p = trainer.build_parser(
+    """The advisor's flags and the trainer's as an AdviseConfig; a bad flag or value: one line, exit 2."""
+    p = build_parser(
         prog="disttrain-advise",
         description="Probe the training on this data and model for at most --budget-seconds, predict seconds per epoch "
                     "and the time for the run of every strategy and worker count, and recommend one (advice only: it "
@@ -84,21 +104,26 @@ def parse_args(argv=None):
     g.add_argument(PROBE_WORKER_FLAG, nargs=4, metavar=("INDEX", "ADDRESSES", "LAUNCHED", "DEADLINE"),
                    help=argparse.SUPPRESS)  # (internal: one probe process)
     args = p.parse_args(argv)
-    trainer.check_args(p, args)
+    train = from_flags(p, args)
     if not MIN_BUDGET_SECONDS <= args.budget_seconds <= 3600:  # (also refuses nan)
         p.error(f"--budget-seconds must be between {MIN_BUDGET_SECONDS:g} and 3600")
     if args.link_mbit is not None and not (args.link_mbit > 0 and math.isfinite(args.link_mbit)):
         p.error("--link-mbit must be a number > 0")
     if args.epochs_to_target is not None and not (args.epochs_to_target > 0 and math.isfinite(args.epochs_to_target)):
         p.error("--epochs-to-target must be a number > 0")
+    worker_counts = None
     if args.worker_counts is not None:
         try:
-            args.worker_counts = sorted({int(n) for n in args.worker_counts.split(",")})
+            worker_counts = tuple(sorted({int(n) for n in args.worker_counts.split(",")}))
         except ValueError:
             p.error(f"--worker-counts must be whole numbers separated by commas, got {args.worker_counts!r}")
-        if args.worker_counts[0] < 1:
+        if worker_counts[0] < 1:
             p.error("--worker-counts must be >= 1")
-    return args
+    own = {f.name: getattr(args, f.name) for f in dataclasses.fields(AdviseConfig)
+           if f.name not in ("train", "probe_wire", "worker_counts")}
+    wire = AllReduceSettings(heartbeat_timeout=args.heartbeat_timeout, allreduce_pack_bytes=args.allreduce_pack_bytes)
+    return AdviseConfig(train=train, probe_wire=wire, worker_counts=worker_counts,
+                        **{**own, "probe_worker": tuple(args.probe_worker) if args.probe_worker else None})
 
 
 # --------------------------------------------------------------------------- the probe
@@ -115,7 +140,7 @@ def free_ports(count):
 
 
 def peer_mode(args):
-    return bool(args.service or args.host_pattern) and not args.local_probe
+    return bool(args.train.service or args.train.host_pattern) and not args.local_probe
 
 
 def run_probe(args, argv, launched, data_dir, manifest):
@@ -123,14 +148,14 @@ def run_probe(args, argv, launched, data_dir, manifest):
     `launched`: when this process started its work (time.time()): the budget counts from there."""
     deadline = launched + args.budget_seconds - KILL_RESERVE_SECONDS
     if peer_mode(args):
-        index = args.worker_index or 0
+        index = args.train.worker_index or 0
         if index >= 2:
             print(f"disttrain-advise: workers 0 and 1 probe the link; the advice is in worker 0's log (this is worker "
                   f"{index})", flush=True)
             return None
-        pattern = args.host_pattern or cluster.default_host_pattern(args.service)
+        pattern = args.train.host_pattern or cluster.default_host_pattern(args.train.service)
         try:
-            addresses = cluster.worker_addresses(2, pattern, args.job, args.service, args.port)
+            addresses = cluster.worker_addresses(2, pattern, args.train.job, args.train.service, args.train.port)
         except ValueError as err:
             raise ContractError(str(err)) from None
         indexes = [index]
@@ -140,7 +165,7 @@ def run_probe(args, argv, launched, data_dir, manifest):
     where = "this host (loopback)" if not peer_mode(args) else f"{addresses[0]} and {addresses[1]}"
     print(f"disttrain-advise: probing on {where} for at most {args.budget_seconds:g} s ...", flush=True)
     procs = [subprocess.Popen(
-        [sys.executable, "-m", "disttrain_trainer.advise", *argv, PROBE_WORKER_FLAG, str(i), ",".join(addresses),
+        [sys.executable, "-m", "disttrain_advisor.main", *argv, PROBE_WORKER_FLAG, str(i), ",".join(addresses),
          repr(launched), repr(deadline)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True) for i in indexes]
     outputs, last_lines, error_lines = {}, {}, {}
@@ -182,24 +207,25 @@ def run_probe(args, argv, launched, data_dir, manifest):
 
 
 def parameter_server_phase(args, data_dir, manifest, result, deadline):
-    """The trainer's own parameter-server run, briefly, on this host (advise_parameterserver.py), when what is left
+    """The trainer's own parameter-server run, briefly, on this host (parameterserver_phase.py), when what is left
     of the budget looks enough for four start-ups and two epochs: its steady seconds per epoch go into `result`."""
-    from disttrain_trainer import advise_parameterserver, privacy
+    from disttrain_advisor import parameterserver_phase
+    from disttrain_trainer import privacy
 
     def say(text):
         print(f"  probe: {text}", file=sys.stderr, flush=True)
 
-    if privacy.enabled(args):
+    if privacy.enabled(args.train):
         return  # parameterserver cannot train a private run (privacy.py): it is not predicted
-    if manifest.n_shards != advise_parameterserver.WORKERS:
-        say(f"parameter-server epochs not timed: its run needs the data in {advise_parameterserver.WORKERS} shards "
+    if manifest.n_shards != parameterserver_phase.WORKERS:
+        say(f"parameter-server epochs not timed: its run needs the data in {parameterserver_phase.WORKERS} shards "
             f"(it has {manifest.n_shards}; the advisor predicts it as a lower bound)")
         return
     probe = probe_of(result, args, manifest, peers=False)
-    bound = perfmodel.epoch_seconds(probe, perfmodel.link_of(probe), "parameterserver", advise_parameterserver.WORKERS)[0]
+    bound = perfmodel.epoch_seconds(probe, perfmodel.link_of(probe), "parameterserver", parameterserver_phase.WORKERS)[0]
     group_steps = perfmodel.parameterserver_group_steps(probe)
     left = deadline - time.time()
-    fraction, least = advise_parameterserver.data_fraction(probe.startup_seconds, bound, group_steps, left)
+    fraction, least = parameterserver_phase.data_fraction(probe.startup_seconds, bound, group_steps, left)
     if fraction is None:
         # (a longer budget can also let the probe time multiworker steps first, which this one left out)
         more = "" if result.get("multiworker_step_seconds") is not None else " (more if the probe then times multiworker steps too)"
@@ -208,18 +234,18 @@ def parameter_server_phase(args, data_dir, manifest, result, deadline):
             f"{math.ceil(args.budget_seconds + least - left + 5)}{more} would time it)")
         return
     # the run's epochs: what the time left could use at the bound's speed (it is stopped before)
-    epochs = max(advise_parameterserver.STEADY_EPOCHS + 1, min(1000, math.ceil(left / max(bound * fraction, 1e-3))))
+    epochs = max(parameterserver_phase.STEADY_EPOCHS + 1, min(1000, math.ceil(left / max(bound * fraction, 1e-3))))
     if fraction == 1.0:
-        seconds = advise_parameterserver.measure(args, data_dir, epochs, deadline, say)
+        seconds = parameterserver_phase.measure(args, data_dir, epochs, deadline, say)
     else:
-        seconds = advise_parameterserver.measure_on_part(args, data_dir, manifest, fraction, epochs, deadline, say)
+        seconds = parameterserver_phase.measure_on_part(args, data_dir, manifest, fraction, epochs, deadline, say)
     if seconds is not None:
         result["parameterserver_epoch_seconds"] = seconds
 
 
 def relay(proc, index, outputs, last_lines, error_lines):
     """Read a probe process: its progress lines go to stderr as they come, its RESULT lines into `outputs` (the last
-    one counts), its last line into `last_lines` and its `error: ` line (advise_probe.main's) into `error_lines`."""
+    one counts), its last line into `last_lines` and its `error: ` line (probe.main's) into `error_lines`."""
     def err_lines():
         for line in proc.stderr:
             line = line.rstrip()
@@ -244,10 +270,10 @@ def probe_of(result, args, manifest, peers):
         weight_bytes=result["weight_bytes"], weight_tensors=result["weight_tensors"],
         gradient_bytes=result["gradient_bytes"], gradient_sparse=result["gradient_sparse"],
         latency_seconds=result["latency_seconds"], per_byte_seconds=result["per_byte_seconds"],
-        link_measured="peers" if peers else "loopback", batch=args.batch,
+        link_measured="peers" if peers else "loopback", batch=args.train.batch,
         # an epoch's examples (faces: each photo in several augmented views)
         train_examples=manifest.train_examples * result.get("views", 1),
-        steps_per_call=args.steps_per_call, cores=len(os.sched_getaffinity(0)), one_host=not peers,
+        steps_per_call=args.train.steps_per_call, cores=len(os.sched_getaffinity(0)), one_host=not peers,
         startup_seconds=result["startup_seconds"], join_seconds=result["join_seconds"],
         eval_seconds=result["eval_seconds"], batch_norm=result.get("batch_norm", False),
         batch_norm_bytes=result.get("batch_norm_bytes", 0), multiworker_step_seconds=result.get("multiworker_step_seconds"),
@@ -267,9 +293,9 @@ def read_probe(path):
 
 
 # --------------------------------------------------------------------------- advice
-def run_options(args):
-    """The options of the run these flags describe, in the predictions' terms."""
-    return perfmodel.COST_MODELS[args.strategy].run_options(args)
+def run_options(config):
+    """The options of the run a TrainConfig describes, in the predictions' terms."""
+    return perfmodel.COST_MODELS[config.strategy].run_options(config.strategy_settings)
 
 
 def chart_values(prediction):
@@ -283,19 +309,19 @@ def chart_values(prediction):
 def advise(args, probe, facts):
     """(text to print, the --json document)."""
     link = perfmodel.link_of(probe, args.link_mbit)
-    workers = args.workers or facts.get("workers") or 2
-    counts = args.worker_counts or sorted({1, 2, workers})
-    epochs = args.epochs
+    workers = args.train.workers or facts.get("workers") or 2
+    counts = list(args.worker_counts or sorted({1, 2, workers}))
+    epochs = args.train.epochs
     target = args.epochs_to_target or epochs
     predictions = perfmodel.predict_all(probe, link, counts, epochs, target)
-    if getattr(args, "dp_l2_clip", None) is not None:  # a private run: parameterserver cannot train it (privacy.py)
+    if args.train.dp_l2_clip is not None:  # a private run: parameterserver cannot train it (privacy.py)
         predictions = [p for p in predictions if not p.model.facts.asynchronous]
     choice = perfmodel.recommend(predictions)
     sentence = perfmodel.reason(choice, predictions, probe, link)
     this_run = None
-    strategy = perfmodel.SINGLE if workers == 1 and not strategy_of(args.strategy).connected else args.strategy
+    strategy = perfmodel.SINGLE if workers == 1 and not strategy_of(args.train.strategy).connected else args.train.strategy
     try:
-        this_run = perfmodel.predict(probe, link, strategy, workers, run_options(args), epochs, target)
+        this_run = perfmodel.predict(probe, link, strategy, workers, run_options(args.train), epochs, target)
     except perfmodel.ModelError:
         pass  # e.g. a connected strategy with no link to predict it on
     wire_bytes = {dtype: perfmodel.sync_bytes(probe, dtype) for dtype in perfmodel.WIRE_DTYPES}
@@ -341,12 +367,12 @@ def main(argv=None):
     launched = time.time()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parse_args(argv)
-    data_dir = args.data or Workdir(args.workdir).data
+    data_dir = args.train.data or Workdir(args.train.workdir).data
     if args.probe_worker:
-        from disttrain_trainer import advise_probe
+        from disttrain_advisor import probe
 
         index, addresses, launched, deadline = args.probe_worker
-        return advise_probe.main(args, data_dir, int(index), addresses.split(","), float(launched), float(deadline))
+        return probe.main(args, data_dir, int(index), addresses.split(","), float(launched), float(deadline))
     try:
         if args.from_probe:
             probe, facts = read_probe(args.from_probe)
@@ -356,7 +382,7 @@ def main(argv=None):
             if result is None:
                 return 0
             probe = probe_of(result, args, manifest, peer_mode(args))
-            facts = {"task": manifest.task, "workers": args.workers or manifest.n_shards, "measured": result}
+            facts = {"task": manifest.task, "workers": args.train.workers or manifest.n_shards, "measured": result}
         text, document = advise(args, probe, facts)
     except (ContractError, perfmodel.ModelError) as err:
         if not args.never_fail:
