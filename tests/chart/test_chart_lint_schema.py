@@ -160,6 +160,24 @@ def test_template_fail_messages(sets, expected):
     assert expected in err, err
 
 
+def test_template_lists_every_problem_in_one_error():
+    """Independent mistakes (checks of _helpers.tpl and _objectstore.tpl) in one error: a line each under one header."""
+    sets = ("storage.existingClaim=c", "storage.nfs.server=10.0.0.1", "workers=0", "strategy=allreduce",
+            "trainer.extraVolumes[0].name=workdir", "objectStore.endpoint=https://minio:9000",
+            "server.allowedHosts={demo.example.com}")
+    expected = ["disttrain: choose one shared volume", "disttrain: workers must be >= 1, got 0",
+                'disttrain: trainer.extraVolumes: the volume name "workdir" is the chart\'s own',
+                'disttrain: unknown strategy "allreduce"',
+                "disttrain: objectStore.endpoint names an S3-compatible store"]
+    err = render_error(sets=sets, extra=("--skip-schema-validation",))
+    assert err.count("Error: ") == 1 and err.count("VALUES VALIDATION:\n") == 1, err
+    listing = err.partition("VALUES VALIDATION:\n")[2]
+    problems = [line for line in listing.splitlines() if line.startswith("disttrain: ")]
+    assert len(problems) == len(expected), err
+    for part in expected:
+        assert len([p for p in problems if p.startswith(part)]) == 1, f"{part!r} is not one line of:\n{err}"
+
+
 @pytest.mark.parametrize("source", ["sample:movie-reviews", "sample:digits", "sample:faces", "csv:/workdir/x.csv",
                                     "npz:/workdir/x.npz", "images:/workdir/people", "keras:imdb", "keras:imdb=/workdir/imdb"])
 def test_schema_accepts_every_documented_source(source):

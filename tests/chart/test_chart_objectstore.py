@@ -323,6 +323,10 @@ def test_schema_wants_the_stores_address_when_network_policies_deny_egress(use):
         (("objectStore.endpoint=https://minio:9000",), "disttrain: objectStore.endpoint names an S3-compatible store"),
         (("objectStore.endpoint=https://AKIAEXAMPLE:wJalrXUtnFEMI@minio:9000", "objectStore.existingSecret=k"),
          "disttrain: objectStore.endpoint carries a credential (USER:SECRET@ before the host)"),
+        # the checks that would print the endpoint (plain http, its shape, the CA bundle's) skip one with a credential
+        (("objectStore.endpoint=http://AKIAEXAMPLE:wJalrXUtnFEMI@minio:9000/path", "objectStore.existingSecret=k",
+          "objectStore.caBundle.configMap=ca"),
+         "disttrain: objectStore.endpoint carries a credential (USER:SECRET@ before the host)"),
         (("objectStore.endpoint=http://seaweedfs.storage.svc:8333", "objectStore.existingSecret=k"),
          "disttrain: objectStore.endpoint http://seaweedfs.storage.svc:8333 is plain http"),
         (STORE + ("objectStore.caBundle.configMap=ca",), "disttrain: objectStore.caBundle verifies an https endpoint"),

@@ -167,111 +167,182 @@ disttrain.io/run: {{ printf "r%d" (int $ctx.Release.Revision) | quote }}
 Checks the schema cannot express with a clear message (and repeats the
 important ones, for `--skip-schema-validation`). Included by every template
 that depends on the storage choice.
+
+Every check below prints its problems, one "disttrain: ..." line each, or
+nothing; this one collects them and fails once with all of them, so that a
+values file with several mistakes hears of every one in a single `helm` run
+(the bitnami charts' `<chart>.validateValues`, e.g. `postgresql.validateValues` in
+https://github.com/bitnami/charts/blob/main/bitnami/postgresql/templates/_helpers.tpl):
+
+    Error: execution error at (disttrain/templates/...):
+    VALUES VALIDATION:
+    disttrain: ...
+    disttrain: ...
+
+The checks are independent: each tests its own condition whatever the others
+found (only objectStore.endpoint's credential silences the checks that would
+print the endpoint).
 */}}
 {{- define "disttrain.validate" -}}
+{{- $problems := list -}}
+{{- $checks := list
+      "disttrain.validateStorage" "disttrain.validateWorkers" "disttrain.validateKueue"
+      "disttrain.validateExtraVolumes" "disttrain.validateStrategy" "disttrain.validateCombine"
+      "disttrain.validatePrivacy" "disttrain.validateLocalSgd" "disttrain.validateExposure"
+      "disttrain.validateBackend" "disttrain.validateOwnModel" "disttrain.validateObjectStore"
+      "disttrain.validatePublicServer" -}}
+{{- range $check := $checks -}}
+{{- $problems = append $problems (include $check $ | trim) -}}
+{{- end -}}
+{{- $problems = without $problems "" -}}
+{{- if $problems -}}
+{{- fail (printf "\nVALUES VALIDATION:\n%s" (join "\n" $problems)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The shared volume: exactly one source, and an access mode the trainer pods can share across nodes. */}}
+{{- define "disttrain.validateStorage" -}}
+{{- $problems := list -}}
 {{- $s := .Values.storage -}}
 {{- $sources := 0 -}}
 {{- if $s.existingClaim }}{{ $sources = add1 $sources }}{{ end -}}
 {{- if $s.nfs.server }}{{ $sources = add1 $sources }}{{ end -}}
 {{- if .Values.nfsServer.enabled }}{{ $sources = add1 $sources }}{{ end -}}
 {{- if and (eq (int $sources) 0) (not $s.storageClass) -}}
-{{- fail "disttrain: no storage configured for the shared workdir: set one of storage.storageClass (an RWX class, or \"-\" for no class), storage.existingClaim, storage.nfs.server or nfsServer.enabled=true" -}}
+{{- $problems = append $problems "disttrain: no storage configured for the shared workdir: set one of storage.storageClass (an RWX class, or \"-\" for no class), storage.existingClaim, storage.nfs.server or nfsServer.enabled=true" -}}
 {{- end -}}
 {{- if gt (int $sources) 1 -}}
-{{- fail "disttrain: choose one shared volume: storage.existingClaim, storage.nfs.server and nfsServer.enabled exclude each other" -}}
-{{- end -}}
-{{- if lt (int .Values.workers) 1 -}}
-{{- fail (printf "disttrain: workers must be >= 1, got %v" .Values.workers) -}}
+{{- $problems = append $problems "disttrain: choose one shared volume: storage.existingClaim, storage.nfs.server and nfsServer.enabled exclude each other" -}}
 {{- end -}}
 {{- if and (ne $s.accessMode "ReadWriteMany") (gt (int .Values.workers) 1) -}}
-{{- fail (printf "disttrain: storage.accessMode %s cannot be shared by %d workers on different nodes: use ReadWriteMany (or workers=1)" $s.accessMode (int .Values.workers)) -}}
+{{- $problems = append $problems (printf "disttrain: storage.accessMode %s cannot be shared by %d workers on different nodes: use ReadWriteMany (or workers=1)" $s.accessMode (int .Values.workers)) -}}
 {{- end -}}
+{{- if and (ne $s.accessMode "ReadWriteMany") (eq .Values.strategy "parameterserver") -}}
+{{- $problems = append $problems (printf "disttrain: storage.accessMode %s cannot be shared by the %s trainer pods of strategy parameterserver on different nodes: use ReadWriteMany" $s.accessMode (include "disttrain.trainerTasks" .)) -}}
+{{- end -}}
+{{- join "\n" $problems -}}
+{{- end -}}
+
+{{/*
+workers, and the quorums trainer.minWorkers and aggregator.minWorkers: in 1..workers, and below
+workers with strategy average only.
+*/}}
+{{- define "disttrain.validateWorkers" -}}
+{{- $problems := list -}}
+{{- if lt (int .Values.workers) 1 -}}
+{{- $problems = append $problems (printf "disttrain: workers must be >= 1, got %v" .Values.workers) -}}
+{{- end -}}
+{{- range $key, $min := dict "trainer.minWorkers" .Values.trainer.minWorkers "aggregator.minWorkers" .Values.aggregator.minWorkers }}
+{{- if and (not (kindIs "invalid" $min)) (or (lt (int $min) 1) (gt (int $min) (int $.Values.workers))) -}}
+{{- $problems = append $problems (printf "disttrain: %s must be in 1..workers (%d), got %v" $key (int $.Values.workers) $min) -}}
+{{- end -}}
+{{- if and (not (kindIs "invalid" $min)) (lt (int $min) (int $.Values.workers)) (ne $.Values.strategy "average") -}}
+{{- $problems = append $problems (printf "disttrain: %s below workers applies to strategy average only: %s" $key (ternary "a parameterserver chief already carries on without a lost worker, and its model needs no quorum" "multiworker and localsgd all-reduce across every worker, so a run cannot end without one of them" (eq $.Values.strategy "parameterserver"))) -}}
+{{- end -}}
+{{- end }}
+{{- join "\n" $problems -}}
+{{- end -}}
+
+{{- define "disttrain.validateKueue" -}}
 {{- if and .Values.kueue.trainerTopology.required .Values.kueue.trainerTopology.preferred -}}
-{{- fail "disttrain: set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred" -}}
+disttrain: set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred
 {{- end -}}
+{{- end -}}
+
+{{/* A stage's extraVolumes may not take the names of the chart's volumes in it (a problem per such volume). */}}
+{{- define "disttrain.validateExtraVolumes" -}}
+{{- $problems := list -}}
 {{- range $stage := list "copier" "trainer" "aggregator" "server" }}
 {{- $taken := ternary (list "workdir" "tmp" "gallery" "api-token" "tfserving-config" "user-code") (ternary (list "workdir" "tmp" "object-store-ca") (list "workdir" "tmp" "user-code" "object-store-ca") (eq $stage "copier")) (eq $stage "server") }}
 {{- range (index $.Values $stage).extraVolumes }}
 {{- if has .name $taken -}}
-{{- fail (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (%s); choose another" $stage .name (join ", " $taken)) -}}
+{{- $problems = append $problems (printf "disttrain: %s.extraVolumes: the volume name %q is the chart's own (%s); choose another" $stage .name (join ", " $taken)) -}}
 {{- end -}}
 {{- end }}
 {{- end }}
-{{- range $key, $min := dict "trainer.minWorkers" .Values.trainer.minWorkers "aggregator.minWorkers" .Values.aggregator.minWorkers }}
-{{- if and (not (kindIs "invalid" $min)) (or (lt (int $min) 1) (gt (int $min) (int $.Values.workers))) -}}
-{{- fail (printf "disttrain: %s must be in 1..workers (%d), got %v" $key (int $.Values.workers) $min) -}}
+{{- join "\n" $problems -}}
 {{- end -}}
-{{- if and (not (kindIs "invalid" $min)) (lt (int $min) (int $.Values.workers)) (ne $.Values.strategy "average") -}}
-{{- fail (printf "disttrain: %s below workers applies to strategy average only: %s" $key (ternary "a parameterserver chief already carries on without a lost worker, and its model needs no quorum" "multiworker and localsgd all-reduce across every worker, so a run cannot end without one of them" (eq $.Values.strategy "parameterserver"))) -}}
-{{- end -}}
-{{- end }}
+
+{{- define "disttrain.validateStrategy" -}}
+{{- $problems := list -}}
 {{- if not (has .Values.strategy (list "average" "multiworker" "localsgd" "parameterserver")) -}}
-{{- fail (printf "disttrain: unknown strategy %q: use average, multiworker, localsgd or parameterserver" .Values.strategy) -}}
+{{- $problems = append $problems (printf "disttrain: unknown strategy %q: use average, multiworker, localsgd or parameterserver" .Values.strategy) -}}
 {{- end -}}
 {{- if and (eq .Values.strategy "parameterserver") (lt (int .Values.parameterServers) 1) -}}
-{{- fail (printf "disttrain: strategy parameterserver needs parameterServers >= 1, got %v" .Values.parameterServers) -}}
+{{- $problems = append $problems (printf "disttrain: strategy parameterserver needs parameterServers >= 1, got %v" .Values.parameterServers) -}}
 {{- end -}}
-{{- if and (ne $s.accessMode "ReadWriteMany") (eq .Values.strategy "parameterserver") -}}
-{{- fail (printf "disttrain: storage.accessMode %s cannot be shared by the %s trainer pods of strategy parameterserver on different nodes: use ReadWriteMany" $s.accessMode (include "disttrain.trainerTasks" .)) -}}
+{{- join "\n" $problems -}}
 {{- end -}}
-{{- if and (not (kindIs "invalid" .Values.syncEvery)) (ne .Values.strategy "localsgd") -}}
-{{- fail (printf "disttrain: syncEvery applies to strategy localsgd, not %s" .Values.strategy) -}}
-{{- end -}}
+
+{{/* aggregator.combine and the validation split it may rank the workers on (strategy average only). */}}
+{{- define "disttrain.validateCombine" -}}
+{{- $problems := list -}}
 {{- if and (ne .Values.aggregator.combine "average") (ne .Values.strategy "average") -}}
-{{- fail (printf "disttrain: aggregator.combine %s needs one model per worker (strategy average); a %s run's workers end with one shared model, which is promoted as it is" .Values.aggregator.combine .Values.strategy) -}}
+{{- $problems = append $problems (printf "disttrain: aggregator.combine %s needs one model per worker (strategy average); a %s run's workers end with one shared model, which is promoted as it is" .Values.aggregator.combine .Values.strategy) -}}
 {{- end -}}
 {{- $validation := float64 (.Values.trainer.validationFraction | default 0) -}}
 {{- if and (gt $validation 0.0) (ne .Values.strategy "average") -}}
-{{- fail (printf "disttrain: trainer.validationFraction applies to strategy average, not %s" .Values.strategy) -}}
+{{- $problems = append $problems (printf "disttrain: trainer.validationFraction applies to strategy average, not %s" .Values.strategy) -}}
 {{- end -}}
 {{- if and (eq .Values.aggregator.combine "best") (not (gt $validation 0.0)) -}}
-{{- fail "disttrain: aggregator.combine best ranks the workers by their validation accuracy: set trainer.validationFraction (e.g. 0.1) so that each worker keeps a validation split" -}}
+{{- $problems = append $problems "disttrain: aggregator.combine best ranks the workers by their validation accuracy: set trainer.validationFraction (e.g. 0.1) so that each worker keeps a validation split" -}}
 {{- end -}}
+{{- join "\n" $problems -}}
+{{- end -}}
+
+{{/* Differential privacy: the trainer's DP-SGD (trainer.privacy) and the copier's private vocabulary. */}}
+{{- define "disttrain.validatePrivacy" -}}
+{{- $problems := list -}}
 {{- $privacy := .Values.trainer.privacy -}}
 {{- $privacySet := list -}}
 {{- range $key := list "l2Clip" "noiseMultiplier" "delta" -}}
 {{- if not (kindIs "invalid" (index $privacy $key)) -}}{{- $privacySet = append $privacySet $key -}}{{- end -}}
 {{- end -}}
 {{- if and $privacySet (lt (len $privacySet) 3) -}}
-{{- fail (printf "disttrain: trainer.privacy needs l2Clip, noiseMultiplier and delta together (set: %s)" (join ", " $privacySet)) -}}
+{{- $problems = append $problems (printf "disttrain: trainer.privacy needs l2Clip, noiseMultiplier and delta together (set: %s)" (join ", " $privacySet)) -}}
 {{- end -}}
 {{- if and $privacySet (eq .Values.strategy "parameterserver") -}}
-{{- fail "disttrain: trainer.privacy (DP-SGD) does not support strategy parameterserver: its workers apply their steps asynchronously, so the noise cannot be added once per batch of a known sampling rate; use average, multiworker or localsgd" -}}
+{{- $problems = append $problems "disttrain: trainer.privacy (DP-SGD) does not support strategy parameterserver: its workers apply their steps asynchronously, so the noise cannot be added once per batch of a known sampling rate; use average, multiworker or localsgd" -}}
 {{- end -}}
 {{- with .Values.copier.privateVocabulary -}}
 {{- if ne (kindIs "invalid" .epsilon) (kindIs "invalid" .delta) -}}
-{{- fail "disttrain: copier.privateVocabulary needs epsilon and delta together" -}}
+{{- $problems = append $problems "disttrain: copier.privateVocabulary needs epsilon and delta together" -}}
 {{- end -}}
 {{- if and (kindIs "invalid" .epsilon) (not (kindIs "invalid" .maxTokensPerExample)) -}}
-{{- fail "disttrain: copier.privateVocabulary.maxTokensPerExample needs epsilon and delta" -}}
+{{- $problems = append $problems "disttrain: copier.privateVocabulary.maxTokensPerExample needs epsilon and delta" -}}
 {{- end -}}
+{{- end -}}
+{{- join "\n" $problems -}}
+{{- end -}}
+
+{{/* The options of the strategies whose workers synchronise: localsgd's outer step, the all-reduce's dtype. */}}
+{{- define "disttrain.validateLocalSgd" -}}
+{{- $problems := list -}}
+{{- if and (not (kindIs "invalid" .Values.syncEvery)) (ne .Values.strategy "localsgd") -}}
+{{- $problems = append $problems (printf "disttrain: syncEvery applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
 {{- if and .Values.sweep.space.syncEvery (ne .Values.strategy "localsgd") -}}
-{{- fail (printf "disttrain: sweep.space.syncEvery is searched by localsgd trials only, and strategy is %s" .Values.strategy) -}}
+{{- $problems = append $problems (printf "disttrain: sweep.space.syncEvery is searched by localsgd trials only, and strategy is %s" .Values.strategy) -}}
 {{- end -}}
 {{- if and (ne .Values.outerOptimizer "none") (ne .Values.strategy "localsgd") -}}
-{{- fail (printf "disttrain: outerOptimizer applies to strategy localsgd, not %s" .Values.strategy) -}}
+{{- $problems = append $problems (printf "disttrain: outerOptimizer applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
 {{- if and (ne .Values.outerOverlap "none") (ne .Values.strategy "localsgd") -}}
-{{- fail (printf "disttrain: outerOverlap applies to strategy localsgd, not %s" .Values.strategy) -}}
+{{- $problems = append $problems (printf "disttrain: outerOverlap applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
 {{- if and .Values.syncAtEpochEnd (ne .Values.strategy "localsgd") -}}
-{{- fail (printf "disttrain: syncAtEpochEnd applies to strategy localsgd, not %s" .Values.strategy) -}}
+{{- $problems = append $problems (printf "disttrain: syncAtEpochEnd applies to strategy localsgd, not %s" .Values.strategy) -}}
 {{- end -}}
 {{- if and .Values.syncAtEpochEnd (ne .Values.outerOverlap "none") -}}
-{{- fail (printf "disttrain: syncAtEpochEnd does not go with outerOverlap %s: an overlapped sync applies its exchange one sync late, so an epoch's end would not hold the group's model" .Values.outerOverlap) -}}
+{{- $problems = append $problems (printf "disttrain: syncAtEpochEnd does not go with outerOverlap %s: an overlapped sync applies its exchange one sync late, so an epoch's end would not hold the group's model" .Values.outerOverlap) -}}
 {{- end -}}
 {{- if and (has .Values.allreduceDtype (list "int8" "int4")) (ne .Values.strategy "localsgd") -}}
-{{- fail (printf "disttrain: allreduceDtype %s applies to strategy localsgd, not %s (TensorFlow's all-reduce refuses int8; use float16)" .Values.allreduceDtype .Values.strategy) -}}
+{{- $problems = append $problems (printf "disttrain: allreduceDtype %s applies to strategy localsgd, not %s (TensorFlow's all-reduce refuses int8; use float16)" .Values.allreduceDtype .Values.strategy) -}}
 {{- end -}}
 {{- if and (ne .Values.allreduceDtype "float32") (not (has .Values.strategy (list "multiworker" "localsgd"))) -}}
-{{- fail (printf "disttrain: allreduceDtype applies to the strategies whose workers all-reduce (multiworker, localsgd), not %s" .Values.strategy) -}}
+{{- $problems = append $problems (printf "disttrain: allreduceDtype applies to the strategies whose workers all-reduce (multiworker, localsgd), not %s" .Values.strategy) -}}
 {{- end -}}
-{{- include "disttrain.validateExposure" . -}}
-{{- include "disttrain.validateBackend" . -}}
-{{- include "disttrain.validateOwnModel" . -}}
-{{- include "disttrain.validateObjectStore" . -}}
-{{- include "disttrain.validatePublicServer" . -}}
+{{- join "\n" $problems -}}
 {{- end -}}
 
 {{/*
@@ -279,32 +350,34 @@ Your own model and data (values.yaml, section Your own model; the schema says th
 repeats it for --skip-schema-validation).
 */}}
 {{- define "disttrain.validateOwnModel" -}}
+{{- $problems := list -}}
 {{- $m := .Values.model -}}
 {{- $d := .Values.data -}}
 {{- if and $m.module (not (regexMatch "^[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*(:[A-Za-z_][A-Za-z0-9_]*)?$" $m.module)) -}}
-{{- fail (printf "disttrain: model.module %q is not MODULE[:FUNCTION] (e.g. mymodels.tabular:build)" $m.module) -}}
+{{- $problems = append $problems (printf "disttrain: model.module %q is not MODULE[:FUNCTION] (e.g. mymodels.tabular:build)" $m.module) -}}
 {{- end -}}
 {{- if and $m.file (not (regexMatch "^(/.*|s3://[^/]+/.+)\\.keras$" $m.file)) -}}
-{{- fail (printf "disttrain: model.file %q must be the absolute path of a .keras file in the trainer pods (e.g. %s/models/mine.keras) or an object in a store (s3://BUCKET/KEY.keras)" $m.file (trimSuffix "/" .Values.storage.mountPath)) -}}
+{{- $problems = append $problems (printf "disttrain: model.file %q must be the absolute path of a .keras file in the trainer pods (e.g. %s/models/mine.keras) or an object in a store (s3://BUCKET/KEY.keras)" $m.file (trimSuffix "/" .Values.storage.mountPath)) -}}
 {{- end -}}
 {{- if and (include "disttrain.ownModel" .) (or (eq $d.task "faces") (eq $d.source "sample:faces")) -}}
-{{- fail "disttrain: model.file and model.module train the table, array, image and text tasks; faces trains its built-in embedding: unset them, or use another data.source/data.task" -}}
+{{- $problems = append $problems "disttrain: model.file and model.module train the table, array, image and text tasks; faces trains its built-in embedding: unset them, or use another data.source/data.task" -}}
 {{- end -}}
 {{- if and $m.code $m.codeConfigMap -}}
-{{- fail "disttrain: set at most one of model.code and model.codeConfigMap" -}}
+{{- $problems = append $problems "disttrain: set at most one of model.code and model.codeConfigMap" -}}
 {{- end -}}
 {{- if and (or $m.code $m.codeConfigMap) (not $m.module) -}}
-{{- fail "disttrain: model.code and model.codeConfigMap are imported through model.module: set model.module (MODULE[:FUNCTION])" -}}
+{{- $problems = append $problems "disttrain: model.code and model.codeConfigMap are imported through model.module: set model.module (MODULE[:FUNCTION])" -}}
 {{- end -}}
 {{- if and $d.labelColumn (not (hasPrefix "table:" $d.source)) -}}
-{{- fail (printf "disttrain: data.labelColumn applies to data.source table:PATH only, not %s" $d.source) -}}
+{{- $problems = append $problems (printf "disttrain: data.labelColumn applies to data.source table:PATH only, not %s" $d.source) -}}
 {{- end -}}
 {{- if not (has $d.problem (list "classification" "regression")) -}}
-{{- fail (printf "disttrain: unknown data.problem %q: use classification or regression" (toString $d.problem)) -}}
+{{- $problems = append $problems (printf "disttrain: unknown data.problem %q: use classification or regression" (toString $d.problem)) -}}
 {{- end -}}
 {{- if and (eq $d.problem "regression") (not (or (hasPrefix "table:" $d.source) (hasPrefix "npz:" $d.source))) -}}
-{{- fail (printf "disttrain: data.problem regression needs a numeric target: data.source table:PATH or npz:PATH, not %s" $d.source) -}}
+{{- $problems = append $problems (printf "disttrain: data.problem regression needs a numeric target: data.source table:PATH or npz:PATH, not %s" $d.source) -}}
 {{- end -}}
+{{- join "\n" $problems -}}
 {{- end -}}
 
 {{/* Whether the trainer trains the user's model ("true" or empty). */}}
@@ -371,24 +444,26 @@ tfserving, what promises a protection TF Serving cannot give is refused; our ser
 settings are ignored (values.yaml, section Server, says which and why).
 */}}
 {{- define "disttrain.validateBackend" -}}
+{{- $problems := list -}}
 {{- $s := .Values.server -}}
 {{- if not (has $s.backend (list "disttrain" "tfserving")) -}}
-{{- fail (printf "disttrain: unknown server.backend %q: use disttrain (our server) or tfserving (the official TensorFlow Serving image on the exported SavedModel)" (toString $s.backend)) -}}
+{{- $problems = append $problems (printf "disttrain: unknown server.backend %q: use disttrain (our server) or tfserving (the official TensorFlow Serving image on the exported SavedModel)" (toString $s.backend)) -}}
 {{- end -}}
 {{- if eq $s.backend "tfserving" -}}
 {{- if not (has "saved_model" .Values.aggregator.exports) -}}
-{{- fail "disttrain: server.backend tfserving serves the SavedModel the aggregator exports: keep saved_model in aggregator.exports" -}}
+{{- $problems = append $problems "disttrain: server.backend tfserving serves the SavedModel the aggregator exports: keep saved_model in aggregator.exports" -}}
 {{- end -}}
 {{- if $s.auth.enabled -}}
-{{- fail "disttrain: server.backend tfserving checks no API token: set server.auth.enabled=false and restrict who reaches it (server.service.type ClusterIP, server.service.loadBalancerSourceRanges, server.networkPolicy.allowFrom, or an authenticating gateway in front)" -}}
+{{- $problems = append $problems "disttrain: server.backend tfserving checks no API token: set server.auth.enabled=false and restrict who reaches it (server.service.type ClusterIP, server.service.loadBalancerSourceRanges, server.networkPolicy.allowFrom, or an authenticating gateway in front)" -}}
 {{- end -}}
 {{- if $s.allowedHosts -}}
-{{- fail "disttrain: server.backend tfserving answers any Host header: server.allowedHosts applies to the disttrain backend only; leave it empty (an Ingress with hosts filters by host)" -}}
+{{- $problems = append $problems "disttrain: server.backend tfserving answers any Host header: server.allowedHosts applies to the disttrain backend only; leave it empty (an Ingress with hosts filters by host)" -}}
 {{- end -}}
 {{- if and (eq $s.service.type "LoadBalancer") (not $s.service.loadBalancerSourceRanges) (not $s.service.allowPublicUnauthenticated) -}}
-{{- fail "disttrain: server.backend tfserving behind a LoadBalancer with no server.service.loadBalancerSourceRanges lets anyone on the network call the model (TF Serving checks no token): use server.service.type ClusterIP or loadBalancerSourceRanges, or accept it with server.service.allowPublicUnauthenticated=true" -}}
+{{- $problems = append $problems "disttrain: server.backend tfserving behind a LoadBalancer with no server.service.loadBalancerSourceRanges lets anyone on the network call the model (TF Serving checks no token): use server.service.type ClusterIP or loadBalancerSourceRanges, or accept it with server.service.allowPublicUnauthenticated=true" -}}
 {{- end -}}
 {{- end -}}
+{{- join "\n" $problems -}}
 {{- end -}}
 
 {{/* Whether the server is TF Serving ("true" or empty). */}}
@@ -687,18 +762,19 @@ aggregator averages at least (default: the trainer's). Equal to workers unless t
 {{/*
 A server others can reach from outside the cluster (a LoadBalancer with no source ranges, or the
 Ingress): face search needs the token unless server.auth.publicFaceSearch says it is public, and
-a LoadBalancer or an Ingress answers only its host names (DNS rebinding). Checked after the other
-rules, so a values file with several mistakes hears of the others first.
+a LoadBalancer or an Ingress answers only its host names (DNS rebinding).
 */}}
 {{- define "disttrain.validatePublicServer" -}}
+{{- $problems := list -}}
 {{- $svc := .Values.server.service -}}
 {{- $public := or (and (eq $svc.type "LoadBalancer") (not $svc.loadBalancerSourceRanges)) .Values.server.ingress.enabled -}}
 {{- if and (ne .Values.server.backend "tfserving") $public (not .Values.server.auth.enabled) (not .Values.server.auth.publicFaceSearch) (not $svc.allowPublicUnauthenticated) -}}
-{{- fail "disttrain: a public server (a LoadBalancer with no server.service.loadBalancerSourceRanges, or server.ingress) with no API token (server.auth.enabled=false) lets anyone search the face gallery and read the enrolled people's names and faces. Set server.auth.enabled=true or loadBalancerSourceRanges, or accept it with server.auth.publicFaceSearch=true" -}}
+{{- $problems = append $problems "disttrain: a public server (a LoadBalancer with no server.service.loadBalancerSourceRanges, or server.ingress) with no API token (server.auth.enabled=false) lets anyone search the face gallery and read the enrolled people's names and faces. Set server.auth.enabled=true or loadBalancerSourceRanges, or accept it with server.auth.publicFaceSearch=true" -}}
 {{- end -}}
 {{- if and (ne .Values.server.backend "tfserving") (or (eq $svc.type "LoadBalancer") .Values.server.ingress.enabled) (not (include "disttrain.serverHosts" . | trim)) -}}
-{{- fail "disttrain: a LoadBalancer or Ingress server with no host names (server.allowedHosts empty, and no server.ingress.hosts) answers any Host header, so a page on another site can call its API through DNS rebinding: set server.allowedHosts to the names (or the load balancer's IP) clients use, e.g. {demo.example.com}, or put it behind server.ingress with hosts" -}}
+{{- $problems = append $problems "disttrain: a LoadBalancer or Ingress server with no host names (server.allowedHosts empty, and no server.ingress.hosts) answers any Host header, so a page on another site can call its API through DNS rebinding: set server.allowedHosts to the names (or the load balancer's IP) clients use, e.g. {demo.example.com}, or put it behind server.ingress with hosts" -}}
 {{- end -}}
+{{- join "\n" $problems -}}
 {{- end -}}
 
 {{/* The Host names the server answers, comma-separated: server.allowedHosts, else the Ingress' hosts (empty: any). */}}
@@ -723,11 +799,13 @@ server.service.allowPublicUnauthenticated (the schema says the same; this repeat
 --skip-schema-validation, with the whole explanation).
 */}}
 {{- define "disttrain.validateExposure" -}}
+{{- $problems := list -}}
 {{- $svc := .Values.server.service -}}
 {{- if and (ne .Values.server.backend "tfserving") (eq $svc.type "LoadBalancer") (not $svc.loadBalancerSourceRanges) (not .Values.server.gallery.readOnly) (not .Values.server.auth.enabled) (not $svc.allowPublicUnauthenticated) -}}
-{{- fail "disttrain: server.service.type LoadBalancer with no server.service.loadBalancerSourceRanges, a writable gallery (server.gallery.readOnly=false) and no API token (server.auth.enabled=false) lets anyone on the network enrol and delete face photos. Set server.auth.enabled=true, server.gallery.readOnly=true or loadBalancerSourceRanges, or accept it with server.service.allowPublicUnauthenticated=true" -}}
+{{- $problems = append $problems "disttrain: server.service.type LoadBalancer with no server.service.loadBalancerSourceRanges, a writable gallery (server.gallery.readOnly=false) and no API token (server.auth.enabled=false) lets anyone on the network enrol and delete face photos. Set server.auth.enabled=true, server.gallery.readOnly=true or loadBalancerSourceRanges, or accept it with server.service.allowPublicUnauthenticated=true" -}}
 {{- end -}}
 {{- if and .Values.nfsServer.enabled .Values.networkPolicy.enabled (not .Values.nfsServer.networkPolicy.allowedCIDRs) -}}
-{{- fail "disttrain: nfsServer.enabled with networkPolicy.enabled needs nfsServer.networkPolicy.allowedCIDRs: the CIDR(s) of your nodes, which mount the export (it is rw,no_root_squash: no other peer may reach it)" -}}
+{{- $problems = append $problems "disttrain: nfsServer.enabled with networkPolicy.enabled needs nfsServer.networkPolicy.allowedCIDRs: the CIDR(s) of your nodes, which mount the export (it is rw,no_root_squash: no other peer may reach it)" -}}
 {{- end -}}
+{{- join "\n" $problems -}}
 {{- end -}}

@@ -141,29 +141,32 @@ The object-store values (the schema says the same; this repeats it for --skip-sc
 with the whole explanation).
 */}}
 {{- define "disttrain.validateObjectStore" -}}
+{{- $problems := list -}}
 {{- $o := .Values.objectStore -}}
 {{- $publishTo := .Values.aggregator.publishTo -}}
 {{- if and $publishTo (not (regexMatch "^s3://[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/.*)?$" $publishTo)) -}}
-{{- fail (printf "disttrain: aggregator.publishTo %q must be an s3://BUCKET[/PREFIX] URL (e.g. s3://models/disttrain); the shared volume is always published to" $publishTo) -}}
+{{- $problems = append $problems (printf "disttrain: aggregator.publishTo %q must be an s3://BUCKET[/PREFIX] URL (e.g. s3://models/disttrain); the shared volume is always published to" $publishTo) -}}
 {{- end -}}
-{{- if contains "@" $o.endpoint -}}
-{{- /* not printed: the part before @ is a key pair */ -}}
-{{- fail "disttrain: objectStore.endpoint carries a credential (USER:SECRET@ before the host): give the store's address alone, and the key pair in the Secret objectStore.existingSecret names" -}}
+{{- /* the checks that print objectStore.endpoint skip one with a credential (a key pair, never repeated) */ -}}
+{{- $endpointPrintable := not (contains "@" $o.endpoint) -}}
+{{- if not $endpointPrintable -}}
+{{- $problems = append $problems "disttrain: objectStore.endpoint carries a credential (USER:SECRET@ before the host): give the store's address alone, and the key pair in the Secret objectStore.existingSecret names" -}}
 {{- end -}}
-{{- if and (hasPrefix "http://" $o.endpoint) (not $o.allowPlainHttp) -}}
-{{- fail (printf "disttrain: objectStore.endpoint %s is plain http: the stages' requests and data would cross the network in clear; use https, or set objectStore.allowPlainHttp=true for a store on a network you trust" $o.endpoint) -}}
+{{- if and $endpointPrintable (hasPrefix "http://" $o.endpoint) (not $o.allowPlainHttp) -}}
+{{- $problems = append $problems (printf "disttrain: objectStore.endpoint %s is plain http: the stages' requests and data would cross the network in clear; use https, or set objectStore.allowPlainHttp=true for a store on a network you trust" $o.endpoint) -}}
 {{- end -}}
-{{- if and $o.endpoint (not (regexMatch "^https?://[^/?#\\s]+/?$" $o.endpoint)) -}}
-{{- fail (printf "disttrain: objectStore.endpoint %q must be an http:// or https:// URL without a path (e.g. https://minio.storage.svc:9000)" $o.endpoint) -}}
+{{- if and $endpointPrintable $o.endpoint (not (regexMatch "^https?://[^/?#\\s]+/?$" $o.endpoint)) -}}
+{{- $problems = append $problems (printf "disttrain: objectStore.endpoint %q must be an http:// or https:// URL without a path (e.g. https://minio.storage.svc:9000)" $o.endpoint) -}}
 {{- end -}}
 {{- if and $o.endpoint (not $o.existingSecret) -}}
-{{- fail "disttrain: objectStore.endpoint names an S3-compatible store, whose credentials the pods cannot get from a cloud's workload identity: set objectStore.existingSecret (a Secret with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name yours in objectStore.existingSecretKeys)" -}}
+{{- $problems = append $problems "disttrain: objectStore.endpoint names an S3-compatible store, whose credentials the pods cannot get from a cloud's workload identity: set objectStore.existingSecret (a Secret with the keys AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or name yours in objectStore.existingSecretKeys)" -}}
 {{- end -}}
-{{- if and $o.caBundle.configMap (hasPrefix "http://" $o.endpoint) -}}
-{{- fail (printf "disttrain: objectStore.caBundle verifies an https endpoint, and objectStore.endpoint %s is plain http" $o.endpoint) -}}
+{{- if and $endpointPrintable $o.caBundle.configMap (hasPrefix "http://" $o.endpoint) -}}
+{{- $problems = append $problems (printf "disttrain: objectStore.caBundle verifies an https endpoint, and objectStore.endpoint %s is plain http" $o.endpoint) -}}
 {{- end -}}
 {{- $stages := include "disttrain.objectStoreStages" . -}}
 {{- if and $stages .Values.networkPolicy.enabled (not $o.networkPolicy.to) -}}
-{{- fail (printf "disttrain: %s use the object store, and networkPolicy.enabled denies their egress: set objectStore.networkPolicy.to to where the store is (e.g. [{ipBlock: {cidr: 10.0.0.0/8}}], or a namespaceSelector and podSelector for a store in the cluster; [{ipBlock: {cidr: 0.0.0.0/0}}] for any address, e.g. AWS S3 without a VPC endpoint)" $stages) -}}
+{{- $problems = append $problems (printf "disttrain: %s use the object store, and networkPolicy.enabled denies their egress: set objectStore.networkPolicy.to to where the store is (e.g. [{ipBlock: {cidr: 10.0.0.0/8}}], or a namespaceSelector and podSelector for a store in the cluster; [{ipBlock: {cidr: 0.0.0.0/0}}] for any address, e.g. AWS S3 without a VPC endpoint)" $stages) -}}
 {{- end -}}
+{{- join "\n" $problems -}}
 {{- end -}}
