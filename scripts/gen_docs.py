@@ -72,7 +72,7 @@ def cli_page():
     for stage in STAGES:
         parts.append(f"## disttrain-{stage}\n\n```text\n{stage_help(stage)}```\n")
         if stage == "trainer":  # the strategy advisor: the trainer's flags and its own
-            parts.append(f"## disttrain-advise\n\n```text\n{stage_help('trainer', 'advise')}```\n")
+            parts.append(f"## disttrain-advise\n\n```text\n{stage_help('advisor')}```\n")
     return "\n".join(parts)
 
 

@@ -55,192 +55,255 @@ def say(index, text):
 
 
 def run(args, data_dir, index, addresses, launched, deadline):
-    """The probe of worker `index` of `addresses` (two host:port); `launched`, `deadline`: time.time() values."""
-    os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": list(addresses)}, "task": {"type": "worker", "index": index}})
-    malloc_settings.apply(args.train.threads, args.train.malloc)  # as the trainer does, so that the probe's steps cost what the trainer's do
-    tf = import_tensorflow()
-    if args.train.threads:
-        tf.config.threading.set_intra_op_parallelism_threads(args.train.threads)
-        tf.config.threading.set_inter_op_parallelism_threads(args.train.threads)
-    from disttrain_trainer.collectives import join_cluster
+    """The probe of worker `index` of `addresses` (two host:port); `launched`, `deadline`: time.time() values.
+    Worker 0 prints its result (`RESULT {json}`) after phase 3 and again after each best-effort phase."""
+    probe = ProbeWorker(args, data_dir, index, addresses, launched, deadline)
+    probe.join()
+    probe.build()
+    probe.barrier()
+    probe.alone()
+    probe.barrier()
+    probe.pair()
+    probe.collectives()
+    # The result so far, now: phases 4 and 5 are best-effort. If it runs past the deadline the advisor stops the
+    # probe and keeps this line (the last RESULT line counts), predicting multiworker from phases 2 and 3.
+    # Worker 1 prints its own too: on a pod of its own, that line says it took part.
+    print(RESULT + json.dumps(probe.result), flush=True)
+    if not probe.trainer_syncs():
+        return  # (its collectives are aborted: no further phase)
+    if index == 0:
+        print(RESULT + json.dumps(probe.result), flush=True)
+    if not probe.multiworker_steps():
+        return  # (its collectives are aborted: no barrier)
+    probe.barrier()  # (neither leaves while the other still needs it)
+    if index == 0:
+        print(RESULT + json.dumps(probe.result), flush=True)
 
-    joining = time.time()
-    cluster = join_cluster(args.probe_wire.heartbeat_timeout)  # (its all-reduce of the weights on a slow link: the trainer's syncs)
-    joined = time.time() - joining
-    say(index, f"joined {addresses[1 - index]} in {joined:.1f} s")
 
-    import keras
-    import numpy as np
+class ProbeWorker:
+    """One probe process's state across its phases (the module's docstring numbers them)."""
 
-    from disttrain_trainer import tasks
-    from disttrain_trainer.collectives import Wire, sum_across_workers
-    from disttrain_trainer.optimizers import build_optimizer
-    from disttrain_trainer.step import make_train_call
+    def __init__(self, args, data_dir, index, addresses, launched, deadline):
+        self.args, self.data_dir, self.index, self.addresses = args, data_dir, index, addresses
+        self.launched, self.deadline = launched, deadline
+        self.result = {}
 
-    manifest = Manifest.read(data_dir)
-    task, train = tasks.create(manifest, args.train)  # (the run's TrainConfig with the task's defaults)
-    task.check(train)
-    shard = manifest.shard(index % manifest.n_shards)
-    x, y = read_split(data_dir, manifest, shard)
-    x = task.prepare(data_dir, x)
-    dataset = task.dataset(x, y, args.train.batch, args.train.seed + index, index).prefetch(2)
-    iterator = iter(dataset)
-    keras.utils.set_random_seed(args.train.seed)
-    model = task.build()
-    optimizer = build_optimizer(train.optimizer, train.learning_rate)
-    optimizer.build(model.trainable_variables)
-    default = tf.distribute.get_strategy()
-    # a private run (--dp-*) is timed with its own step: per-example gradients, clipping and noise
-    from disttrain_trainer import privacy
+    def join(self):
+        """The two-worker cluster, before anything starts TensorFlow's runtime."""
+        args, index = self.args, self.index
+        os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": list(self.addresses)},
+                                              "task": {"type": "worker", "index": index}})
+        # as the trainer does, so that the probe's steps cost what the trainer's do
+        malloc_settings.apply(args.train.threads, args.train.malloc)
+        self.tf = tf = import_tensorflow()
+        if args.train.threads:
+            tf.config.threading.set_intra_op_parallelism_threads(args.train.threads)
+            tf.config.threading.set_inter_op_parallelism_threads(args.train.threads)
+        from disttrain_trainer.collectives import join_cluster
 
-    private = (privacy.Plan.probe_gradient(train) if privacy.enabled(train) else None)
-    train_call = make_train_call(default, model, optimizer, task.loss_and_score, private=private)
-    tracing = time.perf_counter()
-    train_call(iterator, 1)  # traces the step
-    tracing = time.perf_counter() - tracing
-    # one warm step sizes the timed calls (the traced first call, seconds long, would make them one step each:
-    # the per-call overhead then counted as step time, 1.5x the trainer's step on text)
-    first = time.perf_counter()
-    train_call(iterator, 1)
-    one = time.perf_counter() - first
-    ready = time.time()
-    say(index, f"model built and traced, {ready - launched:.1f} s after start")
+        joining = time.time()
+        # (its all-reduce of the weights on a slow link: the trainer's syncs)
+        self.cluster = join_cluster(args.probe_wire.heartbeat_timeout)
+        self.joined = time.time() - joining
+        say(index, f"joined {self.addresses[1 - index]} in {self.joined:.1f} s")
 
-    weights = [w for w in model.weights if keras.backend.is_float_dtype(w.dtype)]
-    weight_bytes = sum(int(np.prod(w.shape)) * 4 for w in weights)
-    gradient_bytes, sparse = gradient_wire_bytes(tf, model, task, iterator)
-    if private is not None:  # the noise covers every row: a private gradient is dense, all of it on the wire
-        gradient_bytes, sparse = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables), False
+    def build(self):
+        """The task's model and input exactly as the trainer builds them; its step traced and one warm step."""
+        import keras
+        import numpy as np
 
-    def barrier():
-        sum_across_workers(cluster, [1.0])
+        from disttrain_trainer import privacy, tasks
+        from disttrain_trainer.optimizers import build_optimizer
+        from disttrain_trainer.step import make_train_call
 
-    def any_worker(flag):
+        tf, index, data_dir = self.tf, self.index, self.data_dir
+        self.manifest = manifest = Manifest.read(data_dir)
+        self.task, self.train = task, train = tasks.create(manifest, self.args.train)  # (with the task's defaults)
+        task.check(train)
+        x, y = read_split(data_dir, manifest, manifest.shard(index % manifest.n_shards))
+        self.x, self.y = x, y = task.prepare(data_dir, x), y
+        self.iterator = iterator = iter(task.dataset(x, y, train.batch, train.seed + index, index).prefetch(2))
+        keras.utils.set_random_seed(train.seed)
+        self.model = model = task.build()
+        optimizer = build_optimizer(train.optimizer, train.learning_rate)
+        optimizer.build(model.trainable_variables)
+        # a private run (--dp-*) is timed with its own step: per-example gradients, clipping and noise
+        self.private = private = (privacy.Plan.probe_gradient(train) if privacy.enabled(train) else None)
+        self.train_call = make_train_call(tf.distribute.get_strategy(), model, optimizer, task.loss_and_score,
+                                          private=private)
+        tracing = time.perf_counter()
+        self.train_call(iterator, 1)  # traces the step
+        self.tracing = time.perf_counter() - tracing
+        # one warm step sizes the timed calls (the traced first call, seconds long, would make them one step each:
+        # the per-call overhead then counted as step time, 1.5x the trainer's step on text)
+        first = time.perf_counter()
+        self.train_call(iterator, 1)
+        self.one = time.perf_counter() - first
+        ready = time.time()
+        say(index, f"model built and traced, {ready - self.launched:.1f} s after start")
+
+        self.weights = [w for w in model.weights if keras.backend.is_float_dtype(w.dtype)]
+        self.weight_bytes = sum(int(np.prod(w.shape)) * 4 for w in self.weights)
+        self.gradient_bytes, self.sparse = gradient_wire_bytes(tf, model, task, iterator)
+        if private is not None:  # the noise covers every row: a private gradient is dense, all of it on the wire
+            self.gradient_bytes, self.sparse = sum(int(np.prod(v.shape)) * 4 for v in model.trainable_variables), False
+        from disttrain_trainer.models import find_layers
+
+        norms = find_layers(model, keras.layers.BatchNormalization)
+        self.result = {
+            "startup_seconds": ready - self.launched, "join_seconds": self.joined, "views": task.views,
+            "batch_norm": bool(norms),
+            "batch_norm_bytes": sum(4 * int(np.prod(v.shape)) for n in norms for v in (n.moving_mean, n.moving_variance))}
+
+    # ------------------------------------------------------------------ agreement between the two workers
+    def sum_across(self, values):
+        from disttrain_trainer.collectives import sum_across_workers
+
+        return sum_across_workers(self.cluster, values)
+
+    def barrier(self):
+        self.sum_across([1.0])
+
+    def any_worker(self, flag):
         """Whether any worker's flag is set (one small collective: both workers must call it)."""
-        return sum_across_workers(cluster, [1.0 if flag else 0.0])[0] > 0
+        return self.sum_across([1.0 if flag else 0.0])[0] > 0
 
-    def the_same(steps):
+    def the_same(self, steps):
         """Worker 0's `steps`, on both workers. Each sizes its calls from its own first step's time, and two
         timings of one step can round to different counts (int(0.5 / 35 ms) is 14, of 36 ms 13): in a
         multiworker call each step runs its collectives, so different counts left one worker's gradient
         all-reduce facing the other's next agreement, and TensorFlow aborted the phase ("Collective instance
         208 expected type 2 and data_type 3 but got type 0 and data_type 2"): the text model's multiworker
         steps were never timed."""
-        return int(sum_across_workers(cluster, [steps if index == 0 else 0.0])[0])
+        return int(self.sum_across([steps if self.index == 0 else 0.0])[0])
 
-    def share(fraction, most):
-        return max(0.2, min(most, (deadline - time.time()) * fraction))
+    def share(self, fraction, most):
+        return max(0.2, min(most, (self.deadline - time.time()) * fraction))
 
-    barrier()
-    from disttrain_trainer.models import find_layers
-
-    norms = find_layers(model, keras.layers.BatchNormalization)
-    result = {"startup_seconds": ready - launched, "join_seconds": joined, "views": task.views, "batch_norm": bool(norms),
-              "batch_norm_bytes": sum(4 * int(np.prod(v.shape)) for n in norms for v in (n.moving_mean, n.moving_variance))}
-    wall, cpu = time.perf_counter(), time.process_time()
-    if index == 0:
-        result["step_seconds_alone"] = time_steps(train_call, iterator, call_steps(args.train.steps_per_call, one), share(0.2, 5.0))
-        inference = compiled(task.publish(model))
-        x_test, y_test = read_split(data_dir, manifest, manifest.test)
+    # ------------------------------------------------------------------ phases
+    def alone(self):
+        """1. worker 0 alone: steps at the run's batch, and one held-out evaluation; worker 1 waits."""
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+        if self.index != 0:
+            return
+        task, result = self.task, self.result
+        result["step_seconds_alone"] = time_steps(self.train_call, self.iterator,
+                                                  call_steps(self.train.steps_per_call, self.one), self.share(0.2, 5.0))
+        inference = compiled(task.publish(self.model))
+        x_test, y_test = read_split(self.data_dir, self.manifest, self.manifest.test)
         x_test = task.model_input(x_test)
         started = time.perf_counter()
         task.evaluate(inference, x_test, y_test)  # (the first includes tracing, as the trainer's first epoch does)
         result["eval_seconds"] = time.perf_counter() - started
-        say(index, f"alone: {result['step_seconds_alone'] * 1000:.2f} ms per step; evaluation {result['eval_seconds']:.2f} s")
-    barrier()
-    # what worker 1 used of the host while worker 0 measured alone (it waits in a collective: ~nothing)
-    waiting = (time.process_time() - cpu) / max(time.perf_counter() - wall, 1e-9) if index == 1 else 0.0
-    # Both workers time the same calls at the same time: a barrier before each (outside the timed part), and
-    # they stop together. Each on its own clock and window, a worker's calls could run while the other's
-    # had ended: the pair then measured no contention (two text workers at 2.5 ms a step against 2.6 ms alone,
-    # where two independent runs measured 1.39x).
-    mine = time_steps(train_call, iterator, the_same(call_steps(args.train.steps_per_call, one)), share(0.3, 5.0),
-                      together=any_worker)
-    both = sum_across_workers(cluster, [mine if index == 0 else 0.0, mine if index == 1 else 0.0, waiting]).tolist()
-    result["step_seconds_pair"] = max(both[:2])
-    result["step_seconds_pair_each"] = both[:2]
-    result["waiting_worker_cores"] = both[2]
-    say(index, f"two at once: {mine * 1000:.2f} ms per step")
+        say(self.index, f"alone: {result['step_seconds_alone'] * 1000:.2f} ms per step; evaluation "
+                        f"{result['eval_seconds']:.2f} s")
 
-    # the collectives, on the link between the two workers
-    def timed_allreduce(make_tensors, dtype):
-        wire = Wire(dtype)
+    def pair(self):
+        """2. both at once: steps (how the host's cores share, or each host's own speed)."""
+        index = self.index
+        # what worker 1 used of the host while worker 0 measured alone (it waits in a collective: ~nothing)
+        waiting = (time.process_time() - self.cpu) / max(time.perf_counter() - self.wall, 1e-9) if index == 1 else 0.0
+        # Both workers time the same calls at the same time: a barrier before each (outside the timed part), and
+        # they stop together. Each on its own clock and window, a worker's calls could run while the other's
+        # had ended: the pair then measured no contention (two text workers at 2.5 ms a step against 2.6 ms alone,
+        # where two independent runs measured 1.39x).
+        mine = time_steps(self.train_call, self.iterator, self.the_same(call_steps(self.train.steps_per_call, self.one)),
+                          self.share(0.3, 5.0), together=self.any_worker)
+        both = self.sum_across([mine if index == 0 else 0.0, mine if index == 1 else 0.0, waiting]).tolist()
+        self.result.update(step_seconds_pair=max(both[:2]), step_seconds_pair_each=both[:2],
+                           waiting_worker_cores=both[2])
+        say(index, f"two at once: {mine * 1000:.2f} ms per step")
 
-        def replica_fn():
-            return wire.all_reduce_sum(make_tensors())
+    def collectives(self):
+        """3. on the link between the two workers: one all-reduce of a float (latency) and of the model's weights
+        in float32 and float16 (seconds per byte), as localsgd sends them (collectives.Wire)."""
+        from disttrain_trainer.collectives import Wire
 
-        @tf.function
-        def call():
-            summed = cluster.run(replica_fn)
-            return [cluster.experimental_local_results(t)[0] for t in summed]
+        tf, cluster = self.tf, self.cluster
 
-        call()  # traces, and opens the communicator
-        stop = time.time() + share(0.3, 10.0)
-        return statistics.median(times_together(
-            lambda: [t.numpy() for t in call()], any_worker,
-            lambda times: len(times) >= ALLREDUCE_REPS or (time.time() >= stop and len(times) >= 2)))
+        def timed_allreduce(make_tensors, dtype):
+            wire = Wire(dtype)
 
-    def changes():
-        # what localsgd sends: tensors computed from the weights (a variable's own value, reduced as
-        # such, makes MultiWorkerMirroredStrategy look for the variable's devices: "destinations can not be empty")
-        return [w.value * 1.0 for w in weights]
+            def replica_fn():
+                return wire.all_reduce_sum(make_tensors())
 
-    latency = timed_allreduce(lambda: [tf.ones([1])], "float32")
-    weights32 = timed_allreduce(changes, "float32")
-    weights16 = timed_allreduce(changes, "float16")
-    result.update({
-        "latency_seconds": latency, "allreduce_float32_seconds": weights32, "allreduce_float16_seconds": weights16,
-        "per_byte_seconds": max(weights32 - latency, 0.0) / weight_bytes if weight_bytes else 0.0,
-        "weight_bytes": weight_bytes, "weight_tensors": len(weights),
-        "gradient_bytes": gradient_bytes, "gradient_sparse": sparse,
-    })
-    say(index, f"all-reduce: {latency * 1000:.2f} ms for a float, {weights32 * 1000:.1f} ms for the weights "
-               f"({weight_bytes / 1e6:.2f} MB in float32), {weights16 * 1000:.1f} ms in float16")
+            @tf.function
+            def call():
+                summed = cluster.run(replica_fn)
+                return [cluster.experimental_local_results(t)[0] for t in summed]
 
-    # The result so far, now: phases 4 and 5 are best-effort. If it runs past the deadline the advisor stops the
-    # probe and keeps this line (the last RESULT line counts), predicting multiworker from phases 2 and 3.
-    # Worker 1 prints its own too: on a pod of its own, that line says it took part.
-    print(RESULT + json.dumps(result), flush=True)
+            call()  # traces, and opens the communicator
+            stop = time.time() + self.share(0.3, 10.0)
+            return statistics.median(times_together(
+                lambda: [t.numpy() for t in call()], self.any_worker,
+                lambda times: len(times) >= ALLREDUCE_REPS or (time.time() >= stop and len(times) >= 2)))
 
-    # 4. the trainer's syncs, while both workers have the time
-    try:
-        result["trainer_sync_seconds"] = time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker)
-    except tf.errors.OpError as err:  # best-effort: the earlier RESULT line stands, and the log says why
-        say(index, f"the trainer's sync not timed: {str(err).strip().splitlines()[0]}")
-        return  # (its collectives are aborted: no further phase)
-    if index == 0:
-        print(RESULT + json.dumps(result), flush=True)
+        def changes():
+            # what localsgd sends: tensors computed from the weights (a variable's own value, reduced as
+            # such, makes MultiWorkerMirroredStrategy look for the variable's devices: "destinations can not be empty")
+            return [w.value * 1.0 for w in self.weights]
 
-    # 5. multiworker steps, if both workers have the time (each reads its own deadline: they agree)
-    room = deadline - time.time() >= 3 * tracing + 5.0
-    if not any_worker(not room):
+        latency = timed_allreduce(lambda: [tf.ones([1])], "float32")
+        weights32 = timed_allreduce(changes, "float32")
+        weights16 = timed_allreduce(changes, "float16")
+        weight_bytes = self.weight_bytes
+        self.result.update({
+            "latency_seconds": latency, "allreduce_float32_seconds": weights32, "allreduce_float16_seconds": weights16,
+            "per_byte_seconds": max(weights32 - latency, 0.0) / weight_bytes if weight_bytes else 0.0,
+            "weight_bytes": weight_bytes, "weight_tensors": len(self.weights),
+            "gradient_bytes": self.gradient_bytes, "gradient_sparse": self.sparse,
+        })
+        say(self.index, f"all-reduce: {latency * 1000:.2f} ms for a float, {weights32 * 1000:.1f} ms for the weights "
+                        f"({weight_bytes / 1e6:.2f} MB in float32), {weights16 * 1000:.1f} ms in float16")
+
+    def trainer_syncs(self):
+        """4. the trainer's syncs, while both workers have the time; False when its collectives failed."""
+        try:
+            self.result["trainer_sync_seconds"] = time_trainer_syncs(self.args, self.cluster, self.model, self.index,
+                                                                     self.deadline, self.result, self.any_worker)
+        except self.tf.errors.OpError as err:  # best-effort: the earlier RESULT line stands, and the log says why
+            say(self.index, f"the trainer's sync not timed: {str(err).strip().splitlines()[0]}")
+            return False
+        return True
+
+    def multiworker_steps(self):
+        """5. multiworker steps, if both workers have the time (each reads its own deadline: they agree); False when
+        its collectives failed."""
+        import keras
+
+        from disttrain_trainer.collectives import Wire
+        from disttrain_trainer.optimizers import build_optimizer
+        from disttrain_trainer.step import make_train_call
+
+        task, train, cluster, index = self.task, self.train, self.cluster, self.index
+        room = self.deadline - time.time() >= 3 * self.tracing + 5.0
+        if self.any_worker(not room):
+            say(index, "multiworker steps not timed: too little of the budget left (the advisor predicts them from "
+                       "the steps and the all-reduce)")
+            return True
         try:
             with cluster.scope():
-                keras.utils.set_random_seed(args.train.seed)
+                keras.utils.set_random_seed(train.seed)
                 replicated = task.build()
                 replicated_optimizer = build_optimizer(train.optimizer, train.learning_rate)
                 replicated_optimizer.build(replicated.trainable_variables)
+            wire = Wire("float32", self.args.probe_wire.allreduce_pack_bytes)
             multiworker_call = make_train_call(cluster, replicated, replicated_optimizer, task.loss_and_score,
-                                               Wire("float32", args.probe_wire.allreduce_pack_bytes).all_reduce_sum, private=private)
+                                               wire.all_reduce_sum, private=self.private)
             distributed = iter(cluster.distribute_datasets_from_function(
-                lambda _context: task.dataset(x, y, args.train.batch, args.train.seed + index, index).prefetch(2)))
+                lambda _context: task.dataset(self.x, self.y, train.batch, train.seed + index, index).prefetch(2)))
             multiworker_call(distributed, 1)  # traces the step
             first = time.perf_counter()
             multiworker_call(distributed, 1)
-            steps = the_same(call_steps(args.train.steps_per_call, time.perf_counter() - first))
-            step = time_steps(multiworker_call, distributed, steps, share(0.8, 5.0), together=any_worker)
-            result["multiworker_step_seconds"] = max(sum_across_workers(cluster, [step if index == 0 else 0.0,
-                                                                                  step if index == 1 else 0.0]).tolist())
+            steps = self.the_same(call_steps(train.steps_per_call, time.perf_counter() - first))
+            step = time_steps(multiworker_call, distributed, steps, self.share(0.8, 5.0), together=self.any_worker)
+            self.result["multiworker_step_seconds"] = max(
+                self.sum_across([step if index == 0 else 0.0, step if index == 1 else 0.0]).tolist())
             say(index, f"multiworker: {step * 1000:.2f} ms per step (gradients all-reduced in float32)")
-        except tf.errors.OpError as err:  # best-effort: the earlier RESULT line stands, and the log says why
+        except self.tf.errors.OpError as err:  # best-effort: the earlier RESULT line stands, and the log says why
             say(index, f"multiworker steps not timed: {str(err).strip().splitlines()[0]}")
-            return  # (its collectives are aborted: no barrier)
-    else:
-        say(index, "multiworker steps not timed: too little of the budget left (the advisor predicts them from the "
-                   "steps and the all-reduce)")
-    barrier()  # (neither leaves while the other still needs it)
-    if index == 0:
-        print(RESULT + json.dumps(result), flush=True)
+            return False
+        return True
 
 
 # the wires whose sync phase 4 times, the fewest bytes first (on a slow link the widest may not fit the deadline),
