@@ -32,7 +32,7 @@ TASKS = {
     "digits-mobilenetv2": ("sample:digits", 3, 64, ("--model", "mobilenetv2", "--image-size", "32")),
     "faces": ("sample:faces", 6, 32, ()),
 }
-COMPONENTS = ("contract", "copier", "trainer", "aggregator", "server", "sweep")
+COMPONENTS = ("contract", "copier", "trainer", "advisor", "aggregator", "server", "sweep")
 
 
 def checkout(revision, where):
