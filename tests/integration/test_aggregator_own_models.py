@@ -17,7 +17,9 @@ import pytest
 from disttrain_contract import Workdir, sha256_file, write_marker
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.manifest import Manifest, SplitInfo, shard_name
+from disttrain_contract.layout import METRICS_FILE
 from disttrain_contract.tensorflow_import import import_tensorflow
+from disttrain_contract.trainer_records import EpochRecord, write_epoch_records
 from stages import read_report
 
 import_tensorflow()  # quietly, before keras imports it
@@ -95,8 +97,9 @@ def write_workers(root, build, splits, problem, head, epochs, train_dir="train",
         save_model(model, os.path.join(d, "model.keras"),
                    meta_of(model, problem, head, data=root / "data", init_weights_sha256=sha, worker_index=i,
                            workers=len(epochs), epochs=max(epochs), examples=len(y), **(meta_extra or {})))
-        with open(os.path.join(d, "metrics.json"), "w") as fh:
-            json.dump([{"epoch": e, "loss": 1.0, "wall_time_sec": 0.1} for e in range(1, max(epochs) + 1)], fh)
+        write_epoch_records(os.path.join(d, METRICS_FILE), [
+            EpochRecord(epoch=e, loss=1.0, examples=len(y), examples_per_sec=10 * len(y), wall_time_sec=0.1)
+            for e in range(1, max(epochs) + 1)])
         marker = {"problem": problem}
         if validation is not None:
             marker.update(validation_metric={"name": name, "value": validation[i], "direction": direction},

@@ -8,12 +8,18 @@ from disttrain_aggregator import combine, gate
 from disttrain_aggregator.main import parse_args
 from disttrain_contract import ContractError
 from disttrain_contract.metrics import ACCURACY, RMSE, primary_metric
+from disttrain_contract.trainer_records import MetricValue, TrainerMarker
+
+
+def marker(index, **fields):
+    return TrainerMarker.from_json({"worker_index": index, "workers": 3, "strategy": "average", "epochs": 2,
+                                    "init_weights_sha256": "ab", "examples": 10, **fields})
 
 
 def test_best_is_the_lowest_validation_rmse_and_a_tie_goes_to_the_lowest_index():
-    markers = [{"worker_index": 0, "validation_metric": {"name": "rmse", "value": 1.2, "direction": "min"}},
-               {"worker_index": 1, "validation_metric": {"name": "rmse", "value": 0.9, "direction": "min"}},
-               {"worker_index": 2, "validation_rmse": 0.9}]  # the flat key counts too
+    markers = [marker(0, validation_metric={"name": "rmse", "value": 1.2, "direction": "min"}),
+               marker(1, validation_metric={"name": "rmse", "value": 0.9, "direction": "min"}),
+               marker(2, validation_rmse=0.9)]  # the flat key counts too
     scores = combine.validation_scores(markers, RMSE)
     assert scores == {0: 1.2, 1: 0.9, 2: 0.9}
     assert combine.pick_best(scores, RMSE) == 1
@@ -22,11 +28,11 @@ def test_best_is_the_lowest_validation_rmse_and_a_tie_goes_to_the_lowest_index()
 
 
 def test_a_marker_ranking_by_another_metric_is_refused_and_none_is_the_flags_advice():
-    markers = [{"worker_index": 0, "validation_metric": {"name": "accuracy", "value": 0.9, "direction": "max"}}]
+    markers = [marker(0, validation_metric=MetricValue.of(ACCURACY, 0.9).to_json())]
     with pytest.raises(ContractError, match="ranks by validation 'accuracy' .* primary metric is 'rmse'"):
         combine.validation_scores(markers, RMSE)
     with pytest.raises(ContractError, match="--combine best ranks the workers by their validation RMSE, .*--validation-fraction"):
-        combine.check_mode("best", "average", [{"worker_index": 0, "validation_metric": None}], RMSE)
+        combine.check_mode("best", "average", [marker(0, validation_metric=None)], RMSE)
 
 
 MEAN = {"name": "training mean", "value": 2.0, "training_mean": 3.0, "description": "always the training targets' mean 3"}

@@ -7,6 +7,7 @@ from disttrain_aggregator.checks import check_compatible, check_model, model_sig
 from disttrain_aggregator.combine import WeightedSum
 from disttrain_contract import ContractError
 from disttrain_contract.artifact import weights_fingerprint
+from disttrain_contract.trainer_records import TrainerMarker
 
 
 def average(weight_lists, example_counts):
@@ -73,7 +74,8 @@ class FakeConfigModel:
 
 
 def marker(index, sha, strategy="average", workers=2):
-    return {"worker_index": index, "init_weights_sha256": sha, "strategy": strategy, "workers": workers, "examples": 10}
+    return TrainerMarker(worker_index=index, init_weights_sha256=sha, strategy=strategy, workers=workers, epochs=2,
+                         examples=10)
 
 
 def signature(sha, config=None, vocab="v"):

@@ -13,6 +13,7 @@ from disttrain_contract import ContractError
 from disttrain_contract.artifact import save_model
 from disttrain_contract.faces import FACE_PREPROCESSING, FACE_SIZE, preprocess
 from disttrain_contract.tensorflow_import import import_tensorflow
+from disttrain_contract.trainer_records import TrainerMarker
 
 import_tensorflow()  # quietly, before keras imports it
 import keras  # noqa: E402
@@ -77,22 +78,28 @@ def test_the_ensemble_round_trips_through_the_servers_loader_and_outputs_the_mem
     assert min(np.abs(got - o).max() for o in outputs) > 1e-3
 
 
+def marker(index, **fields):
+    """A trainer's marker (TrainerMarker) of an average run's worker, with `fields` (validation_accuracy ...)."""
+    return TrainerMarker(worker_index=index, workers=2, strategy="average", epochs=2, init_weights_sha256="ab",
+                         examples=10, **fields)
+
+
 def test_best_is_the_highest_validation_accuracy_and_a_tie_goes_to_the_lowest_index():
     assert combine.pick_best({0: 0.91, 1: 0.95, 2: 0.93}) == 1
     assert combine.pick_best({2: 0.9, 0: 0.8, 1: 0.9}) == 1
     assert combine.pick_best({3: 0.5}) == 3
-    markers = [{"worker_index": 0, "validation_accuracy": 0.7}, {"worker_index": 1, "validation_accuracy": 0.75}]
+    markers = [marker(0, validation_accuracy=0.7), marker(1, validation_accuracy=0.75)]
     assert combine.pick_best(combine.validation_scores(markers)) == 1
-    assert combine.validation_scores(markers[:1] + [{"worker_index": 1}]) is None
+    assert combine.validation_scores(markers[:1] + [marker(1)]) is None
 
 
 def test_modes_a_run_cannot_give_are_refused_by_name():
     with pytest.raises(ContractError, match="--combine ensemble needs one model per worker .*multiworker"):
-        combine.check_mode("ensemble", "multiworker", [{"worker_index": 0}])
+        combine.check_mode("ensemble", "multiworker", [marker(0)])
     with pytest.raises(ContractError, match="--combine best .* kept no validation split: .*--validation-fraction"):
-        combine.check_mode("best", "average", [{"worker_index": 0, "validation_accuracy": None}])
-    combine.check_mode("average", "localsgd", [{"worker_index": 0}])  # today's behaviour: fine for every strategy
-    combine.check_mode("best", "average", [{"worker_index": 0, "validation_accuracy": 0.5}])
+        combine.check_mode("best", "average", [marker(0, validation_accuracy=None)])
+    combine.check_mode("average", "localsgd", [marker(0)])  # today's behaviour: fine for every strategy
+    combine.check_mode("best", "average", [marker(0, validation_accuracy=0.5)])
 
 
 def test_a_bad_combine_flag_is_a_usage_error(capsys):

@@ -156,7 +156,8 @@ def test_a_bad_progress_field_is_one_line_naming_it(change, message):
 
 
 def test_the_contract_modules_import_no_tensorflow():
-    code = ("import sys, disttrain_contract.report, disttrain_contract.progress, disttrain_contract.records; "
+    code = ("import sys, disttrain_contract.report, disttrain_contract.progress, disttrain_contract.records, "
+            "disttrain_contract.trainer_records; "
             "print('tensorflow' in sys.modules, 'keras' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                          env=dict(os.environ, PYTHONWARNINGS="ignore")).stdout

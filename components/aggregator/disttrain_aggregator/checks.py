@@ -15,17 +15,18 @@ from disttrain_contract.artifact import load_model, read_meta
 from disttrain_contract.evaluation import HEADS, head_of
 from disttrain_contract.layout import marker_path
 from disttrain_contract.strategies import STRATEGIES, names_where, strategy_of
+from disttrain_contract.trainer_records import REQUIRED_MARKER_FIELDS, TrainerMarker
 
 
 def wait_for_workers(workdir, train_dir, expect, min_workers, timeout, straggler_wait):
-    """(worker directories, their markers, the indexes of the workers left out) once at least `min_workers`
-    of `expect` workers have finished (and a parameter-server group's every task), checked to belong
-    together."""
+    """(worker directories, their markers (TrainerMarker), the indexes of the workers left out) once at least
+    `min_workers` of `expect` workers have finished (and a parameter-server group's every task), checked to
+    belong together."""
     worker_dirs = [workdir.worker(i, train_dir) for i in range(expect)]
     markers = wait_for_quorum(worker_dirs, timeout, min_workers, straggler_wait, "workers")
     missing = [i for i, m in enumerate(markers) if m is None]
     worker_dirs, markers = [d for d, m in zip(worker_dirs, markers) if m], [m for m in markers if m]
-    check_markers(markers, worker_dirs)
+    markers = check_markers(markers, worker_dirs)
     strategy = strategy_of(markers[0])
     if missing and not strategy.model_per_worker:
         raise ContractError(
@@ -34,68 +35,68 @@ def wait_for_workers(workdir, train_dir, expect, min_workers, timeout, straggler
             f"worker count is for --strategy {' or '.join(names_where(lambda s: s.model_per_worker))}")
     if strategy.parameter_servers:  # every task of the group: chief, ps, workers
         worker_dirs = [workdir.worker(i, train_dir) for i in range(ps_tasks(markers[0], expect))]
-        markers = wait_for_markers(worker_dirs, timeout, "parameter-server tasks")
-        check_markers(markers, worker_dirs)
+        markers = check_markers(wait_for_markers(worker_dirs, timeout, "parameter-server tasks"), worker_dirs)
         check_ps_roles(markers)
     check_compatible(markers, expect)
     return worker_dirs, markers, missing
 
 
-# what every trainer's marker records (disttrain_trainer.main writes them)
-TRAINER_MARKER_FIELDS = ("worker_index", "workers", "strategy", "epochs", "init_weights_sha256", "examples")
-
-
 def check_markers(markers, dirs):
-    """A marker that parses but is not a whole trainer's marker is refused, not a KeyError later."""
+    """The markers' JSON objects as TrainerMarkers. One that parses but is not a whole trainer's marker is
+    refused naming every field it lacks, one of the wrong form naming its field (a RecordError)."""
+    typed = []
     for d, marker in zip(dirs, markers):
-        missing = [k for k in TRAINER_MARKER_FIELDS if k not in marker] if isinstance(marker, dict) else ["everything"]
+        missing = [k for k in REQUIRED_MARKER_FIELDS if k not in marker] if isinstance(marker, dict) else ["everything"]
         if missing:
             raise ContractError(f"{marker_path(d)} is not a trainer's marker (missing {', '.join(missing)}); "
                                 "was that worker trained by another version of disttrain-trainer?")
-        if marker["strategy"] not in STRATEGIES:
-            raise ContractError(f"{marker_path(d)} names strategy {marker['strategy']!r}, which this aggregator does not "
-                                f"know ({', '.join(STRATEGIES)}); was that worker trained by another version of "
-                                "disttrain-trainer?")
+        typed.append(TrainerMarker.from_json(marker, marker_path(d)))
+        if typed[-1].strategy not in STRATEGIES:
+            raise ContractError(f"{marker_path(d)} names strategy {typed[-1].strategy!r}, which this aggregator "
+                                f"does not know ({', '.join(STRATEGIES)}); was that worker trained by another version "
+                                "of disttrain-trainer?")
+    return typed
 
 
 def check_compatible(markers, expect):
     """Every reason the workers cannot be combined that their markers show, as one clear
     error, before any model is loaded."""
-    strategies = {m["strategy"] for m in markers}
+    strategies = {m.strategy for m in markers}
     if len(strategies) != 1:
         raise ContractError(f"workers used different strategies: {sorted(strategies)}")
-    sizes = {m["workers"] for m in markers}
+    sizes = {m.workers for m in markers}
     if sizes != {expect}:
         raise ContractError(f"workers were started for {sorted(sizes)} workers, expected {expect}")
-    if strategy_of(markers[0]).same_final_weights and len({m.get("final_weights_sha256") for m in markers}) != 1:
+    if strategy_of(markers[0]).same_final_weights and len({m.final_weights_sha256 for m in markers}) != 1:
         # the last average gives every worker the same weights; if it did not, the
         # chief's model is not the group's
-        raise ContractError(f"the {markers[0]['strategy']} workers did not end with the same weights: "
-                            + ", ".join(f"worker {m['worker_index']}: {str(m.get('final_weights_sha256'))[:12]}" for m in markers))
-    if len({m["init_weights_sha256"] for m in markers}) != 1:
-        raise different_initial_weights(", ".join(f"worker {m['worker_index']}: {m['init_weights_sha256'][:12]}" for m in markers))
+        raise ContractError(f"the {markers[0].strategy} workers did not end with the same weights: "
+                            + ", ".join(f"worker {m.worker_index}: {str(m.final_weights_sha256)[:12]}"
+                                        for m in markers))
+    if len({m.init_weights_sha256 for m in markers}) != 1:
+        raise different_initial_weights(", ".join(f"worker {m.worker_index}: {m.init_weights_sha256[:12]}"
+                                                  for m in markers))
 
 
 def ps_tasks(chief, expect):
     """How many tasks a parameter-server group has, from its chief's marker."""
-    if chief.get("role") != "chief" or not isinstance(chief.get("ps"), int) or chief["ps"] < 1 \
-            or chief.get("tasks") != 1 + chief["ps"] + expect:
+    if chief.role != "chief" or chief.ps is None or chief.ps < 1 or chief.tasks != 1 + chief.ps + expect:
         raise ContractError(f"worker-00000's marker is not a parameter-server chief's for {expect} workers "
-                            f"(role {chief.get('role')!r}, ps {chief.get('ps')!r}, tasks {chief.get('tasks')!r})")
-    return chief["tasks"]
+                            f"(role {chief.role!r}, ps {chief.ps!r}, tasks {chief.tasks!r})")
+    return chief.tasks
 
 
 def check_ps_roles(markers):
     """Task 0 the chief, 1..ps the parameter servers, then the workers, each worker with the
     examples the chief says it drew from."""
-    ps, by_worker = markers[0]["ps"], markers[0].get("examples_by_worker") or []
+    ps, by_worker = markers[0].ps, markers[0].examples_by_worker or []
     for i, marker in enumerate(markers):
         role = "chief" if i == 0 else "ps" if i <= ps else "worker"
-        if marker.get("role") != role or marker["worker_index"] != i:
+        if marker.role != role or marker.worker_index != i:
             raise ContractError(f"task {i} of the parameter-server group should be the {role}; "
-                                f"its marker says {marker.get('role')!r} (index {marker['worker_index']})")
-        if role == "worker" and (i - 1 - ps >= len(by_worker) or marker["examples"] != by_worker[i - 1 - ps]):
-            raise ContractError(f"worker task {i} reports {marker['examples']} examples; the chief trained it on "
+                                f"its marker says {marker.role!r} (index {marker.worker_index})")
+        if role == "worker" and (i - 1 - ps >= len(by_worker) or marker.examples != by_worker[i - 1 - ps]):
+            raise ContractError(f"worker task {i} reports {marker.examples} examples; the chief trained it on "
                                 f"{by_worker[i - 1 - ps] if i - 1 - ps < len(by_worker) else 'no examples'}")
 
 
@@ -140,20 +141,20 @@ def architecture_difference(signature, first):
 def check_model(marker, signature, first):
     """One worker model's signature against its marker (which check_compatible found equal
     to every other marker) and against the first model's (`first`; None for the first)."""
-    if signature["init_weights_sha256"] != marker["init_weights_sha256"]:
-        raise different_initial_weights(f"worker {marker['worker_index']}: marker {marker['init_weights_sha256'][:12]}, "
+    if signature["init_weights_sha256"] != marker.init_weights_sha256:
+        raise different_initial_weights(f"worker {marker.worker_index}: marker {marker.init_weights_sha256[:12]}, "
                                         f"model {str(signature['init_weights_sha256'])[:12]}")
     if first is None:
         return
     if signature["architecture"] != first["architecture"]:
-        raise ContractError(f"the worker models have different architectures (worker {marker['worker_index']} vs the "
+        raise ContractError(f"the worker models have different architectures (worker {marker.worker_index} vs the "
                             f"first: {architecture_difference(signature, first)}); averaging needs the same network on "
                             "every worker: train them all from the same --model-file/--model-module and flags")
     if signature["vocab_sha256"] != first["vocab_sha256"]:
         raise ContractError("the worker models were trained with different vocabularies")
     for key in SHARED_META:
         if signature["meta"][key] != first["meta"][key]:
-            raise ContractError(f"the worker models differ in their {key}: worker {marker['worker_index']}'s is "
+            raise ContractError(f"the worker models differ in their {key}: worker {marker.worker_index}'s is "
                                 f"{json.dumps(signature['meta'][key], default=str)[:200]}, the first's "
                                 f"{json.dumps(first['meta'][key], default=str)[:200]}")
 

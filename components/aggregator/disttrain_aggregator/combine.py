@@ -89,25 +89,28 @@ def check_mode(mode, strategy, markers, metric=ACCURACY):
 
 
 def validation_score(marker, metric=ACCURACY):
-    """A trainer marker's validation value of `metric`: its `validation_metric` {"name", "value",
-    "direction"} when it names this metric, else its `validation_<name>` (markers before this round:
-    validation_accuracy). None when it has none. A marker whose validation_metric is another metric,
-    or the same one in the other direction, is refused: ranking by it would be wrong."""
-    recorded = marker.get("validation_metric")
-    if isinstance(recorded, dict) and recorded.get("value") is not None:
-        if recorded.get("name") != metric.name or recorded.get("direction", metric.direction) != metric.direction:
-            raise ContractError(f"worker {marker.get('worker_index')}'s marker ranks by validation "
-                                f"{recorded.get('name')!r} ({recorded.get('direction')}), this run's primary metric is "
+    """A trainer marker's (TrainerMarker's) validation value of `metric`: its `validation_metric` when it
+    names this metric, else its flat `validation_<name>` (markers before validation_metric:
+    validation_accuracy; another metric's flat key is one this version keeps in `extra`). None when it has
+    none. A marker whose validation_metric is another metric, or the same one in the other direction, is
+    refused: ranking by it would be wrong."""
+    recorded = marker.validation_metric
+    if recorded is not None and recorded.value is not None:
+        if recorded.name != metric.name or (recorded.direction or metric.direction) != metric.direction:
+            raise ContractError(f"worker {marker.worker_index}'s marker ranks by validation "
+                                f"{recorded.name!r} ({recorded.direction}), this run's primary metric is "
                                 f"{metric.name!r} ({metric.direction}): was it trained on other data?")
-        value = recorded["value"]
+        value = recorded.value
+    elif metric.name == "accuracy":
+        value = marker.validation_accuracy
     else:
-        value = marker.get(f"validation_{metric.name}")
+        value = marker.extra.get(f"validation_{metric.name}")
     return value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
 def validation_scores(markers, metric=ACCURACY):
     """{worker index: validation value of `metric`} from the trainers' markers; None if any worker has none."""
-    scores = {m["worker_index"]: validation_score(m, metric) for m in markers}
+    scores = {m.worker_index: validation_score(m, metric) for m in markers}
     return scores if all(v is not None for v in scores.values()) else None
 
 
@@ -250,7 +253,7 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
     ensemble_model_meta = dict(meta, **merged)
     scores = validation_scores(markers, metric)
     best_index = pick_best(scores, metric) if scores else None
-    by_index = {m["worker_index"]: i for i, m in enumerate(markers)}
+    by_index = {m.worker_index: i for i, m in enumerate(markers)}
 
     log(f"aggregator: evaluating the three candidates (average, ensemble of {len(members)}, best by validation "
         f"{metric.label}) and their latency ({LATENCY_REPEATS} single-instance calls each, interleaved) ...")
@@ -263,7 +266,7 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
     average_metrics = held_out(averaged, meta, "average")
     section["candidates"]["average"] = {"forward_passes": 1, **average_metrics, "latency_ms_per_instance": latency_ms[0]}
     ensemble_metrics = held_out(ensemble, ensemble_model_meta, "ensemble")
-    section["candidates"]["ensemble"] = {"forward_passes": len(members), "members": [m["worker_index"] for m in markers],
+    section["candidates"]["ensemble"] = {"forward_passes": len(members), "members": [m.worker_index for m in markers],
                                          **({"head": merged["head"]} if merged else {}),
                                          **ensemble_metrics, "latency_ms_per_instance": latency_ms[1]}
     if best_index is None:
@@ -277,7 +280,7 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
             # the names of before this round, for a classifier's readers
             **({"validation_accuracy": scores[best_index],
                 "validation_accuracies": {str(k): v for k, v in sorted(scores.items())}} if metric.name == "accuracy" else {}),
-            "validation_examples": markers[by_index[best_index]].get("validation_examples"),
+            "validation_examples": markers[by_index[best_index]].validation_examples,
             **{k: v for k, v in rows[by_index[best_index]].items() if k.startswith("test_")},
             "latency_ms_per_instance": latency_ms[2]}
 
@@ -285,7 +288,7 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
         published, metrics, extra = averaged, average_metrics, {}
     elif mode == ENSEMBLE:
         published, metrics = ensemble, ensemble_metrics
-        extra = {"ensemble_members": [m["worker_index"] for m in markers], **merged}
+        extra = {"ensemble_members": [m.worker_index for m in markers], **merged}
     else:
         published = best_model
         metrics = {k: v for k, v in rows[by_index[best_index]].items() if k.startswith("test_")}
@@ -312,4 +315,4 @@ def print_candidates(section, metric=ACCURACY):
 
 
 def worker_model_paths(worker_dirs, markers):
-    return [os.path.join(d, m["model"]) for d, m in zip(worker_dirs, markers)]
+    return [os.path.join(d, m.model) for d, m in zip(worker_dirs, markers)]

@@ -40,6 +40,7 @@
 """
 
 import argparse
+import dataclasses
 import gc
 import json
 import os
@@ -59,6 +60,13 @@ from disttrain_contract.user_model import import_model_module
 
 
 def parse_args(argv=None):
+    p = build_parser()
+    args = p.parse_args(argv)
+    check_args(p, args)
+    return args
+
+
+def build_parser():
     p = argparse.ArgumentParser(
         prog="disttrain-aggregator",
         description="Check, combine (average or promote) and evaluate the worker models; publish the final model "
@@ -107,6 +115,11 @@ def parse_args(argv=None):
     p.add_argument("--baseline", metavar="REPORT_JSON",
                    help="a 1-worker run's report.json on the same data, for the analysis' comparison (final vs best "
                    "worker vs this baseline); without it the report says there is none")
+    add_gate_arguments(p)
+    return p
+
+
+def add_gate_arguments(p):
     gating = p.add_argument_group(
         "quality gate",
         "the final model is published only if its held-out value of the primary metric passes three checks: "
@@ -142,7 +155,10 @@ def parse_args(argv=None):
                         help="the published model to compare with: a path, or a glob of which the newest match with "
                         "its _SUCCESS marker counts (default: --savefile)")
     gating.add_argument("--force", action="store_true", help="publish even if the gate fails (recorded in report.json)")
-    args = p.parse_args(argv)
+
+
+def check_args(p, args):
+    """What argparse cannot check alone: p.error (exit 2) naming the flag."""
     if args.expect is not None and args.expect < 1:
         p.error("--expect must be >= 1")
     if args.min_workers is not None and not 1 <= args.min_workers <= (args.expect or args.min_workers):
@@ -161,84 +177,158 @@ def parse_args(argv=None):
         if not 0 < getattr(args, flag) <= 100:  # also refuses nan
             p.error(f"--{flag.replace('_', '-')} must be more than 0 and at most 100 ({unit}): a model only as good "
                     "as the trivial predictor is never published")
-    return args
+
+
+@dataclasses.dataclass(frozen=True)
+class Places:
+    """Where this aggregation reads and writes: the flags, else the working directory's places."""
+    workdir: Workdir
+    train_dir: str
+    data_dir: str
+    savefile: str
+    final_dir: str  # the savefile's directory: report.json, the exports and the marker beside the model
+
+    @classmethod
+    def of(cls, args):
+        workdir = Workdir(args.workdir)
+        savefile = args.savefile or workdir.final_model
+        return cls(workdir, args.dir or workdir.train, args.data or workdir.data, savefile,
+                   os.path.dirname(os.path.abspath(savefile)))
+
+
+@dataclasses.dataclass(frozen=True)
+class Workers:
+    """The finished workers, checked to belong together (checks.wait_for_workers)."""
+    dirs: list
+    markers: list  # their TrainerMarkers, in the order of dirs
+    left_out: list  # the workers --min-workers went without (report_builder.missing_workers)
+    expect: int
+
+    @property
+    def strategy(self):
+        return self.markers[0].strategy
+
+    @property
+    def per_worker(self):
+        """One model per worker to combine, or the group's one model (the chief's)."""
+        return strategy_of(self.strategy).model_per_worker
+
+
+@dataclasses.dataclass(frozen=True)
+class Combined:
+    """The final model and what it is: its held-out metrics, its metadata's --combine keys, the report's
+    combine section (average runs), and the examples behind it."""
+    model: object
+    meta: dict  # the first worker model's disttrain.json, which the final model's is made of (publish_final)
+    metrics: dict
+    combine_meta: dict
+    section: dict | None
+    trained_on: int
+
+
+class HeldOut:
+    """The held-out split, and models measured on it: held_out(model, meta, name) is the model's
+    {"test_<metric>": value}, its predictions kept in `outputs[name]` for analysis.py (no second pass
+    over the split). A model is fed the split as its own inputs take it (feeds.feed), built once per
+    kind of input (a faces model is fed crops preprocessed its own way: faces.preprocessing_of)."""
+
+    def __init__(self, manifest, data_dir):
+        self.manifest = manifest
+        x_test, self.y = read_split(data_dir, manifest, manifest.test)
+        self.x = as_model_input(manifest.task, x_test)
+        self.outputs = {}  # model name -> its held-out predictions
+        self.fed = {}  # a model's input specs -> the held-out inputs as such a model takes them
+
+    def feed_for(self, meta):
+        key = json.dumps(feeds.input_specs(meta), sort_keys=True, default=str)
+        if key not in self.fed:
+            self.fed[key] = feeds.feed(self.manifest.task, self.manifest.input, meta, self.x)
+        return self.fed[key]
+
+    def __call__(self, model, meta, name=None):
+        kept = self.outputs.setdefault(name, {}) if name else None
+        measured = evaluate(model, self.manifest.task, self.feed_for(meta), self.y, self.manifest.seed, meta, kept)
+        return {f"test_{key}": value for key, value in measured.items()}
 
 
 def main(argv=None):
     args = parse_args(argv)
-    workdir = Workdir(args.workdir)
-    train_dir = args.dir or workdir.train
-    data_dir = args.data or workdir.data
-    savefile = args.savefile or workdir.final_model
-    final_dir = os.path.dirname(os.path.abspath(savefile))
+    places = Places.of(args)
     if args.publish_to:  # a wrong key, bucket or endpoint: refused now, not after the training is evaluated
         publish.probe(args.publish_to)
     if args.model_module:  # before any model is loaded: its registered layers load in safe mode
         import_tensorflow()  # quietly, before the user's module imports keras
         import_model_module(args.model_module)
+    manifest, metric, workers = wait_for_inputs(args, places)
+    if args.baseline:  # refused now, not after every model was evaluated
+        analysis.read_baseline(args.baseline, {"task": manifest.task, "source": manifest.source,
+                                               "split_seed": manifest.seed, "test_examples": manifest.test.examples,
+                                               "labels": manifest.labels, "problem": manifest.problem,
+                                               "target": manifest.target})
+    held_out = HeldOut(manifest, places.data_dir)
+    rows, result = evaluate_and_combine(args, manifest, workers, held_out, metric)
+    histories = [report_builder.load_metrics(d) for d in workers.dirs]
+    report = report_builder.build_report(manifest, metric, workers.strategy, workers.markers, rows, workers.left_out,
+                                         result.metrics, result.trained_on, result.section, result.meta, histories,
+                                         places.data_dir)
+    report.analysis = analysis.analyse(report.to_json(), held_out.outputs, held_out.x, held_out.y, args.baseline)
+    held_out.outputs.clear()  # the predictions are summarised; free them before publishing
+    verdict = judge(args, places, manifest, metric, workers, rows, result, held_out, report)
+    print_outcome(report, result.section, metric)
+    publish_final(args, places, manifest, metric, workers, result, report, histories, verdict, held_out)
+    return 0
 
-    wait_for_marker(data_dir, args.timeout, "the copier's dataset")
-    manifest = Manifest.read(data_dir)
+
+def wait_for_inputs(args, places):
+    """The copier's manifest, its primary metric and the finished workers (at least --min-workers of --expect),
+    announced once --combine is known to suit them."""
+    wait_for_marker(places.data_dir, args.timeout, "the copier's dataset")
+    manifest = Manifest.read(places.data_dir)
     metric = primary_metric(manifest.task, manifest.problem)  # what ranks and gates the models, in its direction
     expect = args.expect or manifest.n_shards
     min_workers = args.min_workers or expect
     if min_workers > expect:
         raise ContractError(f"--min-workers {min_workers} is more than the {expect} workers expected")
-    worker_dirs, markers, missing = checks.wait_for_workers(workdir, train_dir, expect, min_workers, args.timeout,
-                                                            args.straggler_wait)
-    strategy = markers[0]["strategy"]
-    per_worker = strategy_of(strategy).model_per_worker  # one model per worker to combine, or the group's one
-    combine.check_mode(args.combine, strategy, markers, metric)
-    left_out = report_builder.missing_workers(manifest, missing)
-    if left_out:
-        print(f"aggregator: {len(markers)} of {expect} workers finished ({strategy}); averaging without "
-              + ", ".join(f"worker {w['worker_index']} ({w['share_of_training_data']:.1%} of the training data)" for w in left_out),
+    dirs, markers, missing = checks.wait_for_workers(places.workdir, places.train_dir, expect, min_workers,
+                                                     args.timeout, args.straggler_wait)
+    workers = Workers(dirs, markers, report_builder.missing_workers(manifest, missing), expect)
+    combine.check_mode(args.combine, workers.strategy, markers, metric)
+    if workers.left_out:
+        print(f"aggregator: {len(markers)} of {expect} workers finished ({workers.strategy}); averaging without "
+              + ", ".join(f"worker {w['worker_index']} ({w['share_of_training_data']:.1%} of the training data)"
+                          for w in workers.left_out),
               flush=True)
     else:
-        print(f"aggregator: {expect} workers finished ({strategy}); loading models ...", flush=True)
+        print(f"aggregator: {expect} workers finished ({workers.strategy}); loading models ...", flush=True)
+    return manifest, metric, workers
 
-    if args.baseline:  # refused now, not after every model was evaluated
-        analysis.read_baseline(args.baseline, {"task": manifest.task, "source": manifest.source, "split_seed": manifest.seed,
-                                               "test_examples": manifest.test.examples, "labels": manifest.labels,
-                                               "problem": manifest.problem, "target": manifest.target})
-    x_test, y_test = read_split(data_dir, manifest, manifest.test)
-    x_test = as_model_input(manifest.task, x_test)
-    outputs = {}  # model name -> its held-out predictions, kept for analysis.py (no second pass over the split)
-    fed = {}  # a model's input specs -> the held-out inputs as such a model takes them (feeds.feed)
 
-    def feed_for(meta):
-        key = json.dumps(feeds.input_specs(meta), sort_keys=True, default=str)
-        if key not in fed:
-            fed[key] = feeds.feed(manifest.task, manifest.input, meta, x_test)
-        return fed[key]
-
-    def held_out(model, meta, name=None):  # meta: a faces model is fed crops preprocessed its own way (faces.preprocessing_of)
-        kept = outputs.setdefault(name, {}) if name else None
-        return {f"test_{key}": value
-                for key, value in evaluate(model, manifest.task, feed_for(meta), y_test, manifest.seed, meta, kept).items()}
-
-    # ------------------------------- check, evaluate, sum: one model at a time
+def evaluate_and_combine(args, manifest, workers, held_out, metric):
+    """(the workers' rows of held-out metrics, the final model: Combined). Each worker model is checked
+    against its marker and the first, evaluated and added to a running weighted sum, one at a time; then
+    average: the weighted mean, and combine.py's candidates; the other strategies: the chief's model."""
     # Holding every worker model at once costs memory in proportion to the worker count;
     # streaming holds one worker model, plus the first (it carries the result: same
     # architecture) and the float64 running sum. Nothing is published until the loop is
     # through, so a bad model anywhere still leaves no partial output.
     import_tensorflow()  # quietly, before load_model imports keras (see tensorflow_import)
+    per_worker = workers.per_worker
     # the group's one model is the chief's (the same on every worker of an all-reduce group)
-    streamed = markers if per_worker else markers[:1]
+    streamed = workers.markers if per_worker else workers.markers[:1]
     rows, weighted_sum = [], combine.WeightedSum()
     final = final_meta = first_signature = None
-    for d, marker in zip(worker_dirs, streamed):
-        if not marker.get("model"):
+    for d, marker in zip(workers.dirs, streamed):
+        if not marker.model:
             raise ContractError(f"{marker_path(d)} names no model; the worker did not save one")
-        model, meta = checks.load_checked(os.path.join(d, marker["model"]), args.model_module, manifest)
+        model, meta = checks.load_checked(os.path.join(d, marker.model), args.model_module, manifest)
         signature = checks.model_signature(model, meta)
         checks.check_model(marker, signature, first_signature)
-        name = f"worker {marker['worker_index']}" if per_worker else strategy_of(strategy).promoted_as
-        rows.append({"name": name, "worker_index": marker["worker_index"],
-                     "examples": marker["examples"] if per_worker else manifest.train_examples,
+        name = f"worker {marker.worker_index}" if per_worker else strategy_of(workers.strategy).promoted_as
+        rows.append({"name": name, "worker_index": marker.worker_index,
+                     "examples": marker.examples if per_worker else manifest.train_examples,
                      **held_out(model, meta, name)})
         if per_worker:
-            weighted_sum.add(model.get_weights(), marker["examples"])
+            weighted_sum.add(model.get_weights(), marker.examples)
         if final is None:  # the group's one model: the chief's as is
             final, final_meta, first_signature = model, meta, signature
         del model, meta  # before the next load_model, not after it
@@ -247,36 +337,39 @@ def main(argv=None):
         # TensorFlow's long-lived objects, ~0.2 s per model for the same memory)
         gc.collect(1)
 
-    # ----------------------------------------------------------------- combine
-    if per_worker:  # same architecture, so worker 0's model can carry the average
-        final.set_weights(weighted_sum.mean())
+    if not per_worker:
+        del weighted_sum
+        final_metrics = held_out(final, final_meta, "final")
+        return rows, Combined(final, final_meta, final_metrics, {}, None, manifest.train_examples)
+    final.set_weights(weighted_sum.mean())  # same architecture, so worker 0's model can carry the average
     del weighted_sum  # float64: twice a model's weights, not needed while publishing
-    combined = None
-    if per_worker:  # average, ensemble and best, all evaluated; --combine says which is published
-        final, final_metrics, combine_meta, combined = combine.candidates(
-            args.combine, manifest.task, combine.worker_model_paths(worker_dirs, markers), markers, rows, final,
-            final_meta, held_out, feed_for(final_meta), metric=metric)
-    else:
-        final_metrics, combine_meta = held_out(final, final_meta, "final"), {}
+    # average, ensemble and best, all evaluated; --combine says which is published
+    final, final_metrics, combine_meta, section = combine.candidates(
+        args.combine, manifest.task, combine.worker_model_paths(workers.dirs, workers.markers), workers.markers, rows,
+        final, final_meta, held_out, held_out.feed_for(final_meta), metric=metric)
     # the examples behind the final model: fewer than the data set's when workers were left out
-    trained_on = sum(m["examples"] for m in markers) if per_worker else manifest.train_examples
-    histories = [report_builder.load_metrics(d) for d in worker_dirs]
-    report = report_builder.build_report(manifest, metric, strategy, markers, rows, left_out, final_metrics, trained_on,
-                                         combined, final_meta, histories, data_dir)
-    report.analysis = analysis.analyse(report.to_json(), outputs, x_test, y_test, args.baseline)
-    outputs.clear()  # the predictions are summarised; free them before publishing
+    trained_on = sum(m.examples for m in workers.markers)
+    return rows, Combined(final, final_meta, final_metrics, combine_meta, section, trained_on)
 
-    # -------------------------------------------------------------------- gate
-    published = evaluate_published(args.published or savefile, manifest, held_out, metric, args.model_module)
+
+def judge(args, places, manifest, metric, workers, rows, result, held_out, report):
+    """The quality gate's verdict (gate.decide) on the final model, against the best worker, the published
+    model (evaluated on this run's held-out split) and the trivial predictor; into report.gate."""
+    published = evaluate_published(args.published or places.savefile, manifest, held_out, metric, args.model_module)
     thresholds = ((args.max_drop_vs_best_worker, args.max_regression) if metric.unit == "fraction"
                   else (args.max_relative_drop_vs_best_worker, args.max_relative_regression))
-    verdict = gate.decide(final_metrics[metric.key], [(r["name"], r[metric.key]) for r in rows], published,
-                          *thresholds, promoted=not per_worker, metric=metric,
-                          trivial=trivial.trivial_predictor(data_dir, manifest, y_test),
+    verdict = gate.decide(result.metrics[metric.key], [(r["name"], r[metric.key]) for r in rows], published,
+                          *thresholds, promoted=not workers.per_worker, metric=metric,
+                          trivial=trivial.trivial_predictor(places.data_dir, manifest, held_out.y),
                           min_gain_vs_trivial=(args.min_gain_vs_trivial if metric.unit == "fraction"
                                                else args.min_relative_gain_vs_trivial))
     # forced: published only because of --force
     report.gate = dict(verdict, forced=args.force and not verdict["passed"], published=published)
+    return verdict
+
+
+def print_outcome(report, combined, metric):
+    """The report's table, the --combine candidates, the analysis, the training parameters and the gate's verdict."""
     report_builder.print_table(report)
     if combined:
         combine.print_candidates(combined, metric)
@@ -290,48 +383,61 @@ def main(argv=None):
                  else " from the trainer's flags"), flush=True)
     print(f"aggregator: {gate.summary(report.gate)}", flush=True)
 
-    # ----------------------------------------------------------------- publish
-    meta = dict(final_meta, strategy=strategy, workers=expect, examples=trained_on,
-                aggregated_from=[r["worker_index"] for r in rows] if per_worker else [0], **combine_meta)
+
+def publish_final(args, places, manifest, metric, workers, result, report, histories, verdict, held_out):
+    """A model the gate refused (without --force) into rejected/<time>/ with its report (gate.GateRefused);
+    else its exports, --publish-to, the TensorBoard events, the model and its report, then the marker."""
+    meta = dict(result.meta, strategy=workers.strategy, workers=workers.expect, examples=result.trained_on,
+                aggregated_from=[m.worker_index for m in workers.markers] if workers.per_worker else [0],
+                **result.combine_meta)
     meta.pop("worker_index", None)
     if not verdict["passed"] and not args.force:
-        # final/ is not touched, so a server watching it keeps serving the published model
-        rejected = os.path.join(os.path.dirname(final_dir), "rejected",
-                                time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z")
-        with atomic_path(rejected) as tmp:  # the whole directory appears at once, or nothing
-            os.makedirs(tmp)
-            report_builder.write_model_and_report(tmp, os.path.join(tmp, os.path.basename(savefile)), final, meta, report, histories)
-        raise gate.GateRefused(f"refused to publish the final model: {'; '.join(verdict['reasons'])}. "
-                               f"It is kept with its report in {rejected}; the published model is unchanged "
-                               "(--force publishes it anyway)")
+        reject(places, result.model, meta, report, histories, verdict)
     staged = None
     if args.exports:  # built and checked before anything is published; a failure publishes nothing
         print(f"aggregator: exporting {', '.join(args.exports)} ...", flush=True)
-        staged = exports.stage(final_dir, args.exports, final, manifest.task, meta, feed_for(meta), y_test,
-                               manifest.seed, final_metrics[metric.key], metric)
+        staged = exports.stage(places.final_dir, args.exports, result.model, manifest.task, meta,
+                               held_out.feed_for(meta), held_out.y, manifest.seed, result.metrics[metric.key], metric)
         report.exports = staged.report
     else:
         report.exports = {"requested": []}
-    left = exports.stale(final_dir, args.exports)
+    left = exports.stale(places.final_dir, args.exports)
     if left:
         report.exports["stale"] = left
-        print(f"aggregator: warning: {', '.join(left)} in {final_dir} are an earlier model's exports (not in --exports "
-              f"{','.join(args.exports) or 'none'}); left as they are", flush=True)
+        print(f"aggregator: warning: {', '.join(left)} in {places.final_dir} are an earlier model's exports (not in "
+              f"--exports {','.join(args.exports) or 'none'}); left as they are", flush=True)
     try:
         if args.publish_to:  # uploaded first: a failed upload publishes nothing in final_dir either
-            report.published.append(publish.publish_model(args.publish_to, final, meta, report, staged, final_dir))
-        write_event_files(os.path.dirname(final_dir), report)  # WORKDIR/tensorboard: the held-out metrics for TensorBoard
-        report_builder.write_model_and_report(final_dir, savefile, final, meta, report, histories, staged)
+            report.published.append(publish.publish_model(args.publish_to, result.model, meta, report, staged,
+                                                          places.final_dir))
+        # WORKDIR/tensorboard: the held-out metrics for TensorBoard
+        write_event_files(os.path.dirname(places.final_dir), report)
+        report_builder.write_model_and_report(places.final_dir, places.savefile, result.model, meta, report, histories,
+                                              staged)
     finally:
         if staged:
             staged.discard()  # (already gone once published)
     if staged:
-        report_builder.print_exports(report.exports, final_dir)
-    write_marker(final_dir, "aggregator", model=os.path.basename(savefile), strategy=strategy,
-                 test_accuracy=final_metrics.get("test_accuracy"), problem=manifest.problem,
-                 final_test_metric={"name": metric.name, "value": final_metrics[metric.key], "direction": metric.direction})
-    print(f"aggregator: published {savefile} (report: {os.path.join(final_dir, REPORT_FILE)})")
-    return 0
+        report_builder.print_exports(report.exports, places.final_dir)
+    write_marker(places.final_dir, "aggregator", model=os.path.basename(places.savefile), strategy=workers.strategy,
+                 test_accuracy=result.metrics.get("test_accuracy"), problem=manifest.problem,
+                 final_test_metric={"name": metric.name, "value": result.metrics[metric.key],
+                                    "direction": metric.direction})
+    print(f"aggregator: published {places.savefile} (report: {os.path.join(places.final_dir, REPORT_FILE)})")
+
+
+def reject(places, model, meta, report, histories, verdict):
+    """The refused model and its report into rejected/<time>/ beside the final directory; raise gate.GateRefused.
+    final/ is not touched, so a server watching it keeps serving the published model."""
+    rejected = os.path.join(os.path.dirname(places.final_dir), "rejected",
+                            time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z")
+    with atomic_path(rejected) as tmp:  # the whole directory appears at once, or nothing
+        os.makedirs(tmp)
+        report_builder.write_model_and_report(tmp, os.path.join(tmp, os.path.basename(places.savefile)), model, meta,
+                                              report, histories)
+    raise gate.GateRefused(f"refused to publish the final model: {'; '.join(verdict['reasons'])}. "
+                           f"It is kept with its report in {rejected}; the published model is unchanged "
+                           "(--force publishes it anyway)")
 
 
 def cli():

@@ -5,7 +5,6 @@ The report's fields and their JSON are the contract's (disttrain_contract.report
 them from what the aggregator measured."""
 
 import contextlib
-import json
 import os
 import time
 
@@ -13,19 +12,22 @@ import numpy as np
 
 from disttrain_aggregator import analysis
 from disttrain_aggregator.data_summary import data_summary
-from disttrain_contract import atomic_path
+from disttrain_contract import ContractError, atomic_path
 from disttrain_contract.artifact import save_model
 from disttrain_contract.layout import REPORT_FILE
 from disttrain_contract.metrics import metrics_of
+from disttrain_contract.records import RecordError
 from disttrain_contract.report import MetricSummary, ModelRow, Privacy, Report, write_report
 from disttrain_contract.strategies import strategy_of
 from disttrain_contract.tasks import task_of
+from disttrain_contract.trainer_records import metrics_path, read_epoch_records
 
 
 def build_report(manifest, metric, strategy, markers, rows, left_out, final_metrics, trained_on, combined, final_meta,
                  histories, data_dir):
     """The report of what was measured: `rows` the evaluated worker models (or the promoted chief's), the
-    final model's `final_metrics` on `trained_on` examples, `combined` the --combine candidates (average)."""
+    final model's `final_metrics` on `trained_on` examples, `combined` the --combine candidates (average);
+    `markers` the workers' TrainerMarkers, `histories` their EpochRecords."""
     return Report(
         strategy=strategy,
         task=manifest.task,
@@ -39,18 +41,18 @@ def build_report(manifest, metric, strategy, markers, rows, left_out, final_metr
         source=manifest.source,
         seed=final_meta.get("seed"),
         split_seed=manifest.seed,
-        init_weights_sha256=markers[0]["init_weights_sha256"],
+        init_weights_sha256=markers[0].init_weights_sha256,
         workers=[ModelRow.from_json(row, manifest.task, manifest.problem, named=True) for row in rows],
         missing_workers=left_out or None,
         final=ModelRow(examples=trained_on, metrics=dict(final_metrics)),
         combine=combined or None,
         test_examples=manifest.test.examples,
-        epochs=markers[0]["epochs"],
+        epochs=markers[0].epochs,
         # learning rate, batch, epochs, width, dropout, and whether they came from the trainer's flags
         # or the sweep's best.json (trainer --params-from); absent for models of older trainers
         training_parameters=final_meta.get("training_parameters"),
         parameters_origin=final_meta.get("parameters_origin"),
-        training_wall_time_sec=max((sum(e["wall_time_sec"] for e in h) for h in histories), default=None),
+        training_wall_time_sec=max((sum(e.wall_time_sec for e in h) for h in histories), default=None),
         ps_facts=ps_facts(markers) if strategy_of(strategy).parameter_servers else None,
         data=data_summary(data_dir, manifest),  # the copier's statistics and validation result
         privacy=run_privacy(markers),
@@ -63,14 +65,14 @@ def run_privacy(markers):
     trained alone on disjoint shards (average, localsgd) each have their own ε; the run's is the largest. With a
     private vocabulary each section's ε and δ are already its total (training plus vocabulary, the same vocabulary
     for every worker), and its `training` and `vocabulary` parts pass through."""
-    sections = [m["privacy"] for m in markers if m.get("privacy")]
+    sections = [m.privacy for m in markers if m.privacy]
     if not sections:
         return None
-    worst = max(sections, key=lambda section: section["epsilon"])
-    details = {key: value for key, value in worst.items() if key not in ("epsilon", "delta", "mechanism")}
+    worst = max(sections, key=lambda section: section.epsilon)
+    details = dict(worst.details)
     if len(sections) > 1:
-        details["epsilon_by_worker"] = [m.get("privacy", {}).get("epsilon") for m in markers]
-    return Privacy(worst["epsilon"], worst["delta"], worst.get("mechanism"), details)
+        details["epsilon_by_worker"] = [m.privacy.epsilon if m.privacy else None for m in markers]
+    return Privacy(worst.epsilon, worst.delta, worst.mechanism, details)
 
 
 def missing_workers(manifest, missing):
@@ -83,18 +85,21 @@ def ps_facts(markers):
     """Parameter-server training, per role: who was what, and how many steps each worker started."""
     chief = markers[0]
     return {
-        "tasks": [{"index": m["worker_index"], "role": m["role"], "examples": m["examples"]} for m in markers],
-        "steps_scheduled": chief.get("steps_scheduled"),
-        "steps_started_by_worker": chief.get("steps_started_by_worker"),
-        "steps_retried": chief.get("steps_retried"),
+        "tasks": [{"index": m.worker_index, "role": m.role, "examples": m.examples} for m in markers],
+        "steps_scheduled": chief.steps_scheduled,
+        "steps_started_by_worker": chief.steps_started_by_worker,
+        "steps_retried": chief.steps_retried,
     }
 
 
 def load_metrics(worker_dir):
+    """A worker's EpochRecords; [] when its metrics.json is missing or unreadable (the report then has no curve
+    of it), a RecordError when a record is not of the form."""
     try:
-        with open(os.path.join(worker_dir, "metrics.json")) as fh:
-            return json.load(fh)
-    except (OSError, ValueError):
+        return read_epoch_records(metrics_path(worker_dir))
+    except RecordError:
+        raise  # a record of another form: refused, naming its field
+    except ContractError:  # not JSON, not readable: as ever, the report has no curve of it
         return []
 
 
@@ -183,9 +188,10 @@ def plot_report(report, histories, path):
                       f"ε = {report['privacy']['epsilon']:.2f}, δ = {report['privacy']['delta']:g}"
                       if report.get("privacy") else ""))
     for i, history in enumerate(histories):
-        evaluated = [e for e in history if key in e]  # multiworker, localsgd: the chief evaluates
+        evaluated = [e for e in history if key in e.metrics]  # multiworker, localsgd: the chief evaluates
         if evaluated:
-            curves.plot([e["epoch"] for e in evaluated], [e[key] for e in evaluated], marker="o", label=f"worker {i}")
+            curves.plot([e.epoch for e in evaluated], [e.metrics[key] for e in evaluated], marker="o",
+                        label=f"worker {i}")
     curves.axhline(report["final"][key], color="#fc8d62", linestyle="--", label="final model")
     curves.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     curves.set_xlabel("epoch")

@@ -40,6 +40,7 @@ import re
 
 MARKER = "_SUCCESS"
 PROGRESS_FILE = "progress.json"  # in each worker directory (disttrain_contract.progress: its fields)
+METRICS_FILE = "metrics.json"  # in each worker directory (disttrain_contract.trainer_records.EpochRecord: its records)
 REPORT_FILE = "report.json"  # in final/ and in rejected/<time>/ (disttrain_contract.report: its fields)
 WORKDIR_ENV = "DISTTRAIN_WORKDIR"
 

@@ -1,10 +1,10 @@
 """Reading a JSON record into a typed dataclass: one check per field, one line per bad field.
 
-report.json (report.py) and progress.json (progress.py) are read by other processes than the one
-that wrote them, and by newer code than the one that wrote them (the server reads the reports of
-older runs on the volume). Their readers go through `Fields`: a missing optional field is its
-default, a present field of the wrong type is a RecordError that names the file, the field's path
-and what was expected, e.g.
+report.json (report.py), progress.json (progress.py), a trainer's marker and its metrics.json
+(trainer_records.py) are read by other processes than the one that wrote them, and by newer code
+than the one that wrote them (the server reads the reports of older runs on the volume). Their
+readers go through `Fields`: a missing optional field is its default, a present field of the wrong
+type is a RecordError that names the file, the field's path and what was expected, e.g.
 
     report.json: final.examples must be a number, got "many"
 
@@ -18,7 +18,8 @@ from disttrain_contract.errors import ContractError
 
 
 class RecordError(ContractError):
-    """A record (report.json, progress.json) that is not of its documented form; the message names the field."""
+    """A record (report.json, progress.json, a trainer's marker or metrics.json) that is not of its documented form;
+    the message names the field."""
 
 
 def describe(value):
@@ -96,6 +97,15 @@ class Fields:
             return value
         if not isinstance(value, bool):
             raise self.error(key, "true or false")
+        return value
+
+    def integer_list(self, key, required=False, default=None, nullable=True):
+        """A list of integers (a count per worker)."""
+        present, value = self._get(key, required, default)
+        if not present or (value is None and nullable):
+            return value
+        if not isinstance(value, list) or any(isinstance(n, bool) or not isinstance(n, int) for n in value):
+            raise self.error(key, "a list of integers")
         return value
 
     def json_object(self, key, required=False, default=None, nullable=True):

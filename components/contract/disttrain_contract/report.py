@@ -131,6 +131,11 @@ class Privacy:
                 **({"mechanism": self.mechanism} if self.mechanism is not None else {})}
 
     @classmethod
+    def from_json(cls, obj, what="the privacy section"):
+        """A Privacy from its JSON object (a trainer's disttrain_trainer.privacy.summary, a marker's section)."""
+        return cls.from_fields(Fields(obj, what))
+
+    @classmethod
     def from_fields(cls, f: Fields):
         privacy = cls(f.number("epsilon", required=True, nullable=False), f.number("delta", required=True, nullable=False),
                       f.string("mechanism"))

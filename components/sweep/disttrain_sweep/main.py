@@ -38,9 +38,9 @@ import argparse
 import contextlib
 import csv
 import ctypes
+import dataclasses
 import io
 import os
-import re
 import shutil
 import signal
 import socket
@@ -52,9 +52,11 @@ import warnings
 
 from disttrain_contract.metrics import primary_metric
 from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_bytes, atomic_write_json, default_workdir, job_completion_index, read_marker, run_cli, wait_for_marker, write_marker
+from disttrain_contract.layout import worker_dirname
 from disttrain_contract.manifest import Manifest
 from disttrain_contract.ports import free_port_block
 from disttrain_contract.strategies import names_where, strategy_of
+from disttrain_contract.trainer_records import metrics_path, read_epoch_records
 from disttrain_contract.user_model import local_model_file
 from disttrain_sweep import split
 from disttrain_sweep.space import DEFAULTS, SYNC_EVERY_DEFAULT, build_space, distribution_sketch, params_of, parse_start
@@ -62,10 +64,7 @@ from disttrain_sweep.space import DEFAULTS, SYNC_EVERY_DEFAULT, build_space, dis
 SWEPT = names_where(lambda s: s.sweep_dimensions is not None)  # the strategies a trial can use
 
 STUDY_NAME = "disttrain"
-# The trainer's line per epoch; in a trial its "test" split is the validation split.
-def epoch_line(metric):
-    """The trainer's per-epoch line with the held-out value of `metric` (a trial's "test" split is its validation carve)."""
-    return re.compile(rf" epoch (\d+)/(\d+): .*\b{metric.key}=([-+0-9.eE]+|nan|inf)")
+METRICS_POLL_SECONDS = 0.25  # how often a trial's worker 0's metrics.json is looked at (a stat; read when replaced)
 # this process's last study.tell time, added to its next trial's optuna_sec (a told trial is read-only)
 TELL_SECONDS = [0.0]
 
@@ -143,6 +142,37 @@ def main(argv=None):
     # the trials' model file: an s3:// one downloaded once for this process's trials (removed when it ends)
     args.local_model_file = local_model_file(args.model_file, sweep_dir) if args.model_file else None
 
+    sweep, split_manifest = open_study(args, workdir, data_dir, manifest, space, start, tag)
+    print(f"{tag}: {manifest.task} task, {args.trials} trials in total"
+          + (f" of {args.trial_workers} {args.strategy} workers each" if strategy_of(args.strategy).connected else "")
+          + ", search space "
+          + ", ".join(f"{k} {d.describe()}" for k, d in space.items()), flush=True)
+    started = time.monotonic()
+    run_trials(sweep)
+    write_outputs(sweep.study, space, sweep_dir, split_manifest, manifest, args, tag)
+    print(f"{tag}: done in {time.monotonic() - started:.0f}s -> {os.path.join(sweep_dir, 'best.json')}", flush=True)
+    return 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Sweep:
+    """This process's part of the sweep: the flags, the study and what its trials share."""
+    args: argparse.Namespace
+    workdir: Workdir
+    sweep_dir: str
+    tag: str
+    space: dict  # name -> space.Dimension
+    study: object  # optuna.Study
+    storage: object  # its JournalStorage
+    schedule: object  # the lock (JournalFileOpenLock) every decision about the budget is made under
+    retry: object  # RetryHeartbeatStaleTrialCallback: a failed trial enqueued again, --retries times
+    beats: "HeartbeatWatch"
+
+
+def open_study(args, workdir, data_dir, manifest, space, start, tag):
+    """(Sweep, the trials' split manifest): the study in WORKDIR/sweep/study.journal, created or joined
+    (refused when its settings are other than these flags'), and the validation split carved once, both under
+    the schedule lock."""
     # Optuna after the flags: a bad flag costs no import time. Its experimental-API warnings
     # (the matplotlib plots) and per-trial INFO lines would drown ours.
     import optuna
@@ -150,8 +180,8 @@ def main(argv=None):
     from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-    states = optuna.trial.TrialState
 
+    sweep_dir = workdir.sweep
     os.makedirs(os.path.join(sweep_dir, "heartbeats"), exist_ok=True)
     os.makedirs(os.path.join(sweep_dir, "trials"), exist_ok=True)
     schedule = JournalFileOpenLock(os.path.join(sweep_dir, "schedule"))
@@ -185,25 +215,30 @@ def main(argv=None):
         elif study.user_attrs["config"] != config:
             raise ContractError(f"{journal} is a study with other settings ({study.user_attrs['config']}); "
                                 "delete WORKDIR/sweep to start a new sweep, or run with the same flags")
-    print(f"{tag}: {manifest.task} task, {args.trials} trials in total"
-          + (f" of {args.trial_workers} {args.strategy} workers each" if strategy_of(args.strategy).connected else "")
-          + ", search space "
-          + ", ".join(f"{k} {d.describe()}" for k, d in space.items()), flush=True)
+    sweep = Sweep(args, workdir, sweep_dir, tag, space, study, storage, schedule,
+                  RetryHeartbeatStaleTrialCallback(max_retry=args.retries),
+                  HeartbeatWatch(os.path.join(sweep_dir, "heartbeats"), args.stale_after))
+    return sweep, split_manifest
 
-    retry = RetryHeartbeatStaleTrialCallback(max_retry=args.retries)
-    beats = HeartbeatWatch(os.path.join(sweep_dir, "heartbeats"), args.stale_after)
-    started = time.monotonic()
+
+def run_trials(sweep):
+    """Trials until --trials have finished (complete or pruned) over every process: each decision to start
+    one more, and the failing of a trial whose heartbeat stopped, under the schedule lock."""
+    import optuna
+
+    args, study, storage, tag = sweep.args, sweep.study, sweep.storage, sweep.tag
+    running = optuna.trial.TrialState.RUNNING
     while True:
         # ------------------------------------------------- decide, under the lock
         scheduling = time.monotonic()
-        with locked(schedule):
+        with locked(sweep.schedule):
             trials = study.get_trials(deepcopy=False)
-            for stale in beats.stale(trials, states.RUNNING):
+            for stale in sweep.beats.stale(trials, running):
                 with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-                    if storage.set_trial_state_values(stale._trial_id, state=states.FAIL):
+                    if storage.set_trial_state_values(stale._trial_id, state=optuna.trial.TrialState.FAIL):
                         print(f"{tag}: trial {stale.number} has had no heartbeat for {args.stale_after:g}s "
                               "(its process died?): failed, and enqueued again as a new trial", flush=True)
-                        retry(study, storage.get_trial(stale._trial_id))
+                        sweep.retry(study, storage.get_trial(stale._trial_id))
                 trials = study.get_trials(deepcopy=False)
             count = {s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "PRUNED", "RUNNING", "WAITING", "FAIL")}
             finished = count["COMPLETE"] + count["PRUNED"]
@@ -212,133 +247,199 @@ def main(argv=None):
             trial = None
             if finished < args.trials and (count["WAITING"] or finished + count["RUNNING"] < args.trials):
                 trial = study.ask()
-                beats.start(trial.number)
+                sweep.beats.start(trial.number)
         scheduling = time.monotonic() - scheduling
         if finished >= args.trials:
-            break
+            return
         if trial is None:  # the last trials run in other processes: wait, in case one dies
             time.sleep(args.heartbeat)
             continue
-        run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, beats, tag, scheduling, retry, schedule)
-
-    write_outputs(study, space, sweep_dir, split_manifest, manifest, args, tag)
-    print(f"{tag}: done in {time.monotonic() - started:.0f}s -> {os.path.join(sweep_dir, 'best.json')}", flush=True)
-    return 0
+        run_trial(sweep, trial, scheduling)
 
 
-def run_trial(trial, study, storage, states, space, args, workdir, sweep_dir, beats, tag, scheduling, retry, schedule):
-    """One trial: a disttrain-trainer process on the validation split, its epochs reported to the pruner."""
-    import optuna
+@dataclasses.dataclass
+class TrialRun:
+    """How a trial's trainers ended: the values reported to the pruner (one per evaluated epoch of worker 0),
+    whether it pruned them, worker 0's output lines (or the first failed peer's), the group's exit code."""
+    values: list = dataclasses.field(default_factory=list)
+    pruned: bool = False
+    lines: list = dataclasses.field(default_factory=list)
+    returncode: int | None = None
+    optuna_sec: float = 0.0  # the pruner's time (trial.report, should_prune)
 
+
+def run_trial(sweep, trial, scheduling):
+    """One trial: disttrain-trainer process(es) on the validation split, worker 0's epochs reported to the pruner,
+    then told to the study."""
+    args, tag = sweep.args, sweep.tag
     optuna_seconds = scheduling
     clock = time.monotonic()
-    params = {name: dim.suggest(trial) for name, dim in space.items()}
-    retry_of = storage.get_trial(trial._trial_id).system_attrs.get("failed_trial")
+    params = {name: dim.suggest(trial) for name, dim in sweep.space.items()}
+    retry_of = sweep.storage.get_trial(trial._trial_id).system_attrs.get("failed_trial")
     trial.set_user_attr("process", f"{socket.gethostname()}:{os.getpid()}")
     optuna_seconds += time.monotonic() - clock
-    trial_dir = os.path.join(sweep_dir, "trials", f"trial-{trial.number:05d}")
+    trial_dir = os.path.join(sweep.sweep_dir, "trials", f"trial-{trial.number:05d}")
     os.makedirs(trial_dir)  # exist_ok=False: a trial number is run once, by one process
     described = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
     print(f"{tag}: trial {trial.number} starts ({described})" + (f", a retry of trial {retry_of}" if retry_of is not None else ""),
           flush=True)
-    workers = args.trial_workers
-    cmd = [sys.executable, "-m", "disttrain_trainer.main", "--workdir", workdir.root, "--data",
-           os.path.join(sweep_dir, "data"), "--out", trial_dir, "--workers", str(workers),
-           "--strategy", args.strategy, "--seed", str(args.seed), "--threads", str(args.threads), "--wait-timeout", "0"]
-    cmd += ["--model-file", args.local_model_file] if args.model_file else []
-    cmd += ["--model-module", args.model_module] if args.model_module else []
-    # a localsgd group over loopback: ports base..base+workers-1 (TF_CONFIG built by the trainer); a port
-    # taken by another process in between fails the trial, which is retried (--retries)
-    if workers > 1:
-        cmd += ["--port", str(free_port_block(workers)), "--peer-wait", str(int(args.stale_after))]
-    for name, value in params.items():
-        cmd += [f"--{name.replace('_', '-')}", repr(value) if isinstance(value, float) else str(value)]
-    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "JOB_COMPLETION_INDEX")}
-    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     began = time.monotonic()
-    values, pruned, lines = [], False, []
-    with beats.beating(trial.number, args.heartbeat), open(os.path.join(trial_dir, "trainer.log"), "w") as log, \
-            contextlib.ExitStack() as peer_logs:
-        # worker 0 is read line by line (its epochs are the trial's reports); the others write their own logs
-        peers = [subprocess.Popen(cmd + ["--worker-index", str(i)], stdout=peer_logs.enter_context(
-                     open(os.path.join(trial_dir, f"trainer-{i}.log"), "w")), stderr=subprocess.STDOUT, env=env,
-                     preexec_fn=die_with_parent) for i in range(1, workers)]
-        proc = subprocess.Popen(cmd + ["--worker-index", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env, preexec_fn=die_with_parent)
-        try:
-            for line in proc.stdout:
-                log.write(line)
-                lines.append(line.rstrip())
-                match = epoch_line(args.metric).search(line)
-                if not match:
-                    continue
-                epoch, epochs, accuracy = int(match[1]), int(match[2]), float(match[3])
-                values.append(accuracy)
-                clock = time.monotonic()
-                trial.report(accuracy, epoch)
-                prune = trial.should_prune()
-                optuna_seconds += time.monotonic() - clock
-                print(f"{tag}: trial {trial.number} epoch {epoch}/{epochs}: validation {args.metric.label} {accuracy:.4f}"
-                      + (" -> pruned" if prune else ""), flush=True)
-                if prune:
-                    pruned = True
-                    for p in (proc, *peers):
-                        p.terminate()
-                    break
-            if not pruned:  # worker 0 is done; the others end their last epoch and save, or fail
-                proc.wait()
-                for p in peers:
-                    with contextlib.suppress(subprocess.TimeoutExpired):
-                        p.wait(timeout=args.stale_after)
-        finally:  # (a peer still running now is stuck, or this process is being stopped)
-            for p in (proc, *peers):
-                if p.poll() is None and not pruned:
-                    p.kill()
-                p.wait()
+    run = train_trial(sweep, trial, trial_dir, params)
     seconds = time.monotonic() - began
-    returncode = proc.returncode
-    failed_peer = next((i for i, p in enumerate(peers, 1) if p.returncode != 0), None)
-    if not pruned and returncode == 0 and failed_peer is not None:  # the group failed, though worker 0 ended well
-        with open(os.path.join(trial_dir, f"trainer-{failed_peer}.log")) as peer_log:
-            lines = [f"worker {failed_peer}: {line.rstrip()}" for line in peer_log]
-        returncode = peers[failed_peer - 1].returncode
     # the trial's models and checkpoints are not needed (the distributed run retrains): keep the logs and metrics
-    for index in range(workers):
-        worker = os.path.join(trial_dir, f"worker-{index:05d}")
+    for index in range(args.trial_workers):
+        worker = os.path.join(trial_dir, worker_dirname(index))
         for leftover in ("checkpoints", "model.keras", "tensorboard"):
             path = os.path.join(worker, leftover)
             if os.path.isdir(path):
                 shutil.rmtree(path, ignore_errors=True)
             elif os.path.exists(path):
                 os.unlink(path)
-
     # attributes before tell (a finished trial cannot change); the tell's own time is counted
     # with this process's next trial (TELL_SECONDS)
     trial.set_user_attr("trial_sec", seconds)
-    trial.set_user_attr("optuna_sec", optuna_seconds + TELL_SECONDS.pop())
+    trial.set_user_attr("optuna_sec", optuna_seconds + run.optuna_sec + TELL_SECONDS.pop())
     clock = time.monotonic()
-    try:
-        if pruned:
-            study.tell(trial, state=states.PRUNED)
-            outcome = f"pruned after {len(values)} epoch(s) at {values[-1]:.4f}"
-        elif returncode == 0 and values:
-            study.tell(trial, values[-1])
-            outcome = f"validation {args.metric.label} {values[-1]:.4f}"
-        else:
-            last = next((line for line in reversed(lines) if line.strip()), "no output")
-            with locked(schedule):  # FAIL and its retry together: the budget never sees the gap
-                study.tell(trial, state=states.FAIL)
-                if returncode == 2:  # the trainer refused its input: every trial would
-                    raise ContractError(f"trial {trial.number}: the trainer refused its arguments: {last}")
-                retry(study, storage.get_trial(trial._trial_id))
-            outcome = f"FAILED (exit {returncode}: {last}); enqueued again"
-    except optuna.exceptions.UpdateFinishedTrialError:
-        outcome = "already failed by another process (no heartbeat seen): result dropped, its retry counts instead"
+    outcome = tell(sweep, trial, run)
     TELL_SECONDS.append(time.monotonic() - clock)
-    beats.stop(trial.number)
-    best = best_so_far(study)
+    sweep.beats.stop(trial.number)
+    best = best_so_far(sweep.study)
     print(f"{tag}: trial {trial.number}: {outcome} in {seconds:.1f}s"
           + (f" (best so far {best.value:.4f}, trial {best.number})" if best else ""), flush=True)
+
+
+def trainer_command(sweep, trial_dir, params):
+    """(the trainer's command line without --worker-index, its environment) for one trial."""
+    args = sweep.args
+    cmd = [sys.executable, "-m", "disttrain_trainer.main", "--workdir", sweep.workdir.root, "--data",
+           os.path.join(sweep.sweep_dir, "data"), "--out", trial_dir, "--workers", str(args.trial_workers),
+           "--strategy", args.strategy, "--seed", str(args.seed), "--threads", str(args.threads), "--wait-timeout", "0"]
+    cmd += ["--model-file", args.local_model_file] if args.model_file else []
+    cmd += ["--model-module", args.model_module] if args.model_module else []
+    # a localsgd group over loopback: ports base..base+workers-1 (TF_CONFIG built by the trainer); a port
+    # taken by another process in between fails the trial, which is retried (--retries)
+    if args.trial_workers > 1:
+        cmd += ["--port", str(free_port_block(args.trial_workers)), "--peer-wait", str(int(args.stale_after))]
+    for name, value in params.items():
+        cmd += [f"--{name.replace('_', '-')}", repr(value) if isinstance(value, float) else str(value)]
+    env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "JOB_COMPLETION_INDEX")}
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    return cmd, env
+
+
+def train_trial(sweep, trial, trial_dir, params):
+    """The trial's trainers, run to their end or until the pruner stops them: worker 0's output into
+    trainer.log (the others' into trainer-<i>.log), its epochs' validation values, read from its metrics.json
+    as the trainer replaces it after each epoch, to the pruner. A TrialRun."""
+    args, tag = sweep.args, sweep.tag
+    cmd, env = trainer_command(sweep, trial_dir, params)
+    run = TrialRun()
+    epochs = EpochReports(metrics_path(os.path.join(trial_dir, worker_dirname(0))), args.metric)
+    with sweep.beats.beating(trial.number, args.heartbeat), open(os.path.join(trial_dir, "trainer.log"), "w") as log, \
+            contextlib.ExitStack() as peer_logs:
+        peers = [subprocess.Popen(cmd + ["--worker-index", str(i)], stdout=peer_logs.enter_context(
+                     open(os.path.join(trial_dir, f"trainer-{i}.log"), "w")), stderr=subprocess.STDOUT, env=env,
+                     preexec_fn=die_with_parent) for i in range(1, args.trial_workers)]
+        proc = subprocess.Popen(cmd + ["--worker-index", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env=env, preexec_fn=die_with_parent)
+        forward = threading.Thread(target=copy_lines, args=(proc.stdout, log, run.lines), name=f"log-{trial.number}",
+                                   daemon=True)
+        forward.start()
+        try:
+            while True:
+                ended = proc.poll() is not None  # (before the read: the last read after the end sees every epoch)
+                for epoch, value in epochs.new():
+                    run.values.append(value)
+                    clock = time.monotonic()
+                    trial.report(value, epoch)
+                    run.pruned = trial.should_prune()
+                    run.optuna_sec += time.monotonic() - clock
+                    print(f"{tag}: trial {trial.number} epoch {epoch}/{params['epochs']}: validation "
+                          f"{args.metric.label} {value:.4f}" + (" -> pruned" if run.pruned else ""), flush=True)
+                    if run.pruned:
+                        for p in (proc, *peers):
+                            p.terminate()
+                        break
+                if ended or run.pruned:
+                    break
+                time.sleep(METRICS_POLL_SECONDS)
+            if not run.pruned:  # worker 0 is done; the others end their last epoch and save, or fail
+                for p in peers:
+                    with contextlib.suppress(subprocess.TimeoutExpired):
+                        p.wait(timeout=args.stale_after)
+        finally:  # (a peer still running now is stuck, or this process is being stopped)
+            for p in (proc, *peers):
+                if p.poll() is None and not run.pruned:
+                    p.kill()
+                p.wait()
+            forward.join()
+    run.returncode = proc.returncode
+    failed_peer = next((i for i, p in enumerate(peers, 1) if p.returncode != 0), None)
+    # the group failed, though worker 0 ended well
+    if not run.pruned and run.returncode == 0 and failed_peer is not None:
+        with open(os.path.join(trial_dir, f"trainer-{failed_peer}.log")) as peer_log:
+            run.lines = [f"worker {failed_peer}: {line.rstrip()}" for line in peer_log]
+        run.returncode = peers[failed_peer - 1].returncode
+    return run
+
+
+def copy_lines(stream, log, lines):
+    """Worker 0's output, line by line, into its log and `lines` (a thread's: until the trainer closes it)."""
+    for line in stream:
+        log.write(line)
+        lines.append(line.rstrip())
+
+
+class EpochReports:
+    """A trainer's metrics.json, read each time the trainer has replaced it (the whole list, atomically, after
+    each epoch): new() is the (epoch, value of `metric`) of each epoch not seen before that has the metric
+    (`metric.key`: a trial's "test" split is its validation carve), in order.
+
+    The value is the one the trainer's epoch line prints (4 decimals), which is what the sweep read before it
+    read metrics.json: the same values reach the pruner and the study."""
+
+    def __init__(self, path, metric):
+        self.path, self.metric = path, metric
+        self.seen = 0  # the last epoch reported
+        self.version = None  # (inode, mtime, size) of the file last read: a replaced file is another inode
+
+    def new(self):
+        try:
+            stat = os.stat(self.path)
+        except FileNotFoundError:
+            return []
+        if (stat.st_ino, stat.st_mtime_ns, stat.st_size) == self.version:
+            return []
+        self.version = (stat.st_ino, stat.st_mtime_ns, stat.st_size)
+        fresh = [record for record in read_epoch_records(self.path) if record.epoch > self.seen]
+        if fresh:
+            self.seen = fresh[-1].epoch
+        return [(record.epoch, float(f"{record.metrics[self.metric.key]:.4f}")) for record in fresh
+                if self.metric.key in record.metrics]
+
+
+def tell(sweep, trial, run):
+    """The trial's result told to the study: pruned, its last value, or FAIL and enqueued again (a trainer that
+    refused its arguments: ContractError, every trial would). The outcome in words."""
+    import optuna
+
+    args, study, states = sweep.args, sweep.study, optuna.trial.TrialState
+    try:
+        if run.pruned:
+            study.tell(trial, state=states.PRUNED)
+            return f"pruned after {len(run.values)} epoch(s) at {run.values[-1]:.4f}"
+        if run.returncode == 0 and run.values:
+            study.tell(trial, run.values[-1])
+            return f"validation {args.metric.label} {run.values[-1]:.4f}"
+        last = next((line for line in reversed(run.lines) if line.strip()), "no output")
+        with locked(sweep.schedule):  # FAIL and its retry together: the budget never sees the gap
+            study.tell(trial, state=states.FAIL)
+            if run.returncode == 2:  # the trainer refused its input: every trial would
+                raise ContractError(f"trial {trial.number}: the trainer refused its arguments: {last}")
+            sweep.retry(study, sweep.storage.get_trial(trial._trial_id))
+        return f"FAILED (exit {run.returncode}: {last}); enqueued again"
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return "already failed by another process (no heartbeat seen): result dropped, its retry counts instead"
 
 
 def best_so_far(study):
