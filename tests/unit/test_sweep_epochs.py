@@ -2,6 +2,7 @@
 from its log: every epoch once and in order, the value the trainer's epoch line prints; and a trial whose
 values the pruner refuses is stopped at that epoch (train_trial, with a stand-in trainer process)."""
 
+import dataclasses
 import json
 import os
 import sys
@@ -71,8 +72,9 @@ def run_stand_in(tmp_path, monkeypatch, values, pause, pruner):
                       .replace("PAUSE", repr(pause)))
     trial_dir = tmp_path / "trial"
     os.makedirs(trial_dir)
-    monkeypatch.setattr(sweep_main, "trainer_command", lambda sweep, trial_dir, params: (
-        [sys.executable, str(script), "--out", trial_dir], dict(os.environ)))
+    monkeypatch.setattr(sweep_main, "trainer_command", lambda sweep, trial_dir, params: (None, dict(os.environ)))
+    monkeypatch.setattr(sweep_main, "worker_command", lambda config, index: [sys.executable, str(script), "--out",
+                                                                              str(trial_dir)])
     study = optuna.create_study(direction="maximize", pruner=pruner)
     args = types.SimpleNamespace(metric=ACCURACY, heartbeat=5.0, stale_after=60.0, trial_workers=1)
     beats = sweep_main.HeartbeatWatch(str(tmp_path), 60.0)
@@ -114,3 +116,25 @@ def quiet_optuna():
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def test_a_trials_command_line_is_the_trainers_configuration_with_the_trials_parameters(tmp_path):
+    """trainer_command: the sweep's data, model and strategy with the trial's parameters, a strategy's own among
+    them in its part of the TrainConfig; each worker's command line parses back to that configuration."""
+    from disttrain_contract import Workdir
+    from disttrain_trainer import parse_config
+
+    args = types.SimpleNamespace(strategy="localsgd", trial_workers=2, stale_after=60.0, seed=7, threads=1,
+                                 model_file=None, model_module="", local_model_file=None)
+    sweep = sweep_main.Sweep(args, Workdir(str(tmp_path)), str(tmp_path / "sweep"), "sweep[0]", {}, None, None, None,
+                             None, None)
+    config, env = sweep_main.trainer_command(sweep, str(tmp_path / "trial"), {
+        "learning_rate": 0.0123, "batch": 32, "sync_every": 16})
+    assert "TF_CONFIG" not in env and "JOB_COMPLETION_INDEX" not in env
+    assert (config.strategy, config.workers, config.seed, config.learning_rate, config.batch) == ("localsgd", 2, 7, 0.0123, 32)
+    assert config.strategy_settings.sync_every == 16 and config.wait_timeout == 0
+    for index in (0, 1):
+        argv = sweep_main.worker_command(config, index)
+        assert argv[1:3] == ["-m", "disttrain_trainer.main"]
+        parsed = parse_config(argv[3:])
+        assert parsed.worker_index == index and parsed == dataclasses.replace(config, worker_index=index)

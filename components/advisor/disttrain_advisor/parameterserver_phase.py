@@ -21,7 +21,6 @@ data. When not even that fits, the model keeps the lower bound, and the advice s
 """
 
 import dataclasses
-import json
 import math
 import os
 import shutil
@@ -37,6 +36,7 @@ from disttrain_contract import ContractError
 from disttrain_contract.atomic import sha256_file
 from disttrain_contract.manifest import MANIFEST, SplitInfo, split_files
 from disttrain_contract.ports import free_port_block
+from disttrain_contract.trainer_records import read_epoch_records
 from disttrain_trainer import TrainConfig, perfmodel
 from disttrain_trainer.strategies.options import ParameterServerSettings
 
@@ -190,9 +190,8 @@ def measure(args, data_dir, epochs, deadline, say):
 def read_epochs(path):
     """The training seconds of each epoch the chief has ended so far (its metrics.json, written atomically)."""
     try:
-        with open(path) as fh:
-            return [float(e["wall_time_sec"]) for e in json.load(fh)]
-    except (OSError, ValueError, KeyError, TypeError):
+        return [record.wall_time_sec for record in read_epoch_records(path)]
+    except ContractError:  # (a record the chief has not finished writing is never seen: atomic; anything else: none)
         return []
 
 

@@ -309,22 +309,33 @@ def run_trial(sweep, trial, scheduling):
 
 
 def trainer_command(sweep, trial_dir, params):
-    """(the trainer's command line without --worker-index, its environment) for one trial."""
+    """(the trainers' TrainConfig for one trial, their environment): the sweep's data, model, strategy and seed
+    with the trial's parameters (a strategy's own, e.g. localsgd's sync_every, in its part of the configuration).
+    Each worker runs `worker_command(config, index)`."""
+    from disttrain_trainer import TrainConfig
+    from disttrain_trainer.strategies.options import REGISTRY
+
     args = sweep.args
-    cmd = [sys.executable, "-m", "disttrain_trainer.main", "--workdir", sweep.workdir.root, "--data",
-           os.path.join(sweep.sweep_dir, "data"), "--out", trial_dir, "--workers", str(args.trial_workers),
-           "--strategy", args.strategy, "--seed", str(args.seed), "--threads", str(args.threads), "--wait-timeout", "0"]
-    cmd += ["--model-file", args.local_model_file] if args.model_file else []
-    cmd += ["--model-module", args.model_module] if args.model_module else []
+    settings = REGISTRY[args.strategy].settings
+    own = {name: value for name, value in params.items() if name in settings.__dataclass_fields__}
     # a localsgd group over loopback: ports base..base+workers-1 (TF_CONFIG built by the trainer); a port
     # taken by another process in between fails the trial, which is retried (--retries)
-    if args.trial_workers > 1:
-        cmd += ["--port", str(free_port_block(args.trial_workers)), "--peer-wait", str(int(args.stale_after))]
-    for name, value in params.items():
-        cmd += [f"--{name.replace('_', '-')}", repr(value) if isinstance(value, float) else str(value)]
+    placement = ({"port": free_port_block(args.trial_workers), "peer_wait": float(int(args.stale_after))}
+                 if args.trial_workers > 1 else {})
+    config = TrainConfig(
+        workdir=sweep.workdir.root, data=os.path.join(sweep.sweep_dir, "data"), out=trial_dir,
+        workers=args.trial_workers, strategy=args.strategy, strategy_settings=settings(**own), seed=args.seed,
+        threads=args.threads, wait_timeout=0.0, model_file=args.local_model_file if args.model_file else None,
+        model_module=args.model_module or None, **placement,
+        **{name: value for name, value in params.items() if name not in own})
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "JOB_COMPLETION_INDEX")}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    return cmd, env
+    return config, env
+
+
+def worker_command(config, index):
+    """The command line of trial worker `index` (TrainConfig.to_argv: the trainer parses it back to `config`)."""
+    return [sys.executable, "-m", "disttrain_trainer.main", *dataclasses.replace(config, worker_index=index).to_argv()]
 
 
 def train_trial(sweep, trial, trial_dir, params):
@@ -332,15 +343,15 @@ def train_trial(sweep, trial, trial_dir, params):
     trainer.log (the others' into trainer-<i>.log), its epochs' validation values, read from its metrics.json
     as the trainer replaces it after each epoch, to the pruner. A TrialRun."""
     args, tag = sweep.args, sweep.tag
-    cmd, env = trainer_command(sweep, trial_dir, params)
+    config, env = trainer_command(sweep, trial_dir, params)
     run = TrialRun()
     epochs = EpochReports(metrics_path(os.path.join(trial_dir, worker_dirname(0))), args.metric)
     with sweep.beats.beating(trial.number, args.heartbeat), open(os.path.join(trial_dir, "trainer.log"), "w") as log, \
             contextlib.ExitStack() as peer_logs:
-        peers = [subprocess.Popen(cmd + ["--worker-index", str(i)], stdout=peer_logs.enter_context(
+        peers = [subprocess.Popen(worker_command(config, i), stdout=peer_logs.enter_context(
                      open(os.path.join(trial_dir, f"trainer-{i}.log"), "w")), stderr=subprocess.STDOUT, env=env,
                      preexec_fn=die_with_parent) for i in range(1, args.trial_workers)]
-        proc = subprocess.Popen(cmd + ["--worker-index", "0"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(worker_command(config, 0), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 text=True, env=env, preexec_fn=die_with_parent)
         forward = threading.Thread(target=copy_lines, args=(proc.stdout, log, run.lines), name=f"log-{trial.number}",
                                    daemon=True)

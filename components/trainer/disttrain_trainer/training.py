@@ -14,16 +14,20 @@ The phases, in order (`train` composes them; each is a method of Training):
 SIGTERM during training saves where the workers agree to stop (preemption.py) and exits with its code.
 """
 
+import dataclasses
 import json
 import os
 import time
 
 from disttrain_contract import (ContractError, GroupLost, Workdir, atomic_write_json, read_json, read_marker,
-                                wait_for_marker, wait_for_quorum, write_marker)
+                                wait_for_marker, wait_for_quorum)
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import compiled
 from disttrain_contract.layout import PROGRESS_FILE
 from disttrain_contract.manifest import Manifest, read_split
+from disttrain_contract.report import Privacy
+from disttrain_contract.trainer_records import (EpochRecord, MetricValue, TrainerMarker, metrics_path,
+                                                read_epoch_records, write_epoch_records, write_trainer_marker)
 from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_trainer import malloc_settings, peers, preemption, privacy, strategies
 from disttrain_trainer.progress import ProgressFile, TerminalBar
@@ -216,8 +220,8 @@ class Training:
                   flush=True)
         self.start_epoch = int(self.epoch_counter.numpy())
         self.start_step = self.start_epoch * self.steps_per_epoch + self.position.steps()  # SIGTERM's: mid-epoch
-        self.metrics_path = os.path.join(self.worker_dir, "metrics.json")
-        self.history = [m for m in read_json(self.metrics_path, []) if m["epoch"] <= self.start_epoch]
+        self.metrics_path = metrics_path(self.worker_dir)
+        self.history = [r for r in read_epoch_records(self.metrics_path) if r.epoch <= self.start_epoch]
 
         from disttrain_trainer.step import make_train_call
 
@@ -248,7 +252,7 @@ class Training:
         self.progress = ProgressFile(
             os.path.join(self.worker_dir, PROGRESS_FILE), config.progress_interval, worker=self.index, tag=self.tag,
             strategy=config.strategy, epochs=config.epochs, steps_per_epoch=self.steps_per_epoch,
-            start_epoch=self.start_epoch, history=self.history, score=task.score.name)
+            start_epoch=self.start_epoch, history=[r.to_json() for r in self.history], score=task.score.name)
         self.iterator = iterator
 
     def epochs(self):
@@ -279,21 +283,19 @@ class Training:
             progress.evaluating()
         loss_sum, score_sum, seen = strategy.epoch_metrics(sums)  # one collective per epoch, not per step
         wall = time.monotonic() - self.epoch_started
-        record = {
-            "epoch": epoch, "loss": loss_sum / seen, task.score.name: score_sum / seen, "examples": int(seen),
-            "examples_per_sec": seen / wall, "wall_time_sec": wall, **strategy.epoch_facts(),
-            **({"epsilon": self.private.epsilon_after(epoch)} if self.private is not None else {}),
-        }
+        metrics = {task.score.name: score_sum / seen}
         if strategy.evaluates:
             held_out = task.evaluate(self.inference, self.x_test, self.y_test)
-            record.update({f"test_{key}": value for key, value in held_out.items()})
+            metrics.update({f"test_{key}": value for key, value in held_out.items()})
         if self.x_validation is not None:
             validation = task.evaluate(self.inference, self.x_validation, self.y_validation)
-            record.update({f"validation_{key}": value for key, value in validation.items()})
-        self.history.append(record)
-        print(epoch_line(self.tag, epoch, config.epochs, record, task.score.name), flush=True)
+            metrics.update({f"validation_{key}": value for key, value in validation.items()})
+        record = EpochRecord(epoch=epoch, loss=loss_sum / seen, examples=int(seen), examples_per_sec=seen / wall,
+                             wall_time_sec=wall, metrics=metrics, **strategy.epoch_facts(),
+                             epsilon=self.private.epsilon_after(epoch) if self.private is not None else None)
+        print(epoch_line(self.tag, epoch, config.epochs, record.to_json(), task.score.name), flush=True)
         with self.summaries.as_default(step=epoch):
-            for key, value in record.items():
+            for key, value in record.to_json().items():
                 if key != "epoch" and isinstance(value, (int, float)):  # (not parameterserver's steps per worker)
                     self.tf.summary.scalar(key, value)
         self.summaries.flush()
@@ -301,9 +303,10 @@ class Training:
         self.manager.save(checkpoint_number=epoch)
         # the epoch's whole cycle (training, the held-out evaluation, the checkpoint): what a user waits per
         # epoch, where wall_time_sec counts the training alone
-        record["cycle_sec"] = time.monotonic() - self.epoch_started
-        atomic_write_json(self.metrics_path, self.history)
-        progress.end_epoch(record)
+        record = dataclasses.replace(record, cycle_sec=time.monotonic() - self.epoch_started)
+        self.history.append(record)
+        write_epoch_records(self.metrics_path, self.history)
+        progress.end_epoch(record.to_json())
         return step
 
     # ------------------------------------------------------------------ publish
@@ -335,24 +338,24 @@ class Training:
         self.progress.finish("done")
 
     def write_marker(self, model_file):
-        last, primary, private = self.history[-1] if self.history else {}, self.task.primary, self.private
-        validation = self.x_validation is not None
-        write_marker(
-            self.worker_dir, "trainer", worker_index=self.index, workers=self.placement.workers,
-            strategy=self.config.strategy, epochs=self.config.epochs, init_weights_sha256=self.init_sha,
-            examples=self.examples, model=model_file, final_weights_sha256=weights_fingerprint(self.model.get_weights()),
-            problem=self.manifest.problem, final_test_accuracy=last.get("test_accuracy"), **self.strategy.marker_info(),
-            **({"privacy": private.summary(self.config.epochs)} if private is not None else {}),
-            final_test_metric={"name": primary.name, "value": last.get(primary.key), "direction": primary.direction},
-            **({"initial_test_metric": {"name": primary.name, "value": self.initial_metric,
-                                        "direction": primary.direction}}
-               if self.initial_metric is not None else {}),
-            **({"validation_fraction": self.settings.validation_fraction, "validation_examples": len(self.y_validation),
-                "validation_accuracy": last.get("validation_accuracy"),
-                "validation_metric": {"name": primary.name, "value": last.get(f"validation_{primary.name}"),
-                                      "direction": primary.direction}}
-               if validation else {}),
-        )
+        """The marker (disttrain_contract.trainer_records.TrainerMarker): what this worker trained and how it ended."""
+        last = self.history[-1].metrics if self.history else {}
+        primary, private = self.task.primary, self.private
+        validation = ({"validation_fraction": self.settings.validation_fraction,
+                       "validation_examples": len(self.y_validation),
+                       "validation_accuracy": last.get("validation_accuracy"),
+                       "validation_metric": MetricValue.of(primary, last.get(f"validation_{primary.name}"))}
+                      if self.x_validation is not None else {})
+        write_trainer_marker(self.worker_dir, TrainerMarker(
+            worker_index=self.index, workers=self.placement.workers, strategy=self.config.strategy,
+            epochs=self.config.epochs, init_weights_sha256=self.init_sha, examples=self.examples, model=model_file,
+            final_weights_sha256=weights_fingerprint(self.model.get_weights()), problem=self.manifest.problem,
+            final_test_accuracy=last.get("test_accuracy"), **self.strategy.marker_info(),
+            privacy=Privacy.from_json(private.summary(self.config.epochs)) if private is not None else None,
+            final_test_metric=MetricValue.of(primary, last.get(primary.key)),
+            initial_test_metric=(MetricValue.of(primary, self.initial_metric) if self.initial_metric is not None
+                                 else None),
+            **validation))
 
     # ------------------------------------------------------------------ the ends that are not success
     def stopped(self, stop):
