@@ -113,7 +113,6 @@ class ProbeWorker:
         import numpy as np
 
         from disttrain_trainer import privacy, tasks
-        from disttrain_trainer.optimizers import build_optimizer
         from disttrain_trainer.step import make_train_call
 
         tf, index, data_dir = self.tf, self.index, self.data_dir
@@ -125,7 +124,7 @@ class ProbeWorker:
         self.iterator = iterator = iter(task.dataset(x, y, train.batch, train.seed + index, index).prefetch(2))
         keras.utils.set_random_seed(train.seed)
         self.model = model = task.build()
-        optimizer = build_optimizer(train.optimizer, train.learning_rate)
+        optimizer = task.build_optimizer(train)
         optimizer.build(model.trainable_variables)
         # a private run (--dp-*) is timed with its own step: per-example gradients, clipping and noise
         self.private = private = (privacy.Plan.probe_gradient(train) if privacy.enabled(train) else None)
@@ -272,7 +271,6 @@ class ProbeWorker:
         import keras
 
         from disttrain_trainer.collectives import Wire
-        from disttrain_trainer.optimizers import build_optimizer
         from disttrain_trainer.step import make_train_call
 
         task, train, cluster, index = self.task, self.train, self.cluster, self.index
@@ -285,7 +283,7 @@ class ProbeWorker:
             with cluster.scope():
                 keras.utils.set_random_seed(train.seed)
                 replicated = task.build()
-                replicated_optimizer = build_optimizer(train.optimizer, train.learning_rate)
+                replicated_optimizer = task.build_optimizer(train)
                 replicated_optimizer.build(replicated.trainable_variables)
             wire = Wire("float32", self.args.probe_wire.allreduce_pack_bytes)
             multiworker_call = make_train_call(cluster, replicated, replicated_optimizer, task.loss_and_score,

@@ -1,4 +1,5 @@
-"""The optimizer: Adam, with a lazy update for sparse gradients.
+"""The optimizer: the trainer's (--optimizer: Adam, with a lazy update for sparse gradients, or SGD), or the one a
+user's model was compiled with (`Recipe`).
 
 Keras 3's Adam turns an embedding's sparse gradient (a tf.IndexedSlices: the rows a batch
 looked up) into a dense one: every step it reads and writes the whole embedding and both of
@@ -46,10 +47,101 @@ def gather(variable, rows):
 
 
 def build_optimizer(name, learning_rate):
-    """--optimizer: adam, lazyadam or sgd (SGD with momentum 0.9; see SGD_MOMENTUM)."""
+    """--optimizer: adam, lazyadam or sgd (SGD with momentum 0.9; see SGD_MOMENTUM). `learning_rate`: a number or a
+    keras.optimizers.schedules.LearningRateSchedule."""
     if name == "sgd":
         return keras.optimizers.SGD(learning_rate=learning_rate, momentum=SGD_MOMENTUM)
     return (LazyAdam if name == "lazyadam" else keras.optimizers.Adam)(learning_rate=learning_rate)
 
 
 SGD_MOMENTUM = 0.9
+
+# What a compiled optimizer may use, and why the rest is refused (Recipe.refusal): every option of Keras' base
+# optimizer but these trains as `model.fit` would with the trainer's step (step.py), which calls the optimizer's
+# scale_loss and apply_gradients as Keras' own train_step does, and finalize_variable_values at the end.
+REFUSED_OPTIONS = {
+    # (a LossScaleOptimizer is refused by its class: mixed precision's dynamic loss scale)
+    "use_ema": ("localsgd", "parameterserver",
+                "each localsgd worker would end with its own moving average, not the group's model; a parameter "
+                "server's average is updated by the workers' steps asynchronously"),
+    "gradient_accumulation_steps": ("parameterserver",
+                                    "the workers' steps reach the parameter servers asynchronously: the accumulator "
+                                    "would mix their gradients in no defined order"),
+}
+
+
+class Recipe:
+    """The optimizer a user's model was compiled with, as its serialized config (keras.optimizers.serialize): its
+    class, learning rate or LearningRateSchedule, weight decay, clipnorm/clipvalue/global_clipnorm, EMA, loss
+    scale factor and gradient accumulation. Every worker builds its own from the config, inside the strategy's
+    scope (Keras binds an optimizer to the distribution strategy it is created under), with its state fresh:
+    iterations 0, no moments (a trained file's saved optimizer state is not restored, so that every worker
+    starts from the same state). --optimizer and --learning-rate replace only what they name: --learning-rate
+    the learning rate (a number in place of the schedule), --optimizer the optimizer (the trainer's, with the
+    file's learning rate unless --learning-rate is given too)."""
+
+    def __init__(self, config):
+        self.config = config
+
+    @classmethod
+    def of(cls, model):
+        """The compiled optimizer's Recipe, None when the model was not compiled with one."""
+        if not getattr(model, "compiled", False) or getattr(model, "optimizer", None) is None:
+            return None
+        return cls(keras.optimizers.serialize(model.optimizer))
+
+    @property
+    def class_name(self):
+        return self.config["class_name"]
+
+    @property
+    def options(self):
+        return self.config["config"]
+
+    def refusal(self, strategy):
+        """One line: why this recipe cannot train under `strategy` (a strategy's name), or None."""
+        if self.class_name == "LossScaleOptimizer":
+            return ("the model was compiled with a LossScaleOptimizer (mixed precision's dynamic loss scale), which "
+                    "disttrain does not train: compile it with the inner optimizer (the trainer trains in float32)")
+        for option, (strategies, why) in REFUSED_OPTIONS.items():
+            if self.options.get(option) and strategy in strategies:
+                return (f"the model's optimizer {self.class_name} sets {option}={self.options[option]!r}, which "
+                        f"--strategy {strategy} cannot honour ({why}): compile it without {option}, or train with "
+                        f"--strategy average or multiworker")
+        return None
+
+    def build(self, optimizer=None, learning_rate=None):
+        """The optimizer to train with: this recipe's, or the trainer's `optimizer` with this recipe's learning
+        rate; `learning_rate` (a number) in place of the recipe's when given."""
+        if optimizer is not None:
+            rate = learning_rate if learning_rate is not None else self.learning_rate()
+            return build_optimizer(optimizer, rate)
+        config = {**self.config, "config": dict(self.options)}
+        if learning_rate is not None:
+            config["config"]["learning_rate"] = learning_rate
+        return keras.optimizers.deserialize(config)
+
+    def learning_rate(self):
+        """The recipe's learning rate: a number, or its LearningRateSchedule."""
+        rate = self.options.get("learning_rate")
+        return keras.optimizers.schedules.deserialize(rate) if isinstance(rate, dict) else rate
+
+
+def describe(optimizer):
+    """One line of what an optimizer does (the log's "optimizer: ..." line): its class, learning rate or schedule,
+    and the options that change a step."""
+    rate = optimizer.get_config()["learning_rate"]  # (a schedule serialized; .learning_rate is its value now)
+    if isinstance(rate, dict):
+        settings = ", ".join(f"{k}={v}" for k, v in rate["config"].items() if k != "name" and v is not None)
+        rate_text = f"{rate['class_name']}({settings})"
+    else:
+        rate_text = f"{float(rate):g}"
+    parts = [f"learning_rate {rate_text}"]
+    for option in ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor",
+                   "gradient_accumulation_steps"):
+        value = getattr(optimizer, option, None)
+        if value:
+            parts.append(f"{option} {value:g}" if isinstance(value, float) else f"{option} {value}")
+    if getattr(optimizer, "use_ema", False):
+        parts.append(f"EMA (momentum {optimizer.ema_momentum:g})")
+    return f"{type(optimizer).__name__} ({', '.join(parts)})"

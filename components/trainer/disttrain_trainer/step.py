@@ -35,6 +35,9 @@ def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradien
         with tf.GradientTape() as tape:
             per_example, hits = loss_and_hits(y, model(x, training=True))
             loss = tf.nn.compute_average_loss(per_example)  # / global batch: gradients add up across replicas
+            if model.losses:  # the layers' regularization losses, as Keras' compute_loss adds them (per replica)
+                loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
+            loss = optimizer.scale_loss(loss)  # (the optimizer's loss_scale_factor; apply_gradients unscales)
         grads = tape.gradient(loss, variables)
         if reduce_gradients is not None:
             grads = reduce_gradients(grads)

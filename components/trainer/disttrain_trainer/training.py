@@ -163,13 +163,13 @@ class Training:
         """The model from the shared seed (or the user's file) and its optimizer, under the strategy's scope."""
         import keras
 
-        from disttrain_trainer.optimizers import build_optimizer
+        from disttrain_trainer.optimizers import describe
 
         config, strategy, tf = self.config, self.strategy, self.tf
         keras.utils.set_random_seed(config.seed)
         with strategy.scope():
             self.model = model = self.task.build()
-            self.optimizer = build_optimizer(config.optimizer, config.learning_rate)
+            self.optimizer = self.task.build_optimizer(config)  # (bound to the strategy it is created under)
             self.optimizer.build(model.trainable_variables)
             self.epoch_counter = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
             self.position = preemption.Position()  # where in an epoch a checkpoint saved on SIGTERM was taken
@@ -178,6 +178,8 @@ class Training:
         self.published = self.task.publish(model)
         self.inference = compiled(self.published)  # the held-out evaluation, every epoch
         self.init_sha = weights_fingerprint(model.get_weights())
+        self.optimizer_text = describe(self.optimizer)
+        print(f"{self.tag}: optimizer {self.optimizer_text}: {self.task.optimizer_source(config)}", flush=True)
         strategy.bind(model)
         strategy.bind_data(lambda: self.dataset())  # (called only by a strategy that reads it)
 
@@ -314,6 +316,8 @@ class Training:
         """The model (the workers that write one), then the marker: the last thing this worker writes."""
         config, task, manifest, chosen = self.config, self.task, self.manifest, self.chosen
         self.notice.finishing()
+        if getattr(self.optimizer, "use_ema", False):  # as model.fit ends: the weights become their moving average
+            self.optimizer.finalize_variable_values(self.model.trainable_variables)
         self.strategy.cleanup(self.write_dir)
         preemption.discard(self.write_dir)
         model_file = None
@@ -327,7 +331,7 @@ class Training:
                 **task.metadata(self.published),
                 **chosen.model_meta(self.settings),
                 "training_parameters": {"learning_rate": config.learning_rate, "batch": config.batch,
-                                        "epochs": config.epochs,
+                                        "epochs": config.epochs, "optimizer": self.optimizer_text,
                                         # (--width and --dropout shape the built-in models only)
                                         **({"width": config.width, "dropout": config.dropout}
                                            if task.model_source == "builtin" else {}),

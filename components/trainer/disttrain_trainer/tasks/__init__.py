@@ -19,13 +19,16 @@ BUILTIN = {"text": "text", "image": "image", "faces": "faces", "table": "table",
 
 def task_class(manifest, config):
     """The task for this dataset and this TrainConfig: the user's model when one is given, else the built-in one.
-    Its class attributes are the defaults of the flags it leaves unset (TrainConfig.with_task_defaults)."""
+    Its attributes are the defaults of the flags it leaves unset (TrainConfig.with_task_defaults)."""
     module = "own" if config.model_file or config.model_module else BUILTIN[manifest.task]
     return importlib.import_module(f"disttrain_trainer.tasks.{module}").Task
 
 
 def create(manifest, config):
-    """The task for this dataset, with `config` filled in with its defaults (returned too): (task, config)."""
-    cls = task_class(manifest, config)
-    config = config.with_task_defaults(cls)
-    return cls(manifest, config), config
+    """(the task for this dataset, `config` with the task's defaults where a flag was not given). The defaults are
+    the task's once it exists: a user's model compiled with an optimizer leaves --optimizer and --learning-rate
+    unset (its recipe is the optimizer), one without keeps the trainer's."""
+    task = task_class(manifest, config)(manifest, config)
+    config = config.with_task_defaults(task)
+    task.config = config  # (the task's flags with its defaults: the built-in models' width and dropout)
+    return task, config

@@ -33,6 +33,16 @@ class Task:
     # TrainConfig.with_task_defaults applies them
     private_defaults = {}
 
+    def build_optimizer(self, config):
+        """The optimizer to train with (under the strategy's scope): --optimizer with --learning-rate."""
+        from disttrain_trainer.optimizers import build_optimizer
+
+        return build_optimizer(config.optimizer, config.learning_rate)
+
+    def optimizer_source(self, config):
+        """Where the optimizer comes from, for the log's "optimizer: ..." line."""
+        return "--optimizer and --learning-rate, or the task's defaults"
+
     def check(self, config):
         """Refuse a strategy or flags that do not apply to this task (ContractError: one line, exit 2)."""
         task = task_of(self.manifest)

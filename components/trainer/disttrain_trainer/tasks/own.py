@@ -12,8 +12,10 @@ Where the model comes from:
 What is trained: the model's single output against the labels. The loss is the one the model was
 compiled with, else the problem's: a softmax (or logits) classifier -> sparse categorical
 cross-entropy, one sigmoid unit (or logit) for two labels -> binary cross-entropy, regression ->
-mean squared error. The optimizer is the trainer's (--optimizer, --learning-rate), whatever the file
-was compiled with: its state would not be the same on every worker after a resume otherwise.
+mean squared error. The optimizer is the one the model was compiled with (optimizers.Recipe: its class,
+learning rate or schedule, weight decay, clipping, EMA, loss scale factor, gradient accumulation), rebuilt
+by every worker under the strategy's scope with a fresh state; --optimizer and --learning-rate replace only
+what they name. A model compiled without an optimizer trains with the trainer's (Adam, 1e-3 by default).
 
 Everything that can be checked before a step is checked when the task is created, in the trainer's
 own process and before it joins any peer: a file that does not load, a module without the function
@@ -31,6 +33,7 @@ import tensorflow as tf
 from disttrain_contract.errors import ContractError
 from disttrain_contract.layout import Workdir
 from disttrain_contract.user_model import ModelSpec, code_info, import_model_module, load_model_file, local_model_file
+from disttrain_trainer.optimizers import Recipe
 from disttrain_trainer.tasks import base
 
 # string and numeric inputs never mix; numeric data goes into a float input of any width (cast in the
@@ -57,6 +60,7 @@ class Task(base.Task):
         self.model_source = "file" if config.model_file else "module"
         self.spec = ModelSpec.of(manifest)
         probe = self._model()  # checked here, before any peer is joined and anything is written
+        self.recipe = Recipe.of(probe)
         self.head_kind, self.loss_fn = self._head_and_loss(probe)
         self.input_names = [t.name.split(":")[0] for t in probe.inputs]
         self._check_inputs(probe)
@@ -64,9 +68,34 @@ class Task(base.Task):
         self._probe = probe  # the model build() returns when no distribution strategy asks for its own
 
     # ------------------------------------------------------------------ flags
+    @property
+    def optimizer(self):
+        """--optimizer's default: the compiled optimizer's recipe (None: not replaced), else the trainer's."""
+        return None if self.recipe is not None else base.Task.optimizer
+
+    @property
+    def learning_rate(self):
+        return None if self.recipe is not None else base.Task.learning_rate
+
     def check_flags(self, config):
         if config.model != "cnn":
             raise ContractError("--model chooses a built-in image network; it does not apply with --model-file/--model-module")
+        refusal = self.recipe.refusal(config.strategy) if self.recipe is not None else None
+        if refusal:
+            raise ContractError(refusal)
+
+    def build_optimizer(self, config):
+        if self.recipe is None:
+            return super().build_optimizer(config)
+        return self.recipe.build(config.optimizer, config.learning_rate)
+
+    def optimizer_source(self, config):
+        if self.recipe is None:
+            return "the model was compiled without one: --optimizer and --learning-rate, or their defaults"
+        replaced = [flag for flag, value in (("--optimizer", config.optimizer), ("--learning-rate", config.learning_rate))
+                    if value is not None]
+        return "the model's compiled optimizer" + (f", {' and '.join(replaced)} in place of what they name"
+                                                    if replaced else "")
 
     # ------------------------------------------------------------------ model
     def _model(self):
@@ -224,6 +253,8 @@ class Task(base.Task):
     # --------------------------------------------------------------- artifacts
     def run_config(self):
         config = {"model_source": self.model_source}
+        if self.recipe is not None:  # (only then: the checkpoints of a model without one still resume)
+            config["optimizer_recipe"] = self.recipe.config
         if self.config.model_file:
             config["model_file_sha256"] = file_sha256(self.model_path)
         if self.module is not None:
