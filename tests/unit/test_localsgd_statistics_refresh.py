@@ -10,7 +10,7 @@ import pytest
 
 from disttrain_trainer import perfmodel
 from disttrain_trainer.strategies.localsgd import Strategy as LocalSGD
-from disttrain_trainer.strategies.options import next_sync, statistics_read_after_sync, sync_steps
+from disttrain_trainer.strategies.localsgd.schedule import next_sync, statistics_read_after_sync, sync_steps
 
 
 def refreshed(every, steps_per_epoch, epochs, at_epoch_end=False):

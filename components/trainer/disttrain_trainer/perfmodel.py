@@ -59,7 +59,7 @@ Seconds per epoch:
                    int8, all-gather of B / 4 (int4: B / 8) plus a float32 scale per block of 256 weights (all the
                    weights as one vector); syncs per run = every H
                    steps and one at the end: ceil(S_N * epochs / H); with sync_at_epoch_end every H steps
-                   of each epoch and at its end: epochs * ceil(S_N / H) (options.sync_steps).
+                   of each epoch and at its end: epochs * ceil(S_N / H) (localsgd/schedule.py: sync_steps).
                    o: what a sync does beyond its exchange (flattening the weights, the codec and its error
                    feedback, the outer step, setting the weights): T_sync of the wire less its modelled
                    exchange (sync + alpha) on the probe's link at N = 2, taken the same at any N and on any
@@ -128,7 +128,8 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from disttrain_contract.strategies import STRATEGIES as REGISTRY, names_where
-from disttrain_trainer.strategies.options import BLOCK_WIRES, statistics_read_after_sync, sync_steps
+from disttrain_trainer.strategies.localsgd.schedule import statistics_read_after_sync, sync_steps
+from disttrain_trainer.strategies.options import BLOCK_WIRES
 
 WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1, "int4": 0.5}
 # weights per float32 scale on the block wires: wire_codecs.BLOCK (kept here so this module needs no
@@ -396,7 +397,7 @@ def eager(options):
 
 def eager_end_seconds(probe, link, workers):
     """The end of a run with eager updates: its workers' weights differ by their own last changes, so they are
-    averaged (strategies/localsgd.py, finish): one all-reduce of the weights in float32, whatever the wire: a
+    averaged (strategies/localsgd/strategy.py, finish): one all-reduce of the weights in float32, whatever the wire: a
     float32 sync's cost. (The text model at 50 Mbit/s: 5.1 MB, about 0.9 s, one twenty-fifth of it in each of its
     25 epochs.)"""
     return sync_seconds(probe, link, workers, "float32")
@@ -442,8 +443,8 @@ def parameterserver_extra_seconds(probe, own_link=False):
 
 def refreshes(steps_per_epoch, every, epochs, at_epoch_end=False):
     """The syncs of a localsgd run of `epochs` epochs that re-estimate the batch-norm statistics: of its syncs
-    (options.sync_steps), the ones whose statistics an epoch's end reads (the trainer's own rule,
-    strategies/options.py). One an epoch at H shorter than an epoch; every sync at H of an epoch or more."""
+    (schedule.sync_steps), the ones whose statistics an epoch's end reads (the trainer's own rule,
+    strategies/localsgd/schedule.py). One an epoch at H shorter than an epoch; every sync at H of an epoch or more."""
     last, syncs = steps_per_epoch * epochs, sync_steps(every, steps_per_epoch, epochs, at_epoch_end)
     # (each sync's following one is the next in the list; the last is the run's end, which always re-estimates)
     return sum(statistics_read_after_sync(step, following, steps_per_epoch, last) for step, following in zip(syncs, [*syncs[1:], last]))
