@@ -44,6 +44,8 @@ from common import BIN, RESULTS, machine_facts
 
 from disttrain_contract import atomic_write_json
 from disttrain_trainer import perfmodel
+from disttrain_trainer.strategies import cost_base
+from disttrain_trainer.strategies.localsgd import cost as localsgd_cost
 
 # task name in the results -> (copier source, trainer flags). --task adds or replaces one; the time-to-accuracy
 # benchmark's own tasks (time_to_accuracy.TASKS) need neither: their data is made as the benchmark makes it.
@@ -187,7 +189,7 @@ def predicted_row(probe, link, row, epochs, target):
             return perfmodel.Prediction("ceiling", int(row["workers"]), {}, seconds, seconds, 0.0, 0.0, None), None
         return perfmodel.predict(probe, link, row["strategy"], int(row["workers"]), row.get("options") or {}, epochs,
                                  target), None
-    except perfmodel.ModelError as err:
+    except cost_base.ModelError as err:
         return None, str(err)
 
 
@@ -206,10 +208,10 @@ def configuration(strategy, options):
     """What makes two runs of a strategy the same configuration: localsgd's H, wire, outer optimizer, overlap,
     batch-norm re-estimation and syncs at the epochs' ends (the trainer's defaults filled in), multiworker's wire."""
     if strategy == "localsgd":
-        return (strategy, options.get("sync_every") or perfmodel.DEFAULT_SYNC_EVERY,
+        return (strategy, options.get("sync_every") or localsgd_cost.DEFAULT_SYNC_EVERY,
                 options.get("allreduce_dtype") or "float32", options.get("outer_optimizer") or "none",
                 options.get("outer_overlap") or "none",
-                options.get("sync_batch_norm_batches", perfmodel.REFRESH_BATCHES), bool(options.get("sync_at_epoch_end")))
+                options.get("sync_batch_norm_batches", localsgd_cost.REFRESH_BATCHES), bool(options.get("sync_at_epoch_end")))
     if strategy == "multiworker":
         return (strategy, options.get("allreduce_dtype") or "float32")
     return (strategy,)
@@ -285,7 +287,7 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
                        *(["--epochs-to-target", f"{target:g}"] if target else [])], timeout=120)
         with open(advice_path) as fh:
             recommendation = json.load(fh)["recommendation"]
-        link = perfmodel.link_of(probe, mbit)
+        link = cost_base.link_of(probe, mbit)
         where = f" (sitting {sitting}{'' if same_sitting else ': a probe or 1-worker row of another sitting'})" if sitting else ""
         rate = f", its measured payload rate {mbit:g} of {nominal:g} Mbit/s" if nominal and mbit != nominal else ""
         print(f"-- {task}, {link_name}{where}{rate}:", flush=True)
@@ -297,7 +299,7 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
             error = relative_error(predicted, measured)
             own = row_probe(row)
             if own is not None:  # taken just before the row (--probe-each-row): the row is predicted from it
-                own_predicted, own_why = predicted_row(own, perfmodel.link_of(own, mbit), row, epochs, target)
+                own_predicted, own_why = predicted_row(own, cost_base.link_of(own, mbit), row, epochs, target)
                 sitting_error, predicted, why, error = error, own_predicted, own_why, relative_error(own_predicted, measured)
             label = f"{row['strategy']} x{row['workers']} {json.dumps(row.get('options') or {}, sort_keys=True)}"
             shown = f"{predicted.seconds_per_epoch:8.3f}" if predicted else f"  ({why})"

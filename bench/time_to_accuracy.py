@@ -225,7 +225,7 @@ def estimate_seconds(row, task):
     # steps each training process takes per epoch (parameterserver: the group's steps are shared by its workers)
     per_worker = steps_one if row["workers"] == 1 or strategy == "ceiling" else -(-steps_one // row["workers"])
     compute = per_worker * t["step_sec"] * (t["two_process_slowdown"] if processes(row) > 1 else 1.0)
-    from disttrain_trainer.perfmodel import WIRE_BYTES  # (the advisor's bytes a weight on each wire)
+    from disttrain_trainer.strategies.cost_base import WIRE_BYTES  # (the advisor's bytes a weight on each wire)
 
     wire = WIRE_BYTES[options.get("allreduce_dtype", "float32")] / 4  # of the float32 size
     if strategy == "multiworker":

@@ -61,16 +61,18 @@ def test_every_configuration_the_advisor_can_advise_renders_with_the_values_it_p
     """The advice's "to follow it: ... --set V" line: for each kind of candidate the chart accepts V (schema and
     refusals) and gives the trainer the flags of that configuration, read back by the trainer's own parser."""
     from disttrain_trainer import perfmodel as pm
+    from disttrain_trainer.strategies import cost_base
+    from disttrain_trainer.strategies.localsgd import cost as localsgd_cost
     from disttrain_advisor.main import chart_values, run_options
     from disttrain_trainer import parse_config
 
     probe = pm.Probe(step_seconds_alone=0.2, step_seconds_pair=0.2, weight_bytes=9_100_000, weight_tensors=260,
                      gradient_bytes=9_100_000, gradient_sparse=False, latency_seconds=0.001, per_byte_seconds=0.0,
                      link_measured="loopback", train_examples=16_000, batch=64, steps_per_call=32, cores=2, one_host=True)
-    predictions = pm.predict_all(probe, pm.link_of(probe, mbit=50), [1, 3], epochs=16, epochs_to_target=4.58)
+    predictions = pm.predict_all(probe, cost_base.link_of(probe, mbit=50), [1, 3], epochs=16, epochs_to_target=4.58)
     kinds = {}  # one of each kind: the labels without H and the wire
     for p in predictions:
-        kinds.setdefault((p.strategy, pm.diloco(p.strategy, p.options), pm.overlapped(p.options),
+        kinds.setdefault((p.strategy, pm.diloco(p.strategy, p.options), localsgd_cost.overlapped(p.options),
                           bool(p.options.get("sync_at_epoch_end")), p.options.get("allreduce_dtype")), p)
     # single, average, multiworker in 2 wires, and in 4 wires each: plain localsgd, DiLoCo, DiLoCo with syncs at each
     # epoch's end, DiLoCo with eager updates; the parameter server
@@ -86,7 +88,7 @@ def test_every_configuration_the_advisor_can_advise_renders_with_the_values_it_p
         if p.strategy in ("localsgd", "multiworker"):
             assert run_options(args) == {k: v for k, v in p.options.items() if k != "outer_overlap"} | (
                 {} if p.strategy != "localsgd" else {"outer_optimizer": p.options.get("outer_optimizer", "none")}), sets
-        if pm.overlapped(p.options):
+        if localsgd_cost.overlapped(p.options):
             assert args.strategy_settings.outer_overlap == p.options["outer_overlap"], sets
 
 

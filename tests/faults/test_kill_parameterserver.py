@@ -12,7 +12,7 @@ chief killed: the Job restarts it alone; it resumes from its last checkpoint wit
 
 Either way every task exits 0 with its marker and the model's held-out accuracy is at most
 2 points below an undisturbed run's. Every worker draws from all the examples
-(strategies/parameterserver.py): before that, the surviving worker's shard dominated
+(strategies/parameterserver/strategy.py): before that, the surviving worker's shard dominated
 training and a worker kill cost 2.2 points in one CI run."""
 
 import signal

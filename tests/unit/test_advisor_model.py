@@ -5,6 +5,10 @@ import math
 import pytest
 
 from disttrain_trainer import perfmodel as pm
+from disttrain_trainer.strategies import cost_base
+from disttrain_trainer.strategies.localsgd import cost as localsgd_cost
+from disttrain_trainer.strategies.multiworker import cost as multiworker_cost
+from disttrain_trainer.strategies.parameterserver import cost as parameterserver_cost
 
 
 def probe(**changes):
@@ -17,79 +21,80 @@ def probe(**changes):
 
 
 def test_a_ring_allreduce_between_two_workers_costs_the_bytes_over_the_link():
-    link = pm.link_of(probe(latency_seconds=0.0), mbit=10)
+    link = cost_base.link_of(probe(latency_seconds=0.0), mbit=10)
     # 9.1 MB at 10 Mbit/s: 9.1e6 * 8 / 1e7 = 7.28 s
-    assert pm.allreduce_seconds(9_100_000, 2, link) == pytest.approx(7.28)
+    assert cost_base.allreduce_seconds(9_100_000, 2, link) == pytest.approx(7.28)
     # 4 workers: each sends 2 (N-1)/N = 1.5 times the bytes
-    assert pm.allreduce_seconds(9_100_000, 4, link) == pytest.approx(7.28 * 1.5)
-    assert pm.allreduce_seconds(9_100_000, 1, link) == 0.0
+    assert cost_base.allreduce_seconds(9_100_000, 4, link) == pytest.approx(7.28 * 1.5)
+    assert cost_base.allreduce_seconds(9_100_000, 1, link) == 0.0
 
 
 def test_the_given_link_sets_the_cost_of_a_byte_where_it_is_slower_than_what_the_probe_measured():
     loop = probe(per_byte_seconds=1e-9, latency_seconds=0.002)
-    link = pm.link_of(loop, mbit=100)
+    link = cost_base.link_of(loop, mbit=100)
     assert link.per_byte_seconds == pytest.approx(8e-8)  # copying and sending pipelined: the slower stage
     assert link.latency_seconds == 0.002
-    assert pm.link_of(probe(per_byte_seconds=1e-8), mbit=10_000).per_byte_seconds == 1e-8  # copying slower than the wire
+    assert cost_base.link_of(probe(per_byte_seconds=1e-8), mbit=10_000).per_byte_seconds == 1e-8  # copying slower than the wire
     remote = probe(per_byte_seconds=1e-9, link_measured="peers")
-    assert pm.link_of(remote, mbit=100).per_byte_seconds == pytest.approx(8e-8)
-    assert pm.link_of(remote).per_byte_seconds == 1e-9  # none given: as measured
-    with pytest.raises(pm.ModelError):
-        pm.link_of(loop, mbit=0)
+    assert cost_base.link_of(remote, mbit=100).per_byte_seconds == pytest.approx(8e-8)
+    assert cost_base.link_of(remote).per_byte_seconds == 1e-9  # none given: as measured
+    with pytest.raises(cost_base.ModelError):
+        cost_base.link_of(loop, mbit=0)
 
 
 def test_int8_travels_by_allgather_at_a_quarter_of_the_bytes():
     p = probe(latency_seconds=0.0, weight_bytes=9_100_000, weight_tensors=100)
-    link = pm.link_of(p, mbit=10)
+    link = cost_base.link_of(p, mbit=10)
     int8_bytes = 2_275_000 + 4 * -(-2_275_000 // 256)  # a byte per weight, a float32 scale per block of 256
-    assert pm.sync_bytes(p, "int8") == int8_bytes
-    assert pm.sync_seconds(p, link, 2, "int8") == pytest.approx(int8_bytes * 8 / 1e7)  # ~1.8 s
-    assert pm.sync_seconds(p, link, 2, "float16") == pytest.approx(9_100_000 / 2 * 8 / 1e7)
+    assert cost_base.sync_bytes(p, "int8") == int8_bytes
+    assert cost_base.sync_seconds(p, link, 2, "int8") == pytest.approx(int8_bytes * 8 / 1e7)  # ~1.8 s
+    assert cost_base.sync_seconds(p, link, 2, "float16") == pytest.approx(9_100_000 / 2 * 8 / 1e7)
     # 3 workers: an all-gather brings each worker the other two's bytes
-    assert pm.sync_seconds(p, link, 3, "int8") == pytest.approx(2 * int8_bytes * 8 / 1e7)
+    assert cost_base.sync_seconds(p, link, 3, "int8") == pytest.approx(2 * int8_bytes * 8 / 1e7)
 
 
 def test_int4_sends_half_the_bytes_of_int8_and_a_scale_per_block():
     p = probe(latency_seconds=0.0, weight_bytes=9_100_000, weight_tensors=100)
-    link = pm.link_of(p, mbit=10)
+    link = cost_base.link_of(p, mbit=10)
     int4_bytes = 2_275_000 // 2 + 4 * -(-2_275_000 // 256)
-    assert pm.sync_bytes(p, "int4") == int4_bytes
-    assert pm.sync_seconds(p, link, 2, "int4") == pytest.approx(int4_bytes * 8 / 1e7)  # ~0.9 s
-    with pytest.raises(pm.ModelError, match="multiworker sends float32 or float16 gradients, not int4"):
-        pm.gradient_seconds(p, link, 2, "int4")
+    assert cost_base.sync_bytes(p, "int4") == int4_bytes
+    assert cost_base.sync_seconds(p, link, 2, "int4") == pytest.approx(int4_bytes * 8 / 1e7)  # ~0.9 s
+    with pytest.raises(cost_base.ModelError, match="multiworker sends float32 or float16 gradients, not int4"):
+        multiworker_cost.gradient_seconds(p, link, 2, "int4")
 
 
 def test_the_block_wires_are_the_wire_codecs_ones():
     from disttrain_trainer import wire_codecs
-    assert pm.WIRE_BLOCK == wire_codecs.BLOCK
-    assert set(pm.BLOCK_WIRES) == set(wire_codecs.BLOCK_WIRES)
-    assert all(pm.WIRE_BYTES[wire] == bits / 8 for wire, (_, bits) in wire_codecs.BLOCK_WIRES.items())
+    from disttrain_trainer.strategies.options import BLOCK_WIRES
+    assert cost_base.WIRE_BLOCK == wire_codecs.BLOCK
+    assert set(BLOCK_WIRES) == set(wire_codecs.BLOCK_WIRES)
+    assert all(cost_base.WIRE_BYTES[wire] == bits / 8 for wire, (_, bits) in wire_codecs.BLOCK_WIRES.items())
 
 
 def test_the_batch_norm_refresh_is_the_trainers_default():
     from disttrain_trainer.strategies import options
-    assert pm.REFRESH_BATCHES == options.DEFAULT_SYNC_BATCH_NORM_BATCHES
+    assert localsgd_cost.REFRESH_BATCHES == options.DEFAULT_SYNC_BATCH_NORM_BATCHES
 
 
 def test_steps_per_epoch_follow_the_shards():
-    assert pm.steps_per_epoch(12_800, 1, 64) == 200
-    assert pm.steps_per_epoch(12_800, 2, 64) == 100
-    assert pm.steps_per_epoch(1_437, 2, 64) == 12  # the larger shard, 719 examples
+    assert cost_base.steps_per_epoch(12_800, 1, 64) == 200
+    assert cost_base.steps_per_epoch(12_800, 2, 64) == 100
+    assert cost_base.steps_per_epoch(1_437, 2, 64) == 12  # the larger shard, 719 examples
 
 
 def test_step_time_on_one_host_and_on_many():
     p = probe(step_seconds_alone=0.010, step_seconds_pair=0.0125, cores=2)
-    assert pm.step_seconds(p, 1) == 0.010
-    assert pm.step_seconds(p, 2) == pytest.approx(0.0125)
-    assert pm.step_seconds(p, 4) == pytest.approx(0.025)  # four workers take turns on two cores
-    assert pm.step_seconds(probe(step_seconds_alone=0.010, step_seconds_pair=0.02, cores=1), 2) == pytest.approx(0.02)
+    assert cost_base.step_seconds(p, 1) == 0.010
+    assert cost_base.step_seconds(p, 2) == pytest.approx(0.0125)
+    assert cost_base.step_seconds(p, 4) == pytest.approx(0.025)  # four workers take turns on two cores
+    assert cost_base.step_seconds(probe(step_seconds_alone=0.010, step_seconds_pair=0.02, cores=1), 2) == pytest.approx(0.02)
     separate = probe(step_seconds_alone=0.010, step_seconds_pair=0.011, one_host=False)
-    assert pm.step_seconds(separate, 8) == 0.011
+    assert cost_base.step_seconds(separate, 8) == 0.011
 
 
 def test_seconds_per_epoch_of_each_strategy():
     p = probe(latency_seconds=0.001, per_byte_seconds=0.0)
-    link = pm.link_of(p, mbit=10)  # 8e-7 s per byte
+    link = cost_base.link_of(p, mbit=10)  # 8e-7 s per byte
     assert pm.epoch_seconds(p, link, "single", 1)[0] == pytest.approx(200 * 0.005)
     assert pm.epoch_seconds(p, link, "average", 2)[0] == pytest.approx(100 * 0.006)
     # localsgd H=50: 2 syncs per epoch of 5.12 MB float32 (4.096 s each + its latency) and one agreement each
@@ -112,7 +117,7 @@ def test_seconds_per_epoch_of_each_strategy():
 
 def test_syncs_at_each_epochs_end_cost_one_short_interval_an_epoch():
     p = probe(latency_seconds=0.001, per_byte_seconds=0.0)
-    link = pm.link_of(p, mbit=10)
+    link = cost_base.link_of(p, mbit=10)
     one = pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 30}, epochs=3)[3]
     # 100 steps an epoch per worker, H = 30: 10 syncs in 3 epochs, against 4 an epoch (30, 60, 90 and the end)
     assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 30}, epochs=3)[2] == pytest.approx(10 * one / 3)
@@ -122,7 +127,7 @@ def test_syncs_at_each_epochs_end_cost_one_short_interval_an_epoch():
     assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 25, "sync_at_epoch_end": True}, epochs=3)[2] == \
         pytest.approx(pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 25}, epochs=3)[2])
     assert pm.predict(p, link, "localsgd", 2, aligned).label() == "localsgd H=30 +epoch ends float32"
-    with pytest.raises(pm.ModelError, match="does not go with outer_overlap"):
+    with pytest.raises(cost_base.ModelError, match="does not go with outer_overlap"):
         pm.epoch_seconds(p, link, "localsgd", 2, {**aligned, "outer_optimizer": "nesterov", "outer_overlap": "eager"})
 
 
@@ -130,8 +135,8 @@ def test_a_parameter_server_step_pulls_the_whole_model_and_pushes_the_gradients_
     # an embedding model: 5.12 MB of weights, 0.18 MB of sparse gradient rows per step (the text model's)
     p = probe(weight_bytes=5_120_000, gradient_bytes=180_000, gradient_sparse=True, latency_seconds=0.0,
               per_byte_seconds=0.0, train_examples=10_240, batch=64)
-    link = pm.link_of(p, mbit=100)
-    workers_bound, server_bound, exchange = pm.parameterserver_bounds(p, link, 2)
+    link = cost_base.link_of(p, mbit=100)
+    workers_bound, server_bound, exchange = parameterserver_cost.parameterserver_bounds(p, link, 2)
     assert exchange == pytest.approx((5_120_000 + 180_000) * 8e-8)
     assert server_bound == pytest.approx(160 * 5_120_000 * 8e-8)  # the pulls, out of the server: 65.5 s
     assert pm.epoch_seconds(p, link, "parameterserver", 2)[0] == pytest.approx(max(workers_bound, server_bound))
@@ -139,7 +144,7 @@ def test_a_parameter_server_step_pulls_the_whole_model_and_pushes_the_gradients_
 
 def test_an_overlapped_sync_waits_only_for_what_the_next_steps_leave_of_its_exchange():
     p = probe(latency_seconds=0.001, per_byte_seconds=0.0)
-    link = pm.link_of(p, mbit=10)
+    link = cost_base.link_of(p, mbit=10)
     options = {"sync_every": 50, "outer_optimizer": "nesterov"}
     # the exchange (4.097 s + the agreement) against 50 steps of 6 ms beside it: 0.3 s of it hidden per sync;
     # the run's end waits for the whole last one
@@ -147,20 +152,20 @@ def test_an_overlapped_sync_waits_only_for_what_the_next_steps_leave_of_its_exch
     total, compute, comm, exposed = pm.epoch_seconds(p, link, "localsgd", 2, {**options, "outer_overlap": "eager"}, epochs=4)
     assert exposed == pytest.approx(exchange - 50 * 0.006)
     # the end: the last exchange, and eager's float32 all-reduce of the weights that makes the workers' models one
-    end = (exchange - exposed) + pm.allreduce_seconds(5_120_000, 2, link)
+    end = (exchange - exposed) + cost_base.allreduce_seconds(5_120_000, 2, link)
     assert comm == pytest.approx((8 * exposed + end) / 4) and total == pytest.approx(compute + comm)
     # H steps longer than the exchange hide it, but lose a third of its time beside it; the end waits for the rest
     _, _, comm, exposed = pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "eager"}, epochs=100)
     # (100 steps an epoch: 10 syncs in 100 epochs, the last one's whole exchange waited for at the end)
     assert exposed == pytest.approx(exchange / 3)
-    assert comm == pytest.approx((10 * exchange / 3 + exchange * 2 / 3 + pm.allreduce_seconds(5_120_000, 2, link)) / 100)
+    assert comm == pytest.approx((10 * exchange / 3 + exchange * 2 / 3 + cost_base.allreduce_seconds(5_120_000, 2, link)) / 100)
     # delayed updates land the last exchange as it is: no average at the end
     _, _, comm, _ = pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "delayed"}, epochs=100)
     assert comm == pytest.approx((10 * exchange / 3 + exchange * 2 / 3) / 100)
     # a model with batch normalisation re-estimates its statistics once more after the landing
     bn = probe(latency_seconds=0.001, per_byte_seconds=0.0, batch_norm=True, batch_norm_bytes=0)
     _, _, comm_bn, _ = pm.epoch_seconds(bn, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "delayed"}, epochs=100)
-    refresh = pm.REFRESH_BATCHES * pm.FORWARD_SHARE * 0.006 + pm.allreduce_seconds(0, 2, link)
+    refresh = localsgd_cost.REFRESH_BATCHES * localsgd_cost.FORWARD_SHARE * 0.006 + cost_base.allreduce_seconds(0, 2, link)
     # 100 steps an epoch: 10 syncs in 100 epochs, each re-estimates, and the end once more
     assert comm_bn == pytest.approx((10 * exchange / 3 + exchange * 2 / 3 + 11 * refresh) / 100)
     label = pm.predict(p, link, "localsgd", 2, {**options, "allreduce_dtype": "int8", "outer_overlap": "eager"}).label()
@@ -179,24 +184,24 @@ def test_an_overlapped_sync_waits_only_for_what_the_next_steps_leave_of_its_exch
 
 def test_steps_beside_an_exchange_lose_a_third_of_its_time_and_a_longer_exchange_costs_what_they_leave():
     # the text model's int8 at 50 Mbit/s: 0.23 s on the wire beside 0.63 s of steps: the steps end 0.077 s later
-    assert pm.overlapped_sync_seconds(0.23, 0.63) == pytest.approx(0.23 / 3)
+    assert localsgd_cost.overlapped_sync_seconds(0.23, 0.63) == pytest.approx(0.23 / 3)
     # an exchange of 1.2 s beside the same steps: slowed by a third, they do 0.8 s of steps in its 1.2 s, all 0.63 of
     # them, so the exchange ends last and costs what the steps leave of it, as with no slowing
-    assert pm.overlapped_sync_seconds(1.2, 0.63) == pytest.approx(1.2 - 0.63)
+    assert localsgd_cost.overlapped_sync_seconds(1.2, 0.63) == pytest.approx(1.2 - 0.63)
     # where the two meet (0.945 s of exchange), the costs meet: no jump in the prediction
-    assert pm.overlapped_sync_seconds(0.945, 0.63) == pytest.approx(0.945 - 0.63) == pytest.approx(0.945 / 3)
-    assert pm.overlapped_sync_seconds(0.0, 0.63) == 0.0
+    assert localsgd_cost.overlapped_sync_seconds(0.945, 0.63) == pytest.approx(0.945 - 0.63) == pytest.approx(0.945 / 3)
+    assert localsgd_cost.overlapped_sync_seconds(0.0, 0.63) == 0.0
     # in an epoch: 80 steps of 6 ms at H = 100 on a 100 Mbit/s link, float32's 5.12 MB exchange (0.41 s) hidden
     p = probe(latency_seconds=0.0, per_byte_seconds=0.0, train_examples=10_240)
-    link = pm.link_of(p, mbit=100)
+    link = cost_base.link_of(p, mbit=100)
     options = {"sync_every": 100, "outer_optimizer": "nesterov", "outer_overlap": "eager"}
-    exchange = pm.sync_exchange_seconds(p, link, 2, "float32")
+    exchange = localsgd_cost.sync_exchange_seconds(p, link, 2, "float32")
     assert exchange == pytest.approx(5_120_000 * 8e-8) and exchange < 100 * 0.006
     total, compute, comm, exposed = pm.epoch_seconds(p, link, "localsgd", 2, options, epochs=5)
     assert exposed == pytest.approx(exchange / 3)
     # 400 steps: syncs at 100, 200, 300 and 400 (the last one's whole exchange waited for at the end, then the
     # float32 average of the weights)
-    end = exchange - exchange / 3 + pm.allreduce_seconds(5_120_000, 2, link)
+    end = exchange - exchange / 3 + cost_base.allreduce_seconds(5_120_000, 2, link)
     assert comm == pytest.approx((4 * exchange / 3 + end) / 5) and total == pytest.approx(compute + comm)
 
 
@@ -204,24 +209,24 @@ def test_a_timed_multiworker_step_adds_what_it_took_beyond_compute_and_exchange(
     # the pair's step 6 ms, the probe's float32 exchange on loopback 1 ms + 5.12 MB at 1e-10 s/B = 1.512 ms:
     # a real multiworker step of 9 ms leaves 1.488 ms to every step, on any link and wire
     p = probe(latency_seconds=0.001, per_byte_seconds=1e-10, multiworker_step_seconds=0.009)
-    assert pm.multiworker_extra_seconds(p) == pytest.approx(0.009 - 0.006 - 0.001512)
-    link = pm.link_of(p, mbit=10)
+    assert multiworker_cost.multiworker_extra_seconds(p) == pytest.approx(0.009 - 0.006 - 0.001512)
+    link = cost_base.link_of(p, mbit=10)
     total, _, comm, g = pm.epoch_seconds(p, link, "multiworker", 2, {"allreduce_dtype": "float16"})
     untimed = pm.epoch_seconds(probe(latency_seconds=0.001, per_byte_seconds=1e-10), link, "multiworker", 2,
                                {"allreduce_dtype": "float16"})
     assert comm - untimed[2] == pytest.approx(100 * 0.001488) and total - untimed[0] == pytest.approx(100 * 0.001488)
     assert g == untimed[3]  # the exchange itself is the model's
     # on the probe's own link the prediction is the timed step (plus the agreements per call and per epoch)
-    own = pm.epoch_seconds(p, pm.link_of(p), "multiworker", 2)[0]
+    own = pm.epoch_seconds(p, cost_base.link_of(p), "multiworker", 2)[0]
     assert own == pytest.approx(100 * 0.009 + 4 * 0.001 + 0.001)
     # a timed step faster than the model's parts adds nothing (the model is not made faster by noise)
-    assert pm.multiworker_extra_seconds(probe(multiworker_step_seconds=0.006)) == 0.0
-    assert pm.multiworker_extra_seconds(probe()) == 0.0  # not timed
+    assert multiworker_cost.multiworker_extra_seconds(probe(multiworker_step_seconds=0.006)) == 0.0
+    assert multiworker_cost.multiworker_extra_seconds(probe()) == 0.0  # not timed
 
 
 def test_a_sparse_gradient_is_gathered_every_step_and_the_workers_agree_once_per_train_call():
     p = probe(gradient_sparse=True, gradient_bytes=400_000, latency_seconds=0.001, per_byte_seconds=0.0)
-    link = pm.link_of(p, mbit=100)
+    link = cost_base.link_of(p, mbit=100)
     _, _, comm, g = pm.epoch_seconds(p, link, "multiworker", 2)
     assert g == pytest.approx(2 * 0.001 + 400_000 * 8e-8)
     # the step function runs one step per call (step.py), but the trainer's calls are of k = 32 steps
@@ -231,7 +236,7 @@ def test_a_sparse_gradient_is_gathered_every_step_and_the_workers_agree_once_per
 
 def test_time_to_target_counts_start_up_evaluations_and_the_join():
     p = probe()
-    link = pm.link_of(p)
+    link = cost_base.link_of(p)
     single = pm.predict(p, link, "single", 1, {}, epochs=5, epochs_to_target=3)
     assert single.time_to_target_seconds == pytest.approx(8.0 + 3 * (1.0 + 0.1))
     local = pm.predict(p, link, "localsgd", 2, {"sync_every": 32}, epochs=5, epochs_to_target=3)
@@ -255,10 +260,10 @@ def test_time_to_target_counts_start_up_evaluations_and_the_join():
 def test_diloco_needs_one_outer_step_more_than_one_worker_and_never_more_than_plain_averaging():
     # 12,800 examples, 2 workers, batch 64: 100 steps per worker per epoch; one worker's target at epoch 3
     p = probe()
-    link = pm.link_of(p)
+    link = cost_base.link_of(p)
     steps = {h: pm.predict(p, link, "localsgd", 2, {"sync_every": h, "outer_optimizer": "nesterov"}, epochs=5,
                            epochs_to_target=3) for h in (50, 100, 200, 300, 400)}
-    assert {h: pm.outer_steps(p, 2, {"sync_every": h}, 3) for h in steps} == {50: 6, 100: 3, 200: 1.5, 300: 1, 400: 0.75}
+    assert {h: localsgd_cost.outer_steps(p, 2, {"sync_every": h}, 3) for h in steps} == {50: 6, 100: 3, 200: 1.5, 300: 1, 400: 0.75}
     # 3 epochs and H / 100 more, up to plain averaging's 6 (2 workers: twice one worker's), with a note saying why;
     # rounded up to the evaluation that shows the target
     assert {h: pm.epochs_needed(p, "localsgd", 2, {"sync_every": h, "outer_optimizer": "nesterov"}, 3)[0]
@@ -279,15 +284,15 @@ def test_diloco_needs_one_outer_step_more_than_one_worker_and_never_more_than_pl
 ])
 def test_impossible_configurations_are_refused(strategy, workers, message):
     p = probe()
-    with pytest.raises(pm.ModelError, match=message):
-        pm.epoch_seconds(p, pm.link_of(p), strategy, workers)
+    with pytest.raises(cost_base.ModelError, match=message):
+        pm.epoch_seconds(p, cost_base.link_of(p), strategy, workers)
 
 
 def test_text_model_at_10_mbit_one_worker():
     """The text model (5.1 MB, ~5 ms steps): no sync during training pays at 10 Mbit/s, and one average at
     the end needs twice the epochs at half the time each, evaluated twice as often: one worker is faster."""
     p = probe()
-    link = pm.link_of(p, mbit=10)
+    link = cost_base.link_of(p, mbit=10)
     predictions = pm.predict_all(p, link, [1, 2], epochs=5, epochs_to_target=5)
     choice = pm.recommend(predictions)
     assert (choice.strategy, choice.workers) == ("single", 1)
@@ -302,7 +307,7 @@ def test_text_model_at_10_mbit_one_worker():
 def test_a_compute_bound_model_on_a_fast_link_syncs_often():
     p = probe(step_seconds_alone=0.165, step_seconds_pair=0.17, weight_bytes=9_100_000, gradient_bytes=8_900_000,
               one_host=False, link_measured="peers", per_byte_seconds=8e-9, train_examples=64_000)
-    predictions = pm.predict_all(p, pm.link_of(p), [1, 2, 4], epochs=10, epochs_to_target=10)
+    predictions = pm.predict_all(p, cost_base.link_of(p), [1, 2, 4], epochs=10, epochs_to_target=10)
     choice = pm.recommend(predictions)
     # within 5 % of the fastest, the advice is the simplest: one average at the end, with the most workers
     # fast enough; nothing that syncs rarely without an outer optimizer
@@ -313,20 +318,20 @@ def test_a_compute_bound_model_on_a_fast_link_syncs_often():
 
 def test_a_slow_second_core_keeps_one_worker():
     p = probe(step_seconds_pair=0.0105)  # two at once barely faster than one (1.05x the work per second)
-    predictions = pm.predict_all(p, pm.link_of(p), [1, 2], epochs=5, epochs_to_target=5)
+    predictions = pm.predict_all(p, cost_base.link_of(p), [1, 2], epochs=5, epochs_to_target=5)
     choice = pm.recommend(predictions)
     assert choice.strategy == "single"
-    sentence = pm.reason(choice, predictions, p, pm.link_of(p))
+    sentence = pm.reason(choice, predictions, p, cost_base.link_of(p))
     assert "(two workers on this host step at 10.5 ms against 5.0 ms alone)" in sentence and "slower" in sentence
 
 
 def test_a_tie_with_one_worker_is_said_as_a_tie_not_as_0_percent():
     p = probe(step_seconds_pair=0.00624)  # the best pair takes within 0.5 % of one worker's time
-    predictions = pm.predict_all(p, pm.link_of(p), [1, 2], epochs=5, epochs_to_target=5)
+    predictions = pm.predict_all(p, cost_base.link_of(p), [1, 2], epochs=5, epochs_to_target=5)
     choice = pm.recommend(predictions)
     best_pair = min((q for q in predictions if q.workers == 2), key=pm.cost_of)
     assert choice.strategy == "single" and abs(pm.cost_of(best_pair) / pm.cost_of(choice) - 1) < 0.005
-    sentence = pm.reason(choice, predictions, p, pm.link_of(p))
+    sentence = pm.reason(choice, predictions, p, cost_base.link_of(p))
     assert "is predicted to take the same time, to within 1 %" in sentence and "0 %" not in sentence, sentence
 
 
@@ -334,8 +339,8 @@ def test_plain_rare_averaging_is_not_recommended_but_the_outer_optimizer_is():
     p = probe(step_seconds_alone=0.1, step_seconds_pair=0.1, one_host=False, link_measured="peers",
               per_byte_seconds=8e-7, weight_bytes=9_100_000, gradient_bytes=9_100_000, train_examples=256_000)
     # (as if one-shot averaging were known not to work; the overlapped syncs have a test of their own)
-    predictions = [q for q in pm.predict_all(p, pm.link_of(p), [2], epochs=20, epochs_to_target=20)
-                   if q.strategy != "average" and not pm.overlapped(q.options)]
+    predictions = [q for q in pm.predict_all(p, cost_base.link_of(p), [2], epochs=20, epochs_to_target=20)
+                   if q.strategy != "average" and not localsgd_cost.overlapped(q.options)]
     choice = pm.recommend(predictions)
     assert choice.strategy == "localsgd" and choice.options["outer_optimizer"] == "nesterov"
     # int4 at H=500 is the fastest; within 5 % of it the advice syncs at each epoch's end, then more often (H=250),
@@ -355,13 +360,13 @@ def test_within_the_tie_diloco_syncs_at_each_epochs_end_so_that_evaluations_read
     # worker crosses the target at 4.58 epochs
     p = probe(step_seconds_alone=0.2, step_seconds_pair=0.2, weight_bytes=9_100_000, weight_tensors=260,
               gradient_bytes=9_100_000, train_examples=16_000, batch=64)
-    link = pm.link_of(p, mbit=50)
-    assert pm.steps_per_epoch(p.train_examples, 2, p.batch) == 125
+    link = cost_base.link_of(p, mbit=50)
+    assert cost_base.steps_per_epoch(p.train_examples, 2, p.batch) == 125
     diloco = {"sync_every": 50, "allreduce_dtype": "int4", "outer_optimizer": "nesterov"}
     at_end = {**diloco, "sync_at_epoch_end": True}
     # an outer step: 50 of 125 steps, or with the epoch's end a third of an epoch (syncs at 50, 100 and 125)
-    assert pm.outer_step_epochs(p, 2, diloco) == pytest.approx(0.4)
-    assert pm.outer_step_epochs(p, 2, at_end) == pytest.approx(1 / 3)
+    assert localsgd_cost.outer_step_epochs(p, 2, diloco) == pytest.approx(0.4)
+    assert localsgd_cost.outer_step_epochs(p, 2, at_end) == pytest.approx(1 / 3)
     waiting = pm.predict(p, link, "localsgd", 2, diloco, epochs=16, epochs_to_target=4.58)
     ends = pm.predict(p, link, "localsgd", 2, at_end, epochs=16, epochs_to_target=4.58)
     # both show the target at the fifth evaluation (4.98 and 4.91 epochs); the extra sync an epoch costs a little
@@ -373,21 +378,21 @@ def test_within_the_tie_diloco_syncs_at_each_epochs_end_so_that_evaluations_read
     # the sentence's cost of a sync is the exchange's: a batch-norm model's re-estimation follows one sync an epoch
     norm = pm.Probe(**{**p.to_dict(), "batch_norm": True, "batch_norm_bytes": 100_000})
     normed = pm.predict(norm, link, "localsgd", 2, at_end, epochs=16, epochs_to_target=4.58)
-    exchange = pm.sync_seconds(norm, link, 2, "int4") + link.latency_seconds
+    exchange = cost_base.sync_seconds(norm, link, 2, "int4") + link.latency_seconds
     assert normed.sync_seconds > exchange + 0.5  # (8 forward passes of a 0.2 s step at a third of it)
     assert f"costs {exchange * 1000:.0f} ms at 50 Mbit/s" in pm.reason(normed, [normed], norm, link)
     # a candidate beside each waiting DiLoCo configuration, where H is shorter than an epoch (at 250 and 500 it would
     # sync once an epoch: another H)
     predicted = pm.predict_all(p, link, [2], epochs=16, epochs_to_target=4.58)
     assert sorted({q.options["sync_every"] for q in predicted if q.options.get("sync_at_epoch_end")}) == [50, 100]
-    assert not any(q.options.get("sync_at_epoch_end") and (pm.overlapped(q.options) or not pm.diloco(q.strategy, q.options))
+    assert not any(q.options.get("sync_at_epoch_end") and (localsgd_cost.overlapped(q.options) or not pm.diloco(q.strategy, q.options))
                    for q in predicted)
 
 
 def test_multiworker_prefers_the_wider_wire_within_the_tie():
     # float16 gradients are rounded with nothing kept for later: among close multiworker rows, float32
     p = probe(step_seconds_alone=0.1, step_seconds_pair=0.1, one_host=False, link_measured="peers", per_byte_seconds=1e-10)
-    rows = [q for q in pm.predict_all(p, pm.link_of(p), [2], epochs=5, epochs_to_target=5) if q.strategy == "multiworker"]
+    rows = [q for q in pm.predict_all(p, cost_base.link_of(p), [2], epochs=5, epochs_to_target=5) if q.strategy == "multiworker"]
     assert pm.cost_of(rows[1]) < pm.cost_of(rows[0]) <= pm.cost_of(rows[1]) * 1.05  # float16 a little faster
     assert pm.recommend(rows).options["allreduce_dtype"] == "float32"
 
@@ -399,10 +404,10 @@ def test_the_probe_round_trips_through_json():
 
 def test_a_row_without_its_sync_every_gets_the_trainers_default():
     p = probe()
-    link = pm.link_of(p, mbit=10)
+    link = cost_base.link_of(p, mbit=10)
     assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": None}, epochs=2) == \
         pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 32}, epochs=2)
-    with pytest.raises(pm.ModelError, match="sync_every must be an integer"):
+    with pytest.raises(cost_base.ModelError, match="sync_every must be an integer"):
         pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 2.5})
 
 
@@ -410,19 +415,19 @@ def test_the_ceiling_is_each_of_two_whole_data_runs_at_the_pairs_step_time():
     # the time-to-accuracy benchmark's ceiling: two 1-worker runs on all the data, at once (not two half-data workers)
     p = probe(step_seconds_alone=0.005, step_seconds_pair=0.008)
     assert pm.ceiling_seconds_per_epoch(p) == pytest.approx(200 * 0.008)
-    single = pm.predict(p, pm.link_of(p), "single", 1).seconds_per_epoch
+    single = pm.predict(p, cost_base.link_of(p), "single", 1).seconds_per_epoch
     assert 2 * single / pm.ceiling_seconds_per_epoch(p) == pytest.approx(2 * 0.005 / 0.008)  # 1.25x at most
-    average = pm.predict(p, pm.link_of(p), "average", 2).seconds_per_epoch
+    average = pm.predict(p, cost_base.link_of(p), "average", 2).seconds_per_epoch
     assert average == pytest.approx(pm.ceiling_seconds_per_epoch(p) / 2)
 
 
 def test_a_batch_norm_model_is_never_advised_to_average_rarely():
     # compute-bound, fast link: one average at the end is the fastest prediction; with batch norm it is a measured risk
     plain, bn = probe(step_seconds_pair=0.005), probe(step_seconds_pair=0.005, batch_norm=True)
-    link = pm.link_of(plain)
+    link = cost_base.link_of(plain)
     assert pm.recommend(pm.predict_all(plain, link, [1, 2], 5)).strategy == "average"
     advice = pm.recommend(pm.predict_all(bn, link, [1, 2], 5))
-    assert advice.strategy == "localsgd" and advice.options["sync_every"] <= pm.PLAIN_SYNC_RISK
+    assert advice.strategy == "localsgd" and advice.options["sync_every"] <= localsgd_cost.PLAIN_SYNC_RISK
     assert pm.predict(bn, link, "average", 2).accuracy_risk and "batch-norm" in pm.predict(bn, link, "average", 2).note
     outer = {"sync_every": 500, "allreduce_dtype": "int8", "outer_optimizer": "nesterov"}
     # the statistics re-estimated after each sync (the trainer's default): DiLoCo's long H is fine (MobileNetV2 at
@@ -435,11 +440,11 @@ def test_a_batch_norm_model_is_never_advised_to_average_rarely():
 def test_a_batch_norm_sync_adds_the_statistics_refresh():
     plain = probe(step_seconds_pair=0.02)
     bn = probe(step_seconds_pair=0.02, batch_norm=True, batch_norm_bytes=136_000)
-    link = pm.link_of(plain, 10)
+    link = cost_base.link_of(plain, 10)
     options = {"sync_every": 100, "allreduce_dtype": "int8", "outer_optimizer": "nesterov"}
     extra = pm.predict(bn, link, "localsgd", 2, options).sync_seconds - pm.predict(plain, link, "localsgd", 2, options).sync_seconds
     # 8 forward passes at a third of a 2-worker step, and the statistics all-reduced in float32 over 10 Mbit/s
-    t = pm.step_seconds(bn, 2)
+    t = cost_base.step_seconds(bn, 2)
     assert extra == pytest.approx(8 * t / 3 + link.latency_seconds + 136_000 * link.per_byte_seconds)
     off = pm.predict(bn, link, "localsgd", 2, {**options, "sync_batch_norm_batches": 0})
     assert off.sync_seconds == pytest.approx(pm.predict(plain, link, "localsgd", 2, options).sync_seconds)
@@ -447,27 +452,27 @@ def test_a_batch_norm_sync_adds_the_statistics_refresh():
 
 def test_the_parameter_server_row_says_it_is_a_lower_bound():
     p = probe()
-    row = pm.predict(p, pm.link_of(p), "parameterserver", 2, {"ps": 1}, epochs=5)
+    row = pm.predict(p, cost_base.link_of(p), "parameterserver", 2, {"ps": 1}, epochs=5)
     assert row.note.startswith("a lower bound: ") and not row.accuracy_risk
 
 
 def test_a_timed_parameter_server_epoch_is_predicted_as_measured_and_carried_to_other_links_and_counts():
     # 200 group steps; without it, 100 * (0.006 + 2 * 0.001) = 0.8 s per epoch on the probe's link (loopback)
     untimed, timed = probe(), probe(parameterserver_epoch_seconds=2.0)
-    assert pm.epoch_seconds(untimed, pm.link_of(untimed), "parameterserver", 2)[0] == pytest.approx(0.8)
-    assert pm.parameterserver_extra_seconds(timed) == pytest.approx((2.0 - 0.8) / 200)
-    row = pm.predict(timed, pm.link_of(timed), "parameterserver", 2, {"ps": 1}, epochs=5)
+    assert pm.epoch_seconds(untimed, cost_base.link_of(untimed), "parameterserver", 2)[0] == pytest.approx(0.8)
+    assert parameterserver_cost.parameterserver_extra_seconds(timed) == pytest.approx((2.0 - 0.8) / 200)
+    row = pm.predict(timed, cost_base.link_of(timed), "parameterserver", 2, {"ps": 1}, epochs=5)
     assert row.seconds_per_epoch == pytest.approx(2.0) and not row.lower_bound and row.note == ""
     # 10 Mbit/s: the bytes of every step on top of the same runtime work per group step, or the server's link
-    slow = pm.link_of(timed, mbit=10)
-    workers_bound, server_bound, _ = pm.parameterserver_bounds(timed, slow, 2)
+    slow = cost_base.link_of(timed, mbit=10)
+    workers_bound, server_bound, _ = parameterserver_cost.parameterserver_bounds(timed, slow, 2)
     assert pm.epoch_seconds(timed, slow, "parameterserver", 2)[0] == pytest.approx(
         max(workers_bound + 200 * (2.0 - 0.8) / 200, server_bound))
     # four workers on the two cores: the same work per group step, the steps shared by more workers
-    workers_bound, _, _ = pm.parameterserver_bounds(timed, pm.link_of(timed), 4)
-    assert pm.epoch_seconds(timed, pm.link_of(timed), "parameterserver", 4)[0] == pytest.approx(workers_bound + 1.2)
+    workers_bound, _, _ = parameterserver_cost.parameterserver_bounds(timed, cost_base.link_of(timed), 4)
+    assert pm.epoch_seconds(timed, cost_base.link_of(timed), "parameterserver", 4)[0] == pytest.approx(workers_bound + 1.2)
     # measured faster than the bounds (noise): nothing is taken off them
-    assert pm.parameterserver_extra_seconds(probe(parameterserver_epoch_seconds=0.5)) == 0.0
+    assert parameterserver_cost.parameterserver_extra_seconds(probe(parameterserver_epoch_seconds=0.5)) == 0.0
 
 
 def test_on_the_probes_own_link_a_parameter_server_run_faster_than_the_bounds_corrects_them():
@@ -475,51 +480,51 @@ def test_on_the_probes_own_link_a_parameter_server_run_faster_than_the_bounds_co
     # = 3.67 s an epoch and the server's link at 200 * 5.12 MB * 2.8 ns = 2.87 s; the trainer's run on that link,
     # which carried those bytes, took 2.0 s: predicted as measured there
     timed = probe(per_byte_seconds=2.8e-9, parameterserver_epoch_seconds=2.0)
-    own = pm.link_of(timed)
-    workers_bound, server_bound, _ = pm.parameterserver_bounds(timed, own, 2)
+    own = cost_base.link_of(timed)
+    workers_bound, server_bound, _ = parameterserver_cost.parameterserver_bounds(timed, own, 2)
     assert (workers_bound, server_bound) == (pytest.approx(3.667, abs=0.001), pytest.approx(2.867, abs=0.001))
     assert pm.epoch_seconds(timed, own, "parameterserver", 2)[0] == pytest.approx(2.0)
     # four workers there: their bound corrected by the same seconds per group step
-    workers_bound_4, _, _ = pm.parameterserver_bounds(timed, own, 4)
+    workers_bound_4, _, _ = parameterserver_cost.parameterserver_bounds(timed, own, 4)
     assert pm.epoch_seconds(timed, own, "parameterserver", 4)[0] == pytest.approx(max(workers_bound_4 + 2.0 - workers_bound, 2.0))
     # on a given link the bytes are priced at its rate, and the bounds stand
-    slow = pm.link_of(timed, mbit=100)
-    workers_bound, server_bound, _ = pm.parameterserver_bounds(timed, slow, 2)
-    assert pm.parameterserver_extra_seconds(timed) == 0.0
+    slow = cost_base.link_of(timed, mbit=100)
+    workers_bound, server_bound, _ = parameterserver_cost.parameterserver_bounds(timed, slow, 2)
+    assert parameterserver_cost.parameterserver_extra_seconds(timed) == 0.0
     predicted = pm.epoch_seconds(timed, slow, "parameterserver", 2)[0]
     assert predicted == pytest.approx(max(workers_bound, server_bound)) and predicted > 2.0
 
 
 def test_an_untimed_multiworker_row_is_a_lower_bound_and_a_timed_one_is_not():
     untimed, timed = probe(), probe(multiworker_step_seconds=0.009)
-    row = pm.predict(untimed, pm.link_of(untimed), "multiworker", 2, epochs=5)
+    row = pm.predict(untimed, cost_base.link_of(untimed), "multiworker", 2, epochs=5)
     assert row.lower_bound and row.note.startswith("a lower bound: ") and "--budget-seconds" in row.note
-    row = pm.predict(timed, pm.link_of(timed), "multiworker", 2, epochs=5)
+    row = pm.predict(timed, cost_base.link_of(timed), "multiworker", 2, epochs=5)
     assert not row.lower_bound and row.note == ""
-    assert pm.predict(timed, pm.link_of(timed), "parameterserver", 2, {"ps": 1}, epochs=5).lower_bound
+    assert pm.predict(timed, cost_base.link_of(timed), "parameterserver", 2, {"ps": 1}, epochs=5).lower_bound
 
 
 def test_a_faster_lower_bound_is_passed_over_and_named():
     # the parameter server's lower bound is the fastest here (DiLoCo gets too few outer steps in 3 epochs);
     # the advice is what was predicted in full
     p = probe(step_seconds_alone=0.1, step_seconds_pair=0.1, multiworker_step_seconds=0.3)
-    predictions = pm.predict_all(p, pm.link_of(p), [1, 2], epochs=3, epochs_to_target=3)
+    predictions = pm.predict_all(p, cost_base.link_of(p), [1, 2], epochs=3, epochs_to_target=3)
     fastest = min(predictions, key=pm.cost_of)
     assert fastest.strategy == "parameterserver" and fastest.lower_bound
     choice = pm.recommend(predictions)
     assert not choice.lower_bound and pm.cost_of(choice) > pm.cost_of(fastest)
-    sentence = pm.reason(choice, predictions, p, pm.link_of(p))
+    sentence = pm.reason(choice, predictions, p, cost_base.link_of(p))
     assert sentence.endswith("; parameterserver (2 workers) is predicted faster, but only as a lower bound "
                              "(its note says what was not probed)")
     assert sentence.count("parameterserver") == 1  # (the best option with more workers is one predicted in full)
     # with only lower bounds left, the fastest of them is the advice, and the sentence adds nothing
     bounds = [q for q in predictions if q.lower_bound]
-    assert pm.recommend(bounds).lower_bound and "predicted faster" not in pm.reason(pm.recommend(bounds), bounds, p, pm.link_of(p))
+    assert pm.recommend(bounds).lower_bound and "predicted faster" not in pm.reason(pm.recommend(bounds), bounds, p, cost_base.link_of(p))
 
 
 def test_the_table_numbers_each_note_and_prints_it_once():
     p = probe(step_seconds_alone=0.1, step_seconds_pair=0.1)
-    predictions = pm.predict_all(p, pm.link_of(p), [1, 2], epochs=3, epochs_to_target=3)
+    predictions = pm.predict_all(p, cost_base.link_of(p), [1, 2], epochs=3, epochs_to_target=3)
     text = pm.table(predictions, pm.recommend(predictions))
     rare = "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov"
     # plain localsgd at H = 250 and 500 on each of its 4 wires
@@ -536,16 +541,16 @@ def test_each_sync_costs_what_the_trainers_own_sync_took_beyond_its_modelled_exc
     loop = probe(weight_bytes=9_080_000, step_seconds_alone=0.2, step_seconds_pair=0.2, latency_seconds=0.002,
                  per_byte_seconds=4e-9, train_examples=16_000, trainer_sync_seconds={"int4": 0.091, "float32": 0.056})
     plain = pm.Probe(**{**loop.to_dict(), "trainer_sync_seconds": {}})
-    here = pm.link_of(loop)
-    own = 0.091 - pm.sync_exchange_seconds(loop, here, 2, "int4")
-    assert pm.sync_own_seconds(loop, "int4") == pytest.approx(own)
-    assert own == pytest.approx(0.091 - (3 * 0.002 + pm.sync_bytes(loop, "int4") * 4e-9))  # the all-gather's 2 + alpha
-    assert pm.sync_own_seconds(loop, "int8") == 0.0  # not timed: the exchange alone, as before
-    assert pm.sync_own_seconds(plain, "int4") == 0.0
+    here = cost_base.link_of(loop)
+    own = 0.091 - localsgd_cost.sync_exchange_seconds(loop, here, 2, "int4")
+    assert localsgd_cost.sync_own_seconds(loop, "int4") == pytest.approx(own)
+    assert own == pytest.approx(0.091 - (3 * 0.002 + cost_base.sync_bytes(loop, "int4") * 4e-9))  # the all-gather's 2 + alpha
+    assert localsgd_cost.sync_own_seconds(loop, "int8") == 0.0  # not timed: the exchange alone, as before
+    assert localsgd_cost.sync_own_seconds(plain, "int4") == 0.0
     # float32 timed faster than its modelled all-reduce: no negative work
-    assert pm.sync_own_seconds(probe(per_byte_seconds=4e-9, trainer_sync_seconds={"float32": 0.001}), "float32") == 0.0
+    assert localsgd_cost.sync_own_seconds(probe(per_byte_seconds=4e-9, trainer_sync_seconds={"float32": 0.001}), "float32") == 0.0
     diloco = {"sync_every": 50, "allreduce_dtype": "int4", "outer_optimizer": "nesterov", "sync_at_epoch_end": True}
-    for link in (here, pm.link_of(loop, mbit=50)):  # the same own work on a slower link, beside its longer exchange
+    for link in (here, cost_base.link_of(loop, mbit=50)):  # the same own work on a slower link, beside its longer exchange
         with_own, _, comm, one = pm.epoch_seconds(loop, link, "localsgd", 2, diloco, epochs=16)
         without, _, comm_plain, one_plain = pm.epoch_seconds(plain, link, "localsgd", 2, diloco, epochs=16)
         # 125 steps an epoch at H = 50: syncs at 50, 100 and 125, three an epoch
@@ -553,11 +558,11 @@ def test_each_sync_costs_what_the_trainers_own_sync_took_beyond_its_modelled_exc
         assert comm - comm_plain == pytest.approx(3 * own) and one - one_plain == pytest.approx(own)
     # an overlapped sync waits for its own work too, whatever the steps hide of its exchange
     eager = {"sync_every": 100, "allreduce_dtype": "int4", "outer_optimizer": "nesterov", "outer_overlap": "eager"}
-    link = pm.link_of(loop, mbit=50)
-    syncs = len(pm.sync_steps(100, 125, 16))
+    link = cost_base.link_of(loop, mbit=50)
+    syncs = len(localsgd_cost.sync_steps(100, 125, 16))
     assert pm.epoch_seconds(loop, link, "localsgd", 2, eager, epochs=16)[0] - \
         pm.epoch_seconds(plain, link, "localsgd", 2, eager, epochs=16)[0] == pytest.approx(syncs * own / 16)
     # the advice's sentence prices a sync with its own work
     choice = pm.predict(loop, here, "localsgd", 2, diloco, epochs=16)
-    cost = pm.sync_exchange_seconds(loop, here, 2, "int4") + own
+    cost = localsgd_cost.sync_exchange_seconds(loop, here, 2, "int4") + own
     assert f"costs {cost * 1000:.0f} ms at loopback" in pm.reason(choice, [choice], loop, here)

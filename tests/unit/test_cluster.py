@@ -95,7 +95,7 @@ def test_given_ps_tf_config_is_read_back():
 
 def test_a_parameter_server_epoch_is_split_evenly_over_the_workers():
     pytest.importorskip("tensorflow")
-    from disttrain_trainer.strategies.parameterserver import split_epoch
+    from disttrain_trainer.strategies.parameterserver.strategy import split_epoch
 
     assert split_epoch(160, 32, 2) == [27, 27, 27, 27, 26, 26]  # not 5 calls of 32: 3 for one worker
     assert split_epoch(23, 32, 2) == [6, 6, 6, 5]  # at least 2 calls per worker

@@ -8,9 +8,9 @@ trainer's sync loop with its collaborators replaced by recorders, and the adviso
 
 import pytest
 
-from disttrain_trainer import perfmodel
+from disttrain_trainer.strategies.localsgd import cost as localsgd_cost
 from disttrain_trainer.strategies.localsgd import Strategy as LocalSGD
-from disttrain_trainer.strategies.options import next_sync, statistics_read_after_sync, sync_steps
+from disttrain_trainer.strategies.localsgd.schedule import next_sync, statistics_read_after_sync, sync_steps
 
 
 def refreshed(every, steps_per_epoch, epochs, at_epoch_end=False):
@@ -78,7 +78,7 @@ def test_the_advisor_counts_the_syncs_the_trainer_re_estimates_at(every, steps_p
     assert syncs == sync_steps(every, steps_per_epoch, epochs, at_epoch_end)  # the trainer's syncs, as the advisor lists them
     assert s.syncs == len(syncs) and s.sync_seconds > 0  # (no epoch's record was taken: all the run's, timed)
     assert calls == refreshed(every, steps_per_epoch, epochs, at_epoch_end)
-    assert perfmodel.refreshes(steps_per_epoch, every, epochs, at_epoch_end) == len(calls)
+    assert localsgd_cost.refreshes(steps_per_epoch, every, epochs, at_epoch_end) == len(calls)
     if every < steps_per_epoch or at_epoch_end:
         assert per_epoch == [1] * epochs  # one an epoch
 

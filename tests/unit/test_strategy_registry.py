@@ -14,9 +14,10 @@ from disttrain_contract import strategies as registry
 from disttrain_contract.strategies import NAMES, STRATEGIES, names_where, settings_of, users_of_flag
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-# where a strategy's name may be compared: the registry, and each strategy's own training module in the trainer
+# where a strategy's name may be compared: the registry, and each strategy's own package in the trainer (its
+# training code, its techniques' modules, its cost model)
 OWN_MODULES = {ROOT / "components/contract/disttrain_contract/strategies.py",
-               *(ROOT / f"components/trainer/disttrain_trainer/strategies/{name}.py" for name in NAMES)}
+               *(path for name in NAMES for path in (ROOT / f"components/trainer/disttrain_trainer/strategies/{name}").rglob("*.py"))}
 # tables of files that must run on the standard library alone, checked against the registry below
 CHECKED_TABLES = {(ROOT / "pipelines/kfp/trainer_job.py", "PARAMETER_SERVER_STRATEGIES")}
 # the registry's constants that are a strategy's name

@@ -128,7 +128,7 @@ def test_average_flags_are_refused_elsewhere(argv, message, capsys):
 
 
 def test_every_strategy_is_one_registry_entry_owning_its_flags():
-    """A strategy is its module and its entry in strategies/options.py: the names, the connected ones and
+    """A strategy is its package and its entry in strategies/options.py: the names, the connected ones and
     whose flag a --params-from key is all come from the entries."""
     from disttrain_trainer import strategies
 
@@ -137,9 +137,10 @@ def test_every_strategy_is_one_registry_entry_owning_its_flags():
     assert options.users_of("sync_every") == ["localsgd"]
     assert options.users_of("allreduce_dtype") == ["multiworker", "localsgd"]
     assert options.users_of("learning_rate") is None  # every strategy's
-    for name in options.NAMES:  # each entry has its training module
-        path = os.path.join(os.path.dirname(strategies.__file__), f"{name}.py")
-        assert os.path.isfile(path), path
+    for name in options.NAMES:  # each entry has its package: its training code and its cost model
+        for module in ("strategy.py", "cost.py"):
+            path = os.path.join(os.path.dirname(strategies.__file__), name, module)
+            assert os.path.isfile(path), path
     from disttrain_trainer.cluster import Placement
 
     assert options.REGISTRY["parameterserver"].tag(Placement(2, 0, None, 2)) == "chief 0 (task 0)"

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from disttrain_trainer import wire_codecs
-from disttrain_trainer.strategies.localsgd import nesterov_step
+from disttrain_trainer.strategies.localsgd.outer import nesterov_step
 
 
 def vector(size, seed=0, scale=1e-3):

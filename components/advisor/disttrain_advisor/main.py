@@ -35,6 +35,9 @@ from disttrain_contract import ContractError, StageTimeout, Workdir, atomic_writ
 from disttrain_contract.manifest import Manifest
 from disttrain_contract.strategies import strategy_of
 from disttrain_trainer import TrainConfig, build_parser, cluster, from_flags, perfmodel
+from disttrain_trainer.strategies import cost_base
+from disttrain_trainer.strategies.localsgd import cost as localsgd_cost
+from disttrain_trainer.strategies.parameterserver import cost as parameterserver_cost
 from disttrain_trainer.strategies.options import AllReduceSettings
 
 PROBE_WORKER_FLAG = "--probe-worker"
@@ -222,8 +225,8 @@ def parameter_server_phase(args, data_dir, manifest, result, deadline):
             f"(it has {manifest.n_shards}; the advisor predicts it as a lower bound)")
         return
     probe = probe_of(result, args, manifest, peers=False)
-    bound = perfmodel.epoch_seconds(probe, perfmodel.link_of(probe), "parameterserver", parameterserver_phase.WORKERS)[0]
-    group_steps = perfmodel.parameterserver_group_steps(probe)
+    bound = perfmodel.epoch_seconds(probe, cost_base.link_of(probe), "parameterserver", parameterserver_phase.WORKERS)[0]
+    group_steps = parameterserver_cost.parameterserver_group_steps(probe)
     left = deadline - time.time()
     fraction, least = parameterserver_phase.data_fraction(probe.startup_seconds, bound, group_steps, left)
     if fraction is None:
@@ -308,7 +311,7 @@ def chart_values(prediction):
 
 def advise(args, probe, facts):
     """(text to print, the --json document)."""
-    link = perfmodel.link_of(probe, args.link_mbit)
+    link = cost_base.link_of(probe, args.link_mbit)
     workers = args.train.workers or facts.get("workers") or 2
     counts = list(args.worker_counts or sorted({1, 2, workers}))
     epochs = args.train.epochs
@@ -322,9 +325,9 @@ def advise(args, probe, facts):
     strategy = perfmodel.SINGLE if workers == 1 and not strategy_of(args.train.strategy).connected else args.train.strategy
     try:
         this_run = perfmodel.predict(probe, link, strategy, workers, run_options(args.train), epochs, target)
-    except perfmodel.ModelError:
+    except cost_base.ModelError:
         pass  # e.g. a connected strategy with no link to predict it on
-    wire_bytes = {dtype: perfmodel.sync_bytes(probe, dtype) for dtype in perfmodel.WIRE_DTYPES}
+    wire_bytes = {dtype: cost_base.sync_bytes(probe, dtype) for dtype in localsgd_cost.WIRE_DTYPES}
     basis = f"{args.epochs_to_target:g} epochs to the target" if args.epochs_to_target else f"the run's {epochs} epochs"
     pair = (f", two at once {probe.step_seconds_pair * 1000:.2f} ms each ({'one host' if probe.one_host else 'two hosts'}, "
             f"{probe.cores} cores here: two processes that never talk get "
@@ -384,9 +387,9 @@ def main(argv=None):
             probe = probe_of(result, args, manifest, peer_mode(args))
             facts = {"task": manifest.task, "workers": args.train.workers or manifest.n_shards, "measured": result}
         text, document = advise(args, probe, facts)
-    except (ContractError, perfmodel.ModelError) as err:
+    except (ContractError, cost_base.ModelError) as err:
         if not args.never_fail:
-            if isinstance(err, perfmodel.ModelError):
+            if isinstance(err, cost_base.ModelError):
                 raise ContractError(str(err)) from None
             raise
         print(f"disttrain-advise: no advice: {err}", flush=True)

@@ -37,7 +37,8 @@ from disttrain_contract.atomic import sha256_file
 from disttrain_contract.manifest import MANIFEST, SplitInfo, split_files
 from disttrain_contract.ports import free_port_block
 from disttrain_contract.trainer_records import read_epoch_records
-from disttrain_trainer import TrainConfig, perfmodel
+from disttrain_trainer import TrainConfig
+from disttrain_trainer.strategies import cost_base
 from disttrain_trainer.strategies.options import ParameterServerSettings
 
 WORKERS, PARAMETER_SERVERS = 2, 1
@@ -121,7 +122,7 @@ def measure_on_part(args, data_dir, manifest, fraction, epochs, deadline, say):
     scaled to an epoch of the whole data by its steps of the group over the part's; None as measure()."""
     with tempfile.TemporaryDirectory(prefix="disttrain-advise-ps-data-") as part_dir:
         part = part_of_the_data(data_dir, manifest, fraction, part_dir)
-        whole_steps, part_steps = (perfmodel.steps_per_epoch(m.train_examples, 1, args.train.batch) for m in (manifest, part))
+        whole_steps, part_steps = (cost_base.steps_per_epoch(m.train_examples, 1, args.train.batch) for m in (manifest, part))
         say(f"parameter server: two epochs of the whole data do not fit the budget; timing it on "
             f"{part.train_examples:,} of the {manifest.train_examples:,} examples ({part_steps} steps of the group an "
             f"epoch, against {whole_steps})")

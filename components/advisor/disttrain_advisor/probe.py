@@ -8,7 +8,7 @@ does (tasks.create, step.make_train_call), and then, between barriers (one small
   2. both at once: steps (t2: how the host's cores share, or each host's own speed);
   3. collectives: one all-reduce of a float (latency) and of the model's weights in float32 and float16
      (seconds per byte on this link), as localsgd sends them (collectives.Wire);
-  4. the trainer's own localsgd sync (strategies/localsgd.py, DiLoCo's outer step, no batch-norm
+  4. the trainer's own localsgd sync (strategies/localsgd/, DiLoCo's outer step, no batch-norm
      re-estimation: the advisor prices that apart) in each wire, both workers at once, on the link:
      what a sync costs beyond its exchange (flattening the weights, the codec and its error feedback,
      the outer step, setting the weights), which the advisor adds to every sync's modelled exchange.
@@ -39,7 +39,7 @@ from disttrain_contract.evaluation import compiled
 from disttrain_contract.manifest import Manifest, read_split
 from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_trainer import malloc_settings
-from disttrain_trainer.perfmodel import WIRE_BYTES
+from disttrain_trainer.strategies.cost_base import WIRE_BYTES
 
 RESULT = "RESULT "
 CALL_SECONDS = 0.5  # a timed call lasts about this long at most (fewer steps per call when steps are long)

@@ -1,6 +1,6 @@
 """The lossy wires of local SGD's syncs: int8 and int4 with a scale per block, and error feedback.
 
-Pure TensorFlow functions of flat float32 tensors (no variables, no collectives): localsgd.py calls
+Pure TensorFlow functions of flat float32 tensors (no variables, no collectives): localsgd/wire.py calls
 them inside its sync, the unit tests call them eagerly.
 
 The block wires (BLOCK_WIRES: int8, int4): a flat float32 tensor is cut into blocks of BLOCK elements

@@ -10,7 +10,7 @@ reads; this module holds one Options per entry (REGISTRY, in the contract's orde
   metadata   what its models record besides every strategy's facts (localsgd: sync_every, the outer
              optimizer and the wire when not the defaults) and how many
              examples a model says it was trained on.
-The training itself is the strategy's module (strategies/<name>.py, imported by strategies.create
+The training itself is the strategy's package (strategies/<name>/strategy.py, imported by strategies.create
 once the flags are checked): `--help` and a flag error cost no TensorFlow import.
 
 A family of strategies shares its flags through a base class here: Connected (multiworker, localsgd,
@@ -31,45 +31,14 @@ BLOCK_WIRES = ("int8", "int4")  # a scale per block, sent by all-gather (wire_co
 LOSSY_WIRES = ("float16", *BLOCK_WIRES)  # localsgd keeps what they round off for the next sync (error feedback)
 DEFAULT_SYNC_EVERY = 32  # chosen by measurement: bench/README.md, "local SGD: choosing H"
 OUTER_OPTIMIZERS = ("none", "nesterov")
-OUTER_OVERLAPS = ("none", "delayed", "eager")  # localsgd.py's docstring says what each does
+OUTER_OVERLAPS = ("none", "delayed", "eager")  # localsgd/overlap.py says what each does
 DEFAULT_OUTER_LR, DEFAULT_OUTER_MOMENTUM = 0.7, 0.9  # DiLoCo's (Douillard et al. 2023)
-# batches of a worker's shard that re-estimate the batch-norm statistics after a sync (localsgd.py)
+# batches of a worker's shard that re-estimate the batch-norm statistics after a sync (localsgd/statistics.py)
 DEFAULT_SYNC_BATCH_NORM_BATCHES = 8
 # TensorFlow's coordination service's heartbeat timeout, instead of its 10 s, which a slow link's syncs once exceeded
 # (collectives.join_cluster says how). 120 s: above a float32 sync of 100 MB between 2 workers at 10 Mbit/s (about 90 s).
 DEFAULT_HEARTBEAT_TIMEOUT = 120.0
 SERVE_TIMEOUT = 7 * 24 * 3600.0  # a parameter-server task serves this long for the chief's marker by default
-
-
-def next_sync(step, every, steps_per_epoch, at_epoch_end=False):
-    """The step of localsgd's first sync after `step`: every H steps of the run; with --sync-at-epoch-end, every
-    H steps counted from each epoch's start and at the epoch's end (where it comes first). (The run's last step
-    is a sync as well: the caller's.)"""
-    if not at_epoch_end:
-        return (step // every + 1) * every
-    start = step // steps_per_epoch * steps_per_epoch
-    return min(start + ((step - start) // every + 1) * every, start + steps_per_epoch)
-
-
-def sync_steps(every, steps_per_epoch, epochs, at_epoch_end=False):
-    """Every sync of a localsgd run, in order: those of next_sync and the run's last step. The trainer follows
-    next_sync; the advisor counts a run's syncs (perfmodel) with this list."""
-    last, steps, step = steps_per_epoch * epochs, [], 0
-    while (step := next_sync(step, every, steps_per_epoch, at_epoch_end)) < last:
-        steps.append(step)
-    return [*steps, last]
-
-
-def statistics_read_after_sync(step, following, steps_per_epoch, last_step):
-    """Whether anything reads the batch-norm statistics of localsgd's sync at `step` before the next sync (at
-    `following`) replaces them: an epoch's end (its held-out evaluation and its checkpoint) or the run's end
-    (the published model) comes first. Training normalizes with each batch's own statistics, so only these
-    syncs need theirs re-estimated (localsgd.py): with H shorter than an epoch, one sync an epoch, the last
-    before its end (or the one at its end). The advisor (perfmodel.refreshes) counts them with this rule too."""
-    if step >= last_step:
-        return True
-    next_end = -(-step // steps_per_epoch) * steps_per_epoch  # (the step itself when it ends an epoch)
-    return next_end < min(following, last_step)  # (a sync at that end, or the run's last, re-estimates instead)
 
 
 # ------------------------------------------------------------------ each strategy's part of a TrainConfig
