@@ -425,7 +425,7 @@ class ServingInputs:
                 for name, dtype, _ in self.specs}
 
 
-class HeldOut:
+class HeldOutReference:
     """The held-out split the exports are checked on (x as the Keras model takes it, y, the evaluation's seed),
     and the Keras model's answers to it (keras_reference)."""
 
@@ -440,10 +440,11 @@ class HeldOut:
 
 
 def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, metric=ACCURACY):
-    """Build and check in `staged` the SavedModel (always: TF Serving's and the TFLite model's source of truth
-    is checked first) and, if asked for, the model.tflite or the reason it is skipped (see stage())."""
+    """Build and check in `staged` the SavedModel (whatever staged.kinds asks: loading it back checks the serving
+    function against the Keras model; reported only when asked for), then, if asked for, the model.tflite or the
+    reason it is skipped (see stage())."""
     inputs = ServingInputs(model, task, meta)
-    held_out = HeldOut(model, task, meta, x, y, seed)
+    held_out = HeldOutReference(model, task, meta, x, y, seed)
     stage_saved_model(staged, final_dir, model, task, meta, inputs, held_out, now)
     if "tflite" in staged.kinds:
         stage_tflite(staged, model, task, meta, inputs, held_out, keras_value, metric)
@@ -482,6 +483,7 @@ def stage_saved_model(staged, final_dir, model, task, meta, inputs, held_out, no
 def stage_tflite(staged, model, task, meta, inputs, held_out, keras_value, metric):
     """Convert serving_default to the model.tflite in `staged` and check it on the held-out split, or record
     in the report why it is skipped (an own model's conversion failing is a skip, the built-in models' an error)."""
+    tf = import_tensorflow()
     # Text: TFLite has no builtins for the vectorizer's string ops (lower, regex replace, split: the
     # converter names them), and the Flex delegate that would run them as SELECT_TF_OPS is not in
     # the tensorflow pip package's tf.lite.Interpreter since TF 2.20 (google-ai-edge/LiteRT#6458): a
@@ -496,7 +498,7 @@ def stage_tflite(staged, model, task, meta, inputs, held_out, keras_value, metri
                                               "and TFLite cannot take its strings (no builtin string ops, no Flex "
                                               "delegate in the tensorflow package since TF 2.20)"}
         return
-    strings = [name for name, dtype, _ in inputs.specs if inputs.own and dtype == import_tensorflow().string]
+    strings = [name for name, dtype, _ in inputs.specs if inputs.own and dtype == tf.string]
     if strings:
         staged.report["tflite"] = {"skipped": f"the model's input(s) {', '.join(strings)} are strings, and TFLite has no "
                                               "builtin string ops (no Flex delegate in the tensorflow package since "
