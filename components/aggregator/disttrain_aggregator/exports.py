@@ -38,7 +38,7 @@ ContractError naming what failed, and nothing is published.
 TFLite: serving_default's function with its variables frozen, builtin ops only (convert_tflite). No
 SELECT_TF_OPS: the Flex delegate that runs them is not in the tensorflow package's tf.lite.Interpreter
 since TF 2.20 (google-ai-edge/LiteRT#6458), so such a model could not be checked here. The text model's
-vectorizer is all string ops (no builtins), so its model.tflite is the core on token ids (build()); a text
+vectorizer is all string ops (no builtins), so its model.tflite is the core on token ids (stage_tflite()); a text
 model without one vectorizer before one core (an ensemble) gets no model.tflite, and the report says why.
 """
 
@@ -219,7 +219,7 @@ def text_parts(model):
 
 def convert_tflite(model, task, meta, scratch, core=None):
     """The TFLite flatbuffer of the task's serving_default function (`core`: a text model's core alone,
-    token ids in; see build()), builtin ops only.
+    token ids in; see stage_tflite()), builtin ops only.
 
     The function's variables are frozen into constants first (convert_variables_to_constants_v2) and
     the frozen function saved as a SavedModel in `scratch` for the converter: converted with its Keras
@@ -402,35 +402,67 @@ def with_suppressed_rmdir(path):
         pass
 
 
-def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, metric=ACCURACY):
-    tf = import_tensorflow()
-    facts = TASKS[task]
-    own = own_signature(task, meta)
-    out = output_name(task, meta)
-    specs = input_specs(model, meta) if own else [(facts.input_name, signature_dtype(task), None)]
-    names = [name for name, _, _ in specs]
-    flat_strings = facts.input_dtype == "string" and not own  # the built-in text signature: a flat [n], not a column
-    flatten = (lambda chunk: tf.reshape(chunk, [-1])) if flat_strings else (lambda chunk: chunk)  # noqa: E731
+class ServingInputs:
+    """serving_default's inputs: `specs` [(name, tf dtype, per-example shape)], the model's own
+    (own_signature: input_specs) or the task's one built-in input (its shape None: the model's)."""
 
-    def arguments(chunk):
+    def __init__(self, model, task, meta):
+        facts = TASKS[task]
+        self.own = own_signature(task, meta)
+        self.specs = input_specs(model, meta) if self.own else [(facts.input_name, signature_dtype(task), None)]
+        self.names = [name for name, _, _ in self.specs]
+        # the built-in text signature takes a flat [n] of strings, not the model's column
+        self.flat_strings = facts.input_dtype == "string" and not self.own
+
+    def arguments(self, chunk):
         """A chunk of x as the signature's keyword arguments, in each input's dtype."""
-        values = chunk if isinstance(chunk, dict) else {names[0]: flatten(chunk)}
-        return {name: (tf.cast(values[name], dtype) if dtype != tf.string else values[name]) for name, dtype, _ in specs}
+        tf = import_tensorflow()
+        if isinstance(chunk, dict):
+            values = chunk
+        else:
+            values = {self.names[0]: tf.reshape(chunk, [-1]) if self.flat_strings else chunk}
+        return {name: (tf.cast(values[name], dtype) if dtype != tf.string else values[name])
+                for name, dtype, _ in self.specs}
 
-    # faces: the exports take raw crops and preprocess them themselves, so evaluate() must not
-    eval_meta = {"face_preprocessing": 1} if facts.face_preprocessing else meta
-    keras_outputs, keras_one = keras_reference(model, task, meta, x)
-    n = len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
 
-    # ------------------------------------------------------------ SavedModel
+class HeldOutReference:
+    """The held-out split the exports are checked on (x as the Keras model takes it, y, the evaluation's seed),
+    and the Keras model's answers to it (keras_reference)."""
+
+    def __init__(self, model, task, meta, x, y, seed):
+        self.x, self.y, self.seed = x, y, seed
+        self.keras_outputs, self.keras_one = keras_reference(model, task, meta, x)
+        self.n = len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
+
+    def max_abs_diff(self, outputs):
+        """The largest difference of `outputs` from the Keras model's on the split (0 when it is empty)."""
+        return float(np.abs(outputs - self.keras_outputs).max()) if self.n else 0.0
+
+
+def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, metric=ACCURACY):
+    """Build and check in `staged` the SavedModel (whatever staged.kinds asks: loading it back checks the serving
+    function against the Keras model; reported only when asked for), then, if asked for, the model.tflite or the
+    reason it is skipped (see stage())."""
+    inputs = ServingInputs(model, task, meta)
+    held_out = HeldOutReference(model, task, meta, x, y, seed)
+    stage_saved_model(staged, final_dir, model, task, meta, inputs, held_out, now)
+    if "tflite" in staged.kinds:
+        stage_tflite(staged, model, task, meta, inputs, held_out, keras_value, metric)
+
+
+def stage_saved_model(staged, final_dir, model, task, meta, inputs, held_out, now):
+    """Save the SavedModel of the next version in `staged`, load it back as TF Serving does and refuse it
+    unless its outputs on the held-out split are within TOLERANCE of the Keras model's."""
+    tf = import_tensorflow()
+    out = output_name(task, meta)
     t0 = time.perf_counter()
     staged.version = next_version(os.path.join(final_dir, SAVED_MODEL_DIR), now)
     save_saved_model(model, task, meta, staged.saved_model_path)
     saved_sec = time.perf_counter() - t0
     loaded = tf.saved_model.load(staged.saved_model_path)  # what TF Serving does, in this process
     signature = loaded.signatures[SIGNATURE_NAME]
-    outputs = call_in_chunks(lambda chunk: signature(**arguments(chunk))[out], x, CHUNK)  # noqa: F821  runs here, before the del below
-    difference = float(np.abs(outputs - keras_outputs).max()) if n else 0.0
+    outputs = call_in_chunks(lambda chunk: signature(**inputs.arguments(chunk))[out], held_out.x, CHUNK)
+    difference = held_out.max_abs_diff(outputs)
     if not difference <= TOLERANCE:  # also nan
         raise ContractError(f"the SavedModel's {SIGNATURE_NAME} outputs differ from the Keras model's by "
                             f"{difference:.3g} on the held-out split (at most {TOLERANCE:g} allowed)")
@@ -446,25 +478,27 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
             "save_sec": round(saved_sec, 3),
             "keep_versions": KEEP_VERSIONS,
         }
-    del loaded, signature
 
-    # ------------------------------------------------------------------ TFLite
-    if "tflite" not in staged.kinds:
-        return
+
+def stage_tflite(staged, model, task, meta, inputs, held_out, keras_value, metric):
+    """Convert serving_default to the model.tflite in `staged` and check it on the held-out split, or record
+    in the report why it is skipped (an own model's conversion failing is a skip, the built-in models' an error)."""
+    tf = import_tensorflow()
     # Text: TFLite has no builtins for the vectorizer's string ops (lower, regex replace, split: the
     # converter names them), and the Flex delegate that would run them as SELECT_TF_OPS is not in
     # the tensorflow pip package's tf.lite.Interpreter since TF 2.20 (google-ai-edge/LiteRT#6458): a
     # strings-in model.tflite would run nowhere here. So the text model.tflite is the core on token
     # ids (TextVectorization's: 0 padding, 1 out of vocabulary, then the vocabulary in order), builtin
     # ops only; the vectorizer runs in TensorFlow before it.
-    parts = text_parts(model) if facts.vocabulary and not own else None
+    builtin_text = TASKS[task].vocabulary and not inputs.own
+    parts = text_parts(model) if builtin_text else None
     vectorize = parts[0] if parts else None
-    if facts.vocabulary and not own and parts is None:  # e.g. --combine ensemble: each member has its own vectorizer
+    if builtin_text and parts is None:  # e.g. --combine ensemble: each member has its own vectorizer
         staged.report["tflite"] = {"skipped": "the text model is not one vectorizer before one core (an ensemble?), "
                                               "and TFLite cannot take its strings (no builtin string ops, no Flex "
                                               "delegate in the tensorflow package since TF 2.20)"}
         return
-    strings = [name for name, dtype, _ in specs if own and dtype == tf.string]
+    strings = [name for name, dtype, _ in inputs.specs if inputs.own and dtype == tf.string]
     if strings:
         staged.report["tflite"] = {"skipped": f"the model's input(s) {', '.join(strings)} are strings, and TFLite has no "
                                               "builtin string ops (no Flex delegate in the tensorflow package since "
@@ -475,7 +509,7 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
         content = convert_tflite(model, task, meta, os.path.join(staged.staging, "tflite-source"),
                                  parts[1] if parts else None)
     except Exception as err:  # an own model's ops are its author's: skip its model.tflite, publish the rest
-        if not own:
+        if not inputs.own:
             raise
         staged.report["tflite"] = {"skipped": f"the model does not convert to TFLite with builtin ops only: "
                                               f"{first_line(err)[:400]}"}
@@ -485,23 +519,12 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
         fh.write(content)
         fh.flush()
         os.fsync(fh.fileno())
-    fraction = metric.unit == "fraction"
-    if vectorize is not None:
-        lite_inputs = [{"name": TOKEN_IDS, "dtype": "int64", "shape": [-1, -1],
-                        "what": "the vectorizer's token ids (0 padding, 1 out of vocabulary, then the model's vocabulary "
-                                "in order: data/vocab.txt); the strings go through the SavedModel's or the Keras model's "
-                                "TextVectorization first"}]
-    elif own:
-        lite_inputs = [{"name": name, "dtype": dtype_name(dtype), "shape": [-1, *(-1 if d is None else int(d) for d in shape)]}
-                       for name, dtype, shape in specs]
-    else:
-        lite_inputs = [{"name": names[0], "dtype": dtype_name(signature_dtype(task)),
-                        "shape": [-1] if flat_strings else [-1, *model.inputs[0].shape[1:]]}]
+    lite_inputs = tflite_inputs(model, task, inputs, vectorize)
     section = staged.report["tflite"] = {
         "path": TFLITE_FILE,
         **({"input": lite_inputs[0]} if len(lite_inputs) == 1 else {}),
         "inputs": lite_inputs,
-        "output": out,
+        "output": output_name(task, meta),
         "size_bytes": len(content),
         "builtin_ops_only": True,
         "select_tf_ops": False,
@@ -510,6 +533,31 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
         f"keras_{metric.key}": keras_value,
         "convert_sec": round(convert_sec, 3),
     }
+    section.update(check_tflite(content, task, meta, inputs, vectorize, held_out, keras_value, metric))
+
+
+def tflite_inputs(model, task, inputs, vectorize):
+    """The report's description of the model.tflite's inputs: the token ids of a text model's core (`vectorize`:
+    its vectorizer), an own model's inputs, or the task's built-in one."""
+    if vectorize is not None:
+        return [{"name": TOKEN_IDS, "dtype": "int64", "shape": [-1, -1],
+                 "what": "the vectorizer's token ids (0 padding, 1 out of vocabulary, then the model's vocabulary "
+                         "in order: data/vocab.txt); the strings go through the SavedModel's or the Keras model's "
+                         "TextVectorization first"}]
+    if inputs.own:
+        return [{"name": name, "dtype": dtype_name(dtype), "shape": [-1, *(-1 if d is None else int(d) for d in shape)]}
+                for name, dtype, shape in inputs.specs]
+    return [{"name": inputs.names[0], "dtype": dtype_name(signature_dtype(task)),
+             "shape": [-1] if inputs.flat_strings else [-1, *model.inputs[0].shape[1:]]}]
+
+
+def check_tflite(content, task, meta, inputs, vectorize, held_out, keras_value, metric):
+    """The model.tflite `content` run in TFLite's interpreter on the held-out split: its value of `metric`
+    against the Keras model's (`keras_value`), its largest output difference, and the single-instance latency
+    of both (the medians of LATENCY_CALLS calls), as the report's tflite section records them."""
+    tf = import_tensorflow()
+    facts = TASKS[task]
+    out = output_name(task, meta)
     with warnings.catch_warnings():  # "tf.lite.Interpreter is deprecated ... use ai_edge_litert": not pinned here
         warnings.simplefilter("ignore", UserWarning)
         interpreter = tf.lite.Interpreter(model_content=content)
@@ -519,26 +567,28 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
         if vectorize is not None:
             return {TOKEN_IDS: vectorize(chunk).numpy().astype(np.int64)}
         return {name: np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-                for name, value in arguments(chunk).items()}
+                for name, value in inputs.arguments(chunk).items()}
 
     def lite(chunk, training=False):  # a tensor in and out, as evaluation.predict calls a model
         return tf.constant(runner(**feed(chunk))[out])
 
+    # faces: the exports take raw crops and preprocess them themselves, so evaluate() must not
+    eval_meta = {"face_preprocessing": 1} if facts.face_preprocessing else meta
     kept = {}
-    metrics = evaluate(lite, task, x, y, seed, eval_meta, kept)
+    metrics = evaluate(lite, task, held_out.x, held_out.y, held_out.seed, eval_meta, kept)
     lite_outputs = (kept["probabilities"] if not facts.retrieval and head_of(meta) == "softmax"
-                    else call_in_chunks(lite, x, CHUNK))
-    difference = float(np.abs(lite_outputs.reshape(keras_outputs.shape) - keras_outputs).max()) if n else 0.0
-    one = first_row(x)
+                    else call_in_chunks(lite, held_out.x, CHUNK))
+    difference = held_out.max_abs_diff(lite_outputs.reshape(held_out.keras_outputs.shape))
+    one = first_row(held_out.x)
     value = metrics[metric.name]
-    section.update({
+    return {
         metric.key: value,
-        **({"accuracy_points_vs_keras": round(100 * (value - keras_value), 4)} if fraction
+        **({"accuracy_points_vs_keras": round(100 * (value - keras_value), 4)} if metric.unit == "fraction"
            else {"difference_vs_keras": value - keras_value}),
         "max_abs_diff_vs_keras": difference,
         "latency_ms": {
             "tflite_median": round(median_ms(lambda: runner(**feed(one))), 4),
-            "keras_median": round(median_ms(keras_one), 4),
+            "keras_median": round(median_ms(held_out.keras_one), 4),
             "calls": LATENCY_CALLS,
             "warmup": LATENCY_WARMUP,
             "what": "one instance per call, in this process: TFLite's signature runner (default threads)"
@@ -546,4 +596,4 @@ def build(staged, final_dir, model, task, meta, x, y, seed, keras_value, now, me
                     + " vs the Keras model in one tf.function, as the server calls it"
                     + (" (with OpenCV's crop preprocessing before it)" if facts.face_preprocessing else ""),
         },
-    })
+    }

@@ -238,108 +238,142 @@ def _copy(args, schema, dataset, out_dir):
         print(f"copier: skipped {where}: {reason}", file=sys.stderr)
     task = task_of(dataset)
     names = [shard_name(i) for i in range(args.n_shards)]
-    selection = None
-    if private_vocab.enabled(args):
-        if not task.vocabulary:
-            raise ContractError(f"--dp-vocab-epsilon applies to text sources only: {args.source} holds {task.name} "
-                                "data, without a vocabulary")
-        selection = private_vocab.Selection(args.dp_vocab_epsilon, args.dp_vocab_delta,
-                                            args.dp_vocab_max_tokens_per_example)
-
-    def destination(where):
-        return TEST if where < 0 else names[where]
-
-    def plan():
-        """Where each example goes, in stream order (the same on every call)."""
-        if task.split_by_person:
-            # split by person, not by photo: the held-out split is people the model never saw
-            by_person = split_assignments(args.seed, args.test_fraction, args.n_shards)
-            person_destination = [next(by_person) for _ in dataset.labels]
-            return (person_destination[label] for label in dataset.example_labels)
-        return split_assignments(args.seed, args.test_fraction, args.n_shards)
-
+    selection = _private_selection(args, task)
     with atomic_path(out_dir) as tmp:
         os.makedirs(tmp)
-        if task.storage == TextShards.storage:
-            shards = TextShards(tmp, names + [TEST])
-        else:
-            sizes = collections.Counter({name: 0 for name in names + [TEST]})
-            for where in itertools.islice(plan(), dataset.examples):
-                sizes[destination(where)] += 1
-            _check_sizes(sizes, names)
-            shards = ArrayShards(tmp, sizes, dataset.input, numeric=task.numeric, regression=dataset.problem == "regression")
-
-        token_counts = collections.Counter()  # (private: each example's bounded weights, private_vocab.py)
-        progress = Progress(dataset.examples)
+        shards = _open_shards(tmp, args, task, dataset, names)
         validator = Validator(dataset.task, dataset.labels, dataset.input, names, dataset.source_dtype,
                               allow_duplicates=args.allow_duplicates, max_label_skew=args.max_label_skew,
                               allow_label_skew=args.allow_label_skew, allow_missing_classes=args.allow_missing_classes,
                               schema=schema, known_duplicates=dataset.known_duplicates, problem=dataset.problem,
                               target=dataset.target)
-        assignment = plan()
-        try:
-            for x, y in dataset.stream():
-                name = destination(next(assignment))
-                shards.add(name, x, y)
-                tokens = None
-                if task.vocabulary:
-                    tokens = tokenize(x)
-                    if name != TEST:
-                        token_counts.update(selection.contribution(tokens) if selection else tokens)
-                validator.add(name, x, y, tokens)
-                progress.step()
-        finally:
-            shards.close()
-        if isinstance(shards, ArrayShards):
-            shards.check_complete()
-        progress.report()
+        token_counts, examples = _write_splits(dataset, split_destinations(args, task, dataset, names), shards,
+                                               validator, task.vocabulary, selection)
         _check_sizes(shards.counts, names)
-        stats = validator.finish(tmp, shards.storage)  # raises (nothing published) if a check fails
-        write_stats(tmp, stats, validator.values() if args.stats_plot else None)
-        for warning in stats["validation"]["warnings"]:
-            print(f"copier: warning: {warning}", file=sys.stderr)
-
-        def split_info(name):
-            files = split_files(name, shards.storage)
-            return SplitInfo(name, shards.counts[name], {f: sha256_file(os.path.join(tmp, f)) for f in files})
-
-        input_spec = dict(dataset.input)
-        if task.numeric:  # what a model's Normalization needs: the training shards' statistics
-            input_spec["statistics"] = validator.feature_statistics()
-
-        vocab = None
-        if selection:
-            tokens = private_vocabulary(selection, token_counts, args.max_tokens, sum(shards.counts[n] for n in names))
-        elif task.vocabulary:
-            # most frequent first, ties alphabetical: the same corpus always gives the same vocabulary
-            tokens = [t for t, _ in sorted(token_counts.items(), key=lambda kv: (-kv[1], kv[0]))[: args.max_tokens]]
-        if task.vocabulary:
-            with open(os.path.join(tmp, VOCAB), "w", encoding="utf-8") as fh:
-                fh.write("".join(t + "\n" for t in tokens))
-            vocab = {"file": VOCAB, "sha256": sha256_file(os.path.join(tmp, VOCAB)), "size": len(tokens),
-                     **({"private": selection.record(len(tokens))} if selection else {})}
-
-        manifest = Manifest(
-            task=dataset.task,
-            source=args.source,
-            seed=args.seed,
-            test_fraction=args.test_fraction,
-            labels=list(dataset.labels),
-            input=input_spec,
-            storage=shards.storage,
-            shards=[split_info(name) for name in names],
-            test=split_info(TEST),
-            vocab=vocab,
-            skipped=[{"input": where, "reason": reason} for where, reason in dataset.skipped],
-            validation={**stats["validation"], "stats": STATS, "plot": STATS_PLOT if args.stats_plot else None,
-                        "stats_sha256": sha256_file(os.path.join(tmp, STATS))},
-            problem=dataset.problem,
-            target=dataset.target,
-            target_statistics=validator.target_statistics() if dataset.problem == "regression" else None,
-        )
+        stats = _validate(tmp, shards, validator, args.stats_plot)
+        vocab = _write_vocabulary(tmp, task, selection, token_counts, args.max_tokens,
+                                  sum(shards.counts[n] for n in names))
+        manifest = _manifest(args, dataset, task, tmp, shards, names, validator, stats, vocab)
         manifest.write(tmp)
-        write_marker(tmp, "copier", n_shards=args.n_shards, examples=progress.count)
+        write_marker(tmp, "copier", n_shards=args.n_shards, examples=examples)
     return out_dir, manifest
+
+
+def _private_selection(args, task):
+    """The differentially private vocabulary's selection (private_vocab.Selection), None without
+    --dp-vocab-epsilon; ContractError for a task without a vocabulary."""
+    if not private_vocab.enabled(args):
+        return None
+    if not task.vocabulary:
+        raise ContractError(f"--dp-vocab-epsilon applies to text sources only: {args.source} holds {task.name} "
+                            "data, without a vocabulary")
+    return private_vocab.Selection(args.dp_vocab_epsilon, args.dp_vocab_delta, args.dp_vocab_max_tokens_per_example)
+
+
+def split_destinations(args, task, dataset, names):
+    """Where each example goes, in stream order: TEST or one of the shards' `names`. The same on every call
+    (split_assignments depends on the seed and the position only), so that an array source's counting pass
+    and its writing pass agree."""
+    if task.split_by_person:
+        # split by person, not by photo: the held-out split is people the model never saw
+        by_person = split_assignments(args.seed, args.test_fraction, args.n_shards)
+        person_destination = [next(by_person) for _ in dataset.labels]
+        assignments = (person_destination[label] for label in dataset.example_labels)
+    else:
+        assignments = split_assignments(args.seed, args.test_fraction, args.n_shards)
+    return (TEST if where < 0 else names[where] for where in assignments)
+
+
+def _open_shards(tmp, args, task, dataset, names):
+    """The splits' writers in `tmp`: TextShards, or ArrayShards of the sizes a first pass over the split counts
+    (an empty split fails here, before any example is read)."""
+    if task.storage == TextShards.storage:
+        return TextShards(tmp, names + [TEST])
+    sizes = collections.Counter({name: 0 for name in names + [TEST]})
+    for name in itertools.islice(split_destinations(args, task, dataset, names), dataset.examples):
+        sizes[name] += 1
+    _check_sizes(sizes, names)
+    return ArrayShards(tmp, sizes, dataset.input, numeric=task.numeric, regression=dataset.problem == "regression")
+
+
+def _write_splits(dataset, destinations, shards, validator, vocabulary, selection):
+    """Stream the dataset once: each example to its split's file and to the validator. Returns (the training
+    splits' token counts, the number of examples); the counts are of each example's tokens, or, with a private
+    `selection`, of its bounded contributions (private_vocab.py), and empty without a `vocabulary`."""
+    token_counts = collections.Counter()
+    progress = Progress(dataset.examples)
+    try:
+        for x, y in dataset.stream():
+            name = next(destinations)
+            shards.add(name, x, y)
+            tokens = None
+            if vocabulary:
+                tokens = tokenize(x)
+                if name != TEST:
+                    token_counts.update(selection.contribution(tokens) if selection else tokens)
+            validator.add(name, x, y, tokens)
+            progress.step()
+    finally:
+        shards.close()
+    if isinstance(shards, ArrayShards):
+        shards.check_complete()
+    progress.report()
+    return token_counts, progress.count
+
+
+def _validate(tmp, shards, validator, stats_plot):
+    """Run the data checks and write stats.json (and stats.png with `stats_plot`) in `tmp`: the statistics,
+    whose "validation" the manifest records. A failed check raises: nothing is published."""
+    stats = validator.finish(tmp, shards.storage)
+    write_stats(tmp, stats, validator.values() if stats_plot else None)
+    for warning in stats["validation"]["warnings"]:
+        print(f"copier: warning: {warning}", file=sys.stderr)
+    return stats
+
+
+def _write_vocabulary(tmp, task, selection, token_counts, max_tokens, training_examples):
+    """Write the vocabulary of a task that has one in `tmp`: the manifest's vocab record (None for another task)."""
+    if not task.vocabulary:
+        return None
+    if selection:
+        tokens = private_vocabulary(selection, token_counts, max_tokens, training_examples)
+    else:
+        # most frequent first, ties alphabetical: the same corpus always gives the same vocabulary
+        tokens = [t for t, _ in sorted(token_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:max_tokens]]
+    with open(os.path.join(tmp, VOCAB), "w", encoding="utf-8") as fh:
+        fh.write("".join(t + "\n" for t in tokens))
+    return {"file": VOCAB, "sha256": sha256_file(os.path.join(tmp, VOCAB)), "size": len(tokens),
+            **({"private": selection.record(len(tokens))} if selection else {})}
+
+
+def _manifest(args, dataset, task, tmp, shards, names, validator, stats, vocab):
+    """The Manifest of the dataset written in `tmp`: its splits' files and their checksums, the statistics
+    a model's Normalization needs, the validation's result."""
+    def split_info(name):
+        files = split_files(name, shards.storage)
+        return SplitInfo(name, shards.counts[name], {f: sha256_file(os.path.join(tmp, f)) for f in files})
+
+    input_spec = dict(dataset.input)
+    if task.numeric:  # what a model's Normalization needs: the training shards' statistics
+        input_spec["statistics"] = validator.feature_statistics()
+    return Manifest(
+        task=dataset.task,
+        source=args.source,
+        seed=args.seed,
+        test_fraction=args.test_fraction,
+        labels=list(dataset.labels),
+        input=input_spec,
+        storage=shards.storage,
+        shards=[split_info(name) for name in names],
+        test=split_info(TEST),
+        vocab=vocab,
+        skipped=[{"input": where, "reason": reason} for where, reason in dataset.skipped],
+        validation={**stats["validation"], "stats": STATS, "plot": STATS_PLOT if args.stats_plot else None,
+                    "stats_sha256": sha256_file(os.path.join(tmp, STATS))},
+        problem=dataset.problem,
+        target=dataset.target,
+        target_statistics=validator.target_statistics() if dataset.problem == "regression" else None,
+    )
 
 
 def private_vocabulary(selection, weights, max_tokens, training_examples):

@@ -2,6 +2,7 @@
 /openapi.json is described at the end of the module, as in every blueprint."""
 
 import os
+from dataclasses import dataclass
 
 from flask import Blueprint, current_app, request
 from werkzeug.routing import BaseConverter
@@ -354,30 +355,48 @@ TENSOR_INFO = object_of(
 
 
 def _tf_serving_paths(limits, instance, model_name, kind, task, numeric=None):
-    """TF Serving's REST API: status, metadata, :predict and :classify, each also under /versions/V and /labels/L."""
-    if numeric:
-        names = [tensor.name for tensor in numeric["tensors"]]
-    else:
-        names = [INPUT_NAMES[task]] if task else sorted(set(INPUT_NAMES.values()))
-    instance_list = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": instance}
-    # A row instance may be keyed by the input name; the columnar form may be an object keyed by it.
-    keyed_instance = {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False, "properties": {n: instance for n in names}}
-    rows = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": {"anyOf": [instance, keyed_instance]}}
-    columns = {"anyOf": [instance_list, {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
-                                         "properties": {n: instance_list for n in names}}]}
-    if numeric and len(names) > 1:
-        # several named inputs: rows are objects of them (`instance`), columns one list per input
-        values = {tensor.name: {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": _numeric_value(tensor)}
-                  for tensor in numeric["tensors"]}
-        keyed_instance = closed(object_of(**{n: instance["properties"][n] for n in names}))
-        rows = {"type": "array", "minItems": 1, "maxItems": limits["max_instances"], "items": instance}
-        columns = closed(object_of(**values))
-    signature = {"type": "string", "enum": [SIGNATURE_NAME, ""], "description": f"Optional; {SIGNATURE_NAME!r} (or empty) is the only signature."}
+    """TF Serving's REST API: status, metadata, :predict and :classify, each also under /versions/V and /labels/L
+    (MODEL_PATHS); each operation is described anew for every path (build_spec adds responses to it)."""
+    requests = _model_requests(limits, instance, kind, task, numeric)
+    return {prefix + suffix: {method: describe(requests, parameters)}
+            for prefix, parameters in _model_path_parameters(model_name)
+            for suffix, method, describe in MODEL_OPERATIONS}
+
+
+def _model_path_parameters(model_name):
+    """[(path, its parameters)] of MODEL_PATHS in OpenAPI's syntax: a model, a version of it, a label of it."""
     version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[^/:]+$"},
                "description": "The served version (see the status); any other is a 404."}
     label = {"name": "label", "in": "path", "required": True, "schema": {"type": "string", "enum": ["latest", "stable"]},
              "description": "A version label: 'latest' and 'stable' both name the one served version; any other is a 404."}
-    not_found = json_response("Unknown model name, version or label.")
+    return [("/v1/models/{model_name}", [model_name]),
+            ("/v1/models/{model_name}/versions/{version}", [model_name, version]),
+            ("/v1/models/{model_name}/labels/{label}", [model_name, label])]
+
+
+@dataclass(frozen=True)
+class _ModelRequests:
+    """What the /v1 model operations of one /openapi.json say alike of the served model's requests."""
+
+    limits: dict  # shared.limits
+    names: list  # the input names a request may key its values by
+    rows: dict  # the schema of :predict's "instances"
+    columns: dict  # of its "inputs" (the columnar form)
+    classify_example: dict  # of one :classify example
+    several_inputs: bool  # a numeric model with several named inputs: its instances are objects of them already
+    example_instance: object  # the instance the requests' examples show
+    predict_summary: str
+    predict_200: str  # what a 200 of :predict holds
+    signature: dict  # the schema of "signature_name"
+
+
+def _model_requests(limits, instance, kind, task, numeric):
+    """The _ModelRequests of a model of `kind` and `task` (None: no model loaded) whose row instance is `instance`."""
+    if numeric:
+        names = [tensor.name for tensor in numeric["tensors"]]
+    else:
+        names = [INPUT_NAMES[task]] if task else sorted(set(INPUT_NAMES.values()))
+    several_inputs = bool(numeric) and len(names) > 1
     if getattr(TASKS.get(task), "retrieval", False):
         predict_summary = "Embeddings of face crops (faces models)."
         predict_200 = "One embedding (L2-normalised) per face crop; compare by Euclidean distance. For whole photos use :search."
@@ -390,93 +409,128 @@ def _tf_serving_paths(limits, instance, model_name, kind, task, numeric=None):
     example_instance = "a wonderful, moving film" if kind != "image" else {"b64": "iVBORw0KGgo..."}
     if numeric:
         example_instance = _numeric_example(numeric)
-    bad_instances = "An instance this model cannot take: wrong type, empty or too long text, bad base64, corrupt image, wrong pixel shape or range."
-    paths = {}
-    for prefix, extra in (("/v1/models/{model_name}", []), ("/v1/models/{model_name}/versions/{version}", [version]),
-                          ("/v1/models/{model_name}/labels/{label}", [label])):
-        parameters = [model_name, *extra]
-        paths[prefix] = {
-            "get": {
-                "summary": "Model version status (TF Serving's GetModelStatus).",
-                "parameters": parameters,
-                "responses": {
-                    "200": json_response("Status of the served version (AVAILABLE), and of a newer published one that could not be served "
-                                         "(END, with the reason); state UNKNOWN while no model was found.", ref("ModelStatus")),
-                    "404": not_found,
-                },
-            }
-        }
-        paths[prefix + "/metadata"] = {
-            "get": {
-                "summary": "The serving_default signature_def (TF Serving's GetModelMetadata), and labels, input and limits under metadata.disttrain.",
-                "parameters": parameters,
-                "responses": {"200": json_response("Metadata.", ref("Metadata")), "404": not_found, "503": json_response("No model is loaded.")},
-            }
-        }
-        paths[prefix + ":predict"] = {
-            "post": {
-                "summary": predict_summary,
-                "description": "TF Serving's Predict. Row form: {\"instances\": [...]} answers {\"predictions\": [...]}; columnar form: "
-                "{\"inputs\": [...]} or {\"inputs\": {\"<input name>\": [...]}} answers {\"outputs\": [...]}. Row instances may be "
-                "keyed by the input name ({\"<input name>\": value}). Text models take strings; image models take {\"b64\": ...} "
-                "(an encoded image file) or pixel arrays [height][width][channels] (or [height][width] for one channel). "
-                f"The request body may be at most {limits['max_upload_bytes']} bytes.",
-                "parameters": parameters,
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": {
-                                "oneOf": [
-                                    {"type": "object", "required": ["instances"], "properties": {"instances": rows, "signature_name": signature}, "not": {"required": ["inputs"]}},
-                                    {"type": "object", "required": ["inputs"], "properties": {"inputs": columns, "signature_name": signature}, "not": {"required": ["instances"]}},
-                                ]
-                            },
-                            "example": {"instances": [example_instance]},
-                        }
+    signature = {"type": "string", "enum": [SIGNATURE_NAME, ""], "description": f"Optional; {SIGNATURE_NAME!r} (or empty) is the only signature."}
+    rows, columns, classify_example = _instance_schemas(limits["max_instances"], instance, names, numeric, several_inputs)
+    return _ModelRequests(limits, names, rows, columns, classify_example, several_inputs, example_instance,
+                          predict_summary, predict_200, signature)
+
+
+def _instance_schemas(max_instances, instance, names, numeric, several_inputs):
+    """(rows, columns, classify_example): the schemas of :predict's "instances" and "inputs" and of one :classify example."""
+    def listed(items):
+        return {"type": "array", "minItems": 1, "maxItems": max_instances, "items": items}
+
+    if several_inputs:
+        # several named inputs: rows are objects of them (`instance`), columns one list per input
+        values = {tensor.name: listed(_numeric_value(tensor)) for tensor in numeric["tensors"]}
+        classify_example = closed(object_of(**{n: instance["properties"][n] for n in names}))
+        return listed(instance), closed(object_of(**values)), classify_example
+    # A row instance may be keyed by the input name; the columnar form may be an object keyed by it.
+    keyed_instance = {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False, "properties": {n: instance for n in names}}
+    keyed_list = {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
+                  "properties": {n: listed(instance) for n in names}}
+    columns = {"anyOf": [listed(instance), keyed_list]}
+    return listed({"anyOf": [instance, keyed_instance]}), columns, keyed_instance
+
+
+NOT_FOUND = "Unknown model name, version or label."
+BAD_INSTANCES = "An instance this model cannot take: wrong type, empty or too long text, bad base64, corrupt image, wrong pixel shape or range."
+
+
+def _status_operation(requests, parameters):
+    return {
+        "summary": "Model version status (TF Serving's GetModelStatus).",
+        "parameters": parameters,
+        "responses": {
+            "200": json_response("Status of the served version (AVAILABLE), and of a newer published one that could not be served "
+                                 "(END, with the reason); state UNKNOWN while no model was found.", ref("ModelStatus")),
+            "404": json_response(NOT_FOUND),
+        },
+    }
+
+
+def _metadata_operation(requests, parameters):
+    return {
+        "summary": "The serving_default signature_def (TF Serving's GetModelMetadata), and labels, input and limits under metadata.disttrain.",
+        "parameters": parameters,
+        "responses": {"200": json_response("Metadata.", ref("Metadata")), "404": json_response(NOT_FOUND),
+                      "503": json_response("No model is loaded.")},
+    }
+
+
+def _predict_operation(requests, parameters):
+    rows, columns, signature = requests.rows, requests.columns, requests.signature
+    return {
+        "summary": requests.predict_summary,
+        "description": "TF Serving's Predict. Row form: {\"instances\": [...]} answers {\"predictions\": [...]}; columnar form: "
+        "{\"inputs\": [...]} or {\"inputs\": {\"<input name>\": [...]}} answers {\"outputs\": [...]}. Row instances may be "
+        "keyed by the input name ({\"<input name>\": value}). Text models take strings; image models take {\"b64\": ...} "
+        "(an encoded image file) or pixel arrays [height][width][channels] (or [height][width] for one channel). "
+        f"The request body may be at most {requests.limits['max_upload_bytes']} bytes.",
+        "parameters": parameters,
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": {
+                        "oneOf": [
+                            {"type": "object", "required": ["instances"], "properties": {"instances": rows, "signature_name": signature}, "not": {"required": ["inputs"]}},
+                            {"type": "object", "required": ["inputs"], "properties": {"inputs": columns, "signature_name": signature}, "not": {"required": ["instances"]}},
+                        ]
                     },
-                },
-                "responses": {
-                    "200": json_response(predict_200 + " Under \"predictions\" for a row request, \"outputs\" for a columnar one.",
-                                     {"oneOf": [ref("Predictions"), ref("Outputs")]}),
-                    "400": json_response("Not a predict request: empty or invalid JSON, not an object, no instance list, empty list, "
-                                     "an unknown signature_name, a columnar object not keyed by the input name; for a numeric "
-                                     "(table, array) model also an instance that does not fit its inputs: a missing or unknown "
-                                     "input or feature, a wrong shape, a value that is not a finite number of the input's dtype."),
-                    "404": not_found,
-                    "413": json_response("Body over the upload limit, or more instances than allowed."),
-                    "422": json_response(bad_instances),
-                    "503": json_response("No model is loaded."),
-                },
-            }
-        }
-        paths[prefix + ":classify"] = {
-            "post": {
-                "summary": "TF Serving's Classify: [label, score] pairs per example, in label order (classifiers only).",
-                "parameters": parameters,
-                "requestBody": {
-                    "required": True,
-                    "content": {
-                        "application/json": {
-                            "schema": with_optional(
-                                object_of(examples={"type": "array", "minItems": 1, "maxItems": limits["max_instances"],
-                                                  "items": {**keyed_instance, "minProperties": 0}}),  # {} when "context" holds the feature
-                                signature_name=signature,
-                                context={"type": "object", "description": "Features shared by every example (then absent from the examples)."},
-                            ),
-                            "example": {"examples": [example_instance if numeric and len(names) > 1 else {names[0]: example_instance}]},
-                        }
-                    },
-                },
-                "responses": {
-                    "200": json_response("One list of [label, score] per example.", ref("ClassifyResult")),
-                    "400": json_response("Not a classify request: empty or invalid JSON, no examples, an unknown signature_name, a feature in both context and an example."),
-                    "404": not_found,
-                    "409": json_response("The served model is a faces model or a regression, which have no classes."),
-                    "413": json_response("Body over the upload limit, or more examples than allowed."),
-                    "422": json_response("An example this model cannot take: not an object keyed by the input name, or " + bad_instances[0].lower() + bad_instances[1:]),
-                    "503": json_response("No model is loaded."),
-                },
-            }
-        }
-    return paths
+                    "example": {"instances": [requests.example_instance]},
+                }
+            },
+        },
+        "responses": {
+            "200": json_response(requests.predict_200 + " Under \"predictions\" for a row request, \"outputs\" for a columnar one.",
+                                 {"oneOf": [ref("Predictions"), ref("Outputs")]}),
+            "400": json_response("Not a predict request: empty or invalid JSON, not an object, no instance list, empty list, "
+                                 "an unknown signature_name, a columnar object not keyed by the input name; for a numeric "
+                                 "(table, array) model also an instance that does not fit its inputs: a missing or unknown "
+                                 "input or feature, a wrong shape, a value that is not a finite number of the input's dtype."),
+            "404": json_response(NOT_FOUND),
+            "413": json_response("Body over the upload limit, or more instances than allowed."),
+            "422": json_response(BAD_INSTANCES),
+            "503": json_response("No model is loaded."),
+        },
+    }
+
+
+def _classify_operation(requests, parameters):
+    example = requests.example_instance if requests.several_inputs else {requests.names[0]: requests.example_instance}
+    return {
+        "summary": "TF Serving's Classify: [label, score] pairs per example, in label order (classifiers only).",
+        "parameters": parameters,
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {
+                    "schema": with_optional(
+                        object_of(examples={"type": "array", "minItems": 1, "maxItems": requests.limits["max_instances"],
+                                            # {} when "context" holds the feature
+                                            "items": {**requests.classify_example, "minProperties": 0}}),
+                        signature_name=requests.signature,
+                        context={"type": "object", "description": "Features shared by every example (then absent from the examples)."},
+                    ),
+                    "example": {"examples": [example]},
+                }
+            },
+        },
+        "responses": {
+            "200": json_response("One list of [label, score] per example.", ref("ClassifyResult")),
+            "400": json_response("Not a classify request: empty or invalid JSON, no examples, an unknown signature_name, a feature in both context and an example."),
+            "404": json_response(NOT_FOUND),
+            "409": json_response("The served model is a faces model or a regression, which have no classes."),
+            "413": json_response("Body over the upload limit, or more examples than allowed."),
+            "422": json_response("An example this model cannot take: not an object keyed by the input name, or "
+                                 + BAD_INSTANCES[0].lower() + BAD_INSTANCES[1:]),
+            "503": json_response("No model is loaded."),
+        },
+    }
+
+
+# The operations under each model path, in /openapi.json's order: (suffix, method, the function describing the
+# operation from the _ModelRequests and the path's parameters).
+MODEL_OPERATIONS = (("", "get", _status_operation), ("/metadata", "get", _metadata_operation),
+                    (":predict", "post", _predict_operation), (":classify", "post", _classify_operation))

@@ -70,6 +70,25 @@ def parse_args(argv=None):
         "POST bodies must be application/json or multipart/form-data, and multipart needs an X-Requested-With header "
         "(any value) unless a browser says it comes from this server's own page; cross-site browser requests are refused.",
     )
+    # in --help's order: its usage line lists every flag as added, those of the argument groups included
+    add_model_flags(p)
+    add_worker_flags(p)
+    add_request_flags(p)
+    add_run_flags(p)
+    add_gallery_flags(p)
+    add_no_metrics_flag(p)
+    add_front_flags(p)
+    add_metrics_port_flag(p)
+    add_security_flags(p)
+    args = p.parse_args(argv)
+    check_numbers(p, args)
+    read_access_rules(p, args)
+    check_model_and_gallery(p, args)
+    return args
+
+
+def add_model_flags(p):
+    """What is served: the run's directory, the model file, its name in the API, its own module."""
     p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
     p.add_argument("--model", help="the model file to serve (default WORKDIR/final/model.keras)")
     p.add_argument("--model-name", default="disttrain", help="the NAME in /v1/models/NAME (default disttrain)")
@@ -77,6 +96,10 @@ def parse_args(argv=None):
                    "(the trainer's): each worker imports it before loading the model, so that the custom layers it registers "
                    "load in Keras safe mode. It must be importable (PYTHONPATH, or installed in a derived image); this runs its "
                    "code in the server. A model that needs a module and was not given it is not served (/readyz says why)")
+
+
+def add_worker_flags(p):
+    """Where gunicorn listens, and its processes and threads."""
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
     p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes, each with its own model copy (default 2)")
@@ -86,6 +109,10 @@ def parse_args(argv=None):
                    "open (default 75). Behind a proxy that keeps connections to the server (an Ingress, a cloud L7 load "
                    "balancer) it must be longer than the proxy's own idle timeout (60 s for ingress-nginx and AWS ALB), "
                    "or a request the proxy sends as the server closes the connection fails")
+
+
+def add_request_flags(p):
+    """The limits of one request, and how concurrent predict calls share model calls."""
     p.add_argument("--max-upload-mb", type=float, default=8, help="largest request body in MB; larger is a 413 (default 8)")
     p.add_argument("--max-text-chars", type=int, default=10000, help="longest text instance in characters (default 10000)")
     p.add_argument("--max-instances", type=int, default=256, help="most instances in one predict request (default 256)")
@@ -93,19 +120,35 @@ def parse_args(argv=None):
                    "one model call of up to this many instances; 1 turns batching off (default 32)")
     p.add_argument("--batch-timeout-ms", type=float, default=0, help="how long a batch waits for more requests; 0 never waits: a lone "
                    "request runs at once and batches form from requests that queue during a model call (default 0)")
+
+
+def add_run_flags(p):
+    """The runs the dashboard and the progress show, and how often a new model is looked for."""
     p.add_argument("--runs-dir", metavar="DIR", help="a directory of run-N runs (the chart's volume, one run-N per release "
                    "revision): the run dashboard (/runs) lists and compares them, and the page shows the training progress "
                    "of the newest one (see --progress-run); default: neither, only the served run's (--workdir)")
     p.add_argument("--progress-run", choices=("newest", "served"), default="newest", help="with --runs-dir: whose training "
                    "progress the page shows, the newest run-N's (default) or the served model's own run's")
     p.add_argument("--reload-interval", type=float, default=5, help="seconds between checks for a newly published model (default 5)")
+
+
+def add_gallery_flags(p):
+    """Face search: the gallery's folder, the photos it starts with, the matches answered."""
     p.add_argument("--gallery", help="folder of enrolled faces for face search, shared by all workers (default WORKDIR/gallery)")
     p.add_argument("--gallery-seed", help="enrol the photos in this folder at start-up unless already enrolled: one sub-folder "
                    "per person, or files named PERSON.jpg/.png")
     p.add_argument("--top-k", type=int, default=3, help=f"matches a face search returns unless it asks for k (default 3, at most {MAX_TOP_K})")
+
+
+def add_no_metrics_flag(p):
+    """--no-metrics. Its --metrics-port comes after the front's flags (add_metrics_port_flag), where --help lists it."""
     p.add_argument("--no-metrics", action="store_true", help="no GET /metrics and no counting behind it. With metrics on, the "
                    f"workers share their values through files in ${MULTIPROC_ENV} (emptied of *.db files at start) or, "
                    "unset, in a new temporary directory removed at exit")
+
+
+def add_front_flags(p):
+    """The nginx front that reads slow clients' requests before gunicorn sees them."""
     front = p.add_argument_group("front (slow clients)")
     front.add_argument("--front", default=os.environ.get(FRONT_ENV, "none"), help="'nginx': nginx listens on --host/--port, "
                        "reads each request whole (headers within --header-timeout) and hands only complete requests to "
@@ -118,10 +161,18 @@ def parse_args(argv=None):
                        "between two reads of a request body, or 408 (default 30)")
     front.add_argument("--max-connections", type=int, default=1024, help="with --front nginx: most open connections, the "
                        "clients' and nginx's own to gunicorn together; more wait in the kernel's accept queue (default 1024)")
+
+
+def add_metrics_port_flag(p):
+    """A port of its own for /metrics, so that publishing the API never publishes them."""
     p.add_argument("--metrics-port", type=int, metavar="PORT", help="answer /metrics on this port (bound on --host too) and "
                    "nowhere else, and nothing but /metrics on it: the API's port, which a Service or Ingress publishes, "
                    "then never publishes the scrape (the chart's default; with --front nginx gunicorn answers it "
                    "itself, not behind nginx). Default: /metrics on --port")
+
+
+def add_security_flags(p):
+    """The API token and what it guards, the gallery's bounds, the hosts and pixels accepted."""
     security = p.add_argument_group("security")
     security.add_argument("--api-token-file", metavar="PATH", help="a file holding the API token (surrounding whitespace removed); "
                           "clients send it as 'Authorization: Bearer <token>'. Default: no token (anyone may call everything)")
@@ -147,7 +198,10 @@ def parse_args(argv=None):
     security.add_argument("--max-request-pixels", type=int, default=MAX_REQUEST_PIXELS, help="pixels of all images of one request "
                           f"together, read from their headers before decoding; more is a 413 (default {MAX_REQUEST_PIXELS:,}). "
                           "Only PNG and JPEG uploads are accepted (415 otherwise)")
-    args = p.parse_args(argv)
+
+
+def check_numbers(p, args):
+    """Ports, counts, sizes and durations in range (p.error: exit 2 with the usage)."""
     if not 0 <= args.port <= 65535:
         p.error(f"--port must be between 0 and 65535, got {args.port}")
     if args.front not in FRONTS:
@@ -166,6 +220,10 @@ def parse_args(argv=None):
         p.error("--max-upload-mb must be positive, --reload-interval and --batch-timeout-ms not negative")
     if args.gallery_max_mb <= 0:
         p.error(f"--gallery-max-mb must be positive, got {args.gallery_max_mb}")
+
+
+def read_access_rules(p, args):
+    """args.allowed_hosts made a list of lower-case names; args.api_token read from --api-token-file (None without)."""
     args.allowed_hosts = [h.strip().lower() for h in args.allowed_hosts.split(",") if h.strip()]
     if any("/" in h or " " in h for h in args.allowed_hosts):
         p.error(f"--allowed-hosts takes host names separated by commas, got {','.join(args.allowed_hosts)!r}")
@@ -175,6 +233,11 @@ def parse_args(argv=None):
             args.api_token = read_token(args.api_token_file)
         except ValueError as err:
             p.error(str(err))
+
+
+def check_model_and_gallery(p, args):
+    """--top-k, --gallery-seed, --model, --model-name and --model-module usable; what needs the model's volume
+    (the model file, the module on the path, --runs-dir) main() checks."""
     if not 1 <= args.top_k <= MAX_TOP_K:
         p.error(f"--top-k must be between 1 and {MAX_TOP_K}, got {args.top_k}")
     if args.gallery_seed and not os.path.isdir(args.gallery_seed):
@@ -190,7 +253,6 @@ def parse_args(argv=None):
             parse_module_spec(args.model_module)
         except ContractError as err:
             p.error(str(err))
-    return args
 
 
 def app_config(args):
