@@ -377,8 +377,10 @@ def print_outcome(report, combined, metric):
     if report.training_parameters:
         origin = report.parameters_origin or {}
         # (numbers, and a few words: localsgd's outer_optimizer and allreduce_dtype)
+        # (learning_rate None: the model's compiled optimizer, which `optimizer` describes)
         print("aggregator: trained with " + ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                                                      for k, v in sorted(report.training_parameters.items()))
+                                                      for k, v in sorted(report.training_parameters.items())
+                                                      if v is not None)
               + (f" from the sweep ({origin.get('file')}, trial {origin.get('trial')})" if origin.get("source") == "sweep"
                  else " from the trainer's flags"), flush=True)
     print(f"aggregator: {gate.summary(report.gate)}", flush=True)

@@ -56,15 +56,15 @@ def build_optimizer(name, learning_rate):
 
 SGD_MOMENTUM = 0.9
 
-# What a compiled optimizer may use, and why the rest is refused (Recipe.refusal): every option of Keras' base
-# optimizer but these trains as `model.fit` would with the trainer's step (step.py), which calls the optimizer's
-# scale_loss and apply_gradients as Keras' own train_step does, and finalize_variable_values at the end.
+# What a compiled optimizer may use: every option of Keras' base optimizer trains as `model.fit` would with the
+# trainer's step (step.py), which calls the optimizer's scale_loss and apply_gradients as Keras' own train_step
+# does, and finalize_variable_values at the end; but these, where the strategy (its registry entry's facts) makes
+# them mean something else. (A LossScaleOptimizer is refused by its class: mixed precision's dynamic loss scale.)
 REFUSED_OPTIONS = {
-    # (a LossScaleOptimizer is refused by its class: mixed precision's dynamic loss scale)
-    "use_ema": ("localsgd", "parameterserver",
-                "each localsgd worker would end with its own moving average, not the group's model; a parameter "
-                "server's average is updated by the workers' steps asynchronously"),
-    "gradient_accumulation_steps": ("parameterserver",
+    "use_ema": (lambda s: s.same_final_weights or s.asynchronous,
+                "each worker's moving average follows its own steps: localsgd's workers would end with different "
+                "weights, and a parameter server's average with the workers' steps in no defined order"),
+    "gradient_accumulation_steps": (lambda s: s.asynchronous,
                                     "the workers' steps reach the parameter servers asynchronously: the accumulator "
                                     "would mix their gradients in no defined order"),
 }
@@ -100,14 +100,17 @@ class Recipe:
 
     def refusal(self, strategy):
         """One line: why this recipe cannot train under `strategy` (a strategy's name), or None."""
+        from disttrain_contract.strategies import names_where, strategy_of
+
         if self.class_name == "LossScaleOptimizer":
             return ("the model was compiled with a LossScaleOptimizer (mixed precision's dynamic loss scale), which "
                     "disttrain does not train: compile it with the inner optimizer (the trainer trains in float32)")
-        for option, (strategies, why) in REFUSED_OPTIONS.items():
-            if self.options.get(option) and strategy in strategies:
+        for option, (refuses, why) in REFUSED_OPTIONS.items():
+            if self.options.get(option) and refuses(strategy_of(strategy)):
+                takes = " or ".join(names_where(lambda s, refuses=refuses: not refuses(s)))
                 return (f"the model's optimizer {self.class_name} sets {option}={self.options[option]!r}, which "
                         f"--strategy {strategy} cannot honour ({why}): compile it without {option}, or train with "
-                        f"--strategy average or multiworker")
+                        f"--strategy {takes}")
         return None
 
     def build(self, optimizer=None, learning_rate=None):

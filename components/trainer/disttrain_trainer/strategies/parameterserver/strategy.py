@@ -40,7 +40,8 @@ import threading
 import numpy as np
 import tensorflow as tf
 
-from disttrain_contract import wait_for_marker, write_marker
+from disttrain_contract import wait_for_marker
+from disttrain_contract.trainer_records import TrainerMarker, read_trainer_marker, write_trainer_marker
 from disttrain_trainer.cluster import ps_task
 from disttrain_trainer.strategies.base import Base
 
@@ -73,12 +74,15 @@ class Strategy(Base):
         notice.install()  # again: the server's coordination agent installed its own SIGTERM handler; SIGTERM: exit 75
         tag = f"{self.role} {self.task_index} (task {self.index})"  # as main.py's
         print(f"{tag}: serving {cluster.as_dict()} until the chief finishes", flush=True)
-        chief = wait_for_marker(chief_dir, config.strategy_settings.serve_timeout, "the chief's model", poll=1.0, log=open(os.devnull, "w"))
-        if chief.get("strategy") != self.name:
+        wait_for_marker(chief_dir, config.strategy_settings.serve_timeout, "the chief's model", poll=1.0,
+                        log=open(os.devnull, "w"))
+        chief = read_trainer_marker(chief_dir)
+        if chief.strategy != self.name:
             raise RuntimeError(f"the chief's marker in {chief_dir} is not from parameter-server training: {chief}")
-        write_marker(own_dir, "trainer", worker_index=self.index, workers=self.workers, strategy=self.name, role=self.role,
-                     epochs=chief["epochs"], init_weights_sha256=chief["init_weights_sha256"], model=None,
-                     examples=0 if self.role == "ps" else chief["examples_by_worker"][self.task_index])
+        write_trainer_marker(own_dir, TrainerMarker(
+            worker_index=self.index, workers=self.workers, strategy=self.name, role=self.role, epochs=chief.epochs,
+            init_weights_sha256=chief.init_weights_sha256, model=None,
+            examples=0 if self.role == "ps" else chief.examples_by_worker[self.task_index]))
         print(f"{tag}: the chief has finished; exiting", flush=True)
         return 0
 
