@@ -75,7 +75,7 @@ help:
 	@echo "make kfp-pipeline recompile pipelines/kfp/pipeline.yaml from pipeline.py (make test fails while they differ)"
 	@echo "make browser-deps Debian's chromium and curl, which make test drives (needs root; otherwise names the sudo command)"
 	@echo "make front-deps   Debian's nginx (nginx-light), the server's front against slow clients, which make test-faults runs (needs root)"
-	@echo "make lint         ruff over every Python file (rules: ruff.toml); quick, run first by CI"
+	@echo "make lint         ruff format --check and ruff check over every Python file (ruff.toml); quick, run first by CI"
 	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
 	@echo "make test-long    longer real-training integration tests (sweeps, multi-model runs) kept out of make test's 15-minute budget"
 	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk, slow clients (installs nginx-light)"
@@ -165,6 +165,7 @@ sweep: venv
 
 # ruff's rule set and the reasons for it are in ruff.toml
 lint: venv
+	$(BIN)/ruff format --check
 	$(BIN)/ruff check
 
 # Debian's Chromium for the browser test (Playwright drives it; never `playwright install`), and curl, which

@@ -122,8 +122,21 @@ def epochs_to_target(rows):
 
 def take_probe(workdir, json_path, epochs, options, budget_seconds, flags=()):
     """One advisor probe of a task's data (`disttrain-advise --json`): (its document, None), or (None, why not)."""
-    _, why = run_advise(["--workdir", str(workdir), "--json", str(json_path), "--budget-seconds", f"{budget_seconds:g}",
-                         "--epochs", str(epochs), *flags, *flag_args(options)], timeout=budget_seconds + 60)
+    _, why = run_advise(
+        [
+            "--workdir",
+            str(workdir),
+            "--json",
+            str(json_path),
+            "--budget-seconds",
+            f"{budget_seconds:g}",
+            "--epochs",
+            str(epochs),
+            *flags,
+            *flag_args(options),
+        ],
+        timeout=budget_seconds + 60,
+    )
     if why:
         return None, why
     with open(json_path) as fh:
@@ -136,8 +149,10 @@ def sitting_groups(rows, doc):
     from tta_store import sitting_probe
 
     order = list(dict.fromkeys(r.get("sitting") for r in rows))
-    return [(s, sitting_probe(doc, s, rows[0]["task"]) if s else None, [r for r in rows if r.get("sitting") == s])
-            for s in order]
+    return [
+        (s, sitting_probe(doc, s, rows[0]["task"]) if s else None, [r for r in rows if r.get("sitting") == s])
+        for s in order
+    ]
 
 
 def with_reference(group, task_rows):
@@ -158,15 +173,22 @@ def link_groups(rows):
     from time_to_accuracy import LOCAL_ONLY
 
     links = sorted({r["link"] for r in rows if r["strategy"] != "single"} or {"loopback"})
-    return [(link, [r for r in rows if r["link"] == link] + [r for r in rows if r["link"] != link and r["strategy"] in LOCAL_ONLY])
-            for link in links]
+    return [
+        (
+            link,
+            [r for r in rows if r["link"] == link]
+            + [r for r in rows if r["link"] != link and r["strategy"] in LOCAL_ONLY],
+        )
+        for link in links
+    ]
 
 
 def run_advise(args, timeout):
     """`disttrain-advise args`: (its output, None), or (None, why it failed)."""
     try:
-        result = subprocess.run([os.path.join(BIN, "disttrain-advise"), *args], capture_output=True, text=True,
-                                timeout=timeout)
+        result = subprocess.run(
+            [os.path.join(BIN, "disttrain-advise"), *args], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired:
         return None, f"disttrain-advise {' '.join(args)} ran over {timeout:g} s"
     if result.returncode != 0:
@@ -187,8 +209,9 @@ def predicted_row(probe, link, row, epochs, target):
         if row["strategy"] == "ceiling":  # independent 1-worker runs on the whole data, at once: never recommended
             seconds = perfmodel.ceiling_seconds_per_epoch(probe, int(row["workers"]))
             return perfmodel.Prediction("ceiling", int(row["workers"]), {}, seconds, seconds, 0.0, 0.0, None), None
-        return perfmodel.predict(probe, link, row["strategy"], int(row["workers"]), row.get("options") or {}, epochs,
-                                 target), None
+        return perfmodel.predict(
+            probe, link, row["strategy"], int(row["workers"]), row.get("options") or {}, epochs, target
+        ), None
     except cost_base.ModelError as err:
         return None, str(err)
 
@@ -208,10 +231,15 @@ def configuration(strategy, options):
     """What makes two runs of a strategy the same configuration: localsgd's H, wire, outer optimizer, overlap,
     batch-norm re-estimation and syncs at the epochs' ends (the trainer's defaults filled in), multiworker's wire."""
     if strategy == "localsgd":
-        return (strategy, options.get("sync_every") or localsgd_cost.DEFAULT_SYNC_EVERY,
-                options.get("allreduce_dtype") or "float32", options.get("outer_optimizer") or "none",
-                options.get("outer_overlap") or "none",
-                options.get("sync_batch_norm_batches", localsgd_cost.REFRESH_BATCHES), bool(options.get("sync_at_epoch_end")))
+        return (
+            strategy,
+            options.get("sync_every") or localsgd_cost.DEFAULT_SYNC_EVERY,
+            options.get("allreduce_dtype") or "float32",
+            options.get("outer_optimizer") or "none",
+            options.get("outer_overlap") or "none",
+            options.get("sync_batch_norm_batches", localsgd_cost.REFRESH_BATCHES),
+            bool(options.get("sync_at_epoch_end")),
+        )
     if strategy == "multiworker":
         return (strategy, options.get("allreduce_dtype") or "float32")
     return (strategy,)
@@ -224,15 +252,32 @@ def check_group(rows, recommendation):
         return None, None, "no row reached the target"
     fastest = min(reached, key=lambda r: r["time_to_target_seconds"])
     wanted = configuration(recommendation["strategy"], recommendation.get("options") or {})
-    same = [r for r in reached if configuration(r["strategy"], r.get("options") or {}) == wanted
-            and int(r["workers"]) == recommendation["workers"]]
+    same = [
+        r
+        for r in reached
+        if configuration(r["strategy"], r.get("options") or {}) == wanted
+        and int(r["workers"]) == recommendation["workers"]
+    ]
     if not same:
-        return fastest, None, (f"{recommendation.get('label') or recommendation['strategy']} with "
-                               f"{recommendation['workers']} worker(s) was not measured (or did not reach the target)")
+        return (
+            fastest,
+            None,
+            (
+                f"{recommendation.get('label') or recommendation['strategy']} with "
+                f"{recommendation['workers']} worker(s) was not measured (or did not reach the target)"
+            ),
+        )
     best = min(same, key=lambda r: r["time_to_target_seconds"])
     ratio = best["time_to_target_seconds"] / fastest["time_to_target_seconds"]
-    verdict = "fastest" if best is fastest else (f"within {100 * (ratio - 1):.1f} % of the fastest" if ratio <= 1 + WITHIN
-                                                 else f"{100 * (ratio - 1):.0f} % slower than the fastest")
+    verdict = (
+        "fastest"
+        if best is fastest
+        else (
+            f"within {100 * (ratio - 1):.1f} % of the fastest"
+            if ratio <= 1 + WITHIN
+            else f"{100 * (ratio - 1):.0f} % slower than the fastest"
+        )
+    )
     return fastest, best, verdict
 
 
@@ -247,12 +292,18 @@ def probe_now(task, tasks, probes, single, epochs, scratch, budget_seconds):
         source, flags = tasks[task]
         copier_args = ["--source", source]
     else:  # the benchmark's own task: its data made as the benchmark makes it (augmented digits' npz)
-        copier_args = [*time_to_accuracy.task_source(scratch, task, time_to_accuracy.TASKS[task]),
-                       "--seed", str(time_to_accuracy.COPIER_SEED)]
+        copier_args = [
+            *time_to_accuracy.task_source(scratch, task, time_to_accuracy.TASKS[task]),
+            "--seed",
+            str(time_to_accuracy.COPIER_SEED),
+        ]
         flags = []  # (the model's flags come from the rows' options)
     workdir = os.path.join(scratch, task)
-    copier = subprocess.run([os.path.join(BIN, "disttrain-copier"), *copier_args, "--n-shards", "2",
-                             "--workdir", workdir], capture_output=True, text=True)
+    copier = subprocess.run(
+        [os.path.join(BIN, "disttrain-copier"), *copier_args, "--n-shards", "2", "--workdir", workdir],
+        capture_output=True,
+        text=True,
+    )
     if copier.returncode != 0:
         sys.exit(f"error: the copier failed on {' '.join(copier_args)}: {copier.stderr.strip()[-500:]}")
     print(f"== {task}: probing now ({' '.join(copier_args)} {' '.join(flags)}) ...", flush=True)
@@ -263,7 +314,9 @@ def probe_now(task, tasks, probes, single, epochs, scratch, budget_seconds):
     return probe_path
 
 
-def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, epochs, scratch, out_rows, groups, doc=None):
+def check_sitting(
+    task, sitting, own_probe, rows, task_rows, probe, probe_path, epochs, scratch, out_rows, groups, doc=None
+):
     """Predict every row of one sitting of a task from `probe`, per link; append to out_rows and groups. A shaped
     link's rate is the payload rate the sitting measured on it where it did (bench/goodput.py: what the probe
     would have measured on a real link of that speed), else its nominal rate."""
@@ -281,14 +334,29 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
         mbit = measured_link.get("goodput_mbit") or nominal
         target = epochs_to_target(group)
         advice_path = os.path.join(scratch, f"{task}.{sitting}.{link_name}.json")
-        text = advise(["--from-probe", probe_path, "--json", advice_path, "--epochs", str(epochs),
-                       "--worker-counts", ",".join(str(n) for n in sorted({int(r["workers"]) for r in group} | {1})),
-                       *(["--link-mbit", f"{mbit:g}"] if mbit else []),
-                       *(["--epochs-to-target", f"{target:g}"] if target else [])], timeout=120)
+        text = advise(
+            [
+                "--from-probe",
+                probe_path,
+                "--json",
+                advice_path,
+                "--epochs",
+                str(epochs),
+                "--worker-counts",
+                ",".join(str(n) for n in sorted({int(r["workers"]) for r in group} | {1})),
+                *(["--link-mbit", f"{mbit:g}"] if mbit else []),
+                *(["--epochs-to-target", f"{target:g}"] if target else []),
+            ],
+            timeout=120,
+        )
         with open(advice_path) as fh:
             recommendation = json.load(fh)["recommendation"]
         link = cost_base.link_of(probe, mbit)
-        where = f" (sitting {sitting}{'' if same_sitting else ': a probe or 1-worker row of another sitting'})" if sitting else ""
+        where = (
+            f" (sitting {sitting}{'' if same_sitting else ': a probe or 1-worker row of another sitting'})"
+            if sitting
+            else ""
+        )
         rate = f", its measured payload rate {mbit:g} of {nominal:g} Mbit/s" if nominal and mbit != nominal else ""
         print(f"-- {task}, {link_name}{where}{rate}:", flush=True)
         for row in group:
@@ -300,42 +368,94 @@ def check_sitting(task, sitting, own_probe, rows, task_rows, probe, probe_path, 
             own = row_probe(row)
             if own is not None:  # taken just before the row (--probe-each-row): the row is predicted from it
                 own_predicted, own_why = predicted_row(own, cost_base.link_of(own, mbit), row, epochs, target)
-                sitting_error, predicted, why, error = error, own_predicted, own_why, relative_error(own_predicted, measured)
+                sitting_error, predicted, why, error = (
+                    error,
+                    own_predicted,
+                    own_why,
+                    relative_error(own_predicted, measured),
+                )
             label = f"{row['strategy']} x{row['workers']} {json.dumps(row.get('options') or {}, sort_keys=True)}"
             shown = f"{predicted.seconds_per_epoch:8.3f}" if predicted else f"  ({why})"
             measured_shown = f"{measured:8.3f}" if measured is not None else f"(none: {row.get('status', 'no row')})"
             measured_syncs = row.get("sync_seconds_per_epoch")  # (localsgd rows since the trainer records them)
-            syncs_shown = (f"; its syncs {predicted.communication_seconds:.2f} s an epoch, measured "
-                           f"{min(measured_syncs):.2f}-{max(measured_syncs):.2f} (the two workers', each with its waits for the other)"
-                           if measured_syncs and predicted else "")
-            print(f"   {label:70} predicted {shown} s/epoch, measured {measured_shown}"
-                  + (f", error {100 * error:+6.1f} %" if error is not None else "") + syncs_shown
-                  + ("" if own is None else " (the row's own probe" + (
-                      f"; the sitting's: {100 * sitting_error:+.1f} %)" if sitting_error is not None else ")")), flush=True)
-            out_rows.append({"task": task, "link": link_name, "strategy": row["strategy"], "workers": row["workers"],
-                             "options": row.get("options") or {}, "measured_seconds_per_epoch": measured,
-                             "predicted_seconds_per_epoch": predicted.seconds_per_epoch if predicted else None,
-                             "relative_error": error, "not_predicted": why, "sitting": sitting,
-                             **({"predicted_communication_seconds": predicted.communication_seconds,
-                                 "measured_sync_seconds": measured_syncs} if measured_syncs and predicted else {}),
-                             "same_sitting": same_sitting or own is not None and reference_same,
-                             "replaced": bool(row.get("replaced")),
-                             "probe": "row" if own is not None else "sitting" if own_probe else "another",
-                             **({"relative_error_sitting_probe": sitting_error} if own is not None else {})})
+            syncs_shown = (
+                f"; its syncs {predicted.communication_seconds:.2f} s an epoch, measured "
+                f"{min(measured_syncs):.2f}-{max(measured_syncs):.2f} (the two workers', each with its waits for the other)"
+                if measured_syncs and predicted
+                else ""
+            )
+            print(
+                f"   {label:70} predicted {shown} s/epoch, measured {measured_shown}"
+                + (f", error {100 * error:+6.1f} %" if error is not None else "")
+                + syncs_shown
+                + (
+                    ""
+                    if own is None
+                    else " (the row's own probe"
+                    + (f"; the sitting's: {100 * sitting_error:+.1f} %)" if sitting_error is not None else ")")
+                ),
+                flush=True,
+            )
+            out_rows.append(
+                {
+                    "task": task,
+                    "link": link_name,
+                    "strategy": row["strategy"],
+                    "workers": row["workers"],
+                    "options": row.get("options") or {},
+                    "measured_seconds_per_epoch": measured,
+                    "predicted_seconds_per_epoch": predicted.seconds_per_epoch if predicted else None,
+                    "relative_error": error,
+                    "not_predicted": why,
+                    "sitting": sitting,
+                    **(
+                        {
+                            "predicted_communication_seconds": predicted.communication_seconds,
+                            "measured_sync_seconds": measured_syncs,
+                        }
+                        if measured_syncs and predicted
+                        else {}
+                    ),
+                    "same_sitting": same_sitting or own is not None and reference_same,
+                    "replaced": bool(row.get("replaced")),
+                    "probe": "row" if own is not None else "sitting" if own_probe else "another",
+                    **({"relative_error_sitting_probe": sitting_error} if own is not None else {}),
+                }
+            )
         if len(links) > 1 and all(r["strategy"] in LOCAL_ONLY for r in group if r["link"] == link_name):
             # only the references, which every other link's group of the sitting already compares: predicted, not a group
-            print("   (the references of the sitting's links: their advice is checked in each link's group)", flush=True)
+            print(
+                "   (the references of the sitting's links: their advice is checked in each link's group)", flush=True
+            )
             continue
         fastest, best, verdict = check_group(group, recommendation)
         print("   " + next(line for line in text.splitlines() if line.startswith("advice: ")), flush=True)
-        print(f"   the advice against the measurements: {verdict}"
-              + (f" (fastest measured: {fastest['strategy']} x{fastest['workers']}, "
-                 f"{fastest['time_to_target_seconds']:.1f} s)" if fastest else ""), flush=True)
-        groups.append({"task": task, "link": link_name, "sitting": sitting, "same_sitting": same_sitting,
-                       "link_mbit_nominal": nominal, "link_mbit_given": mbit, "link_measured": measured_link or None,
-                       "epochs_to_target": target,
-                       "recommendation": recommendation, "verdict": verdict,
-                       "fastest_measured": fastest, "recommended_measured": best})
+        print(
+            f"   the advice against the measurements: {verdict}"
+            + (
+                f" (fastest measured: {fastest['strategy']} x{fastest['workers']}, "
+                f"{fastest['time_to_target_seconds']:.1f} s)"
+                if fastest
+                else ""
+            ),
+            flush=True,
+        )
+        groups.append(
+            {
+                "task": task,
+                "link": link_name,
+                "sitting": sitting,
+                "same_sitting": same_sitting,
+                "link_mbit_nominal": nominal,
+                "link_mbit_given": mbit,
+                "link_measured": measured_link or None,
+                "epochs_to_target": target,
+                "recommendation": recommendation,
+                "verdict": verdict,
+                "fastest_measured": fastest,
+                "recommended_measured": best,
+            }
+        )
 
 
 def main():
@@ -343,12 +463,22 @@ def main():
     p.add_argument("--results", default=os.path.join(RESULTS, "time_to_accuracy.json"), help="the benchmark's rows")
     p.add_argument("--out", default=os.path.join(RESULTS, "advisor_accuracy.json"), help="where this writes")
     p.add_argument("--budget-seconds", type=float, default=60, help="each probe's budget (default 60)")
-    p.add_argument("--probe", action="append", default=[], metavar="NAME=PATH",
-                   help="use this earlier `disttrain-advise --json` file as task NAME's probe (no copier, no new probe; "
-                        "repeatable)")
-    p.add_argument("--task", action="append", default=[], metavar="NAME=SOURCE [FLAGS]",
-                   help="the copier source and trainer flags of a task name of the results, e.g. "
-                        "'mobilenetv2=sample:digits --model mobilenetv2 --image-size 64' (repeatable)")
+    p.add_argument(
+        "--probe",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="use this earlier `disttrain-advise --json` file as task NAME's probe (no copier, no new probe; "
+        "repeatable)",
+    )
+    p.add_argument(
+        "--task",
+        action="append",
+        default=[],
+        metavar="NAME=SOURCE [FLAGS]",
+        help="the copier source and trainer flags of a task name of the results, e.g. "
+        "'mobilenetv2=sample:digits --model mobilenetv2 --image-size 64' (repeatable)",
+    )
     args = p.parse_args()
     tasks = dict(TASKS)
     for spec in args.task:
@@ -390,50 +520,93 @@ def main():
                         json.dump(stored_probe, fh)
                     print(f"== {task}, sitting {sitting}: the probe taken in that sitting", flush=True)
                 else:
-                    fresh_probe = fresh_probe or probe_now(task, tasks, probes, single, epochs, scratch, args.budget_seconds)
+                    fresh_probe = fresh_probe or probe_now(
+                        task, tasks, probes, single, epochs, scratch, args.budget_seconds
+                    )
                     probe_path = fresh_probe
                     if sitting:
-                        print(f"   (sitting {sitting} kept no probe of {task}: its rows are checked against {probe_path})",
-                              flush=True)
+                        print(
+                            f"   (sitting {sitting} kept no probe of {task}: its rows are checked against {probe_path})",
+                            flush=True,
+                        )
                 with open(probe_path) as fh:
                     probe = perfmodel.Probe.from_dict(json.load(fh)["probe"])
-                check_sitting(task, sitting, stored_probe is not None, sitting_rows, task_rows, probe, probe_path, epochs,
-                              scratch, out_rows, groups, doc)
+                check_sitting(
+                    task,
+                    sitting,
+                    stored_probe is not None,
+                    sitting_rows,
+                    task_rows,
+                    probe,
+                    probe_path,
+                    epochs,
+                    scratch,
+                    out_rows,
+                    groups,
+                    doc,
+                )
     errors = [abs(r["relative_error"]) for r in out_rows if r["relative_error"] is not None]
     same_rows = [r for r in out_rows if r["relative_error"] is not None and r["same_sitting"]]
     same = [abs(r["relative_error"]) for r in same_rows]
     right = [g for g in groups if g["verdict"].startswith(("fastest", "within"))]
     own = [r for r in out_rows if r["probe"] == "row" and r["relative_error"] is not None]
     current = [abs(r["relative_error"]) for r in same_rows if not r["replaced"]]
-    summary = {"rows": len(out_rows), "max_abs_relative_error": max(errors) if errors else None,
-               "rows_within_15_percent": sum(e <= 0.15 for e in errors),
-               "groups_recommendation_right": len(right), "groups": len(groups),
-               # the check that counts: predictions against rows of the probe's own sitting
-               "same_sitting_rows": len(same), "same_sitting_rows_within_15_percent": sum(e <= 0.15 for e in same),
-               "same_sitting_max_abs_relative_error": max(same) if same else None,
-               "same_sitting_groups": sum(g["same_sitting"] for g in groups),
-               # of them the newest measurement of each configuration (the results' tables), not those measured again since
-               "current_same_sitting_rows": len(current),
-               "current_same_sitting_rows_within_15_percent": sum(e <= 0.15 for e in current),
-               # rows with a probe taken just before them: from that probe, and from their sitting's first one
-               "own_probe_rows": len(own), "own_probe_rows_within_15_percent": sum(abs(r["relative_error"]) <= 0.15 for r in own),
-               "own_probe_rows_within_15_percent_of_the_sitting_probe": sum(
-                   r.get("relative_error_sitting_probe") is not None and abs(r["relative_error_sitting_probe"]) <= 0.15 for r in own),
-               "same_sitting_groups_recommendation_right": sum(g["same_sitting"] for g in right)}
-    print(f"== {summary['rows_within_15_percent']} of {len(errors)} predicted rows within 15 %; the advice right in "
-          f"{summary['groups_recommendation_right']} of {len(groups)} (task, link) groups", flush=True)
-    print(f"== within their probe's own sitting: {summary['same_sitting_rows_within_15_percent']} of {len(same)} rows "
-          f"within 15 %; the advice right in {summary['same_sitting_groups_recommendation_right']} of "
-          f"{summary['same_sitting_groups']} groups", flush=True)
-    print(f"== of them, the newest measurement of each configuration: {summary['current_same_sitting_rows_within_15_percent']} "
-          f"of {len(current)} rows within 15 %", flush=True)
+    summary = {
+        "rows": len(out_rows),
+        "max_abs_relative_error": max(errors) if errors else None,
+        "rows_within_15_percent": sum(e <= 0.15 for e in errors),
+        "groups_recommendation_right": len(right),
+        "groups": len(groups),
+        # the check that counts: predictions against rows of the probe's own sitting
+        "same_sitting_rows": len(same),
+        "same_sitting_rows_within_15_percent": sum(e <= 0.15 for e in same),
+        "same_sitting_max_abs_relative_error": max(same) if same else None,
+        "same_sitting_groups": sum(g["same_sitting"] for g in groups),
+        # of them the newest measurement of each configuration (the results' tables), not those measured again since
+        "current_same_sitting_rows": len(current),
+        "current_same_sitting_rows_within_15_percent": sum(e <= 0.15 for e in current),
+        # rows with a probe taken just before them: from that probe, and from their sitting's first one
+        "own_probe_rows": len(own),
+        "own_probe_rows_within_15_percent": sum(abs(r["relative_error"]) <= 0.15 for r in own),
+        "own_probe_rows_within_15_percent_of_the_sitting_probe": sum(
+            r.get("relative_error_sitting_probe") is not None and abs(r["relative_error_sitting_probe"]) <= 0.15
+            for r in own
+        ),
+        "same_sitting_groups_recommendation_right": sum(g["same_sitting"] for g in right),
+    }
+    print(
+        f"== {summary['rows_within_15_percent']} of {len(errors)} predicted rows within 15 %; the advice right in "
+        f"{summary['groups_recommendation_right']} of {len(groups)} (task, link) groups",
+        flush=True,
+    )
+    print(
+        f"== within their probe's own sitting: {summary['same_sitting_rows_within_15_percent']} of {len(same)} rows "
+        f"within 15 %; the advice right in {summary['same_sitting_groups_recommendation_right']} of "
+        f"{summary['same_sitting_groups']} groups",
+        flush=True,
+    )
+    print(
+        f"== of them, the newest measurement of each configuration: {summary['current_same_sitting_rows_within_15_percent']} "
+        f"of {len(current)} rows within 15 %",
+        flush=True,
+    )
     if own:
-        print(f"== of them, {len(own)} rows with a probe taken just before them: {summary['own_probe_rows_within_15_percent']} "
-              f"within 15 % of it ({summary['own_probe_rows_within_15_percent_of_the_sitting_probe']} of the sitting's first "
-              f"probe)", flush=True)
-    atomic_write_json(args.out, {"benchmark": "advisor_accuracy", "results_file": os.path.abspath(args.results),
-                                 "machine": machine_facts(), "config": {"budget_seconds": args.budget_seconds},
-                                 "results": {"rows": out_rows, "groups": groups, "summary": summary}})
+        print(
+            f"== of them, {len(own)} rows with a probe taken just before them: {summary['own_probe_rows_within_15_percent']} "
+            f"within 15 % of it ({summary['own_probe_rows_within_15_percent_of_the_sitting_probe']} of the sitting's first "
+            f"probe)",
+            flush=True,
+        )
+    atomic_write_json(
+        args.out,
+        {
+            "benchmark": "advisor_accuracy",
+            "results_file": os.path.abspath(args.results),
+            "machine": machine_facts(),
+            "config": {"budget_seconds": args.budget_seconds},
+            "results": {"rows": out_rows, "groups": groups, "summary": summary},
+        },
+    )
     print(f"-> {args.out}", flush=True)
 
 

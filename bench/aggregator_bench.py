@@ -27,14 +27,41 @@ def main():
     config = {"source": "sample:movie-reviews", "workers": WORKERS, "epochs": 1, "repetitions": n}
     with Bench("aggregator", config) as bench:
         try:
-            r = run_measured([os.path.join(BIN, "disttrain-copier"), "--source", "sample:movie-reviews", "--n-shards", WORKERS,
-                              "--workdir", base], log=os.path.join(base, "copier.log"))
+            r = run_measured(
+                [
+                    os.path.join(BIN, "disttrain-copier"),
+                    "--source",
+                    "sample:movie-reviews",
+                    "--n-shards",
+                    WORKERS,
+                    "--workdir",
+                    base,
+                ],
+                log=os.path.join(base, "copier.log"),
+            )
             if r["rc"]:
                 raise SystemExit(tail(os.path.join(base, "copier.log")))
             print(f"  training {WORKERS} workers x 1 epoch, 2 at a time ...", file=sys.stderr, flush=True)
             for pair in range(0, WORKERS, 2):
-                procs = [start([os.path.join(BIN, "disttrain-trainer"), "--workdir", base, "--worker-index", i, "--workers", WORKERS,
-                                "--epochs", 1, "--threads", 1], os.path.join(base, f"worker-{i}.log")) for i in (pair, pair + 1)]
+                procs = [
+                    start(
+                        [
+                            os.path.join(BIN, "disttrain-trainer"),
+                            "--workdir",
+                            base,
+                            "--worker-index",
+                            i,
+                            "--workers",
+                            WORKERS,
+                            "--epochs",
+                            1,
+                            "--threads",
+                            1,
+                        ],
+                        os.path.join(base, f"worker-{i}.log"),
+                    )
+                    for i in (pair, pair + 1)
+                ]
                 for i, p in zip((pair, pair + 1), procs):
                     if wait_measured(p)["rc"]:
                         raise SystemExit(tail(os.path.join(base, f"worker-{i}.log")))
@@ -42,10 +69,30 @@ def main():
             runs = []
             for rep in range(n):
                 for name, cmd in (
-                    ("aggregator --expect 8", [os.path.join(BIN, "disttrain-aggregator"), "--workdir", base, "--expect", WORKERS,
-                                               "--timeout", 60, "--savefile", os.path.join(base, f"final-{rep}", "model.keras"),
-                                               "--force"]),  # timed either way, whatever the quality gate says
-                    ("load + evaluate 1 model", [sys.executable, os.path.join(HERE, "load_one_model.py"), model_file, os.path.join(base, "data")]),
+                    (
+                        "aggregator --expect 8",
+                        [
+                            os.path.join(BIN, "disttrain-aggregator"),
+                            "--workdir",
+                            base,
+                            "--expect",
+                            WORKERS,
+                            "--timeout",
+                            60,
+                            "--savefile",
+                            os.path.join(base, f"final-{rep}", "model.keras"),
+                            "--force",
+                        ],
+                    ),  # timed either way, whatever the quality gate says
+                    (
+                        "load + evaluate 1 model",
+                        [
+                            sys.executable,
+                            os.path.join(HERE, "load_one_model.py"),
+                            model_file,
+                            os.path.join(base, "data"),
+                        ],
+                    ),
                 ):
                     log = os.path.join(base, f"agg-{rep}-{len(runs)}.log")
                     r = run_measured(cmd, log=log)
@@ -53,7 +100,11 @@ def main():
                         raise SystemExit(f"{name} failed:\n{tail(log)}")
                     r.update(name=name, rep=rep)
                     runs.append(r)
-                    print(f"  rep {rep + 1}/{n} {name:<24} {r['wall_sec']:6.1f}s  max RSS {r['max_rss_mb']:6.0f} MB", file=sys.stderr, flush=True)
+                    print(
+                        f"  rep {rep + 1}/{n} {name:<24} {r['wall_sec']:6.1f}s  max RSS {r['max_rss_mb']:6.0f} MB",
+                        file=sys.stderr,
+                        flush=True,
+                    )
             report = Report.read(os.path.join(base, "final-0", REPORT_FILE)).to_json()
             one = os.path.join(base, "train", "worker-00000", "model.keras")
             size = {"model_file_mb": os.path.getsize(one) / 2**20}
@@ -66,13 +117,27 @@ def main():
         finally:
             if not os.environ.get("BENCH_KEEP"):
                 shutil.rmtree(base, ignore_errors=True)
-        summary = [{"name": name, "reps": len(rs), **{k: median([r[k] for r in rs]) for k in ("wall_sec", "max_rss_mb", "peak_anon_mb", "user_sec", "sys_sec")}}
-                   for name in dict.fromkeys(r["name"] for r in runs) for rs in [[r for r in runs if r["name"] == name]]]
+        summary = [
+            {
+                "name": name,
+                "reps": len(rs),
+                **{
+                    k: median([r[k] for r in rs])
+                    for k in ("wall_sec", "max_rss_mb", "peak_anon_mb", "user_sec", "sys_sec")
+                },
+            }
+            for name in dict.fromkeys(r["name"] for r in runs)
+            for rs in [[r for r in runs if r["name"] == name]]
+        ]
         agg, one_model = summary[0], summary[1]
-        bench.results = {"summary": summary, "one_model": size,
-                         "extra_rss_for_8_models_mb": agg["max_rss_mb"] - one_model["max_rss_mb"],
-                         "final_accuracy": report["final"]["test_accuracy"],
-                         "worker_accuracy": [w["test_accuracy"] for w in report["workers"]], "runs": runs}
+        bench.results = {
+            "summary": summary,
+            "one_model": size,
+            "extra_rss_for_8_models_mb": agg["max_rss_mb"] - one_model["max_rss_mb"],
+            "final_accuracy": report["final"]["test_accuracy"],
+            "worker_accuracy": [w["test_accuracy"] for w in report["workers"]],
+            "runs": runs,
+        }
 
 
 if __name__ == "__main__":

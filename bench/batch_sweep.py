@@ -26,8 +26,10 @@ def summarise(runs):
         row = {"batch_per_worker": batch}
         for workers in (1, 2):
             rs = [r for r in runs if r["batch_per_worker"] == batch and r["workers"] == workers]
-            row[f"w{workers}"] = {k: median([r[k] for r in rs])
-                                  for k in ("sec_per_epoch", "step_ms", "steps_per_epoch", "cpu_sec", "final_accuracy")}
+            row[f"w{workers}"] = {
+                k: median([r[k] for r in rs])
+                for k in ("sec_per_epoch", "step_ms", "steps_per_epoch", "cpu_sec", "final_accuracy")
+            }
         row["speedup"] = row["w1"]["sec_per_epoch"] / row["w2"]["sec_per_epoch"]
         row["step_overhead_ms"] = row["w2"]["step_ms"] - row["w1"]["step_ms"]
         summary.append(row)
@@ -37,19 +39,31 @@ def summarise(runs):
 def main():
     n = reps(full=3, quick=1)
     base = tmpdir("sweep")
-    config = {"task": TASK, "epochs": EPOCHS, "batches_per_worker": BATCHES, "strategy": "multiworker", "workers": [1, 2],
-              "threads_per_worker": 1, "repetitions": n}
+    config = {
+        "task": TASK,
+        "epochs": EPOCHS,
+        "batches_per_worker": BATCHES,
+        "strategy": "multiworker",
+        "workers": [1, 2],
+        "threads_per_worker": 1,
+        "repetitions": n,
+    }
     with Bench("batch_sweep", config) as bench:
         runs = []
         try:
             for rep in range(n):
                 for batch in BATCHES:
                     for workers in (1, 2):
-                        print(f"  rep {rep + 1}/{n}: batch {batch} x {workers} worker(s) ...", file=sys.stderr, flush=True)
+                        print(
+                            f"  rep {rep + 1}/{n}: batch {batch} x {workers} worker(s) ...", file=sys.stderr, flush=True
+                        )
                         r = train_once(base, TASK, workers, "multiworker", rep, EPOCHS, batch)
                         r.pop("run_dir")
-                        print(f"    {r['sec_per_epoch']:.3f} s/epoch, step {r['step_ms']:.1f} ms, acc {r['final_accuracy']:.3f}",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"    {r['sec_per_epoch']:.3f} s/epoch, step {r['step_ms']:.1f} ms, acc {r['final_accuracy']:.3f}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         runs.append(r)
         finally:
             if not os.environ.get("BENCH_KEEP"):

@@ -30,10 +30,12 @@ def main():
     p.add_argument("--iters", type=int, default=50)
     p.add_argument("--rows", type=int, default=1300, help="touched embedding rows per step (sparse models)")
     args = p.parse_args()
-    os.environ["TF_CONFIG"] = json.dumps({
-        "cluster": {"worker": [f"127.0.0.1:{args.port + i}" for i in range(args.workers)]},
-        "task": {"type": "worker", "index": args.index},
-    })
+    os.environ["TF_CONFIG"] = json.dumps(
+        {
+            "cluster": {"worker": [f"127.0.0.1:{args.port + i}" for i in range(args.workers)]},
+            "task": {"type": "worker", "index": args.index},
+        }
+    )
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     import keras
     import tensorflow as tf
@@ -71,8 +73,12 @@ def main():
             times.append(time.perf_counter() - t)
         return statistics.median(times) * 1000
 
-    result = {"params": n_params, "gradient_mb": n_params * 4 / 1e6,
-              "allreduce_gradients_ms": timed(grads_step), "allreduce_scalar_ms": timed(scalar_step)}
+    result = {
+        "params": n_params,
+        "gradient_mb": n_params * 4 / 1e6,
+        "allreduce_gradients_ms": timed(grads_step),
+        "allreduce_scalar_ms": timed(scalar_step),
+    }
     local = tf.distribute.get_strategy()
 
     @tf.function
@@ -93,7 +99,9 @@ def main():
             grads = [tf.ones(s) for s in shapes]
             if sparse is not None:  # the other worker touches half the same rows, half others
                 rows = tf.range(args.rows) + args.index * (args.rows // 2)
-                grads[sparse] = tf.IndexedSlices(tf.ones([args.rows, shapes[sparse][1]]), rows, tf.constant(shapes[sparse], tf.int64))
+                grads[sparse] = tf.IndexedSlices(
+                    tf.ones([args.rows, shapes[sparse][1]]), rows, tf.constant(shapes[sparse], tf.int64)
+                )
             return wire.all_reduce_sum(grads)
 
         return tf.function(lambda: strategy.run(fn))

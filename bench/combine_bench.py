@@ -24,31 +24,76 @@ VALIDATION = 0.1
 
 def one_run(base, task, source, epochs, workers):
     work = os.path.join(base, f"{task}-{workers}")
-    r = run_measured([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", workers, "--workdir", work],
-                     log=os.path.join(base, f"{task}-{workers}-copier.log"))
+    r = run_measured(
+        [os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", workers, "--workdir", work],
+        log=os.path.join(base, f"{task}-{workers}-copier.log"),
+    )
     if r["rc"]:
         raise SystemExit(tail(os.path.join(base, f"{task}-{workers}-copier.log")))
     logs = [os.path.join(base, f"{task}-{workers}-worker-{i}.log") for i in range(workers)]
-    procs = [start([os.path.join(BIN, "disttrain-trainer"), "--workdir", work, "--worker-index", i, "--workers", workers,
-                    "--epochs", epochs, "--batch", 64, "--seed", 42, "--validation-fraction", VALIDATION], log)
-             for i, log in enumerate(logs)]
+    procs = [
+        start(
+            [
+                os.path.join(BIN, "disttrain-trainer"),
+                "--workdir",
+                work,
+                "--worker-index",
+                i,
+                "--workers",
+                workers,
+                "--epochs",
+                epochs,
+                "--batch",
+                64,
+                "--seed",
+                42,
+                "--validation-fraction",
+                VALIDATION,
+            ],
+            log,
+        )
+        for i, log in enumerate(logs)
+    ]
     for proc, log in zip(procs, logs):
         if wait_measured(proc)["rc"]:
             raise SystemExit(tail(log))
     log = os.path.join(base, f"{task}-{workers}-aggregator.log")
-    r = run_measured([os.path.join(BIN, "disttrain-aggregator"), "--workdir", work, "--expect", workers, "--timeout", 60,
-                      "--combine", "average", "--force"], log=log)  # --force: measured whatever the gate says
+    r = run_measured(
+        [
+            os.path.join(BIN, "disttrain-aggregator"),
+            "--workdir",
+            work,
+            "--expect",
+            workers,
+            "--timeout",
+            60,
+            "--combine",
+            "average",
+            "--force",
+        ],
+        log=log,
+    )  # --force: measured whatever the gate says
     if r["rc"]:
         raise SystemExit(tail(log))
     report = Report.read(os.path.join(work, "final", REPORT_FILE)).to_json()
     candidates = report["combine"]["candidates"]
-    return {"task": task, "workers": workers, "epochs": epochs, "test_examples": report["test_examples"],
-            "workers_test_accuracy": [w["test_accuracy"] for w in report["workers"]],
-            "candidates": {name: {k: c[k] for k in ("test_accuracy", "latency_ms_per_instance", "forward_passes")}
-                           | ({"worker_index": c["worker_index"], "validation_accuracy": c["validation_accuracy"]}
-                              if name == "best" else {})
-                           for name, c in candidates.items()},
-            "latency_method": report["combine"]["latency_method"]}
+    return {
+        "task": task,
+        "workers": workers,
+        "epochs": epochs,
+        "test_examples": report["test_examples"],
+        "workers_test_accuracy": [w["test_accuracy"] for w in report["workers"]],
+        "candidates": {
+            name: {k: c[k] for k in ("test_accuracy", "latency_ms_per_instance", "forward_passes")}
+            | (
+                {"worker_index": c["worker_index"], "validation_accuracy": c["validation_accuracy"]}
+                if name == "best"
+                else {}
+            )
+            for name, c in candidates.items()
+        },
+        "latency_method": report["combine"]["latency_method"],
+    }
 
 
 def plot(rows, path):
@@ -67,8 +112,13 @@ def plot(rows, path):
         acc.bar(x + (i - 1) * 0.27, values, 0.27, label=name, color=color)
         for xi, v in zip(x, values):
             acc.text(xi + (i - 1) * 0.27, v, f"{v:.3f}", ha="center", va="bottom", fontsize=7)
-        lat.bar(x + (i - 1) * 0.27, [r["candidates"][name]["latency_ms_per_instance"] for r in rows], 0.27,
-                label=name, color=color)
+        lat.bar(
+            x + (i - 1) * 0.27,
+            [r["candidates"][name]["latency_ms_per_instance"] for r in rows],
+            0.27,
+            label=name,
+            color=color,
+        )
     low = min(r["candidates"][n]["test_accuracy"] for r in rows for n in names)
     acc.set_ylim(max(0, low - 0.05), 1.0)
     acc.set_xticks(x, labels)
@@ -86,8 +136,15 @@ def plot(rows, path):
 
 def main():
     base = tmpdir("combine")
-    config = {"tasks": [t for t, _, _ in TASKS], "workers": list(WORKERS), "strategy": "average", "seed": 42,
-              "batch": 64, "validation_fraction": VALIDATION, "epochs": {t: e for t, _, e in TASKS}}
+    config = {
+        "tasks": [t for t, _, _ in TASKS],
+        "workers": list(WORKERS),
+        "strategy": "average",
+        "seed": 42,
+        "batch": 64,
+        "validation_fraction": VALIDATION,
+        "epochs": {t: e for t, _, e in TASKS},
+    }
     with Bench("combine", config) as bench:
         rows = []
         for task, source, epochs in TASKS:
@@ -95,8 +152,15 @@ def main():
                 print(f"  {task}, {workers} workers x {epochs} epochs ...", file=sys.stderr, flush=True)
                 row = one_run(base, task, source, epochs, workers)
                 rows.append(row)
-                print("   " + ", ".join(f"{n} {c['test_accuracy']:.4f} ({c['latency_ms_per_instance']:.3f} ms)"
-                                        for n, c in row["candidates"].items()), file=sys.stderr, flush=True)
+                print(
+                    "   "
+                    + ", ".join(
+                        f"{n} {c['test_accuracy']:.4f} ({c['latency_ms_per_instance']:.3f} ms)"
+                        for n, c in row["candidates"].items()
+                    ),
+                    file=sys.stderr,
+                    flush=True,
+                )
         bench.results = {"runs": rows}
         os.makedirs(os.path.join(ROOT, "bench", "plots"), exist_ok=True)
         plot(rows, os.path.join(ROOT, "bench", "plots", "combine.png"))

@@ -73,7 +73,9 @@ def _cpu_model():
 
 def _git_commit():
     try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True
+        ).stdout.strip()
     except OSError:
         return None
 
@@ -81,7 +83,9 @@ def _git_commit():
 def _busy_processes(n=5):
     """The top CPU users right now (to say what else was running)."""
     try:
-        out = subprocess.run(["ps", "-eo", "pcpu,comm", "--sort=-pcpu", "--no-headers"], capture_output=True, text=True).stdout
+        out = subprocess.run(
+            ["ps", "-eo", "pcpu,comm", "--sort=-pcpu", "--no-headers"], capture_output=True, text=True
+        ).stdout
         return [line.strip() for line in out.splitlines()[:n]]
     except OSError:
         return []
@@ -117,7 +121,11 @@ def other_processes_cores(mark):
 
 def machine_snapshot():
     with open("/proc/meminfo") as fh:
-        mem = {line.split(":")[0]: int(line.split()[1]) for line in fh if line.split(":")[0] in ("MemTotal", "MemAvailable")}
+        mem = {
+            line.split(":")[0]: int(line.split()[1])
+            for line in fh
+            if line.split(":")[0] in ("MemTotal", "MemAvailable")
+        }
     return {
         "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "loadavg_1_5_15": [round(x, 2) for x in os.getloadavg()],
@@ -130,7 +138,9 @@ def machine_facts():
     return {
         "nproc": os.cpu_count(),
         "cpu": _cpu_model(),
-        "mem_total_mb": None if not os.path.exists("/proc/meminfo") else int(open("/proc/meminfo").readline().split()[1]) // 1024,
+        "mem_total_mb": None
+        if not os.path.exists("/proc/meminfo")
+        else int(open("/proc/meminfo").readline().split()[1]) // 1024,
         "kernel": platform.release(),
         "versions": _versions(),
         "git_commit": _git_commit(),
@@ -147,7 +157,11 @@ class Bench:
         self.started = time.monotonic()
         self.before = machine_snapshot()
         self.cpu_before = cpu_mark()
-        print(f"[{self.name}] start {self.before['time_utc']} load {self.before['loadavg_1_5_15']} quick={QUICK}", file=sys.stderr, flush=True)
+        print(
+            f"[{self.name}] start {self.before['time_utc']} load {self.before['loadavg_1_5_15']} quick={QUICK}",
+            file=sys.stderr,
+            flush=True,
+        )
         return self
 
     def __exit__(self, exc_type, exc, tb):
@@ -164,8 +178,10 @@ class Bench:
         if QUICK:
             why.append("quick mode, BENCH_QUICK=1")
         if busy:
-            why.append(f"machine busy: other processes used {other_cores:.2f} cores on average during the run "
-                       f"(limit {BUSY_CPU}), on {os.cpu_count()} cores")
+            why.append(
+                f"machine busy: other processes used {other_cores:.2f} cores on average during the run "
+                f"(limit {BUSY_CPU}), on {os.cpu_count()} cores"
+            )
         doc = {
             "benchmark": self.name,
             "quick": QUICK,
@@ -173,14 +189,25 @@ class Bench:
             "provisional_reason": "; ".join(why) or None,
             "notes": self.notes,
             "duration_sec": round(wall, 1),
-            "machine": {**machine_facts(), "before": self.before, "after": after,
-                        "cpu_sec": {"machine": round(machine_cpu, 1), "benchmark": round(own_cpu, 1),
-                                    "other_processes_cores": round(other_cores, 3)}},
+            "machine": {
+                **machine_facts(),
+                "before": self.before,
+                "after": after,
+                "cpu_sec": {
+                    "machine": round(machine_cpu, 1),
+                    "benchmark": round(own_cpu, 1),
+                    "other_processes_cores": round(other_cores, 3),
+                },
+            },
             "config": self.config,
             "results": self.results,
         }
         path = write_result(self.name, doc)
-        print(f"[{self.name}] done in {doc['duration_sec']}s -> {os.path.relpath(path, ROOT)}", file=sys.stderr, flush=True)
+        print(
+            f"[{self.name}] done in {doc['duration_sec']}s -> {os.path.relpath(path, ROOT)}",
+            file=sys.stderr,
+            flush=True,
+        )
         return False
 
 
@@ -202,8 +229,13 @@ def run_measured(cmd, log=None, env=None, cwd=None, timeout=1800):
     fd, time_file = tempfile.mkstemp(prefix="bench-time-")
     os.close(fd)
     started = time.monotonic()
-    proc = subprocess.Popen(["/usr/bin/time", "-o", time_file, "-f", "%M %U %S", *[str(c) for c in cmd]],
-                            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=cwd)
+    proc = subprocess.Popen(
+        ["/usr/bin/time", "-o", time_file, "-f", "%M %U %S", *[str(c) for c in cmd]],
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=env,
+        cwd=cwd,
+    )
     peak = {"RssAnon": 0, "RssFile": 0}
 
     def sample():
@@ -224,9 +256,15 @@ def run_measured(cmd, log=None, env=None, cwd=None, timeout=1800):
         max_rss_mb, user, system = None, usage.ru_utime, usage.ru_stime
     finally:
         os.remove(time_file)
-    return {"rc": proc.returncode, "wall_sec": wall, "max_rss_mb": max_rss_mb,
-            "peak_anon_mb": peak["RssAnon"] / 1024, "peak_file_mb": peak["RssFile"] / 1024,
-            "user_sec": user, "sys_sec": system}
+    return {
+        "rc": proc.returncode,
+        "wall_sec": wall,
+        "max_rss_mb": max_rss_mb,
+        "peak_anon_mb": peak["RssAnon"] / 1024,
+        "peak_file_mb": peak["RssFile"] / 1024,
+        "user_sec": user,
+        "sys_sec": system,
+    }
 
 
 def process_tree_cpu_sec(pid):
@@ -291,7 +329,12 @@ def wait_measured(proc, timeout=1800):
     """Wait for a Popen child; return rc, CPU seconds and ru_maxrss (which starts from this process's
     own RSS at fork: fine for TensorFlow children far larger than this small process)."""
     _, usage = _wait(proc, timeout, tick=0.05)
-    return {"rc": proc.returncode, "max_rss_mb": usage.ru_maxrss / 1024, "user_sec": usage.ru_utime, "sys_sec": usage.ru_stime}
+    return {
+        "rc": proc.returncode,
+        "max_rss_mb": usage.ru_maxrss / 1024,
+        "user_sec": usage.ru_utime,
+        "sys_sec": usage.ru_stime,
+    }
 
 
 def load_result(name):

@@ -34,9 +34,9 @@ def work(kind, mb, start_at, seconds):
 
     if kind == "compute":
         a, b = np.random.rand(96, 96).astype(np.float32), np.random.rand(96, 96).astype(np.float32)
-        step, unit = (lambda: a @ b), 2 * 96 ** 3 / 1e9  # GFLOP per iteration
+        step, unit = (lambda: a @ b), 2 * 96**3 / 1e9  # GFLOP per iteration
     else:
-        n = int(mb * 2 ** 20 / 4 / 3)  # three float32 arrays: parameter, m, v
+        n = int(mb * 2**20 / 4 / 3)  # three float32 arrays: parameter, m, v
         p, m, v = (np.random.rand(n).astype(np.float32) for _ in range(3))
         g = np.float32(0.01)
 
@@ -46,6 +46,7 @@ def work(kind, mb, start_at, seconds):
             v.__imul__(0.999)
             v.__iadd__(0.001 * g * g)
             np.subtract(p, m, out=p)
+
         unit = 11 * n * 4 / 1e9  # GB moved per iteration: 4 passes read+write m or v (8), p -= m reads 2 writes 1
     step()
     while time.time() < start_at:
@@ -59,8 +60,12 @@ def work(kind, mb, start_at, seconds):
 
 def run(kind, mb, processes):
     start_at = time.time() + 1.5  # after every process imported numpy and allocated
-    procs = [subprocess.Popen([sys.executable, __file__, "--work", kind, str(mb), str(start_at)], stdout=subprocess.PIPE, text=True)
-             for _ in range(processes)]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--work", kind, str(mb), str(start_at)], stdout=subprocess.PIPE, text=True
+        )
+        for _ in range(processes)
+    ]
     rates = [float(p.communicate()[0]) for p in procs]
     if any(p.returncode for p in procs):
         raise SystemExit(f"a {kind} process failed")
@@ -79,18 +84,31 @@ def main():
                 alone.append(run(kind, mb, 1))
                 both.append(run(kind, mb, 2))
             unit = "GFLOP/s" if kind == "compute" else "GB/s"
-            row = {"kind": kind, "working_set_mb": mb or None, "unit": unit, "alone": round(median(alone), 2),
-                   "two_processes": round(median(both), 2), "ratio": round(median(both) / median(alone), 2)}
+            row = {
+                "kind": kind,
+                "working_set_mb": mb or None,
+                "unit": unit,
+                "alone": round(median(alone), 2),
+                "two_processes": round(median(both), 2),
+                "ratio": round(median(both) / median(alone), 2),
+            }
             rows.append(row)
             label = "compute (in cache)" if kind == "compute" else f"memory, {mb} MB"
-            print(f"  {label:20} alone {row['alone']:8.2f} {unit}, two processes {row['two_processes']:8.2f} {unit}: {row['ratio']:.2f}x", flush=True)
+            print(
+                f"  {label:20} alone {row['alone']:8.2f} {unit}, two processes {row['two_processes']:8.2f} {unit}: {row['ratio']:.2f}x",
+                flush=True,
+            )
         bench.results = {"rows": rows}
-        bench.notes.append("numpy, one thread per process; ratio = both processes together / one alone (2.0 = independent cores)")
+        bench.notes.append(
+            "numpy, one thread per process; ratio = both processes together / one alone (2.0 = independent cores)"
+        )
 
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--work", nargs=3, metavar=("KIND", "MB", "START_AT"), help="(internal) one measuring process of main()")
+    parser.add_argument(
+        "--work", nargs=3, metavar=("KIND", "MB", "START_AT"), help="(internal) one measuring process of main()"
+    )
     args = parser.parse_args()
     if args.work:
         print(work(args.work[0], float(args.work[1]), float(args.work[2]), SECONDS))

@@ -52,8 +52,15 @@ def main():
     size_mb = int(os.environ.get("BENCH_COPIER_MB", "1024"))
     rows = size_mb * 2**20 // int(np.prod(ROW))
     base = tmpdir("copier")
-    config = {"rows": rows, "row_shape": ROW, "dtype": "uint8", "n_shards": 2, "test_fraction": 0.2, "repetitions": n,
-              "small_rows": rows // 100}
+    config = {
+        "rows": rows,
+        "row_shape": ROW,
+        "dtype": "uint8",
+        "n_shards": 2,
+        "test_fraction": 0.2,
+        "repetitions": n,
+        "small_rows": rows // 100,
+    }
     with Bench("copier", config) as bench:
         try:
             big, small = os.path.join(base, "big.npz"), os.path.join(base, "small.npz")
@@ -63,20 +70,51 @@ def main():
             for rep in range(n):
                 for name, cmd, out in (
                     ("cp", ["cp", big, os.path.join(base, "copy.npz")], os.path.join(base, "copy.npz")),
-                    ("copier", [os.path.join(BIN, "disttrain-copier"), "--source", f"npz:{big}", "--n-shards", 2,
-                                "--workdir", os.path.join(base, "w-big")], os.path.join(base, "w-big")),
-                    ("copier-1%", [os.path.join(BIN, "disttrain-copier"), "--source", f"npz:{small}", "--n-shards", 2,
-                                   "--workdir", os.path.join(base, "w-small")], os.path.join(base, "w-small")),
+                    (
+                        "copier",
+                        [
+                            os.path.join(BIN, "disttrain-copier"),
+                            "--source",
+                            f"npz:{big}",
+                            "--n-shards",
+                            2,
+                            "--workdir",
+                            os.path.join(base, "w-big"),
+                        ],
+                        os.path.join(base, "w-big"),
+                    ),
+                    (
+                        "copier-1%",
+                        [
+                            os.path.join(BIN, "disttrain-copier"),
+                            "--source",
+                            f"npz:{small}",
+                            "--n-shards",
+                            2,
+                            "--workdir",
+                            os.path.join(base, "w-small"),
+                        ],
+                        os.path.join(base, "w-small"),
+                    ),
                 ):
                     log = os.path.join(base, f"{name}-{rep}.log")
                     r = run_measured(cmd, log=log)
                     if r["rc"]:
                         raise SystemExit(f"{name} failed:\n{tail(log)}")
-                    r.update(name=name, rep=rep, input_bytes=sizes["small" if name == "copier-1%" else "big"], output_bytes=du(out))
+                    r.update(
+                        name=name,
+                        rep=rep,
+                        input_bytes=sizes["small" if name == "copier-1%" else "big"],
+                        output_bytes=du(out),
+                    )
                     r["mb_per_sec"] = r["input_bytes"] / 2**20 / r["wall_sec"]
                     runs.append(r)
-                    print(f"  rep {rep + 1}/{n} {name:<9} {r['wall_sec']:6.1f}s {r['mb_per_sec']:6.1f} MB/s  max RSS {r['max_rss_mb']:6.0f} MB  "
-                          f"(anon {r['peak_anon_mb']:.0f}, file {r['peak_file_mb']:.0f})", file=sys.stderr, flush=True)
+                    print(
+                        f"  rep {rep + 1}/{n} {name:<9} {r['wall_sec']:6.1f}s {r['mb_per_sec']:6.1f} MB/s  max RSS {r['max_rss_mb']:6.0f} MB  "
+                        f"(anon {r['peak_anon_mb']:.0f}, file {r['peak_file_mb']:.0f})",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                     shutil.rmtree(out, ignore_errors=True) if os.path.isdir(out) else os.remove(out)
         finally:
             if not os.environ.get("BENCH_KEEP"):
@@ -84,8 +122,26 @@ def main():
         summary = []
         for name in ("cp", "copier", "copier-1%"):
             rs = [r for r in runs if r["name"] == name]
-            summary.append({"name": name, "reps": len(rs), "input_mb": rs[0]["input_bytes"] / 2**20, "output_mb": rs[0]["output_bytes"] / 2**20,
-                            **{k: median([r[k] for r in rs]) for k in ("wall_sec", "mb_per_sec", "max_rss_mb", "peak_anon_mb", "peak_file_mb", "user_sec", "sys_sec")}})
+            summary.append(
+                {
+                    "name": name,
+                    "reps": len(rs),
+                    "input_mb": rs[0]["input_bytes"] / 2**20,
+                    "output_mb": rs[0]["output_bytes"] / 2**20,
+                    **{
+                        k: median([r[k] for r in rs])
+                        for k in (
+                            "wall_sec",
+                            "mb_per_sec",
+                            "max_rss_mb",
+                            "peak_anon_mb",
+                            "peak_file_mb",
+                            "user_sec",
+                            "sys_sec",
+                        )
+                    },
+                }
+            )
         bench.results = {"summary": summary, "runs": runs}
 
 

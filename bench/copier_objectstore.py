@@ -67,8 +67,14 @@ def main(quick):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests"))
     from objectstore import seaweedfs  # noqa: E402  (tests/ on the path: the tests' store)
 
-    config = {"table_mb": size_mb, "features": FEATURES, "n_shards": 2, "test_fraction": 0.2, "repetitions": n,
-              "store": "SeaweedFS weed mini on loopback (same machine)"}
+    config = {
+        "table_mb": size_mb,
+        "features": FEATURES,
+        "n_shards": 2,
+        "test_fraction": 0.2,
+        "repetitions": n,
+        "store": "SeaweedFS weed mini on loopback (same machine)",
+    }
     with Bench("copier_objectstore", config) as bench:
         try:
             table = os.path.join(base, "table.csv")
@@ -84,8 +90,21 @@ def main(quick):
                 for rep in range(n):
                     for name, source, env in (("local", f"table:{table}", None), ("s3", f"table:{url}", store.env())):
                         out, log = os.path.join(base, f"w-{name}"), os.path.join(base, f"{name}-{rep}.log")
-                        r = run_measured([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", 2,
-                                          "--workdir", out, "--no-stats-plot"], log=log, env=env, timeout=7200)
+                        r = run_measured(
+                            [
+                                os.path.join(BIN, "disttrain-copier"),
+                                "--source",
+                                source,
+                                "--n-shards",
+                                2,
+                                "--workdir",
+                                out,
+                                "--no-stats-plot",
+                            ],
+                            log=log,
+                            env=env,
+                            timeout=7200,
+                        )
                         if r["rc"]:
                             raise SystemExit(f"copier ({name}) failed:\n{tail(log)}")
                         r.update(name=name, rep=rep)
@@ -94,8 +113,12 @@ def main(quick):
                         sums[name] = checksums(out)
                         runs.append(r)
                         read = f", fetched {r['fetched_bytes'] / size:.3f}x the object" if r["fetched_bytes"] else ""
-                        print(f"  rep {rep + 1}/{n} {name:<5} {r['wall_sec']:7.1f}s {r['mb_per_sec']:6.1f} MB/s  max RSS "
-                              f"{r['max_rss_mb']:5.0f} MB{read}", file=sys.stderr, flush=True)
+                        print(
+                            f"  rep {rep + 1}/{n} {name:<5} {r['wall_sec']:7.1f}s {r['mb_per_sec']:6.1f} MB/s  max RSS "
+                            f"{r['max_rss_mb']:5.0f} MB{read}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                         shutil.rmtree(out, ignore_errors=True)
                 if sums["local"] != sums["s3"]:
                     raise SystemExit("the shards from the store differ from the shards from the disk")
@@ -105,22 +128,50 @@ def main(quick):
         summary = []
         for name in ("local", "s3"):
             rs = [r for r in runs if r["name"] == name]
-            summary.append({"name": name, "reps": len(rs), **{k: median([r[k] for r in rs]) for k in (
-                "wall_sec", "mb_per_sec", "max_rss_mb", "peak_anon_mb", "peak_file_mb", "user_sec", "sys_sec")},
-                "fetched_bytes": rs[0]["fetched_bytes"], "get_requests": rs[0]["get_requests"]})
+            summary.append(
+                {
+                    "name": name,
+                    "reps": len(rs),
+                    **{
+                        k: median([r[k] for r in rs])
+                        for k in (
+                            "wall_sec",
+                            "mb_per_sec",
+                            "max_rss_mb",
+                            "peak_anon_mb",
+                            "peak_file_mb",
+                            "user_sec",
+                            "sys_sec",
+                        )
+                    },
+                    "fetched_bytes": rs[0]["fetched_bytes"],
+                    "get_requests": rs[0]["get_requests"],
+                }
+            )
         local, s3 = summary
-        goals = {"s3_vs_local_wall": s3["wall_sec"] / local["wall_sec"],
-                 "max_rss_mb": max(local["max_rss_mb"], s3["max_rss_mb"]),
-                 "fetched_vs_object": s3["fetched_bytes"] / size}
-        goals["met"] = {"wall within 1.5x": goals["s3_vs_local_wall"] <= 1.5, "RSS under 300 MB": goals["max_rss_mb"] < 300,
-                        "fetched once": goals["fetched_vs_object"] <= 1.01}
+        goals = {
+            "s3_vs_local_wall": s3["wall_sec"] / local["wall_sec"],
+            "max_rss_mb": max(local["max_rss_mb"], s3["max_rss_mb"]),
+            "fetched_vs_object": s3["fetched_bytes"] / size,
+        }
+        goals["met"] = {
+            "wall within 1.5x": goals["s3_vs_local_wall"] <= 1.5,
+            "RSS under 300 MB": goals["max_rss_mb"] < 300,
+            "fetched once": goals["fetched_vs_object"] <= 1.01,
+        }
         bench.results = {"summary": summary, "goals": goals, "identical_shards": True, "runs": runs}
-        print(f"  s3/local wall {goals['s3_vs_local_wall']:.2f}x, max RSS {goals['max_rss_mb']:.0f} MB, fetched "
-              f"{goals['fetched_vs_object']:.3f}x the object", file=sys.stderr, flush=True)
+        print(
+            f"  s3/local wall {goals['s3_vs_local_wall']:.2f}x, max RSS {goals['max_rss_mb']:.0f} MB, fetched "
+            f"{goals['fetched_vs_object']:.3f}x the object",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 if __name__ == "__main__":
-    args = command_line(__doc__, lambda p: p.add_argument("--quick", action="store_true", help="a 64 MB table (a fast check)"))
+    args = command_line(
+        __doc__, lambda p: p.add_argument("--quick", action="store_true", help="a 64 MB table (a fast check)")
+    )
     if args.quick:
         common.QUICK = True  # the result says quick (provisional), as with BENCH_QUICK=1
     main(common.QUICK)

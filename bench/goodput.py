@@ -55,7 +55,7 @@ def endpoint(role, host, port, nbytes):
     chunk = b"\0" * 65536
     left = nbytes
     while left > 0:
-        left -= conn.send(chunk[:min(left, len(chunk))])
+        left -= conn.send(chunk[: min(left, len(chunk))])
     receiver.join()
     elapsed = time.monotonic() - started
     conn.close()
@@ -66,9 +66,14 @@ def measure(rate, repeats=REPEATS):
     """{"rate", "nominal_mbit", "goodput_mbit" (the median), "transfers_mbit"} of `rate` (tc's form, e.g. "10mbit"),
     both ways at once between two members of a shaped bridge (the benchmark's topology)."""
     transfers = [transfer(rate) for _ in range(repeats)]
-    return {"rate": rate, "nominal_mbit": transfers[0]["nominal_mbit"], "both_ways": True,
-            "goodput_mbit": sorted(t["goodput_mbit"] for t in transfers)[len(transfers) // 2],
-            "transfers_mbit": [t["goodput_mbit"] for t in transfers], "seconds_each": SECONDS}
+    return {
+        "rate": rate,
+        "nominal_mbit": transfers[0]["nominal_mbit"],
+        "both_ways": True,
+        "goodput_mbit": sorted(t["goodput_mbit"] for t in transfers)[len(transfers) // 2],
+        "transfers_mbit": [t["goodput_mbit"] for t in transfers],
+        "seconds_each": SECONDS,
+    }
 
 
 def transfer(rate):
@@ -79,16 +84,27 @@ def transfer(rate):
     netns.bridged(NAMESPACES, rate, BRIDGE)
     server = None
     try:
-        server = subprocess.Popen(netns.exec_in(NAMESPACES[1], [sys.executable, here, "--endpoint", "server", netns.address(1),
-                                                                str(PORT), str(nbytes)]), stdout=subprocess.PIPE, text=True)
+        server = subprocess.Popen(
+            netns.exec_in(
+                NAMESPACES[1], [sys.executable, here, "--endpoint", "server", netns.address(1), str(PORT), str(nbytes)]
+            ),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         for _ in range(50):  # until the server listens
-            if subprocess.run(netns.exec_in(NAMESPACES[1], ["ss", "-ltn", f"sport = :{PORT}"]), capture_output=True,
-                              text=True).stdout.count("LISTEN"):
+            if subprocess.run(
+                netns.exec_in(NAMESPACES[1], ["ss", "-ltn", f"sport = :{PORT}"]), capture_output=True, text=True
+            ).stdout.count("LISTEN"):
                 break
             time.sleep(0.1)
-        client = subprocess.run(netns.exec_in(NAMESPACES[0], [sys.executable, here, "--endpoint", "client", netns.address(1),
-                                                              str(PORT), str(nbytes)]), capture_output=True, text=True,
-                                timeout=SECONDS * 10 + 60)
+        client = subprocess.run(
+            netns.exec_in(
+                NAMESPACES[0], [sys.executable, here, "--endpoint", "client", netns.address(1), str(PORT), str(nbytes)]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=SECONDS * 10 + 60,
+        )
         if client.returncode != 0:  # (the server may still wait in accept: stopped below)
             raise RuntimeError(f"the goodput client failed: {client.stderr.strip()[-300:]}")
         sent = json.loads(client.stdout)
@@ -107,8 +123,12 @@ def main():
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("rate", nargs="?", choices=list(netns.BURST), help="the link's rate, in tc's form")
-    parser.add_argument("--endpoint", nargs=4, metavar=("ROLE", "HOST", "PORT", "NBYTES"),
-                        help="one end of a transfer (what runs inside a namespace): server|client HOST PORT NBYTES")
+    parser.add_argument(
+        "--endpoint",
+        nargs=4,
+        metavar=("ROLE", "HOST", "PORT", "NBYTES"),
+        help="one end of a transfer (what runs inside a namespace): server|client HOST PORT NBYTES",
+    )
     args = parser.parse_args()
     if args.endpoint:
         role, host, port, nbytes = args.endpoint

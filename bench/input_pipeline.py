@@ -91,8 +91,16 @@ print(json.dumps({"wall_ms_per_step": 1000 * (time.monotonic() - wall) / steps, 
 
 def run_processes(args, n, log_base):
     """n probe processes, released together once all have warmed up; their JSON results."""
-    procs = [subprocess.Popen([PY, "-c", PROBE, *map(str, args)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                              stderr=open(f"{log_base}-{i}.log", "w"), text=True) for i in range(n)]
+    procs = [
+        subprocess.Popen(
+            [PY, "-c", PROBE, *map(str, args)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=open(f"{log_base}-{i}.log", "w"),
+            text=True,
+        )
+        for i in range(n)
+    ]
     try:
         if args[2] == "step":
             for p in procs:
@@ -117,14 +125,23 @@ def run_processes(args, n, log_base):
 def main():
     n_reps = reps(3)
     base = tmpdir("input-pipeline")
-    config = {"tasks": TASKS, "batch": BATCH, "calls": CALLS, "steps_per_call": STEPS_PER_CALL, "repetitions": n_reps,
-              "threads": "1 intra-op, 1 inter-op per process"}
+    config = {
+        "tasks": TASKS,
+        "batch": BATCH,
+        "calls": CALLS,
+        "steps_per_call": STEPS_PER_CALL,
+        "repetitions": n_reps,
+        "threads": "1 intra-op, 1 inter-op per process",
+    }
     with Bench("input_pipeline", config) as bench:
         rows = []
         for task, source in TASKS.items():
             workdir = os.path.join(base, task)
-            r = subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "2", "--workdir", workdir],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "2", "--workdir", workdir],
+                capture_output=True,
+                text=True,
+            )
             if r.returncode:
                 raise SystemExit(f"copier failed: {r.stderr[-2000:]}")
             data = os.path.join(workdir, "data")
@@ -133,25 +150,36 @@ def main():
                 for rep in range(n_reps):
                     log = os.path.join(base, f"{task}-{pipeline}-{rep}")
                     print(f"  {task} {pipeline} rep {rep + 1}/{n_reps}", file=sys.stderr, flush=True)
-                    samples["pipeline"] += run_processes([data, pipeline, "pipeline", BATCH, CALLS, STEPS_PER_CALL], 1, log + "-p")
-                    samples["one"] += run_processes([data, pipeline, "step", BATCH, CALLS, STEPS_PER_CALL], 1, log + "-1")
+                    samples["pipeline"] += run_processes(
+                        [data, pipeline, "pipeline", BATCH, CALLS, STEPS_PER_CALL], 1, log + "-p"
+                    )
+                    samples["one"] += run_processes(
+                        [data, pipeline, "step", BATCH, CALLS, STEPS_PER_CALL], 1, log + "-1"
+                    )
                     two = run_processes([data, pipeline, "step", BATCH, CALLS, STEPS_PER_CALL], 2, log + "-2")
                     samples["two"].append({k: max(t[k] for t in two) for k in two[0]})  # the slower process
-                rows.append({
-                    "task": task, "pipeline": pipeline,
-                    "pipeline_cpu_ms_per_batch": median([s["cpu_ms_per_batch"] for s in samples["pipeline"]]),
-                    "one_process_wall_ms_per_step": median([s["wall_ms_per_step"] for s in samples["one"]]),
-                    "one_process_cpu_ms_per_step": median([s["cpu_ms_per_step"] for s in samples["one"]]),
-                    "two_processes_wall_ms_per_step": median([s["wall_ms_per_step"] for s in samples["two"]]),
-                    "two_processes_cpu_ms_per_step": median([s["cpu_ms_per_step"] for s in samples["two"]]),
-                })
+                rows.append(
+                    {
+                        "task": task,
+                        "pipeline": pipeline,
+                        "pipeline_cpu_ms_per_batch": median([s["cpu_ms_per_batch"] for s in samples["pipeline"]]),
+                        "one_process_wall_ms_per_step": median([s["wall_ms_per_step"] for s in samples["one"]]),
+                        "one_process_cpu_ms_per_step": median([s["cpu_ms_per_step"] for s in samples["one"]]),
+                        "two_processes_wall_ms_per_step": median([s["wall_ms_per_step"] for s in samples["two"]]),
+                        "two_processes_cpu_ms_per_step": median([s["cpu_ms_per_step"] for s in samples["two"]]),
+                    }
+                )
                 row = rows[-1]
                 # 2 processes take a step each in two_processes_wall: the throughput of two against one
-                row["two_vs_one_throughput"] = 2 * row["one_process_wall_ms_per_step"] / row["two_processes_wall_ms_per_step"]
+                row["two_vs_one_throughput"] = (
+                    2 * row["one_process_wall_ms_per_step"] / row["two_processes_wall_ms_per_step"]
+                )
                 print("  " + json.dumps(row), file=sys.stderr, flush=True)
         bench.results = {"summary": rows}
-        bench.notes.append("CPU ms include every thread of the process (tf.data's threads too); wall ms per step of 2 processes: "
-                           "the slower one's. two_vs_one_throughput = 2 x (1-process wall per step) / (2-process wall per step).")
+        bench.notes.append(
+            "CPU ms include every thread of the process (tf.data's threads too); wall ms per step of 2 processes: "
+            "the slower one's. two_vs_one_throughput = 2 x (1-process wall per step) / (2-process wall per step)."
+        )
 
 
 if __name__ == "__main__":

@@ -48,9 +48,14 @@ def commands(name, variant, dirs, run_dir):
     (on free ports), with the variant's --malloc."""
     task_name, strategy, workers, threads, epochs = CONFIGS[name]
     task = {**tta.TASKS[task_name], "epochs": epochs}
-    row = {"strategy": strategy, "workers": workers,
-           "options": {**task["options"], "threads": threads, "malloc": VARIANTS[variant][0]}}
-    return tta.row_commands(row, task, tta.row_workdir(row, dirs), run_dir, free_port_block(tta.processes(row)), shaped=False)
+    row = {
+        "strategy": strategy,
+        "workers": workers,
+        "options": {**task["options"], "threads": threads, "malloc": VARIANTS[variant][0]},
+    }
+    return tta.row_commands(
+        row, task, tta.row_workdir(row, dirs), run_dir, free_port_block(tta.processes(row)), shaped=False
+    )
 
 
 def run(base, name, variant, repetition, dirs):
@@ -78,25 +83,42 @@ def run(base, name, variant, repetition, dirs):
 def main():
     base = tmpdir("malloc-settings")
     repetitions = reps(2)
-    config = {"configs": {name: dict(zip(("task", "strategy", "workers", "threads", "epochs"), c)) for name, c in CONFIGS.items()},
-              "variants": {name: {"malloc": flag, "environment": env} for name, (flag, env) in VARIANTS.items()},
-              "repetitions": repetitions, "batch": tta.BATCH, "seed": tta.SEED}
+    config = {
+        "configs": {
+            name: dict(zip(("task", "strategy", "workers", "threads", "epochs"), c)) for name, c in CONFIGS.items()
+        },
+        "variants": {name: {"malloc": flag, "environment": env} for name, (flag, env) in VARIANTS.items()},
+        "repetitions": repetitions,
+        "batch": tta.BATCH,
+        "seed": tta.SEED,
+    }
     with Bench("malloc_settings", config) as bench:
         data = {task: tta.workdirs(base, task, tta.TASKS[task]) for task in (IMAGES, TEXT)}
         seconds = {name: {variant: [] for variant in VARIANTS} for name in CONFIGS}
         for repetition in range(repetitions):
             for name in CONFIGS:
-                order = list(VARIANTS) if repetition % 2 == 0 else list(reversed(VARIANTS))  # (each config's runs in a row)
+                order = (
+                    list(VARIANTS) if repetition % 2 == 0 else list(reversed(VARIANTS))
+                )  # (each config's runs in a row)
                 for variant in order:
                     seconds[name][variant].append(run(base, name, variant, repetition, data[CONFIGS[name][0]]))
         summary = {}
         for name, by_variant in seconds.items():
             medians = {variant: median(values) for variant, values in by_variant.items()}
-            summary[name] = {"sec_per_epoch": medians, "runs": by_variant,
-                             "tuned_change_pct": {variant: 100 * (medians["tuned"] - value) / value
-                                                  for variant, value in medians.items() if variant != "tuned"}}
-            print(f"  {name}: " + ", ".join(f"{variant} {value:.2f}" for variant, value in medians.items()) + " s/epoch",
-                  file=sys.stderr, flush=True)
+            summary[name] = {
+                "sec_per_epoch": medians,
+                "runs": by_variant,
+                "tuned_change_pct": {
+                    variant: 100 * (medians["tuned"] - value) / value
+                    for variant, value in medians.items()
+                    if variant != "tuned"
+                },
+            }
+            print(
+                f"  {name}: " + ", ".join(f"{variant} {value:.2f}" for variant, value in medians.items()) + " s/epoch",
+                file=sys.stderr,
+                flush=True,
+            )
         bench.results = {"summary": summary, "quick": QUICK}
 
 

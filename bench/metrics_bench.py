@@ -64,7 +64,9 @@ def scrape_offsets(loaded_before, seconds, every):
     load time (`loaded_before` of it before this point), so the rate is the same whatever the
     length of the points (with every=30 and 3-s points, one point in ten has a scrape)."""
     first, end = math.ceil(loaded_before / every), math.ceil((loaded_before + seconds) / every)
-    return [k * every - loaded_before for k in range(first, end)]  # the multiples of `every` in [before, before + seconds)
+    return [
+        k * every - loaded_before for k in range(first, end)
+    ]  # the multiples of `every` in [before, before + seconds)
 
 
 def cost_percent(on, off):
@@ -104,11 +106,16 @@ def bootstrap_ci(sessions, draws=4000, seed=0):
 def start_servers(base, session, same):
     """Both servers, started in alternating order; {name: (port, pid)} and the processes."""
     ports, procs = {}, []
-    for name in (TARGETS if session % 2 == 0 else TARGETS[::-1]):
+    for name in TARGETS if session % 2 == 0 else TARGETS[::-1]:
         port, log = free_port_block(1), os.path.join(base, f"{name}-{session}.log")
         extra = ["--no-metrics"] if name == "no-metrics" or same else []
-        procs.append(subprocess.Popen([os.path.join(BIN, "disttrain-server"), "--workdir", base, "--port", str(port),
-                                       *SERVER_ARGS, *extra], stdout=open(log, "w"), stderr=subprocess.STDOUT))
+        procs.append(
+            subprocess.Popen(
+                [os.path.join(BIN, "disttrain-server"), "--workdir", base, "--port", str(port), *SERVER_ARGS, *extra],
+                stdout=open(log, "w"),
+                stderr=subprocess.STDOUT,
+            )
+        )
         wait_http(f"http://127.0.0.1:{port}/readyz", proc=procs[-1], log=log)
         ports[name] = (port, procs[-1].pid)
     for name, (port, _) in ports.items():  # warm up: both gunicorn workers load the model lazily
@@ -121,24 +128,48 @@ def start_servers(base, session, same):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--seconds", type=float, default=3, help="length of each load point")
-    p.add_argument("--sessions", type=int, default=2 if QUICK else 6, help="fresh pairs of servers (BENCH_REPS overrides)")
+    p.add_argument(
+        "--sessions", type=int, default=2 if QUICK else 6, help="fresh pairs of servers (BENCH_REPS overrides)"
+    )
     p.add_argument("--pairs", type=int, default=6 if QUICK else 12, help="pairs of points per session")
     p.add_argument("--same", action="store_true", help="A/A check: both servers without metrics (no scrapes)")
     p.add_argument("--no-scrape", action="store_true", help="metrics on but never scraped: the counting's cost alone")
-    p.add_argument("--scrape-every", type=float, default=SCRAPE_EVERY, help="seconds of load between scrapes of the metrics "
-                   f"server (default {SCRAPE_EVERY:g}, the chart's ServiceMonitor interval; 1 is the pessimistic case)")
+    p.add_argument(
+        "--scrape-every",
+        type=float,
+        default=SCRAPE_EVERY,
+        help="seconds of load between scrapes of the metrics "
+        f"server (default {SCRAPE_EVERY:g}, the chart's ServiceMonitor interval; 1 is the pessimistic case)",
+    )
     args = p.parse_args()
     n_sessions = reps(full=args.sessions, quick=args.sessions)
     n = n_sessions * args.pairs
     base = tmpdir("metrics")
-    config = {"concurrency": CONCURRENCY, "seconds_per_point": args.seconds, "sessions": n_sessions,
-              "pairs_per_session": args.pairs, "repetitions": n, "a_a_check": args.same, "scraped": not (args.same or args.no_scrape),
-              "server": " ".join(SERVER_ARGS), "no_metrics": " ".join(SERVER_ARGS + ["--no-metrics"]),
-              "scrape_every_sec": args.scrape_every, "model": "movie-reviews text model (1 worker, 2 epochs)",
-              "instances_per_request": 1, "goal_percent": GOAL_PERCENT}
+    config = {
+        "concurrency": CONCURRENCY,
+        "seconds_per_point": args.seconds,
+        "sessions": n_sessions,
+        "pairs_per_session": args.pairs,
+        "repetitions": n,
+        "a_a_check": args.same,
+        "scraped": not (args.same or args.no_scrape),
+        "server": " ".join(SERVER_ARGS),
+        "no_metrics": " ".join(SERVER_ARGS + ["--no-metrics"]),
+        "scrape_every_sec": args.scrape_every,
+        "model": "movie-reviews text model (1 worker, 2 epochs)",
+        "instances_per_request": 1,
+        "goal_percent": GOAL_PERCENT,
+    }
     procs = []
-    name = ("metrics-same" if args.same else "metrics-unscraped" if args.no_scrape
-            else "metrics" if args.scrape_every == SCRAPE_EVERY else f"metrics-scrape-{args.scrape_every:g}s")
+    name = (
+        "metrics-same"
+        if args.same
+        else "metrics-unscraped"
+        if args.no_scrape
+        else "metrics"
+        if args.scrape_every == SCRAPE_EVERY
+        else f"metrics-scrape-{args.scrape_every:g}s"
+    )
     with Bench(name, config) as bench:
         runs, scrapes, sessions, loaded = [], [], [], 0.0
         try:
@@ -147,7 +178,7 @@ def main():
                 ports, procs = start_servers(base, session, args.same)
                 session_runs = []
                 for rep in range(args.pairs):
-                    for name in (TARGETS if rep % 2 == 0 else TARGETS[::-1]):
+                    for name in TARGETS if rep % 2 == 0 else TARGETS[::-1]:
                         port, pid = ports[name]
                         stop, timings = threading.Event(), []
                         thread = None
@@ -158,33 +189,52 @@ def main():
                             loaded += args.seconds
                         cpu_before = process_tree_cpu_sec(pid)
                         r = run_load(http_factory(port), CONCURRENCY, 10**9, args.seconds)
-                        r["server_cpu_ms_per_request"] = 1000 * (process_tree_cpu_sec(pid) - cpu_before) / max(r["requests"], 1)
+                        r["server_cpu_ms_per_request"] = (
+                            1000 * (process_tree_cpu_sec(pid) - cpu_before) / max(r["requests"], 1)
+                        )
                         if thread:
                             stop.set()
                             thread.join()
                             scrapes.extend(timings)
-                        r.update(target=name, session=session, rep=rep, scrapes=len(timings), loadavg_1min=os.getloadavg()[0])
+                        r.update(
+                            target=name, session=session, rep=rep, scrapes=len(timings), loadavg_1min=os.getloadavg()[0]
+                        )
                         session_runs.append(r)
                         if r["errors"]:
                             raise SystemExit(f"{name}: {r['errors']} errors, e.g. {r['last_error']}")
                     on, off = (next(x for x in session_runs[-2:] if x["target"] == t) for t in TARGETS)
-                    print(f"  session {session + 1}/{n_sessions} pair {rep + 1}/{args.pairs}: {on['requests_per_sec']:7.1f} vs "
-                          f"{off['requests_per_sec']:7.1f} req/s ({'A vs A' if args.same else 'metrics vs none'}), server CPU "
-                          f"{on['server_cpu_ms_per_request']:.3f} vs {off['server_cpu_ms_per_request']:.3f} ms/request, "
-                          f"p99 {on['p99_ms']:.2f} vs {off['p99_ms']:.2f} ms", file=sys.stderr, flush=True)
+                    print(
+                        f"  session {session + 1}/{n_sessions} pair {rep + 1}/{args.pairs}: {on['requests_per_sec']:7.1f} vs "
+                        f"{off['requests_per_sec']:7.1f} req/s ({'A vs A' if args.same else 'metrics vs none'}), server CPU "
+                        f"{on['server_cpu_ms_per_request']:.3f} vs {off['server_cpu_ms_per_request']:.3f} ms/request, "
+                        f"p99 {on['p99_ms']:.2f} vs {off['p99_ms']:.2f} ms",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 stop_and_remove(procs, base, keep=True)
                 procs = []
                 runs.extend(session_runs)
                 sessions.append(tuple([r for r in session_runs if r["target"] == t] for t in TARGETS))
-                print(f"  session {session + 1}/{n_sessions}: {cost_percent(*sessions[-1])[0]:.2f} % of requests/s", file=sys.stderr, flush=True)
+                print(
+                    f"  session {session + 1}/{n_sessions}: {cost_percent(*sessions[-1])[0]:.2f} % of requests/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             stop_and_remove(procs, base)
         rps = {name: [r["requests_per_sec"] for r in runs if r["target"] == name] for name in TARGETS}
         # each repetition's pair, measured back to back: the cost as a share of the no-metrics rate
         pairs = [100 * (off - on) / off for on, off in zip(rps["metrics"], rps["no-metrics"])]
-        summary = [{"target": name, "requests_per_sec": median(rps[name]), "requests_per_sec_all": [round(v, 1) for v in rps[name]],
-                    **{k: median([r[k] for r in runs if r["target"] == name]) for k in ("p50_ms", "p95_ms", "p99_ms")},
-                    "requests": sum(r["requests"] for r in runs if r["target"] == name)} for name in TARGETS]
+        summary = [
+            {
+                "target": name,
+                "requests_per_sec": median(rps[name]),
+                "requests_per_sec_all": [round(v, 1) for v in rps[name]],
+                **{k: median([r[k] for r in runs if r["target"] == name]) for k in ("p50_ms", "p95_ms", "p99_ms")},
+                "requests": sum(r["requests"] for r in runs if r["target"] == name),
+            }
+            for name in TARGETS
+        ]
         cpu = {name: [r["server_cpu_ms_per_request"] for r in runs if r["target"] == name] for name in TARGETS}
         cpu_pairs = [100 * (on / off - 1) for on, off in zip(cpu["metrics"], cpu["no-metrics"])]
         for row in summary:
@@ -212,10 +262,14 @@ def main():
             "scrapes": len(scrapes),
             "runs": runs,
         }
-        print(f"  {'A/A check: the second server' if args.same else '/metrics'} costs {cost:.2f} % of requests/s at concurrency {CONCURRENCY} "
-              f"({n_sessions} sessions x {args.pairs} pairs, 95 % interval "
-              f"{cost_ci[0]:.2f} to {cost_ci[1]:.2f}; median of pairs {median(pairs):.2f}); goal < {GOAL_PERCENT} %; "
-              f"server CPU per request {cpu_cost:+.2f} % ({cpu_cost_ci[0]:+.2f} to {cpu_cost_ci[1]:+.2f})", file=sys.stderr, flush=True)
+        print(
+            f"  {'A/A check: the second server' if args.same else '/metrics'} costs {cost:.2f} % of requests/s at concurrency {CONCURRENCY} "
+            f"({n_sessions} sessions x {args.pairs} pairs, 95 % interval "
+            f"{cost_ci[0]:.2f} to {cost_ci[1]:.2f}; median of pairs {median(pairs):.2f}); goal < {GOAL_PERCENT} %; "
+            f"server CPU per request {cpu_cost:+.2f} % ({cpu_cost_ci[0]:+.2f} to {cpu_cost_ci[1]:+.2f})",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -46,8 +46,25 @@ def _namespace(ns):
 
 
 def shape(ns, dev, rate):
-    sh("ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev, "root", "tbf", "rate", rate, "burst", BURST[rate],
-       "latency", "100ms")
+    sh(
+        "ip",
+        "netns",
+        "exec",
+        ns,
+        "tc",
+        "qdisc",
+        "add",
+        "dev",
+        dev,
+        "root",
+        "tbf",
+        "rate",
+        rate,
+        "burst",
+        BURST[rate],
+        "latency",
+        "100ms",
+    )
 
 
 def pair(namespaces, rate):
@@ -55,7 +72,21 @@ def pair(namespaces, rate):
     teardown(namespaces)
     for ns in namespaces:
         _namespace(ns)
-    sh("ip", "link", "add", "dtb0", "netns", namespaces[0], "type", "veth", "peer", "name", "dtb1", "netns", namespaces[1])
+    sh(
+        "ip",
+        "link",
+        "add",
+        "dtb0",
+        "netns",
+        namespaces[0],
+        "type",
+        "veth",
+        "peer",
+        "name",
+        "dtb1",
+        "netns",
+        namespaces[1],
+    )
     for i, (ns, dev) in enumerate(zip(namespaces, ("dtb0", "dtb1"))):
         sh("ip", "-n", ns, "addr", "add", f"{address(i)}/24", "dev", dev)
         sh("ip", "-n", ns, "link", "set", dev, "up")

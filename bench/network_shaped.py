@@ -20,7 +20,19 @@ import sys
 import time
 
 import netns
-from common import BIN, Bench, command_line, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured
+from common import (
+    BIN,
+    Bench,
+    command_line,
+    median,
+    reps,
+    run_measured,
+    start,
+    steady_epoch_sec,
+    tail,
+    tmpdir,
+    wait_measured,
+)
 from disttrain_contract.layout import REPORT_FILE
 from disttrain_contract.report import Report
 
@@ -29,8 +41,11 @@ ADDRESSES = (netns.address(0), netns.address(1))
 RATES = ("10gbit", "1gbit", "50mbit")
 # (label, strategy, extra flags): local SGD at its default H, and averaging once at the end of the
 # run (H longer than the run's 400 steps) with float16 on the wire: what a slow link calls for
-STRATEGIES = (("multiworker", "multiworker", []), ("localsgd", "localsgd", []),
-              ("localsgd H=400 float16", "localsgd", ["--sync-every", "400", "--allreduce-dtype", "float16"]))
+STRATEGIES = (
+    ("multiworker", "multiworker", []),
+    ("localsgd", "localsgd", []),
+    ("localsgd H=400 float16", "localsgd", ["--sync-every", "400", "--allreduce-dtype", "float16"]),
+)
 SOURCE, EPOCHS, BATCH, PORT = "sample:movie-reviews", 5, 64, 24100
 
 
@@ -51,9 +66,26 @@ def train(workdir, out, strategy, extra, namespaced):
     procs = []
     started = time.monotonic()
     for i in range(workers):
-        cmd = [os.path.join(BIN, "disttrain-trainer"), "--workdir", workdir, "--out", out, "--worker-index", str(i),
-               "--workers", str(workers), "--epochs", str(EPOCHS), "--batch", str(BATCH), "--strategy", strategy,
-               "--threads", "1", *extra]
+        cmd = [
+            os.path.join(BIN, "disttrain-trainer"),
+            "--workdir",
+            workdir,
+            "--out",
+            out,
+            "--worker-index",
+            str(i),
+            "--workers",
+            str(workers),
+            "--epochs",
+            str(EPOCHS),
+            "--batch",
+            str(BATCH),
+            "--strategy",
+            strategy,
+            "--threads",
+            "1",
+            *extra,
+        ]
         env = dict(os.environ)
         if namespaced:
             env["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}})
@@ -70,9 +102,23 @@ def train(workdir, out, strategy, extra, namespaced):
 
 def aggregate(workdir, out, workers):
     final = out + "-final"
-    r = run_measured([os.path.join(BIN, "disttrain-aggregator"), "--workdir", workdir, "--dir", out, "--expect", str(workers),
-                      "--timeout", "60", "--savefile", os.path.join(final, "model.keras"), "--force"],  # measured either way
-                     log=out + "-aggregator.log")
+    r = run_measured(
+        [
+            os.path.join(BIN, "disttrain-aggregator"),
+            "--workdir",
+            workdir,
+            "--dir",
+            out,
+            "--expect",
+            str(workers),
+            "--timeout",
+            "60",
+            "--savefile",
+            os.path.join(final, "model.keras"),
+            "--force",
+        ],  # measured either way
+        log=out + "-aggregator.log",
+    )
     if r["rc"]:
         raise SystemExit(f"aggregator failed:\n{tail(out + '-aggregator.log')}")
     return Report.read(os.path.join(final, REPORT_FILE)).final["test_accuracy"]
@@ -82,10 +128,17 @@ def measure(base, network, workdir, label, strategy, extra, namespaced, rep):
     out = os.path.join(base, f"{network}-{label.replace(' ', '_')}-r{rep}")
     metrics, wall = train(workdir, out, strategy, extra, namespaced)
     walls = [[e["wall_time_sec"] for e in m] for m in metrics]
-    return {"network": network, "strategy": label, "workers": len(metrics), "rep": rep, "sec_per_epoch": steady_epoch_sec(walls),
-            "epoch_wall_sec": walls,
-            "first_epoch_sec": max(m[0]["wall_time_sec"] for m in metrics), "process_wall_sec": wall,
-            "final_accuracy": aggregate(workdir, out, len(metrics))}
+    return {
+        "network": network,
+        "strategy": label,
+        "workers": len(metrics),
+        "rep": rep,
+        "sec_per_epoch": steady_epoch_sec(walls),
+        "epoch_wall_sec": walls,
+        "first_epoch_sec": max(m[0]["wall_time_sec"] for m in metrics),
+        "process_wall_sec": wall,
+        "final_accuracy": aggregate(workdir, out, len(metrics)),
+    }
 
 
 def main():
@@ -93,15 +146,33 @@ def main():
         raise SystemExit("network_shaped.py needs root (ip netns, tc)")
     n = reps(full=3, quick=1)
     base = tmpdir("net")
-    config = {"source": SOURCE, "epochs": EPOCHS, "batch_per_worker": BATCH, "threads_per_worker": 1, "rates": RATES,
-              "strategies": {label: [strategy, *extra] for label, strategy, extra in STRATEGIES}, "repetitions": n, "shaping": "tc tbf on both veth ends; no added delay"}
+    config = {
+        "source": SOURCE,
+        "epochs": EPOCHS,
+        "batch_per_worker": BATCH,
+        "threads_per_worker": 1,
+        "rates": RATES,
+        "strategies": {label: [strategy, *extra] for label, strategy, extra in STRATEGIES},
+        "repetitions": n,
+        "shaping": "tc tbf on both veth ends; no added delay",
+    }
     with Bench("network_shaped", config) as bench:
         runs = []
         try:
             one, two = os.path.join(base, "one"), os.path.join(base, "two")
             for workdir, shards in ((one, 1), (two, 2)):
-                r = run_measured([os.path.join(BIN, "disttrain-copier"), "--source", SOURCE, "--n-shards", str(shards),
-                                  "--workdir", workdir], log=os.path.join(base, f"copier-{shards}.log"))
+                r = run_measured(
+                    [
+                        os.path.join(BIN, "disttrain-copier"),
+                        "--source",
+                        SOURCE,
+                        "--n-shards",
+                        str(shards),
+                        "--workdir",
+                        workdir,
+                    ],
+                    log=os.path.join(base, f"copier-{shards}.log"),
+                )
                 if r["rc"]:
                     raise SystemExit(f"copier failed: {tail(os.path.join(base, f'copier-{shards}.log'))}")
             for rep in range(n):
@@ -112,8 +183,11 @@ def main():
                     for label, strategy, extra in STRATEGIES:
                         print(f"  rep {rep + 1}/{n}: {rate} {label} ...", file=sys.stderr, flush=True)
                         runs.append(measure(base, rate, two, label, strategy, extra, True, rep))
-                        print(f"    {runs[-1]['sec_per_epoch']:.3f} s/epoch, acc {runs[-1]['final_accuracy']:.3f}",
-                              file=sys.stderr, flush=True)
+                        print(
+                            f"    {runs[-1]['sec_per_epoch']:.3f} s/epoch, acc {runs[-1]['final_accuracy']:.3f}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
         finally:
             teardown()
             if not os.environ.get("BENCH_KEEP"):
@@ -124,13 +198,23 @@ def main():
             for strategy in ("average",) + tuple(label for label, _, _ in STRATEGIES):
                 rs = [r for r in runs if (r["network"], r["strategy"]) == (label, strategy)]
                 if rs:
-                    row = {"network": label, "strategy": strategy, "workers": rs[0]["workers"], "reps": len(rs),
-                           **{k: median([r[k] for r in rs]) for k in ("sec_per_epoch", "first_epoch_sec", "process_wall_sec", "final_accuracy")}}
+                    row = {
+                        "network": label,
+                        "strategy": strategy,
+                        "workers": rs[0]["workers"],
+                        "reps": len(rs),
+                        **{
+                            k: median([r[k] for r in rs])
+                            for k in ("sec_per_epoch", "first_epoch_sec", "process_wall_sec", "final_accuracy")
+                        },
+                    }
                     row["speedup_vs_1_worker"] = baseline / row["sec_per_epoch"]
                     summary.append(row)
         bench.results = {"summary": summary, "runs": runs}
-        bench.notes.append("sec_per_epoch: the slower worker's mean of epochs 2.. (common.steady_epoch_sec); the 1-worker row runs on the host "
-                           "(no network); tbf limits bandwidth only (netem, for delay, is not available here)")
+        bench.notes.append(
+            "sec_per_epoch: the slower worker's mean of epochs 2.. (common.steady_epoch_sec); the 1-worker row runs on the host "
+            "(no network); tbf limits bandwidth only (netem, for delay, is not available here)"
+        )
 
 
 if __name__ == "__main__":

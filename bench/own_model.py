@@ -59,32 +59,57 @@ def fit_reference(data_dir, model_path, epochs, batch, metric):
 
 
 def main():
-    args = command_line(__doc__, lambda p: (
-        p.add_argument("--seeds", type=int, default=5, help="models (initial weights) per table (default 5)"),
-        p.add_argument("--tables", default=",".join(TABLES), help="comma-separated subset of " + ", ".join(TABLES)),
-        p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset")))
+    args = command_line(
+        __doc__,
+        lambda p: (
+            p.add_argument("--seeds", type=int, default=5, help="models (initial weights) per table (default 5)"),
+            p.add_argument("--tables", default=",".join(TABLES), help="comma-separated subset of " + ", ".join(TABLES)),
+            p.add_argument("--strategies", default=",".join(STRATEGIES), help="comma-separated subset"),
+        ),
+    )
     import own_models
 
     scratch = tmpdir("own-model")
     results = {}
     try:
-        with Bench("own_model", {"seeds": args.seeds, "tables": {t: TABLES[t] for t in args.tables.split(",")},
-                                 "workers": 2, "epoch_factor": EPOCH_FACTOR}) as bench:
+        with Bench(
+            "own_model",
+            {
+                "seeds": args.seeds,
+                "tables": {t: TABLES[t] for t in args.tables.split(",")},
+                "workers": 2,
+                "epoch_factor": EPOCH_FACTOR,
+            },
+        ) as bench:
             for table in args.tables.split(","):
                 writer, copier_flags, epochs, batch, metric = TABLES[table]
                 root = os.path.join(scratch, table)
                 os.makedirs(root)
                 csv = getattr(own_models, writer)(os.path.join(root, f"{table}.csv"))
                 data = os.path.join(root, "data")
-                subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", f"table:{csv}", "--n-shards", "2",
-                                "--out", data, *copier_flags], check=True, capture_output=True)
+                subprocess.run(
+                    [
+                        os.path.join(BIN, "disttrain-copier"),
+                        "--source",
+                        f"table:{csv}",
+                        "--n-shards",
+                        "2",
+                        "--out",
+                        data,
+                        *copier_flags,
+                    ],
+                    check=True,
+                    capture_output=True,
+                )
                 mean, variance = own_models.table_statistics(os.path.join(data, "manifest.json"))
                 manifest = json.load(open(os.path.join(data, "manifest.json")))
                 runs = {"fit": []}
                 for seed in range(args.seeds):
                     if manifest["problem"] == "regression":
                         t = manifest["target_statistics"]
-                        model = own_models.regressor(len(mean), mean, variance, t["mean"], t["variance"] ** 0.5, seed=seed)
+                        model = own_models.regressor(
+                            len(mean), mean, variance, t["mean"], t["variance"] ** 0.5, seed=seed
+                        )
                     else:
                         model = own_models.classifier(len(mean), mean, variance, head="softmax", seed=seed)
                     path = os.path.join(root, f"model-{seed}.keras")
@@ -92,9 +117,15 @@ def main():
                     runs["fit"].append(fit_reference(data, path, epochs, batch, metric))
                     for strategy in args.strategies.split(","):
                         work = own_models.workdir_with(data, pathlib.Path(root) / f"{strategy}-{seed}")
-                        report = own_models.run_own_pipeline(work, 2, strategy, "--model-file", path,
-                                                             epochs=epochs * EPOCH_FACTOR[strategy],
-                                                             aggregator_args=("--exports", "none", "--force"))
+                        report = own_models.run_own_pipeline(
+                            work,
+                            2,
+                            strategy,
+                            "--model-file",
+                            path,
+                            epochs=epochs * EPOCH_FACTOR[strategy],
+                            aggregator_args=("--exports", "none", "--force"),
+                        )
                         runs.setdefault(strategy, []).append(report["final"][f"test_{metric}"])
                         shutil.rmtree(str(work), ignore_errors=True)
                     print(f"{table} seed {seed}: " + ", ".join(f"{k} {v[-1]:.4f}" for k, v in runs.items()), flush=True)
@@ -102,17 +133,27 @@ def main():
                 rows = {}
                 for name, values in runs.items():
                     mean_value = statistics.fmean(values)
-                    difference = (100 * (mean_value - reference) if metric == "accuracy"
-                                  else 100 * (mean_value - reference) / reference)
-                    rows[name] = {"metric": metric, "values": values, "mean": mean_value,
-                                  "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
-                                  "difference_from_fit": difference,
-                                  "difference_unit": "points" if metric == "accuracy" else "% of fit's RMSE"}
+                    difference = (
+                        100 * (mean_value - reference)
+                        if metric == "accuracy"
+                        else 100 * (mean_value - reference) / reference
+                    )
+                    rows[name] = {
+                        "metric": metric,
+                        "values": values,
+                        "mean": mean_value,
+                        "sd": statistics.stdev(values) if len(values) > 1 else 0.0,
+                        "difference_from_fit": difference,
+                        "difference_unit": "points" if metric == "accuracy" else "% of fit's RMSE",
+                    }
                 results[table] = rows
                 bench.results = results
                 for name, row in rows.items():
-                    print(f"{table} {name:>16}: {metric} {row['mean']:.4f} +- {row['sd']:.4f}  "
-                          f"({row['difference_from_fit']:+.2f} {row['difference_unit']})", flush=True)
+                    print(
+                        f"{table} {name:>16}: {metric} {row['mean']:.4f} +- {row['sd']:.4f}  "
+                        f"({row['difference_from_fit']:+.2f} {row['difference_unit']})",
+                        flush=True,
+                    )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 

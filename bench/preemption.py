@@ -49,15 +49,43 @@ def one_run(work, source, model_args, strategy, delay_fraction, timeout=900):
     from common import BIN
     from stages import free_port_block
 
-    subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "2", "--workdir", work],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "2", "--workdir", work],
+        check=True,
+        capture_output=True,
+    )
     workers = 2 if strategy == "multiworker" else 1
     port = free_port_block(2)
     logs = [os.path.join(work, f"worker-{i}.log") for i in range(workers)]
-    procs = [subprocess.Popen([os.path.join(BIN, "disttrain-trainer"), "--workdir", work, "--workers", "2",
-                               "--worker-index", str(i), "--strategy", strategy, "--epochs", str(EPOCHS), "--batch", "64",
-                               "--steps-per-call", "32", "--port", str(port), "--progress-interval", "0.05", *model_args],
-                              stdout=open(logs[i], "w"), stderr=subprocess.STDOUT) for i in range(workers)]
+    procs = [
+        subprocess.Popen(
+            [
+                os.path.join(BIN, "disttrain-trainer"),
+                "--workdir",
+                work,
+                "--workers",
+                "2",
+                "--worker-index",
+                str(i),
+                "--strategy",
+                strategy,
+                "--epochs",
+                str(EPOCHS),
+                "--batch",
+                "64",
+                "--steps-per-call",
+                "32",
+                "--port",
+                str(port),
+                "--progress-interval",
+                "0.05",
+                *model_args,
+            ],
+            stdout=open(logs[i], "w"),
+            stderr=subprocess.STDOUT,
+        )
+        for i in range(workers)
+    ]
     progress_path = os.path.join(work, "train", "worker-00000", "progress.json")
     deadline = time.monotonic() + timeout
     epoch_2 = None
@@ -83,13 +111,17 @@ def one_run(work, source, model_args, strategy, delay_fraction, timeout=900):
     text = open(logs[0]).read()
     found = STOPPED.search(text)
     per_epoch = re.search(r"(\d+) steps/epoch", text)
-    return {"ok": codes == [EXIT_CODE] * workers, "exit_codes": codes, "sigterm_to_exit_sec": round(seconds, 2),
-            "delay_after_epoch_3_start_sec": round(delay_fraction * epoch_2, 2),
-            "step_at_signal": int(found.group(1)) if found else None,
-            "stopped_at_step": int(found.group(2)) if found else None,
-            "signal_to_stop_sec": float(found.group(3)) if found else None,
-            "steps_per_epoch": int(per_epoch.group(1)) if per_epoch else None,
-            "epoch_2_cycle_sec": round(epoch_2, 2)}
+    return {
+        "ok": codes == [EXIT_CODE] * workers,
+        "exit_codes": codes,
+        "sigterm_to_exit_sec": round(seconds, 2),
+        "delay_after_epoch_3_start_sec": round(delay_fraction * epoch_2, 2),
+        "step_at_signal": int(found.group(1)) if found else None,
+        "stopped_at_step": int(found.group(2)) if found else None,
+        "signal_to_stop_sec": float(found.group(3)) if found else None,
+        "steps_per_epoch": int(per_epoch.group(1)) if per_epoch else None,
+        "epoch_2_cycle_sec": round(epoch_2, 2),
+    }
 
 
 def main():
@@ -110,11 +142,13 @@ def main():
     draw = random.Random(args.seed)
     root = tempfile.mkdtemp(prefix="preemption-")
     with Bench("preemption", {**vars(args), "epochs": EPOCHS, "batch": 64, "steps_per_call": 32}) as bench:
-        bench.notes.append("SIGTERM to worker 0 a random part of an epoch after it entered epoch 3; seconds until "
-                           "every worker of the run exited (average: 1 process, multiworker: 2); signal_to_stop_sec: the "
-                           "trainer's own count in its 'preempted:' line, from when its Python saw the signal (after the "
-                           "compiled call running then) to the saved stop: less than sigterm_to_exit_sec by the rest of "
-                           "that call")
+        bench.notes.append(
+            "SIGTERM to worker 0 a random part of an epoch after it entered epoch 3; seconds until "
+            "every worker of the run exited (average: 1 process, multiworker: 2); signal_to_stop_sec: the "
+            "trainer's own count in its 'preempted:' line, from when its Python saw the signal (after the "
+            "compiled call running then) to the saved stop: less than sigterm_to_exit_sec by the rest of "
+            "that call"
+        )
         for model in models:
             source, model_args = MODELS[model]
             for strategy in strategies:
@@ -126,11 +160,16 @@ def main():
                     print(f"{model} {strategy} run {n}: {json.dumps(result)[:300]}", flush=True)
                 good = [r["sigterm_to_exit_sec"] for r in runs if r["ok"]]
                 bench.results[f"{model}/{strategy}"] = {
-                    "runs": runs, "ok": len(good), "max_sec": max(good, default=None),
+                    "runs": runs,
+                    "ok": len(good),
+                    "max_sec": max(good, default=None),
                     "median_sec": sorted(good)[len(good) // 2] if good else None,
                 }
-                print(f"{model} {strategy}: {len(good)}/{len(runs)} exited {EXIT_CODE}; SIGTERM to exit "
-                      f"max {max(good, default=float('nan')):.2f} s", flush=True)
+                print(
+                    f"{model} {strategy}: {len(good)}/{len(runs)} exited {EXIT_CODE}; SIGTERM to exit "
+                    f"max {max(good, default=float('nan')):.2f} s",
+                    flush=True,
+                )
     print(f"logs in {root}")
     return 0 if all(r["ok"] == len(r["runs"]) for r in bench.results.values()) else 1
 

@@ -41,11 +41,15 @@ def main():
     p.add_argument("--calls", type=int, default=300)
     args = p.parse_args()
     port = free_port_block(4)
-    cluster = {"chief": [f"127.0.0.1:{port}"], "ps": [f"127.0.0.1:{port + 1}"],
-               "worker": [f"127.0.0.1:{port + 2}", f"127.0.0.1:{port + 3}"]}
-    servers = [subprocess.Popen([sys.executable, "-c", SERVER, json.dumps(cluster), job, str(i)],
-                                stderr=subprocess.DEVNULL)
-               for job, i in (("ps", 0), ("worker", 0), ("worker", 1))]
+    cluster = {
+        "chief": [f"127.0.0.1:{port}"],
+        "ps": [f"127.0.0.1:{port + 1}"],
+        "worker": [f"127.0.0.1:{port + 2}", f"127.0.0.1:{port + 3}"],
+    }
+    servers = [
+        subprocess.Popen([sys.executable, "-c", SERVER, json.dumps(cluster), job, str(i)], stderr=subprocess.DEVNULL)
+        for job, i in (("ps", 0), ("worker", 0), ("worker", 1))
+    ]
     try:
         os.environ["TF_CONFIG"] = json.dumps({"cluster": cluster, "task": {"type": "chief", "index": 0}})
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -78,9 +82,20 @@ def main():
             for _ in range(args.calls // 3):
                 coordinator.schedule(fn).fetch()
             round_trip = (time.perf_counter() - started) / (args.calls // 3)
-            results[name] = {"pipelined_ms_per_call": round(pipelined * 1000, 3), "round_trip_ms": round(round_trip * 1000, 3)}
-        print(json.dumps({"calls": args.calls, "cluster": "chief + 1 ps + 2 workers, separate processes, loopback",
-                          "results": results}, indent=2))
+            results[name] = {
+                "pipelined_ms_per_call": round(pipelined * 1000, 3),
+                "round_trip_ms": round(round_trip * 1000, 3),
+            }
+        print(
+            json.dumps(
+                {
+                    "calls": args.calls,
+                    "cluster": "chief + 1 ps + 2 workers, separate processes, loopback",
+                    "results": results,
+                },
+                indent=2,
+            )
+        )
     finally:
         for s in servers:
             s.kill()

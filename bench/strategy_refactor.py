@@ -38,8 +38,21 @@ STRATEGIES = {
     "average": (2, ("--strategy", "average")),
     "multiworker": (2, ("--strategy", "multiworker")),
     "localsgd": (2, ("--strategy", "localsgd", "--sync-every", "8")),
-    "diloco-eager-int8": (2, ("--strategy", "localsgd", "--sync-every", "8", "--outer-optimizer", "nesterov",
-                              "--outer-overlap", "eager", "--allreduce-dtype", "int8")),
+    "diloco-eager-int8": (
+        2,
+        (
+            "--strategy",
+            "localsgd",
+            "--sync-every",
+            "8",
+            "--outer-optimizer",
+            "nesterov",
+            "--outer-overlap",
+            "eager",
+            "--allreduce-dtype",
+            "int8",
+        ),
+    ),
     "parameterserver": (4, ("--strategy", "parameterserver", "--ps", "1")),
 }
 
@@ -51,9 +64,32 @@ def train_group(tree, data_dir, out, processes, flags, log):
     port = free_port_block(processes)
     procs = []
     for index in range(processes):
-        cmd = [sys.executable, "-m", "disttrain_trainer.main", "--data", data_dir, "--out", out, "--workers", 2,
-               "--worker-index", index, "--epochs", EPOCHS, "--batch", BATCH, "--threads", 1, "--seed", 42,
-               "--port", port, "--progress-interval", 0, *flags]
+        cmd = [
+            sys.executable,
+            "-m",
+            "disttrain_trainer.main",
+            "--data",
+            data_dir,
+            "--out",
+            out,
+            "--workers",
+            2,
+            "--worker-index",
+            index,
+            "--epochs",
+            EPOCHS,
+            "--batch",
+            BATCH,
+            "--threads",
+            1,
+            "--seed",
+            42,
+            "--port",
+            port,
+            "--progress-interval",
+            0,
+            *flags,
+        ]
         procs.append(start([str(c) for c in cmd], f"{log}.{index}", env=env))
     measured = [wait_measured(proc, timeout=3600) for proc in procs]
     if any(m["rc"] != 0 for m in measured):
@@ -61,26 +97,46 @@ def train_group(tree, data_dir, out, processes, flags, log):
     worker = os.path.join(out, "worker-00000")
     metrics = json.load(open(os.path.join(worker, "metrics.json")))
     marker = json.load(open(os.path.join(worker, "_SUCCESS")))
-    return {"epoch_sec": steady_epoch_sec([[m["wall_time_sec"] for m in metrics]]),
-            "test_accuracy": metrics[-1].get("test_accuracy"), "weights": marker["final_weights_sha256"]}
+    return {
+        "epoch_sec": steady_epoch_sec([[m["wall_time_sec"] for m in metrics]]),
+        "test_accuracy": metrics[-1].get("test_accuracy"),
+        "weights": marker["final_weights_sha256"],
+    }
 
 
 def main():
-    args = command_line(__doc__, lambda p: (
-        p.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})"),
-        p.add_argument("--tasks", default=",".join(STRATEGIES), help="comma-separated subset of " + ", ".join(STRATEGIES))))
+    args = command_line(
+        __doc__,
+        lambda p: (
+            p.add_argument("--before", default=BEFORE, help=f"the revision to compare with (default {BEFORE})"),
+            p.add_argument(
+                "--tasks", default=",".join(STRATEGIES), help="comma-separated subset of " + ", ".join(STRATEGIES)
+            ),
+        ),
+    )
     chosen = [t for t in args.tasks.split(",") if t]
     repetitions = reps(3)
     scratch = tmpdir("strategy-refactor")
     old_tree = checkout(args.before, os.path.join(scratch, "before"))
     data = os.path.join(scratch, "data")
-    subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", "sample:digits", "--n-shards", "2", "--out", data],
-                   check=True, capture_output=True)
+    subprocess.run(
+        [os.path.join(BIN, "disttrain-copier"), "--source", "sample:digits", "--n-shards", "2", "--out", data],
+        check=True,
+        capture_output=True,
+    )
     rows = {}
     try:
-        with Bench("strategy_refactor", {"before": args.before, "strategies": {s: STRATEGIES[s] for s in chosen},
-                                         "epochs": EPOCHS, "batch": BATCH, "repetitions": repetitions,
-                                         "threads": 1}) as bench:
+        with Bench(
+            "strategy_refactor",
+            {
+                "before": args.before,
+                "strategies": {s: STRATEGIES[s] for s in chosen},
+                "epochs": EPOCHS,
+                "batch": BATCH,
+                "repetitions": repetitions,
+                "threads": 1,
+            },
+        ) as bench:
             for name in chosen:
                 processes, flags = STRATEGIES[name]
                 runs = {"before": [], "after": []}
@@ -93,15 +149,20 @@ def main():
                         print(f"{name} {side} rep {rep}: {runs[side][-1]}", flush=True)
                 before_sec, after_sec = (median([r["epoch_sec"] for r in runs[s]]) for s in ("before", "after"))
                 rows[name] = {
-                    "epoch_sec_before": before_sec, "epoch_sec_after": after_sec, "ratio": after_sec / before_sec,
+                    "epoch_sec_before": before_sec,
+                    "epoch_sec_after": after_sec,
+                    "ratio": after_sec / before_sec,
                     "test_accuracy_before": median([r["test_accuracy"] for r in runs["before"]]),
                     "test_accuracy_after": median([r["test_accuracy"] for r in runs["after"]]),
                     "same_weights": all(a["weights"] == b["weights"] for a, b in zip(runs["before"], runs["after"])),
                     "runs": runs,
                 }
-                print(f"{name}: s/epoch {before_sec:.3f} -> {after_sec:.3f} ({100 * (after_sec / before_sec - 1):+.1f} %), "
-                      f"accuracy {rows[name]['test_accuracy_before']} -> {rows[name]['test_accuracy_after']}, same "
-                      f"weights: {rows[name]['same_weights']}", flush=True)
+                print(
+                    f"{name}: s/epoch {before_sec:.3f} -> {after_sec:.3f} ({100 * (after_sec / before_sec - 1):+.1f} %), "
+                    f"accuracy {rows[name]['test_accuracy_before']} -> {rows[name]['test_accuracy_after']}, same "
+                    f"weights: {rows[name]['same_weights']}",
+                    flush=True,
+                )
                 bench.results = rows
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old_tree], capture_output=True)

@@ -29,17 +29,40 @@ def main():
     p.add_argument("--processes", type=int, default=2)
     p.add_argument("--epochs", default="5", help="the trials' epochs (a sweep --epochs value; default 5)")
     args = p.parse_args()
-    config = {"task": "digits", "trials": args.trials, "processes": args.processes, "epochs": args.epochs,
-              "pruner": "median"}
+    config = {
+        "task": "digits",
+        "trials": args.trials,
+        "processes": args.processes,
+        "epochs": args.epochs,
+        "pruner": "median",
+    }
     with Bench("sweep_overhead", config) as bench:
         work = tmpdir("sweep-overhead")
-        subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", "sample:digits", "--n-shards", "2",
-                        "--workdir", work], check=True, capture_output=True)
+        subprocess.run(
+            [os.path.join(BIN, "disttrain-copier"), "--source", "sample:digits", "--n-shards", "2", "--workdir", work],
+            check=True,
+            capture_output=True,
+        )
         started = time.monotonic()
-        procs = [subprocess.Popen([os.path.join(BIN, "disttrain-sweep"), "--workdir", work, "--trials", str(args.trials),
-                                   "--epochs", args.epochs, "--process-index", str(i)],
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-                 for i in range(args.processes)]
+        procs = [
+            subprocess.Popen(
+                [
+                    os.path.join(BIN, "disttrain-sweep"),
+                    "--workdir",
+                    work,
+                    "--trials",
+                    str(args.trials),
+                    "--epochs",
+                    args.epochs,
+                    "--process-index",
+                    str(i),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
+            )
+            for i in range(args.processes)
+        ]
         for proc in procs:
             out = proc.communicate()[0]
             if proc.returncode:
@@ -62,10 +85,12 @@ def main():
             "process_overhead_share_pct": round(100 * process_overhead / sum(trial_sec), 2),
         }
         r = bench.results
-        print(f"{r['trials']} trials, {args.processes} processes: trial {r['trial_sec_median']} s (median), "
-              f"Optuna {r['optuna_sec_per_trial_median'] * 1000:.0f} ms per trial (max {r['optuna_sec_per_trial_max'] * 1000:.0f} ms) "
-              f"= {r['optuna_share_of_trial_pct']:.2f} % of the trials' time; with the processes' start-up and outputs "
-              f"{r['process_overhead_sec']} s = {r['process_overhead_share_pct']:.1f} %")
+        print(
+            f"{r['trials']} trials, {args.processes} processes: trial {r['trial_sec_median']} s (median), "
+            f"Optuna {r['optuna_sec_per_trial_median'] * 1000:.0f} ms per trial (max {r['optuna_sec_per_trial_max'] * 1000:.0f} ms) "
+            f"= {r['optuna_share_of_trial_pct']:.2f} % of the trials' time; with the processes' start-up and outputs "
+            f"{r['process_overhead_sec']} s = {r['process_overhead_share_pct']:.1f} %"
+        )
 
 
 if __name__ == "__main__":

@@ -36,8 +36,9 @@ COMPONENTS = ("contract", "copier", "trainer", "advisor", "aggregator", "server"
 
 
 def checkout(revision, where):
-    subprocess.run(["git", "-C", ROOT, "worktree", "add", "--detach", "--force", where, revision], check=True,
-                   capture_output=True)
+    subprocess.run(
+        ["git", "-C", ROOT, "worktree", "add", "--detach", "--force", where, revision], check=True, capture_output=True
+    )
     return where
 
 
@@ -47,17 +48,40 @@ def pythonpath(tree):
 
 def train(tree, data_dir, out, epochs, batch, extra, log):
     env = {**os.environ, "PYTHONPATH": pythonpath(tree)}
-    cmd = [sys.executable, "-m", "disttrain_trainer.main", "--data", data_dir, "--out", out, "--worker-index", 0,
-           "--workers", 1, "--epochs", epochs, "--batch", batch, "--threads", 1, "--seed", 42, *extra]
+    cmd = [
+        sys.executable,
+        "-m",
+        "disttrain_trainer.main",
+        "--data",
+        data_dir,
+        "--out",
+        out,
+        "--worker-index",
+        0,
+        "--workers",
+        1,
+        "--epochs",
+        epochs,
+        "--batch",
+        batch,
+        "--threads",
+        1,
+        "--seed",
+        42,
+        *extra,
+    ]
     measured = run_measured(cmd, log=log, env=env, timeout=3600)
     if measured["rc"] != 0:
         raise SystemExit(f"trainer ({tree}) failed: see {log}")
     worker = os.path.join(out, "worker-00000")
     metrics = json.load(open(os.path.join(worker, "metrics.json")))
     marker = json.load(open(os.path.join(worker, "_SUCCESS")))
-    return {"epoch_sec": steady_epoch_sec([[m["wall_time_sec"] for m in metrics]]),
-            "test_accuracy": metrics[-1].get("test_accuracy"), "weights": marker["final_weights_sha256"],
-            "wall_sec": measured["wall_sec"]}
+    return {
+        "epoch_sec": steady_epoch_sec([[m["wall_time_sec"] for m in metrics]]),
+        "test_accuracy": metrics[-1].get("test_accuracy"),
+        "weights": marker["final_weights_sha256"],
+        "wall_sec": measured["wall_sec"],
+    }
 
 
 def compare(name, before, tasks, purpose):
@@ -67,31 +91,51 @@ def compare(name, before, tasks, purpose):
     old_tree = checkout(before, os.path.join(scratch, "before"))
     rows = {}
     try:
-        with Bench(name, {"before": before, "purpose": purpose, "tasks": {t: TASKS[t] for t in tasks},
-                          "repetitions": repetitions, "threads": 1}) as bench:
+        with Bench(
+            name,
+            {
+                "before": before,
+                "purpose": purpose,
+                "tasks": {t: TASKS[t] for t in tasks},
+                "repetitions": repetitions,
+                "threads": 1,
+            },
+        ) as bench:
             for task in tasks:
                 source, epochs, batch, extra = TASKS[task]
                 data = os.path.join(scratch, f"data-{task}")
-                subprocess.run([os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "1",
-                                "--out", data], check=True, capture_output=True)
+                subprocess.run(
+                    [os.path.join(BIN, "disttrain-copier"), "--source", source, "--n-shards", "1", "--out", data],
+                    check=True,
+                    capture_output=True,
+                )
                 runs = {"before": [], "after": []}
                 for rep in range(repetitions):
-                    for side, tree in (("before", old_tree), ("after", ROOT)) if rep % 2 == 0 else (("after", ROOT), ("before", old_tree)):
+                    for side, tree in (
+                        (("before", old_tree), ("after", ROOT))
+                        if rep % 2 == 0
+                        else (("after", ROOT), ("before", old_tree))
+                    ):
                         out = os.path.join(scratch, f"{task}-{side}-{rep}")
                         runs[side].append(train(tree, data, out, epochs, batch, extra, out + ".log"))
                         shutil.rmtree(out, ignore_errors=True)
                         print(f"{task} {side} rep {rep}: {runs[side][-1]}", flush=True)
                 before_sec, after_sec = (median([r["epoch_sec"] for r in runs[s]]) for s in ("before", "after"))
                 rows[task] = {
-                    "epoch_sec_before": before_sec, "epoch_sec_after": after_sec, "ratio": after_sec / before_sec,
+                    "epoch_sec_before": before_sec,
+                    "epoch_sec_after": after_sec,
+                    "ratio": after_sec / before_sec,
                     "test_accuracy_before": median([r["test_accuracy"] for r in runs["before"]]),
                     "test_accuracy_after": median([r["test_accuracy"] for r in runs["after"]]),
                     "same_weights": all(a["weights"] == b["weights"] for a, b in zip(runs["before"], runs["after"])),
                     "runs": runs,
                 }
-                print(f"{task}: s/epoch {before_sec:.3f} -> {after_sec:.3f} ({100 * (after_sec / before_sec - 1):+.1f} %), "
-                      f"accuracy {rows[task]['test_accuracy_before']} -> {rows[task]['test_accuracy_after']}, same weights: "
-                      f"{rows[task]['same_weights']}", flush=True)
+                print(
+                    f"{task}: s/epoch {before_sec:.3f} -> {after_sec:.3f} ({100 * (after_sec / before_sec - 1):+.1f} %), "
+                    f"accuracy {rows[task]['test_accuracy_before']} -> {rows[task]['test_accuracy_after']}, same weights: "
+                    f"{rows[task]['same_weights']}",
+                    flush=True,
+                )
                 bench.results = rows
     finally:
         subprocess.run(["git", "-C", ROOT, "worktree", "remove", "--force", old_tree], capture_output=True)
@@ -100,9 +144,13 @@ def compare(name, before, tasks, purpose):
 
 def compare_from_command_line(doc, name, before, tasks, purpose):
     """`compare` with --before (default `before`) and --tasks (default `tasks`) from the command line."""
-    args = command_line(doc, lambda p: (
-        p.add_argument("--before", default=before, help=f"the revision to compare with (default {before})"),
-        p.add_argument("--tasks", default=",".join(tasks), help="comma-separated subset of " + ", ".join(tasks))))
+    args = command_line(
+        doc,
+        lambda p: (
+            p.add_argument("--before", default=before, help=f"the revision to compare with (default {before})"),
+            p.add_argument("--tasks", default=",".join(tasks), help="comma-separated subset of " + ", ".join(tasks)),
+        ),
+    )
     compare(name, args.before, [t for t in args.tasks.split(",") if t], purpose)
 
 

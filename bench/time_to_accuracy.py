@@ -87,25 +87,47 @@ def rows_plan():
     newer trainer takes (DiLoCo's flags) is one more entry here."""
     rows = [("single", 1, {}), ("ceiling", 2, {}), ("average", 2, {}), ("multiworker", 2, {}), ("localsgd", 2, {})]
     rows += [("localsgd", 2, {"sync_every": h}) for h in H_VALUES]
-    rows += [("localsgd", 2, {"sync_every": h, "outer_optimizer": "nesterov", **wire})
-             for h in H_VALUES for wire in ({}, {"allreduce_dtype": "float16"}, {"allreduce_dtype": "int8"})]
+    rows += [
+        ("localsgd", 2, {"sync_every": h, "outer_optimizer": "nesterov", **wire})
+        for h in H_VALUES
+        for wire in ({}, {"allreduce_dtype": "float16"}, {"allreduce_dtype": "int8"})
+    ]
     # DiLoCo with eager updates (the exchange beside the next H steps) at H = 100, on the widest and the narrowest wire
-    rows += [("localsgd", 2, {"sync_every": 100, "outer_optimizer": "nesterov", **wire, "outer_overlap": "eager"})
-             for wire in ({}, {"allreduce_dtype": "int8"})]
+    rows += [
+        ("localsgd", 2, {"sync_every": 100, "outer_optimizer": "nesterov", **wire, "outer_overlap": "eager"})
+        for wire in ({}, {"allreduce_dtype": "int8"})
+    ]
     # DiLoCo at the shortest H with half the batch-norm re-estimation (--sync-batch-norm-batches 4 of 8): at H = 50
     # the re-estimation's forward passes were about half of each sync's cost on MobileNetV2 at 50 Mbit/s
-    rows += [("localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": "int8",
-                              "sync_batch_norm_batches": 4})]
+    rows += [
+        (
+            "localsgd",
+            2,
+            {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": "int8", "sync_batch_norm_batches": 4},
+        )
+    ]
     # DiLoCo on the int4 wire (half int8's bytes) at the shortest H, where the syncs cost the most over a slow link
     rows += [("localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": "int4"})]
     # int8 and int4 at H = 50 with a sync at each epoch's end too (--sync-at-epoch-end): each epoch's evaluation
     # then reads the group's model, not the chief's own of up to H steps past the last sync; and float16 so, whose sync
     # needs no codec (the advisor's advice for MobileNetV2 at 1 Gbit/s once each wire's own work was timed)
-    rows += [("localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": wire, "sync_at_epoch_end": True})
-             for wire in ("int8", "int4", "float16")]
+    rows += [
+        (
+            "localsgd",
+            2,
+            {"sync_every": 50, "outer_optimizer": "nesterov", "allreduce_dtype": wire, "sync_at_epoch_end": True},
+        )
+        for wire in ("int8", "int4", "float16")
+    ]
     # int4 with the switch at H = 100: half the syncs (the advisor's advice for MobileNetV2 at 10 Mbit/s on a host whose
     # steps are fast enough that H = 50's syncs weigh)
-    rows += [("localsgd", 2, {"sync_every": 100, "outer_optimizer": "nesterov", "allreduce_dtype": "int4", "sync_at_epoch_end": True})]
+    rows += [
+        (
+            "localsgd",
+            2,
+            {"sync_every": 100, "outer_optimizer": "nesterov", "allreduce_dtype": "int4", "sync_at_epoch_end": True},
+        )
+    ]
     rows += [("parameterserver", 2, {})]
     return rows
 
@@ -121,34 +143,73 @@ STRONG = {"rotation": 25, "scale": (0.7, 1.3), "shift": 3, "noise": 32}
 # slowdown of two processes at once against one alone (bench/contention.py), start-up seconds).
 TASKS = {
     "movie-reviews": {
-        "source": "sample:movie-reviews", "options": {}, "epochs": TEXT_EPOCHS, "metric": "test_accuracy", "target": 0.76,
-        "cap_seconds": 600, "step_sec": 0.004, "model_mb": 5.1, "gradient_mb": 0.5, "two_process_slowdown": 1.5,
-        "startup_sec": 10, "eval_sec": 0.5, "examples": 10_200},
+        "source": "sample:movie-reviews",
+        "options": {},
+        "epochs": TEXT_EPOCHS,
+        "metric": "test_accuracy",
+        "target": 0.76,
+        "cap_seconds": 600,
+        "step_sec": 0.004,
+        "model_mb": 5.1,
+        "gradient_mb": 0.5,
+        "two_process_slowdown": 1.5,
+        "startup_sec": 10,
+        "eval_sec": 0.5,
+        "examples": 10_200,
+    },
     # MobileNetV2 from scratch on mildly augmented digits, the default learning rate. Retired from the plan
     # (its rows stay, and run again with --only task=digits-augmented-mobilenetv2): 1 worker reaches
     # 0.975 in epoch 5 of 16 and then wanders between 0.97 and 0.99, so start-up and the first epoch's
     # tracing were about a third of its time to target, and which epoch first crossed was chance.
     "digits-augmented-mobilenetv2": {
-        "source": "augmented-digits", "distortion": MILD, "options": {"model": "mobilenetv2", "image_size": 32}, "epochs": 16,
-        "metric": "test_accuracy", "target": 0.975, "cap_seconds": 1800, "step_sec": 0.115, "model_mb": 9.1,
-        "gradient_mb": 9.1, "two_process_slowdown": 1.1, "startup_sec": 15, "eval_sec": 1.5,
+        "source": "augmented-digits",
+        "distortion": MILD,
+        "options": {"model": "mobilenetv2", "image_size": 32},
+        "epochs": 16,
+        "metric": "test_accuracy",
+        "target": 0.975,
+        "cap_seconds": 1800,
+        "step_sec": 0.115,
+        "model_mb": 9.1,
+        "gradient_mb": 9.1,
+        "two_process_slowdown": 1.1,
+        "startup_sec": 15,
+        "eval_sec": 1.5,
         # 16,000 training examples: 250 steps an epoch for 1 worker, 125 for each of 2 (2,000 in 16 epochs)
-        "train_examples": 16_000, "test_examples": 840, "image_size": 32, "planned": False},
+        "train_examples": 16_000,
+        "test_examples": 840,
+        "image_size": 32,
+        "planned": False,
+    },
     # The same model and sizes on strongly distorted digits at half the learning rate: the held-out accuracy
     # climbs through most of the run, so the time to target is mostly training, as in a long job.
     "digits-distorted-mobilenetv2": {
-        "source": "augmented-digits", "distortion": STRONG,
-        "options": {"model": "mobilenetv2", "image_size": 32, "learning_rate": 0.0005}, "epochs": 16,
-        "metric": "test_accuracy", "target": 0.90, "cap_seconds": 1800, "step_sec": 0.115, "model_mb": 9.1,
-        "gradient_mb": 9.1, "two_process_slowdown": 1.1, "startup_sec": 15, "eval_sec": 1.5,
-        "train_examples": 16_000, "test_examples": 840, "image_size": 32},
+        "source": "augmented-digits",
+        "distortion": STRONG,
+        "options": {"model": "mobilenetv2", "image_size": 32, "learning_rate": 0.0005},
+        "epochs": 16,
+        "metric": "test_accuracy",
+        "target": 0.90,
+        "cap_seconds": 1800,
+        "step_sec": 0.115,
+        "model_mb": 9.1,
+        "gradient_mb": 9.1,
+        "two_process_slowdown": 1.1,
+        "startup_sec": 15,
+        "eval_sec": 1.5,
+        "train_examples": 16_000,
+        "test_examples": 840,
+        "image_size": 32,
+    },
 }
 # the tasks out of the plan (their rows kept): the plan, its plots and the advisor's check leave them out
 RETIRED = {name for name, task in TASKS.items() if task.get("planned", True) is False}
 QUICK_TASKS = {
     "movie-reviews": dict(TASKS["movie-reviews"], epochs=2, cap_seconds=120),
-    **{name: dict(TASKS[name], epochs=2, cap_seconds=180, train_examples=512, test_examples=128)
-       for name in ("digits-augmented-mobilenetv2", "digits-distorted-mobilenetv2")},
+    **{
+        name: dict(TASKS[name], epochs=2, cap_seconds=180, train_examples=512, test_examples=128)
+        for name in ("digits-augmented-mobilenetv2", "digits-distorted-mobilenetv2")
+    },
 }
 
 
@@ -165,8 +226,15 @@ def plan(tasks):
             for strategy, workers, options in rows_plan():
                 if strategy in LOCAL_ONLY and link != "loopback":
                     continue
-                out.append({"task": task, "link": link, "strategy": strategy, "workers": workers,
-                            "options": {**COMMON_OPTIONS, **tasks[task]["options"], **options}})
+                out.append(
+                    {
+                        "task": task,
+                        "link": link,
+                        "strategy": strategy,
+                        "workers": workers,
+                        "options": {**COMMON_OPTIONS, **tasks[task]["options"], **options},
+                    }
+                )
     return out
 
 
@@ -219,7 +287,9 @@ def estimate_seconds(row, task):
     """A rough duration of a row for --list: start-up + epochs x (compute + syncs + evaluation), at
     most the cap. Not a prediction of the result: the figures in TASKS are from earlier runs."""
     t = task
-    steps_one = -(-int(t["examples"] if "examples" in t else t["train_examples"]) // BATCH)  # 1 worker's steps per epoch
+    steps_one = -(
+        -int(t["examples"] if "examples" in t else t["train_examples"]) // BATCH
+    )  # 1 worker's steps per epoch
     mbit = LINKS[row["link"]] or 5000  # loopback: a few Gbit/s in practice
     strategy, options = row["strategy"], row["options"]
     # steps each training process takes per epoch (parameterserver: the group's steps are shared by its workers)
@@ -269,7 +339,7 @@ def augmented_digits(path, train_examples, test_examples, size, distortion=MILD,
     images, labels = digits.images.astype(np.float32) * (255.0 / 16.0), digits.target.astype(np.int64)
     rng = np.random.default_rng(seed)
     order = rng.permutation(len(labels))
-    held_out, kept = order[: len(labels) // 5], order[len(labels) // 5:]
+    held_out, kept = order[: len(labels) // 5], order[len(labels) // 5 :]
     test_fraction = test_examples / (train_examples + test_examples)
     destinations = split_assignments(COPIER_SEED, test_fraction, 1)
     n = train_examples + test_examples
@@ -298,10 +368,15 @@ def task_source(directory, task_name, task):
         return ["--source", task["source"]]
     npz = os.path.join(directory, f"{task_name}.npz")
     if not os.path.exists(npz + ".fraction"):
-        print(f"  data: augmenting digits to {task['train_examples'] + task['test_examples']} images of "
-              f"{task['image_size']}x{task['image_size']} ...", file=sys.stderr, flush=True)
-        fraction = augmented_digits(npz, task["train_examples"], task["test_examples"], task["image_size"],
-                                    task["distortion"])
+        print(
+            f"  data: augmenting digits to {task['train_examples'] + task['test_examples']} images of "
+            f"{task['image_size']}x{task['image_size']} ...",
+            file=sys.stderr,
+            flush=True,
+        )
+        fraction = augmented_digits(
+            npz, task["train_examples"], task["test_examples"], task["image_size"], task["distortion"]
+        )
         with open(npz + ".fraction", "w") as fh:
             fh.write(repr(fraction))
     with open(npz + ".fraction") as fh:
@@ -318,8 +393,19 @@ def workdirs(base, task_name, task):
         workdir = os.path.join(base, f"{task_name}-{shards}")
         if not os.path.exists(os.path.join(workdir, "data", "_SUCCESS")):
             log = os.path.join(base, f"copier-{task_name}-{shards}.log")
-            r = run_measured([os.path.join(BIN, "disttrain-copier"), *source, "--n-shards", shards, "--workdir", workdir,
-                              "--seed", COPIER_SEED], log=log)
+            r = run_measured(
+                [
+                    os.path.join(BIN, "disttrain-copier"),
+                    *source,
+                    "--n-shards",
+                    shards,
+                    "--workdir",
+                    workdir,
+                    "--seed",
+                    COPIER_SEED,
+                ],
+                log=log,
+            )
             if r["rc"]:
                 raise SystemExit(f"copier failed for {task_name}: {tail(log).strip().splitlines()[-1:]}")
         out[shards] = workdir
@@ -366,8 +452,10 @@ def write_data(directory, tasks):
     os.makedirs(directory, exist_ok=True)
     for name, task in tasks.items():
         source = task_source(os.path.abspath(directory), name, task)
-        print(f"{name}: disttrain-copier {shlex.join(source)}; trainer flags: "
-              f"{shlex.join(option_flags({**COMMON_OPTIONS, **task['options']}))} --batch {BATCH} --epochs {task['epochs']}")
+        print(
+            f"{name}: disttrain-copier {shlex.join(source)}; trainer flags: "
+            f"{shlex.join(option_flags({**COMMON_OPTIONS, **task['options']}))} --batch {BATCH} --epochs {task['epochs']}"
+        )
 
 
 # ------------------------------------------------------------------------------ one row
@@ -384,8 +472,25 @@ def option_flags(options):
 def trainer_argv(row, task, workdir, out, index, port, shaped):
     strategy = "average" if row["strategy"] in ("single", "ceiling") else row["strategy"]
     workers = 1 if row["strategy"] in ("single", "ceiling") else row["workers"]
-    argv = ["--workdir", workdir, "--out", out, "--worker-index", index, "--workers", workers, "--epochs", task["epochs"],
-            "--batch", BATCH, "--seed", SEED, "--strategy", strategy, *option_flags(row["options"])]
+    argv = [
+        "--workdir",
+        workdir,
+        "--out",
+        out,
+        "--worker-index",
+        index,
+        "--workers",
+        workers,
+        "--epochs",
+        task["epochs"],
+        "--batch",
+        BATCH,
+        "--seed",
+        SEED,
+        "--strategy",
+        strategy,
+        *option_flags(row["options"]),
+    ]
     if strategy in ("multiworker", "localsgd", "parameterserver"):
         argv += ["--port", port, "--peer-wait", 300]
         if shaped:
@@ -406,9 +511,23 @@ def row_commands(row, task, workdir, run_dir, port, shaped):
     """(each process's trainer argv, the --out directories) of a row run in run_dir. The ceiling is two
     independent runs, each into its own --out; every other row has one --out."""
     strategy = row["strategy"]
-    outs = [os.path.join(run_dir, f"train-{i}") for i in range(2)] if strategy == "ceiling" else [os.path.join(run_dir, "train")]
-    argvs = [trainer_argv(row, task, workdir, outs[i] if strategy == "ceiling" else outs[0],
-                          0 if strategy == "ceiling" else i, port, shaped) for i in range(processes(row))]
+    outs = (
+        [os.path.join(run_dir, f"train-{i}") for i in range(2)]
+        if strategy == "ceiling"
+        else [os.path.join(run_dir, "train")]
+    )
+    argvs = [
+        trainer_argv(
+            row,
+            task,
+            workdir,
+            outs[i] if strategy == "ceiling" else outs[0],
+            0 if strategy == "ceiling" else i,
+            port,
+            shaped,
+        )
+        for i in range(processes(row))
+    ]
     return argvs, outs
 
 
@@ -421,8 +540,12 @@ def refused(argv):
 
     # the interpreter of the trainer the rows run (BENCH_BIN may name another installation's)
     python = os.path.join(BIN, "python")
-    r = subprocess.run([python if os.path.exists(python) else sys.executable, "-c", PREFLIGHT, *argv], capture_output=True, text=True,
-                       timeout=120)
+    r = subprocess.run(
+        [python if os.path.exists(python) else sys.executable, "-c", PREFLIGHT, *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     if r.returncode == 0:
         return None
     lines = [line for line in r.stderr.splitlines() if line.strip()]
@@ -479,7 +602,15 @@ def run_row(row, task, dirs, base):
     """Train one row; returns its stored form."""
     import shutil
 
-    from common import cpu_mark, machine_snapshot, other_processes_cores, run_measured, start, steady_epoch_sec, BUSY_CPU
+    from common import (
+        cpu_mark,
+        machine_snapshot,
+        other_processes_cores,
+        run_measured,
+        start,
+        steady_epoch_sec,
+        BUSY_CPU,
+    )
     from stages import free_port_block
     from tta_store import outcome
 
@@ -494,10 +625,25 @@ def run_row(row, task, dirs, base):
     argvs, outs = row_commands(row, task, workdir, run_dir, port, shaped)
     from disttrain_contract.manifest import Manifest
 
-    record = {**row, "link_mbit": LINKS[link], "batch_per_worker": BATCH,
-              "train_examples": Manifest.read(os.path.join(workdir, "data")).train_examples, "target": task["target"], "metric": task["metric"], "cap_seconds": task["cap_seconds"],
-              "epochs_planned": task["epochs"], "processes": n, "quick": QUICK, "reached": False, "time_to_target_seconds": None,
-              "wall_seconds": None, "seconds_per_epoch": None, "final_metric": None, "epochs": 0, "curve": []}
+    record = {
+        **row,
+        "link_mbit": LINKS[link],
+        "batch_per_worker": BATCH,
+        "train_examples": Manifest.read(os.path.join(workdir, "data")).train_examples,
+        "target": task["target"],
+        "metric": task["metric"],
+        "cap_seconds": task["cap_seconds"],
+        "epochs_planned": task["epochs"],
+        "processes": n,
+        "quick": QUICK,
+        "reached": False,
+        "time_to_target_seconds": None,
+        "wall_seconds": None,
+        "seconds_per_epoch": None,
+        "final_metric": None,
+        "epochs": 0,
+        "curve": [],
+    }
     why = refused(argvs[0])
     if why:
         return dict(record, status="not available", reason=why)
@@ -511,10 +657,13 @@ def run_row(row, task, dirs, base):
         started = time.time()
         for i, argv in enumerate(argvs):
             cmd = [os.path.join(BIN, "disttrain-trainer"), *argv]
-            procs.append(start(netns.exec_in(NAMESPACES[i], cmd) if shaped else cmd, os.path.join(run_dir, f"process-{i}.log")))
+            procs.append(
+                start(netns.exec_in(NAMESPACES[i], cmd) if shaped else cmd, os.path.join(run_dir, f"process-{i}.log"))
+            )
         # the chief's worker directory (every strategy's worker 0 evaluates); ceiling: both runs'; average: both workers'
-        watched = [os.path.join(out, "worker-00000") for out in outs] + \
-            ([os.path.join(outs[0], "worker-00001")] if strategy == "average" else [])
+        watched = [os.path.join(out, "worker-00000") for out in outs] + (
+            [os.path.join(outs[0], "worker-00001")] if strategy == "average" else []
+        )
         watches = [Watch(d, task["metric"], started) for d in watched]
         while True:
             for w in watches:
@@ -539,8 +688,25 @@ def run_row(row, task, dirs, base):
             # the group's model exists only once the aggregator has averaged (and evaluated) it
             final = os.path.join(run_dir, "final")
             log = os.path.join(run_dir, "aggregator.log")
-            agg = run_measured([os.path.join(BIN, "disttrain-aggregator"), "--workdir", workdir, "--dir", outs[0], "--expect", 2,
-                                "--timeout", 60, "--savefile", os.path.join(final, "model.keras"), "--exports", "none", "--force"], log=log)
+            agg = run_measured(
+                [
+                    os.path.join(BIN, "disttrain-aggregator"),
+                    "--workdir",
+                    workdir,
+                    "--dir",
+                    outs[0],
+                    "--expect",
+                    2,
+                    "--timeout",
+                    60,
+                    "--savefile",
+                    os.path.join(final, "model.keras"),
+                    "--exports",
+                    "none",
+                    "--force",
+                ],
+                log=log,
+            )
             if agg["rc"]:
                 failure = f"aggregator exit {agg['rc']}: {last_line(log)}"
             else:
@@ -557,8 +723,11 @@ def run_row(row, task, dirs, base):
             netns.teardown(NAMESPACES[:n], BRIDGE)
     others = other_processes_cores(mark)
     # steady seconds per epoch: the training workers' metrics.json (parameterserver: only the chief keeps one)
-    trained = [os.path.join(out, f"worker-{i:05d}") for out in outs
-               for i in range(1 if strategy in ("single", "ceiling", "parameterserver") else row["workers"])]
+    trained = [
+        os.path.join(out, f"worker-{i:05d}")
+        for out in outs
+        for i in range(1 if strategy in ("single", "ceiling", "parameterserver") else row["workers"])
+    ]
     walls, syncs = [], []  # (syncs: localsgd's seconds an epoch stood still for its syncs, each worker's)
     for d in trained:
         try:
@@ -573,11 +742,17 @@ def run_row(row, task, dirs, base):
         # each worker's, over the same epochs as seconds_per_epoch: a worker that reaches a sync first also waits
         # there for the other, so the two differ by what each waited (the one that arrived last waited for no one)
         record["sync_seconds_per_epoch"] = [round(steady_epoch_sec([s]), 4) for s in syncs]
-    record.update(wall_seconds=round(wall, 2), epochs=epochs, steps_per_epoch=watches[0].steps_per_epoch, machine_before=before, other_processes_cores=round(others, 3),
-                  provisional=QUICK or others > BUSY_CPU,
-                  seconds_per_epoch=round(steady_epoch_sec(walls), 4) if epochs >= 2 else None,
-                  first_epoch_seconds=round(max(w[0] for w in walls), 3) if epochs >= 1 else None,
-                  curve=[list(p) for p in curve])
+    record.update(
+        wall_seconds=round(wall, 2),
+        epochs=epochs,
+        steps_per_epoch=watches[0].steps_per_epoch,
+        machine_before=before,
+        other_processes_cores=round(others, 3),
+        provisional=QUICK or others > BUSY_CPU,
+        seconds_per_epoch=round(steady_epoch_sec(walls), 4) if epochs >= 2 else None,
+        first_epoch_seconds=round(max(w[0] for w in walls), 3) if epochs >= 1 else None,
+        curve=[list(p) for p in curve],
+    )
     if strategy == "ceiling":
         record["curves"] = [[list(p) for p in w.curve] for w in watches]
     if worker_curves:
@@ -594,41 +769,92 @@ def run_row(row, task, dirs, base):
     else:
         reached, seconds, status = outcome([(t, v) for t, _, v in curve], task["target"], capped)
         final_metric = curve[-1][2] if curve else None
-    return dict(record, reached=reached, time_to_target_seconds=seconds, status=status, final_metric=final_metric,
-                stopped_at_cap=capped)
+    return dict(
+        record,
+        reached=reached,
+        time_to_target_seconds=seconds,
+        status=status,
+        final_metric=final_metric,
+        stopped_at_cap=capped,
+    )
 
 
 # ------------------------------------------------------------------------------ the command
 def options(parser):
-    parser.add_argument("--list", action="store_true", help="print the plan with estimated times (and which rows are stored); run nothing")
-    parser.add_argument("--only", metavar="FILTERS", action="append", default=[],
-                        help="run only the rows matching every KEY=VALUE[|VALUE...] (comma-separated); keys: task, link, strategy, "
-                             "workers, or an option's name (sync_every, outer_optimizer, allreduce_dtype). Repeated: the rows "
-                             "matching any of them (e.g. a task's loopback references and its shaped links in one sitting)")
-    parser.add_argument("--rerun", action="store_true",
-                        help="run the selected rows even where they are stored (each replaces its stored row): e.g. a "
-                             "task's single, ceiling and average rows again in this sitting, beside a link's rows")
-    parser.add_argument("--quick", action="store_true",
-                        help="tiny data and 2 epochs per row, into results/time_to_accuracy-quick.json: checks the harness")
-    parser.add_argument("--cap-seconds", action="append", default=[], metavar="TASK=SECONDS",
-                        help="stop a run of TASK after SECONDS (default: " + ", ".join(f"{k} {v['cap_seconds']}" for k, v in TASKS.items()) + ")")
-    parser.add_argument("--target", action="append", default=[], metavar="TASK=VALUE",
-                        help="the held-out metric's target of TASK (default: " + ", ".join(f"{k} {v['target']}" for k, v in TASKS.items()) + ")")
-    parser.add_argument("--retarget", action="store_true",
-                        help="recompute reached, time to target and status of the stored rows from their curves with the current "
-                             "targets (a capped run's curve ends at its cap); train nothing")
-    parser.add_argument("--write-data", metavar="DIR",
-                        help="write each task's data into DIR and print the copier's and the trainer's flags for it (what a "
-                             "row copies and trains: e.g. for bench/advisor_accuracy.py --task); train nothing")
-    parser.add_argument("--results", metavar="PATH", help="the result file (default bench/results/time_to_accuracy.json)")
-    parser.add_argument("--continue-sitting", nargs="?", const="newest", metavar="SITTING",
-                        help="add the rows to a sitting of the results (its id; without one, the newest) instead of "
-                             "starting one (a row it left out, or one stopped), on the host that ran it, not restarted "
-                             "since (its boot id); its probes stay")
-    parser.add_argument("--probe-each-row", action="store_true",
-                        help="take the advisor's probe again just before every row (its own budget, about a minute) and keep "
-                             "it in the row: bench/advisor_accuracy.py predicts such a row from the probe taken just before "
-                             "it, so the host's speed moving during a sitting is not counted against the advisor")
+    parser.add_argument(
+        "--list",
+        action="store_true",
+        help="print the plan with estimated times (and which rows are stored); run nothing",
+    )
+    parser.add_argument(
+        "--only",
+        metavar="FILTERS",
+        action="append",
+        default=[],
+        help="run only the rows matching every KEY=VALUE[|VALUE...] (comma-separated); keys: task, link, strategy, "
+        "workers, or an option's name (sync_every, outer_optimizer, allreduce_dtype). Repeated: the rows "
+        "matching any of them (e.g. a task's loopback references and its shaped links in one sitting)",
+    )
+    parser.add_argument(
+        "--rerun",
+        action="store_true",
+        help="run the selected rows even where they are stored (each replaces its stored row): e.g. a "
+        "task's single, ceiling and average rows again in this sitting, beside a link's rows",
+    )
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="tiny data and 2 epochs per row, into results/time_to_accuracy-quick.json: checks the harness",
+    )
+    parser.add_argument(
+        "--cap-seconds",
+        action="append",
+        default=[],
+        metavar="TASK=SECONDS",
+        help="stop a run of TASK after SECONDS (default: "
+        + ", ".join(f"{k} {v['cap_seconds']}" for k, v in TASKS.items())
+        + ")",
+    )
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=[],
+        metavar="TASK=VALUE",
+        help="the held-out metric's target of TASK (default: "
+        + ", ".join(f"{k} {v['target']}" for k, v in TASKS.items())
+        + ")",
+    )
+    parser.add_argument(
+        "--retarget",
+        action="store_true",
+        help="recompute reached, time to target and status of the stored rows from their curves with the current "
+        "targets (a capped run's curve ends at its cap); train nothing",
+    )
+    parser.add_argument(
+        "--write-data",
+        metavar="DIR",
+        help="write each task's data into DIR and print the copier's and the trainer's flags for it (what a "
+        "row copies and trains: e.g. for bench/advisor_accuracy.py --task); train nothing",
+    )
+    parser.add_argument(
+        "--results", metavar="PATH", help="the result file (default bench/results/time_to_accuracy.json)"
+    )
+    parser.add_argument(
+        "--continue-sitting",
+        nargs="?",
+        const="newest",
+        metavar="SITTING",
+        help="add the rows to a sitting of the results (its id; without one, the newest) instead of "
+        "starting one (a row it left out, or one stopped), on the host that ran it, not restarted "
+        "since (its boot id); its probes stay",
+    )
+    parser.add_argument(
+        "--probe-each-row",
+        action="store_true",
+        help="take the advisor's probe again just before every row (its own budget, about a minute) and keep "
+        "it in the row: bench/advisor_accuracy.py predicts such a row from the probe taken just before "
+        "it, so the host's speed moving during a sitting is not counted against the advisor",
+    )
 
 
 def task_table(args):
@@ -637,13 +863,18 @@ def task_table(args):
         for item in getattr(args, flag):
             name, sep, value = item.partition("=")
             if not sep or name not in tasks:
-                bad_input(f"--{flag.replace('_', '-')} {item!r}: expected TASK=VALUE with TASK one of {', '.join(tasks)}")
+                bad_input(
+                    f"--{flag.replace('_', '-')} {item!r}: expected TASK=VALUE with TASK one of {', '.join(tasks)}"
+                )
             try:
                 tasks[name][key] = kind(value)
             except ValueError:
                 bad_input(f"--{flag.replace('_', '-')} {item!r}: {value!r} is not a number")
             if not math.isfinite(tasks[name][key]) or (key == "cap_seconds" and tasks[name][key] <= 0):
-                bad_input(f"--{flag.replace('_', '-')} {item!r}: must be a finite number" + (" > 0" if key == "cap_seconds" else ""))
+                bad_input(
+                    f"--{flag.replace('_', '-')} {item!r}: must be a finite number"
+                    + (" > 0" if key == "cap_seconds" else "")
+                )
     return tasks
 
 
@@ -659,8 +890,10 @@ def print_plan(rows, tasks, store):
         total += seconds
         remaining += 0 if done else seconds
         print(f"{describe(row):100} {seconds / 60:8.1f}m  {stored['status'] if stored else '-'}")
-    print(f"{len(rows)} rows: about {total / 3600:.1f} h in all, {remaining / 3600:.1f} h not yet stored "
-          "(rough estimates from earlier step times; the caps bound the slow rows)")
+    print(
+        f"{len(rows)} rows: about {total / 3600:.1f} h in all, {remaining / 3600:.1f} h not yet stored "
+        "(rough estimates from earlier step times; the caps bound the slow rows)"
+    )
 
 
 def retarget(store, tasks):
@@ -678,10 +911,15 @@ def retarget(store, tasks):
             row["time_to_target_seconds"] = max(r[1] for r in results) if row["reached"] else None
             row["status"] = "ok" if row["reached"] or not capped else "capped"
         else:
-            row["reached"], row["time_to_target_seconds"], row["status"] = outcome([(t, v) for t, _, v in row["curve"]], task["target"],
-                                                                                   capped)
+            row["reached"], row["time_to_target_seconds"], row["status"] = outcome(
+                [(t, v) for t, _, v in row["curve"]], task["target"], capped
+            )
     store.write()
-    print(f"{len(store.rows)} rows recomputed for the targets " + ", ".join(f"{k} {v['target']}" for k, v in tasks.items()), file=sys.stderr)
+    print(
+        f"{len(store.rows)} rows recomputed for the targets "
+        + ", ".join(f"{k} {v['target']}" for k, v in tasks.items()),
+        file=sys.stderr,
+    )
 
 
 def interrupted(*_):
@@ -706,7 +944,11 @@ def main(args):
         QUICK = common.QUICK = True
     tasks = task_table(args)
     filter_sets = [parse_only(text) for text in args.only]
-    rows = [r for r in plan(planned_tasks(tasks, filter_sets)) if not filter_sets or any(selected(r, f) for f in filter_sets)]
+    rows = [
+        r
+        for r in plan(planned_tasks(tasks, filter_sets))
+        if not filter_sets or any(selected(r, f) for f in filter_sets)
+    ]
     for text, filters in zip(args.only, filter_sets):
         if filters and not any(selected(r, filters) for r in rows):
             bad_input(f"--only {text!r} matches no row of the plan (--list shows it)")
@@ -719,35 +961,64 @@ def main(args):
     if args.list:
         print_plan(rows, tasks, RowStore(path) if os.path.exists(path) else None)
         return
-    config = {"batch_per_worker": BATCH, "threads_per_process": 1, "seed": SEED, "links": LINKS, "h_values": H_VALUES,
-              "tasks": {k: {x: v[x] for x in ("source", "distortion", "options", "epochs", "metric", "target", "cap_seconds") if x in v}
-                        for k, v in tasks.items()},
-              "shaping": "tc tbf on every interface a process sends through (a bridge between namespaces); no added delay"}
+    config = {
+        "batch_per_worker": BATCH,
+        "threads_per_process": 1,
+        "seed": SEED,
+        "links": LINKS,
+        "h_values": H_VALUES,
+        "tasks": {
+            k: {
+                x: v[x]
+                for x in ("source", "distortion", "options", "epochs", "metric", "target", "cap_seconds")
+                if x in v
+            }
+            for k, v in tasks.items()
+        },
+        "shaping": "tc tbf on every interface a process sends through (a bridge between namespaces); no added delay",
+    }
     store = RowStore(path, machine=common.machine_facts(), config=config)
     if args.retarget:
         retarget(store, tasks)
         return
-    stale = sorted({r["task"] for r in store.rows if r["task"] in tasks and r.get("target") != tasks[r["task"]]["target"]
-                    and r.get("status") in ("ok", "capped")})
+    stale = sorted(
+        {
+            r["task"]
+            for r in store.rows
+            if r["task"] in tasks
+            and r.get("target") != tasks[r["task"]]["target"]
+            and r.get("status") in ("ok", "capped")
+        }
+    )
     if stale:
-        print(f"note: stored rows of {', '.join(stale)} were measured against another target: --retarget recomputes them",
-              file=sys.stderr)
+        print(
+            f"note: stored rows of {', '.join(stale)} were measured against another target: --retarget recomputes them",
+            file=sys.stderr,
+        )
     todo = rows if args.rerun else [r for r in rows if not store.done(row_key(r))]
-    print(f"{len(rows) - len(todo)} of {len(rows)} rows already stored; {len(todo)} to run", file=sys.stderr, flush=True)
+    print(
+        f"{len(rows) - len(todo)} of {len(rows)} rows already stored; {len(todo)} to run", file=sys.stderr, flush=True
+    )
     if any(LINKS[r["link"]] for r in todo) and os.geteuid() != 0:
         bad_input("the shaped links need root (ip netns, tc); run as root, or --only link=loopback")
     if not todo:
         return
     if not args.continue_sitting:
         for task in without_ceiling_time(todo):
-            print(f"note: this sitting runs {task}'s 2-worker rows without its `average` row, whose workers measure the "
-                  "ceiling of the time to target: those rows will show no share of it (add strategy=average to --only, "
-                  "or add it later with --continue-sitting)", file=sys.stderr, flush=True)
+            print(
+                f"note: this sitting runs {task}'s 2-worker rows without its `average` row, whose workers measure the "
+                "ceiling of the time to target: those rows will show no share of it (add strategy=average to --only, "
+                "or add it later with --continue-sitting)",
+                file=sys.stderr,
+                flush=True,
+            )
     # SIGTERM (as Ctrl-C): stop the running row's processes, remove its namespaces, keep the stored rows
     signal.signal(signal.SIGTERM, interrupted)
     base = common.tmpdir("tta")
     if args.continue_sitting:
-        sitting, why = store.continue_sitting(boot_id(), None if args.continue_sitting == "newest" else args.continue_sitting)
+        sitting, why = store.continue_sitting(
+            boot_id(), None if args.continue_sitting == "newest" else args.continue_sitting
+        )
         if why:
             bad_input(f"--continue-sitting: {why}")
         print(f"sitting {sitting}, continued", file=sys.stderr, flush=True)
@@ -776,12 +1047,23 @@ def main(args):
                 result["probe"] = row_probe
             store.put(result)
             if result["status"] not in ("ok", "capped"):
-                print(f"    {result['status']}" + (f": {result['reason']}" if result.get("reason") else ""), file=sys.stderr, flush=True)
+                print(
+                    f"    {result['status']}" + (f": {result['reason']}" if result.get("reason") else ""),
+                    file=sys.stderr,
+                    flush=True,
+                )
                 continue
-            when = f"{result['time_to_target_seconds']:.1f}s to {result['target']}" if result["reached"] else "target not reached"
+            when = (
+                f"{result['time_to_target_seconds']:.1f}s to {result['target']}"
+                if result["reached"]
+                else "target not reached"
+            )
             spe = f", {result['seconds_per_epoch']:.2f} s/epoch" if result.get("seconds_per_epoch") else ""
-            print(f"    {result['status']}: {when}{spe}, final {result['final_metric']}, wall {result['wall_seconds']}s",
-                  file=sys.stderr, flush=True)
+            print(
+                f"    {result['status']}: {when}{spe}, final {result['final_metric']}, wall {result['wall_seconds']}s",
+                file=sys.stderr,
+                flush=True,
+            )
     except KeyboardInterrupt:
         print("interrupted: the rows finished so far are stored; run again to resume", file=sys.stderr)
         sys.exit(130)

@@ -22,7 +22,21 @@ import os
 import shutil
 import sys
 
-from common import BIN, Bench, load_result, median, reps, run_measured, start, steady_epoch_sec, tail, tmpdir, wait_measured, write_result, command_line
+from common import (
+    BIN,
+    Bench,
+    load_result,
+    median,
+    reps,
+    run_measured,
+    start,
+    steady_epoch_sec,
+    tail,
+    tmpdir,
+    wait_measured,
+    write_result,
+    command_line,
+)
 from stages import free_port_block
 from disttrain_contract.layout import REPORT_FILE
 from disttrain_contract.report import Report
@@ -32,9 +46,12 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 # task -> (source, epochs, extra trainer flags)
 # movie-reviews-lazyadam: the same text task with --optimizer lazyadam (only the touched embedding rows
 # updated: a much shorter step, so the per-epoch and per-sync costs weigh more)
-TASKS = {"movie-reviews": ("sample:movie-reviews", 5, ()),
-         "movie-reviews-lazyadam": ("sample:movie-reviews", 5, ("--optimizer", "lazyadam")), "digits": ("sample:digits", 20, ()),
-         "digits-mobilenetv2": ("sample:digits", 10, ("--model", "mobilenetv2", "--image-size", 32))}
+TASKS = {
+    "movie-reviews": ("sample:movie-reviews", 5, ()),
+    "movie-reviews-lazyadam": ("sample:movie-reviews", 5, ("--optimizer", "lazyadam")),
+    "digits": ("sample:digits", 20, ()),
+    "digits-mobilenetv2": ("sample:digits", 10, ("--model", "mobilenetv2", "--image-size", 32)),
+}
 # plain 1-worker training is the baseline of every row (1 worker of `average` = no communication at all)
 # parameterserver: 2 workers + 1 parameter server + the chief, 4 processes
 CONFIGS = [(1, "average"), (2, "average"), (2, "multiworker"), (2, "localsgd"), (2, "parameterserver")]
@@ -47,8 +64,18 @@ BATCH = 64
 def copier(base, task, workers):
     workdir = os.path.join(base, f"{task}-{workers}")
     if not os.path.exists(os.path.join(workdir, "data", "_SUCCESS")):
-        r = run_measured([os.path.join(BIN, "disttrain-copier"), "--source", TASKS[task][0], "--n-shards", workers,
-                          "--workdir", workdir], log=os.path.join(base, f"copier-{task}-{workers}.log"))
+        r = run_measured(
+            [
+                os.path.join(BIN, "disttrain-copier"),
+                "--source",
+                TASKS[task][0],
+                "--n-shards",
+                workers,
+                "--workdir",
+                workdir,
+            ],
+            log=os.path.join(base, f"copier-{task}-{workers}.log"),
+        )
         if r["rc"]:
             raise SystemExit(f"copier failed: {tail(os.path.join(base, f'copier-{task}-{workers}.log'))}")
     return workdir
@@ -56,7 +83,9 @@ def copier(base, task, workers):
 
 def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH, extra=()):
     workdir = copier(base, task, workers)
-    run_dir = os.path.join(workdir, "runs", f"{strategy}-r{rep}" + ("" if batch == BATCH else f"-b{batch}") + "".join(map(str, extra)))
+    run_dir = os.path.join(
+        workdir, "runs", f"{strategy}-r{rep}" + ("" if batch == BATCH else f"-b{batch}") + "".join(map(str, extra))
+    )
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     out = os.path.join(run_dir, "train")
@@ -66,20 +95,62 @@ def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH, extra=()
     import time
 
     started = time.monotonic()
-    procs = [start([os.path.join(BIN, "disttrain-trainer"), "--workdir", workdir, "--out", out, "--worker-index", i,
-                    "--workers", workers, "--epochs", epochs, "--batch", batch, "--strategy", strategy, "--seed", 42,
-                    "--port", port, "--threads", 1, *(("--ps", ps) if ps else ()), *TASKS[task][2], *extra],
-                   os.path.join(run_dir, f"worker-{i}.log"))
-             for i in range(tasks)]
+    procs = [
+        start(
+            [
+                os.path.join(BIN, "disttrain-trainer"),
+                "--workdir",
+                workdir,
+                "--out",
+                out,
+                "--worker-index",
+                i,
+                "--workers",
+                workers,
+                "--epochs",
+                epochs,
+                "--batch",
+                batch,
+                "--strategy",
+                strategy,
+                "--seed",
+                42,
+                "--port",
+                port,
+                "--threads",
+                1,
+                *(("--ps", ps) if ps else ()),
+                *TASKS[task][2],
+                *extra,
+            ],
+            os.path.join(run_dir, f"worker-{i}.log"),
+        )
+        for i in range(tasks)
+    ]
     usage = [wait_measured(p) for p in procs]
     wall = time.monotonic() - started
     for i, u in enumerate(usage):
         if u["rc"]:
-            raise SystemExit(f"{task} {workers} {strategy}: worker {i} failed:\n{tail(os.path.join(run_dir, f'worker-{i}.log'))}")
-    agg = run_measured([os.path.join(BIN, "disttrain-aggregator"), "--workdir", workdir, "--dir", out, "--expect", workers,
-                        "--timeout", 60, "--savefile", os.path.join(run_dir, "final", "model.keras"),
-                        "--force"],  # measured either way (MobileNetV2's average fails the quality gate)
-                       log=os.path.join(run_dir, "aggregator.log"))
+            raise SystemExit(
+                f"{task} {workers} {strategy}: worker {i} failed:\n{tail(os.path.join(run_dir, f'worker-{i}.log'))}"
+            )
+    agg = run_measured(
+        [
+            os.path.join(BIN, "disttrain-aggregator"),
+            "--workdir",
+            workdir,
+            "--dir",
+            out,
+            "--expect",
+            workers,
+            "--timeout",
+            60,
+            "--savefile",
+            os.path.join(run_dir, "final", "model.keras"),
+            "--force",
+        ],  # measured either way (MobileNetV2's average fails the quality gate)
+        log=os.path.join(run_dir, "aggregator.log"),
+    )
     if agg["rc"]:
         raise SystemExit(f"aggregator failed:\n{tail(os.path.join(run_dir, 'aggregator.log'))}")
     report = Report.read(os.path.join(run_dir, "final", REPORT_FILE)).to_json()
@@ -100,40 +171,68 @@ def train_once(base, task, workers, strategy, rep, epochs, batch=BATCH, extra=()
     # the whole cycle of an epoch (training, held-out evaluation, checkpoint), the same way
     cycles = [[e["cycle_sec"] for e in m] for m in metrics]
     cpu = [u["user_sec"] + u["sys_sec"] for u in usage]
-    return with_steady_figures({
-        "task": task, "workers": workers, "strategy": strategy, "rep": rep, "epochs": epochs, "batch_per_worker": batch,
-        "steps_per_epoch": steps, "examples_per_epoch": total_examples,
-        "first_epoch_sec": max(w[0] for w in walls), "epoch_wall_sec": walls, "epoch_cycle_sec": cycles,
-        "process_wall_sec": wall, "worker_cpu_sec": cpu, "cpu_sec": sum(cpu),
-        "worker_max_rss_mb": [u["max_rss_mb"] for u in usage],
-        "final_accuracy": report["final"]["test_accuracy"],
-        "worker_accuracy": [w["test_accuracy"] for w in report["workers"]],
-        "test_examples": report["test_examples"],
-        "curves": [[e["test_accuracy"] for e in m if "test_accuracy" in e] for m in metrics],
-        "run_dir": run_dir, "loadavg_1min_after": os.getloadavg()[0],
-    })
+    return with_steady_figures(
+        {
+            "task": task,
+            "workers": workers,
+            "strategy": strategy,
+            "rep": rep,
+            "epochs": epochs,
+            "batch_per_worker": batch,
+            "steps_per_epoch": steps,
+            "examples_per_epoch": total_examples,
+            "first_epoch_sec": max(w[0] for w in walls),
+            "epoch_wall_sec": walls,
+            "epoch_cycle_sec": cycles,
+            "process_wall_sec": wall,
+            "worker_cpu_sec": cpu,
+            "cpu_sec": sum(cpu),
+            "worker_max_rss_mb": [u["max_rss_mb"] for u in usage],
+            "final_accuracy": report["final"]["test_accuracy"],
+            "worker_accuracy": [w["test_accuracy"] for w in report["workers"]],
+            "test_examples": report["test_examples"],
+            "curves": [[e["test_accuracy"] for e in m if "test_accuracy" in e] for m in metrics],
+            "run_dir": run_dir,
+            "loadavg_1min_after": os.getloadavg()[0],
+        }
+    )
 
 
 def with_steady_figures(run):
     """The run's steady figures, from its per-epoch times (so stored runs can be summarised again)."""
     steady = steady_epoch_sec(run["epoch_wall_sec"])
-    return dict(run, sec_per_epoch=steady, cycle_sec_per_epoch=steady_epoch_sec(run["epoch_cycle_sec"]),
-                examples_per_sec=run["examples_per_epoch"] / steady, step_ms=steady / run["steps_per_epoch"] * 1000)
+    return dict(
+        run,
+        sec_per_epoch=steady,
+        cycle_sec_per_epoch=steady_epoch_sec(run["epoch_cycle_sec"]),
+        examples_per_sec=run["examples_per_epoch"] / steady,
+        step_ms=steady / run["steps_per_epoch"] * 1000,
+    )
 
 
 def measured(base, task, workers, strategy, rep, epochs, n, extra=()):
-    print(f"  rep {rep + 1}/{n}: {task} {workers} worker(s) {strategy} {' '.join(map(str, extra))} ...", file=sys.stderr, flush=True)
+    print(
+        f"  rep {rep + 1}/{n}: {task} {workers} worker(s) {strategy} {' '.join(map(str, extra))} ...",
+        file=sys.stderr,
+        flush=True,
+    )
     r = train_once(base, task, workers, strategy, rep, epochs, extra=extra)
-    print(f"    {r['sec_per_epoch']:.3f} s/epoch ({r['cycle_sec_per_epoch']:.3f} s with evaluation and checkpoint), {r['examples_per_sec']:.0f} ex/s, step {r['step_ms']:.1f} ms, "
-          f"acc {r['final_accuracy']:.3f}, wall {r['process_wall_sec']:.1f}s", file=sys.stderr, flush=True)
+    print(
+        f"    {r['sec_per_epoch']:.3f} s/epoch ({r['cycle_sec_per_epoch']:.3f} s with evaluation and checkpoint), {r['examples_per_sec']:.0f} ex/s, step {r['step_ms']:.1f} ms, "
+        f"acc {r['final_accuracy']:.3f}, wall {r['process_wall_sec']:.1f}s",
+        file=sys.stderr,
+        flush=True,
+    )
     return r
 
 
 def collective_probe(model_path, base, label):
     port = free_port_block(2)
     logs = [os.path.join(base, f"collective-{label}-{i}.log") for i in range(2)]
-    procs = [start([PY, os.path.join(HERE, "collective.py"), "--model", model_path, "--index", i, "--port", port], logs[i])
-             for i in range(2)]
+    procs = [
+        start([PY, os.path.join(HERE, "collective.py"), "--model", model_path, "--index", i, "--port", port], logs[i])
+        for i in range(2)
+    ]
     for p in procs:
         wait_measured(p, timeout=300)
     for line in tail(logs[0], 100000).splitlines():
@@ -150,13 +249,33 @@ def summarise(runs, configs=CONFIGS, key=lambda r: (r["workers"], r["strategy"])
             rs = [r for r in runs if r["task"] == task and key(r) == config]
             if not rs:
                 continue
-            rows.append({"task": task, "workers": rs[0]["workers"], "strategy": rs[0]["strategy"], "sync_every": rs[0].get("sync_every"),
-                         "allreduce_dtype": rs[0].get("allreduce_dtype"),
-                         "reps": len(rs), "epochs": rs[0]["epochs"],
-                         "steps_per_epoch": rs[0]["steps_per_epoch"], "examples_per_epoch": rs[0]["examples_per_epoch"],
-                         **{k: median([r[k] for r in rs]) for k in ("sec_per_epoch", "cycle_sec_per_epoch", "first_epoch_sec", "examples_per_sec",
-                                                                   "step_ms", "process_wall_sec", "cpu_sec", "final_accuracy")},
-                         "sec_per_epoch_all": [round(r["sec_per_epoch"], 3) for r in rs]})
+            rows.append(
+                {
+                    "task": task,
+                    "workers": rs[0]["workers"],
+                    "strategy": rs[0]["strategy"],
+                    "sync_every": rs[0].get("sync_every"),
+                    "allreduce_dtype": rs[0].get("allreduce_dtype"),
+                    "reps": len(rs),
+                    "epochs": rs[0]["epochs"],
+                    "steps_per_epoch": rs[0]["steps_per_epoch"],
+                    "examples_per_epoch": rs[0]["examples_per_epoch"],
+                    **{
+                        k: median([r[k] for r in rs])
+                        for k in (
+                            "sec_per_epoch",
+                            "cycle_sec_per_epoch",
+                            "first_epoch_sec",
+                            "examples_per_sec",
+                            "step_ms",
+                            "process_wall_sec",
+                            "cpu_sec",
+                            "final_accuracy",
+                        )
+                    },
+                    "sec_per_epoch_all": [round(r["sec_per_epoch"], 3) for r in rs],
+                }
+            )
     return rows
 
 
@@ -164,7 +283,9 @@ def add_speedups(rows, baselines):
     """Speedup of each row against plain 1-worker training of its task, in steady state (s/epoch)
     and in the training stage's wall time (start-up, evaluation, saving included)."""
     for row in rows:
-        base = next(r for r in baselines if r["task"] == row["task"] and r["strategy"] == "average" and r["workers"] == 1)
+        base = next(
+            r for r in baselines if r["task"] == row["task"] and r["strategy"] == "average" and r["workers"] == 1
+        )
         row["speedup_vs_1_worker"] = base["sec_per_epoch"] / row["sec_per_epoch"]
         row["cycle_speedup_vs_1_worker"] = base["cycle_sec_per_epoch"] / row["cycle_sec_per_epoch"]
         row["wall_speedup_vs_1_worker"] = base["process_wall_sec"] / row["process_wall_sec"]
@@ -178,9 +299,15 @@ def main(strategies=None):
     n = reps(full=3, quick=1)
     base = tmpdir("train")
     configs = [c for c in CONFIGS if c == (1, "average") or strategies is None or c[1] in strategies]
-    config = {"tasks": {t: {"source": s, "epochs": e, "flags": list(map(str, x))} for t, (s, e, x) in TASKS.items()},
-              "configs": configs, "sync_every_and_dtype": SYNC_EVERY if strategies is None else [],
-              "batch_per_worker": BATCH, "threads_per_worker": 1, "repetitions": n, "seed": 42}
+    config = {
+        "tasks": {t: {"source": s, "epochs": e, "flags": list(map(str, x))} for t, (s, e, x) in TASKS.items()},
+        "configs": configs,
+        "sync_every_and_dtype": SYNC_EVERY if strategies is None else [],
+        "batch_per_worker": BATCH,
+        "threads_per_worker": 1,
+        "repetitions": n,
+        "seed": 42,
+    }
     with Bench("train_scaling" + ("" if strategies is None else "-" + "-".join(strategies)), config) as bench:
         runs, sweep = [], []
         try:
@@ -189,8 +316,16 @@ def main(strategies=None):
                     for workers, strategy in configs:
                         runs.append(measured(base, task, workers, strategy, rep, epochs, n))
                 for h, dtype in config["sync_every_and_dtype"]:
-                    r = measured(base, "movie-reviews", 2, "localsgd", rep, TASKS["movie-reviews"][1], n,
-                                 ("--sync-every", h, "--allreduce-dtype", dtype))
+                    r = measured(
+                        base,
+                        "movie-reviews",
+                        2,
+                        "localsgd",
+                        rep,
+                        TASKS["movie-reviews"][1],
+                        n,
+                        ("--sync-every", h, "--allreduce-dtype", dtype),
+                    )
                     sweep.append(dict(r, sync_every=h, allreduce_dtype=dtype))
             probes = {}
             for task in ("movie-reviews", "digits"):
@@ -207,15 +342,19 @@ def main(strategies=None):
 
 
 # the definition of the steady figures, in every result file
-STEADY_NOTE = ("sec_per_epoch: each worker's mean of epochs 2.. (epoch 1 includes tf.function tracing), the slower worker's; "
-               "excludes the per-epoch held-out evaluation and checkpointing. cycle_sec_per_epoch: the same over each epoch's whole cycle "
-               "(training, evaluation, checkpoint: epoch start to epoch start). process_wall_sec: trainer processes "
-               "start to exit (TensorFlow import, cluster join, all epochs, evaluation, saving).")
+STEADY_NOTE = (
+    "sec_per_epoch: each worker's mean of epochs 2.. (epoch 1 includes tf.function tracing), the slower worker's; "
+    "excludes the per-epoch held-out evaluation and checkpointing. cycle_sec_per_epoch: the same over each epoch's whole cycle "
+    "(training, evaluation, checkpoint: epoch start to epoch start). process_wall_sec: trainer processes "
+    "start to exit (TensorFlow import, cluster join, all epochs, evaluation, saving)."
+)
 
 
 def summaries(runs, sweep):
     summary = add_speedups(summarise(runs), summarise(runs))
-    sync_every = add_speedups(summarise(sweep, SYNC_EVERY, key=lambda r: (r["sync_every"], r["allreduce_dtype"])), summary)
+    sync_every = add_speedups(
+        summarise(sweep, SYNC_EVERY, key=lambda r: (r["sync_every"], r["allreduce_dtype"])), summary
+    )
     return {"summary": summary, "sync_every": sync_every, "runs": runs, "sweep": sweep}
 
 
@@ -235,8 +374,14 @@ def resummarise():
 
 def options(parser):
     which = parser.add_mutually_exclusive_group()
-    which.add_argument("--resummarise", action="store_true", help="recompute the summaries from the stored per-epoch times; train nothing")
-    which.add_argument("--only", metavar="STRATEGIES", help="run these rows again, e.g. average,localsgd (default: the full benchmark)")
+    which.add_argument(
+        "--resummarise",
+        action="store_true",
+        help="recompute the summaries from the stored per-epoch times; train nothing",
+    )
+    which.add_argument(
+        "--only", metavar="STRATEGIES", help="run these rows again, e.g. average,localsgd (default: the full benchmark)"
+    )
 
 
 if __name__ == "__main__":

@@ -31,8 +31,14 @@ STRATEGY_ORDER = ("single", "ceiling", "average", "multiworker", "localsgd", "pa
 def row_order(row):
     """Where a row goes in tables and plots: link, strategy, plain local SGD before DiLoCo, H, the wire."""
     o = row["options"]
-    return (_place(LINK_ORDER, row["link"]), _place(STRATEGY_ORDER, row["strategy"]), "outer_optimizer" in o,
-            o.get("sync_every", 0), str(o.get("allreduce_dtype", "")), json.dumps(o, sort_keys=True))
+    return (
+        _place(LINK_ORDER, row["link"]),
+        _place(STRATEGY_ORDER, row["strategy"]),
+        "outer_optimizer" in o,
+        o.get("sync_every", 0),
+        str(o.get("allreduce_dtype", "")),
+        json.dumps(o, sort_keys=True),
+    )
 
 
 # the options that say how every worker trains (the task's model, threads), not how the workers talk:
@@ -51,7 +57,13 @@ def _place(names, name):
 
 def row_key(row):
     """The identity of a row: rows with equal keys measure the same thing."""
-    return (row["task"], row["link"], row["strategy"], int(row["workers"]), json.dumps(row.get("options") or {}, sort_keys=True))
+    return (
+        row["task"],
+        row["link"],
+        row["strategy"],
+        int(row["workers"]),
+        json.dumps(row.get("options") or {}, sort_keys=True),
+    )
 
 
 def first_reach(curve, target, higher_is_better=True):
@@ -90,7 +102,9 @@ def ceiling_time_to_target(rows, task):
     the examples 1 worker took can reach the target sooner. (The throughput ratio, the ceiling's
     speedup over 1 worker's, divides start-up by it too, which no run of two processes does.)"""
     single = next((r for r in rows if r["task"] == task and r["strategy"] == "single" and r.get("reached")), None)
-    average = next((r for r in rows if r["task"] == task and r["strategy"] == "average" and r.get("worker_curves")), None)
+    average = next(
+        (r for r in rows if r["task"] == task and r["strategy"] == "average" and r.get("worker_curves")), None
+    )
     if single is None or average is None:
         return None
     epochs = first_reach([(e, v) for _, e, v in single["curve"]], single["target"])  # (the epoch in place of the time)
@@ -112,8 +126,14 @@ def sitting_references(task, sitting, rows, earlier=()):
     if single is None and sitting is None:
         return None
     if single is None:
-        before = [x["sitting"] for x in (*rows, *earlier) if x["task"] == task and x["strategy"] == "single"
-                  and x.get("sitting") is not None and x["sitting"] < sitting]
+        before = [
+            x["sitting"]
+            for x in (*rows, *earlier)
+            if x["task"] == task
+            and x["strategy"] == "single"
+            and x.get("sitting") is not None
+            and x["sitting"] < sitting
+        ]
         return sitting_references(task, max(before), rows, earlier) if before else None
     return single, next((x for x in own if x["strategy"] == "ceiling"), None), ceiling_time_to_target(own, task)
 
@@ -136,7 +156,11 @@ class RowStore:
             # the run's configuration, over the stored one; a task of the file the run does not name keeps its own
             if config:
                 before = stored.get("config", {})
-                self.doc["config"] = {**before, **config, "tasks": {**before.get("tasks", {}), **config.get("tasks", {})}}
+                self.doc["config"] = {
+                    **before,
+                    **config,
+                    "tasks": {**before.get("tasks", {}), **config.get("tasks", {})},
+                }
 
     @property
     def rows(self):
@@ -160,7 +184,12 @@ class RowStore:
         sitting = base
         while sitting in sittings:
             sitting = f"{base}-{len(sittings)}"
-        sittings[sitting] = {"started": base, "machine": machine or {}, "probes": {}, **({"boot": boot} if boot else {})}
+        sittings[sitting] = {
+            "started": base,
+            "machine": machine or {},
+            "probes": {},
+            **({"boot": boot} if boot else {}),
+        }
         self.write()
         return sitting
 

@@ -37,8 +37,11 @@ def main():
         os.remove(table)  # from here on the table is only in the store
         print(f"== SeaweedFS on {store.endpoint}: uploaded the breast-cancer table as {url}", flush=True)
         env = store.env(SOURCE=f"table:{url}", WORKDIR=workdir, SERVE=os.environ.get("SERVE", "0"))
-        print("== the stages read the store through AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and "
-              "AWS_REGION (docs: Object storage)", flush=True)
+        print(
+            "== the stages read the store through AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and "
+            "AWS_REGION (docs: Object storage)",
+            flush=True,
+        )
         done = subprocess.run([os.path.join(ROOT, "scripts", "run-local.sh")], env=env, cwd=ROOT)
     if done.returncode == 0:
         with open(os.path.join(workdir, "data", "manifest.json")) as fh:

@@ -28,23 +28,52 @@ ACCESS_KEY = "disttrain-test-key"
 SECRET_KEY = "disttrain-test-secret-5f1c"  # a test-only credential of a store on loopback
 REGION = "us-east-1"
 # (flag, role): every listener of `weed mini`, so that none falls back to its fixed default port
-PORT_FLAGS = ("s3.port", "s3.port.grpc", "s3.port.iceberg", "s3.port.lance", "master.port", "master.port.grpc",
-              "volume.port", "volume.port.grpc", "filer.port", "filer.port.grpc", "admin.port", "admin.port.grpc",
-              "debug.port", "s3.port.https")
+PORT_FLAGS = (
+    "s3.port",
+    "s3.port.grpc",
+    "s3.port.iceberg",
+    "s3.port.lance",
+    "master.port",
+    "master.port.grpc",
+    "volume.port",
+    "volume.port.grpc",
+    "filer.port",
+    "filer.port.grpc",
+    "admin.port",
+    "admin.port.grpc",
+    "debug.port",
+    "s3.port.https",
+)
 
 
 def identities():
     """`weed mini`'s -s3.config: one identity, so that a request signed with any other key is refused."""
-    return {"identities": [{"name": "disttrain", "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
-                            "actions": ["Admin", "Read", "Write", "List", "Tagging"]}]}
+    return {
+        "identities": [
+            {
+                "name": "disttrain",
+                "credentials": [{"accessKey": ACCESS_KEY, "secretKey": SECRET_KEY}],
+                "actions": ["Admin", "Read", "Write", "List", "Tagging"],
+            }
+        ]
+    }
 
 
 def mini_args(data_dir, config, ports, ip="127.0.0.1", bind="127.0.0.1"):
     """`weed mini`'s arguments: data in data_dir, the identities file config, the listeners {flag: port}
     (PORT_FLAGS; a flag not given keeps its default), advertised on ip and listening on bind. Its master
     would report usage statistics to SeaweedFS's telemetry server by default: off, a test talks to no one."""
-    return ["mini", f"-dir={data_dir}", f"-ip={ip}", f"-ip.bind={bind}", f"-s3.config={config}", "-admin.ui=false",
-            "-webdav=false", "-master.telemetry=false", *(f"-{flag}={port}" for flag, port in ports.items())]
+    return [
+        "mini",
+        f"-dir={data_dir}",
+        f"-ip={ip}",
+        f"-ip.bind={bind}",
+        f"-s3.config={config}",
+        "-admin.ui=false",
+        "-webdav=false",
+        "-master.telemetry=false",
+        *(f"-{flag}={port}" for flag, port in ports.items()),
+    ]
 
 
 class SeaweedFS:
@@ -81,8 +110,14 @@ class SeaweedFS:
 
     def env(self, **overrides):
         """The environment a stage needs to reach this store: the standard AWS variables."""
-        return {**os.environ, "AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
-                "AWS_ENDPOINT_URL": self.endpoint, "AWS_REGION": REGION, **overrides}
+        return {
+            **os.environ,
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_ENDPOINT_URL": self.endpoint,
+            "AWS_REGION": REGION,
+            **overrides,
+        }
 
     @contextlib.contextmanager
     def configured(self, **overrides):

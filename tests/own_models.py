@@ -35,21 +35,27 @@ def breast_cancer_csv(path):
     from sklearn.datasets import load_breast_cancer
 
     data = load_breast_cancer()
-    return _write_csv(path, column_names(data.feature_names), data.data, "label", [data.target_names[t] for t in data.target])
+    return _write_csv(
+        path, column_names(data.feature_names), data.data, "label", [data.target_names[t] for t in data.target]
+    )
 
 
 def diabetes_csv(path):
     from sklearn.datasets import load_diabetes
 
     data = load_diabetes(scaled=False)
-    return _write_csv(path, column_names(data.feature_names), data.data, "progression", [repr(float(t)) for t in data.target])
+    return _write_csv(
+        path, column_names(data.feature_names), data.data, "progression", [repr(float(t)) for t in data.target]
+    )
 
 
 def wine_csv(path):
     from sklearn.datasets import load_wine
 
     data = load_wine()
-    return _write_csv(path, column_names(data.feature_names), data.data, "label", [data.target_names[t] for t in data.target])
+    return _write_csv(
+        path, column_names(data.feature_names), data.data, "label", [data.target_names[t] for t in data.target]
+    )
 
 
 def table_statistics(manifest_path):
@@ -195,10 +201,30 @@ def run_own_pipeline(work, workers, strategy, *trainer_args, epochs=12, env=None
 
     tasks = workers + (2 if strategy == "parameterserver" else 0)
     port = free_port_block(tasks)
-    procs = [start_stage("trainer", "--workdir", work, "--worker-index", i, "--workers", workers, "--epochs", epochs,
-                         "--batch", 32, "--strategy", strategy, "--port", port, *trainer_args,
-                         *(("--ps", 1) if strategy == "parameterserver" else ()),
-                         log=str(work / f"worker-{i}.log"), env=env) for i in range(tasks)]
+    procs = [
+        start_stage(
+            "trainer",
+            "--workdir",
+            work,
+            "--worker-index",
+            i,
+            "--workers",
+            workers,
+            "--epochs",
+            epochs,
+            "--batch",
+            32,
+            "--strategy",
+            strategy,
+            "--port",
+            port,
+            *trainer_args,
+            *(("--ps", 1) if strategy == "parameterserver" else ()),
+            log=str(work / f"worker-{i}.log"),
+            env=env,
+        )
+        for i in range(tasks)
+    ]
     for i, proc in enumerate(procs):
         if proc.wait(timeout=600) != 0:
             for p in procs:

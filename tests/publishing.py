@@ -25,8 +25,11 @@ def local_saved_model(final_dir):
     """{relative path: size} of the SavedModel the aggregator exported in `final_dir`."""
     with open(os.path.join(final_dir, "report.json")) as fh:
         path = os.path.join(final_dir, json.load(fh)["exports"]["saved_model"]["path"])
-    return {os.path.relpath(os.path.join(r, n), path): os.path.getsize(os.path.join(r, n))
-            for r, _, names in os.walk(path) for n in names}
+    return {
+        os.path.relpath(os.path.join(r, n), path): os.path.getsize(os.path.join(r, n))
+        for r, _, names in os.walk(path)
+        for n in names
+    }
 
 
 def split_listing(objects):
@@ -48,9 +51,11 @@ def partial_versions(versions, saved_model):
     saved_model.pb but lacks a file of the complete set `saved_model` ({path: size}), or has one at
     another size. A folder without saved_model.pb is no version to TF Serving (its load fails with
     NOT_FOUND and is retried), so it is not one of them."""
-    return {n: sorted(set(saved_model.items()) - set(files.items()))
-            for n, files in versions.items()
-            if "saved_model.pb" in files and set(saved_model.items()) - set(files.items())}
+    return {
+        n: sorted(set(saved_model.items()) - set(files.items()))
+        for n, files in versions.items()
+        if "saved_model.pb" in files and set(saved_model.items()) - set(files.items())
+    }
 
 
 def partial_releases(releases, manifests):

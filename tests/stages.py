@@ -20,20 +20,38 @@ def stage(name, *args, check=True, timeout=600, env=None):
     """Run `disttrain-<name> args...`; return the CompletedProcess (text)."""
     result = subprocess.run(
         [os.path.join(BIN, f"disttrain-{name}"), *map(str, args)],
-        capture_output=True, text=True, timeout=timeout, env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
     )
     if check and result.returncode != 0:
-        raise AssertionError(f"disttrain-{name} {' '.join(map(str, args))} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        raise AssertionError(
+            f"disttrain-{name} {' '.join(map(str, args))} exited {result.returncode}:\n{result.stdout}\n{result.stderr}"
+        )
     return result
 
 
 def start_stage(name, *args, log=None, env=None):
     out = open(log, "w") if log else subprocess.DEVNULL
-    return subprocess.Popen([os.path.join(BIN, f"disttrain-{name}"), *map(str, args)], stdout=out, stderr=subprocess.STDOUT, env=env)
+    return subprocess.Popen(
+        [os.path.join(BIN, f"disttrain-{name}"), *map(str, args)], stdout=out, stderr=subprocess.STDOUT, env=env
+    )
 
 
-def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=64, seed=42, extra_trainer_args=(), ps=0,
-                 aggregator_args=(), copier_args=()):
+def run_pipeline(
+    workdir,
+    source,
+    workers,
+    strategy="average",
+    epochs=3,
+    batch=64,
+    seed=42,
+    extra_trainer_args=(),
+    ps=0,
+    aggregator_args=(),
+    copier_args=(),
+):
     """copier -> `workers` trainer processes in parallel -> aggregator; returns report.json's object (read
     through the contract's typed Report: a report not of its documented form fails the test).
     ps > 0 (--strategy parameterserver): 1 chief + ps parameter servers + `workers` workers."""
@@ -41,16 +59,37 @@ def run_pipeline(workdir, source, workers, strategy="average", epochs=3, batch=6
     tasks = workers + (1 + ps if ps else 0)
     port = free_port_block(tasks)
     procs = [
-        start_stage("trainer", "--workdir", workdir, "--worker-index", i, "--workers", workers, "--epochs", epochs,
-                    "--batch", batch, "--strategy", strategy, "--seed", seed, "--port", port, *extra_trainer_args,
-                    *(("--ps", ps) if ps else ()), log=os.path.join(workdir, f"worker-{i}.log"))
+        start_stage(
+            "trainer",
+            "--workdir",
+            workdir,
+            "--worker-index",
+            i,
+            "--workers",
+            workers,
+            "--epochs",
+            epochs,
+            "--batch",
+            batch,
+            "--strategy",
+            strategy,
+            "--seed",
+            seed,
+            "--port",
+            port,
+            *extra_trainer_args,
+            *(("--ps", ps) if ps else ()),
+            log=os.path.join(workdir, f"worker-{i}.log"),
+        )
         for i in range(tasks)
     ]
     for i, proc in enumerate(procs):
         if proc.wait(timeout=900) != 0:
             for p in procs:
                 p.kill()
-            raise AssertionError(f"trainer {i} failed:\n" + open(os.path.join(workdir, f"worker-{i}.log")).read()[-3000:])
+            raise AssertionError(
+                f"trainer {i} failed:\n" + open(os.path.join(workdir, f"worker-{i}.log")).read()[-3000:]
+            )
     stage("aggregator", "--workdir", workdir, "--expect", workers, "--timeout", 60, *aggregator_args)
     return read_report(os.path.join(workdir, "final"))
 
@@ -60,7 +99,6 @@ def read_report(directory):
     from disttrain_contract.report import Report
 
     return Report.read(os.path.join(directory, "report.json")).to_json()
-
 
 
 def latest_saved_epoch(checkpoint_dir):

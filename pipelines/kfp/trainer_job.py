@@ -66,7 +66,8 @@ PARAMETER_SERVER_STRATEGIES = ("parameterserver",)
 def parse_args(argv):
     parser = argparse.ArgumentParser(
         prog="trainer_job.py",
-        description="Run disttrain-trainer as an Indexed Job with a headless Service and wait for it.")
+        description="Run disttrain-trainer as an Indexed Job with a headless Service and wait for it.",
+    )
     parser.add_argument("--name", required=True, help="the Job's name (a DNS label); the Service is NAME-workers")
     parser.add_argument("--namespace", default="", help="default: the pod's own namespace")
     parser.add_argument("--image", required=True, help="the disttrain-trainer image")
@@ -75,8 +76,9 @@ def parse_args(argv):
     parser.add_argument("--mount", default="/workdir", help="where it is mounted in the trainer pods")
     parser.add_argument("--backoff-limit-per-index", type=int, default=3)
     parser.add_argument("--active-deadline", type=int, default=86400, help="seconds (the Job's activeDeadlineSeconds)")
-    parser.add_argument("--termination-grace", type=int, default=60,
-                        help="seconds a trainer gets to save its checkpoint on SIGTERM")
+    parser.add_argument(
+        "--termination-grace", type=int, default=60, help="seconds a trainer gets to save its checkpoint on SIGTERM"
+    )
     parser.add_argument("--poll", type=float, default=10.0, help="seconds between two looks at the Job")
     parser.add_argument("--dry-run", action="store_true", help="print the manifests and exit")
     parser.add_argument("trainer_args", nargs=argparse.REMAINDER, help="after --: disttrain-trainer's arguments")
@@ -120,22 +122,46 @@ def service_name(job):
     return f"{job}-workers"
 
 
-def manifests(name, namespace, image, tasks, port, claim, mount, trainer_args,
-              backoff_limit_per_index=3, active_deadline=86400, termination_grace=60):
+def manifests(
+    name,
+    namespace,
+    image,
+    tasks,
+    port,
+    claim,
+    mount,
+    trainer_args,
+    backoff_limit_per_index=3,
+    active_deadline=86400,
+    termination_grace=60,
+):
     """The Indexed Job and its headless Service (dicts), as the chart's trainer-job.yaml renders them on Kubernetes >= 1.29."""
     service = service_name(name)
-    labels = {"app.kubernetes.io/name": "disttrain", "app.kubernetes.io/component": "trainer",
-              "app.kubernetes.io/instance": name}
-    security = {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "privileged": False,
-                "allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
-                "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    labels = {
+        "app.kubernetes.io/name": "disttrain",
+        "app.kubernetes.io/component": "trainer",
+        "app.kubernetes.io/instance": name,
+    }
+    security = {
+        "runAsNonRoot": True,
+        "runAsUser": UID,
+        "runAsGroup": UID,
+        "privileged": False,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
     container = {
         "name": "trainer",
         "image": image,
         "command": ["sh", "-c", DROP_UNSET_OPTIONS + '; exec "$@"', "sh", "disttrain-trainer"],
         "args": [*trainer_args, "--job", name, "--service", service, "--port", str(port)],
-        "env": [{"name": "HOME", "value": "/tmp"}, {"name": "MPLCONFIGDIR", "value": "/tmp"},
-                {"name": "PYTHONUNBUFFERED", "value": "1"}],
+        "env": [
+            {"name": "HOME", "value": "/tmp"},
+            {"name": "MPLCONFIGDIR", "value": "/tmp"},
+            {"name": "PYTHONUNBUFFERED", "value": "1"},
+        ],
         "ports": [{"name": "collective", "containerPort": port, "protocol": "TCP"}],
         "securityContext": security,
         "terminationMessagePath": "/dev/termination-log",
@@ -155,13 +181,19 @@ def manifests(name, namespace, image, tasks, port, claim, mount, trainer_args,
             "maxFailedIndexes": 0,
             # a replacement only once the old pod is gone: TensorFlow never sees two pods with one task index
             "podReplacementPolicy": "Failed",
-            "podFailurePolicy": {"rules": [
-                {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-                {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In",
-                                                      "values": [BAD_INPUT_EXIT_CODE]}},
-                {"action": "Ignore", "onExitCodes": {"containerName": "trainer", "operator": "In",
-                                                     "values": [PREEMPTED_EXIT_CODE]}},
-            ]},
+            "podFailurePolicy": {
+                "rules": [
+                    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+                    {
+                        "action": "FailJob",
+                        "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [BAD_INPUT_EXIT_CODE]},
+                    },
+                    {
+                        "action": "Ignore",
+                        "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [PREEMPTED_EXIT_CODE]},
+                    },
+                ]
+            },
             "activeDeadlineSeconds": active_deadline,
             "template": {
                 "metadata": {"labels": labels},
@@ -170,12 +202,19 @@ def manifests(name, namespace, image, tasks, port, claim, mount, trainer_args,
                     "subdomain": service,
                     "terminationGracePeriodSeconds": termination_grace,
                     "automountServiceAccountToken": False,
-                    "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
-                                        "fsGroupChangePolicy": "OnRootMismatch",
-                                        "seccompProfile": {"type": "RuntimeDefault"}},
+                    "securityContext": {
+                        "runAsNonRoot": True,
+                        "runAsUser": UID,
+                        "runAsGroup": UID,
+                        "fsGroup": UID,
+                        "fsGroupChangePolicy": "OnRootMismatch",
+                        "seccompProfile": {"type": "RuntimeDefault"},
+                    },
                     "containers": [container],
-                    "volumes": [{"name": "workdir", "persistentVolumeClaim": {"claimName": claim}},
-                                {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}}],
+                    "volumes": [
+                        {"name": "workdir", "persistentVolumeClaim": {"claimName": claim}},
+                        {"name": "tmp", "emptyDir": {"sizeLimit": "1Gi"}},
+                    ],
                 },
             },
         },
@@ -207,8 +246,7 @@ def failure_report(core, namespace, name, condition):
             ended = status.state.terminated
             if ended is not None and ended.exit_code != 0:
                 message = (ended.message or "").strip().splitlines()
-                lines.append(f"  {pod.metadata.name}: exit {ended.exit_code}"
-                             + (f": {message[-1]}" if message else ""))
+                lines.append(f"  {pod.metadata.name}: exit {ended.exit_code}" + (f": {message[-1]}" if message else ""))
     return "\n".join(lines)
 
 
@@ -230,8 +268,9 @@ def launch(job, headless, poll):
         uid = batch.read_namespaced_job_status(name, namespace).metadata.uid
         print(f"Job {namespace}/{name} exists already (a retried task): following it", flush=True)
     # owned by the Job: deleting the Job removes the Service too
-    headless["metadata"]["ownerReferences"] = [{"apiVersion": "batch/v1", "kind": "Job", "name": name,
-                                                "uid": uid, "blockOwnerDeletion": False}]
+    headless["metadata"]["ownerReferences"] = [
+        {"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid, "blockOwnerDeletion": False}
+    ]
     try:
         core.create_namespaced_service(namespace, headless)
     except ApiException as err:
@@ -254,9 +293,19 @@ def launch(job, headless, poll):
 def main(argv=None):
     args = parse_args(sys.argv[1:] if argv is None else argv)
     namespace = args.namespace or ("default" if args.dry_run else own_namespace())
-    job, headless = manifests(args.name, namespace, args.image, args.tasks, args.port, args.claim, args.mount,
-                              args.trainer_args, args.backoff_limit_per_index, args.active_deadline,
-                              args.termination_grace)
+    job, headless = manifests(
+        args.name,
+        namespace,
+        args.image,
+        args.tasks,
+        args.port,
+        args.claim,
+        args.mount,
+        args.trainer_args,
+        args.backoff_limit_per_index,
+        args.active_deadline,
+        args.termination_grace,
+    )
     if args.dry_run:
         print(json.dumps(job, sort_keys=True))
         print(json.dumps(headless, sort_keys=True))

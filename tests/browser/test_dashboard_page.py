@@ -22,6 +22,7 @@ from stages import read_report
 # two real runs (~30-60 s on 2 busy cores, the 12-epoch one shared with tests/server/test_server_dashboard.py)
 pytestmark = [needs_chromium, pytest.mark.long]
 
+
 def wait_until(condition, what, timeout=30):
     """Poll from Python: the page's CSP (no 'unsafe-eval') refuses wait_for_function's strings."""
     deadline = time.monotonic() + timeout
@@ -48,8 +49,7 @@ def volume(tmp_path_factory):
     copy_progress(refused, runs / "run-1")
     copy_progress(good, runs / "run-3")
     (rejected,) = os.listdir(runs / "run-1" / "rejected")
-    return runs, read_report(good / "final"), \
-        read_report(runs / "run-1" / "rejected" / rejected)
+    return runs, read_report(good / "final"), read_report(runs / "run-1" / "rejected" / rejected)
 
 
 def natural_width(page, selector):
@@ -58,15 +58,25 @@ def natural_width(page, selector):
 
 def test_demo_page_to_the_dashboard_and_the_runs(volume, tmp_path_factory):
     runs, report, refused = volume
-    assert refused["gate"]["passed"] is False and refused["final"]["test_accuracy"] < report["final"]["test_accuracy"] - 0.01
+    assert (
+        refused["gate"]["passed"] is False
+        and refused["final"]["test_accuracy"] < report["final"]["test_accuracy"] - 0.01
+    )
     # kept after the run (pytest removes a passing test's tmp dirs): the README's screenshot comes from here
-    shots = pathlib.Path(os.environ.get("DISTTRAIN_SCREENSHOT_DIR", os.path.join(tempfile.gettempdir(), "disttrain-screenshots")))
+    shots = pathlib.Path(
+        os.environ.get("DISTTRAIN_SCREENSHOT_DIR", os.path.join(tempfile.gettempdir(), "disttrain-screenshots"))
+    )
     shots.mkdir(parents=True, exist_ok=True)
-    with running_server(runs / "run-2", "--runs-dir", runs, "--workers", "1") as (base, _proc, _log), \
-            chromium_page(width=1200, height=900) as page:
+    with (
+        running_server(runs / "run-2", "--runs-dir", runs, "--workers", "1") as (base, _proc, _log),
+        chromium_page(width=1200, height=900) as page,
+    ):
         outside, csp_refusals = [], []  # offline: nothing from another origin; nothing the CSP refuses
         page.on("request", lambda request: None if request.url.startswith(base) else outside.append(request.url))
-        page.on("console", lambda message: csp_refusals.append(message.text) if "Content Security Policy" in message.text else None)
+        page.on(
+            "console",
+            lambda message: csp_refusals.append(message.text) if "Content Security Policy" in message.text else None,
+        )
 
         page.goto(base + "/")
         assert page.title() == "disttrain · image classifier"
@@ -80,7 +90,9 @@ def test_demo_page_to_the_dashboard_and_the_runs(volume, tmp_path_factory):
         assert rows.nth(0).locator("td").nth(2).inner_text() == f"{report['workers'][0]['test_accuracy']:.4f}"
         for selector in ("#report-png", "#analysis-png"):
             wait_until(lambda: natural_width(page, selector) > 500, f"{selector} to load")
-        assert page.locator("#curves svg polyline.curve").count() == 3 * 2  # loss, accuracy, held-out accuracy; 2 workers
+        assert (
+            page.locator("#curves svg polyline.curve").count() == 3 * 2
+        )  # loss, accuracy, held-out accuracy; 2 workers
         screenshot(page, shots, "dashboard-run.png")
 
         page.click("text=all runs")
@@ -89,7 +101,10 @@ def test_demo_page_to_the_dashboard_and_the_runs(volume, tmp_path_factory):
         assert [table.nth(i).get_attribute("data-run") for i in range(table.count())] == ["run-3", "run-2", "run-1"]
         assert [table.nth(i).get_attribute("data-status") for i in range(3)] == ["training", "finished", "rejected"]
         assert table.nth(1).get_attribute("class") == "served" and "served" in table.nth(1).inner_text()
-        values = [float(v) for v in page.locator("#runs-table td.metric").evaluate_all("cells => cells.map(c => c.dataset.value)")]
+        values = [
+            float(v)
+            for v in page.locator("#runs-table td.metric").evaluate_all("cells => cells.map(c => c.dataset.value)")
+        ]
         assert values == [report["final"]["test_accuracy"], refused["final"]["test_accuracy"]]
         assert "refused by the quality gate" in table.nth(2).inner_text()
         screenshot(page, shots, "dashboard-runs.png")

@@ -130,8 +130,16 @@ def test_page_shows_the_training_data_summary(page, demo, tmp_path_factory):
     base, workdir = demo
     data_dir = os.path.join(sample_model(tmp_path_factory, "sample:movie-reviews"), "data")
     report = os.path.join(workdir, "final", "report.json")
-    write_report(report, Report(strategy="average", task="text", workers=[], final=ModelRow(1, {"test_accuracy": 0.8}),
-                                data=data_summary(data_dir, Manifest.read(data_dir))))
+    write_report(
+        report,
+        Report(
+            strategy="average",
+            task="text",
+            workers=[],
+            final=ModelRow(1, {"test_accuracy": 0.8}),
+            data=data_summary(data_dir, Manifest.read(data_dir)),
+        ),
+    )
     try:
         page.goto(base + "/")
         text = " ".join(page.inner_text("#training-data").split())
@@ -181,7 +189,9 @@ def test_image_page_after_an_image_model_is_published(page, demo, tmp_path_facto
     assert page.locator("#result .row").count() == 10
     screenshot(page, tmp_path_factory.mktemp("screenshots"), "image-demo.png")
 
-    page.set_input_files("#image", {"name": "broken.png", "mimeType": "image/png", "buffer": b"\x89PNG\r\n\x1a\n broken"})
+    page.set_input_files(
+        "#image", {"name": "broken.png", "mimeType": "image/png", "buffer": b"\x89PNG\r\n\x1a\n broken"}
+    )
     page.click("#predict")
     page.wait_for_selector("#result .error")
     assert "not a decodable image" in page.inner_text("#result .error")

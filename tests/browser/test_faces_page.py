@@ -54,7 +54,9 @@ def test_enrol_on_the_page_then_find_the_person_in_another_photo(page, faces_dem
     assert page.inner_text("#enrol-status") == "Enrolled Eileen Collins"
     expect(page.locator("#gallery .gallery-entry")).to_have_count(5)
     assert page.locator("#gallery .entry-name").all_inner_texts()[-1] == "Eileen Collins"
-    page.wait_for_function("() => [...document.querySelectorAll('#gallery img')].every((img) => img.complete && img.naturalWidth === 96)")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#gallery img')].every((img) => img.complete && img.naturalWidth === 96)"
+    )
 
     # Search with another photo of Grace: the face is boxed and Grace ranks first of 3.
     page.set_input_files("#photo", photo_file(tmp_path, "query.png", other_view(lfw_photos()[ENROLLED["Grace"]])))
@@ -66,7 +68,9 @@ def test_enrol_on_the_page_then_find_the_person_in_another_photo(page, faces_dem
     assert names[0] == "Grace" and distances == sorted(distances) and distances[0] < 0.5
     assert page.is_visible("#preview") and page.is_visible("#face-box")
     assert page.inner_text("#face-box").startswith("Face at (")
-    assert " · confidence " in page.inner_text("#face-box") and " eye" in page.inner_text("#face-box")  # the API's face object
+    assert " · confidence " in page.inner_text("#face-box") and " eye" in page.inner_text(
+        "#face-box"
+    )  # the API's face object
     # The canvas shows the photo (195x195 at zoom 1.3) with the yellow box drawn on it.
     assert page.evaluate("() => [preview.width, preview.height]") == [195, 195]
     assert page.evaluate("""(() => {
@@ -74,7 +78,9 @@ def test_enrol_on_the_page_then_find_the_person_in_another_photo(page, faces_dem
         for (let i = 0; i < data.length; i += 4) if (data[i] > 240 && data[i + 1] > 190 && data[i + 2] < 40) return true;
         return false;
     })()""")
-    page.wait_for_function("() => [...document.querySelectorAll('#matches img')].every((img) => img.complete && img.naturalWidth > 0)")
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('#matches img')].every((img) => img.complete && img.naturalWidth > 0)"
+    )
 
     shot = tmp_path / "faces-demo.png"
     page.screenshot(path=str(shot), full_page=True)
@@ -113,7 +119,9 @@ def test_with_a_token_the_page_asks_once_and_enrols_and_searches(page, tmp_path_
     publish(faces_model(tmp_path_factory), workdir)
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN + "\n")
-    with running_server(workdir, "--workers", "1", "--api-token-file", str(token_file), "--token-required-for", "all") as (base, _proc, log):
+    with running_server(
+        workdir, "--workers", "1", "--api-token-file", str(token_file), "--token-required-for", "all"
+    ) as (base, _proc, log):
         assert http("GET", base + "/v1/gallery")[0] == 401
         answers, prompts = ["not-the-token", TOKEN], []
 
@@ -138,7 +146,9 @@ def test_with_a_token_the_page_asks_once_and_enrols_and_searches(page, tmp_path_
             assert page.inner_text("#enrol-status") == "Enrolled Eileen Collins"
             expect(page.locator("#gallery .gallery-entry")).to_have_count(1)
             # The thumbnail came through fetch with the token (an <img src> cannot send it).
-            page.wait_for_function("() => [...document.querySelectorAll('#gallery img')].every((img) => img.complete && img.naturalWidth === 96)")
+            page.wait_for_function(
+                "() => [...document.querySelectorAll('#gallery img')].every((img) => img.complete && img.naturalWidth === 96)"
+            )
             assert page.get_attribute("#gallery img", "src").startswith("blob:")
 
             page.set_input_files("#photo", photo_file(tmp_path, "query.png", cv2.resize(astronaut(), (400, 400))))
@@ -146,7 +156,9 @@ def test_with_a_token_the_page_asks_once_and_enrols_and_searches(page, tmp_path_
             page.wait_for_selector("#matches .match")
             assert page.locator("#matches .match-name").all_inner_texts() == ["Eileen Collins"]
             assert page.evaluate("() => sessionStorage.getItem('disttrain-api-token')") == TOKEN
-            assert len(prompts) == 2 and "not accepted" not in prompts[0]  # asked once, and once more after the wrong answer
+            assert (
+                len(prompts) == 2 and "not accepted" not in prompts[0]
+            )  # asked once, and once more after the wrong answer
         finally:
             page.close()
 

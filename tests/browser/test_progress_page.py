@@ -34,8 +34,11 @@ def file_progress(workdir, index):
 def page_progress(page, index):
     """What the page shows of a worker: the file's time and global step it last drew, and its bar."""
     row = page.locator(f'#progress-workers .worker[data-worker="{index}"]')
-    return {"time": float(row.get_attribute("data-time")), "global_step": int(row.get_attribute("data-global-step")),
-            "bar": float(row.locator(".track").get_attribute("aria-valuenow"))}
+    return {
+        "time": float(row.get_attribute("data-time")),
+        "global_step": int(row.get_attribute("data-global-step")),
+        "bar": float(row.locator(".track").get_attribute("aria-valuenow")),
+    }
 
 
 def wait_until(condition, what, timeout=60):
@@ -50,8 +53,14 @@ def test_the_page_follows_a_real_run_then_shows_its_report(tmp_path, tmp_path_fa
     workdir = tmp_path / "run"
     shots = tmp_path_factory.mktemp("screenshots")
     stage("copier", "--source", "sample:digits", "--n-shards", WORKERS, "--workdir", workdir)
-    with running_server(workdir, "--workers", "1", "--reload-interval", "1", ready_path="/healthz") as (base, _proc, _log), \
-            chromium_page(width=900, height=1100) as page:
+    with (
+        running_server(workdir, "--workers", "1", "--reload-interval", "1", ready_path="/healthz") as (
+            base,
+            _proc,
+            _log,
+        ),
+        chromium_page(width=900, height=1100) as page,
+    ):
         outside = []  # the page must work offline: nothing from another origin
         page.on("request", lambda request: None if request.url.startswith(base) else outside.append(request.url))
         page.goto(base + "/")
@@ -60,10 +69,27 @@ def test_the_page_follows_a_real_run_then_shows_its_report(tmp_path, tmp_path_fa
         assert page.get_attribute("#progress-card", "data-state") == "starting"
 
         port = free_port_block(WORKERS)
-        trainers = [start_stage("trainer", "--workdir", workdir, "--worker-index", i, "--workers", WORKERS,
-                                "--epochs", EPOCHS, "--batch", BATCH, "--steps-per-call", STEPS_PER_CALL, "--port", port,
-                                log=tmp_path / f"worker-{i}.log")
-                    for i in range(WORKERS)]
+        trainers = [
+            start_stage(
+                "trainer",
+                "--workdir",
+                workdir,
+                "--worker-index",
+                i,
+                "--workers",
+                WORKERS,
+                "--epochs",
+                EPOCHS,
+                "--batch",
+                BATCH,
+                "--steps-per-call",
+                STEPS_PER_CALL,
+                "--port",
+                port,
+                log=tmp_path / f"worker-{i}.log",
+            )
+            for i in range(WORKERS)
+        ]
         try:
             page.wait_for_selector('#progress-workers .worker[data-worker="1"]', timeout=120_000)
             page.wait_for_selector('#progress-workers .worker[data-worker="0"]', timeout=30_000)
@@ -79,8 +105,10 @@ def test_the_page_follows_a_real_run_then_shows_its_report(tmp_path, tmp_path_fa
                     screenshot(page, shots, "progress-training.png")  # mid-run
                 page.wait_for_timeout(700)
             assert lags, "the trainers finished before the page was sampled"
-            print(f"lag of the page behind the files: max {max(lags):.2f} s, mean {sum(lags) / len(lags):.2f} s, "
-                  f"{len(lags)} samples")
+            print(
+                f"lag of the page behind the files: max {max(lags):.2f} s, mean {sum(lags) / len(lags):.2f} s, "
+                f"{len(lags)} samples"
+            )
             assert max(lags) <= MAX_LAG_SEC, lags
             for index, shown in seen.items():  # each worker's bar moved, forward only
                 steps = [s["global_step"] for s in shown]
@@ -108,8 +136,12 @@ def test_the_page_follows_a_real_run_then_shows_its_report(tmp_path, tmp_path_fa
         page.wait_for_selector("#progress-report:not([hidden])")
         wait_until(lambda: page.locator("#report-plot").evaluate("img => img.naturalWidth") > 500, "report.png to load")
         # issue 13: analysis.png under it, and the link to the run's dashboard (no --runs-dir: the served run)
-        wait_until(lambda: page.locator("#analysis-plot").evaluate("img => img.naturalWidth") > 500, "analysis.png to load")
-        assert page.get_attribute("#progress-dashboard", "href") == "/runs/served" and page.is_visible("#progress-dashboard")
+        wait_until(
+            lambda: page.locator("#analysis-plot").evaluate("img => img.naturalWidth") > 500, "analysis.png to load"
+        )
+        assert page.get_attribute("#progress-dashboard", "href") == "/runs/served" and page.is_visible(
+            "#progress-dashboard"
+        )
         assert page.get_attribute("#progress-card", "data-state") == "finished"
         assert page.locator("#progress-workers .worker").count() == 0  # the plots replace the bars
         assert page.locator("#predict").is_visible()  # and the demo works

@@ -23,7 +23,11 @@ def served(tmp_path_factory):
     source = own_models.cancer(tmp_path_factory)
     shutil.copytree(source / "data", workdir / "data")
     publish(str(source / "final" / "model.keras"), workdir)
-    with running_server(workdir, "--workers", "1", "--reload-interval", "1", "--show-heldout-examples") as (base, _proc, _log):
+    with running_server(workdir, "--workers", "1", "--reload-interval", "1", "--show-heldout-examples") as (
+        base,
+        _proc,
+        _log,
+    ):
         yield base, workdir
 
 
@@ -89,7 +93,9 @@ def test_regression_model_shows_the_predicted_value(page, served, tmp_path_facto
     x, y = held_out(diabetes)
     values = [float(page.input_value(f"#field-features-{i}")) for i in range(4)]
     assert values == pytest.approx(x[0].tolist(), rel=1e-6)
-    assert re.fullmatch(r"Prefilled with held-out example 1 of 20 \(its true progression [\d.]+\)\.", page.inner_text("#example-note"))
+    assert re.fullmatch(
+        r"Prefilled with held-out example 1 of 20 \(its true progression [\d.]+\)\.", page.inner_text("#example-note")
+    )
     page.click("#predict")
     page.wait_for_selector("#result .headline")
     api = http("POST", base + predict_url(), {"instances": [values]})[1]["predictions"][0]

@@ -92,7 +92,10 @@ def helm_path(major=4):
     env = dict(os.environ, PYTHON=sys.executable)
     out = subprocess.run(
         ["sh", str(ROOT / "tests" / "chart" / "get_helm.sh"), str(major)],
-        env=env, capture_output=True, text=True, timeout=300,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     if out.returncode != 0:
         raise RuntimeError(f"tests/chart/get_helm.sh {major} failed:\n{out.stderr}")

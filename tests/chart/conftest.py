@@ -30,8 +30,18 @@ else:
 
 def template_command(variant):
     """The same rendering as chartlib.render(variant): release dt, namespace ml, DEFAULT_KUBE."""
-    return [HELM, "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", DEFAULT_KUBE,
-            "-f", str(CI_VALUES / VARIANTS[variant])]
+    return [
+        HELM,
+        "template",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        DEFAULT_KUBE,
+        "-f",
+        str(CI_VALUES / VARIANTS[variant]),
+    ]
 
 
 for _variant in VARIANTS:

@@ -35,7 +35,9 @@ def check(value, type_name, where):
         for i, item in enumerate(value):
             check(item, m.group(1), f"{where}[{i}]")
         return
-    if m := re.fullmatch(r"dict\(str, (.+)\)|Dict\[str, (.+)\]", type_name):  # the kubernetes client's and KServe's spellings
+    if m := re.fullmatch(
+        r"dict\(str, (.+)\)|Dict\[str, (.+)\]", type_name
+    ):  # the kubernetes client's and KServe's spellings
         assert isinstance(value, dict), f"{where}: not a map"
         for key, item in value.items():
             check(item, m.group(1) or m.group(2), f"{where}.{key}")
@@ -50,8 +52,10 @@ def check(value, type_name, where):
 
 def verdict(document):
     try:
-        assert (document.get("apiVersion"), document.get("kind")) == (kserve.constants.KSERVE_V1BETA1, kserve.constants.KSERVE_KIND_INFERENCESERVICE), \
-            f"InferenceService: apiVersion/kind {document.get('apiVersion')}/{document.get('kind')} are not the SDK's"
+        assert (document.get("apiVersion"), document.get("kind")) == (
+            kserve.constants.KSERVE_V1BETA1,
+            kserve.constants.KSERVE_KIND_INFERENCESERVICE,
+        ), f"InferenceService: apiVersion/kind {document.get('apiVersion')}/{document.get('kind')} are not the SDK's"
         check(document, "V1beta1InferenceService", "InferenceService")
     except AssertionError as err:
         return str(err)

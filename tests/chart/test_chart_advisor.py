@@ -14,8 +14,18 @@ def test_off_by_default():
 
 
 def test_enabled_runs_the_advisor_with_the_trainer_flags_after_the_waits():
-    spec = trainer_spec(render(sets=("advisor.enabled=true", "advisor.linkMbit=50", "advisor.epochsToTarget=3",
-                                     "strategy=localsgd", "syncEvery=64", "workers=3")))
+    spec = trainer_spec(
+        render(
+            sets=(
+                "advisor.enabled=true",
+                "advisor.linkMbit=50",
+                "advisor.epochsToTarget=3",
+                "strategy=localsgd",
+                "syncEvery=64",
+                "workers=3",
+            )
+        )
+    )
     inits = {c["name"]: c for c in spec["initContainers"]}
     assert list(inits)[-1] == "advisor" and list(inits)[0] == "wait-for-copier"
     advisor, trainer = inits["advisor"], spec["containers"][0]
@@ -36,7 +46,12 @@ def test_the_rendered_command_is_accepted_by_the_real_parser():
     spec = trainer_spec(render(sets=("advisor.enabled=true", "strategy=multiworker", "advisor.budgetSeconds=30")))
     advisor = next(c for c in spec["initContainers"] if c["name"] == "advisor")
     args = parse_args(advisor["command"][1:] + advisor["args"])
-    assert (args.never_fail, args.budget_seconds, args.train.strategy, args.local_probe) == (True, 30, "multiworker", False)
+    assert (args.never_fail, args.budget_seconds, args.train.strategy, args.local_probe) == (
+        True,
+        30,
+        "multiworker",
+        False,
+    )
     assert args.train.service  # pods 0 and 1 probe the link between them
 
 
@@ -48,8 +63,9 @@ def test_one_worker_probes_inside_its_own_pod():
 
 def test_notes_say_how_to_read_the_advice():
     def notes(*sets):
-        return helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run",
-                    *values_args("defaults", sets=sets)).stdout
+        return helm(
+            "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run", *values_args("defaults", sets=sets)
+        ).stdout
 
     on = notes("advisor.enabled=true")
     assert f"kubectl logs -n {NAMESPACE} -c advisor -l batch.kubernetes.io/job-name=" in on
@@ -66,14 +82,35 @@ def test_every_configuration_the_advisor_can_advise_renders_with_the_values_it_p
     from disttrain_advisor.main import chart_values, run_options
     from disttrain_trainer import parse_config
 
-    probe = pm.Probe(step_seconds_alone=0.2, step_seconds_pair=0.2, weight_bytes=9_100_000, weight_tensors=260,
-                     gradient_bytes=9_100_000, gradient_sparse=False, latency_seconds=0.001, per_byte_seconds=0.0,
-                     link_measured="loopback", train_examples=16_000, batch=64, steps_per_call=32, cores=2, one_host=True)
+    probe = pm.Probe(
+        step_seconds_alone=0.2,
+        step_seconds_pair=0.2,
+        weight_bytes=9_100_000,
+        weight_tensors=260,
+        gradient_bytes=9_100_000,
+        gradient_sparse=False,
+        latency_seconds=0.001,
+        per_byte_seconds=0.0,
+        link_measured="loopback",
+        train_examples=16_000,
+        batch=64,
+        steps_per_call=32,
+        cores=2,
+        one_host=True,
+    )
     predictions = pm.predict_all(probe, cost_base.link_of(probe, mbit=50), [1, 3], epochs=16, epochs_to_target=4.58)
     kinds = {}  # one of each kind: the labels without H and the wire
     for p in predictions:
-        kinds.setdefault((p.strategy, pm.diloco(p.strategy, p.options), localsgd_cost.overlapped(p.options),
-                          bool(p.options.get("sync_at_epoch_end")), p.options.get("allreduce_dtype")), p)
+        kinds.setdefault(
+            (
+                p.strategy,
+                pm.diloco(p.strategy, p.options),
+                localsgd_cost.overlapped(p.options),
+                bool(p.options.get("sync_at_epoch_end")),
+                p.options.get("allreduce_dtype"),
+            ),
+            p,
+        )
     # single, average, multiworker in 2 wires, and in 4 wires each: plain localsgd, DiLoCo, DiLoCo with syncs at each
     # epoch's end, DiLoCo with eager updates; the parameter server
     assert len(kinds) == 1 + 1 + 2 + 4 * 4 + 1
@@ -87,7 +124,8 @@ def test_every_configuration_the_advisor_can_advise_renders_with_the_values_it_p
         assert ("single" if p.workers == 1 else args.strategy) == p.strategy, sets
         if p.strategy in ("localsgd", "multiworker"):
             assert run_options(args) == {k: v for k, v in p.options.items() if k != "outer_overlap"} | (
-                {} if p.strategy != "localsgd" else {"outer_optimizer": p.options.get("outer_optimizer", "none")}), sets
+                {} if p.strategy != "localsgd" else {"outer_optimizer": p.options.get("outer_optimizer", "none")}
+            ), sets
         if localsgd_cost.overlapped(p.options):
             assert args.strategy_settings.outer_overlap == p.options["outer_overlap"], sets
 

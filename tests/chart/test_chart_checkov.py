@@ -44,8 +44,13 @@ def renderings():
 
 
 def checkov_path():
-    out = subprocess.run(["sh", str(ROOT / "tests" / "chart" / "get_checkov.sh")], capture_output=True, text=True,
-                         timeout=900, env=dict(os.environ, PYTHON=os.environ.get("PYTHON", "python3")))
+    out = subprocess.run(
+        ["sh", str(ROOT / "tests" / "chart" / "get_checkov.sh")],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=dict(os.environ, PYTHON=os.environ.get("PYTHON", "python3")),
+    )
     if out.returncode != 0:
         raise RuntimeError(f"tests/chart/get_checkov.sh failed:\n{out.stderr}")
     return out.stdout.strip().splitlines()[-1]
@@ -65,12 +70,26 @@ def findings(workdir):
         files[str(path)] = name
     for dockerfile in DOCKERFILES:
         files[str(dockerfile)] = str(dockerfile.relative_to(ROOT))
-    args = [checkov_path(), "--quiet", "--compact", "--output", "json", "--framework", "kubernetes", "dockerfile",
-            "--skip-download"]
+    args = [
+        checkov_path(),
+        "--quiet",
+        "--compact",
+        "--output",
+        "json",
+        "--framework",
+        "kubernetes",
+        "dockerfile",
+        "--skip-download",
+    ]
     for f in files:
         args += ["--file", f]
-    out = subprocess.run(args, capture_output=True, text=True, timeout=600,
-                         env=dict(os.environ, BC_SKIP_MAPPING="TRUE", CHECKOV_RUN_SCA_PACKAGE_SCAN_V2="false"))
+    out = subprocess.run(
+        args,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, BC_SKIP_MAPPING="TRUE", CHECKOV_RUN_SCA_PACKAGE_SCAN_V2="false"),
+    )
     if out.returncode not in (0, 1):  # 1: some check failed
         raise AssertionError(f"checkov failed ({out.returncode}):\n{out.stderr[-3000:]}")
     reports = json.loads(out.stdout)
@@ -95,8 +114,11 @@ def load_skips():
 
 def covers(entry, finding):
     check, where, resource = finding
-    return (entry["check"] == check and fnmatch.fnmatchcase(resource, entry["resource"])
-            and fnmatch.fnmatchcase(where, entry.get("where", "*")))
+    return (
+        entry["check"] == check
+        and fnmatch.fnmatchcase(resource, entry["resource"])
+        and fnmatch.fnmatchcase(where, entry.get("where", "*"))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -114,13 +136,16 @@ def test_every_finding_is_fixed_or_justified(found):
     skips = load_skips()
     unlisted = [f for f in found if not any(covers(e, f) for e in skips)]
     assert not unlisted, "checkov findings neither fixed nor in tests/chart/checkov-skips.yaml:\n" + "\n".join(
-        f"  {c} {w} {r}" for c, w, r in unlisted)
+        f"  {c} {w} {r}" for c, w, r in unlisted
+    )
 
 
 def test_every_skip_still_matches_a_finding(found):
     stale = [e for e in load_skips() if not any(covers(e, f) for f in found)]
-    assert not stale, "entries of tests/chart/checkov-skips.yaml that match no finding any more (remove them):\n" + "\n".join(
-        f"  {e['check']} {e.get('where', '*')} {e['resource']}" for e in stale)
+    assert not stale, (
+        "entries of tests/chart/checkov-skips.yaml that match no finding any more (remove them):\n"
+        + "\n".join(f"  {e['check']} {e.get('where', '*')} {e['resource']}" for e in stale)
+    )
 
 
 def test_the_default_rendering_has_only_the_justified_findings(found):

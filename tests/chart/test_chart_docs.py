@@ -53,7 +53,9 @@ def test_schema_and_values_have_the_same_keys():
         if shared:  # a shared definition (resources, image) may allow keys the defaults leave out
             assert set(values) <= set(props), f"{path}: {sorted(set(values) - set(props))} not in the schema"
         else:
-            assert set(values) == set(props), f"{path or '<top>'}: values {sorted(set(values) ^ set(props))} differ from the schema"
+            assert set(values) == set(props), (
+                f"{path or '<top>'}: values {sorted(set(values) ^ set(props))} differ from the schema"
+            )
         for key, value in values.items():
             sub, ref = props[key], False
             if "$ref" in sub:
@@ -66,6 +68,16 @@ def test_schema_and_values_have_the_same_keys():
 
 def test_readme_explains_how_to_run_on_a_cluster():
     readme = (CHART / "README.md").read_text()
-    for needle in ("make images", "make push REGISTRY=", "helm install dt charts/disttrain", "--set workers=5",
-                   "storage.nfs.server", "nfsServer.enabled", "kubectl logs -f", "report.json", "port-forward", "helm test"):
+    for needle in (
+        "make images",
+        "make push REGISTRY=",
+        "helm install dt charts/disttrain",
+        "--set workers=5",
+        "storage.nfs.server",
+        "nfsServer.enabled",
+        "kubectl logs -f",
+        "report.json",
+        "port-forward",
+        "helm test",
+    ):
         assert needle in readme, needle

@@ -21,7 +21,21 @@ import time
 
 import pytest
 
-from chartlib import ROOT, VARIANTS, arg, containers, is_nfs_server, load_values, main_container, one, pod_spec, render, stage_of, wait_containers, workloads
+from chartlib import (
+    ROOT,
+    VARIANTS,
+    arg,
+    containers,
+    is_nfs_server,
+    load_values,
+    main_container,
+    one,
+    pod_spec,
+    render,
+    stage_of,
+    wait_containers,
+    workloads,
+)
 
 STAGES = ("copier", "trainer", "aggregator", "server")
 
@@ -62,8 +76,11 @@ def test_every_parser_is_importable(stage):
 # the aggregator's and the server's --model-module, the aggregator's --publish-to): until that branch is
 # merged, a rendering passing one is an expected failure that names it; once merged, the whole rendering
 # is checked as any other.
-OWN_MODEL_FLAGS = {"copier": ("--label-column", "--problem"), "aggregator": ("--model-module", "--publish-to"),
-                   "server": ("--model-module",)}
+OWN_MODEL_FLAGS = {
+    "copier": ("--label-column", "--problem"),
+    "aggregator": ("--model-module", "--publish-to"),
+    "server": ("--model-module",),
+}
 
 
 def pending_own_model_flags(docs):
@@ -71,7 +88,10 @@ def pending_own_model_flags(docs):
     for doc in workloads(docs):
         for c in pod_spec(doc)["containers"]:
             for flag in OWN_MODEL_FLAGS.get(c["name"], ()):
-                if flag in (c.get("args") or []) and flag not in pathlib.Path(import_main(c["name"]).__file__).read_text():
+                if (
+                    flag in (c.get("args") or [])
+                    and flag not in pathlib.Path(import_main(c["name"]).__file__).read_text()
+                ):
                     pending.append(f"disttrain-{c['name']} {flag}")
     return pending
 
@@ -147,13 +167,18 @@ def check_meaning(stage, parsed, values, docs):
         assert getattr(own, "sync_every", None) == values.get("syncEvery")
         if values["strategy"] == "localsgd" and values["outerOptimizer"] == "nesterov":
             assert (own.outer_optimizer, own.outer_lr, own.outer_momentum) == (
-                "nesterov", pytest.approx(float(values["outerLearningRate"])), pytest.approx(float(values["outerMomentum"])))
+                "nesterov",
+                pytest.approx(float(values["outerLearningRate"])),
+                pytest.approx(float(values["outerMomentum"])),
+            )
         else:  # plain averaging (localsgd's default), or not localsgd
             assert getattr(own, "outer_optimizer", None) == ("none" if values["strategy"] == "localsgd" else None)
         localsgd = values["strategy"] == "localsgd"
         assert getattr(own, "outer_overlap", None) == (values["outerOverlap"] if localsgd else None)
         assert getattr(own, "sync_at_epoch_end", None) == (bool(values["syncAtEpochEnd"]) if localsgd else None)
-        assert getattr(own, "sync_batch_norm_batches", None) == (values.get("syncBatchNormBatches") if localsgd else None)
+        assert getattr(own, "sync_batch_norm_batches", None) == (
+            values.get("syncBatchNormBatches") if localsgd else None
+        )
         assert own.validation_fraction == pytest.approx(float(values["trainer"]["validationFraction"] or 0))
         assert parsed.progress_interval == pytest.approx(float(values["trainer"]["progressIntervalSeconds"]))
         assert parsed.optimizer == values["optimizer"]
@@ -168,13 +193,17 @@ def check_meaning(stage, parsed, values, docs):
             # the addresses the trainer will put into TF_CONFIG
             from disttrain_trainer.cluster import build_tf_config, default_host_pattern
 
-            config = build_tf_config(workers, 1, default_host_pattern(parsed.service), parsed.job, parsed.service, parsed.port)
+            config = build_tf_config(
+                workers, 1, default_host_pattern(parsed.service), parsed.job, parsed.service, parsed.port
+            )
             assert config["cluster"]["worker"][1] == f"{job['metadata']['name']}-1.{parsed.service}:{parsed.port}"
         if values["strategy"] == "parameterserver":  # pod 1 is the first parameter server
             from disttrain_trainer.cluster import build_ps_tf_config, default_host_pattern
 
             assert own.ps == values["parameterServers"]
-            config = build_ps_tf_config(own.ps, workers, 1, default_host_pattern(parsed.service), parsed.job, parsed.service, parsed.port)
+            config = build_ps_tf_config(
+                own.ps, workers, 1, default_host_pattern(parsed.service), parsed.job, parsed.service, parsed.port
+            )
             assert config["task"] == {"type": "ps", "index": 0}
             assert config["cluster"]["ps"] == [f"{job['metadata']['name']}-1.{parsed.service}:{parsed.port}"]
             assert job["spec"]["completions"] == job["spec"]["parallelism"] == 1 + own.ps + workers
@@ -203,9 +232,12 @@ def check_meaning(stage, parsed, values, docs):
         assert bool(parsed.read_only_gallery) == server["gallery"]["readOnly"]
         hosts = parsed.allowed_hosts
         hosts = hosts.split(",") if isinstance(hosts, str) else list(hosts or [])
-        assert hosts[:len(server["allowedHosts"])] == server["allowedHosts"]
+        assert hosts[: len(server["allowedHosts"])] == server["allowedHosts"]
         if server["auth"]["enabled"]:
-            assert parsed.api_token_file.endswith("/token") and getattr(parsed, "api_token", "t" * 43) in ("t" * 43, b"t" * 43)
+            assert parsed.api_token_file.endswith("/token") and getattr(parsed, "api_token", "t" * 43) in (
+                "t" * 43,
+                b"t" * 43,
+            )
             assert parsed.token_required_for == server["auth"]["requiredFor"]
         else:
             assert parsed.api_token_file is None
@@ -324,10 +356,17 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         loading = time.monotonic() - self.started < self.ready_after
         if self.tfserving:
             if self.path == "/v1/models/disttrain":
-                return self.reply(200, {"model_version_status": [{"version": "1", "state": "LOADING" if loading else "AVAILABLE"}]})
+                return self.reply(
+                    200, {"model_version_status": [{"version": "1", "state": "LOADING" if loading else "AVAILABLE"}]}
+                )
             if self.path == "/v1/models/disttrain/metadata" and not loading:
-                return self.reply(200, {"model_spec": {"name": "disttrain", "version": "1"},
-                                        "metadata": {"signature_def": {"signature_def": self.signatures}}})
+                return self.reply(
+                    200,
+                    {
+                        "model_spec": {"name": "disttrain", "version": "1"},
+                        "metadata": {"signature_def": {"signature_def": self.signatures}},
+                    },
+                )
             return self.reply(404, {"error": f"Malformed request: GET {self.path}"})
         if self.path == "/readyz":
             if time.monotonic() - self.started < self.ready_after:
@@ -338,7 +377,9 @@ class StandIn(http.server.BaseHTTPRequestHandler):
         if self.path == "/v1/models/disttrain":
             return self.reply(200, {"model_version_status": [{"state": "AVAILABLE"}]})
         if self.path == "/v1/models/disttrain/metadata" and self.embedding_size:
-            return self.reply(200, {"metadata": {"disttrain": {"task": "faces", "embedding_size": self.embedding_size}}})
+            return self.reply(
+                200, {"metadata": {"disttrain": {"task": "faces", "embedding_size": self.embedding_size}}}
+            )
         self.reply(404, {"error": "not found"})
 
     def do_POST(self):
@@ -367,7 +408,7 @@ class StandIn(http.server.BaseHTTPRequestHandler):
             return self.reply(422, {"error": str(err)})
         type(self).received.append(batch)
         if self.embedding_size:
-            value = self.probabilities or [1.0 / self.embedding_size ** 0.5] * self.embedding_size
+            value = self.probabilities or [1.0 / self.embedding_size**0.5] * self.embedding_size
             return self.reply(200, {"predictions": [value for _ in range(len(batch))]})
         n = len(self.labels)
         self.reply(200, {"predictions": [self.probabilities or [1.0 / n] * n for _ in range(len(batch))]})
@@ -386,13 +427,23 @@ def stand_in():
     yield server
     server.shutdown()
     server.server_close()
-    for key, value in (("spec", {"kind": "text"}), ("labels", ["negative", "positive"]), ("ready_after", 0.0), ("probabilities", None),
-                       ("embedding_size", None), ("token", None), ("tfserving", False), ("regression", None),
-                       ("signatures", {"serving_default": {"inputs": {"text": {"dtype": "DT_STRING"}}}})):
+    for key, value in (
+        ("spec", {"kind": "text"}),
+        ("labels", ["negative", "positive"]),
+        ("ready_after", 0.0),
+        ("probabilities", None),
+        ("embedding_size", None),
+        ("token", None),
+        ("tfserving", False),
+        ("regression", None),
+        ("signatures", {"serving_default": {"inputs": {"text": {"dtype": "DT_STRING"}}}}),
+    ):
         setattr(StandIn, key, value)
 
 
-def run_test_pod(server, tmp_path, manifest=None, timeout="10", sets=(), token="s3cret-token", manifest_name="manifest.json"):
+def run_test_pod(
+    server, tmp_path, manifest=None, timeout="10", sets=(), token="s3cret-token", manifest_name="manifest.json"
+):
     pod = one(render(sets=sets), "Pod")
     (c,) = pod_spec(pod)["containers"]
     command = list(c["command"])
@@ -411,7 +462,9 @@ def run_test_pod(server, tmp_path, manifest=None, timeout="10", sets=(), token="
 
 
 def test_helm_test_predicts_a_text(stand_in, tmp_path):
-    out = run_test_pod(stand_in, tmp_path, {"task": "text", "labels": ["negative", "positive"], "input": {"kind": "text"}})
+    out = run_test_pod(
+        stand_in, tmp_path, {"task": "text", "labels": ["negative", "positive"], "input": {"kind": "text"}}
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     (batch,) = StandIn.received
     assert batch.shape == (1, 1) and "moving" in batch[0, 0]
@@ -428,8 +481,11 @@ def test_helm_test_predicts_a_blank_image(stand_in, tmp_path):
     assert batch.shape == (1, 8, 8, 1)
 
 
-FACES_MANIFEST = {"task": "faces", "labels": [f"lfw-{i:03d}" for i in range(99)],
-                  "input": {"kind": "image", "height": 32, "width": 32, "channels": 1}}
+FACES_MANIFEST = {
+    "task": "faces",
+    "labels": [f"lfw-{i:03d}" for i in range(99)],
+    "input": {"kind": "image", "height": 32, "width": 32, "channels": 1},
+}
 
 
 def test_helm_test_checks_a_faces_embedding(stand_in, tmp_path):
@@ -471,13 +527,23 @@ def test_helm_test_reports_a_rejected_request(stand_in, tmp_path):
     assert out.returncode != 0 and "HTTP 422" in out.stderr
 
 
-TABLE_INPUT = {"kind": "table", "name": "features", "shape": [3], "dtype": "float32", "features": ["age", "bmi", "bp"],
-               "statistics": {"mean": [40.0, 25.5, 120.0], "variance": [1.0, 1.0, 1.0], "min": [0, 0, 0], "max": [99, 50, 200]}}
+TABLE_INPUT = {
+    "kind": "table",
+    "name": "features",
+    "shape": [3],
+    "dtype": "float32",
+    "features": ["age", "bmi", "bp"],
+    "statistics": {"mean": [40.0, 25.5, 120.0], "variance": [1.0, 1.0, 1.0], "min": [0, 0, 0], "max": [99, 50, 200]},
+}
 
 
 def test_helm_test_sends_a_table_model_a_row_of_the_feature_means(stand_in, tmp_path):
     StandIn.spec, StandIn.labels = TABLE_INPUT, ["benign", "malignant"]
-    out = run_test_pod(stand_in, tmp_path, {"task": "table", "problem": "classification", "labels": StandIn.labels, "input": TABLE_INPUT})
+    out = run_test_pod(
+        stand_in,
+        tmp_path,
+        {"task": "table", "problem": "classification", "labels": StandIn.labels, "input": TABLE_INPUT},
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert StandIn.received == [[[40.0, 25.5, 120.0]]]
     assert "OK" in out.stdout
@@ -497,12 +563,19 @@ def test_helm_test_sends_named_inputs_to_a_multi_input_model(stand_in, tmp_path)
 
     StandIn.spec, StandIn.labels = TABLE_INPUT, ["no", "yes"]
     (tmp_path / "final").mkdir()
-    inputs = [{"name": "age", "shape": [1], "dtype": "float32"}, {"name": "bmi", "shape": [], "dtype": "float32"},
-              {"name": "bp", "shape": [1], "dtype": "float32"}]
+    inputs = [
+        {"name": "age", "shape": [1], "dtype": "float32"},
+        {"name": "bmi", "shape": [], "dtype": "float32"},
+        {"name": "bp", "shape": [1], "dtype": "float32"},
+    ]
     with zipfile.ZipFile(tmp_path / "final" / "model.keras", "w") as archive:
         archive.writestr("disttrain.json", json.dumps({"inputs": inputs}))
-    out = run_test_pod(stand_in, tmp_path, {"task": "table", "labels": StandIn.labels, "input": TABLE_INPUT},
-                       manifest_name="data/manifest.json")
+    out = run_test_pod(
+        stand_in,
+        tmp_path,
+        {"task": "table", "labels": StandIn.labels, "input": TABLE_INPUT},
+        manifest_name="data/manifest.json",
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert StandIn.received == [[{"age": [40.0], "bmi": 25.5, "bp": [120.0]}]]
 
@@ -531,7 +604,9 @@ def test_every_container_keeps_its_termination_message_where_the_stages_write_it
             continue
         for c in containers(pod_spec(doc)):
             assert c.get("terminationMessagePath") == TERMINATION_LOG, f"{doc['metadata']['name']}/{c['name']}"
-            assert c.get("terminationMessagePolicy") == "FallbackToLogsOnError", f"{doc['metadata']['name']}/{c['name']}"
+            assert c.get("terminationMessagePolicy") == "FallbackToLogsOnError", (
+                f"{doc['metadata']['name']}/{c['name']}"
+            )
             seen += 1
     assert seen >= 8
 
@@ -560,15 +635,24 @@ def test_helm_test_checks_that_requiredfor_all_refuses_a_call_without_the_token(
 
 
 def test_helm_test_without_auth_sends_no_token(stand_in, tmp_path):
-    out = run_test_pod(stand_in, tmp_path, TEXT_MANIFEST, sets=("server.auth.enabled=false", "server.gallery.readOnly=true",
-                                                               "server.auth.publicFaceSearch=true"))
+    out = run_test_pod(
+        stand_in,
+        tmp_path,
+        TEXT_MANIFEST,
+        sets=("server.auth.enabled=false", "server.gallery.readOnly=true", "server.auth.publicFaceSearch=true"),
+    )
     assert out.returncode == 0, out.stdout + out.stderr
     assert StandIn.authorizations == [None]
 
 
 # ---------------------------------------------- the helm test pod's python, server.backend tfserving
 
-TFSERVING = ("server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP", "server.allowedHosts=null")
+TFSERVING = (
+    "server.backend=tfserving",
+    "server.auth.enabled=false",
+    "server.service.type=ClusterIP",
+    "server.allowedHosts=null",
+)
 
 
 def test_helm_test_against_tfserving_waits_for_available_then_predicts_a_text(stand_in, tmp_path):
@@ -608,10 +692,17 @@ def test_helm_test_against_tfserving_predicts_a_blank_image(stand_in, tmp_path):
 @pytest.mark.parametrize("embedding, ok", [([0.125] * 64, True), ([0.5] * 64, False)])
 def test_helm_test_against_tfserving_checks_a_unit_embedding_without_our_metadata(stand_in, tmp_path, embedding, ok):
     """TF Serving's /metadata has no embedding_size (the stand-in's has none either): the unit length is checked."""
-    StandIn.tfserving, StandIn.spec, StandIn.embedding_size, StandIn.probabilities = True, FACES_MANIFEST["input"], 64, embedding
+    StandIn.tfserving, StandIn.spec, StandIn.embedding_size, StandIn.probabilities = (
+        True,
+        FACES_MANIFEST["input"],
+        64,
+        embedding,
+    )
     StandIn.signatures = {"serving_default": {"inputs": {"face": {"dtype": "DT_UINT8"}}}}
     out = run_test_pod(stand_in, tmp_path, FACES_MANIFEST, sets=TFSERVING)
     if ok:
-        assert out.returncode == 0 and "an embedding of 64 values, norm 1.0000: OK" in out.stdout, out.stdout + out.stderr
+        assert out.returncode == 0 and "an embedding of 64 values, norm 1.0000: OK" in out.stdout, (
+            out.stdout + out.stderr
+        )
     else:
         assert out.returncode != 0 and "unit-length embedding of 64 values" in out.stderr

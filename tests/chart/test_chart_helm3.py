@@ -20,7 +20,9 @@ def test_helm3_lints_and_renders_like_helm4(variant):
     values = str(CI_VALUES / VARIANTS[variant])
     assert "0 chart(s) failed" in helm("lint", "--strict", str(CHART), "-f", values, major=3).stdout
     for kube in ("1.28.0", "1.33.0"):
-        out = helm("template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube, "-f", values, major=3)
+        out = helm(
+            "template", RELEASE, str(CHART), "--namespace", NAMESPACE, "--kube-version", kube, "-f", values, major=3
+        )
         assert without_token(out.stdout) == without_token(_render(variant, (), kube, None, ()))
 
 
@@ -41,10 +43,26 @@ def without_token(manifests):
     ],
 )
 def test_helm3_schema_refusals_are_clear(sets, expected):
-    err = render_error(sets=tuple(sets), extra=("--set", "storage.storageClass=nfs-client") if "storage.storageClass=" not in sets else (), major=3)
+    err = render_error(
+        sets=tuple(sets),
+        extra=("--set", "storage.storageClass=nfs-client") if "storage.storageClass=" not in sets else (),
+        major=3,
+    )
     assert expected in err, err
 
 
 def test_helm3_accepts_decimal_strings_from_set():
-    helm("template", RELEASE, str(CHART), "--set", "storage.storageClass=x", "--set", "server.allowedHosts={demo.example.com}", "--set", "learningRate=0.0003",
-         "--set", "data.testFraction=0.25", major=3)
+    helm(
+        "template",
+        RELEASE,
+        str(CHART),
+        "--set",
+        "storage.storageClass=x",
+        "--set",
+        "server.allowedHosts={demo.example.com}",
+        "--set",
+        "learningRate=0.0003",
+        "--set",
+        "data.testFraction=0.25",
+        major=3,
+    )

@@ -19,7 +19,9 @@ import yaml
 
 from chartlib import KUBE_VERSIONS, ROOT, arg, one, pod_spec, render
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)")
+kubernetes_validate = pytest.importorskip(
+    "kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)"
+)
 
 LAUNCHER = os.path.join(ROOT, "pipelines", "kfp", "trainer_job.py")
 STRATEGIES = ("average", "multiworker", "localsgd", "parameterserver")
@@ -28,20 +30,63 @@ NAME = f"disttrain-{RUN_ID}"  # the pipeline's Job name
 
 
 # the options the pipeline passes as --flag=VALUE, with its defaults ("": unset)
-PIPELINE_OPTIONS = {"--learning-rate": "", "--validation-fraction": "", "--model-file": "", "--sync-every": "",
-                    "--allreduce-dtype": "float32", "--ps": "1", "--outer-optimizer": "none", "--outer-lr": "0.7",
-                    "--outer-momentum": "0.9", "--outer-overlap": "none", "--sync-at-epoch-end": "false", "--sync-batch-norm-batches": "", "--dp-l2-clip": "",
-                    "--dp-noise-multiplier": "", "--dp-delta": "", "--threads": "0", "--malloc": "tuned",
-                    "--heartbeat-timeout": "120"}
+PIPELINE_OPTIONS = {
+    "--learning-rate": "",
+    "--validation-fraction": "",
+    "--model-file": "",
+    "--sync-every": "",
+    "--allreduce-dtype": "float32",
+    "--ps": "1",
+    "--outer-optimizer": "none",
+    "--outer-lr": "0.7",
+    "--outer-momentum": "0.9",
+    "--outer-overlap": "none",
+    "--sync-at-epoch-end": "false",
+    "--sync-batch-norm-batches": "",
+    "--dp-l2-clip": "",
+    "--dp-noise-multiplier": "",
+    "--dp-delta": "",
+    "--threads": "0",
+    "--malloc": "tuned",
+    "--heartbeat-timeout": "120",
+}
 
 
 def launch_dry_run(strategy, *overrides):
     """The launcher as the pipeline calls it (pipeline.py's trainer_job task); overrides: "--flag=VALUE"."""
     options = dict(PIPELINE_OPTIONS, **dict(o.split("=", 1) for o in overrides))
-    args = [sys.executable, LAUNCHER, "--name", NAME, "--namespace", "ml", "--image", "disttrain-trainer:1.0",
-            "--port", "12345", "--claim", "disttrain-workdir", "--mount", "/workdir", "--dry-run", "--",
-            "--workdir", f"/workdir/run-{RUN_ID}", "--strategy", strategy, "--epochs", "5", "--batch", "64",
-            "--optimizer=", "--seed", "42", "--workers", "2", *(f"{k}={v}" for k, v in options.items())]
+    args = [
+        sys.executable,
+        LAUNCHER,
+        "--name",
+        NAME,
+        "--namespace",
+        "ml",
+        "--image",
+        "disttrain-trainer:1.0",
+        "--port",
+        "12345",
+        "--claim",
+        "disttrain-workdir",
+        "--mount",
+        "/workdir",
+        "--dry-run",
+        "--",
+        "--workdir",
+        f"/workdir/run-{RUN_ID}",
+        "--strategy",
+        strategy,
+        "--epochs",
+        "5",
+        "--batch",
+        "64",
+        "--optimizer=",
+        "--seed",
+        "42",
+        "--workers",
+        "2",
+        *(f"{k}={v}" for k, v in options.items()),
+    ]
     out = subprocess.run(args, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     job, service = map(json.loads, out.stdout.splitlines())
@@ -52,8 +97,12 @@ def effective_args(container):
     """The arguments disttrain-trainer gets: the container's command (the unset-option wrapper) run with `printf`."""
     command = container["command"]
     assert command[:2] == ["sh", "-c"] and command[-1] == "disttrain-trainer"
-    shown = subprocess.run(["sh", "-c", command[2], command[3], "printf", "%s\\n", *container["args"]],
-                           capture_output=True, text=True, timeout=30)
+    shown = subprocess.run(
+        ["sh", "-c", command[2], command[3], "printf", "%s\\n", *container["args"]],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return shown.stdout.splitlines()
 
 
@@ -90,18 +139,35 @@ def test_the_validator_catches_a_wrong_field():
 
 # (strategy, the pipeline's arguments for the launcher, the same settings as chart values)
 SETTINGS = [(strategy, (), ()) for strategy in STRATEGIES] + [
-    ("localsgd", ("--sync-every=500", "--outer-optimizer=nesterov", "--outer-lr=0.5", "--outer-momentum=0.8"),
-     ("syncEvery=500", "outerOptimizer=nesterov", "outerLearningRate=0.5", "outerMomentum=0.8")),
+    (
+        "localsgd",
+        ("--sync-every=500", "--outer-optimizer=nesterov", "--outer-lr=0.5", "--outer-momentum=0.8"),
+        ("syncEvery=500", "outerOptimizer=nesterov", "outerLearningRate=0.5", "outerMomentum=0.8"),
+    ),
     ("localsgd", ("--sync-batch-norm-batches=0",), ("syncBatchNormBatches=0",)),
-    ("localsgd", ("--outer-optimizer=nesterov", "--outer-overlap=eager"), ("outerOptimizer=nesterov", "outerOverlap=eager")),
-    ("localsgd", ("--outer-optimizer=nesterov", "--sync-at-epoch-end=true"), ("outerOptimizer=nesterov", "syncAtEpochEnd=true")),
+    (
+        "localsgd",
+        ("--outer-optimizer=nesterov", "--outer-overlap=eager"),
+        ("outerOptimizer=nesterov", "outerOverlap=eager"),
+    ),
+    (
+        "localsgd",
+        ("--outer-optimizer=nesterov", "--sync-at-epoch-end=true"),
+        ("outerOptimizer=nesterov", "syncAtEpochEnd=true"),
+    ),
     ("parameterserver", ("--ps=2",), ("parameterServers=2",)),
-    ("multiworker", ("--dp-l2-clip=1.0", "--dp-noise-multiplier=1.1", "--dp-delta=1e-05"),
-     ("trainer.privacy.l2Clip=1.0", "trainer.privacy.noiseMultiplier=1.1", "trainer.privacy.delta=1e-05")),
+    (
+        "multiworker",
+        ("--dp-l2-clip=1.0", "--dp-noise-multiplier=1.1", "--dp-delta=1e-05"),
+        ("trainer.privacy.l2Clip=1.0", "trainer.privacy.noiseMultiplier=1.1", "trainer.privacy.delta=1e-05"),
+    ),
     ("average", ("--optimizer=sgd",), ("optimizer=sgd",)),
     # a slow link's syncs: a longer heartbeat timeout; one thread and glibc's malloc
-    ("multiworker", ("--heartbeat-timeout=600", "--threads=1", "--malloc=glibc"),
-     ("trainer.heartbeatTimeoutSeconds=600", "trainer.threads=1", "trainer.malloc=glibc")),
+    (
+        "multiworker",
+        ("--heartbeat-timeout=600", "--threads=1", "--malloc=glibc"),
+        ("trainer.heartbeatTimeoutSeconds=600", "trainer.threads=1", "trainer.malloc=glibc"),
+    ),
     ("parameterserver", ("--heartbeat-timeout=600",), ("trainer.heartbeatTimeoutSeconds=600",)),
 ]
 
@@ -111,8 +177,16 @@ def test_the_job_is_the_charts_trainer_job(strategy, ours, values):
     job, service = launch_dry_run(strategy, *ours)
     chart_job = one(render(sets=(f"strategy={strategy}", *values), kube_version="1.29.0"), "Job", "trainer")
     spec, chart_spec = job["spec"], chart_job["spec"]
-    for key in ("completionMode", "completions", "parallelism", "maxFailedIndexes", "podReplacementPolicy",
-                "podFailurePolicy", "backoffLimitPerIndex", "activeDeadlineSeconds"):
+    for key in (
+        "completionMode",
+        "completions",
+        "parallelism",
+        "maxFailedIndexes",
+        "podReplacementPolicy",
+        "podFailurePolicy",
+        "backoffLimitPerIndex",
+        "activeDeadlineSeconds",
+    ):
         assert spec[key] == chart_spec[key], key
     pod, chart_pod = pod_spec(job), pod_spec(chart_job)
     for key in ("restartPolicy", "terminationGracePeriodSeconds", "securityContext", "automountServiceAccountToken"):
@@ -144,10 +218,30 @@ def test_a_parameter_server_job_has_a_chief_and_its_servers():
 
 
 def test_the_launcher_refuses_trainer_arguments_without_workers():
-    out = subprocess.run([sys.executable, LAUNCHER, "--name", NAME, "--image", "i", "--claim", "c", "--dry-run", "--",
-                          "--strategy", "average"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            LAUNCHER,
+            "--name",
+            NAME,
+            "--image",
+            "i",
+            "--claim",
+            "c",
+            "--dry-run",
+            "--",
+            "--strategy",
+            "average",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 2 and out.stdout == ""
-    assert out.stderr.strip().splitlines()[-1] == "trainer_job.py: error: the trainer arguments must give --workers, at least 1"
+    assert (
+        out.stderr.strip().splitlines()[-1]
+        == "trainer_job.py: error: the trainer arguments must give --workers, at least 1"
+    )
 
 
 # ------------------------------------------------ the server of the published model, the launcher's rights
@@ -180,7 +274,9 @@ def test_the_server_serves_what_the_aggregator_publishes_and_takes_its_arguments
     aggregator = pipeline["deploymentSpec"]["executors"]["exec-aggregator"]["container"]["args"]
     savefile = aggregator[aggregator.index("--savefile") + 1]
     root = pipeline["root"]["inputDefinitions"]["parameters"]["workdir_root"]["defaultValue"]
-    assert savefile.replace("{{$.inputs.parameters['workdir_root']}}", root) == args.model == "/workdir/final/model.keras"
+    assert (
+        savefile.replace("{{$.inputs.parameters['workdir_root']}}", root) == args.model == "/workdir/final/model.keras"
+    )
     chart = one(render(sets=("storage.existingClaim=wd",)), "Deployment", "server")
     (chart_container,) = [c for c in pod_spec(chart)["containers"] if c["name"] == "server"]
     for key in ("securityContext", "startupProbe", "livenessProbe", "readinessProbe"):
@@ -193,12 +289,19 @@ def test_the_server_serves_what_the_aggregator_publishes_and_takes_its_arguments
 
 def test_the_launchers_role_allows_exactly_the_calls_it_makes():
     calls = set(re.findall(r"\.((?:create|read|list|delete|patch)_namespaced_\w+)\(", open(LAUNCHER).read()))
-    needs = {"create_namespaced_job": ("batch", "jobs", "create"),
-             "create_namespaced_service": ("", "services", "create"),
-             "read_namespaced_job_status": ("batch", "jobs/status", "get"),
-             "list_namespaced_pod": ("", "pods", "list")}
+    needs = {
+        "create_namespaced_job": ("batch", "jobs", "create"),
+        "create_namespaced_service": ("", "services", "create"),
+        "read_namespaced_job_status": ("batch", "jobs/status", "get"),
+        "list_namespaced_pod": ("", "pods", "list"),
+    }
     assert calls == set(needs)
     role = one(kfp_manifests("launcher-rbac.yaml"), "Role")
-    granted = {(group, resource, verb) for rule in role["rules"] for group in rule["apiGroups"]
-               for resource in rule["resources"] for verb in rule["verbs"]}
+    granted = {
+        (group, resource, verb)
+        for rule in role["rules"]
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+        for verb in rule["verbs"]
+    }
     assert granted == set(needs.values())

@@ -35,8 +35,14 @@ def sdk_verdicts(documents):
 
 
 BAD = [
-    ({"predictor": {"model": {"modelFormat": {"name": "tensorflow"}, "storageURI": "pvc://x"}}}, "'storageURI' is not a field of V1beta1ModelSpec"),
-    ({"predictor": {"tensorflow": {"storageUri": "pvc://x"}, "replicas": 1}}, "'replicas' is not a field of V1beta1PredictorSpec"),
+    (
+        {"predictor": {"model": {"modelFormat": {"name": "tensorflow"}, "storageURI": "pvc://x"}}},
+        "'storageURI' is not a field of V1beta1ModelSpec",
+    ),
+    (
+        {"predictor": {"tensorflow": {"storageUri": "pvc://x"}, "replicas": 1}},
+        "'replicas' is not a field of V1beta1PredictorSpec",
+    ),
     ({"predictor": {"model": {"resources": {"limits": ["1"]}}}}, "spec.predictor.model.resources.limits: not a map"),
 ]
 
@@ -79,4 +85,6 @@ def test_the_readme_shows_the_example():
     body = "\n".join(line for line in EXAMPLE.read_text().splitlines() if not line.startswith("#"))
     (block,) = re.findall(r"\n( *)```yaml\n(.*?)\n\1```", readme, re.S)  # in a list item: indented
     assert textwrap.dedent(block[1]) == body
-    assert "charts/disttrain/examples/kserve-inferenceservice.yaml" in (ROOT / "docs" / "serving.md").read_text()  # the serving page tells it
+    assert (
+        "charts/disttrain/examples/kserve-inferenceservice.yaml" in (ROOT / "docs" / "serving.md").read_text()
+    )  # the serving page tells it

@@ -65,7 +65,10 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
     [
         (["workers=0"], ["/workers", "minimum"]),
         (["workers=-3"], ["/workers", "minimum"]),
-        (["workers=2", "storage.accessMode=ReadWriteOnce"], ["storage.accessMode ReadWriteOnce cannot be shared", "ReadWriteMany", "workers=1"]),
+        (
+            ["workers=2", "storage.accessMode=ReadWriteOnce"],
+            ["storage.accessMode ReadWriteOnce cannot be shared", "ReadWriteMany", "workers=1"],
+        ),
         (["storage.accessMode=ReadWriteOncePod", "workers=1"], ["/storage/accessMode"]),
         (["strategy=allreduce"], ["/strategy", "average", "multiworker", "localsgd"]),
         (["strategy=localsgd", "syncEvery=0"], ["/syncEvery"]),
@@ -73,20 +76,37 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["strategy=localsgd", "learningRate=0"], ["/learningRate"]),
         (["optimizer=rmsprop"], ["/optimizer", "adam", "lazyadam", "sgd"]),
         (["strategy=localsgd", "allreduceDtype=bfloat16"], ["/allreduceDtype", "float16"]),
-        (["strategy=average", "allreduceDtype=float16"], ["allreduceDtype applies to the strategies whose workers all-reduce", "not average"]),
+        (
+            ["strategy=average", "allreduceDtype=float16"],
+            ["allreduceDtype applies to the strategies whose workers all-reduce", "not average"],
+        ),
         (["strategy=localsgd", "outerOptimizer=adamw"], ["/outerOptimizer", "nesterov"]),
         (["strategy=localsgd", "outerOptimizer=nesterov", "outerLearningRate=0"], ["/outerLearningRate"]),
         (["strategy=localsgd", "outerOptimizer=nesterov", "outerMomentum=1"], ["/outerMomentum"]),
         (["strategy=localsgd", "outerOptimizer=nesterov", "outerMomentum=-0.1"], ["/outerMomentum"]),
-        (["strategy=multiworker", "outerOptimizer=nesterov"], ["outerOptimizer applies to strategy localsgd, not multiworker"]),
+        (
+            ["strategy=multiworker", "outerOptimizer=nesterov"],
+            ["outerOptimizer applies to strategy localsgd, not multiworker"],
+        ),
         (["strategy=localsgd", "outerOptimizer=nesterov", "outerOverlap=sometimes"], ["/outerOverlap", "eager"]),
-        (["strategy=multiworker", "outerOverlap=eager"], ["outerOverlap applies to strategy localsgd, not multiworker"]),
+        (
+            ["strategy=multiworker", "outerOverlap=eager"],
+            ["outerOverlap applies to strategy localsgd, not multiworker"],
+        ),
         (["strategy=average", "syncAtEpochEnd=true"], ["syncAtEpochEnd applies to strategy localsgd, not average"]),
-        (["strategy=localsgd", "outerOptimizer=nesterov", "outerOverlap=eager", "syncAtEpochEnd=true"],
-         ["syncAtEpochEnd does not go with outerOverlap eager"]),
+        (
+            ["strategy=localsgd", "outerOptimizer=nesterov", "outerOverlap=eager", "syncAtEpochEnd=true"],
+            ["syncAtEpochEnd does not go with outerOverlap eager"],
+        ),
         (["strategy=localsgd", "syncAtEpochEnd=yes"], ["/syncAtEpochEnd", "boolean"]),
-        (["strategy=multiworker", "allreduceDtype=int8"], ["allreduceDtype int8 applies to strategy localsgd, not multiworker"]),
-        (["strategy=multiworker", "allreduceDtype=int4"], ["allreduceDtype int4 applies to strategy localsgd, not multiworker"]),
+        (
+            ["strategy=multiworker", "allreduceDtype=int8"],
+            ["allreduceDtype int8 applies to strategy localsgd, not multiworker"],
+        ),
+        (
+            ["strategy=multiworker", "allreduceDtype=int4"],
+            ["allreduceDtype int4 applies to strategy localsgd, not multiworker"],
+        ),
         (["strategy=parameterserver", "parameterServers=0"], ["parameterServers >= 1 with strategy parameterserver"]),
         (["parameterServers=-1"], ["/parameterServers", "minimum"]),
         (["trainer.peerWaitSeconds=-1"], ["/trainer/peerWaitSeconds", "minimum"]),
@@ -114,10 +134,20 @@ STORAGE = ["--set", "storage.storageClass=nfs-client"]
         (["server.liveProgress=yes"], ["/server/liveProgress", "boolean"]),
         (["server.dashboard.enabled=yes"], ["/server/dashboard/enabled", "boolean"]),
         (["server.dashboard.listAll=true"], ["/server/dashboard", "listAll"]),
-        (["strategy=multiworker", "aggregator.combine=ensemble"],
-         ["aggregator.combine ensemble needs one model per worker (strategy average); a multiworker run's workers end with one shared model"]),
-        (["aggregator.combine=best"], ["aggregator.combine best ranks the workers by their validation accuracy: set trainer.validationFraction"]),
-        (["strategy=localsgd", "trainer.validationFraction=0.1"], ["trainer.validationFraction applies to strategy average, not localsgd"]),
+        (
+            ["strategy=multiworker", "aggregator.combine=ensemble"],
+            [
+                "aggregator.combine ensemble needs one model per worker (strategy average); a multiworker run's workers end with one shared model"
+            ],
+        ),
+        (
+            ["aggregator.combine=best"],
+            ["aggregator.combine best ranks the workers by their validation accuracy: set trainer.validationFraction"],
+        ),
+        (
+            ["strategy=localsgd", "trainer.validationFraction=0.1"],
+            ["trainer.validationFraction applies to strategy average, not localsgd"],
+        ),
     ],
 )
 def test_schema_rejects_nonsense(sets, expected):
@@ -134,14 +164,41 @@ def test_schema_rejects_no_storage_naming_every_choice(sets):
         assert field in err, err
 
 
-@pytest.mark.parametrize("storage", [["storage.storageClass=x"], ["storage.existingClaim=c"], ["storage.nfs.server=10.0.0.1"],
-                                     ["nfsServer.enabled=true", "nfsServer.networkPolicy.allowedCIDRs={10.0.0.0/8}"], ["storage.storageClass=-"]])
+@pytest.mark.parametrize(
+    "storage",
+    [
+        ["storage.storageClass=x"],
+        ["storage.existingClaim=c"],
+        ["storage.nfs.server=10.0.0.1"],
+        ["nfsServer.enabled=true", "nfsServer.networkPolicy.allowedCIDRs={10.0.0.0/8}"],
+        ["storage.storageClass=-"],
+    ],
+)
 def test_schema_accepts_each_storage_choice(storage):
-    helm("template", "dt", str(CHART), "--set", "server.allowedHosts={demo.example.com}", *sum((["--set", s] for s in storage), []))
+    helm(
+        "template",
+        "dt",
+        str(CHART),
+        "--set",
+        "server.allowedHosts={demo.example.com}",
+        *sum((["--set", s] for s in storage), []),
+    )
 
 
 def test_rwo_is_fine_with_one_worker():
-    helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", "--set", "server.allowedHosts={demo.example.com}", "--set", "workers=1", "--set", "storage.accessMode=ReadWriteOnce")
+    helm(
+        "template",
+        "dt",
+        str(CHART),
+        "--set",
+        "storage.storageClass=x",
+        "--set",
+        "server.allowedHosts={demo.example.com}",
+        "--set",
+        "workers=1",
+        "--set",
+        "storage.accessMode=ReadWriteOnce",
+    )
 
 
 # The same rules in the templates (clear messages when the schema is skipped: --skip-schema-validation).
@@ -162,13 +219,22 @@ def test_template_fail_messages(sets, expected):
 
 def test_template_lists_every_problem_in_one_error():
     """Independent mistakes (checks of _helpers.tpl and _objectstore.tpl) in one error: a line each under one header."""
-    sets = ("storage.existingClaim=c", "storage.nfs.server=10.0.0.1", "workers=0", "strategy=allreduce",
-            "trainer.extraVolumes[0].name=workdir", "objectStore.endpoint=https://minio:9000",
-            "server.allowedHosts={demo.example.com}")
-    expected = ["disttrain: choose one shared volume", "disttrain: workers must be >= 1, got 0",
-                'disttrain: trainer.extraVolumes: the volume name "workdir" is the chart\'s own',
-                'disttrain: unknown strategy "allreduce"',
-                "disttrain: objectStore.endpoint names an S3-compatible store"]
+    sets = (
+        "storage.existingClaim=c",
+        "storage.nfs.server=10.0.0.1",
+        "workers=0",
+        "strategy=allreduce",
+        "trainer.extraVolumes[0].name=workdir",
+        "objectStore.endpoint=https://minio:9000",
+        "server.allowedHosts={demo.example.com}",
+    )
+    expected = [
+        "disttrain: choose one shared volume",
+        "disttrain: workers must be >= 1, got 0",
+        'disttrain: trainer.extraVolumes: the volume name "workdir" is the chart\'s own',
+        'disttrain: unknown strategy "allreduce"',
+        "disttrain: objectStore.endpoint names an S3-compatible store",
+    ]
     err = render_error(sets=sets, extra=("--skip-schema-validation",))
     assert err.count("Error: ") == 1 and err.count("VALUES VALIDATION:\n") == 1, err
     listing = err.partition("VALUES VALIDATION:\n")[2]
@@ -178,11 +244,32 @@ def test_template_lists_every_problem_in_one_error():
         assert len([p for p in problems if p.startswith(part)]) == 1, f"{part!r} is not one line of:\n{err}"
 
 
-@pytest.mark.parametrize("source", ["sample:movie-reviews", "sample:digits", "sample:faces", "csv:/workdir/x.csv",
-                                    "npz:/workdir/x.npz", "images:/workdir/people", "keras:imdb", "keras:imdb=/workdir/imdb"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "sample:movie-reviews",
+        "sample:digits",
+        "sample:faces",
+        "csv:/workdir/x.csv",
+        "npz:/workdir/x.npz",
+        "images:/workdir/people",
+        "keras:imdb",
+        "keras:imdb=/workdir/imdb",
+    ],
+)
 def test_schema_accepts_every_documented_source(source):
     """Every source values.yaml documents (sample:faces was refused by the schema until make test-cluster ran it)."""
-    helm("template", "dt", str(CHART), "--set", "storage.storageClass=x", "--set", "server.allowedHosts={demo.example.com}", "--set", f"data.source={source}")
+    helm(
+        "template",
+        "dt",
+        str(CHART),
+        "--set",
+        "storage.storageClass=x",
+        "--set",
+        "server.allowedHosts={demo.example.com}",
+        "--set",
+        f"data.source={source}",
+    )
 
 
 @pytest.mark.parametrize(
@@ -192,7 +279,10 @@ def test_schema_accepts_every_documented_source(source):
         (["kueue.bogus=1"], "bogus"),
         (["trainer.priorityClassName=High Priority"], "/trainer/priorityClassName"),
         (["trainer.extraEnv[0].value=x"], "name"),
-        (["trainer.extraVolumeMounts[0].name=x", "trainer.extraVolumeMounts[0].mountPath=relative"], "/trainer/extraVolumeMounts/0/mountPath"),
+        (
+            ["trainer.extraVolumeMounts[0].name=x", "trainer.extraVolumeMounts[0].mountPath=relative"],
+            "/trainer/extraVolumeMounts/0/mountPath",
+        ),
         (["trainer.extraVolumes[0].name=x"], "/trainer/extraVolumes/0"),
     ],
 )
@@ -202,5 +292,8 @@ def test_schema_rejects_bad_shared_cluster_values(sets, expected):
 
 
 def test_extra_volumes_cannot_take_the_charts_names():
-    err = render_error(sets=("trainer.extraVolumes[0].name=workdir", "trainer.extraVolumes[0].emptyDir.medium=Memory"), extra=tuple(STORAGE))
+    err = render_error(
+        sets=("trainer.extraVolumes[0].name=workdir", "trainer.extraVolumes[0].emptyDir.medium=Memory"),
+        extra=tuple(STORAGE),
+    )
     assert 'trainer.extraVolumes: the volume name "workdir" is the chart\'s own' in err

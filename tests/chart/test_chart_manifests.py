@@ -32,7 +32,9 @@ from chartlib import (
     workloads,
 )
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)")
+kubernetes_validate = pytest.importorskip(
+    "kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)"
+)
 
 STAGES = ("copier", "trainer", "aggregator", "server")
 
@@ -54,7 +56,9 @@ def test_manifests_validate_strictly(variant, kube):
         try:
             kubernetes_validate.validate(doc, kube, strict=True)
         except kubernetes_validate.ValidationError as err:
-            pytest.fail(f"{variant} @ {kube}: {doc['kind']}/{doc['metadata']['name']}: {err.message} at {list(err.path)}")
+            pytest.fail(
+                f"{variant} @ {kube}: {doc['kind']}/{doc['metadata']['name']}: {err.message} at {list(err.path)}"
+            )
 
 
 def test_validator_is_strict_enough_to_catch_a_field_from_the_future(tmp_path):
@@ -73,8 +77,18 @@ def test_kubernetes_validate_cli_accepts_the_default_rendering(tmp_path):
 
     path.write_text(_render("defaults", (), "1.29.0", None, ()))
     out = subprocess.run(
-        [sys.executable, "-m", "kubernetes_validate", "--strict", "--kubernetes-version", "1.29.0", "--quiet", str(path)],
-        capture_output=True, text=True,
+        [
+            sys.executable,
+            "-m",
+            "kubernetes_validate",
+            "--strict",
+            "--kubernetes-version",
+            "1.29.0",
+            "--quiet",
+            str(path),
+        ],
+        capture_output=True,
+        text=True,
     )
     assert out.returncode == 0, out.stdout + out.stderr
 
@@ -127,7 +141,9 @@ def test_headless_service_gives_workers_their_tf_config_names(variant):
 def test_long_names_keep_hostnames_within_63_characters():
     docs = render(sets=("fullnameOverride=" + "x" * 70, "workers=1000"))
     for doc in docs:
-        assert len(doc["metadata"]["name"]) <= (253 if doc["kind"] == "PersistentVolume" else 63), doc["metadata"]["name"]
+        assert len(doc["metadata"]["name"]) <= (253 if doc["kind"] == "PersistentVolume" else 63), doc["metadata"][
+            "name"
+        ]
     job = one(docs, "Job", "trainer")
     assert len(f"{job['metadata']['name']}-999") <= 63
 
@@ -160,18 +176,35 @@ def test_localsgd_passes_sync_every_only_to_localsgd(localsgd_manifest, multiwor
 
 
 def test_localsgd_passes_the_outer_optimizer_and_the_int8_wire():
-    trainer = main_container(render(sets=("strategy=localsgd", "syncEvery=500", "outerOptimizer=nesterov",
-                                          "outerLearningRate=0.5", "outerMomentum=0.8", "allreduceDtype=int8")), "trainer")
-    assert [arg(trainer, f) for f in ("--sync-every", "--outer-optimizer", "--outer-lr", "--outer-momentum", "--allreduce-dtype")] == [
-        "500", "nesterov", "0.5", "0.8", "int8"]
+    trainer = main_container(
+        render(
+            sets=(
+                "strategy=localsgd",
+                "syncEvery=500",
+                "outerOptimizer=nesterov",
+                "outerLearningRate=0.5",
+                "outerMomentum=0.8",
+                "allreduceDtype=int8",
+            )
+        ),
+        "trainer",
+    )
+    assert [
+        arg(trainer, f)
+        for f in ("--sync-every", "--outer-optimizer", "--outer-lr", "--outer-momentum", "--allreduce-dtype")
+    ] == ["500", "nesterov", "0.5", "0.8", "int8"]
     # none (the default): no outer flags, so the trainer's plain averaging (and its refusal of --outer-lr without nesterov)
     trainer = main_container(render(sets=("strategy=localsgd",)), "trainer")
     assert [a for a in trainer["args"] if a.startswith("--outer-")] == ["--outer-overlap"]
     assert arg(trainer, "--outer-overlap") == "none"
-    trainer = main_container(render(sets=("strategy=localsgd", "outerOptimizer=nesterov", "outerOverlap=eager")), "trainer")
+    trainer = main_container(
+        render(sets=("strategy=localsgd", "outerOptimizer=nesterov", "outerOverlap=eager")), "trainer"
+    )
     assert arg(trainer, "--outer-overlap") == "eager"
     assert "--sync-at-epoch-end" not in trainer["args"]  # (off by default)
-    trainer = main_container(render(sets=("strategy=localsgd", "outerOptimizer=nesterov", "syncAtEpochEnd=true")), "trainer")
+    trainer = main_container(
+        render(sets=("strategy=localsgd", "outerOptimizer=nesterov", "syncAtEpochEnd=true")), "trainer"
+    )
     assert "--sync-at-epoch-end" in trainer["args"]
 
 
@@ -179,7 +212,11 @@ def test_parameterserver_runs_chief_ps_and_workers_in_one_indexed_job(parameters
     job = parameterserver_manifest.get(NAMES["trainer"])
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 4  # 1 chief + 1 ps + 2 workers
     trainer = stage_container(parameterserver_manifest, "trainer")
-    assert (arg(trainer, "--strategy"), arg(trainer, "--ps"), arg(trainer, "--workers")) == ("parameterserver", "1", "2")
+    assert (arg(trainer, "--strategy"), arg(trainer, "--ps"), arg(trainer, "--workers")) == (
+        "parameterserver",
+        "1",
+        "2",
+    )
     # (the aggregator waits for every task's marker: test_workers_reach_completions_parallelism_shards_and_markers)
     assert "--ps" not in main_container(render(sets=("parameterServers=3",)), "trainer")["args"]  # average ignores it
     one_ps = one(render(sets=("strategy=parameterserver", "parameterServers=2", "workers=3")), "Job", "trainer")
@@ -226,12 +263,21 @@ def test_trainer_failure_handling_on_new_clusters(kube):
     assert spec["activeDeadlineSeconds"] == 86400
 
 
-@pytest.mark.parametrize("exports, expected", [(None, "saved_model,tflite"), ('["tflite"]', "tflite"),
-                                               ('["tflite","saved_model"]', "tflite,saved_model"), ("[]", "none")])
+@pytest.mark.parametrize(
+    "exports, expected",
+    [
+        (None, "saved_model,tflite"),
+        ('["tflite"]', "tflite"),
+        ('["tflite","saved_model"]', "tflite,saved_model"),
+        ("[]", "none"),
+    ],
+)
 def test_aggregator_exports_come_from_values(exports, expected):
     """aggregator.exports reaches --exports (the aggregator orders the kinds itself); [] is none.
     (--set-json: --set a={} gives a list of one empty string, not an empty list.)"""
-    aggregator = main_container(render(extra=("--set-json", f"aggregator.exports={exports}") if exports else ()), "aggregator")
+    aggregator = main_container(
+        render(extra=("--set-json", f"aggregator.exports={exports}") if exports else ()), "aggregator"
+    )
     assert arg(aggregator, "--exports") == expected
 
 
@@ -250,16 +296,28 @@ def test_aggregator_gate_args_come_from_values(defaults_manifest):
     # every run has its own directory: the model published last is in an earlier run's final/
     assert arg(aggregator, "--published") == "/workdir/run-*/final/model.keras"
     assert "--force" not in aggregator["args"]
-    aggregator = main_container(render(sets=("aggregator.gate.maxDropVsBestWorker=2.5", "aggregator.gate.maxRegression=0",
-                                             "aggregator.gate.minGainVsTrivial=0.5",
-                                             "aggregator.gate.minRelativeGainVsTrivial=3", "aggregator.gate.force=true")),
-                                 "aggregator")
+    aggregator = main_container(
+        render(
+            sets=(
+                "aggregator.gate.maxDropVsBestWorker=2.5",
+                "aggregator.gate.maxRegression=0",
+                "aggregator.gate.minGainVsTrivial=0.5",
+                "aggregator.gate.minRelativeGainVsTrivial=3",
+                "aggregator.gate.force=true",
+            )
+        ),
+        "aggregator",
+    )
     assert arg(aggregator, "--max-drop-vs-best-worker") == "2.5" and arg(aggregator, "--max-regression") == "0"
-    assert arg(aggregator, "--min-gain-vs-trivial") == "0.5" and arg(aggregator, "--min-relative-gain-vs-trivial") == "3"
+    assert (
+        arg(aggregator, "--min-gain-vs-trivial") == "0.5" and arg(aggregator, "--min-relative-gain-vs-trivial") == "3"
+    )
     assert "--force" in aggregator["args"]
 
 
-@pytest.mark.parametrize("kube, failure_policy", [("1.25.0", False), ("1.26.0", True), ("1.29.0", True), ("1.35.0", True)])
+@pytest.mark.parametrize(
+    "kube, failure_policy", [("1.25.0", False), ("1.26.0", True), ("1.29.0", True), ("1.35.0", True)]
+)
 def test_a_gate_refusal_fails_the_aggregator_job_at_once(kube, failure_policy):
     """Exit 4 (the gate refused the model) is not retried: the same models would be refused again."""
     job = one(render(kube_version=kube), "Job", "aggregator")
@@ -295,8 +353,12 @@ def test_workers_prefer_different_nodes(eight_workers_manifest, one_worker_manif
 
 
 def test_user_affinity_is_kept_and_spread_added():
-    docs = render(sets=("affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=gpu",
-                        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists"))
+    docs = render(
+        sets=(
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].key=gpu",
+            "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].operator=Exists",
+        )
+    )
     trainer = pod_spec(one(docs, "Job", "trainer"))["affinity"]
     assert "nodeAffinity" in trainer and "podAntiAffinity" in trainer
     copier = pod_spec(one(docs, "Job", "copier"))["affinity"]
@@ -323,7 +385,9 @@ def test_every_stage_waits_for_the_previous_marker_of_this_run():
 
 
 def test_wait_timeouts_come_from_values():
-    docs = render(sets=("trainer.waitTimeoutSeconds=111", "aggregator.waitTimeoutSeconds=222", "server.waitTimeoutSeconds=333"))
+    docs = render(
+        sets=("trainer.waitTimeoutSeconds=111", "aggregator.waitTimeoutSeconds=222", "server.waitTimeoutSeconds=333")
+    )
     got = {}
     for doc in workloads(docs):
         for c in wait_containers(doc):
@@ -356,8 +420,11 @@ def test_malloc_comes_from_values_and_only_the_trainers_modes_pass_the_schema(de
     docs = render(sets=("trainer.malloc=glibc", "advisor.enabled=true"))
     trainer_pod = pod_spec(one(docs, "Job", "trainer"))
     # the advisor's probe steps cost what the trainer's do: the same setting
-    assert [arg(c, "--malloc") for c in trainer_pod["initContainers"] + trainer_pod["containers"]
-            if c["name"] in ("advisor", "trainer")] == ["glibc", "glibc"]
+    assert [
+        arg(c, "--malloc")
+        for c in trainer_pod["initContainers"] + trainer_pod["containers"]
+        if c["name"] in ("advisor", "trainer")
+    ] == ["glibc", "glibc"]
     schema = json.loads((CHART / "values.schema.json").read_text())
     assert schema["properties"]["trainer"]["properties"]["malloc"]["enum"] == list(MODES)  # the trainer's choices
     assert "malloc" in render_error(sets=("trainer.malloc=jemalloc",))
@@ -365,7 +432,9 @@ def test_malloc_comes_from_values_and_only_the_trainers_modes_pass_the_schema(de
 
 def test_jobs_and_workdir_carry_the_revision(defaults_manifest):
     for stage in ("copier", "trainer", "aggregator"):
-        job = defaults_manifest.get(f"Job/{RELEASE}-disttrain-{stage}-r1")  # KeyError naming the Jobs there are otherwise
+        job = defaults_manifest.get(
+            f"Job/{RELEASE}-disttrain-{stage}-r1"
+        )  # KeyError naming the Jobs there are otherwise
         assert job["spec"]["template"]["metadata"]["labels"]["disttrain.io/run"] == "r1"
     for stage in STAGES:
         c = stage_container(defaults_manifest, stage)
@@ -375,20 +444,32 @@ def test_jobs_and_workdir_carry_the_revision(defaults_manifest):
     assert arg(stage_container(defaults_manifest, "server"), "--model") == "/workdir/run-1/final/model.keras"
     assert arg(stage_container(defaults_manifest, "aggregator"), "--savefile") == "/workdir/run-1/final/model.keras"
     deployment = defaults_manifest.get(NAMES["server"])
-    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0  # the old model serves until the new is ready
+    assert (
+        deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    )  # the old model serves until the new is ready
 
 
-@pytest.mark.parametrize("live, dashboard, runs_dir, progress_run", [
-    (True, True, "/workdir", None),  # defaults: the dashboard lists the runs, the page shows the newest one training
-    (False, True, "/workdir", "served"),  # the runs listed, the progress of the served run only
-    (True, False, "/workdir", None),  # issue 18's setting alone still passes the volume
-    (False, False, None, None),  # neither: the served run only, on the page and on the dashboard
-])
+@pytest.mark.parametrize(
+    "live, dashboard, runs_dir, progress_run",
+    [
+        (
+            True,
+            True,
+            "/workdir",
+            None,
+        ),  # defaults: the dashboard lists the runs, the page shows the newest one training
+        (False, True, "/workdir", "served"),  # the runs listed, the progress of the served run only
+        (True, False, "/workdir", None),  # issue 18's setting alone still passes the volume
+        (False, False, None, None),  # neither: the served run only, on the page and on the dashboard
+    ],
+)
 def test_the_dashboard_and_live_progress_read_the_runs_on_the_volume(live, dashboard, runs_dir, progress_run):
     """Issue 13 point 4: --runs-dir (the volume, whose run-N directories the dashboard lists) whenever either
     needs it; --progress-run served keeps liveProgress false meaning what it meant."""
-    server = main_container(render(sets=(f"server.liveProgress={str(live).lower()}",
-                                         f"server.dashboard.enabled={str(dashboard).lower()}")), "server")
+    server = main_container(
+        render(sets=(f"server.liveProgress={str(live).lower()}", f"server.dashboard.enabled={str(dashboard).lower()}")),
+        "server",
+    )
     assert (arg(server, "--runs-dir") if "--runs-dir" in server["args"] else None) == runs_dir
     assert (arg(server, "--progress-run") if "--progress-run" in server["args"] else None) == progress_run
     # every run on the volume is visible to the server: the whole volume is mounted, not the run's directory
@@ -517,7 +598,16 @@ def test_every_container_is_hardened_and_bounded(variant):
             assert env.get("HOME") == "/tmp" and env.get("MPLCONFIGDIR") == "/tmp", where
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert "emptyDir" in volumes["tmp"]
-    assert {"copier", "trainer", "aggregator", "server", "test", "wait-for-copier", "wait-for-trainers", "wait-for-model"} <= seen
+    assert {
+        "copier",
+        "trainer",
+        "aggregator",
+        "server",
+        "test",
+        "wait-for-copier",
+        "wait-for-trainers",
+        "wait-for-model",
+    } <= seen
 
 
 def test_only_the_nfs_server_is_privileged_and_it_says_so():
@@ -544,7 +634,9 @@ def test_service_account_mounts_no_token():
 
 
 def test_resources_per_stage_come_from_values():
-    docs = render(sets=("trainer.resources.limits.memory=9Gi", "copier.resources.requests.cpu=3", "server.resources.limits.cpu=5"))
+    docs = render(
+        sets=("trainer.resources.limits.memory=9Gi", "copier.resources.requests.cpu=3", "server.resources.limits.cpu=5")
+    )
     assert main_container(docs, "trainer")["resources"]["limits"]["memory"] == "9Gi"
     assert main_container(docs, "copier")["resources"]["requests"]["cpu"] == 3
     assert main_container(docs, "server")["resources"]["limits"]["cpu"] == 5
@@ -555,7 +647,12 @@ def test_resources_per_stage_come_from_values():
 
 @pytest.mark.parametrize(
     "variant, kind",
-    [("defaults", "LoadBalancer"), ("multiworker", "ClusterIP"), ("existing-claim", "NodePort"), ("no-class", "LoadBalancer")],
+    [
+        ("defaults", "LoadBalancer"),
+        ("multiworker", "ClusterIP"),
+        ("existing-claim", "NodePort"),
+        ("no-class", "LoadBalancer"),
+    ],
 )
 def test_server_service_type_follows_values(variant, kind):
     docs = render(variant)
@@ -589,7 +686,11 @@ def test_server_front_and_its_limits_come_from_values():
     probes, like the clients, reach gunicorn only through it, never behind slow clients."""
     server = main_container(render(), "server")
     assert arg(server, "--front") == "nginx"
-    assert (arg(server, "--header-timeout"), arg(server, "--body-timeout"), arg(server, "--max-connections")) == ("10", "30", "1024")
+    assert (arg(server, "--header-timeout"), arg(server, "--body-timeout"), arg(server, "--max-connections")) == (
+        "10",
+        "30",
+        "1024",
+    )
     # the front listens on the API's port; the metrics port is gunicorn's own (its ClusterIP Service is the scrape's)
     port, metrics = server["ports"]
     assert port["name"] == "http" and str(port["containerPort"]) == arg(server, "--port")
@@ -602,16 +703,30 @@ def test_server_front_and_its_limits_come_from_values():
         assert server["securityContext"][key] == value, key
     assert {"name": "tmp", "mountPath": "/tmp"} in server["volumeMounts"]
 
-    server = main_container(render(sets=("server.front.headerTimeoutSeconds=3", "server.front.bodyTimeoutSeconds=7",
-                                         "server.front.maxConnections=4096")), "server")
-    assert (arg(server, "--header-timeout"), arg(server, "--body-timeout"), arg(server, "--max-connections")) == ("3", "7", "4096")
+    server = main_container(
+        render(
+            sets=(
+                "server.front.headerTimeoutSeconds=3",
+                "server.front.bodyTimeoutSeconds=7",
+                "server.front.maxConnections=4096",
+            )
+        ),
+        "server",
+    )
+    assert (arg(server, "--header-timeout"), arg(server, "--body-timeout"), arg(server, "--max-connections")) == (
+        "3",
+        "7",
+        "4096",
+    )
 
     server = main_container(render(sets=("server.front.enabled=false",)), "server")
     assert arg(server, "--front") == "none"
     assert not {"--header-timeout", "--body-timeout", "--max-connections"} & set(server["args"])
 
 
-@pytest.mark.parametrize("bad", ["server.front.maxConnections=8", "server.front.headerTimeoutSeconds=0", "server.front.nginx=true"])
+@pytest.mark.parametrize(
+    "bad", ["server.front.maxConnections=8", "server.front.headerTimeoutSeconds=0", "server.front.nginx=true"]
+)
 def test_server_front_values_are_checked(bad):
     assert "front" in render_error(sets=(bad,))
 
@@ -667,7 +782,18 @@ def test_every_resource_has_the_standard_labels(variant):
 def test_notes_tell_how_to_follow_read_and_open():
     from chartlib import CHART, helm
 
-    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x", "--set", "server.allowedHosts={demo.example.com}")
+    out = helm(
+        "install",
+        "dt",
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        "storage.storageClass=x",
+        "--set",
+        "server.allowedHosts={demo.example.com}",
+    )
     notes = out.stdout.split("NOTES:", 1)[1]
     for needle in (
         "kubectl logs -n ml -f job/dt-disttrain-copier-r1",
@@ -687,8 +813,24 @@ def test_notes_tell_how_to_follow_read_and_open():
 def test_notes_count_every_trainer_pod_of_a_parameter_server_group():
     from chartlib import CHART, helm
 
-    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x", "--set", "server.allowedHosts={demo.example.com}",
-               "--set", "strategy=parameterserver", "--set", "parameterServers=2", "--set", "workers=3")
+    out = helm(
+        "install",
+        "dt",
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        "storage.storageClass=x",
+        "--set",
+        "server.allowedHosts={demo.example.com}",
+        "--set",
+        "strategy=parameterserver",
+        "--set",
+        "parameterServers=2",
+        "--set",
+        "workers=3",
+    )
     notes = out.stdout.split("NOTES:", 1)[1]
     assert "3 worker(s) + 2 parameter server(s) + the chief" in notes
     assert "COMPLETIONS 6/6 when done" in notes and "i = 0..5: 0 the chief" in notes
@@ -722,17 +864,33 @@ def test_kueue_topology_annotates_the_trainer_pods_only(kind):
 def test_kueue_topology_is_one_of_required_or_preferred():
     from chartlib import render_error
 
-    err = render_error(sets=("storage.storageClass=x", "kueue.trainerTopology.required=a", "kueue.trainerTopology.preferred=b"))
+    err = render_error(
+        sets=("storage.storageClass=x", "kueue.trainerTopology.required=a", "kueue.trainerTopology.preferred=b")
+    )
     assert "set at most one of kueue.trainerTopology.required and kueue.trainerTopology.preferred" in err
 
 
 def test_pod_classes_global_and_per_stage():
     docs = render("shared-cluster")
-    classes = {stage_of(d): {k: pod_spec(d).get(k) for k in ("priorityClassName", "runtimeClassName", "schedulerName")}
-               for d in workloads(docs)}
-    assert classes["copier"] == classes["aggregator"] == {"priorityClassName": "batch-low", "runtimeClassName": "runc", "schedulerName": None}
-    assert classes["trainer"] == {"priorityClassName": "batch-low", "runtimeClassName": "runc", "schedulerName": "volcano"}
-    assert classes["server"] == classes["test"] == {"priorityClassName": "serving-high", "runtimeClassName": "runc", "schedulerName": None}
+    classes = {
+        stage_of(d): {k: pod_spec(d).get(k) for k in ("priorityClassName", "runtimeClassName", "schedulerName")}
+        for d in workloads(docs)
+    }
+    assert (
+        classes["copier"]
+        == classes["aggregator"]
+        == {"priorityClassName": "batch-low", "runtimeClassName": "runc", "schedulerName": None}
+    )
+    assert classes["trainer"] == {
+        "priorityClassName": "batch-low",
+        "runtimeClassName": "runc",
+        "schedulerName": "volcano",
+    }
+    assert (
+        classes["server"]
+        == classes["test"]
+        == {"priorityClassName": "serving-high", "runtimeClassName": "runc", "schedulerName": None}
+    )
     for doc in workloads(render()):
         assert not {"priorityClassName", "runtimeClassName", "schedulerName"} & set(pod_spec(doc))
 
@@ -741,11 +899,17 @@ def test_extra_env_volumes_and_mounts_per_stage():
     docs = render("shared-cluster")
     trainer = main_container(docs, "trainer")
     env = {e["name"]: e for e in trainer["env"]}
-    assert env["TF_CPP_MIN_LOG_LEVEL"]["value"] == "1" and env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    assert (
+        env["TF_CPP_MIN_LOG_LEVEL"]["value"] == "1"
+        and env["NODE_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    )
     assert "DISTTRAIN_WORKDIR" in env  # the chart's own stay
     assert {"name": "dshm", "mountPath": "/dev/shm"} in trainer["volumeMounts"]
     volumes = {v["name"]: v for v in pod_spec(one(docs, "Job", "trainer"))["volumes"]}
-    assert volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}} and "workdir" in volumes
+    assert (
+        volumes["dshm"] == {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "256Mi"}}
+        and "workdir" in volumes
+    )
     copier = main_container(docs, "copier")
     assert {"name": "DISTTRAIN_EXAMPLE", "value": "shared-cluster"} in copier["env"]
     assert {"name": "scratch", "mountPath": "/scratch"} in copier["volumeMounts"]
@@ -769,7 +933,9 @@ def test_a_gpu_per_worker():
 # ------------------------------------------------------------------ quorum (issue 19)
 
 
-@pytest.mark.parametrize("kube, success_policy", [("1.29.0", False), ("1.31.0", True), ("1.33.0", True), ("1.35.0", True)])
+@pytest.mark.parametrize(
+    "kube, success_policy", [("1.29.0", False), ("1.31.0", True), ("1.33.0", True), ("1.35.0", True)]
+)
 def test_trainer_quorum_tolerates_lost_indexes_and_succeeds_with_min_workers(kube, success_policy):
     docs = render(sets=("workers=4", "trainer.minWorkers=3"), kube_version=kube)
     job = one(docs, "Job", "trainer")
@@ -795,11 +961,14 @@ def test_aggregator_quorum_can_be_set_alone_and_the_default_has_none():
     assert one(defaults, "Job", "trainer")["spec"]["maxFailedIndexes"] == 0
 
 
-@pytest.mark.parametrize("strategy, why", [
-    ("multiworker", "multiworker and localsgd all-reduce across every worker"),
-    ("localsgd", "multiworker and localsgd all-reduce across every worker"),
-    ("parameterserver", "a parameterserver chief already carries on without a lost worker"),
-])
+@pytest.mark.parametrize(
+    "strategy, why",
+    [
+        ("multiworker", "multiworker and localsgd all-reduce across every worker"),
+        ("localsgd", "multiworker and localsgd all-reduce across every worker"),
+        ("parameterserver", "a parameterserver chief already carries on without a lost worker"),
+    ],
+)
 def test_quorum_is_refused_for_strategies_whose_workers_end_together(strategy, why):
     error = render_error("defaults", sets=(f"strategy={strategy}", "workers=3", "trainer.minWorkers=2"))
     assert "trainer.minWorkers below workers applies to strategy average only" in error and why in error
@@ -816,9 +985,13 @@ def test_data_validation_flags_come_from_values():
     default = main_container(render(), "copier")["args"]
     assert arg({"name": "copier", "args": default}, "--max-label-skew") == "0.2"
     assert not {"--allow-duplicates", "--allow-label-skew", "--allow-missing-classes", "--schema"} & set(default)
-    sets = ("data.validation.allowDuplicates=true", "data.validation.allowLabelSkew=true",
-            "data.validation.allowMissingClasses=true", "data.validation.maxLabelSkew=0.35",
-            "data.validation.schema=/workdir/schemas/reviews.json")
+    sets = (
+        "data.validation.allowDuplicates=true",
+        "data.validation.allowLabelSkew=true",
+        "data.validation.allowMissingClasses=true",
+        "data.validation.maxLabelSkew=0.35",
+        "data.validation.schema=/workdir/schemas/reviews.json",
+    )
     copier = main_container(render(sets=sets), "copier")
     assert {"--allow-duplicates", "--allow-label-skew", "--allow-missing-classes"} <= set(copier["args"])
     assert arg(copier, "--max-label-skew") == "0.35" and arg(copier, "--schema") == "/workdir/schemas/reviews.json"

@@ -4,7 +4,19 @@ volumes in the right pods only; the schema and the templates refuse what cannot 
 
 import pytest
 
-from chartlib import CHART, containers, find, helm, main_container, one, pod_spec, render, render_error, stage_of, workloads
+from chartlib import (
+    CHART,
+    containers,
+    find,
+    helm,
+    main_container,
+    one,
+    pod_spec,
+    render,
+    render_error,
+    stage_of,
+    workloads,
+)
 
 STORAGE = ("storage.storageClass=nfs-client", "server.allowedHosts={demo.example.com}")
 TABLE = ("data.source=table:/workdir/own/cancer.csv",)
@@ -122,25 +134,40 @@ def test_an_existing_configmap_is_mounted_as_it_is():
 
 
 def test_the_user_env_comes_after_the_charts_so_extra_env_can_extend_pythonpath():
-    docs = own("model.module=tabular", "model.codeConfigMap=my-model-code",
-               "trainer.extraEnv[0].name=PYTHONPATH", f"trainer.extraEnv[0].value={CODE_DIR}:/opt/mymodels")
+    docs = own(
+        "model.module=tabular",
+        "model.codeConfigMap=my-model-code",
+        "trainer.extraEnv[0].name=PYTHONPATH",
+        f"trainer.extraEnv[0].value={CODE_DIR}:/opt/mymodels",
+    )
     names = [e["name"] for e in main_container(docs, "trainer")["env"]]
     assert names.index("PYTHONPATH") < len(names) - 1 and names[-1] == "PYTHONPATH"  # the last one wins
 
 
 def test_tfserving_gets_no_code():
-    docs = own(*CODE, "server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP", "server.allowedHosts=null")
+    docs = own(
+        *CODE,
+        "server.backend=tfserving",
+        "server.auth.enabled=false",
+        "server.service.type=ClusterIP",
+        "server.allowedHosts=null",
+    )
     spec = pod_spec(workload(docs, "server"))
     assert "user-code" not in [v["name"] for v in spec["volumes"]]
     for c in containers(spec):
         assert "--model-module" not in (c.get("args") or [])
         assert "PYTHONPATH" not in env_of(c)
     # the aggregator, which exports the SavedModel, still imports the code
-    check_code_mounted([d for d in docs if stage_of(d) != "server"] + [workload(own(*CODE), "server")], "dt-disttrain-model-code")
+    check_code_mounted(
+        [d for d in docs if stage_of(d) != "server"] + [workload(own(*CODE), "server")], "dt-disttrain-model-code"
+    )
 
 
 def test_user_code_is_a_taken_volume_name():
-    err = render_error(sets=STORAGE + ("aggregator.extraVolumes[0].name=user-code", "aggregator.extraVolumes[0].emptyDir.medium=Memory"))
+    err = render_error(
+        sets=STORAGE
+        + ("aggregator.extraVolumes[0].name=user-code", "aggregator.extraVolumes[0].emptyDir.medium=Memory")
+    )
     assert 'aggregator.extraVolumes: the volume name "user-code" is the chart\'s own' in err
 
 
@@ -165,18 +192,32 @@ def test_label_column_and_problem_reach_the_copier_only_when_set():
 
 
 def test_regression_takes_npz_too():
-    args = main_container(render(sets=STORAGE + ("data.source=npz:/workdir/x.npz", "data.problem=regression")), "copier")["args"]
+    args = main_container(
+        render(sets=STORAGE + ("data.source=npz:/workdir/x.npz", "data.problem=regression")), "copier"
+    )["args"]
     assert args[args.index("--problem") + 1] == "regression"
 
 
 def test_schema_accepts_a_table_source():
-    helm("template", "dt", str(CHART), "--set", STORAGE[0], "--set", STORAGE[1], "--set", "data.source=table:/workdir/own/x.parquet")
+    helm(
+        "template",
+        "dt",
+        str(CHART),
+        "--set",
+        STORAGE[0],
+        "--set",
+        STORAGE[1],
+        "--set",
+        "data.source=table:/workdir/own/x.parquet",
+    )
 
 
 # ------------------------------------------------------------------ refusals
 
 
-@pytest.mark.parametrize("module", ["tabular:build:x", "1tabular", "my-models", "tabular:", "a..b", "tabular build", "tabular:build()"])
+@pytest.mark.parametrize(
+    "module", ["tabular:build:x", "1tabular", "my-models", "tabular:", "a..b", "tabular build", "tabular:build()"]
+)
 def test_schema_rejects_a_bad_module_string(module):
     err = render_error(sets=STORAGE + TABLE + (f"model.module={module}",))
     assert "/model/module" in err, err
@@ -198,7 +239,10 @@ def test_schema_accepts_module_strings(module):
         (["model.bogus=1"], "bogus"),
         (["data.problem=ranking"], "/data/problem"),
         (["model.module=x", "data.task=faces"], "faces trains its built-in embedding"),
-        (["model.code.x\\.py=y", "model.module=x", "model.codeConfigMap=c"], "set at most one of model.code and model.codeConfigMap"),
+        (
+            ["model.code.x\\.py=y", "model.module=x", "model.codeConfigMap=c"],
+            "set at most one of model.code and model.codeConfigMap",
+        ),
         (["model.codeConfigMap=c"], "imported through model.module"),
     ],
 )
@@ -211,8 +255,14 @@ def test_schema_rejects_own_model_nonsense(sets, expected):
     "sets, expected",
     [
         (["model.module=x", "data.source=sample:faces"], "faces trains its built-in embedding"),
-        (["data.source=sample:digits", "data.labelColumn=y"], "data.labelColumn applies to data.source table:PATH only"),
-        (["data.source=csv:/workdir/x.csv", "data.problem=regression"], "data.problem regression needs a numeric target"),
+        (
+            ["data.source=sample:digits", "data.labelColumn=y"],
+            "data.labelColumn applies to data.source table:PATH only",
+        ),
+        (
+            ["data.source=csv:/workdir/x.csv", "data.problem=regression"],
+            "data.problem regression needs a numeric target",
+        ),
     ],
 )
 def test_schema_rejects_data_nonsense(sets, expected):
@@ -224,15 +274,32 @@ def test_schema_rejects_data_nonsense(sets, expected):
 @pytest.mark.parametrize(
     "sets, expected",
     [
-        (TABLE + ("model.file=/workdir/m.keras", "data.task=faces"),
-         "disttrain: model.file and model.module train the table, array, image and text tasks; faces trains its built-in embedding"),
+        (
+            TABLE + ("model.file=/workdir/m.keras", "data.task=faces"),
+            "disttrain: model.file and model.module train the table, array, image and text tasks; faces trains its built-in embedding",
+        ),
         (("data.source=sample:faces", "model.module=x"), "faces trains its built-in embedding"),
         (TABLE + ("model.module=a:b:c",), 'disttrain: model.module "a:b:c" is not MODULE[:FUNCTION]'),
-        (TABLE + ("model.file=mine.keras",), 'disttrain: model.file "mine.keras" must be the absolute path of a .keras file'),
-        (TABLE + ("model.module=x", "model.codeConfigMap=c", "model.code.x\\.py=y"), "disttrain: set at most one of model.code and model.codeConfigMap"),
-        (TABLE + ("model.code.x\\.py=y",), "disttrain: model.code and model.codeConfigMap are imported through model.module"),
-        (("data.source=sample:digits", "data.labelColumn=y"), "disttrain: data.labelColumn applies to data.source table:PATH only, not sample:digits"),
-        (("data.source=sample:digits", "data.problem=regression"), "disttrain: data.problem regression needs a numeric target"),
+        (
+            TABLE + ("model.file=mine.keras",),
+            'disttrain: model.file "mine.keras" must be the absolute path of a .keras file',
+        ),
+        (
+            TABLE + ("model.module=x", "model.codeConfigMap=c", "model.code.x\\.py=y"),
+            "disttrain: set at most one of model.code and model.codeConfigMap",
+        ),
+        (
+            TABLE + ("model.code.x\\.py=y",),
+            "disttrain: model.code and model.codeConfigMap are imported through model.module",
+        ),
+        (
+            ("data.source=sample:digits", "data.labelColumn=y"),
+            "disttrain: data.labelColumn applies to data.source table:PATH only, not sample:digits",
+        ),
+        (
+            ("data.source=sample:digits", "data.problem=regression"),
+            "disttrain: data.problem regression needs a numeric target",
+        ),
         (TABLE + ("data.problem=ranking",), 'disttrain: unknown data.problem "ranking"'),
     ],
 )

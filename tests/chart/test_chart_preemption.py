@@ -7,11 +7,15 @@ import pytest
 from chartlib import CHART, KUBE_VERSIONS, OLD_KUBE_VERSIONS, load_values, one, pod_spec, render, render_error
 from disttrain_contract.errors import PREEMPTED_EXIT_CODE
 
-kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)")
+kubernetes_validate = pytest.importorskip(
+    "kubernetes_validate", reason="pip install kubernetes-validate (see tests/chart)"
+)
 
 STORAGE = ("storage.storageClass=nfs-client",)
-IGNORE_PREEMPTED = {"action": "Ignore",
-                    "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [PREEMPTED_EXIT_CODE]}}
+IGNORE_PREEMPTED = {
+    "action": "Ignore",
+    "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [PREEMPTED_EXIT_CODE]},
+}
 
 
 def rules_of(job):
@@ -26,9 +30,15 @@ def test_the_trainer_job_ignores_the_preempted_exit_code_and_validates_strictly(
     job = one(docs, "Job", "trainer")
     rules = rules_of(job)
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
-    assert rules[1] == {"action": "FailJob", "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [2]}}
+    assert rules[1] == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": "trainer", "operator": "In", "values": [2]},
+    }
     assert rules[2] == IGNORE_PREEMPTED
-    assert pod_spec(job)["terminationGracePeriodSeconds"] == load_values("defaults")["trainer"]["terminationGracePeriodSeconds"]
+    assert (
+        pod_spec(job)["terminationGracePeriodSeconds"]
+        == load_values("defaults")["trainer"]["terminationGracePeriodSeconds"]
+    )
     kubernetes_validate.validate(job, kube, strict=True)
 
 

@@ -26,13 +26,19 @@ def test_no_privacy_values_no_flags():
     assert not [a for a in trainer_args(()) if a.startswith("--dp-")]
 
 
-@pytest.mark.parametrize("sets, expected", [
-    (PRIVATE[:2], "trainer.privacy needs l2Clip, noiseMultiplier and delta together (set: l2Clip, noiseMultiplier)"),
-    (("strategy=parameterserver", *PRIVATE), "trainer.privacy (DP-SGD) does not support strategy parameterserver"),
-    (("trainer.privacy.l2Clip=-1", *PRIVATE[1:]), "/trainer/privacy/l2Clip"),
-    (("trainer.privacy.delta=1", *PRIVATE[:2]), "/trainer/privacy/delta"),
-    (("trainer.privacy.epsilon=3",), "epsilon"),
-])
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        (
+            PRIVATE[:2],
+            "trainer.privacy needs l2Clip, noiseMultiplier and delta together (set: l2Clip, noiseMultiplier)",
+        ),
+        (("strategy=parameterserver", *PRIVATE), "trainer.privacy (DP-SGD) does not support strategy parameterserver"),
+        (("trainer.privacy.l2Clip=-1", *PRIVATE[1:]), "/trainer/privacy/l2Clip"),
+        (("trainer.privacy.delta=1", *PRIVATE[:2]), "/trainer/privacy/delta"),
+        (("trainer.privacy.epsilon=3",), "epsilon"),
+    ],
+)
 def test_bad_privacy_values_are_refused(sets, expected):
     assert expected in render_error(sets=tuple(sets), extra=tuple(STORAGE))
 
@@ -45,7 +51,9 @@ def copier_args(sets):
     return next(c for c in containers(pod_spec(job), init=False) if c["name"] == "copier")["args"]
 
 
-@pytest.mark.parametrize("sets, k", [(VOCABULARY, 32), ((*VOCABULARY, "copier.privateVocabulary.maxTokensPerExample=16"), 16)])
+@pytest.mark.parametrize(
+    "sets, k", [(VOCABULARY, 32), ((*VOCABULARY, "copier.privateVocabulary.maxTokensPerExample=16"), 16)]
+)
 def test_private_vocabulary_values_become_the_copiers_flags(sets, k, monkeypatch):
     parsed = parse("copier", copier_args(sets), monkeypatch)
     assert (parsed.dp_vocab_epsilon, parsed.dp_vocab_delta, parsed.dp_vocab_max_tokens_per_example) == (1.0, 1e-6, k)
@@ -55,12 +63,21 @@ def test_no_private_vocabulary_values_no_flags():
     assert not [a for a in copier_args(()) if a.startswith("--dp-")]
 
 
-@pytest.mark.parametrize("sets, expected", [
-    (VOCABULARY[:1], "copier.privateVocabulary needs epsilon and delta together"),
-    (("copier.privateVocabulary.maxTokensPerExample=8",), "copier.privateVocabulary.maxTokensPerExample needs epsilon"),
-    (("copier.privateVocabulary.epsilon=-1", VOCABULARY[1]), "/copier/privateVocabulary/epsilon"),
-    ((VOCABULARY[0], "copier.privateVocabulary.delta=1"), "/copier/privateVocabulary/delta"),
-    ((*VOCABULARY, "copier.privateVocabulary.maxTokensPerExample=0"), "/copier/privateVocabulary/maxTokensPerExample"),
-])
+@pytest.mark.parametrize(
+    "sets, expected",
+    [
+        (VOCABULARY[:1], "copier.privateVocabulary needs epsilon and delta together"),
+        (
+            ("copier.privateVocabulary.maxTokensPerExample=8",),
+            "copier.privateVocabulary.maxTokensPerExample needs epsilon",
+        ),
+        (("copier.privateVocabulary.epsilon=-1", VOCABULARY[1]), "/copier/privateVocabulary/epsilon"),
+        ((VOCABULARY[0], "copier.privateVocabulary.delta=1"), "/copier/privateVocabulary/delta"),
+        (
+            (*VOCABULARY, "copier.privateVocabulary.maxTokensPerExample=0"),
+            "/copier/privateVocabulary/maxTokensPerExample",
+        ),
+    ],
+)
 def test_bad_private_vocabulary_values_are_refused(sets, expected):
     assert expected in render_error(sets=tuple(sets), extra=tuple(STORAGE))

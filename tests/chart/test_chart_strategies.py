@@ -21,8 +21,9 @@ EXAMPLE = {
     "syncBatchNormBatches": ("4", ()),
     "parameterServers": ("2", ()),
 }
-CHARTED = [(strategy, setting) for strategy in STRATEGIES.values() for setting in settings_of(strategy)
-           if setting.chart_value]
+CHARTED = [
+    (strategy, setting) for strategy in STRATEGIES.values() for setting in settings_of(strategy) if setting.chart_value
+]
 
 
 def trainer_args(sets):
@@ -56,13 +57,21 @@ def test_a_strategys_settings_reach_its_trainer_from_the_values_the_registry_nam
         if value != "true":  # (a switch has no value)
             assert args[args.index(setting.flag) + 1] == value, setting.flag
     others = {s.flag for other in STRATEGIES.values() for s in settings_of(other)} - {
-        s.flag for s in settings_of(STRATEGIES[strategy])}
+        s.flag for s in settings_of(STRATEGIES[strategy])
+    }
     assert not others & set(args), f"the chart passes another strategy's flags to {strategy}: {others & set(args)}"
 
 
-@pytest.mark.parametrize("strategy,setting", [(other, setting) for owner, setting in CHARTED for other in NAMES
-                                              if setting.flag not in {s.flag for s in settings_of(STRATEGIES[other])}][::3],
-                         ids=lambda x: getattr(x, "chart_value", x))
+@pytest.mark.parametrize(
+    "strategy,setting",
+    [
+        (other, setting)
+        for owner, setting in CHARTED
+        for other in NAMES
+        if setting.flag not in {s.flag for s in settings_of(STRATEGIES[other])}
+    ][::3],
+    ids=lambda x: getattr(x, "chart_value", x),
+)
 def test_another_strategys_setting_is_refused_or_left_out(strategy, setting):
     """(every third pair: each setting against another strategy, within the chart tests' time)"""
     sets = (f"strategy={strategy}", "workers=2", f"{setting.chart_value}={EXAMPLE[setting.chart_value][0]}")

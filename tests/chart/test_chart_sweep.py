@@ -4,8 +4,13 @@ import pytest
 
 from chartlib import arg, containers, one, pod_spec, render, render_error, stage_of
 
-ON = ("sweep.enabled=true", "sweep.trials=9", "sweep.parallelism=3", "sweep.space.learningRate=1e-4:1e-2",
-      "sweep.space.batch=32\\,64")
+ON = (
+    "sweep.enabled=true",
+    "sweep.trials=9",
+    "sweep.parallelism=3",
+    "sweep.space.learningRate=1e-4:1e-2",
+    "sweep.space.batch=32\\,64",
+)
 
 
 def job(docs, stage):
@@ -28,7 +33,9 @@ def test_enabled_sweep_job_and_trainer_chain():
     spec = pod_spec(sweep)
     (main,) = spec["containers"]
     assert main["image"].split("/")[-1].startswith("disttrain-sweep:")
-    assert arg(main, "--trials") == "9" and arg(main, "--learning-rate") == "1e-4:1e-2" and arg(main, "--batch") == "32,64"
+    assert (
+        arg(main, "--trials") == "9" and arg(main, "--learning-rate") == "1e-4:1e-2" and arg(main, "--batch") == "32,64"
+    )
     assert "--epochs" not in main["args"]  # empty space value: the task's default
     copier = pod_spec(job(docs, "copier"))
     assert spec["securityContext"] == copier["securityContext"]
@@ -60,7 +67,9 @@ def test_localsgd_sweep_searches_sync_every_with_groups_of_trainers():
     args = parse_args(pod_spec(job(docs, "sweep"))["containers"][0]["args"])
     assert (args.strategy, args.trial_workers, args.sync_every) == ("localsgd", 3, "16,64")
     trainer_main = pod_spec(job(docs, "trainer"))["containers"][0]
-    assert arg(trainer_main, "--strategy") == "localsgd" and arg(trainer_main, "--params-from").endswith("/sweep/best.json")
+    assert arg(trainer_main, "--strategy") == "localsgd" and arg(trainer_main, "--params-from").endswith(
+        "/sweep/best.json"
+    )
 
 
 def test_sync_every_search_needs_localsgd():
@@ -68,7 +77,16 @@ def test_sync_every_search_needs_localsgd():
     assert "sweep.space.syncEvery is searched by localsgd trials only, and strategy is average" in err
 
 
-@pytest.mark.parametrize("bad", ["sweep.pruner=random", "sweep.space.batch=abc", "sweep.parallelism=0",
-                                 "sweep.validationFraction=1", "sweep.bogus=1", "sweep.trialWorkers=1"])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "sweep.pruner=random",
+        "sweep.space.batch=abc",
+        "sweep.parallelism=0",
+        "sweep.validationFraction=1",
+        "sweep.bogus=1",
+        "sweep.trialWorkers=1",
+    ],
+)
 def test_schema_refuses_bad_sweep_values(bad):
     assert "sweep" in render_error("defaults", sets=("sweep.enabled=true", bad))

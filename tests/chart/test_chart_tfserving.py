@@ -14,7 +14,12 @@ import pytest
 from chartlib import CHART, NAMESPACE, RELEASE, VARIANTS, load_values, render, render_error
 
 SERVER = f"{RELEASE}-disttrain-server"
-TFSERVING = ("server.backend=tfserving", "server.auth.enabled=false", "server.service.type=ClusterIP", "server.allowedHosts=null")
+TFSERVING = (
+    "server.backend=tfserving",
+    "server.auth.enabled=false",
+    "server.service.type=ClusterIP",
+    "server.allowedHosts=null",
+)
 DIGEST = "sha256:" + "ab" * 32
 
 
@@ -30,7 +35,9 @@ def container(pod, name="server"):
 def test_tfserving_runs_the_official_image_on_the_saved_model(tfserving_manifest):
     c = container(server_pod(tfserving_manifest))
     assert c.image == "tensorflow/serving:2.19.1" and c.imagePullPolicy == "IfNotPresent"
-    assert c.command == ["/usr/bin/tensorflow_model_server"]  # not the image's entrypoint script, which adds its own base path
+    assert c.command == [
+        "/usr/bin/tensorflow_model_server"
+    ]  # not the image's entrypoint script, which adds its own base path
     assert c.args == [
         "--model_name=disttrain",
         "--model_base_path=/workdir/run-1/final/saved_model",
@@ -43,14 +50,29 @@ def test_tfserving_runs_the_official_image_on_the_saved_model(tfserving_manifest
 
 
 def test_tfserving_values_reach_the_flags():
-    docs = render(sets=TFSERVING + ("server.modelName=reviews", "server.port=9000", "server.tfserving.grpcPort=9500",
-                                    "server.reloadIntervalSeconds=5", "server.tfserving.image.tag=2.18.0",
-                                    "server.tfserving.extraArgs={--enable_batching=true}", "metrics.enabled=false"))
+    docs = render(
+        sets=TFSERVING
+        + (
+            "server.modelName=reviews",
+            "server.port=9000",
+            "server.tfserving.grpcPort=9500",
+            "server.reloadIntervalSeconds=5",
+            "server.tfserving.image.tag=2.18.0",
+            "server.tfserving.extraArgs={--enable_batching=true}",
+            "metrics.enabled=false",
+        )
+    )
     (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == SERVER]
     c = deployment["spec"]["template"]["spec"]["containers"][0]
     assert c["image"] == "tensorflow/serving:2.18.0"
-    assert c["args"] == ["--model_name=reviews", "--model_base_path=/workdir/run-1/final/saved_model", "--rest_api_port=9000",
-                         "--port=9500", "--file_system_poll_wait_seconds=5", "--enable_batching=true"]
+    assert c["args"] == [
+        "--model_name=reviews",
+        "--model_base_path=/workdir/run-1/final/saved_model",
+        "--rest_api_port=9000",
+        "--port=9500",
+        "--file_system_poll_wait_seconds=5",
+        "--enable_batching=true",
+    ]
     assert c["readinessProbe"]["httpGet"] == {"path": "/v1/models/reviews", "port": "http"}
     assert not [d for d in docs if d["kind"] == "ConfigMap"]
     assert "prometheus.io/scrape" not in (deployment["spec"]["template"]["metadata"].get("annotations") or {})
@@ -79,7 +101,10 @@ def test_tfserving_mounts_the_volume_read_only_and_writes_only_tmp(tfserving_man
     pod = server_pod(tfserving_manifest)
     c = container(pod)
     assert [(m.name, m.mountPath, m.get("readOnly", False)) for m in c.volumeMounts] == [
-        ("workdir", "/workdir", True), ("tmp", "/tmp", False), ("tfserving-config", "/etc/disttrain/tfserving", True)]
+        ("workdir", "/workdir", True),
+        ("tmp", "/tmp", False),
+        ("tfserving-config", "/etc/disttrain/tfserving", True),
+    ]
     assert c.securityContext.readOnlyRootFilesystem is True
     volumes = {v.name: v for v in pod.spec.volumes}
     assert sorted(volumes) == ["tfserving-config", "tmp", "workdir"]  # no gallery, no API token
@@ -87,7 +112,9 @@ def test_tfserving_mounts_the_volume_read_only_and_writes_only_tmp(tfserving_man
     assert volumes["tfserving-config"].configMap == {"name": f"{RELEASE}-disttrain-tfserving", "defaultMode": 0o444}
 
 
-def test_tfserving_keeps_the_security_contexts_and_resources_of_the_disttrain_server(tfserving_manifest, defaults_manifest):
+def test_tfserving_keeps_the_security_contexts_and_resources_of_the_disttrain_server(
+    tfserving_manifest, defaults_manifest
+):
     values = load_values("tfserving")
     tfs, ours = server_pod(tfserving_manifest), server_pod(defaults_manifest)
     assert container(tfs).securityContext == values["containerSecurityContext"] == container(ours).securityContext
@@ -104,16 +131,25 @@ def test_tfserving_waits_for_the_same_final_marker(tfserving_manifest, defaults_
     assert wait.name == "wait-for-model" and wait.command[-1] == "/workdir/run-1/final/_SUCCESS"
     assert wait == [c for c in ours.spec.initContainers if c.name == "wait-for-model"][0]
     deployment = tfserving_manifest.get(f"Deployment/{SERVER}")
-    assert deployment.spec.strategy.rollingUpdate == {"maxSurge": 1, "maxUnavailable": 0}  # the previous run serves until this one is ready
+    assert deployment.spec.strategy.rollingUpdate == {
+        "maxSurge": 1,
+        "maxUnavailable": 0,
+    }  # the previous run serves until this one is ready
 
 
 def test_tfserving_service_and_network_policy_open_rest_and_grpc(tfserving_manifest, defaults_manifest):
     service = tfserving_manifest.get(f"Service/{SERVER}")
-    assert [(p.name, p.port, p.targetPort) for p in service.spec.ports] == [("http", 80, "http"), ("grpc", 8500, "grpc")]
+    assert [(p.name, p.port, p.targetPort) for p in service.spec.ports] == [
+        ("http", 80, "http"),
+        ("grpc", 8500, "grpc"),
+    ]
     assert [p.name for p in defaults_manifest.get(f"Service/{SERVER}").spec.ports] == ["http"]
     ingress = tfserving_manifest.get(f"NetworkPolicy/{SERVER}").spec.ingress
     clients, tester = ingress[0], ingress[-1]
-    assert "from" not in clients and clients.ports == [{"protocol": "TCP", "port": 8080}, {"protocol": "TCP", "port": 8500}]
+    assert "from" not in clients and clients.ports == [
+        {"protocol": "TCP", "port": 8080},
+        {"protocol": "TCP", "port": 8500},
+    ]
     assert tester["from"][0].podSelector.matchLabels["app.kubernetes.io/component"] == "test"
     assert tester.ports == [{"protocol": "TCP", "port": 8080}]  # the helm test pod uses REST only
     ours = defaults_manifest.get(f"NetworkPolicy/{SERVER}").spec.ingress[0]
@@ -122,9 +158,20 @@ def test_tfserving_service_and_network_policy_open_rest_and_grpc(tfserving_manif
 
 def test_tfserving_metrics_are_its_own_prometheus_endpoint(tfserving_manifest):
     config = tfserving_manifest.get(f"ConfigMap/{RELEASE}-disttrain-tfserving").data["monitoring.config"]
-    assert config.split() == ["prometheus_config", "{", "enable:", "true,", "path:", '"/monitoring/prometheus/metrics"', "}"]
+    assert config.split() == [
+        "prometheus_config",
+        "{",
+        "enable:",
+        "true,",
+        "path:",
+        '"/monitoring/prometheus/metrics"',
+        "}",
+    ]
     annotations = server_pod(tfserving_manifest).metadata.annotations
-    assert annotations["prometheus.io/path"] == "/monitoring/prometheus/metrics" and annotations["prometheus.io/port"] == "8080"
+    assert (
+        annotations["prometheus.io/path"] == "/monitoring/prometheus/metrics"
+        and annotations["prometheus.io/port"] == "8080"
+    )
     assert len(annotations["checksum/tfserving-monitoring"]) == 64
     docs = render(sets=TFSERVING + ("metrics.serviceMonitor.enabled=true",))
     (monitor,) = [d for d in docs if d["kind"] == "ServiceMonitor"]
@@ -153,10 +200,17 @@ def test_the_disttrain_backend_is_the_default(defaults_manifest):
     "sets, expected",
     [
         (("server.backend=triton",), ["/server/backend", "disttrain", "tfserving"]),
-        (("server.backend=tfserving", "server.service.type=ClusterIP"), ["server.backend tfserving checks no API token"]),
+        (
+            ("server.backend=tfserving", "server.service.type=ClusterIP"),
+            ["server.backend tfserving checks no API token"],
+        ),
         (TFSERVING + ("server.allowedHosts={demo.example.com}",), ["server.backend tfserving answers any Host header"]),
-        (("server.backend=tfserving", "server.auth.enabled=false"),
-         ["server.backend tfserving behind a LoadBalancer with no loadBalancerSourceRanges lets anyone on the network call the model"]),
+        (
+            ("server.backend=tfserving", "server.auth.enabled=false"),
+            [
+                "server.backend tfserving behind a LoadBalancer with no loadBalancerSourceRanges lets anyone on the network call the model"
+            ],
+        ),
         (TFSERVING + ("server.tfserving.image.digest=sha256:short",), ["/server/tfserving/image/digest"]),
         (TFSERVING + ("server.tfserving.extraArgs={rm -rf}",), ["/server/tfserving/extraArgs/0"]),
         (TFSERVING + ("server.tfserving.grpcPort=0",), ["/server/tfserving/grpcPort"]),
@@ -178,10 +232,19 @@ def test_schema_refuses(sets, expected):
         (("server.backend=triton",), 'unknown server.backend "triton"'),
         (("server.backend=tfserving", "server.service.type=ClusterIP"), "server.backend tfserving checks no API token"),
         (TFSERVING + ("server.allowedHosts={demo.example.com}",), "server.backend tfserving answers any Host header"),
-        (("server.backend=tfserving", "server.auth.enabled=false"), "behind a LoadBalancer with no server.service.loadBalancerSourceRanges"),
-        (TFSERVING + ("server.extraVolumes[0].name=tfserving-config", "server.extraVolumes[0].emptyDir.medium=Memory"),
-         'the volume name "tfserving-config" is the chart\'s own'),
-        (TFSERVING + ("aggregator.exports={tflite}",), "serves the SavedModel the aggregator exports: keep saved_model in aggregator.exports"),
+        (
+            ("server.backend=tfserving", "server.auth.enabled=false"),
+            "behind a LoadBalancer with no server.service.loadBalancerSourceRanges",
+        ),
+        (
+            TFSERVING
+            + ("server.extraVolumes[0].name=tfserving-config", "server.extraVolumes[0].emptyDir.medium=Memory"),
+            'the volume name "tfserving-config" is the chart\'s own',
+        ),
+        (
+            TFSERVING + ("aggregator.exports={tflite}",),
+            "serves the SavedModel the aggregator exports: keep saved_model in aggregator.exports",
+        ),
     ],
 )
 def test_template_refuses_without_the_schema(sets, expected):
@@ -189,8 +252,13 @@ def test_template_refuses_without_the_schema(sets, expected):
     assert expected in err, err
 
 
-@pytest.mark.parametrize("sets", [("server.service.loadBalancerSourceRanges={203.0.113.0/24}",),
-                                  ("server.service.allowPublicUnauthenticated=true",)])
+@pytest.mark.parametrize(
+    "sets",
+    [
+        ("server.service.loadBalancerSourceRanges={203.0.113.0/24}",),
+        ("server.service.allowPublicUnauthenticated=true",),
+    ],
+)
 def test_a_load_balancer_is_accepted_when_restricted_or_explicitly_public(sets):
     docs = render(sets=("server.backend=tfserving", "server.auth.enabled=false", "server.allowedHosts=null") + sets)
     (service,) = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == SERVER]
@@ -206,22 +274,51 @@ def test_a_disttrain_gallery_rule_does_not_hide_the_tfserving_reason():
 def test_notes_tell_how_to_reach_tf_serving():
     from chartlib import helm
 
-    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "-f", str(CHART / "ci" / VARIANTS["tfserving"]))
+    out = helm(
+        "install",
+        "dt",
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        NAMESPACE,
+        "-f",
+        str(CHART / "ci" / VARIANTS["tfserving"]),
+    )
     notes = out.stdout.split("NOTES:", 1)[1]
-    for needle in ("tensorflow/serving:2.19.1", "/workdir/run-1/final/saved_model/<version>/", "gRPC on 8500",
-                   "curl -s http://127.0.0.1:8080/v1/models/disttrain/metadata", "/monitoring/prometheus/metrics"):
+    for needle in (
+        "tensorflow/serving:2.19.1",
+        "/workdir/run-1/final/saved_model/<version>/",
+        "gRPC on 8500",
+        "curl -s http://127.0.0.1:8080/v1/models/disttrain/metadata",
+        "/monitoring/prometheus/metrics",
+    ):
         assert needle in notes, needle
     assert "/readyz" not in notes and "open http://127.0.0.1:8080/" not in notes
-    assert "report.png\n\n3. TF Serving" in notes and "--logs\n\n5. Metrics" in notes  # the numbered steps keep their blank line
+    assert (
+        "report.png\n\n3. TF Serving" in notes and "--logs\n\n5. Metrics" in notes
+    )  # the numbered steps keep their blank line
 
 
 def test_notes_of_the_disttrain_backend_keep_their_steps():
     from chartlib import helm
 
-    out = helm("install", "dt", str(CHART), "--dry-run=client", "--namespace", NAMESPACE, "--set", "storage.storageClass=x",
-               "--set", "server.allowedHosts={demo.example.com}")
+    out = helm(
+        "install",
+        "dt",
+        str(CHART),
+        "--dry-run=client",
+        "--namespace",
+        NAMESPACE,
+        "--set",
+        "storage.storageClass=x",
+        "--set",
+        "server.allowedHosts={demo.example.com}",
+    )
     notes = out.stdout.split("NOTES:", 1)[1]
-    assert "report.png\n\n3. Open the demo and the API:\n" in notes and "--logs\n\n5. Metrics: Prometheus text at /metrics " in notes
+    assert (
+        "report.png\n\n3. Open the demo and the API:\n" in notes
+        and "--logs\n\n5. Metrics: Prometheus text at /metrics " in notes
+    )
     assert "port 9090, which no public Service publishes" in notes
     assert "TF Serving" not in notes
 

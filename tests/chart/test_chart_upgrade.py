@@ -15,7 +15,19 @@ import threading
 
 import pytest
 
-from chartlib import CHART, NAMESPACE, RELEASE, _render, arg, helm_path, load_all, main_container, one, wait_containers, yaml
+from chartlib import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
+    _render,
+    arg,
+    helm_path,
+    load_all,
+    main_container,
+    one,
+    wait_containers,
+    yaml,
+)
 
 
 class FakeApiServer(http.server.BaseHTTPRequestHandler):
@@ -52,23 +64,44 @@ def cluster(tmp_path):
     thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config",
-        "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
-        "users": [{"name": "fake", "user": {}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": NAMESPACE}}],
-        "current-context": "fake",
-    }))
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "fake", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
+                "users": [{"name": "fake", "user": {}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake", "namespace": NAMESPACE}}],
+                "current-context": "fake",
+            }
+        )
+    )
     chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
     releases = tmp_path / "releases.yaml"
-    releases.write_text(yaml.safe_dump([{
-        "name": RELEASE, "namespace": NAMESPACE, "version": 4,
-        "info": {"status": "deployed"},
-        "chart": {"metadata": {k: chart[k] for k in ("apiVersion", "name", "version", "appVersion")}},
-        "config": {"storage": {"storageClass": "nfs-client"}},
-        "manifest": _render("defaults", (), "1.33.0", None, ()),  # what revision 4 would have applied (named -r1 here)
-    }]))
-    env = {"KUBECONFIG": str(kubeconfig), "HELM_DRIVER": "memory", "HELM_MEMORY_DRIVER_DATA": str(releases), "HOME": str(tmp_path), "PATH": "/usr/bin:/bin"}
+    releases.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": RELEASE,
+                    "namespace": NAMESPACE,
+                    "version": 4,
+                    "info": {"status": "deployed"},
+                    "chart": {"metadata": {k: chart[k] for k in ("apiVersion", "name", "version", "appVersion")}},
+                    "config": {"storage": {"storageClass": "nfs-client"}},
+                    "manifest": _render(
+                        "defaults", (), "1.33.0", None, ()
+                    ),  # what revision 4 would have applied (named -r1 here)
+                }
+            ]
+        )
+    )
+    env = {
+        "KUBECONFIG": str(kubeconfig),
+        "HELM_DRIVER": "memory",
+        "HELM_MEMORY_DRIVER_DATA": str(releases),
+        "HOME": str(tmp_path),
+        "PATH": "/usr/bin:/bin",
+    }
     yield env
     server.shutdown()
     server.server_close()
@@ -76,8 +109,19 @@ def cluster(tmp_path):
 
 
 def upgrade(env, *sets, major=4):
-    args = [helm_path(major), "upgrade", RELEASE, str(CHART), "-n", NAMESPACE, "--dry-run=client" if major == 4 else "--dry-run",
-            "--set", "storage.storageClass=nfs-client", "--set", "server.allowedHosts={demo.example.com}"]
+    args = [
+        helm_path(major),
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        NAMESPACE,
+        "--dry-run=client" if major == 4 else "--dry-run",
+        "--set",
+        "storage.storageClass=nfs-client",
+        "--set",
+        "server.allowedHosts={demo.example.com}",
+    ]
     for s in sets:
         args += ["--set", s]
     out = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120)
@@ -99,10 +143,16 @@ def test_upgrade_starts_run_5_in_its_own_directory(cluster, major):
         assert job["spec"]["template"]["metadata"]["labels"]["disttrain.io/run"] == "r5"
     for stage in ("copier", "trainer", "aggregator", "server"):
         assert arg(main_container(docs, stage), "--workdir") == "/workdir/run-5"
-    waits = {d["metadata"]["name"]: [a for a in c["command"] if a.endswith("_SUCCESS")]
-             for d in docs if d["kind"] in ("Job", "Deployment") for c in wait_containers(d)}
+    waits = {
+        d["metadata"]["name"]: [a for a in c["command"] if a.endswith("_SUCCESS")]
+        for d in docs
+        if d["kind"] in ("Job", "Deployment")
+        for c in wait_containers(d)
+    }
     assert waits[f"{RELEASE}-disttrain-trainer-r5"] == ["/workdir/run-5/data/_SUCCESS"]
-    assert waits[f"{RELEASE}-disttrain-aggregator-r5"] == [f"/workdir/run-5/train/worker-{i:05d}/_SUCCESS" for i in range(3)]
+    assert waits[f"{RELEASE}-disttrain-aggregator-r5"] == [
+        f"/workdir/run-5/train/worker-{i:05d}/_SUCCESS" for i in range(3)
+    ]
     assert waits[f"{RELEASE}-disttrain-server"] == ["/workdir/run-5/final/_SUCCESS"]
     assert arg(main_container(docs, "server"), "--model") == "/workdir/run-5/final/model.keras"
     assert arg(main_container(docs, "trainer"), "--job") == f"{RELEASE}-disttrain-trainer-r5"
@@ -113,7 +163,9 @@ def test_upgrade_starts_run_5_in_its_own_directory(cluster, major):
     assert "job/dt-disttrain-copier-r5" in notes and "/workdir/run-5/final/report.json" in notes
 
 
-@pytest.mark.parametrize("minor, per_index, failure_policy", [("33", True, True), ("28", False, True), ("25", False, False)])
+@pytest.mark.parametrize(
+    "minor, per_index, failure_policy", [("33", True, True), ("28", False, True), ("25", False, False)]
+)
 def test_failure_handling_follows_the_clusters_version(cluster, minor, per_index, failure_policy):
     FakeApiServer.minor = minor
     spec = one(upgrade(cluster)[0], "Job", "trainer")["spec"]

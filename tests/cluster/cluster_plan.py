@@ -50,8 +50,10 @@ NOOPS = {
     "loadBalancerSourceRanges": Noop("the Service is published on 127.0.0.1 only, narrower than any source range"),
     "automountSA": Noop("a ServiceAccount's token setting: no token is ever mounted"),
     "allocateLoadBalancerNodePorts": Noop("there are no node ports: the Service is published on 127.0.0.1 only"),
-    "outsidePeer": Noop("traffic from outside the release (a namespace or an address range) can only come through the "
-                        "Service port published on 127.0.0.1, which the bridge rules do not filter"),
+    "outsidePeer": Noop(
+        "traffic from outside the release (a namespace or an address range) can only come through the "
+        "Service port published on 127.0.0.1, which the bridge rules do not filter"
+    ),
     "egress": Noop("egress is not filtered: the pods can reach only each other, the harness's DNS and the host"),
 }
 
@@ -84,14 +86,16 @@ CONTAINER = {
     "command": [H],
     "args": [H],
     "workingDir": H,
-    "env": [{
-        "name": H,
-        "value": H,
-        "valueFrom": {
-            "fieldRef": {"fieldPath": H, "apiVersion": H},
-            "secretKeyRef": {"name": H, "key": H, "optional": H},
-        },
-    }],
+    "env": [
+        {
+            "name": H,
+            "value": H,
+            "valueFrom": {
+                "fieldRef": {"fieldPath": H, "apiVersion": H},
+                "secretKeyRef": {"name": H, "key": H, "optional": H},
+            },
+        }
+    ],
     "ports": [{"name": H, "containerPort": H, "protocol": H}],
     "resources": {"limits": FREE, "requests": FREE},
     "securityContext": SECURITY_CONTEXT,
@@ -139,13 +143,15 @@ POD_SPEC = {
     },
     "initContainers": [CONTAINER],
     "containers": [CONTAINER],
-    "volumes": [{
-        "name": H,
-        "persistentVolumeClaim": {"claimName": H, "readOnly": H},
-        "emptyDir": {"sizeLimit": H, "medium": H},
-        "secret": {"secretName": H, "defaultMode": H, "optional": H, "items": [{"key": H, "path": H, "mode": H}]},
-        "configMap": {"name": H, "defaultMode": H, "optional": H, "items": [{"key": H, "path": H, "mode": H}]},
-    }],
+    "volumes": [
+        {
+            "name": H,
+            "persistentVolumeClaim": {"claimName": H, "readOnly": H},
+            "emptyDir": {"sizeLimit": H, "medium": H},
+            "secret": {"secretName": H, "defaultMode": H, "optional": H, "items": [{"key": H, "path": H, "mode": H}]},
+            "configMap": {"name": H, "defaultMode": H, "optional": H, "items": [{"key": H, "path": H, "mode": H}]},
+        }
+    ],
 }
 
 OBJECT_META = {"name": H, "namespace": H, "labels": FREE, "annotations": FREE}
@@ -160,11 +166,15 @@ KINDS = {
         "backoffLimitPerIndex": H,
         "maxFailedIndexes": H,
         "podReplacementPolicy": H,
-        "podFailurePolicy": {"rules": [{
-            "action": H,
-            "onExitCodes": {"containerName": H, "operator": H, "values": [H]},
-            "onPodConditions": [{"type": H, "status": H}],
-        }]},
+        "podFailurePolicy": {
+            "rules": [
+                {
+                    "action": H,
+                    "onExitCodes": {"containerName": H, "operator": H, "values": [H]},
+                    "onPodConditions": [{"type": H, "status": H}],
+                }
+            ]
+        },
         "activeDeadlineSeconds": H,
         "ttlSecondsAfterFinished": H,
         "suspend": H,
@@ -199,9 +209,18 @@ KINDS = {
     ("networking.k8s.io/v1", "NetworkPolicy"): {
         "podSelector": LABEL_SELECTOR,
         "policyTypes": [H],
-        "ingress": [{"from": [{"podSelector": LABEL_SELECTOR, "namespaceSelector": NOOPS["outsidePeer"],
-                               "ipBlock": NOOPS["outsidePeer"]}],
-                     "ports": [{"protocol": H, "port": H}]}],
+        "ingress": [
+            {
+                "from": [
+                    {
+                        "podSelector": LABEL_SELECTOR,
+                        "namespaceSelector": NOOPS["outsidePeer"],
+                        "ipBlock": NOOPS["outsidePeer"],
+                    }
+                ],
+                "ports": [{"protocol": H, "port": H}],
+            }
+        ],
         "egress": NOOPS["egress"],
     },
 }
@@ -487,21 +506,32 @@ def translate(docs, namespace="default", cluster_domain="cluster.local", runtime
             known = ", ".join(sorted(f"{k} ({a})" for a, k in KINDS))
             raise Unsupported(f"{where}: kind {kind} ({api}) is not supported by the harness; it runs {known}")
         unknown = []
-        top = {"apiVersion": H, "kind": H, "metadata": OBJECT_META, **({"spec": KINDS[(api, kind)]} if KINDS[(api, kind)] else {}),
-               **TOP_LEVEL.get((api, kind), {})}
+        top = {
+            "apiVersion": H,
+            "kind": H,
+            "metadata": OBJECT_META,
+            **({"spec": KINDS[(api, kind)]} if KINDS[(api, kind)] else {}),
+            **TOP_LEVEL.get((api, kind), {}),
+        }
         walk(doc, top, "", where, unknown, noops)
         if unknown:
             raise Unsupported(f"{where}: the harness does not understand: {', '.join(unknown)}")
         meta = doc["metadata"]
         if meta.get("namespace", namespace) != namespace:
-            raise Unsupported(f"{where}: metadata.namespace {meta['namespace']!r} is not the release namespace {namespace!r}")
+            raise Unsupported(
+                f"{where}: metadata.namespace {meta['namespace']!r} is not the release namespace {namespace!r}"
+            )
         annotations = meta.get("annotations") or {}
         hook = annotations.get("helm.sh/hook")
         if hook is not None and (kind != "Pod" or hook != "test"):
-            raise Unsupported(f"{where}: metadata.annotations.helm.sh/hook {hook!r}: only `test` Pods are run (as `helm test`)")
+            raise Unsupported(
+                f"{where}: metadata.annotations.helm.sh/hook {hook!r}: only `test` Pods are run (as `helm test`)"
+            )
         policy = annotations.get("helm.sh/hook-delete-policy")
         if policy not in (None, "before-hook-creation"):
-            raise Unsupported(f"{where}: metadata.annotations.helm.sh/hook-delete-policy {policy!r}: only before-hook-creation")
+            raise Unsupported(
+                f"{where}: metadata.annotations.helm.sh/hook-delete-policy {policy!r}: only before-hook-creation"
+            )
         spec = doc.get("spec") or {}
         if kind == "Job":
             release.jobs.append(job(doc, where, runtimes))
@@ -555,32 +585,57 @@ def job(doc, where, runtimes):
             raise Unsupported(f"{where}: spec.podFailurePolicy.rules[{i}]: FailIndex needs backoffLimitPerIndex")
         codes = rule.get("onExitCodes")
         if codes and codes.get("operator") not in ("In", "NotIn"):
-            raise Unsupported(f"{where}: spec.podFailurePolicy.rules[{i}].onExitCodes.operator {codes.get('operator')!r}")
+            raise Unsupported(
+                f"{where}: spec.podFailurePolicy.rules[{i}].onExitCodes.operator {codes.get('operator')!r}"
+            )
         conditions = tuple((c["type"], c.get("status", "True")) for c in rule.get("onPodConditions") or [])
         if not codes and not conditions:
             raise Unsupported(f"{where}: spec.podFailurePolicy.rules[{i}] has neither onExitCodes nor onPodConditions")
-        rules.append(FailureRule(action, (codes or {}).get("containerName"), (codes or {}).get("operator"),
-                                 tuple(int(v) for v in (codes or {}).get("values", [])), conditions))
+        rules.append(
+            FailureRule(
+                action,
+                (codes or {}).get("containerName"),
+                (codes or {}).get("operator"),
+                tuple(int(v) for v in (codes or {}).get("values", [])),
+                conditions,
+            )
+        )
     template = doc["spec"]["template"]
-    pod = pod_template(name, (template.get("metadata") or {}).get("labels") or {},
-                       (template.get("metadata") or {}).get("annotations") or {}, template["spec"],
-                       f"{where}: spec.template", runtimes)
+    pod = pod_template(
+        name,
+        (template.get("metadata") or {}).get("labels") or {},
+        (template.get("metadata") or {}).get("annotations") or {},
+        template["spec"],
+        f"{where}: spec.template",
+        runtimes,
+    )
     if pod.restart_policy not in ("Never", "OnFailure"):
         raise Unsupported(f"{where}: spec.template.spec.restartPolicy must be Never or OnFailure for a Job")
     if pod.restart_policy == "OnFailure":
-        raise Unsupported(f"{where}: spec.template.spec.restartPolicy OnFailure (in-place restarts) is not run; use Never")
+        raise Unsupported(
+            f"{where}: spec.template.spec.restartPolicy OnFailure (in-place restarts) is not run; use Never"
+        )
     for rule in rules:
         if rule.container and rule.container not in [c.name for c in pod.containers]:
-            raise Unsupported(f"{where}: spec.podFailurePolicy names container {rule.container!r}, which the pod does not have")
+            raise Unsupported(
+                f"{where}: spec.podFailurePolicy names container {rule.container!r}, which the pod does not have"
+            )
     return Job(
-        name=name, template=pod, indexed=indexed, completions=completions, parallelism=parallelism,
+        name=name,
+        template=pod,
+        indexed=indexed,
+        completions=completions,
+        parallelism=parallelism,
         backoff_limit=None if per_index is not None else int(spec.get("backoffLimit", 6)),
         backoff_limit_per_index=None if per_index is None else int(per_index),
         max_failed_indexes=None if spec.get("maxFailedIndexes") is None else int(spec["maxFailedIndexes"]),
         failure_rules=rules,
         active_deadline=None if spec.get("activeDeadlineSeconds") is None else float(spec["activeDeadlineSeconds"]),
-        ttl_after_finished=None if spec.get("ttlSecondsAfterFinished") is None else float(spec["ttlSecondsAfterFinished"]),
-        replacement_policy=replacement, labels=doc["metadata"].get("labels") or {},
+        ttl_after_finished=None
+        if spec.get("ttlSecondsAfterFinished") is None
+        else float(spec["ttlSecondsAfterFinished"]),
+        replacement_policy=replacement,
+        labels=doc["metadata"].get("labels") or {},
     )
 
 
@@ -592,28 +647,49 @@ def deployment(doc, where, runtimes):
     selector = (spec.get("selector") or {}).get("matchLabels") or {}
     if not selector or not selector_matches(selector, labels):
         raise Unsupported(f"{where}: spec.selector.matchLabels {selector} does not select the template's labels")
-    pod = pod_template(name, labels, (template.get("metadata") or {}).get("annotations") or {}, template["spec"],
-                       f"{where}: spec.template", runtimes)
+    pod = pod_template(
+        name,
+        labels,
+        (template.get("metadata") or {}).get("annotations") or {},
+        template["spec"],
+        f"{where}: spec.template",
+        runtimes,
+    )
     if pod.restart_policy != "Always":
-        raise Unsupported(f"{where}: spec.template.spec.restartPolicy {pod.restart_policy!r}: a Deployment's pods restart Always")
+        raise Unsupported(
+            f"{where}: spec.template.spec.restartPolicy {pod.restart_policy!r}: a Deployment's pods restart Always"
+        )
     return Deployment(name, pod, int(spec.get("replicas", 1)), doc["metadata"].get("labels") or {})
 
 
 def pod_template(name, labels, annotations, spec, where, runtimes):
     where = f"{where}.spec" if where.endswith("spec.template") else f"{where}: spec"
     if spec.get("automountServiceAccountToken") is not False:
-        raise Unsupported(f"{where}.automountServiceAccountToken must be false: there is no API server whose token could be mounted")
+        raise Unsupported(
+            f"{where}.automountServiceAccountToken must be false: there is no API server whose token could be mounted"
+        )
     node_labels = dict(NODE_LABELS)
     for key, value in (spec.get("nodeSelector") or {}).items():
         if node_labels.get(key) != str(value):
-            raise Unsupported(f"{where}.nodeSelector {key}={value}: the node ({node_labels}) does not match; the pod would stay Pending")
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get("requiredDuringSchedulingIgnoredDuringExecution")
+            raise Unsupported(
+                f"{where}.nodeSelector {key}={value}: the node ({node_labels}) does not match; the pod would stay Pending"
+            )
+    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
     if required:
         terms = required["nodeSelectorTerms"]
-        ok = any(all(expression_matches(e, node_labels, f"{where}.affinity.nodeAffinity") for e in t.get("matchExpressions", []))
-                 for t in terms)
+        ok = any(
+            all(
+                expression_matches(e, node_labels, f"{where}.affinity.nodeAffinity")
+                for e in t.get("matchExpressions", [])
+            )
+            for t in terms
+        )
         if not ok:
-            raise Unsupported(f"{where}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: the node ({node_labels}) matches no term; the pod would stay Pending")
+            raise Unsupported(
+                f"{where}.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution: the node ({node_labels}) matches no term; the pod would stay Pending"
+            )
     runtime = spec.get("runtimeClassName")
     if runtime is not None and runtime not in runtimes:
         raise Unsupported(f"{where}.runtimeClassName {runtime!r}: the node's container runtimes are {list(runtimes)}")
@@ -623,7 +699,10 @@ def pod_template(name, labels, annotations, spec, where, runtimes):
     volumes = {}
     for v in spec.get("volumes", []):
         volumes[v["name"]] = volume(v, f"{where}.volumes[{v['name']}]")
-    init = [container(c, pod_security, volumes, f"{where}.initContainers[{c['name']}]") for c in spec.get("initContainers", [])]
+    init = [
+        container(c, pod_security, volumes, f"{where}.initContainers[{c['name']}]")
+        for c in spec.get("initContainers", [])
+    ]
     for c, raw in zip(init, spec.get("initContainers", [])):
         for probe in ("readinessProbe", "livenessProbe", "startupProbe"):
             if probe in raw:
@@ -637,9 +716,17 @@ def pod_template(name, labels, annotations, spec, where, runtimes):
     if policy not in ("Always", "OnRootMismatch"):
         raise Unsupported(f"{where}.securityContext.fsGroupChangePolicy {policy!r}")
     return PodTemplate(
-        owner=where.split(":")[0], labels=dict(labels), annotations=dict(annotations), hostname=spec.get("hostname", ""),
-        subdomain=spec.get("subdomain", ""), restart_policy=spec.get("restartPolicy", "Always"), init_containers=init,
-        containers=main, volumes=volumes, runtime=runtime, grace_seconds=float(grace),
+        owner=where.split(":")[0],
+        labels=dict(labels),
+        annotations=dict(annotations),
+        hostname=spec.get("hostname", ""),
+        subdomain=spec.get("subdomain", ""),
+        restart_policy=spec.get("restartPolicy", "Always"),
+        init_containers=init,
+        containers=main,
+        volumes=volumes,
+        runtime=runtime,
+        grace_seconds=float(grace),
         fs_group=None if pod_security.get("fsGroup") is None else int(pod_security["fsGroup"]),
         fs_group_change_policy=policy,
     )
@@ -648,7 +735,9 @@ def pod_template(name, labels, annotations, spec, where, runtimes):
 def volume(v, where):
     kinds = [k for k in ("persistentVolumeClaim", "emptyDir", "secret", "configMap") if k in v]
     if len(kinds) != 1:
-        raise Unsupported(f"{where}: exactly one of persistentVolumeClaim, emptyDir, secret, configMap is run, got {sorted(set(v) - {'name'})}")
+        raise Unsupported(
+            f"{where}: exactly one of persistentVolumeClaim, emptyDir, secret, configMap is run, got {sorted(set(v) - {'name'})}"
+        )
     kind = kinds[0]
     if kind == "persistentVolumeClaim":
         return Volume(v["name"], "claim", claim=v[kind]["claimName"], read_only=bool(v[kind].get("readOnly")))
@@ -658,8 +747,12 @@ def volume(v, where):
         if medium not in ("", "Memory"):
             raise Unsupported(f"{where}.emptyDir.medium {medium!r}")
         size = empty.get("sizeLimit")
-        return Volume(v["name"], "emptyDir", size_limit=None if size is None else int(quantity(size, f"{where}.emptyDir.sizeLimit")),
-                      memory=medium == "Memory")
+        return Volume(
+            v["name"],
+            "emptyDir",
+            size_limit=None if size is None else int(quantity(size, f"{where}.emptyDir.sizeLimit")),
+            memory=medium == "Memory",
+        )
     s = v[kind]
     items = []
     for i in s.get("items", []):
@@ -667,13 +760,22 @@ def volume(v, where):
             raise Unsupported(f"{where}.{kind}.items[{i['key']}].path {i['path']!r}: a relative path without '..'")
         items.append((i["key"], i["path"], i.get("mode")))
     # Kubernetes mounts Secret and ConfigMap volumes read-only, whatever the mount says
-    return Volume(v["name"], "secret" if kind == "secret" else "configMap", secret=s["secretName" if kind == "secret" else "name"],
-                  items=items, mode=int(s.get("defaultMode", 0o644)), optional=bool(s.get("optional")), read_only=True)
+    return Volume(
+        v["name"],
+        "secret" if kind == "secret" else "configMap",
+        secret=s["secretName" if kind == "secret" else "name"],
+        items=items,
+        mode=int(s.get("defaultMode", 0o644)),
+        optional=bool(s.get("optional")),
+        read_only=True,
+    )
 
 
 def container(c, pod_security, volumes, where):
-    sc = {**{k: v for k, v in pod_security.items() if k in ("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile")},
-          **(c.get("securityContext") or {})}
+    sc = {
+        **{k: v for k, v in pod_security.items() if k in ("runAsNonRoot", "runAsUser", "runAsGroup", "seccompProfile")},
+        **(c.get("securityContext") or {}),
+    }
     seccomp = (sc.get("seccompProfile") or {}).get("type", "RuntimeDefault")
     if seccomp not in ("RuntimeDefault", "Unconfined"):
         raise Unsupported(f"{where}.securityContext.seccompProfile.type {seccomp!r}: RuntimeDefault or Unconfined")
@@ -689,7 +791,9 @@ def container(c, pod_security, volumes, where):
     for kind in ("limits", "requests"):
         for key in resources.get(kind) or {}:
             if key not in NODE_RESOURCES:
-                raise Unsupported(f"{where}.resources.{kind}.{key}: the node has no {key} (it offers {', '.join(NODE_RESOURCES)})")
+                raise Unsupported(
+                    f"{where}.resources.{kind}.{key}: the node has no {key} (it offers {', '.join(NODE_RESOURCES)})"
+                )
     limits, requests = resources.get("limits") or {}, resources.get("requests") or {}
     cpu_limit = limits.get("cpu")
     mem_limit = limits.get("memory")
@@ -714,24 +818,42 @@ def container(c, pod_security, volumes, where):
     for m in c.get("volumeMounts", []):
         if m["name"] not in volumes:
             raise Unsupported(f"{where}.volumeMounts[{m['name']}]: no such volume in the pod")
-        mounts.append(Mount(m["name"], m["mountPath"], bool(m.get("readOnly")) or volumes[m["name"]].read_only, m.get("subPath", "")))
+        mounts.append(
+            Mount(
+                m["name"], m["mountPath"], bool(m.get("readOnly")) or volumes[m["name"]].read_only, m.get("subPath", "")
+            )
+        )
     policy = c.get("terminationMessagePolicy", "File")
     if policy not in ("File", "FallbackToLogsOnError"):
         raise Unsupported(f"{where}.terminationMessagePolicy {policy!r}")
     caps = sc.get("capabilities") or {}
     return Container(
-        name=c["name"], image=c["image"], command=c.get("command"), args=c.get("args"), env=env,
-        user=None if user is None else int(user), group=None if sc.get("runAsGroup") is None else int(sc["runAsGroup"]),
-        supplementary_groups=groups, run_as_non_root=bool(sc.get("runAsNonRoot")),
-        read_only_root=bool(sc.get("readOnlyRootFilesystem")), privileged=bool(sc.get("privileged")),
+        name=c["name"],
+        image=c["image"],
+        command=c.get("command"),
+        args=c.get("args"),
+        env=env,
+        user=None if user is None else int(user),
+        group=None if sc.get("runAsGroup") is None else int(sc["runAsGroup"]),
+        supplementary_groups=groups,
+        run_as_non_root=bool(sc.get("runAsNonRoot")),
+        read_only_root=bool(sc.get("readOnlyRootFilesystem")),
+        privileged=bool(sc.get("privileged")),
         # Kubernetes: no_new_privs is set unless allowPrivilegeEscalation is true (or the container is privileged)
         no_new_privileges=sc.get("allowPrivilegeEscalation") is False,
-        cap_drop=list(caps.get("drop", [])), cap_add=list(caps.get("add", [])), seccomp=seccomp,
+        cap_drop=list(caps.get("drop", [])),
+        cap_add=list(caps.get("add", [])),
+        seccomp=seccomp,
         nano_cpus=None if cpu_limit is None else int(quantity(cpu_limit, f"{where}.resources.limits.cpu") * 1e9),
         memory_limit=None if mem_limit is None else int(quantity(mem_limit, f"{where}.resources.limits.memory")),
-        cpu_shares=None if cpu_request is None else max(2, int(quantity(cpu_request, f"{where}.resources.requests.cpu") * 1024)),
-        memory_reservation=None if mem_request is None else int(quantity(mem_request, f"{where}.resources.requests.memory")),
-        mounts=mounts, ports={p.get("name", str(p["containerPort"])): int(p["containerPort"]) for p in c.get("ports", [])},
+        cpu_shares=None
+        if cpu_request is None
+        else max(2, int(quantity(cpu_request, f"{where}.resources.requests.cpu") * 1024)),
+        memory_reservation=None
+        if mem_request is None
+        else int(quantity(mem_request, f"{where}.resources.requests.memory")),
+        mounts=mounts,
+        ports={p.get("name", str(p["containerPort"])): int(p["containerPort"]) for p in c.get("ports", [])},
         working_dir=c.get("workingDir"),
         readiness=probe(c.get("readinessProbe"), f"{where}.readinessProbe"),
         liveness=probe(c.get("livenessProbe"), f"{where}.livenessProbe"),
@@ -741,7 +863,9 @@ def container(c, pod_security, volumes, where):
     )
 
 
-DOWNWARD = re.compile(r"^(metadata\.(name|namespace|uid)|metadata\.(labels|annotations)\['[^']+'\]|spec\.(nodeName|serviceAccountName)|status\.(podIP|podIPs|hostIP|hostIPs))$")
+DOWNWARD = re.compile(
+    r"^(metadata\.(name|namespace|uid)|metadata\.(labels|annotations)\['[^']+'\]|spec\.(nodeName|serviceAccountName)|status\.(podIP|podIPs|hostIP|hostIPs))$"
+)
 
 
 def probe(p, where):
@@ -753,26 +877,41 @@ def probe(p, where):
     kind = kinds[0]
     if kind == "httpGet" and p[kind].get("scheme", "HTTP") != "HTTP":
         raise Unsupported(f"{where}.httpGet.scheme {p[kind]['scheme']!r}: only HTTP")
-    return Probe(kind, port=p[kind].get("port"), path=p[kind].get("path", "/"), command=list(p[kind].get("command", [])),
-                 initial_delay=float(p.get("initialDelaySeconds", 0)), period=float(p.get("periodSeconds", 10)),
-                 timeout=float(p.get("timeoutSeconds", 1)), failure_threshold=int(p.get("failureThreshold", 3)),
-                 success_threshold=int(p.get("successThreshold", 1)))
+    return Probe(
+        kind,
+        port=p[kind].get("port"),
+        path=p[kind].get("path", "/"),
+        command=list(p[kind].get("command", [])),
+        initial_delay=float(p.get("initialDelaySeconds", 0)),
+        period=float(p.get("periodSeconds", 10)),
+        timeout=float(p.get("timeoutSeconds", 1)),
+        failure_threshold=int(p.get("failureThreshold", 3)),
+        success_threshold=int(p.get("successThreshold", 1)),
+    )
 
 
 def service(name, spec, where):
     kind = spec.get("type", "ClusterIP")
     if kind not in ("ClusterIP", "LoadBalancer", "NodePort"):
-        raise Unsupported(f"{where}: spec.type {kind!r} (ClusterIP, NodePort and LoadBalancer are published on 127.0.0.1)")
+        raise Unsupported(
+            f"{where}: spec.type {kind!r} (ClusterIP, NodePort and LoadBalancer are published on 127.0.0.1)"
+        )
     cluster_ip = spec.get("clusterIP")
     if cluster_ip not in (None, "", "None"):
-        raise Unsupported(f"{where}: spec.clusterIP {cluster_ip}: there is no service IP range; only None (headless) or allocated")
+        raise Unsupported(
+            f"{where}: spec.clusterIP {cluster_ip}: there is no service IP range; only None (headless) or allocated"
+        )
     headless = cluster_ip == "None"
     if headless and kind != "ClusterIP":
         raise Unsupported(f"{where}: a headless Service must be of type ClusterIP")
     if not spec.get("selector"):
-        raise Unsupported(f"{where}: spec.selector is empty: Services without a selector (manual Endpoints) are not run")
+        raise Unsupported(
+            f"{where}: spec.selector is empty: Services without a selector (manual Endpoints) are not run"
+        )
     if headless and not spec.get("publishNotReadyAddresses"):
-        raise Unsupported(f"{where}: spec.publishNotReadyAddresses false on a headless Service: names are published when a pod starts")
+        raise Unsupported(
+            f"{where}: spec.publishNotReadyAddresses false on a headless Service: names are published when a pod starts"
+        )
     ports = []
     for p in spec.get("ports", []):
         if p.get("protocol", "TCP") != "TCP":
@@ -797,7 +936,9 @@ def network_policy(name, spec, where):
                 if "podSelector" not in peer:
                     continue  # namespaceSelector/ipBlock alone: outside the release (a documented no-op)
                 if "namespaceSelector" in peer:
-                    raise Unsupported(f"{where}: spec.ingress[].from[]: podSelector with namespaceSelector (pods of other namespaces) is not run")
+                    raise Unsupported(
+                        f"{where}: spec.ingress[].from[]: podSelector with namespaceSelector (pods of other namespaces) is not run"
+                    )
                 if peer["podSelector"].get("matchExpressions"):
                     raise Unsupported(f"{where}: spec.ingress[].from[].podSelector.matchExpressions: only matchLabels")
                 peers.append(dict(peer["podSelector"].get("matchLabels") or {}))
@@ -836,7 +977,22 @@ def network_policy_rules(policies, live, bridge):
                         accepts.append(["-i", bridge, "-o", bridge, *source, "-d", ip, *match, "-j", "ACCEPT"])
     rules = list(accepts)
     for ip in isolated:
-        rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-m", "conntrack", "--ctstate", "ESTABLISHED,RELATED", "-j", "ACCEPT"])
+        rules.append(
+            [
+                "-i",
+                bridge,
+                "-o",
+                bridge,
+                "-d",
+                ip,
+                "-m",
+                "conntrack",
+                "--ctstate",
+                "ESTABLISHED,RELATED",
+                "-j",
+                "ACCEPT",
+            ]
+        )
         rules.append(["-i", bridge, "-o", bridge, "-d", ip, "-j", "DROP"])
     return rules
 
@@ -877,12 +1033,16 @@ def check_references(release):
         where = pod.owner
         for v in pod.volumes.values():
             if v.kind == "claim" and v.claim not in release.claims:
-                raise Unsupported(f"{where}: volume {v.name} uses claim {v.claim!r}, which is not in the release (the harness has no existing claims)")
+                raise Unsupported(
+                    f"{where}: volume {v.name} uses claim {v.claim!r}, which is not in the release (the harness has no existing claims)"
+                )
             if v.kind == "secret" and v.secret not in release.secrets and not v.optional:
                 raise Unsupported(f"{where}: volume {v.name} uses Secret {v.secret!r}, which is not in the release")
             if v.kind == "configMap" and v.secret not in release.config_maps and not v.optional:
-                raise Unsupported(f"{where}: volume {v.name} uses ConfigMap {v.secret!r}, which is not in the release "
-                                  "(the harness has no API server holding others: pass it with the release's manifests)")
+                raise Unsupported(
+                    f"{where}: volume {v.name} uses ConfigMap {v.secret!r}, which is not in the release "
+                    "(the harness has no API server holding others: pass it with the release's manifests)"
+                )
             if v.kind == "configMap" and v.secret in release.config_maps:
                 missing = [key for key, _, _ in v.items if key not in release.config_maps[v.secret]]
                 if missing:

@@ -55,7 +55,9 @@ def handle(client, directory, port):
     if upstream is None:
         client.close()
         return
-    threads = [threading.Thread(target=pipe, args=pair, daemon=True) for pair in ((client, upstream), (upstream, client))]
+    threads = [
+        threading.Thread(target=pipe, args=pair, daemon=True) for pair in ((client, upstream), (upstream, client))
+    ]
     for t in threads:
         t.start()
     for t in threads:

@@ -50,8 +50,13 @@ RUNS = [
     Run("digits-localsgd", "digits-localsgd.yaml"),
     # asynchronous: the workers' steps interleave differently on every run, so a wider margin
     Run("digits-parameterserver", "digits-parameterserver.yaml", pipeline_tolerance=0.02),
-    Run("digits-multiworker-kill", "digits-multiworker.yaml", pipeline_tolerance=None,
-        kill=Kill("trainer", 1, "trainer", r"epoch 5/\d+:"), undisturbed="digits-multiworker"),
+    Run(
+        "digits-multiworker-kill",
+        "digits-multiworker.yaml",
+        pipeline_tolerance=None,
+        kill=Kill("trainer", 1, "trainer", r"epoch 5/\d+:"),
+        undisturbed="digits-multiworker",
+    ),
     # faces: top-1 retrieval on 19 held-out people moves 5 points per person, so no pipeline comparison
     # the sweep's parameters differ from the values' epochs/batch, so no pipeline comparison
     Run("digits-sweep", "digits-sweep.yaml", pipeline_tolerance=None),
@@ -59,11 +64,19 @@ RUNS = [
     Run("faces", "faces.yaml", pipeline_tolerance=None, min_accuracy=0.3),  # top-1 on held-out people; chance is 1/19
     # your own table (copier table:) and your own model from a ConfigMap (model.code, model.module): `make
     # pipeline` has no own-model mode, so no pipeline comparison
-    Run("table-own-model", "table-own-model.yaml", pipeline_tolerance=None, min_accuracy=0.85, seed_data="breast-cancer"),
+    Run(
+        "table-own-model", "table-own-model.yaml", pipeline_tolerance=None, min_accuracy=0.85, seed_data="breast-cancer"
+    ),
     # the same table from an S3-compatible store (copier table:s3://), the model published into it
     # (aggregator.publishTo), the key pair from a Secret: the built-in table model, no pipeline comparison
-    Run("table-object-store", "table-object-store.yaml", pipeline_tolerance=None, min_accuracy=0.85, seed_data="breast-cancer",
-        object_store=True),
+    Run(
+        "table-object-store",
+        "table-object-store.yaml",
+        pipeline_tolerance=None,
+        min_accuracy=0.85,
+        seed_data="breast-cancer",
+        object_store=True,
+    ),
 ]
 
 BY_NAME = {run.name: run for run in RUNS}

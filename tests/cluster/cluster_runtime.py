@@ -137,7 +137,9 @@ class Pod:
             self.cluster.event(f"pod {self.name}: started {', '.join(started)}")
             prober = threading.Thread(target=self._probe_loop, daemon=True)
             prober.start()
-            results = [threading.Thread(target=self._supervise, args=(spec,), daemon=True) for spec in self.template.containers]
+            results = [
+                threading.Thread(target=self._supervise, args=(spec,), daemon=True) for spec in self.template.containers
+            ]
             for t in results:
                 t.start()
             for t in results:
@@ -161,13 +163,31 @@ class Pod:
         self._prepare_volumes()
         # The pause container also mounts the pod's emptyDirs: a tmpfs volume is unmounted (and
         # emptied) when no container uses it, and an emptyDir lives as long as its pod.
-        keep = [docker.types.Mount(f"/.pod-volumes/{name}", source, type="volume")
-                for name, (kind, source) in self.mounts.items() if kind == "volume"]
+        keep = [
+            docker.types.Mount(f"/.pod-volumes/{name}", source, type="volume")
+            for name, (kind, source) in self.mounts.items()
+            if kind == "volume"
+        ]
         self.pause = c.client.containers.run(
-            first.image, entrypoint=["sleep", "infinity"], command=[], name=f"{c.prefix}-{self.name}", hostname=self.hostname,
-            detach=True, network=c.network.name, user="65535:65535", read_only=True, cap_drop=["ALL"], mem_limit="32m",
-            dns_search=[f"{c.release.namespace}.svc.{c.release.cluster_domain}", f"svc.{c.release.cluster_domain}", c.release.cluster_domain],
-            dns_opt=["ndots:5"], labels=c.labels(pod=self.name, role="pause"), healthcheck={"test": ["NONE"]},
+            first.image,
+            entrypoint=["sleep", "infinity"],
+            command=[],
+            name=f"{c.prefix}-{self.name}",
+            hostname=self.hostname,
+            detach=True,
+            network=c.network.name,
+            user="65535:65535",
+            read_only=True,
+            cap_drop=["ALL"],
+            mem_limit="32m",
+            dns_search=[
+                f"{c.release.namespace}.svc.{c.release.cluster_domain}",
+                f"svc.{c.release.cluster_domain}",
+                c.release.cluster_domain,
+            ],
+            dns_opt=["ndots:5"],
+            labels=c.labels(pod=self.name, role="pause"),
+            healthcheck={"test": ["NONE"]},
             networking_config={c.network.name: c.client.api.create_endpoint_config(aliases=aliases or None)},
             mounts=keep,
         )
@@ -185,9 +205,12 @@ class Pod:
                 self.mounts[v.name] = ("bind", str(path))
             elif v.kind == "emptyDir":
                 opts = "mode=1777" + (f",size={v.size_limit}" if v.size_limit else "")
-                vol = c.client.volumes.create(name=f"{c.prefix}-{self.name}-{v.name}", driver="local",
-                                              driver_opts={"type": "tmpfs", "device": "tmpfs", "o": opts},
-                                              labels=c.labels(pod=self.name))
+                vol = c.client.volumes.create(
+                    name=f"{c.prefix}-{self.name}-{v.name}",
+                    driver="local",
+                    driver_opts={"type": "tmpfs", "device": "tmpfs", "o": opts},
+                    labels=c.labels(pod=self.name),
+                )
                 self.volumes.append(vol)
                 self.mounts[v.name] = ("volume", vol.name)
             elif v.kind in ("secret", "configMap"):
@@ -222,7 +245,9 @@ class Pod:
         if spec.run_as_non_root:
             uid = spec.user if spec.user is not None else c.image_user(spec.image)[0]
             if not str(uid).isdigit() or int(uid) == 0:
-                raise RuntimeError(f"{spec.name}: runAsNonRoot but the image's user is {uid!r} (CreateContainerConfigError)")
+                raise RuntimeError(
+                    f"{spec.name}: runAsNonRoot but the image's user is {uid!r} (CreateContainerConfigError)"
+                )
         security = ["no-new-privileges:true"] if spec.no_new_privileges else []
         if spec.seccomp == "Unconfined":
             security.append("seccomp=unconfined")
@@ -230,14 +255,27 @@ class Pod:
             spec.image,
             entrypoint=c.expand(spec.command, env) if spec.command is not None else None,
             command=c.expand(spec.args, env) if spec.args is not None else ([] if spec.command is not None else None),
-            name=f"{c.prefix}-{self.name}-{spec.name}", environment=env, user=user,
-            group_add=[str(g) for g in spec.supplementary_groups] or None, read_only=spec.read_only_root,
-            privileged=spec.privileged, cap_drop=spec.cap_drop or None, cap_add=spec.cap_add or None,
-            security_opt=security or None, nano_cpus=spec.nano_cpus, mem_limit=spec.memory_limit,
-            memswap_limit=spec.memory_limit, cpu_shares=spec.cpu_shares, mem_reservation=spec.memory_reservation,
-            mounts=mounts, network_mode=f"container:{self.pause.id}", working_dir=spec.working_dir,
-            labels=c.labels(pod=self.name, container=spec.name), healthcheck={"test": ["NONE"]},  # Kubernetes ignores HEALTHCHECK
-            runtime=self.template.runtime, stop_signal="SIGTERM",
+            name=f"{c.prefix}-{self.name}-{spec.name}",
+            environment=env,
+            user=user,
+            group_add=[str(g) for g in spec.supplementary_groups] or None,
+            read_only=spec.read_only_root,
+            privileged=spec.privileged,
+            cap_drop=spec.cap_drop or None,
+            cap_add=spec.cap_add or None,
+            security_opt=security or None,
+            nano_cpus=spec.nano_cpus,
+            mem_limit=spec.memory_limit,
+            memswap_limit=spec.memory_limit,
+            cpu_shares=spec.cpu_shares,
+            mem_reservation=spec.memory_reservation,
+            mounts=mounts,
+            network_mode=f"container:{self.pause.id}",
+            working_dir=spec.working_dir,
+            labels=c.labels(pod=self.name, container=spec.name),
+            healthcheck={"test": ["NONE"]},  # Kubernetes ignores HEALTHCHECK
+            runtime=self.template.runtime,
+            stop_signal="SIGTERM",
         )
         self.containers[spec.name] = container
         self.created[spec.name] = container.attrs  # what Docker was asked to run (tests inspect it)
@@ -258,8 +296,10 @@ class Pod:
         if not message.strip() and spec.termination_message_policy == "FallbackToLogsOnError" and status.exit_code != 0:
             message = "\n".join(logs.splitlines()[-FALLBACK_LINES:])[-FALLBACK_BYTES:]
         status.message = message.strip()
-        self.cluster.event(f"pod {self.name}: container {spec.name} exited {status.exit_code} ({status.reason})"
-                           + (f": {status.message.splitlines()[-1][:200]}" if status.message and status.exit_code else ""))
+        self.cluster.event(
+            f"pod {self.name}: container {spec.name} exited {status.exit_code} ({status.reason})"
+            + (f": {status.message.splitlines()[-1][:200]}" if status.message and status.exit_code else "")
+        )
         return status
 
     def _wait(self, container):
@@ -297,17 +337,21 @@ class Pod:
             self.cluster.event(f"pod {self.name}: restarted {spec.name} (restart {status.restarts})")
 
     def _sleep_backoff(self, restarts):
-        self.deleted.wait(min(300.0, self.cluster.backoff_base * 2 ** restarts))
+        self.deleted.wait(min(300.0, self.cluster.backoff_base * 2**restarts))
 
     # -------------------------------------------------------------------- probes
     def _probe_loop(self):
         """startupProbe gates the others; readiness sets Ready (Service endpoints); liveness restarts.
         A container without a readiness probe is ready while it runs, as in Kubernetes."""
         specs = self.template.containers
-        state = {spec.name: {"started": spec.startup is None, "ready": False, "fails": {}, "next": {}} for spec in specs}
+        state = {
+            spec.name: {"started": spec.startup is None, "ready": False, "fails": {}, "next": {}} for spec in specs
+        }
         t0 = time.monotonic()
         while not self.deleted.is_set() and not self.done.is_set():
-            if self.template.restart_policy == "Never" and all(self.statuses[s.name].exit_code is not None for s in specs):
+            if self.template.restart_policy == "Never" and all(
+                self.statuses[s.name].exit_code is not None for s in specs
+            ):
                 break
             now = time.monotonic()
             ready_all = True
@@ -456,8 +500,13 @@ class JobController:
 
     def _new_pod(self, index):
         job, t = self.job, self.job.template
-        labels = {**t.labels, "batch.kubernetes.io/job-name": job.name, "job-name": job.name,
-                  "batch.kubernetes.io/controller-uid": self.cluster.uid, "controller-uid": self.cluster.uid}
+        labels = {
+            **t.labels,
+            "batch.kubernetes.io/job-name": job.name,
+            "job-name": job.name,
+            "batch.kubernetes.io/controller-uid": self.cluster.uid,
+            "controller-uid": self.cluster.uid,
+        }
         annotations = dict(t.annotations)
         extra = {}
         if job.indexed:
@@ -494,10 +543,14 @@ class JobController:
                     codes = {n: s.exit_code for n, s in pod.statuses.items() if s.exit_code not in (0, None)}
                     rule = next((r for r in job.failure_rules if r.matches(codes)), None)
                     action = rule.action if rule else "Count"
-                    self.cluster.event(f"job {job.name}: pod {pod.name} failed (exit codes {codes}); podFailurePolicy: "
-                                       + (f"{action} (rule {job.failure_rules.index(rule)})" if rule else "no rule matches: Count"))
+                    self.cluster.event(
+                        f"job {job.name}: pod {pod.name} failed (exit codes {codes}); podFailurePolicy: "
+                        + (f"{action} (rule {job.failure_rules.index(rule)})" if rule else "no rule matches: Count")
+                    )
                     if action == "FailJob":
-                        return self._fail("PodFailurePolicy", f"container exit codes {codes} of pod {pod.name} matched a FailJob rule")
+                        return self._fail(
+                            "PodFailurePolicy", f"container exit codes {codes} of pod {pod.name} matched a FailJob rule"
+                        )
                     if action == "Ignore":
                         status.ignored += 1
                         todo.append(index)
@@ -507,21 +560,37 @@ class JobController:
                     if job.backoff_limit_per_index is not None:
                         if action == "FailIndex" or status.failures[index] > job.backoff_limit_per_index:
                             failed_indexes.add(index)
-                            self.cluster.event(f"job {job.name}: index {index} failed"
-                                               + ("" if action == "FailIndex" else f" ({status.failures[index]} failures > backoffLimitPerIndex {job.backoff_limit_per_index})"))
+                            self.cluster.event(
+                                f"job {job.name}: index {index} failed"
+                                + (
+                                    ""
+                                    if action == "FailIndex"
+                                    else f" ({status.failures[index]} failures > backoffLimitPerIndex {job.backoff_limit_per_index})"
+                                )
+                            )
                             if job.max_failed_indexes is not None and len(failed_indexes) > job.max_failed_indexes:
-                                return self._fail("MaxFailedIndexesExceeded", f"failed indexes {sorted(failed_indexes)}")
+                                return self._fail(
+                                    "MaxFailedIndexesExceeded", f"failed indexes {sorted(failed_indexes)}"
+                                )
                             continue
                         delay = self._backoff(status.failures[index])
                     else:
                         if total_failures > job.backoff_limit:
-                            return self._fail("BackoffLimitExceeded", f"{total_failures} failed pods > backoffLimit {job.backoff_limit}")
+                            return self._fail(
+                                "BackoffLimitExceeded",
+                                f"{total_failures} failed pods > backoffLimit {job.backoff_limit}",
+                            )
                         delay = self._backoff(total_failures)
                     not_before[index] = time.monotonic() + delay
-                    self.cluster.event(f"job {job.name}: index {index} replaced in {delay:g}s "
-                                       f"(failure {status.failures[index]}"
-                                       + (f" of backoffLimitPerIndex {job.backoff_limit_per_index})" if job.backoff_limit_per_index is not None
-                                          else f", {total_failures} of backoffLimit {job.backoff_limit})"))
+                    self.cluster.event(
+                        f"job {job.name}: index {index} replaced in {delay:g}s "
+                        f"(failure {status.failures[index]}"
+                        + (
+                            f" of backoffLimitPerIndex {job.backoff_limit_per_index})"
+                            if job.backoff_limit_per_index is not None
+                            else f", {total_failures} of backoffLimit {job.backoff_limit})"
+                        )
+                    )
                     todo.append(index)
                 if len(succeeded) == (job.completions if job.indexed else 1):
                     status.state, status.finished_at = "Complete", time.monotonic()
@@ -547,7 +616,11 @@ class JobController:
         return min(360.0, self.cluster.backoff_base * 2 ** (failures - 1))
 
     def _fail(self, reason, detail):
-        self.status.state, self.status.reason, self.status.finished_at = "Failed", f"{reason}: {detail}", time.monotonic()
+        self.status.state, self.status.reason, self.status.finished_at = (
+            "Failed",
+            f"{reason}: {detail}",
+            time.monotonic(),
+        )
         self.cluster.event(f"job {self.job.name}: Failed ({reason}: {detail})")
         for pod in self.active.values():
             pod.delete()
@@ -601,7 +674,9 @@ class Cluster:
             try:
                 self.client.images.get(image)
             except docker.errors.ImageNotFound:
-                raise RuntimeError(f"image {image} is not in the local store and the harness never pulls (make images)") from None
+                raise RuntimeError(
+                    f"image {image} is not in the local store and the harness never pulls (make images)"
+                ) from None
         (self.root / "claims").mkdir(parents=True, exist_ok=True)
         (self.root / "pods").mkdir(parents=True, exist_ok=True)
         self.network = self.client.networks.create(f"{self.prefix}-net", driver="bridge", labels=self.labels())
@@ -624,15 +699,29 @@ class Cluster:
             pods = []
             for _ in range(dep.replicas):
                 name = f"{dep.name}-{self.uid[-10:].lower().replace('_', '')}-{suffix()}"
-                pods.append(Pod(self, dep.template, name, name[:63], {**dep.template.labels, "pod-template-hash": self.uid[-10:]},
-                                dict(dep.template.annotations)).start())
+                pods.append(
+                    Pod(
+                        self,
+                        dep.template,
+                        name,
+                        name[:63],
+                        {**dep.template.labels, "pod-template-hash": self.uid[-10:]},
+                        dict(dep.template.annotations),
+                    ).start()
+                )
             self.deployments[dep.name] = pods
-        self.event(f"release started: {len(self.jobs)} Job(s), {len(self.deployments)} Deployment(s), "
-                   f"{len(self.proxies)} published Service(s)")
+        self.event(
+            f"release started: {len(self.jobs)} Job(s), {len(self.deployments)} Deployment(s), "
+            f"{len(self.proxies)} published Service(s)"
+        )
         return self
 
     def images(self):
-        templates = [j.template for j in self.release.jobs] + [d.template for d in self.release.deployments] + self.release.test_pods
+        templates = (
+            [j.template for j in self.release.jobs]
+            + [d.template for d in self.release.deployments]
+            + self.release.test_pods
+        )
         return sorted({c.image for t in templates for c in t.init_containers + t.containers})
 
     def image_user(self, image):
@@ -672,16 +761,26 @@ class Cluster:
                 if key not in data:
                     if optional:
                         continue
-                    raise RuntimeError(f"{spec.name}: env {e.name}: Secret {name} has no key {key!r} (CreateContainerConfigError)")
+                    raise RuntimeError(
+                        f"{spec.name}: env {e.name}: Secret {name} has no key {key!r} (CreateContainerConfigError)"
+                    )
                 env[e.name] = data[key].decode()
             else:
                 env[e.name] = self.expand([e.value], env)[0]
         return env
 
     def field(self, pod, path):
-        simple = {"metadata.name": pod.name, "metadata.namespace": self.release.namespace, "metadata.uid": pod.name,
-                  "spec.nodeName": "harness-node", "spec.serviceAccountName": "", "status.podIP": pod.ip or "",
-                  "status.podIPs": pod.ip or "", "status.hostIP": self.gateway(), "status.hostIPs": self.gateway()}
+        simple = {
+            "metadata.name": pod.name,
+            "metadata.namespace": self.release.namespace,
+            "metadata.uid": pod.name,
+            "spec.nodeName": "harness-node",
+            "spec.serviceAccountName": "",
+            "status.podIP": pod.ip or "",
+            "status.podIPs": pod.ip or "",
+            "status.hostIP": self.gateway(),
+            "status.hostIPs": self.gateway(),
+        }
         if path in simple:
             return simple[path]
         match = re.match(r"^metadata\.(labels|annotations)\['([^']+)'\]$", path)
@@ -695,19 +794,32 @@ class Cluster:
     @staticmethod
     def expand(values, env):
         """Kubernetes' $(VAR) expansion in command, args and env values ($$ escapes)."""
+
         def one(text):
-            return re.sub(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
-                          lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)), text)
+            return re.sub(
+                r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_]*)\)",
+                lambda m: "$" if m.group(0) == "$$" else env.get(m.group(1), m.group(0)),
+                text,
+            )
+
         return [one(str(v)) for v in values]
 
     # -------------------------------------------------------------------- servers outside the release
     def _start_outside(self, server, timeout=60):
         mounts = [docker.types.Mount(path, str(host), type="bind", read_only=True) for path, host in server.files]
         container = self.client.containers.run(
-            server.image, command=list(server.args), name=f"{self.prefix}-outside-{server.name}", detach=True,
-            network=self.network.name, read_only=True, cap_drop=["ALL"], security_opt=["no-new-privileges:true"],
+            server.image,
+            command=list(server.args),
+            name=f"{self.prefix}-outside-{server.name}",
+            detach=True,
+            network=self.network.name,
+            read_only=True,
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges:true"],
             networking_config={self.network.name: self.client.api.create_endpoint_config(aliases=list(server.aliases))},
-            ports={f"{server.port}/tcp": ("127.0.0.1", None)}, mounts=mounts, tmpfs={path: "mode=1777" for path in server.scratch},
+            ports={f"{server.port}/tcp": ("127.0.0.1", None)},
+            mounts=mounts,
+            tmpfs={path: "mode=1777" for path in server.scratch},
             labels=self.labels(outside=server.name),
             healthcheck={"test": ["NONE"]},
         )
@@ -717,7 +829,9 @@ class Cluster:
         while True:
             container.reload()
             if container.status != "running":
-                raise RuntimeError(f"outside server {server.name} exited: {container.logs()[-2000:].decode(errors='replace')}")
+                raise RuntimeError(
+                    f"outside server {server.name} exited: {container.logs()[-2000:].decode(errors='replace')}"
+                )
             try:  # any HTTP answer (an S3 gateway's 403 too): Docker's port proxy accepts connections before the server does
                 context = ssl._create_unverified_context() if server.tls else None
                 urllib.request.urlopen(self.outside_url(server.name, host_port), timeout=2, context=context).close()
@@ -726,11 +840,15 @@ class Cluster:
                 break
             except (OSError, http.client.HTTPException):
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"outside server {server.name} did not accept connections on port {server.port} "
-                                       f"within {timeout}s: {container.logs()[-2000:].decode(errors='replace')}") from None
+                    raise RuntimeError(
+                        f"outside server {server.name} did not accept connections on port {server.port} "
+                        f"within {timeout}s: {container.logs()[-2000:].decode(errors='replace')}"
+                    ) from None
                 time.sleep(0.3)
         self.outside_ports[server.name] = host_port
-        self.event(f"outside server {server.name}: {', '.join(server.aliases)}:{server.port}, published on 127.0.0.1:{host_port}")
+        self.event(
+            f"outside server {server.name}: {', '.join(server.aliases)}:{server.port}, published on 127.0.0.1:{host_port}"
+        )
 
     def outside_url(self, name, port=None):
         """The server's URL on 127.0.0.1 (http or https, as it speaks)."""
@@ -756,21 +874,38 @@ class Cluster:
             (endpoints / f"{p.port}.json").write_text("[]")
         image = self._backend_image(service)
         container = self.client.containers.create(
-            image, entrypoint=["python3", "/proxy/cluster_proxy.py", "/endpoints"] + [str(p.port) for p in service.ports],
-            command=[], name=f"{self.prefix}-svc-{service.name}", user="0:0", read_only=True, cap_drop=["ALL"],
-            cap_add=["NET_BIND_SERVICE"], labels=self.labels(service=service.name), healthcheck={"test": ["NONE"]},
-            mounts=[docker.types.Mount("/proxy/cluster_proxy.py", str(PROXY), type="bind", read_only=True),
-                    docker.types.Mount("/endpoints", str(endpoints), type="bind", read_only=True)],
-            ports={f"{p.port}/tcp": ("127.0.0.1", None) for p in service.ports}, network=self.network.name,
-            networking_config={self.network.name: self.client.api.create_endpoint_config(aliases=[f"{service.name}.{ns}.svc.{domain}"])},
+            image,
+            entrypoint=["python3", "/proxy/cluster_proxy.py", "/endpoints"] + [str(p.port) for p in service.ports],
+            command=[],
+            name=f"{self.prefix}-svc-{service.name}",
+            user="0:0",
+            read_only=True,
+            cap_drop=["ALL"],
+            cap_add=["NET_BIND_SERVICE"],
+            labels=self.labels(service=service.name),
+            healthcheck={"test": ["NONE"]},
+            mounts=[
+                docker.types.Mount("/proxy/cluster_proxy.py", str(PROXY), type="bind", read_only=True),
+                docker.types.Mount("/endpoints", str(endpoints), type="bind", read_only=True),
+            ],
+            ports={f"{p.port}/tcp": ("127.0.0.1", None) for p in service.ports},
+            network=self.network.name,
+            networking_config={
+                self.network.name: self.client.api.create_endpoint_config(aliases=[f"{service.name}.{ns}.svc.{domain}"])
+            },
             mem_limit="64m",
         )
         container.start()
         container.reload()
-        published = {p.port: int(container.attrs["NetworkSettings"]["Ports"][f"{p.port}/tcp"][0]["HostPort"]) for p in service.ports}
+        published = {
+            p.port: int(container.attrs["NetworkSettings"]["Ports"][f"{p.port}/tcp"][0]["HostPort"])
+            for p in service.ports
+        }
         self.proxies[service.name] = (container, published, endpoints)
-        self.event(f"service {service.name} ({service.type}): {service.name}.{ns}.svc.{domain}, published on "
-                   + ", ".join(f"127.0.0.1:{h} (port {p})" for p, h in published.items()))
+        self.event(
+            f"service {service.name} ({service.type}): {service.name}.{ns}.svc.{domain}, published on "
+            + ", ".join(f"127.0.0.1:{h} (port {p})" for p, h in published.items())
+        )
 
     def _backend_image(self, service):
         for template in [d.template for d in self.release.deployments] + [j.template for j in self.release.jobs]:
@@ -827,8 +962,10 @@ class Cluster:
             except OSError:
                 bridged = False
             if not bridged:
-                raise RuntimeError("a NetworkPolicy cannot be enforced: bridged traffic does not pass iptables "
-                                   "(modprobe br_netfilter; sysctl net.bridge.bridge-nf-call-iptables=1)")
+                raise RuntimeError(
+                    "a NetworkPolicy cannot be enforced: bridged traffic does not pass iptables "
+                    "(modprobe br_netfilter; sysctl net.bridge.bridge-nf-call-iptables=1)"
+                )
             live = []
         bridge = f"br-{self.network.id[:12]}"
         rules = network_policy_rules(self.release.network_policies, live, bridge)
@@ -862,13 +999,17 @@ class Cluster:
                 return pods
             failed = [j for j in self.jobs.values() if j.status.state == "Failed"]
             if failed:
-                raise RuntimeError(f"job {failed[0].job.name} failed ({failed[0].status.reason}) while waiting for {deployment}\n{self.describe()}")
+                raise RuntimeError(
+                    f"job {failed[0].job.name} failed ({failed[0].status.reason}) while waiting for {deployment}\n{self.describe()}"
+                )
             time.sleep(0.5)
         raise TimeoutError(f"deployment {deployment} not ready after {timeout:g}s\n{self.describe()}")
 
     def job_pods(self, name, index=None):
         pods = self.jobs[name].status.pods
-        return [p for p in pods if index is None or p.labels.get("batch.kubernetes.io/job-completion-index") == str(index)]
+        return [
+            p for p in pods if index is None or p.labels.get("batch.kubernetes.io/job-completion-index") == str(index)
+        ]
 
     def helm_test(self, timeout=300):
         """`helm test`: run each test hook pod to completion; [(pod, succeeded, logs)]."""
@@ -888,8 +1029,10 @@ class Cluster:
         """What `kubectl get pods` and `kubectl describe` would say, for failure messages."""
         lines = []
         for pod in self.all_pods():
-            state = ", ".join(f"{n}: exit {s.exit_code} {s.reason}" + (f" message {s.message[-300:]!r}" if s.message else "")
-                              for n, s in pod.statuses.items())
+            state = ", ".join(
+                f"{n}: exit {s.exit_code} {s.reason}" + (f" message {s.message[-300:]!r}" if s.message else "")
+                for n, s in pod.statuses.items()
+            )
             lines.append(f"  {pod.name}: {pod.phase}{' Ready' if pod.ready else ''} [{state}]")
         lines += [f"  job {n}: {c.status.state} {c.status.reason}" for n, c in self.jobs.items()]
         lines += [f"  {t:6.1f}s {e}" for t, e in self.events[-40:]]

@@ -28,7 +28,8 @@ import chartlib  # noqa: E402
 from chartlib import CHART, ROOT, merged_values  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
-    os.environ.get("DISTTRAIN_TEST_CLUSTER") != "1", reason="cluster runs: make test-cluster (sets DISTTRAIN_TEST_CLUSTER=1)"
+    os.environ.get("DISTTRAIN_TEST_CLUSTER") != "1",
+    reason="cluster runs: make test-cluster (sets DISTTRAIN_TEST_CLUSTER=1)",
 )
 
 import cluster_plan  # noqa: E402
@@ -48,8 +49,12 @@ def job_name(stage):
 
 def render(values_files, sets=()):
     """The release `helm template` makes of values files (and --set values) at the images' tag."""
-    return chartlib.render(None, sets=(f"image.tag={TAG}", *sets), kube_version=KUBE_VERSION,
-                           extra=tuple(arg for path in values_files for arg in ("-f", str(path))))
+    return chartlib.render(
+        None,
+        sets=(f"image.tag={TAG}", *sets),
+        kube_version=KUBE_VERSION,
+        extra=tuple(arg for path in values_files for arg in ("-f", str(path))),
+    )
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -72,7 +77,9 @@ def docker_ready():
         try:
             client.images.get(cluster_objectstore.IMAGE)
         except docker.errors.ImageNotFound:
-            pytest.fail(f"image {cluster_objectstore.IMAGE} is not built (docker/build-seaweedfs-image.sh; make test-cluster builds it)")
+            pytest.fail(
+                f"image {cluster_objectstore.IMAGE} is not built (docker/build-seaweedfs-image.sh; make test-cluster builds it)"
+            )
     yield
     from cluster_runtime import remove_everything
 
@@ -138,21 +145,44 @@ def kill_when(cluster, kill, record):
 
 def pipeline_accuracy(values, tmp_path_factory):
     """`make pipeline` with the same values (the same programs, no containers): its final accuracy."""
-    task = {"sample:digits": "digits", "sample:faces": "faces", "sample:movie-reviews": "movie-reviews"}[values["data"]["source"]]
-    key = (task, values["workers"], values["epochs"], values["batch"], values["strategy"], values["seed"], values.get("syncEvery"),
-           values.get("parameterServers"))
+    task = {"sample:digits": "digits", "sample:faces": "faces", "sample:movie-reviews": "movie-reviews"}[
+        values["data"]["source"]
+    ]
+    key = (
+        task,
+        values["workers"],
+        values["epochs"],
+        values["batch"],
+        values["strategy"],
+        values["seed"],
+        values.get("syncEvery"),
+        values.get("parameterServers"),
+    )
     if key in PIPELINES:
         return PIPELINES[key]
     workdir = tmp_path_factory.mktemp("pipeline")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    env = dict(os.environ, TASK=task, SOURCE=values["data"]["source"], WORKERS=str(values["workers"]), EPOCHS=str(values["epochs"]),
-               BATCH=str(values["batch"]), STRATEGY=values["strategy"], SYNC_EVERY=str(values.get("syncEvery") or ""),
-               PS=str(values.get("parameterServers") or 1),
-               SEED=str(values["seed"]), WORKDIR=str(workdir),
-               SERVE="0", BIN=str(ROOT / ".venv" / "bin"), TRAINER_PORT=str(port))
-    out = subprocess.run(["bash", str(ROOT / "scripts" / "run-local.sh")], env=env, capture_output=True, text=True, timeout=900)
+    env = dict(
+        os.environ,
+        TASK=task,
+        SOURCE=values["data"]["source"],
+        WORKERS=str(values["workers"]),
+        EPOCHS=str(values["epochs"]),
+        BATCH=str(values["batch"]),
+        STRATEGY=values["strategy"],
+        SYNC_EVERY=str(values.get("syncEvery") or ""),
+        PS=str(values.get("parameterServers") or 1),
+        SEED=str(values["seed"]),
+        WORKDIR=str(workdir),
+        SERVE="0",
+        BIN=str(ROOT / ".venv" / "bin"),
+        TRAINER_PORT=str(port),
+    )
+    out = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "run-local.sh")], env=env, capture_output=True, text=True, timeout=900
+    )
     assert out.returncode == 0, f"make pipeline failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}"
     PIPELINES[key] = read_report(workdir / "final")["final"]["test_accuracy"]
     return PIPELINES[key]
@@ -207,8 +237,12 @@ def check_published(store, values, workdir):
         with fs.open(latest["model"], "rb") as fh:
             published = fh.read()
         keys = fs.find(prefix)
-    assert latest["model"] == f"{latest['release']}/model.keras" and latest["release"].startswith(f"{prefix}/releases/"), latest
-    assert same_keras_model(published, (workdir / "final" / "model.keras").read_bytes()), f"{latest['model']} is not final/model.keras"
+    assert latest["model"] == f"{latest['release']}/model.keras" and latest["release"].startswith(
+        f"{prefix}/releases/"
+    ), latest
+    assert same_keras_model(published, (workdir / "final" / "model.keras").read_bytes()), (
+        f"{latest['model']} is not final/model.keras"
+    )
     assert [p["release"] for p in report["published"]] == [latest["release"]], report.get("published")
     return {"release": latest["release"], "objects": len(keys)}
 
@@ -223,7 +257,9 @@ def same_keras_model(a, b):
     def weights(archive):
         out = {}
         with h5py.File(io.BytesIO(archive.read("model.weights.h5")), "r") as h5:
-            h5.visititems(lambda name, node: out.__setitem__(name, node[()]) if isinstance(node, h5py.Dataset) else None)
+            h5.visititems(
+                lambda name, node: out.__setitem__(name, node[()]) if isinstance(node, h5py.Dataset) else None
+            )
         return out
 
     with zipfile.ZipFile(io.BytesIO(a)) as za, zipfile.ZipFile(io.BytesIO(b)) as zb:
@@ -303,7 +339,9 @@ def execute(run, tmp_path_factory):
                     assert best["trial_workers"] == 2
                     assert report["training_parameters"]["sync_every"] == best["params"]["sync_every"]
                     result["sync_every"] = best["params"]["sync_every"]
-            result["predict_accuracy"], result["predictions"] = predict_test_split(base, workdir, report.get("task", ""))
+            result["predict_accuracy"], result["predictions"] = predict_test_split(
+                base, workdir, report.get("task", "")
+            )
             result["task"] = json.loads((workdir / "data" / "manifest.json").read_text())["task"]
             with zipfile.ZipFile(workdir / "final" / "model.keras") as archive:  # the published model's disttrain.json
                 result["model_meta"] = json.loads(archive.read("disttrain.json"))
@@ -330,12 +368,16 @@ def execute(run, tmp_path_factory):
 @pytest.mark.parametrize("run", RUNS, ids=[r.name for r in RUNS])
 def test_release_runs_to_a_served_model(run, tmp_path_factory):
     result = execute(run, tmp_path_factory)
-    assert result["accuracy"] >= run.min_accuracy, f"final held-out accuracy {result['accuracy']:.4f} < {run.min_accuracy}"
+    assert result["accuracy"] >= run.min_accuracy, (
+        f"final held-out accuracy {result['accuracy']:.4f} < {run.min_accuracy}"
+    )
     if result["task"] == "faces":
         norms = np.linalg.norm(result["predictions"], axis=1)
         assert np.allclose(norms, 1.0, atol=1e-3), f"faces :predict should answer unit embeddings, norms {norms[:5]}"
     else:
-        assert result["predict_accuracy"] >= run.min_accuracy, f":predict through the Service: accuracy {result['predict_accuracy']:.3f}"
+        assert result["predict_accuracy"] >= run.min_accuracy, (
+            f":predict through the Service: accuracy {result['predict_accuracy']:.3f}"
+        )
         assert np.allclose(result["predictions"].sum(axis=1), 1.0, atol=1e-3)
     if result["model_module"]:  # trained with the module's build(spec), loaded by the aggregator with it
         meta = result["model_meta"]
@@ -348,7 +390,8 @@ def test_release_runs_to_a_served_model(run, tmp_path_factory):
     if run.pipeline_tolerance is not None:
         gap = abs(result["accuracy"] - result["pipeline_accuracy"])
         assert gap <= run.pipeline_tolerance, (
-            f"accuracy {result['accuracy']:.4f} vs make pipeline {result['pipeline_accuracy']:.4f} with the same values")
+            f"accuracy {result['accuracy']:.4f} vs make pipeline {result['pipeline_accuracy']:.4f} with the same values"
+        )
     if run.kill:
         check_killed_run(run, result, tmp_path_factory)
 
@@ -358,19 +401,31 @@ def check_killed_run(run, result, tmp_path_factory):
     assert "error" not in killed, killed.get("error")
     assert killed, "the kill never happened"
     status = result["trainer"]
-    assert status.failures.get(run.kill.index, 0) >= 1, f"index {run.kill.index} was never counted as failed: {status.failures}"
+    assert status.failures.get(run.kill.index, 0) >= 1, (
+        f"index {run.kill.index} was never counted as failed: {status.failures}"
+    )
     assert status.state == "Complete"
-    index_pods = [p.name for p in status.pods if p.labels.get("batch.kubernetes.io/job-completion-index") == str(run.kill.index)]
-    assert len(index_pods) >= 2 and index_pods[0] == killed["pod"], f"index {run.kill.index} was not replaced: {index_pods}"
-    resumed = [name for name, log in result["trainer_logs"].items() if re.search(r"resumed from .* after epoch [1-9]", log)]
+    index_pods = [
+        p.name for p in status.pods if p.labels.get("batch.kubernetes.io/job-completion-index") == str(run.kill.index)
+    ]
+    assert len(index_pods) >= 2 and index_pods[0] == killed["pod"], (
+        f"index {run.kill.index} was not replaced: {index_pods}"
+    )
+    resumed = [
+        name for name, log in result["trainer_logs"].items() if re.search(r"resumed from .* after epoch [1-9]", log)
+    ]
     assert resumed, "no replacement pod resumed from the chief's checkpoint; logs:\n" + "\n".join(
-        f"--- {n}\n{log[-1500:]}" for n, log in result["trainer_logs"].items())
+        f"--- {n}\n{log[-1500:]}" for n, log in result["trainer_logs"].items()
+    )
     undisturbed = execute(BY_NAME[run.undisturbed], tmp_path_factory)
     gap = abs(result["accuracy"] - undisturbed["accuracy"])
-    result["note"] = (f"killed {killed['pod']} after {killed['line'][:40]!r}; resumed: {', '.join(resumed)}; "
-                      f"undisturbed {undisturbed['accuracy']:.4f}")
+    result["note"] = (
+        f"killed {killed['pod']} after {killed['line'][:40]!r}; resumed: {', '.join(resumed)}; "
+        f"undisturbed {undisturbed['accuracy']:.4f}"
+    )
     assert gap <= run.undisturbed_tolerance, (
-        f"after the kill: accuracy {result['accuracy']:.4f} vs {undisturbed['accuracy']:.4f} undisturbed")
+        f"after the kill: accuracy {result['accuracy']:.4f} vs {undisturbed['accuracy']:.4f} undisturbed"
+    )
 
 
 # ----------------------------------------------------------------------------- failures, as a cluster shows them
@@ -405,40 +460,79 @@ def test_a_wait_timeout_fails_the_index_and_the_job_with_the_wait_containers_mes
     assert status.state == "Failed" and status.reason.startswith("MaxFailedIndexesExceeded"), status.reason
     wait = status.pods[0].statuses["wait-for-copier"]
     assert wait.exit_code == 3
-    assert "timed out after 2s waiting for the copier's dataset" in wait.message and "/workdir/run-1/data/_SUCCESS" in wait.message
+    assert (
+        "timed out after 2s waiting for the copier's dataset" in wait.message
+        and "/workdir/run-1/data/_SUCCESS" in wait.message
+    )
     assert "trainer" not in status.pods[0].statuses, "the trainer must not start after a failed init container"
 
 
 def policy_job(name, script, completions=1, rules=(), per_index=None, backoff=None, image=None):
     """A small Indexed Job of the copier image running `script` (python), with the chart's hardening."""
     spec = {
-        "completionMode": "Indexed", "completions": completions, "parallelism": completions,
+        "completionMode": "Indexed",
+        "completions": completions,
+        "parallelism": completions,
         "template": {
             "metadata": {"labels": {"app": name}, "annotations": {"note": "policy test"}},
             "spec": {
-                "restartPolicy": "Never", "subdomain": "policy", "automountServiceAccountToken": False,
+                "restartPolicy": "Never",
+                "subdomain": "policy",
+                "automountServiceAccountToken": False,
                 "securityContext": {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001},
-                "initContainers": [{
-                    "name": "init", "image": image, "command": ["python3", "-c", "open('/scratch/from-init', 'w').write('x')"],
-                    "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
-                }],
-                "containers": [{
-                    "name": "main", "image": image, "command": ["python3", "-c", script],
-                    "env": [{"name": "INDEX_FROM_ANNOTATION",
-                             "valueFrom": {"fieldRef": {"fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"}}},
+                "initContainers": [
+                    {
+                        "name": "init",
+                        "image": image,
+                        "command": ["python3", "-c", "open('/scratch/from-init', 'w').write('x')"],
+                        "securityContext": {
+                            "readOnlyRootFilesystem": True,
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+                    }
+                ],
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": image,
+                        "command": ["python3", "-c", script],
+                        "env": [
+                            {
+                                "name": "INDEX_FROM_ANNOTATION",
+                                "valueFrom": {
+                                    "fieldRef": {
+                                        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+                                    }
+                                },
+                            },
                             {"name": "POD_NAME", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}},
                             {"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "token", "key": "token"}}},
-                            {"name": "GREETING", "value": "index $(INDEX_FROM_ANNOTATION)"}],
-                    "resources": {"limits": {"cpu": "500m", "memory": "256Mi"}, "requests": {"cpu": "100m", "memory": "64Mi"}},
-                    "securityContext": {"readOnlyRootFilesystem": True, "allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
-                    "terminationMessagePolicy": "FallbackToLogsOnError",
-                    "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}, {"name": "shared", "mountPath": "/shared"},
-                                     {"name": "token", "mountPath": "/secret", "readOnly": True}],
-                }],
-                "volumes": [{"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}},
-                            {"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}},
-                            {"name": "token", "secret": {"secretName": "token"}}],
+                            {"name": "GREETING", "value": "index $(INDEX_FROM_ANNOTATION)"},
+                        ],
+                        "resources": {
+                            "limits": {"cpu": "500m", "memory": "256Mi"},
+                            "requests": {"cpu": "100m", "memory": "64Mi"},
+                        },
+                        "securityContext": {
+                            "readOnlyRootFilesystem": True,
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
+                        "terminationMessagePolicy": "FallbackToLogsOnError",
+                        "volumeMounts": [
+                            {"name": "scratch", "mountPath": "/scratch"},
+                            {"name": "shared", "mountPath": "/shared"},
+                            {"name": "token", "mountPath": "/secret", "readOnly": True},
+                        ],
+                    }
+                ],
+                "volumes": [
+                    {"name": "scratch", "emptyDir": {"sizeLimit": "1Mi"}},
+                    {"name": "shared", "persistentVolumeClaim": {"claimName": "shared"}},
+                    {"name": "token", "secret": {"secretName": "token"}},
+                ],
             },
         },
     }
@@ -452,11 +546,24 @@ def policy_job(name, script, completions=1, rules=(), per_index=None, backoff=No
 
 
 COMMON = [
-    {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared"},
-     "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}},
+    {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "shared"},
+        "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}},
+    },
     {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "token"}, "stringData": {"token": "s3cret"}},
-    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "policy"},
-     "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"app": "retry"}, "ports": [{"port": 9}]}},
+    {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "policy"},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"app": "retry"},
+            "ports": [{"port": 9}],
+        },
+    },
 ]
 
 # index 1 fails once (exit 1, counted), then succeeds; every pod checks what the kubelet gave it
@@ -495,14 +602,26 @@ def test_job_policies_and_pod_fields_with_real_containers(tmp_path):
     downward API, its hostname, the Secret, the init container's emptyDir, a read-only root and
     the emptyDir's size limit."""
     image = f"disttrain-copier:{TAG}"
-    rules = [{"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [2]}},
-             {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [42]}}]
+    rules = [
+        {"action": "FailJob", "onExitCodes": {"containerName": "main", "operator": "In", "values": [2]}},
+        {"action": "Ignore", "onExitCodes": {"operator": "In", "values": [42]}},
+    ]
     docs = COMMON + [
         policy_job("retry", RETRY, completions=2, rules=rules, per_index=1, image=image),
         policy_job("failjob", "import sys; sys.exit(2)", rules=rules, per_index=3, image=image),
-        policy_job("ignored", "import os, sys; p = '/shared/ignored'; os.path.exists(p) or (open(p, 'w').close(), sys.exit(42))",
-                   rules=rules, backoff=0, image=image),
-        policy_job("crash", "import sys; print('a traceback would be here', flush=True); sys.exit('boom: the last line')", backoff=1, image=image),
+        policy_job(
+            "ignored",
+            "import os, sys; p = '/shared/ignored'; os.path.exists(p) or (open(p, 'w').close(), sys.exit(42))",
+            rules=rules,
+            backoff=0,
+            image=image,
+        ),
+        policy_job(
+            "crash",
+            "import sys; print('a traceback would be here', flush=True); sys.exit('boom: the last line')",
+            backoff=1,
+            image=image,
+        ),
     ]
     release = cluster_plan.translate(docs, namespace="default")
     with cluster(release, tmp_path, "policy", backoff_base=0.2) as c:
@@ -514,22 +633,62 @@ def test_job_policies_and_pod_fields_with_real_containers(tmp_path):
     assert ignored.state == "Complete" and ignored.ignored == 1 and ignored.failures == {}
     assert crash.state == "Failed" and crash.reason.startswith("BackoffLimitExceeded") and len(crash.pods) == 2
     # FallbackToLogsOnError: the log's tail (stdout and stderr are two pipes: their order may vary)
-    assert set(crash.pods[0].statuses["main"].message.splitlines()) == {"a traceback would be here", "boom: the last line"}
+    assert set(crash.pods[0].statuses["main"].message.splitlines()) == {
+        "a traceback would be here",
+        "boom: the last line",
+    }
 
 
 LISTENER = [
-    {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "listener"},
-     "spec": {"replicas": 1, "selector": {"matchLabels": {"app": "listener"}},
-              "template": {"metadata": {"labels": {"app": "listener"}},
-                           "spec": {"automountServiceAccountToken": False, "containers": [{
-                               "name": "http", "command": ["python3", "-m", "http.server", "12345", "--directory", "/tmp"],
-                               "ports": [{"name": "collective", "containerPort": 12345}],
-                               "readinessProbe": {"tcpSocket": {"port": "collective"}, "periodSeconds": 1}}]}}}},
-    {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "listener"},
-     "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": {"app": "listener"}, "ports": [{"port": 12345}]}},
-    {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": {"name": "only-friends"},
-     "spec": {"podSelector": {"matchLabels": {"app": "listener"}}, "policyTypes": ["Ingress"],
-              "ingress": [{"from": [{"podSelector": {"matchLabels": {"app": "friend"}}}], "ports": [{"protocol": "TCP", "port": 12345}]}]}},
+    {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "listener"},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "listener"}},
+            "template": {
+                "metadata": {"labels": {"app": "listener"}},
+                "spec": {
+                    "automountServiceAccountToken": False,
+                    "containers": [
+                        {
+                            "name": "http",
+                            "command": ["python3", "-m", "http.server", "12345", "--directory", "/tmp"],
+                            "ports": [{"name": "collective", "containerPort": 12345}],
+                            "readinessProbe": {"tcpSocket": {"port": "collective"}, "periodSeconds": 1},
+                        }
+                    ],
+                },
+            },
+        },
+    },
+    {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "listener"},
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {"app": "listener"},
+            "ports": [{"port": 12345}],
+        },
+    },
+    {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": "only-friends"},
+        "spec": {
+            "podSelector": {"matchLabels": {"app": "listener"}},
+            "policyTypes": ["Ingress"],
+            "ingress": [
+                {
+                    "from": [{"podSelector": {"matchLabels": {"app": "friend"}}}],
+                    "ports": [{"protocol": "TCP", "port": 12345}],
+                }
+            ],
+        },
+    },
     {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "shared"}, "spec": {}},
 ]
 
@@ -575,7 +734,11 @@ def test_a_network_policy_lets_only_its_peers_in(tmp_path):
 def test_shared_cluster_values_reach_the_containers(tmp_path):
     """The shared-cluster CI values (Kueue labels, classes, per-stage extras) run: the copier and the
     trainers of that rendering complete with the extra env, the memory-backed /dev/shm and the runtime."""
-    files = [cluster_runs.VALUES / "base.yaml", CHART / "ci" / "shared-cluster-values.yaml", cluster_runs.VALUES / "digits-average.yaml"]
+    files = [
+        cluster_runs.VALUES / "base.yaml",
+        CHART / "ci" / "shared-cluster-values.yaml",
+        cluster_runs.VALUES / "digits-average.yaml",
+    ]
     docs = render(files, sets=("epochs=2",))
     release = cluster_plan.translate(docs, namespace=NAMESPACE, runtimes=node_runtimes())
     with cluster(release, tmp_path, "shared") as c:
@@ -587,7 +750,9 @@ def test_shared_cluster_values_reach_the_containers(tmp_path):
         trainer = c.job_pods(job_name("trainer"), 0)[0].created["trainer"]
     assert "DISTTRAIN_EXAMPLE=shared-cluster" in copier["Config"]["Env"]
     assert "/scratch" in [m["Target"] for m in copier["HostConfig"]["Mounts"]]
-    assert {"TF_CPP_MIN_LOG_LEVEL=1", "NODE_NAME=harness-node", "JOB_COMPLETION_INDEX=0"} <= set(trainer["Config"]["Env"])
+    assert {"TF_CPP_MIN_LOG_LEVEL=1", "NODE_NAME=harness-node", "JOB_COMPLETION_INDEX=0"} <= set(
+        trainer["Config"]["Env"]
+    )
     assert trainer["HostConfig"]["Runtime"] == "runc"
     (shm,) = [m for m in trainer["HostConfig"]["Mounts"] if m["Target"] == "/dev/shm"]
     assert shm["Type"] == "volume"
@@ -623,22 +788,36 @@ def test_a_pod_reaches_a_server_outside_the_release_by_its_dns_name(tmp_path):
     image = f"disttrain-copier:{TAG}"
     job = policy_job("reach", REACH_STORE, image=image, backoff=0)
     main = job["spec"]["template"]["spec"]["containers"][0]
-    main["env"] = [{"name": "AWS_ENDPOINT_URL", "value": cluster_objectstore.ENDPOINT},
-                   {"name": "AWS_CA_BUNDLE", "value": "/ca/ca-bundle.pem"}] + [
+    main["env"] = [
+        {"name": "AWS_ENDPOINT_URL", "value": cluster_objectstore.ENDPOINT},
+        {"name": "AWS_CA_BUNDLE", "value": "/ca/ca-bundle.pem"},
+    ] + [
         {"name": key, "valueFrom": {"secretKeyRef": {"name": cluster_objectstore.SECRET, "key": key}}}
-        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")]
+        for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    ]
     main["volumeMounts"] = [m for m in main["volumeMounts"] if m["name"] != "token"] + [
-        {"name": "keys", "mountPath": "/secret", "readOnly": True}, {"name": "ca", "mountPath": "/ca", "readOnly": True}]
+        {"name": "keys", "mountPath": "/secret", "readOnly": True},
+        {"name": "ca", "mountPath": "/ca", "readOnly": True},
+    ]
     spec = job["spec"]["template"]["spec"]
     spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "token"] + [
         {"name": "keys", "secret": {"secretName": cluster_objectstore.SECRET}},
-        {"name": "ca", "configMap": {"name": cluster_objectstore.CA_CONFIGMAP, "items": [{"key": "ca.crt", "path": "ca-bundle.pem"}]}}]
+        {
+            "name": "ca",
+            "configMap": {
+                "name": cluster_objectstore.CA_CONFIGMAP,
+                "items": [{"key": "ca.crt", "path": "ca-bundle.pem"}],
+            },
+        },
+    ]
     certs = cluster_objectstore.certificates(tmp_path / "tls")
     docs = [COMMON[0], *cluster_objectstore.manifests(certs["ca"].read_text()), job]
     filled = []
 
     def before_pods(c):
-        filled.append(cluster_objectstore.Client(c.outside_url(cluster_objectstore.NAME), certs["ca"]).make_bucket("before-pods"))
+        filled.append(
+            cluster_objectstore.Client(c.outside_url(cluster_objectstore.NAME), certs["ca"]).make_bucket("before-pods")
+        )
 
     release = cluster_plan.translate(docs, namespace=NAMESPACE)
     with cluster(release, tmp_path, "outside", outside=[cluster_objectstore.server(tmp_path / "store", certs)]) as c:

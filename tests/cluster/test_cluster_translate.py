@@ -24,12 +24,16 @@ REFUSED = {
     "nfs-server": "kind PersistentVolume (v1) is not supported",
     "gpu": "nodeSelector nvidia.com/gpu.present=true: the node",
 }
+
+
 # CI values files whose release refers to objects the user creates beside it (there is no API server to
 # hold them): they are given with the release's manifests, as a run of the harness would.
 def beside(variant):
     if variant != "object-store":
         return []
-    from cluster_objectstore import manifests  # the Secret object-store and the ConfigMap object-store-ca, as the values name them
+    from cluster_objectstore import (
+        manifests,
+    )  # the Secret object-store and the ConfigMap object-store-ca, as the values name them
 
     return manifests(CA_PEM)
 
@@ -91,24 +95,47 @@ def container_of(doc, name):
 @pytest.mark.parametrize(
     "mutate, expected",
     [
-        (lambda d: container_of(trainer(d), "trainer").update(lifecycle={"preStop": {"exec": {"command": ["true"]}}}),
-         "Job/dt-disttrain-trainer-r1: the harness does not understand: spec.template.spec.containers[trainer].lifecycle"),
-        (lambda d: trainer(d)["spec"]["template"]["spec"].update(hostNetwork=True),
-         "spec.template.spec.hostNetwork"),
-        (lambda d: trainer(d)["spec"].update(successPolicy={"rules": [{"succeededIndexes": "0"}]}),
-         "spec.successPolicy"),
-        (lambda d: container_of(trainer(d), "trainer")["securityContext"].update(procMount="Unmasked"),
-         "spec.template.spec.containers[trainer].securityContext.procMount"),
-        (lambda d: trainer(d)["spec"]["template"]["spec"]["volumes"].append({"name": "x", "hostPath": {"path": "/"}}),
-         "spec.template.spec.volumes[x].hostPath"),
-        (lambda d: container_of(trainer(d), "trainer")["env"].append({"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}),
-         "spec.template.spec.containers[trainer].env[X].valueFrom.configMapKeyRef"),
-        (lambda d: one(d, "Service", "server")["spec"].update(externalTrafficPolicy="Local"),
-         "Service/dt-disttrain-server: the harness does not understand: spec.externalTrafficPolicy"),
-        (lambda d: d.append({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web"}, "spec": {}}),
-         "Ingress/web: kind Ingress (networking.k8s.io/v1) is not supported"),
-        (lambda d: trainer(d)["metadata"].update(finalizers=["x"]),
-         "Job/dt-disttrain-trainer-r1: the harness does not understand: metadata.finalizers"),
+        (
+            lambda d: container_of(trainer(d), "trainer").update(
+                lifecycle={"preStop": {"exec": {"command": ["true"]}}}
+            ),
+            "Job/dt-disttrain-trainer-r1: the harness does not understand: spec.template.spec.containers[trainer].lifecycle",
+        ),
+        (lambda d: trainer(d)["spec"]["template"]["spec"].update(hostNetwork=True), "spec.template.spec.hostNetwork"),
+        (
+            lambda d: trainer(d)["spec"].update(successPolicy={"rules": [{"succeededIndexes": "0"}]}),
+            "spec.successPolicy",
+        ),
+        (
+            lambda d: container_of(trainer(d), "trainer")["securityContext"].update(procMount="Unmasked"),
+            "spec.template.spec.containers[trainer].securityContext.procMount",
+        ),
+        (
+            lambda d: trainer(d)["spec"]["template"]["spec"]["volumes"].append(
+                {"name": "x", "hostPath": {"path": "/"}}
+            ),
+            "spec.template.spec.volumes[x].hostPath",
+        ),
+        (
+            lambda d: container_of(trainer(d), "trainer")["env"].append(
+                {"name": "X", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k"}}}
+            ),
+            "spec.template.spec.containers[trainer].env[X].valueFrom.configMapKeyRef",
+        ),
+        (
+            lambda d: one(d, "Service", "server")["spec"].update(externalTrafficPolicy="Local"),
+            "Service/dt-disttrain-server: the harness does not understand: spec.externalTrafficPolicy",
+        ),
+        (
+            lambda d: d.append(
+                {"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web"}, "spec": {}}
+            ),
+            "Ingress/web: kind Ingress (networking.k8s.io/v1) is not supported",
+        ),
+        (
+            lambda d: trainer(d)["metadata"].update(finalizers=["x"]),
+            "Job/dt-disttrain-trainer-r1: the harness does not understand: metadata.finalizers",
+        ),
     ],
 )
 def test_an_unknown_field_is_refused_by_name(mutate, expected):
@@ -123,9 +150,15 @@ def test_an_unknown_field_is_refused_by_name(mutate, expected):
     "sets, expected",
     [
         (("trainer.nodeSelector.disktype=ssd",), "nodeSelector disktype=ssd: the node"),
-        (("trainer.resources.limits.nvidia\\.com/gpu=1",), "resources.limits.nvidia.com/gpu: the node has no nvidia.com/gpu"),
+        (
+            ("trainer.resources.limits.nvidia\\.com/gpu=1",),
+            "resources.limits.nvidia.com/gpu: the node has no nvidia.com/gpu",
+        ),
         (("server.image.pullPolicy=Always",), "imagePullPolicy Always: the harness never pulls"),
-        (("serviceAccount.create=false", "podSecurityContext.seccompProfile.type=Localhost"), "seccompProfile.type 'Localhost'"),
+        (
+            ("serviceAccount.create=false", "podSecurityContext.seccompProfile.type=Localhost"),
+            "seccompProfile.type 'Localhost'",
+        ),
     ],
 )
 def test_what_one_node_cannot_do_is_refused_by_name(sets, expected):
@@ -149,12 +182,19 @@ def test_shared_cluster_extras_reach_the_plan():
     (main,) = trainer.containers
     env = {e.name: e for e in main.env}
     assert env["TF_CPP_MIN_LOG_LEVEL"].value == "1" and env["NODE_NAME"].field_path == "spec.nodeName"
-    assert trainer.volumes["dshm"].kind == "emptyDir" and trainer.volumes["dshm"].memory and trainer.volumes["dshm"].size_limit == 256 * 2**20
+    assert (
+        trainer.volumes["dshm"].kind == "emptyDir"
+        and trainer.volumes["dshm"].memory
+        and trainer.volumes["dshm"].size_limit == 256 * 2**20
+    )
     assert ("dshm", "/dev/shm") in [(m.volume, m.path) for m in main.mounts]
     assert trainer.runtime == "runc"
     assert jobs["copier"].labels["kueue.x-k8s.io/queue-name"] == "team-a"
     noops = {(w.split("/")[0], f) for w, f, _ in release.noops}
-    assert ("Job", "spec.template.spec.priorityClassName") in noops and ("Job", "spec.template.spec.schedulerName") in noops
+    assert ("Job", "spec.template.spec.priorityClassName") in noops and (
+        "Job",
+        "spec.template.spec.schedulerName",
+    ) in noops
 
 
 def test_the_release_namespace_must_match():
@@ -166,7 +206,9 @@ def test_the_release_namespace_must_match():
 
 def test_a_downward_api_path_outside_the_supported_set_is_refused():
     docs = rendered()
-    container_of(trainer(docs), "trainer")["env"].append({"name": "LIMIT", "valueFrom": {"fieldRef": {"fieldPath": "status.qosClass"}}})
+    container_of(trainer(docs), "trainer")["env"].append(
+        {"name": "LIMIT", "valueFrom": {"fieldRef": {"fieldPath": "status.qosClass"}}}
+    )
     with pytest.raises(Unsupported, match=r"env\[LIMIT\].valueFrom.fieldRef.fieldPath 'status.qosClass'"):
         translate(docs, namespace="ml")
 
@@ -184,8 +226,12 @@ def test_the_trainer_job_plan():
     assert ignore.action == "Ignore" and ignore.conditions == (("DisruptionTarget", "True"),)
     assert (fail.action, fail.container, fail.operator, fail.exit_codes) == ("FailJob", "trainer", "In", (2,))
     # a trainer that saved on SIGTERM (a plain pod delete, no DisruptionTarget) is not counted against the retries
-    assert (preempted.action, preempted.container, preempted.operator, preempted.exit_codes) == \
-        ("Ignore", "trainer", "In", (75,))
+    assert (preempted.action, preempted.container, preempted.operator, preempted.exit_codes) == (
+        "Ignore",
+        "trainer",
+        "In",
+        (75,),
+    )
     pod = job.template
     assert pod.subdomain == "dt-disttrain-workers" and pod.restart_policy == "Never" and pod.hostname == ""
     (init,) = pod.init_containers
@@ -195,7 +241,12 @@ def test_the_trainer_job_plan():
     assert (main.user, main.group, main.supplementary_groups) == (10001, 10001, [10001])
     assert main.read_only_root and main.no_new_privileges and not main.privileged
     assert main.cap_drop == ["ALL"] and main.seccomp == "RuntimeDefault" and main.run_as_non_root
-    assert (main.nano_cpus, main.memory_limit, main.cpu_shares, main.memory_reservation) == (2 * 10**9, 4 * 2**30, 1024, 2 * 2**30)
+    assert (main.nano_cpus, main.memory_limit, main.cpu_shares, main.memory_reservation) == (
+        2 * 10**9,
+        4 * 2**30,
+        1024,
+        2 * 2**30,
+    )
     assert main.ports == {"collective": 12345}
     assert [(m.volume, m.path) for m in main.mounts] == [("workdir", "/workdir"), ("tmp", "/tmp")]
     assert pod.volumes["tmp"].kind == "emptyDir" and pod.volumes["tmp"].size_limit == 2**30
@@ -210,7 +261,13 @@ def test_the_trainer_job_plan():
     assert (anyone.peers, anyone.ports) == (None, [("TCP", 8080)])  # allowFrom empty: any source
     # the metrics port from the cluster's namespaces: no pod of the release (a namespaceSelector alone is outside it)
     assert (scrapers.peers, scrapers.ports) == ([], [("TCP", 9090)])
-    assert tester.peers == [{"app.kubernetes.io/name": "disttrain", "app.kubernetes.io/instance": "dt", "app.kubernetes.io/component": "test"}]
+    assert tester.peers == [
+        {
+            "app.kubernetes.io/name": "disttrain",
+            "app.kubernetes.io/instance": "dt",
+            "app.kubernetes.io/component": "test",
+        }
+    ]
     # egress is listed as a documented no-op, not dropped silently
     assert any(path.endswith("egress") for _, path, _ in release.noops)
 
@@ -226,7 +283,12 @@ def test_services_and_probes():
     headless = services["dt-disttrain-workers"]
     assert headless.headless and headless.publish_not_ready and headless.ports[0].port == 12345
     server = services["dt-disttrain-server"]
-    assert (server.type, server.headless, server.ports[0].port, server.ports[0].target) == ("LoadBalancer", False, 80, "http")
+    assert (server.type, server.headless, server.ports[0].port, server.ports[0].target) == (
+        "LoadBalancer",
+        False,
+        80,
+        "http",
+    )
     (dep,) = release.deployments
     (c,) = dep.template.containers
     assert c.readiness.path == "/readyz" and c.readiness.port == "http" and c.ports["http"] == 8080
@@ -241,20 +303,36 @@ def test_every_noop_is_documented_in_the_chart_readme():
         assert noop.reason in readme, noop.reason
 
 
-@pytest.mark.parametrize("text, value", [("512Mi", 512 * 2**20), ("1Gi", 2**30), ("100m", 0.1), ("2", 2), (2, 2),
-                                         ("1.5", 1.5), ("1e3", 1000), ("1k", 1000), ("250M", 250e6)])
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("512Mi", 512 * 2**20),
+        ("1Gi", 2**30),
+        ("100m", 0.1),
+        ("2", 2),
+        (2, 2),
+        ("1.5", 1.5),
+        ("1e3", 1000),
+        ("1k", 1000),
+        ("250M", 250e6),
+    ],
+)
 def test_quantities(text, value):
     assert quantity(text, "x") == pytest.approx(value)
 
 
 def test_a_bad_quantity_is_named():
-    with pytest.raises(Unsupported, match="containers\\[x\\].resources.limits.cpu: '2 cores' is not a Kubernetes quantity"):
+    with pytest.raises(
+        Unsupported, match="containers\\[x\\].resources.limits.cpu: '2 cores' is not a Kubernetes quantity"
+    ):
         quantity("2 cores", "containers[x].resources.limits.cpu")
 
 
 def test_failure_rules_match_as_the_job_controller_does():
     fail = cluster_plan.FailureRule("FailJob", "trainer", "In", (2,))
-    assert fail.matches({"trainer": 2}) and not fail.matches({"trainer": 1}) and not fail.matches({"wait-for-copier": 2})
+    assert (
+        fail.matches({"trainer": 2}) and not fail.matches({"trainer": 1}) and not fail.matches({"wait-for-copier": 2})
+    )
     not_in = cluster_plan.FailureRule("Count", None, "NotIn", (0, 137))
     assert not_in.matches({"trainer": 1}) and not not_in.matches({"trainer": 137})
     ignore = cluster_plan.FailureRule("Ignore", conditions=(("DisruptionTarget", "True"),))
@@ -265,7 +343,12 @@ def test_kubernetes_variable_expansion():
     from cluster_runtime import Cluster
 
     env = {"A": "1", "B": "two"}
-    assert Cluster.expand(["$(A)-$(B)", "$$(A)", "$(MISSING)", "plain"], env) == ["1-two", "$(A)", "$(MISSING)", "plain"]
+    assert Cluster.expand(["$(A)-$(B)", "$$(A)", "$(MISSING)", "plain"], env) == [
+        "1-two",
+        "$(A)",
+        "$(MISSING)",
+        "plain",
+    ]
 
 
 def test_network_policy_rules_add_up_and_deny_last():
@@ -276,8 +359,12 @@ def test_network_policy_rules_add_up_and_deny_last():
 
     release = translate(rendered("multiworker"), namespace="ml")
     pods = {}
-    for i, template in enumerate([j.template for j in release.jobs] + [d.template for d in release.deployments] + release.test_pods):
-        pods[template.labels["app.kubernetes.io/component"]] = types.SimpleNamespace(ip=f"10.0.0.{i + 2}", labels=template.labels)
+    for i, template in enumerate(
+        [j.template for j in release.jobs] + [d.template for d in release.deployments] + release.test_pods
+    ):
+        pods[template.labels["app.kubernetes.io/component"]] = types.SimpleNamespace(
+            ip=f"10.0.0.{i + 2}", labels=template.labels
+        )
     pods["trainer-2"] = types.SimpleNamespace(ip="10.0.0.99", labels=pods["trainer"].labels)
     rules = network_policy_rules(release.network_policies, list(pods.values()), "br-x")
     accept = [r for r in rules if r[-1] == "ACCEPT" and "conntrack" not in r]
@@ -286,8 +373,12 @@ def test_network_policy_rules_add_up_and_deny_last():
     assert {r[r.index("-d") + 1] for r in drops} == {p.ip for p in pods.values()}  # default deny isolates every pod
 
     def allowed(src, dst, port):
-        return any(r[r.index("-d") + 1] == pods[dst].ip and ("-s" not in r or r[r.index("-s") + 1] == pods[src].ip)
-                   and r[r.index("--dport") + 1] == str(port) for r in accept)
+        return any(
+            r[r.index("-d") + 1] == pods[dst].ip
+            and ("-s" not in r or r[r.index("-s") + 1] == pods[src].ip)
+            and r[r.index("--dport") + 1] == str(port)
+            for r in accept
+        )
 
     assert allowed("trainer-2", "trainer", 12345) and allowed("trainer", "trainer-2", 12345)
     assert not allowed("copier", "trainer", 12345) and not allowed("server", "trainer", 12345)
@@ -314,7 +405,12 @@ def test_the_model_code_configmap_is_mounted_read_only_where_the_code_is_importe
             assert "user-code" not in pod.volumes and "user-code" not in mounts and "PYTHONPATH" not in env
             continue
         volume = pod.volumes["user-code"]
-        assert (volume.kind, volume.secret, volume.mode, volume.read_only) == ("configMap", "dt-disttrain-model-code", 0o444, True)
+        assert (volume.kind, volume.secret, volume.mode, volume.read_only) == (
+            "configMap",
+            "dt-disttrain-model-code",
+            0o444,
+            True,
+        )
         assert (mounts["user-code"].path, mounts["user-code"].read_only) == (CODE_DIR, True)
         assert env["PYTHONPATH"] == CODE_DIR and env["PYTHONDONTWRITEBYTECODE"] == "1"
         for init in pod.init_containers:
@@ -329,8 +425,12 @@ def test_the_tfserving_monitoring_configmap_translates_too():
 
 
 def external_code(name="my-model-code", data=None):
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "ml"},
-            "data": data if data is not None else {"tabular.py": "import keras\n"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name, "namespace": "ml"},
+        "data": data if data is not None else {"tabular.py": "import keras\n"},
+    }
 
 
 def test_a_configmap_outside_the_release_is_refused_unless_given_with_it():
@@ -344,10 +444,19 @@ def test_a_configmap_outside_the_release_is_refused_unless_given_with_it():
 @pytest.mark.parametrize(
     "mutate, expected",
     [
-        (lambda cm, vol: cm.update(binaryData={"tabular.py": "eA=="}), "key 'tabular.py' is in both data and binaryData"),
+        (
+            lambda cm, vol: cm.update(binaryData={"tabular.py": "eA=="}),
+            "key 'tabular.py' is in both data and binaryData",
+        ),
         (lambda cm, vol: cm.update(data={"a/b.py": "x"}), "key 'a/b.py' is not a valid ConfigMap key"),
-        (lambda cm, vol: vol["configMap"].update(items=[{"key": "tabular.py", "path": "../escape.py"}]), "a relative path without '..'"),
-        (lambda cm, vol: vol["configMap"].update(items=[{"key": "missing.py", "path": "m.py"}]), "has no key 'missing.py'"),
+        (
+            lambda cm, vol: vol["configMap"].update(items=[{"key": "tabular.py", "path": "../escape.py"}]),
+            "a relative path without '..'",
+        ),
+        (
+            lambda cm, vol: vol["configMap"].update(items=[{"key": "missing.py", "path": "m.py"}]),
+            "has no key 'missing.py'",
+        ),
         (lambda cm, vol: vol["configMap"].update(sources=[]), "volumes[user-code].configMap.sources"),
     ],
 )
@@ -377,7 +486,10 @@ def test_binary_data_and_items_reach_the_volume_files(tmp_path):
     release = translate(docs, namespace="ml")
     volume = next(j for j in release.jobs if "trainer" in j.name).template.volumes["user-code"]
     write_volume_files(tmp_path / "items", volume, release.config_maps["dt-disttrain-model-code"])
-    assert sorted(str(p.relative_to(tmp_path / "items")) for p in (tmp_path / "items").rglob("*")) == ["pkg", "pkg/model.py"]
+    assert sorted(str(p.relative_to(tmp_path / "items")) for p in (tmp_path / "items").rglob("*")) == [
+        "pkg",
+        "pkg/model.py",
+    ]
     assert (tmp_path / "items" / "pkg" / "model.py").stat().st_mode & 0o777 == 0o400
 
 
@@ -397,7 +509,9 @@ def test_the_object_store_run_reads_its_key_pair_from_the_secret_given_beside_th
     secret, ca = manifests(CA_PEM)
     with pytest.raises(Unsupported, match=f"env AWS_ACCESS_KEY_ID uses Secret '{SECRET}', which is not in the release"):
         translate(docs + [ca], namespace=NAMESPACE)
-    with pytest.raises(Unsupported, match=f"volume object-store-ca uses ConfigMap '{CA_CONFIGMAP}', which is not in the release"):
+    with pytest.raises(
+        Unsupported, match=f"volume object-store-ca uses ConfigMap '{CA_CONFIGMAP}', which is not in the release"
+    ):
         translate(docs + [secret], namespace=NAMESPACE)
     release = translate(docs + [secret, ca], namespace=NAMESPACE)
     assert release.secrets[SECRET]["AWS_ACCESS_KEY_ID"] == ACCESS_KEY.encode()

@@ -50,18 +50,32 @@ def mkdocs():
 
 def test_mkdocs_build_strict(mkdocs, tmp_path):
     env = dict(os.environ, NO_MKDOCS_2_WARNING="1")
-    done = subprocess.run([str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
-                          cwd=ROOT, capture_output=True, text=True, env=env)
+    done = subprocess.run(
+        [str(mkdocs), "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert done.returncode == 0, f"mkdocs build --strict failed:\n{done.stdout}\n{done.stderr}"
-    for page in ("index.html", "getting-started/index.html", "strategies/index.html", "serving/index.html",
-                 "reference/values/index.html", "reference/cli/index.html", "benchmarks/results/index.html",
-                 "assets/bench/scaling.png"):
+    for page in (
+        "index.html",
+        "getting-started/index.html",
+        "strategies/index.html",
+        "serving/index.html",
+        "reference/values/index.html",
+        "reference/cli/index.html",
+        "benchmarks/results/index.html",
+        "assets/bench/scaling.png",
+    ):
         assert (tmp_path / "site" / page).exists(), page
 
 
 def test_docs_venv_is_pinned():
     """Every line of requirements-docs.txt is an exact pin, so the docs build does not drift."""
-    pins = [line for line in (ROOT / "requirements-docs.txt").read_text().splitlines() if line and not line.startswith("#")]
+    pins = [
+        line for line in (ROOT / "requirements-docs.txt").read_text().splitlines() if line and not line.startswith("#")
+    ]
     assert pins and all("==" in line for line in pins), pins
     names = {line.split("==")[0].lower() for line in pins}
     assert {"mkdocs", "mkdocs-material", "pymdown-extensions", "markdown", "pyyaml"} <= names

@@ -19,7 +19,20 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "disttrain"
-SKIP_DIRS = {".git", ".venv", ".venv-kserve", ".venv-kserve-storage", ".venv-kfp", ".venv-docs", ".cache", "site", "node_modules", "workdir", "build", "__pycache__"}
+SKIP_DIRS = {
+    ".git",
+    ".venv",
+    ".venv-kserve",
+    ".venv-kserve-storage",
+    ".venv-kfp",
+    ".venv-docs",
+    ".cache",
+    "site",
+    "node_modules",
+    "workdir",
+    "build",
+    "__pycache__",
+}
 
 # "issue 13", "Issue 9's goals", "issues 11 and 13", "issue #13": the project's own tracker. A
 # reference preceded by owner/repo ("kubeflow/trainer issue 2699") cites another project and passes.
@@ -34,14 +47,15 @@ HEX = r"(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}"
 COMMIT = re.compile(
     rf"(?:\b(?:commits?|at|of|on|since|until|before|after|from|in|to|with|by)\s+(?P<a>{HEX})\b(?!-)"
     rf"|\((?P<b>{HEX})\))",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 
 
 def offences(text):
     """[(kind, matched text)] of every internal word in text."""
     found = []
     for m in ISSUE.finditer(text):
-        if not OTHER_PROJECT.search(text[max(0, m.start() - 60):m.start()]):
+        if not OTHER_PROJECT.search(text[max(0, m.start() - 60) : m.start()]):
             found.append(("issue number", m.group(0)))
     found += [("this machine", m.group(0)) for m in THIS_MACHINE.finditer(text)]
     found += [("commit hash", m.group(0)) for m in COMMIT.finditer(text)]
@@ -96,45 +110,61 @@ def test_no_internal_words():
 
 def test_the_check_reads_what_it_should():
     paths = {str(p) for p, _ in checked_texts()}
-    for needle in ("README.md", "docs/index.md", "bench/README.md", "components/server/README.md",
-                   "charts/disttrain/README.md", "charts/disttrain/values.yaml", "charts/disttrain/values.schema.json",
-                   "charts/disttrain/ci/one-worker-values.yaml", "components/trainer/disttrain_trainer/main.py",
-                   "bench/report.py", "scripts/gen_docs.py", "bench/run_all.sh"):
+    for needle in (
+        "README.md",
+        "docs/index.md",
+        "bench/README.md",
+        "components/server/README.md",
+        "charts/disttrain/README.md",
+        "charts/disttrain/values.yaml",
+        "charts/disttrain/values.schema.json",
+        "charts/disttrain/ci/one-worker-values.yaml",
+        "components/trainer/disttrain_trainer/main.py",
+        "bench/report.py",
+        "scripts/gen_docs.py",
+        "bench/run_all.sh",
+    ):
         assert needle in paths, needle
 
 
-@pytest.mark.parametrize("text", [
-    "Since the aggregator's quality gate (issue 19), the faces row is refused",
-    "Issue 9's goals beside these figures",
-    "the goals of issues 11 and 13",
-    "see issue #13",
-    "# issue 18: each worker keeps a validation split",
-    "Every number was measured on this 2-core development machine on 2026-11-23.",
-    "the text step on this machine",
-    "a write on this machine's busy disk",
-    "`make demo` was measured at commit 1d8bc65",
-    "1,190 passed in a fresh clone of b07cce7",
-    "Until 1ca4a93 it also printed",
-    "with the watcher taught them (0a3f900) those passed",
-    "the final run on b07cce7's server code",
-    "at a4a8a04 in a fresh-clone CI run",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Since the aggregator's quality gate (issue 19), the faces row is refused",
+        "Issue 9's goals beside these figures",
+        "the goals of issues 11 and 13",
+        "see issue #13",
+        "# issue 18: each worker keeps a validation split",
+        "Every number was measured on this 2-core development machine on 2026-11-23.",
+        "the text step on this machine",
+        "a write on this machine's busy disk",
+        "`make demo` was measured at commit 1d8bc65",
+        "1,190 passed in a fresh clone of b07cce7",
+        "Until 1ca4a93 it also printed",
+        "with the watcher taught them (0a3f900) those passed",
+        "the final run on b07cce7's server code",
+        "at a4a8a04 in a fresh-clone CI run",
+    ],
+)
 def test_caught(text):
     assert offences(text), text
 
 
-@pytest.mark.parametrize("text", [
-    "Keras 3's model.fit fails (keras-team/keras#20585)",
-    "see kubeflow/trainer#2699 and google-ai-edge/LiteRT#6458",
-    "kubeflow/trainer issue 2699 describes it",
-    "measured on a 2-core x86_64 host, 2026-11-23",
-    "worker 0/2: average, text task, init 501e33a29e8b",
-    "the sha256 of its initial weights, e.g. 3f1a2b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f70",
-    "a shard of 1000000 examples",
-    "one of defaced or effaced words",
-    "the machine's load, on an idle 2-core machine",
-    "issues are reported as JSON errors",
-    "colour #1f77b4 in the plot",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Keras 3's model.fit fails (keras-team/keras#20585)",
+        "see kubeflow/trainer#2699 and google-ai-edge/LiteRT#6458",
+        "kubeflow/trainer issue 2699 describes it",
+        "measured on a 2-core x86_64 host, 2026-11-23",
+        "worker 0/2: average, text task, init 501e33a29e8b",
+        "the sha256 of its initial weights, e.g. 3f1a2b4c5d6e7f8091a2b3c4d5e6f708192a3b4c5d6e7f8091a2b3c4d5e6f70",
+        "a shard of 1000000 examples",
+        "one of defaced or effaced words",
+        "the machine's load, on an idle 2-core machine",
+        "issues are reported as JSON errors",
+        "colour #1f77b4 in the plot",
+    ],
+)
 def test_passed(text):
     assert not offences(text), offences(text)

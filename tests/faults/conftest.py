@@ -21,8 +21,15 @@ from stages import BIN, stage  # noqa: E402
 
 def _trainers(*arg_lists):
     """Run trainer processes side by side; fail with the log of any that fails."""
-    procs = [subprocess.Popen([os.path.join(BIN, "disttrain-trainer"), *map(str, args)], stdout=subprocess.PIPE,
-                              stderr=subprocess.STDOUT, text=True) for args in arg_lists]
+    procs = [
+        subprocess.Popen(
+            [os.path.join(BIN, "disttrain-trainer"), *map(str, args)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for args in arg_lists
+    ]
     for args, proc in zip(arg_lists, procs):
         out = proc.communicate(timeout=900)[0]
         assert proc.returncode == 0, f"disttrain-trainer {args} failed:\n{out[-3000:]}"
@@ -39,8 +46,10 @@ def trained(tmp_path_factory):
     stage("copier", "--source", "sample:movie-reviews", "--n-shards", 3, "--out", root / "data-3shards")
     common = ["--workdir", work, "--epochs", 1, "--batch", 64]
     _trainers([*common, "--worker-index", 0], [*common, "--worker-index", 1])
-    _trainers([*common, "--worker-index", 1, "--seed", 7, "--out", root / "train-seed7"],
-              [*common, "--worker-index", 1, "--data", root / "data-3shards", "--out", root / "train-3shards"])
+    _trainers(
+        [*common, "--worker-index", 1, "--seed", 7, "--out", root / "train-seed7"],
+        [*common, "--worker-index", 1, "--data", root / "data-3shards", "--out", root / "train-3shards"],
+    )
     return root
 
 
@@ -53,6 +62,7 @@ MEASUREMENTS = {}
 def measure(request):
     def record(**values):
         MEASUREMENTS.setdefault(request.node.name, {}).update(values)
+
     return record
 
 

@@ -94,12 +94,24 @@ def check_complete(path):
         if name.endswith(".tflite"):
             # TFLite verifies the FlatBuffer as it loads it; a torn file can crash the interpreter
             # (a segfault seen here), so it loads in a process of its own, once per file version
-            done = subprocess.run([sys.executable, "-c", "import sys, tensorflow as tf; tf.lite.Interpreter(model_path=sys.argv[1])", path],
-                                  capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"})
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    "import sys, tensorflow as tf; tf.lite.Interpreter(model_path=sys.argv[1])",
+                    path,
+                ],
+                capture_output=True,
+                text=True,
+                timeout=300,
+                env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
+            )
             if done.returncode != 0:
                 if not os.path.exists(path):
                     raise FileNotFoundError(path)
-                raise Incomplete(f"TFLite cannot load it (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:] }")
+                raise Incomplete(
+                    f"TFLite cannot load it (exit {done.returncode}): {done.stderr.strip().splitlines()[-1:]}"
+                )
             return "tflite"
         if name.endswith(".txt"):
             with open(path, "rb") as fh:
@@ -273,7 +285,9 @@ class Watcher(threading.Thread):
             except (FileNotFoundError, Incomplete):
                 still_latest = True
             if still_latest and not self._tf_checkpoint_whole(dirpath, latest):
-                self._violation(os.path.join(rel_dir, latest), "the latest checkpoint named by `checkpoint` is not whole")
+                self._violation(
+                    os.path.join(rel_dir, latest), "the latest checkpoint named by `checkpoint` is not whole"
+                )
         for prefix in referenced - {latest}:
             # older ones: CheckpointManager records the state naming them, then deletes the oldest
             # (max_to_keep), then records the state again, so a deleted one can be named for a moment
@@ -352,7 +366,9 @@ def tmpfs(path, size="2m", options=""):
     opts = f"size={size}" + (f",{options}" if options else "")
     result = _mount("-t", "tmpfs", "-o", opts, "tmpfs", os.fspath(path))
     if result.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs to simulate a full disk (needs root / CAP_SYS_ADMIN): {result.stderr.strip()}")
+        pytest.skip(
+            f"cannot mount a tmpfs to simulate a full disk (needs root / CAP_SYS_ADMIN): {result.stderr.strip()}"
+        )
     try:
         yield path
     finally:
@@ -418,8 +434,11 @@ def lambda_model(path, meta):
 
     inputs = keras.Input((4,))
     hidden = keras.layers.Lambda(
-        lambda t: (open(__import__("os").environ["DISTTRAIN_FAULTS_SENTINEL"], "w").close() or t)
-        if __import__("os").environ.get("DISTTRAIN_FAULTS_SENTINEL") else t
+        lambda t: (
+            (open(__import__("os").environ["DISTTRAIN_FAULTS_SENTINEL"], "w").close() or t)
+            if __import__("os").environ.get("DISTTRAIN_FAULTS_SENTINEL")
+            else t
+        )
     )(inputs)
     model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="probabilities")(hidden))
     model.save(path)

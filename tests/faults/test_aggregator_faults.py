@@ -68,19 +68,23 @@ def assert_nothing_published(result, message, work, exit_code=2):
 def flip_bytes(path, at=0.5, length=4096):
     data = bytearray(path.read_bytes())
     start = int(len(data) * at)
-    data[start:start + length] = bytes(b ^ 0xFF for b in data[start:start + length])
+    data[start : start + length] = bytes(b ^ 0xFF for b in data[start : start + length])
     path.write_bytes(bytes(data))
 
 
 def test_worker_model_truncated(work):
     model = worker(work, 1) / "model.keras"
     model.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
-    assert_nothing_published(aggregate(work, process=True), r"worker-00001/model\.keras is not a readable model file", work)
+    assert_nothing_published(
+        aggregate(work, process=True), r"worker-00001/model\.keras is not a readable model file", work
+    )
 
 
 def test_worker_model_corrupt(work):
     flip_bytes(worker(work, 1) / "model.keras")
-    assert_nothing_published(aggregate(work), r"cannot load model .*worker-00001/model\.keras: BadZipFile: Bad CRC-32", work)
+    assert_nothing_published(
+        aggregate(work), r"cannot load model .*worker-00001/model\.keras: BadZipFile: Bad CRC-32", work
+    )
 
 
 def test_worker_marker_names_a_missing_model(work):
@@ -99,33 +103,51 @@ def test_worker_marker_missing_fields(work):
     marker = json.loads((worker(work, 1) / "_SUCCESS").read_text())
     del marker["workers"], marker["init_weights_sha256"]
     (worker(work, 1) / "_SUCCESS").write_text(json.dumps(marker))
-    assert_nothing_published(aggregate(work), r"worker-00001/_SUCCESS is not a trainer's marker \(missing workers, init_weights_sha256\)", work)
+    assert_nothing_published(
+        aggregate(work),
+        r"worker-00001/_SUCCESS is not a trainer's marker \(missing workers, init_weights_sha256\)",
+        work,
+    )
 
 
 def test_workers_with_different_seeds_are_refused(work, trained):
     shutil.rmtree(worker(work, 1))
-    shutil.copytree(trained / "train-seed7" / "worker-00001", worker(work, 1), ignore=shutil.ignore_patterns("checkpoints", "tensorboard"))
+    shutil.copytree(
+        trained / "train-seed7" / "worker-00001",
+        worker(work, 1),
+        ignore=shutil.ignore_patterns("checkpoints", "tensorboard"),
+    )
     assert_nothing_published(aggregate(work), r"did not start from the same initial weights .* same --seed", work)
 
 
 def test_workers_of_different_shard_counts_are_refused(work, trained):
     shutil.rmtree(worker(work, 1))
-    shutil.copytree(trained / "train-3shards" / "worker-00001", worker(work, 1), ignore=shutil.ignore_patterns("checkpoints", "tensorboard"))
+    shutil.copytree(
+        trained / "train-3shards" / "worker-00001",
+        worker(work, 1),
+        ignore=shutil.ignore_patterns("checkpoints", "tensorboard"),
+    )
     assert_nothing_published(aggregate(work), r"workers were started for \[2, 3\] workers, expected 2", work)
 
 
 def test_expecting_another_worker_count_is_refused(work):
-    assert_nothing_published(aggregate(work, "--expect", 1), r"workers were started for \[2\] workers, expected 1", work)
+    assert_nothing_published(
+        aggregate(work, "--expect", 1), r"workers were started for \[2\] workers, expected 1", work
+    )
 
 
 def test_missing_worker_times_out_naming_it(work):
     shutil.rmtree(worker(work, 1))
-    assert_nothing_published(aggregate(work), r"1 of 2 workers did not finish \(missing .*worker-00001/_SUCCESS\)", work, exit_code=3)
+    assert_nothing_published(
+        aggregate(work), r"1 of 2 workers did not finish \(missing .*worker-00001/_SUCCESS\)", work, exit_code=3
+    )
 
 
 def test_missing_data_dir(work):
     shutil.rmtree(work / "data")
-    assert_nothing_published(aggregate(work), r"waiting for the copier's dataset \(no marker at .*data/_SUCCESS\)", work, exit_code=3)
+    assert_nothing_published(
+        aggregate(work), r"waiting for the copier's dataset \(no marker at .*data/_SUCCESS\)", work, exit_code=3
+    )
 
 
 def test_corrupt_manifest(work):
@@ -137,7 +159,9 @@ def test_corrupt_manifest(work):
 def test_corrupt_test_split(work):
     with open(work / "data" / "test.jsonl", "a") as fh:
         fh.write('{"text": "tampered", "label": 1}\n')
-    assert_nothing_published(aggregate(work), r"data/test\.jsonl is corrupt: sha256 .* does not match the manifest", work)
+    assert_nothing_published(
+        aggregate(work), r"data/test\.jsonl is corrupt: sha256 .* does not match the manifest", work
+    )
 
 
 def test_truncated_test_split(work):
@@ -150,7 +174,11 @@ def test_unwritable_final_dir(work):
     with read_only_dir(work / "final"):
         result = aggregate(work, process=True)
         # the exports are staged first (final/.exports.tmp-*), so they meet the read-only directory first
-        assert_nothing_published(result, r"cannot write (in )?.*final(/(model\.keras|report\.json|report\.png|analysis\.png))?: (\[Errno \d+\] )?(Read-only file system|Permission denied)", work)
+        assert_nothing_published(
+            result,
+            r"cannot write (in )?.*final(/(model\.keras|report\.json|report\.png|analysis\.png))?: (\[Errno \d+\] )?(Read-only file system|Permission denied)",
+            work,
+        )
 
 
 def test_full_disk_while_writing_the_final_model(work):
@@ -158,7 +186,9 @@ def test_full_disk_while_writing_the_final_model(work):
     # (a SavedModel written by TensorFlow's own SaveV2), meet the full disk first
     with tmpfs(work / "final", size="2m"):
         result = aggregate(work, process=True)
-        assert_nothing_published(result, r"no space left on device while writing (the exports in )?.*final(/model\.keras)?", work)
+        assert_nothing_published(
+            result, r"no space left on device while writing (the exports in )?.*final(/model\.keras)?", work
+        )
         assert os.listdir(work / "final") == []
 
 
@@ -189,7 +219,12 @@ def test_full_disk_on_a_rerun_keeps_the_previous_publication(work):
         st = os.statvfs(final)
         (final / "filler").write_bytes(b"\0" * max(0, st.f_bavail * st.f_frsize - (1 << 20)))
         result = aggregate(work, process=True)
-        assert_failed_cleanly(result, r"no space left on device while writing (the exports in )?.*final(/model\.keras)?", work, exit_code=2)
+        assert_failed_cleanly(
+            result,
+            r"no space left on device while writing (the exports in )?.*final(/model\.keras)?",
+            work,
+            exit_code=2,
+        )
         (final / "filler").unlink()
         assert digests(final) == before
         assert sorted(os.listdir(final)) == sorted(FINAL_FILES)
@@ -208,21 +243,57 @@ def test_worker_model_with_a_lambda_layer_is_refused_and_not_run(work, tmp_path,
     sentinel = tmp_path / "code-ran"
     monkeypatch.setenv(SENTINEL_ENV, str(sentinel))
     result = aggregate(work)
-    assert_nothing_published(result, r"the model .*worker-00001/model\.keras has a Lambda layer .*: Python code inside a model file is refused \(safe mode\)", work)
+    assert_nothing_published(
+        result,
+        r"the model .*worker-00001/model\.keras has a Lambda layer .*: Python code inside a model file is refused \(safe mode\)",
+        work,
+    )
     assert not sentinel.exists()
 
 
-@pytest.mark.parametrize("content, message", [
-    ("{not json", r"--baseline .*baseline\.json is unreadable"),
-    (json.dumps({"workers": [{"name": "worker 0"}, {"name": "worker 1"}], "strategy": "average", "task": "image",
-                 "final": {"test_accuracy": 0.9}}),
-     r"--baseline .*baseline\.json is a 2-worker average run, not a 1-worker one"),
-    (json.dumps({"workers": [{"name": "worker 0"}], "strategy": "average", "final": {"test_accuracy": 0.9}, "task": "image",
-                 "source": "sample:other", "split_seed": 0, "test_examples": 1, "labels": ["a"]}),
-     r"--baseline .*baseline\.json is of other data: its (task|source|split_seed|test_examples|labels) is"),
-    (json.dumps({"workers": [{"name": "worker 0"}], "strategy": "average", "task": "image", "final": {"examples": "all"}}),
-     r"--baseline .*baseline\.json: final\.examples must be a number, got \"all\""),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ("{not json", r"--baseline .*baseline\.json is unreadable"),
+        (
+            json.dumps(
+                {
+                    "workers": [{"name": "worker 0"}, {"name": "worker 1"}],
+                    "strategy": "average",
+                    "task": "image",
+                    "final": {"test_accuracy": 0.9},
+                }
+            ),
+            r"--baseline .*baseline\.json is a 2-worker average run, not a 1-worker one",
+        ),
+        (
+            json.dumps(
+                {
+                    "workers": [{"name": "worker 0"}],
+                    "strategy": "average",
+                    "final": {"test_accuracy": 0.9},
+                    "task": "image",
+                    "source": "sample:other",
+                    "split_seed": 0,
+                    "test_examples": 1,
+                    "labels": ["a"],
+                }
+            ),
+            r"--baseline .*baseline\.json is of other data: its (task|source|split_seed|test_examples|labels) is",
+        ),
+        (
+            json.dumps(
+                {
+                    "workers": [{"name": "worker 0"}],
+                    "strategy": "average",
+                    "task": "image",
+                    "final": {"examples": "all"},
+                }
+            ),
+            r"--baseline .*baseline\.json: final\.examples must be a number, got \"all\"",
+        ),
+    ],
+)
 def test_a_baseline_report_that_cannot_be_compared_is_refused(work, tmp_path, content, message):
     baseline = tmp_path / "baseline.json"
     baseline.write_text(content)
@@ -230,4 +301,6 @@ def test_a_baseline_report_that_cannot_be_compared_is_refused(work, tmp_path, co
 
 
 def test_a_missing_baseline_report_is_refused(work, tmp_path):
-    assert_nothing_published(aggregate(work, "--baseline", tmp_path / "nothing.json"), r"--baseline .*nothing\.json: no such file", work)
+    assert_nothing_published(
+        aggregate(work, "--baseline", tmp_path / "nothing.json"), r"--baseline .*nothing\.json: no such file", work
+    )

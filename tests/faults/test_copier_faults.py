@@ -30,7 +30,7 @@ def damage(path, at=0.5, length=256):
     """Overwrite `length` bytes in the middle of a file (zip directory intact, data not)."""
     data = bytearray(path.read_bytes())
     start = int(len(data) * at)
-    data[start:start + length] = bytes((b ^ 0xFF) for b in data[start:start + length])
+    data[start : start + length] = bytes((b ^ 0xFF) for b in data[start : start + length])
     path.write_bytes(bytes(data))
     return path
 
@@ -52,23 +52,46 @@ CASES = {
     "npz member corrupt (stored)": (lambda d: "npz:" + str(damage(_good_npz(d))), r"x\.npy is corrupt: Bad CRC"),
     "npz member corrupt (deflated)": (
         lambda d: "npz:" + str(damage(npz(d / "z.npz", compressed=True, x=images(3000)[0], y=images(3000)[1]))),
-        r"x\.npy is corrupt"),
-    "npz x/y length mismatch": (lambda d: "npz:" + str(npz(d / "m.npz", x=images()[0], y=images()[1][:200])),
-                                r"y must be \[n\] integers matching x's 300 rows"),
-    "npz float labels": (lambda d: "npz:" + str(npz(d / "f.npz", x=images()[0], y=images()[1] + 0.5)), r"y must be \[n\] integers"),
-    "npz negative labels": (lambda d: "npz:" + str(npz(d / "n.npz", x=images()[0], y=images()[1] - 1)), r"labels must be >= 0"),
+        r"x\.npy is corrupt",
+    ),
+    "npz x/y length mismatch": (
+        lambda d: "npz:" + str(npz(d / "m.npz", x=images()[0], y=images()[1][:200])),
+        r"y must be \[n\] integers matching x's 300 rows",
+    ),
+    "npz float labels": (
+        lambda d: "npz:" + str(npz(d / "f.npz", x=images()[0], y=images()[1] + 0.5)),
+        r"y must be \[n\] integers",
+    ),
+    "npz negative labels": (
+        lambda d: "npz:" + str(npz(d / "n.npz", x=images()[0], y=images()[1] - 1)),
+        r"labels must be >= 0",
+    ),
     "npz too few label names": (
         lambda d: "npz:" + str(npz(d / "l.npz", x=images()[0], y=images()[1], label_names=np.array(["a", "b"]))),
-        r"2 label_names but labels go up to 2"),
+        r"2 label_names but labels go up to 2",
+    ),
     "npz missing": (lambda d: "npz:" + str(d / "nope.npz"), r"does not exist"),
-    "csv not utf-8": (lambda d: (d / "latin1.csv").write_bytes(b"text,label\ngood,1\n\xe9t\xe9 bad,0\n") and f"csv:{d / 'latin1.csv'}",
-                      r"not a readable UTF-8 CSV"),
-    "csv truncated mid-row": (lambda d: (d / "t.csv").write_text('text,label\n"good film",1\n"bad film",0\n"cut off') and f"csv:{d / 't.csv'}",
-                              r"t\.csv:4: row has no text or no label"),
-    "csv empty file": (lambda d: (d / "e.csv").write_text("") and f"csv:{d / 'e.csv'}" or f"csv:{d / 'e.csv'}",
-                       r"must name 'text' and 'label'"),
+    "csv not utf-8": (
+        lambda d: (
+            (d / "latin1.csv").write_bytes(b"text,label\ngood,1\n\xe9t\xe9 bad,0\n") and f"csv:{d / 'latin1.csv'}"
+        ),
+        r"not a readable UTF-8 CSV",
+    ),
+    "csv truncated mid-row": (
+        lambda d: (
+            (d / "t.csv").write_text('text,label\n"good film",1\n"bad film",0\n"cut off') and f"csv:{d / 't.csv'}"
+        ),
+        r"t\.csv:4: row has no text or no label",
+    ),
+    "csv empty file": (
+        lambda d: (d / "e.csv").write_text("") and f"csv:{d / 'e.csv'}" or f"csv:{d / 'e.csv'}",
+        r"must name 'text' and 'label'",
+    ),
     "images dir missing": (lambda d: f"images:{d / 'photos'}", r"does not exist"),
-    "imdb dir missing files": (lambda d: (d / "imdb").mkdir() or f"keras:imdb={d / 'imdb'}", r"imdb\.npz does not exist"),
+    "imdb dir missing files": (
+        lambda d: (d / "imdb").mkdir() or f"keras:imdb={d / 'imdb'}",
+        r"imdb\.npz does not exist",
+    ),
 }
 
 
@@ -85,16 +108,26 @@ def test_unwritable_output_directory(tmp_path):
     workdir = tmp_path / "work"
     with read_only_dir(workdir):
         result = stage("copier", "--source", "sample:digits", "--workdir", workdir, check=False)
-        assert_failed_cleanly(result, r"cannot write .*/work/data: (Read-only file system|Permission denied)", workdir,
-                              absent=[workdir / "data"], exit_code=2)
+        assert_failed_cleanly(
+            result,
+            r"cannot write .*/work/data: (Read-only file system|Permission denied)",
+            workdir,
+            absent=[workdir / "data"],
+            exit_code=2,
+        )
 
 
 def test_full_disk_leaves_nothing(tmp_path):
     workdir = tmp_path / "work"
     with tmpfs(workdir, size="1m"):  # the movie-review shards need ~1.9 MB
         result = stage("copier", "--source", "sample:movie-reviews", "--workdir", workdir, check=False)
-        assert_failed_cleanly(result, r"no space left on device while writing .*/work/data", workdir,
-                              absent=[workdir / "data"], exit_code=2)
+        assert_failed_cleanly(
+            result,
+            r"no space left on device while writing .*/work/data",
+            workdir,
+            absent=[workdir / "data"],
+            exit_code=2,
+        )
         assert os.listdir(workdir) == []  # and the space is given back
         assert os.statvfs(workdir).f_bfree == os.statvfs(workdir).f_blocks
 

@@ -30,17 +30,36 @@ OUTER_STATE = ("anchors", "outer_momenta", "wire_residuals")
 # With eager updates every epoch's checkpoint is taken with the exchange of its last sync in flight (90 = 18 x 5):
 # the resumed group sends it again. With syncs at each epoch's end too, at batch 7 (103 steps an epoch, which H = 5
 # does not divide): the schedule counts H from each epoch's start, the resumed group too.
-MODELS = {"cnn": lambda tmp_path: ["--batch", 8],
-          "cnn-eager-updates": lambda tmp_path: ["--batch", 8, "--outer-overlap", "eager"],
-          "cnn-epoch-end-syncs": lambda tmp_path: ["--batch", 7, "--sync-at-epoch-end"],
-          "batch-norm": lambda tmp_path: ["--batch", 32, "--model-file", batch_norm_cnn_file(tmp_path / "model.keras")]}
+MODELS = {
+    "cnn": lambda tmp_path: ["--batch", 8],
+    "cnn-eager-updates": lambda tmp_path: ["--batch", 8, "--outer-overlap", "eager"],
+    "cnn-epoch-end-syncs": lambda tmp_path: ["--batch", 7, "--sync-at-epoch-end"],
+    "batch-norm": lambda tmp_path: ["--batch", 32, "--model-file", batch_norm_cnn_file(tmp_path / "model.keras")],
+}
 
 
 def start_pair(work, label, model_args):
     port = free_port_block(2)
     # one thread: the same arithmetic in the same order on every run
-    args = ["--workdir", work, "--epochs", EPOCHS, *model_args, "--strategy", "localsgd", "--sync-every", 5,
-            "--outer-optimizer", "nesterov", "--allreduce-dtype", "int8", "--threads", 1, "--port", port]
+    args = [
+        "--workdir",
+        work,
+        "--epochs",
+        EPOCHS,
+        *model_args,
+        "--strategy",
+        "localsgd",
+        "--sync-every",
+        5,
+        "--outer-optimizer",
+        "nesterov",
+        "--allreduce-dtype",
+        "int8",
+        "--threads",
+        1,
+        "--port",
+        port,
+    ]
     return [start_stage("trainer", *args, "--worker-index", i, log=work / f"w{i}-{label}.log") for i in range(2)]
 
 
@@ -52,8 +71,11 @@ def finish(work, procs, label):
 def outer_state(work, worker):
     """The outer state in a worker's last checkpoint: {checkpoint key: array}."""
     reader = tf.train.load_checkpoint(str(work / "train" / f"worker-{worker:05d}" / "checkpoints" / f"ckpt-{EPOCHS}"))
-    return {key: reader.get_tensor(key) for key in reader.get_variable_to_shape_map()
-            if key.startswith(OUTER_STATE) and key.endswith("VARIABLE_VALUE")}
+    return {
+        key: reader.get_tensor(key)
+        for key in reader.get_variable_to_shape_map()
+        if key.startswith(OUTER_STATE) and key.endswith("VARIABLE_VALUE")
+    }
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -83,10 +105,17 @@ def test_the_outer_state_resumes_bit_exact_after_kill_9(tmp_path, model):
         assert f"after epoch {common}" in open(work / f"w{i}-second.log").read()
 
     if model == "batch-norm":  # (run.json names the re-estimation only for a model with batch normalization)
-        assert json.load(open(work / "train" / "worker-00000" / "checkpoints" / "run.json"))["sync_batch_norm_batches"] == 8
-    markers = {name: [json.load(open(w / "train" / f"worker-{i:05d}" / "_SUCCESS")) for i in range(2)]
-               for name, w in runs.items()}
-    assert {m["final_weights_sha256"] for ms in markers.values() for m in ms} == {markers["undisturbed"][0]["final_weights_sha256"]}
+        assert (
+            json.load(open(work / "train" / "worker-00000" / "checkpoints" / "run.json"))["sync_batch_norm_batches"]
+            == 8
+        )
+    markers = {
+        name: [json.load(open(w / "train" / f"worker-{i:05d}" / "_SUCCESS")) for i in range(2)]
+        for name, w in runs.items()
+    }
+    assert {m["final_weights_sha256"] for ms in markers.values() for m in ms} == {
+        markers["undisturbed"][0]["final_weights_sha256"]
+    }
     for i in range(2):
         undisturbed, resumed = outer_state(runs["undisturbed"], i), outer_state(work, i)
         assert {k.split("/")[0] for k in undisturbed} == set(OUTER_STATE) and sorted(undisturbed) == sorted(resumed)

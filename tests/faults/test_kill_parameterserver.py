@@ -31,9 +31,28 @@ TASKS = 1 + PS + WORKERS
 
 
 def start_task(work, logs, index, label, port):
-    return start_stage("trainer", "--workdir", work, "--worker-index", index, "--workers", WORKERS, "--ps", PS,
-                       "--epochs", EPOCHS, "--batch", BATCH, "--strategy", "parameterserver", "--seed", SEED,
-                       "--port", port, log=logs / f"task-{index}-{label}.log")
+    return start_stage(
+        "trainer",
+        "--workdir",
+        work,
+        "--worker-index",
+        index,
+        "--workers",
+        WORKERS,
+        "--ps",
+        PS,
+        "--epochs",
+        EPOCHS,
+        "--batch",
+        BATCH,
+        "--strategy",
+        "parameterserver",
+        "--seed",
+        SEED,
+        "--port",
+        port,
+        log=logs / f"task-{index}-{label}.log",
+    )
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +64,9 @@ def calm(tmp_path_factory):
 def test_kill_9_in_parameter_server_training(tmp_path, calm, victim, measure):
     work, logs = tmp_path / "work", tmp_path / "logs"
     logs.mkdir()
-    victim_index = {"worker": TASKS - 1, "ps": 1, "chief": 0}[victim]  # the last worker, the parameter server, the chief
+    victim_index = {"worker": TASKS - 1, "ps": 1, "chief": 0}[
+        victim
+    ]  # the last worker, the parameter server, the chief
     chief_metrics = work / "train" / "worker-00000" / "metrics.json"
     port = free_port_block(TASKS)
     with watching(work) as watcher:
@@ -89,14 +110,23 @@ def test_kill_9_in_parameter_server_training(tmp_path, calm, victim, measure):
     started = [m["steps_started_by_worker"] for m in read_metrics(chief_metrics) if "steps_started_by_worker" in m]
     rejoined = victim == "worker" and started[-1][WORKERS - 1] > started[finished][WORKERS - 1]
     calm_acc, disturbed_acc = calm["final"]["test_accuracy"], report["final"]["test_accuracy"]
-    measure(killed=f"{victim} (task {victim_index})", epochs=EPOCHS, batch=BATCH, epochs_done_at_kill=finished,
-            undisturbed_accuracy=round(calm_acc, 4), recovered_accuracy=round(disturbed_acc, 4),
-            steps_scheduled=report["steps_scheduled"], steps_retried=report["steps_retried"],
-            steps_started_by_worker=report["steps_started_by_worker"], started_by_epoch=started,
-            **({"restarted_worker_took_steps": rejoined} if victim == "worker" else {}), kill_to_done_sec=round(recovered_sec, 1),
-            **({"chief_failed_after_sec": round(chief_failed_sec, 1)} if victim == "ps" else {}),
-            **({"resumed_after_epoch": resumed} if victim != "worker" else {}),
-            watcher=watcher.summary())
+    measure(
+        killed=f"{victim} (task {victim_index})",
+        epochs=EPOCHS,
+        batch=BATCH,
+        epochs_done_at_kill=finished,
+        undisturbed_accuracy=round(calm_acc, 4),
+        recovered_accuracy=round(disturbed_acc, 4),
+        steps_scheduled=report["steps_scheduled"],
+        steps_retried=report["steps_retried"],
+        steps_started_by_worker=report["steps_started_by_worker"],
+        started_by_epoch=started,
+        **({"restarted_worker_took_steps": rejoined} if victim == "worker" else {}),
+        kill_to_done_sec=round(recovered_sec, 1),
+        **({"chief_failed_after_sec": round(chief_failed_sec, 1)} if victim == "ps" else {}),
+        **({"resumed_after_epoch": resumed} if victim != "worker" else {}),
+        watcher=watcher.summary(),
+    )
     # One-sided: what a kill must not do is cost accuracy. A run with a worker lost can end
     # above the undisturbed one: the other worker then takes most steps, with fewer stale
     # gradients (measured: +0.3 to +1.2 points in 4 runs; undisturbed runs spread over 0.8).

@@ -64,7 +64,10 @@ class Reader(threading.Thread):
                     manifests[n] = json.loads(objectstore.read_bytes(f"{self.url}/releases/{n}/RELEASE.json"))
                 except ObjectStoreError:
                     pass  # pruned since the listing
-        bad = {"versions": partial_versions(versions, self.saved_model), "releases": partial_releases(releases, manifests)}
+        bad = {
+            "versions": partial_versions(versions, self.saved_model),
+            "releases": partial_releases(releases, manifests),
+        }
         if latest is not None:
             n = latest["version"]  # named only once whole, and the newest: not pruned in between
             if "saved_model.pb" not in versions.get(n, {}) or "RELEASE.json" not in releases.get(n, {}):
@@ -75,7 +78,10 @@ class Reader(threading.Thread):
 
 # The uploader under a kill schedule waits for the test's go-ahead after each line: without it, a
 # child that runs ahead of the test's reads (the reader thread holds the GIL) finishes before its kill.
-STEPPED_PUBLISH = [sys.executable, "-c", """
+STEPPED_PUBLISH = [
+    sys.executable,
+    "-c",
+    """
 import sys
 from disttrain_aggregator import publish
 def say(line):
@@ -83,18 +89,31 @@ def say(line):
     sys.stdin.readline()
 publish.probe(sys.argv[2])
 publish.publish_final_dir(sys.argv[1], sys.argv[2], say=say)
-"""]
+""",
+]
 
 
 def publish(final_dir, url, env, kill_after=None, delay_ms=0):
     """Run the uploader; with kill_after, SIGKILL it delay_ms after letting it go on past its
     kill_after-th "publish:" line (it cannot pass the next one before the kill). Returns (returncode, its lines)."""
     if kill_after is None:
-        proc = subprocess.run([*PUBLISH, final_dir, url], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, env=env, timeout=120)
+        proc = subprocess.run(
+            [*PUBLISH, final_dir, url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            timeout=120,
+        )
         return proc.returncode, proc.stdout.splitlines()
-    proc = subprocess.Popen([*STEPPED_PUBLISH, final_dir, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=env)
+    proc = subprocess.Popen(
+        [*STEPPED_PUBLISH, final_dir, url],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
     lines = []
     for line in proc.stdout:
         lines.append(line.rstrip("\n"))
@@ -152,7 +171,9 @@ def test_kill_9_mid_upload_never_shows_a_partial_version(object_store, tmp_path_
             bucket, key = objectstore.split(f"{url}/releases/1/model.keras")
             fs = objectstore.filesystem()
             upload = fs.call_s3("create_multipart_upload", Bucket=bucket, Key=key)
-            fs.call_s3("upload_part", Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024)
+            fs.call_s3(
+                "upload_part", Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024
+            )
             before, seen_before = objectstore.listing(url), set(reader.numbers)
             status, lines = publish(final_dir, url, env)
             assert status == 0, lines
@@ -164,7 +185,9 @@ def test_kill_9_mid_upload_never_shows_a_partial_version(object_store, tmp_path_
         latest = json.loads(objectstore.read_bytes(f"{url}/latest.json"))
         pending = objectstore.filesystem().call_s3("list_multipart_uploads", Bucket=bucket).get("Uploads") or []
 
-    assert all(k is True for k in killed), f"attempts not ended by their kill: {[(i, k) for i, k in enumerate(killed) if k is not True]}"
+    assert all(k is True for k in killed), (
+        f"attempts not ended by their kill: {[(i, k) for i, k in enumerate(killed) if k is not True]}"
+    )
     assert reader.listings > ATTEMPTS and not reader.violations, reader.violations[:5]
     # each interrupted publish took a number no earlier one had used
     firsts = [min(n) for n in used if n]
@@ -178,9 +201,16 @@ def test_kill_9_mid_upload_never_shows_a_partial_version(object_store, tmp_path_
     assert other == ["latest.json"], other  # the probe object is gone
     assert not pending and any("aborted 1 incomplete multipart upload" in line for line in lines), (pending, lines)
     assert len(versions) == 2 and max(versions) == latest["version"]
-    measure(kills=len(killed), steps_per_publish=steps, listings=reader.listings, partial_versions_seen=0,
-            folders_without_saved_model_pb_seen=reader.incomplete_seen,
-            left_before_cleanup={"folders_without_saved_model_pb": sum("saved_model.pb" not in f for f in versions_before.values()),
-                                 "releases_without_manifest": sum("RELEASE.json" not in f for f in releases_before.values()),
-                                 "other": sorted(set(other_before) - {"latest.json"})},
-            reader_read_races=len(reader.errors))
+    measure(
+        kills=len(killed),
+        steps_per_publish=steps,
+        listings=reader.listings,
+        partial_versions_seen=0,
+        folders_without_saved_model_pb_seen=reader.incomplete_seen,
+        left_before_cleanup={
+            "folders_without_saved_model_pb": sum("saved_model.pb" not in f for f in versions_before.values()),
+            "releases_without_manifest": sum("RELEASE.json" not in f for f in releases_before.values()),
+            "other": sorted(set(other_before) - {"latest.json"}),
+        },
+        reader_read_races=len(reader.errors),
+    )

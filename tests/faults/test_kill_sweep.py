@@ -43,8 +43,20 @@ def running_trainers(trial_dir):
 def test_kill_one_of_two_sweep_processes_mid_trial(tmp_path):
     work = tmp_path / "w"
     stage("copier", "--source", "sample:digits", "--n-shards", 2, "--workdir", work)
-    flags = ["--workdir", work, "--trials", TRIALS, "--epochs", 8, "--pruner", "none", "--heartbeat", 1,
-             "--stale-after", 8]
+    flags = [
+        "--workdir",
+        work,
+        "--trials",
+        TRIALS,
+        "--epochs",
+        8,
+        "--pruner",
+        "none",
+        "--heartbeat",
+        1,
+        "--stale-after",
+        8,
+    ]
     logs = [tmp_path / f"sweep-{i}.log" for i in range(2)]
     survivor = start_stage("sweep", *flags, "--process-index", 0, log=logs[0])
     victim = start_stage("sweep", *flags, "--process-index", 1, log=logs[1])

@@ -18,8 +18,16 @@ import time
 import pytest
 
 from faults.faultlib import temp_leftovers, watching
-from stages import (free_port_block, latest_saved_epoch, read_metrics, read_report, run_pipeline, stage, start_stage,
-                    wait_for_epochs)
+from stages import (
+    free_port_block,
+    latest_saved_epoch,
+    read_metrics,
+    read_report,
+    run_pipeline,
+    stage,
+    start_stage,
+    wait_for_epochs,
+)
 
 pytestmark = pytest.mark.faults
 
@@ -34,9 +42,26 @@ def tail(path, chars=3000):
 def trainers(work, logs, strategy, label, indexes=range(WORKERS), port=None):
     port = port or free_port_block(WORKERS)
     return {
-        i: start_stage("trainer", "--workdir", work, "--worker-index", i, "--workers", WORKERS, "--epochs", EPOCHS,
-                       "--batch", BATCH, "--strategy", strategy, "--seed", SEED, "--port", port,
-                       log=logs / f"worker-{i}-{label}.log")
+        i: start_stage(
+            "trainer",
+            "--workdir",
+            work,
+            "--worker-index",
+            i,
+            "--workers",
+            WORKERS,
+            "--epochs",
+            EPOCHS,
+            "--batch",
+            BATCH,
+            "--strategy",
+            strategy,
+            "--seed",
+            SEED,
+            "--port",
+            port,
+            log=logs / f"worker-{i}-{label}.log",
+        )
         for i in indexes
     }
 
@@ -76,11 +101,16 @@ def test_kill_9_mid_epoch_recovers_to_the_same_accuracy(tmp_path, strategy, meas
         epochs_before = [m["epoch"] for m in read_metrics(metrics_file)]
         finished = len(epochs_before)
         assert epochs_before == list(range(1, finished + 1)) and 1 <= finished < EPOCHS, (
-            f"the kill did not land mid-training: epochs done {epochs_before}")
-        checkpoint_dir = work / "train" / ("worker-00000" if strategy == "multiworker" else f"worker-{victim:05d}") / "checkpoints"
+            f"the kill did not land mid-training: epochs done {epochs_before}"
+        )
+        checkpoint_dir = (
+            work / "train" / ("worker-00000" if strategy == "multiworker" else f"worker-{victim:05d}") / "checkpoints"
+        )
         resumed = finished
         if strategy == "localsgd":  # the victim may not have saved the chief's last epoch yet
-            resumed = min(latest_saved_epoch(work / "train" / f"worker-{i:05d}" / "checkpoints") for i in range(WORKERS))
+            resumed = min(
+                latest_saved_epoch(work / "train" / f"worker-{i:05d}" / "checkpoints") for i in range(WORKERS)
+            )
             assert finished - 1 <= resumed <= finished, (resumed, finished)
         lost_training_sec = time.time() - os.path.getmtime(checkpoint_dir / "checkpoint")
 
@@ -103,7 +133,7 @@ def test_kill_9_mid_epoch_recovers_to_the_same_accuracy(tmp_path, strategy, meas
         for i in restarted:
             log = tail(logs / f"worker-{i}-second.log", 100000)
             # resumed after the last finished epoch, which is not redone
-            assert (f"after epoch {resumed}" in log if resumed else "resumed" not in log), log
+            assert f"after epoch {resumed}" in log if resumed else "resumed" not in log, log
             assert f"epochs {resumed + 1}..{EPOCHS}" in log, log
         assert [m["epoch"] for m in read_metrics(metrics_file)] == list(range(1, EPOCHS + 1))
         if strategy != "average":  # the restarted group ends in sync
@@ -116,11 +146,19 @@ def test_kill_9_mid_epoch_recovers_to_the_same_accuracy(tmp_path, strategy, meas
     assert temp_leftovers(work) == []
     report = read_report(work / "final")
     calm_acc, disturbed_acc = calm["final"]["test_accuracy"], report["final"]["test_accuracy"]
-    measure(strategy=strategy, epochs=EPOCHS, batch=BATCH, killed_worker=victim,
-            undisturbed_accuracy=round(calm_acc, 4), recovered_accuracy=round(disturbed_acc, 4),
-            training_lost_sec=round(lost_training_sec, 1), restart_to_done_sec=round(recovered_at - killed_at, 1),
-            undisturbed_pipeline_sec=round(calm_seconds, 1), disturbed_pipeline_sec=round(disturbed_seconds, 1),
-            **({"survivor_failed_after_sec": round(survivor_exit_sec, 1)} if strategy != "average" else {}),
-            watcher=watcher.summary())
+    measure(
+        strategy=strategy,
+        epochs=EPOCHS,
+        batch=BATCH,
+        killed_worker=victim,
+        undisturbed_accuracy=round(calm_acc, 4),
+        recovered_accuracy=round(disturbed_acc, 4),
+        training_lost_sec=round(lost_training_sec, 1),
+        restart_to_done_sec=round(recovered_at - killed_at, 1),
+        undisturbed_pipeline_sec=round(calm_seconds, 1),
+        disturbed_pipeline_sec=round(disturbed_seconds, 1),
+        **({"survivor_failed_after_sec": round(survivor_exit_sec, 1)} if strategy != "average" else {}),
+        watcher=watcher.summary(),
+    )
     assert abs(disturbed_acc - calm_acc) <= 0.02, (calm_acc, disturbed_acc)
     assert disturbed_acc > 0.7

@@ -27,17 +27,37 @@ def data(tmp_path_factory):
 
 
 def trainer_args(work, index, port, *extra):
-    return [os.path.join(BIN, "disttrain-trainer"), "--workdir", work, "--strategy", "multiworker", "--workers", 2,
-            "--worker-index", index, "--epochs", 1, "--batch", 64, "--port", port, *extra]
+    return [
+        os.path.join(BIN, "disttrain-trainer"),
+        "--workdir",
+        work,
+        "--strategy",
+        "multiworker",
+        "--workers",
+        2,
+        "--worker-index",
+        index,
+        "--epochs",
+        1,
+        "--batch",
+        64,
+        "--port",
+        port,
+        *extra,
+    ]
 
 
 def test_a_peer_that_never_comes_ends_the_worker_with_exit_code_3(data, tmp_path):
     termination = tmp_path / "termination-log"
     termination.write_text("")
     started = time.monotonic()
-    result = subprocess.run(list(map(str, trainer_args(data, 0, free_port_block(2), "--peer-wait", 8))),
-                            capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "DISTTRAIN_TERMINATION_LOG": str(termination)})
+    result = subprocess.run(
+        list(map(str, trainer_args(data, 0, free_port_block(2), "--peer-wait", 8))),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DISTTRAIN_TERMINATION_LOG": str(termination)},
+    )
     seconds = time.monotonic() - started
     assert result.returncode == 3, result.stdout + result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -51,8 +71,11 @@ def test_a_peer_that_never_comes_ends_the_worker_with_exit_code_3(data, tmp_path
 def can_private_mount():
     if shutil.which("unshare") is None or os.geteuid() != 0:
         return "needs root and unshare(1)"
-    probe = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", "mount --bind /etc/hosts /etc/hosts"],
-                           capture_output=True, text=True)
+    probe = subprocess.run(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c", "mount --bind /etc/hosts /etc/hosts"],
+        capture_output=True,
+        text=True,
+    )
     return None if probe.returncode == 0 else f"cannot bind-mount in a private mount namespace: {probe.stderr.strip()}"
 
 
@@ -70,10 +93,14 @@ def test_a_peer_whose_name_resolves_10_s_late_is_waited_for(data, tmp_path):
     pattern = ("--host-pattern", "disttrain-peer-{index}.test:{index_port}")
     logs = [tmp_path / f"worker-{i}.log" for i in range(2)]
     # one shell in one namespace: the bind mount is seen by both trainers and by nobody else
-    run = [f"{shlex.join(map(str, trainer_args(data, i, port, *pattern)))} > {shlex.quote(str(logs[i]))} 2>&1 & p{i}=$!"
-           for i in range(2)]
-    script = f"mount --bind {shlex.quote(str(hosts))} /etc/hosts || exit 1; {run[0]}; {run[1]}; " \
-             "wait $p0; s0=$?; wait $p1; s1=$?; exit $((s0 | s1))"
+    run = [
+        f"{shlex.join(map(str, trainer_args(data, i, port, *pattern)))} > {shlex.quote(str(logs[i]))} 2>&1 & p{i}=$!"
+        for i in range(2)
+    ]
+    script = (
+        f"mount --bind {shlex.quote(str(hosts))} /etc/hosts || exit 1; {run[0]}; {run[1]}; "
+        "wait $p0; s0=$?; wait $p1; s1=$?; exit $((s0 | s1))"
+    )
     done = threading.Event()
 
     def publish_late():
@@ -89,14 +116,20 @@ def test_a_peer_whose_name_resolves_10_s_late_is_waited_for(data, tmp_path):
     started = time.monotonic()
     publisher.start()
     try:
-        result = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
-                                capture_output=True, text=True, timeout=300)
+        result = subprocess.run(
+            ["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         done.set()
         publisher.join()
     seconds = time.monotonic() - started
     text = [log.read_text() for log in logs]
-    assert result.returncode == 0, f"{result.stderr}\n--- worker 0:\n{text[0][-3000:]}\n--- worker 1:\n{text[1][-3000:]}"
+    assert result.returncode == 0, (
+        f"{result.stderr}\n--- worker 0:\n{text[0][-3000:]}\n--- worker 1:\n{text[1][-3000:]}"
+    )
     assert seconds > 12
     for log in text:
         assert "waiting for worker 1 (disttrain-peer-1.test: name does not resolve yet)" in log

@@ -50,8 +50,11 @@ def wait_until_training(progress_path, procs, epoch=2, step=1, timeout=600):
         for proc in procs:
             assert proc.poll() is None, "a trainer exited before the signal"
         progress = read_json(progress_path) or {}
-        if (progress.get("state") == "training" and epoch <= progress["epoch"] < progress["epochs"]
-                and step <= progress["step"] <= progress["steps_per_epoch"] // 2):
+        if (
+            progress.get("state") == "training"
+            and epoch <= progress["epoch"] < progress["epochs"]
+            and step <= progress["step"] <= progress["steps_per_epoch"] // 2
+        ):
             return progress
         time.sleep(0.01)
     raise AssertionError(f"{progress_path} never reached epoch {epoch}")
@@ -69,9 +72,28 @@ def steps_per_epoch(log_path):
 
 
 def trainer(work, log, *extra, index=0, workers=1, strategy="average", port=None, epochs=3):
-    return start_stage("trainer", "--workdir", work, "--worker-index", index, "--workers", workers, "--epochs", epochs,
-                       "--batch", BATCH, "--steps-per-call", STEPS_PER_CALL, "--strategy", strategy,
-                       "--progress-interval", 0.05, *(("--port", port) if port else ()), *extra, log=log)
+    return start_stage(
+        "trainer",
+        "--workdir",
+        work,
+        "--worker-index",
+        index,
+        "--workers",
+        workers,
+        "--epochs",
+        epochs,
+        "--batch",
+        BATCH,
+        "--steps-per-call",
+        STEPS_PER_CALL,
+        "--strategy",
+        strategy,
+        "--progress-interval",
+        0.05,
+        *(("--port", port) if port else ()),
+        *extra,
+        log=log,
+    )
 
 
 def wait_exit(proc, log, expected, timeout):
@@ -107,24 +129,34 @@ def test_average_saves_on_sigterm_and_resumes_bit_exact(tmp_path, measure):
             log = tmp_path / f"{name}-second.log"
             first = trainer(work, log, "--threads", 1)
         wait_exit(first, log, 0, 600)
-        runs[name] = (read_json(work / "train" / "worker-00000" / "_SUCCESS"),
-                      read_json(work / "train" / "worker-00000" / "metrics.json"))
+        runs[name] = (
+            read_json(work / "train" / "worker-00000" / "_SUCCESS"),
+            read_json(work / "train" / "worker-00000" / "metrics.json"),
+        )
     log = (tmp_path / "preempted-second.log").read_text()
     epoch, within = divmod(saved, per_epoch)
     assert f"preempted/ckpt-{saved} after epoch {epoch} and {within} steps of epoch {epoch + 1}" in log, log
     (calm_marker, calm_metrics), (marker, metrics) = runs["undisturbed"], runs["preempted"]
     assert marker["final_weights_sha256"] == calm_marker["final_weights_sha256"]
     assert [(m["epoch"], m["loss"], m["accuracy"], m["examples"]) for m in metrics] == [
-        (m["epoch"], m["loss"], m["accuracy"], m["examples"]) for m in calm_metrics]
+        (m["epoch"], m["loss"], m["accuracy"], m["examples"]) for m in calm_metrics
+    ]
     assert not (tmp_path / "preempted" / "train" / "worker-00000" / "checkpoints" / "preempted").exists()
     assert temp_leftovers(tmp_path / "preempted") == []
-    measure(steps_per_call=STEPS_PER_CALL, step_at_signal=at_signal, saved_at_step=saved, sigterm_to_exit_sec=round(exit_sec, 1))
+    measure(
+        steps_per_call=STEPS_PER_CALL,
+        step_at_signal=at_signal,
+        saved_at_step=saved,
+        sigterm_to_exit_sec=round(exit_sec, 1),
+    )
 
 
 # (localsgd with eager updates: the workers agree to stop while a sync's exchange is in flight, and save it)
-@pytest.mark.parametrize("strategy, bound, options", [("multiworker", STEPS_PER_CALL, ()), ("localsgd", 24, ()),
-                                                      ("localsgd", 24, ("--outer-overlap", "eager"))],
-                         ids=["multiworker", "localsgd", "localsgd-eager-updates"])
+@pytest.mark.parametrize(
+    "strategy, bound, options",
+    [("multiworker", STEPS_PER_CALL, ()), ("localsgd", 24, ()), ("localsgd", 24, ("--outer-overlap", "eager"))],
+    ids=["multiworker", "localsgd", "localsgd-eager-updates"],
+)
 def test_a_connected_group_stops_together_and_resumes_from_one_state(tmp_path, strategy, bound, options, measure):
     """Worker 1 gets SIGTERM; worker 0 must stop too, at the same step, within the bound (no
     hang), and the restarted group must resume both workers from that one step."""
@@ -162,8 +194,13 @@ def test_a_connected_group_stops_together_and_resumes_from_one_state(tmp_path, s
     assert markers[0]["final_weights_sha256"] == markers[1]["final_weights_sha256"]
     assert [m["epoch"] for m in read_json(train / "worker-00000" / "metrics.json")] == [1, 2, 3]
     watcher.assert_clean()
-    measure(bound_steps=bound, step_at_signal=at_signal, saved_at_step=saved, group_exit_sec=round(exit_sec, 1),
-            watcher=watcher.summary())
+    measure(
+        bound_steps=bound,
+        step_at_signal=at_signal,
+        saved_at_step=saved,
+        group_exit_sec=round(exit_sec, 1),
+        watcher=watcher.summary(),
+    )
     assert exit_sec < 60
 
 
@@ -184,8 +221,15 @@ def test_parameter_server_training_on_sigterm(tmp_path, victim, measure):
     extra = ("--ps", PS)
 
     def task(i, label):
-        return trainer(work, tmp_path / f"task-{i}-{label}.log", *extra, index=i, workers=PS_WORKERS,
-                       strategy="parameterserver", port=port)
+        return trainer(
+            work,
+            tmp_path / f"task-{i}-{label}.log",
+            *extra,
+            index=i,
+            workers=PS_WORKERS,
+            strategy="parameterserver",
+            port=port,
+        )
 
     procs = {i: task(i, "first") for i in range(PS_TASKS)}
     index = {"chief": 0, "ps": 1, "worker": PS_TASKS - 1}[victim]

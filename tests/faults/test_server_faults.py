@@ -61,7 +61,8 @@ def test_sigkill_of_a_worker_under_load(served, measure, worker_threads):
         assert new_pid, "gunicorn did not start a new worker"
         # keep the load on until the new worker has answered for a while (bounded)
         while time.monotonic() - load_started < LOAD_SEC or (
-                not any(line["pid"] == str(new_pid) for line in access_log(log)) and time.monotonic() - killed_at < 90):
+            not any(line["pid"] == str(new_pid) for line in access_log(log)) and time.monotonic() - killed_at < 90
+        ):
             time.sleep(0.2)
         time.sleep(2)
         stop.set()
@@ -73,9 +74,17 @@ def test_sigkill_of_a_worker_under_load(served, measure, worker_threads):
         failed = [r for r in results if not r[2]]
         failed_after_kill = [r for r in failed if r[0] > killed_at]
         first_new_answer = min((r[1] for r in results if r[0] > respawned_at and r[2]), default=None)
-        measure(clients=CLIENTS, worker_threads=worker_threads, requests=len(results), failed=len(failed), failed_details=[r[3] for r in failed],
-                load_sec=round(results[-1][1] - load_started, 1), respawn_sec=round(respawned_at - killed_at, 2),
-                served_by_new_worker=served_by_new, requests_per_sec=round(len(results) / (results[-1][1] - load_started), 1))
+        measure(
+            clients=CLIENTS,
+            worker_threads=worker_threads,
+            requests=len(results),
+            failed=len(failed),
+            failed_details=[r[3] for r in failed],
+            load_sec=round(results[-1][1] - load_started, 1),
+            respawn_sec=round(respawned_at - killed_at, 2),
+            served_by_new_worker=served_by_new,
+            requests_per_sec=round(len(results) / (results[-1][1] - load_started), 1),
+        )
         # Only the requests in flight in the killed worker may be lost: a sync worker (--threads 1)
         # has at most one, a threaded worker at most one per thread (and per client).
         assert len(failed) <= min(worker_threads, CLIENTS), failed
@@ -108,7 +117,9 @@ def test_schemathesis_fuzz_of_the_published_openapi(served, tmp_path, measure, t
         headers += ["-H", f"Authorization: Bearer {token}"]
     with running_server(served, *server_args) as (base, proc, log):
         workers_before = worker_pids(proc.pid)
-        operations = sorted(f"{m.upper()} {p}" for p, ops in http("GET", base + "/openapi.json")[1]["paths"].items() for m in ops)
+        operations = sorted(
+            f"{m.upper()} {p}" for p, ops in http("GET", base + "/openapi.json")[1]["paths"].items() for m in ops
+        )
         started, passes, rate = time.monotonic(), [], None  # rate: requests per second in the last round
         # Two schemathesis processes at a time (one worker thread each: its threaded mode trips a
         # CPython 3.11 ast bug inside Hypothesis), each bounded by --max-time, until enough requests.
@@ -125,16 +136,57 @@ def test_schemathesis_fuzz_of_the_published_openapi(served, tmp_path, measure, t
             for name, seconds, extra in rounds:
                 seed = 1000 + len(passes) + len(running)
                 report = tmp_path / f"pass-{seed}.json"
-                running.append((name, seed, report, seconds, subprocess.Popen(
-                    [cli, "--config-file", str(config), "run", base + "/openapi.json", *extra, *headers, "--checks", "not_a_server_error",
-                     "--max-time", str(seconds), "--workers", "1", "--no-shrink", "--seed", str(seed), "--request-timeout", "30",
-                     "--report", "json", "--report-json-path", str(report)],
-                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+                running.append(
+                    (
+                        name,
+                        seed,
+                        report,
+                        seconds,
+                        subprocess.Popen(
+                            [
+                                cli,
+                                "--config-file",
+                                str(config),
+                                "run",
+                                base + "/openapi.json",
+                                *extra,
+                                *headers,
+                                "--checks",
+                                "not_a_server_error",
+                                "--max-time",
+                                str(seconds),
+                                "--workers",
+                                "1",
+                                "--no-shrink",
+                                "--seed",
+                                str(seed),
+                                "--request-timeout",
+                                "30",
+                                "--report",
+                                "json",
+                                "--report-json-path",
+                                str(report),
+                            ],
+                            stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT,
+                            text=True,
+                        ),
+                    )
+                )
             outputs = [fuzzer.communicate(timeout=seconds + 180)[0] for _, _, _, seconds, fuzzer in running]
             for (name, seed, report, seconds, fuzzer), output in zip(running, outputs):
                 summary = json.loads(report.read_text())
-                passes.append({"pass": name, "seed": seed, "seconds": seconds, "exit": fuzzer.returncode, "test_cases": summary["test_cases"],
-                               "failures": summary["failures"], "errors": summary["errors"]})
+                passes.append(
+                    {
+                        "pass": name,
+                        "seed": seed,
+                        "seconds": seconds,
+                        "exit": fuzzer.returncode,
+                        "test_cases": summary["test_cases"],
+                        "failures": summary["failures"],
+                        "errors": summary["errors"],
+                    }
+                )
                 assert fuzzer.returncode == 0, output[-6000:]
             rate = (len(access_log(log)) - sent) / (time.monotonic() - round_started)
         lines = access_log(log)
@@ -150,8 +202,14 @@ def test_schemathesis_fuzz_of_the_published_openapi(served, tmp_path, measure, t
     for line in lines:
         key = f"{line['method']} {path_template(line['path'], templates)}"
         by_operation[key] = by_operation.get(key, 0) + 1
-    measure(requests=len(lines), seconds=round(time.monotonic() - started, 1), statuses=dict(sorted(by_status.items())),
-            operations_in_spec=operations, requests_by_operation=dict(sorted(by_operation.items())), passes=passes)
+    measure(
+        requests=len(lines),
+        seconds=round(time.monotonic() - started, 1),
+        statuses=dict(sorted(by_status.items())),
+        operations_in_spec=operations,
+        requests_by_operation=dict(sorted(by_operation.items())),
+        passes=passes,
+    )
     assert len(lines) >= FUZZ_REQUESTS, f"only {len(lines)} requests in {FUZZ_DEADLINE_SEC}s"
     assert [line for line in lines if line["status"].startswith("5")] == []
     assert all(p["failures"] == [] and p["errors"] == [] for p in passes), passes
@@ -159,7 +217,9 @@ def test_schemathesis_fuzz_of_the_published_openapi(served, tmp_path, measure, t
     assert workers_after == workers_before
     assert "Traceback" not in server_log and "WORKER TIMEOUT" not in server_log
     if token:
-        assert by_status.get("401", 0) == 0, "the fuzzer's token was refused"  # every request reached the checks after it
+        assert by_status.get("401", 0) == 0, (
+            "the fuzzer's token was refused"
+        )  # every request reached the checks after it
         assert token not in server_log  # never logged
 
 

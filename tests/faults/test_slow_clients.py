@@ -22,8 +22,10 @@ from disttrain_server.front import find_nginx
 from server.serving import NEGATIVE, POSITIVE, http, running_server
 from stages import BIN
 
-pytestmark = [pytest.mark.faults,
-              pytest.mark.skipif(find_nginx() is None, reason="needs nginx (Debian's nginx-light: make front-deps)")]
+pytestmark = [
+    pytest.mark.faults,
+    pytest.mark.skipif(find_nginx() is None, reason="needs nginx (Debian's nginx-light: make front-deps)"),
+]
 
 SLOW_CONNECTIONS = 64
 HEADER_TIMEOUT = 4  # --header-timeout of the server under test: each trickling connection is cut after it
@@ -37,8 +39,10 @@ def trickle(port, stop, stats, count=SLOW_CONNECTIONS):
     """Keep `count` connections open that send a request header byte by byte, a new one for
     each the server closes, until `stop`; one thread, non-blocking sockets. Records in `stats` the most
     open at once and, for each closed by the server, how long it had been open."""
-    header = (b"POST /v1/models/disttrain:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-              + b"".join(b"X-Padding-%d: %s\r\n" % (i, b"x" * 40) for i in range(200)))  # never ends: no blank line
+    header = (
+        b"POST /v1/models/disttrain:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        + b"".join(b"X-Padding-%d: %s\r\n" % (i, b"x" * 40) for i in range(200))
+    )  # never ends: no blank line
     conns = {}  # socket -> (opened at, bytes sent)
 
     def open_one():
@@ -61,7 +65,7 @@ def trickle(port, stop, stats, count=SLOW_CONNECTIONS):
                 closed = True
             if not closed:
                 try:
-                    sent += s.send(header[sent:sent + 3]) if sent < len(header) else 0
+                    sent += s.send(header[sent : sent + 3]) if sent < len(header) else 0
                     conns[s] = (opened, sent)
                 except BlockingIOError:
                     pass
@@ -116,8 +120,9 @@ def probe(base, stop, probes):
 
 
 def test_slow_clients_do_not_starve_predictions_or_probes(served, measure):
-    with running_server(served, "--front", "nginx", "--workers", "1", "--threads", "8",
-                        "--header-timeout", HEADER_TIMEOUT) as (base, proc, log):
+    with running_server(
+        served, "--front", "nginx", "--workers", "1", "--threads", "8", "--header-timeout", HEADER_TIMEOUT
+    ) as (base, proc, log):
         port = int(base.rsplit(":", 1)[1])
         url = base + "/v1/models/disttrain:predict"
         predict_round(url, 2)  # warm-up: the model's first calls trace its graph
@@ -144,13 +149,24 @@ def test_slow_clients_do_not_starve_predictions_or_probes(served, measure):
 
     p99_calm, p99_slowed = (float(np.percentile([r[0] for r in rs], 99)) * 1000 for rs in (calm, slowed))
     failed_probes = [p for p in probes if p[1] != 200]
-    measure(slow_connections=SLOW_CONNECTIONS, header_timeout=HEADER_TIMEOUT, most_open=stats["most_open"],
-            cut_by_header_timeout=len(stats["closed_after"]),
-            closed_after_sec=[round(x, 1) for x in sorted(stats["closed_after"])[:: max(1, len(stats["closed_after"]) // 8)]],
-            calm_requests=len(calm), slowed_requests=len(slowed), p99_calm_ms=round(p99_calm, 1), p99_slowed_ms=round(p99_slowed, 1),
-            p50_calm_ms=round(float(np.percentile([r[0] for r in calm], 50)) * 1000, 1),
-            p50_slowed_ms=round(float(np.percentile([r[0] for r in slowed], 50)) * 1000, 1),
-            probes=len(probes), probe_max_ms=round(max(p[0] for p in probes) * 1000, 1), failed_probes=failed_probes[:5])
+    measure(
+        slow_connections=SLOW_CONNECTIONS,
+        header_timeout=HEADER_TIMEOUT,
+        most_open=stats["most_open"],
+        cut_by_header_timeout=len(stats["closed_after"]),
+        closed_after_sec=[
+            round(x, 1) for x in sorted(stats["closed_after"])[:: max(1, len(stats["closed_after"]) // 8)]
+        ],
+        calm_requests=len(calm),
+        slowed_requests=len(slowed),
+        p99_calm_ms=round(p99_calm, 1),
+        p99_slowed_ms=round(p99_slowed, 1),
+        p50_calm_ms=round(float(np.percentile([r[0] for r in calm], 50)) * 1000, 1),
+        p50_slowed_ms=round(float(np.percentile([r[0] for r in slowed], 50)) * 1000, 1),
+        probes=len(probes),
+        probe_max_ms=round(max(p[0] for p in probes) * 1000, 1),
+        failed_probes=failed_probes[:5],
+    )
     assert stats["most_open"] == SLOW_CONNECTIONS
     assert not [r for r in calm + slowed if not r[1]], json.dumps([r for r in calm + slowed if not r[1]][:5])
     assert len(slowed) >= 50 * ROUNDS, f"only {len(slowed)} predictions answered beside the slow clients"
@@ -158,7 +174,9 @@ def test_slow_clients_do_not_starve_predictions_or_probes(served, measure):
     assert not failed_probes, failed_probes[:5]
     # the header deadline holds: every trickling connection the server cut, it cut at --header-timeout
     assert stats["closed_after"], "no trickling connection was cut"
-    assert all(HEADER_TIMEOUT - 0.5 <= t <= HEADER_TIMEOUT + 3 for t in stats["closed_after"]), sorted(stats["closed_after"])
+    assert all(HEADER_TIMEOUT - 0.5 <= t <= HEADER_TIMEOUT + 3 for t in stats["closed_after"]), sorted(
+        stats["closed_after"]
+    )
 
 
 def test_without_the_front_eight_slow_clients_stall_the_probes(served):
@@ -187,6 +205,7 @@ def test_without_the_front_eight_slow_clients_stall_the_probes(served):
 
 def nginx_pids(master):
     """The nginx processes the server `master` started: its child nginx master and that one's workers."""
+
     def children(pid):
         with open(f"/proc/{pid}/task/{pid}/children") as fh:
             return [int(p) for p in fh.read().split()]
@@ -203,8 +222,11 @@ def test_the_server_stops_when_its_front_dies(served):
     """nginx killed (SIGKILL, its worker left behind) while the server runs: the server stops with
     one line and a non-zero exit, so that the container is restarted, and takes the orphaned
     worker with it; the port is free again."""
-    with running_server(served, "--front", "nginx", "--workers", "1", "--threads", "2",
-                        ready_path="/healthz") as (base, proc, log):
+    with running_server(served, "--front", "nginx", "--workers", "1", "--threads", "2", ready_path="/healthz") as (
+        base,
+        proc,
+        log,
+    ):
         front, workers = nginx_pids(proc.pid)
         assert workers, "nginx has no worker process"
         os.kill(front, signal.SIGKILL)
@@ -215,8 +237,9 @@ def test_the_server_stops_when_its_front_dies(served):
         assert lines[-1] == "error: the front (nginx) exited: the server stopped with it"
         assert not any("Traceback" in line for line in lines)
         for pid in workers:
-            assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", \
+            assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split()[2] == "Z", (
                 f"nginx worker {pid} outlived the server"
+            )
         port = int(base.rsplit(":", 1)[1])
         with socket.socket() as s:
             # (SO_REUSEADDR, as nginx and gunicorn bind: it passes the connections left in TIME_WAIT, never a listener)
@@ -230,9 +253,14 @@ def test_a_taken_port_is_one_line(served, tmp_path):
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        out = subprocess.run([os.path.join(BIN, "disttrain-server"), "--workdir", str(served), "--front", "nginx",
-                              "--port", str(port)], capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [os.path.join(BIN, "disttrain-server"), "--workdir", str(served), "--front", "nginx", "--port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     assert out.returncode == 2
-    assert out.stderr.splitlines()[-1] == (f"error: --front nginx: nginx could not start on 127.0.0.1:{port} "
-                                           "(exit 1; its message is above)")
+    assert out.stderr.splitlines()[-1] == (
+        f"error: --front nginx: nginx could not start on 127.0.0.1:{port} (exit 1; its message is above)"
+    )
     assert "Address already in use" in out.stderr and "Traceback" not in out.stderr

@@ -21,8 +21,23 @@ def run_with_a_stall(work, *flags):
     """A 2-worker localsgd run on digits whose worker 1 is held for STALL_SECONDS after its first epoch:
     (exit codes, logs)."""
     stage("copier", "--source", "sample:digits", "--n-shards", 2, "--workdir", work)
-    args = ["--workdir", work, "--workers", 2, "--epochs", EPOCHS, "--batch", 32, "--strategy", "localsgd",
-            "--threads", 1, "--port", free_port_block(2), *flags]
+    args = [
+        "--workdir",
+        work,
+        "--workers",
+        2,
+        "--epochs",
+        EPOCHS,
+        "--batch",
+        32,
+        "--strategy",
+        "localsgd",
+        "--threads",
+        1,
+        "--port",
+        free_port_block(2),
+        *flags,
+    ]
     group = [start_stage("trainer", *args, "--worker-index", i, log=work / f"w{i}.log") for i in range(2)]
     try:
         wait_for_epochs(work / "train" / "worker-00001" / "metrics.json", 1, group, timeout=300)

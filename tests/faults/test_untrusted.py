@@ -33,7 +33,11 @@ def unsafe_loading(source, relpath):
                 if kw.arg == "safe_mode" and not (isinstance(kw.value, ast.Constant) and kw.value.value is True):
                     problems.append((node.lineno, "safe_mode is not literally True"))
         if isinstance(node, ast.Attribute):
-            if node.attr in ("load", "loads", "Unpickler", "_Unpickler") and isinstance(node.value, ast.Name) and node.value.id in ("pickle", "_pickle", "cPickle"):
+            if (
+                node.attr in ("load", "loads", "Unpickler", "_Unpickler")
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("pickle", "_pickle", "cPickle")
+            ):
                 if not (node.attr == "Unpickler" and node.lineno in allowed_lines):
                     problems.append((node.lineno, f"{node.value.id}.{node.attr}"))
             if node.attr == "enable_unsafe_deserialization":
@@ -70,17 +74,20 @@ def test_no_pickle_loading_and_no_unsafe_model_loading_in_the_code():
     assert "def find_class" in sources and "refusing to unpickle" in sources
 
 
-@pytest.mark.parametrize("snippet, what", [
-    ("import numpy as np\nnp.load(p, allow_pickle=True)", "allow_pickle"),
-    ("import numpy as np\nflag = True\nnp.load(p, allow_pickle=flag)", "allow_pickle"),
-    ("import pickle\npickle.load(fh)", "pickle.load"),
-    ("import pickle\npickle.loads(b)", "pickle.loads"),
-    ("from pickle import loads", "from pickle"),
-    ("import joblib", "import joblib"),
-    ("keras.models.load_model(p, safe_mode=False)", "safe_mode"),
-    ("keras.config.enable_unsafe_deserialization()", "unsafe"),
-    ("import pickle\nclass U(pickle.Unpickler):\n    pass", "pickle.Unpickler"),
-])
+@pytest.mark.parametrize(
+    "snippet, what",
+    [
+        ("import numpy as np\nnp.load(p, allow_pickle=True)", "allow_pickle"),
+        ("import numpy as np\nflag = True\nnp.load(p, allow_pickle=flag)", "allow_pickle"),
+        ("import pickle\npickle.load(fh)", "pickle.load"),
+        ("import pickle\npickle.loads(b)", "pickle.loads"),
+        ("from pickle import loads", "from pickle"),
+        ("import joblib", "import joblib"),
+        ("keras.models.load_model(p, safe_mode=False)", "safe_mode"),
+        ("keras.config.enable_unsafe_deserialization()", "unsafe"),
+        ("import pickle\nclass U(pickle.Unpickler):\n    pass", "pickle.Unpickler"),
+    ],
+)
 def test_the_scan_catches_each_pattern(snippet, what):
     problems = unsafe_loading(snippet, "components/x.py")
     assert problems and what in problems[0][1]
@@ -113,6 +120,16 @@ def test_load_model_refuses_a_lambda_layer_and_runs_none_of_it(tmp_path, monkeyp
 @pytest.fixture
 def text_meta():
     """disttrain.json of a text worker model, as the trainer writes it."""
-    return {"task": "text", "labels": ["rotten", "fresh"], "input": {"kind": "text"}, "init_weights_sha256": "0" * 64,
-            "strategy": "average", "seed": 42, "worker_index": 1, "workers": 2, "epochs": 1, "examples": 100,
-            "vocab_sha256": "0" * 64}
+    return {
+        "task": "text",
+        "labels": ["rotten", "fresh"],
+        "input": {"kind": "text"},
+        "init_weights_sha256": "0" * 64,
+        "strategy": "average",
+        "seed": 42,
+        "worker_index": 1,
+        "workers": 2,
+        "epochs": 1,
+        "examples": 100,
+        "vocab_sha256": "0" * 64,
+    }

@@ -81,7 +81,8 @@ def test_the_tensorflow_images_open_with_the_same_runtime_stage():
 def test_the_runtime_lock_is_the_lines_every_tensorflow_lock_shares():
     _, lines = locks.runtime_lines()
     assert locks.locked_lines(locks.lock_path(locks.RUNTIME)) == lines, (
-        "docker/requirements/runtime.txt is out of date: run docker/lock-requirements.sh (or python3 docker/locks.py runtime)")
+        "docker/requirements/runtime.txt is out of date: run docker/lock-requirements.sh (or python3 docker/locks.py runtime)"
+    )
     assert any(line.startswith("tensorflow-cpu==") for line in lines)
 
 
@@ -89,13 +90,17 @@ def test_the_runtime_lock_is_the_lines_every_tensorflow_lock_shares():
 def test_every_locked_package_has_a_wheel_hash(component):
     hashes = locks.read_hashes(locks.lock_path(component))
     assert hashes and all(len(h) == 1 for h in hashes.values()), (
-        f"docker/requirements/{component}.txt: a line without exactly one --hash=sha256: run docker/lock-requirements.sh")
+        f"docker/requirements/{component}.txt: a line without exactly one --hash=sha256: run docker/lock-requirements.sh"
+    )
 
 
 @pytest.mark.parametrize(
     "argv, port",
     [
-        (["/opt/venv/bin/python3", "/opt/disttrain/app/bin/disttrain-server", "--host", "0.0.0.0", "--port", "9000"], 9000),
+        (
+            ["/opt/venv/bin/python3", "/opt/disttrain/app/bin/disttrain-server", "--host", "0.0.0.0", "--port", "9000"],
+            9000,
+        ),
         (["python3", "disttrain-server", "--port=7001"], 7001),
         (["python3", "disttrain-server", "--workdir", "/workdir"], 8080),
         ([], 8080),
@@ -113,7 +118,9 @@ def test_lock_hashes_match_the_downloaded_wheels():
     wheels_dir = os.path.join(ROOT, "docker", "wheels")
     # (.stamp is written once the download has finished: CI builds the images while make test runs)
     if not os.path.isfile(os.path.join(wheels_dir, ".stamp")):
-        pytest.skip("no complete docker/wheels (docker/download-wheels.sh has not run, or not to its end, in this clone)")
+        pytest.skip(
+            "no complete docker/wheels (docker/download-wheels.sh has not run, or not to its end, in this clone)"
+        )
     found = {}
     for name in os.listdir(wheels_dir):
         if name.endswith(".whl"):
@@ -125,7 +132,9 @@ def test_lock_hashes_match_the_downloaded_wheels():
         for name, line in locks.read_pins(locks.lock_path(component)).items():
             version = line.split("==", 1)[1]
             if (name, version) in found:
-                assert found[(name, version)] == hashes[name][0], f"docker/wheels: {name} {version} differs from docker/requirements/{component}.txt"
+                assert found[(name, version)] == hashes[name][0], (
+                    f"docker/wheels: {name} {version} differs from docker/requirements/{component}.txt"
+                )
 
 
 def test_the_locks_agree_on_every_package_they_share():

@@ -25,7 +25,8 @@ import pytest
 from stages import read_report
 
 pytestmark = pytest.mark.skipif(
-    os.environ.get("DISTTRAIN_TEST_IMAGES") != "1", reason="image tests: make test-images (sets DISTTRAIN_TEST_IMAGES=1)"
+    os.environ.get("DISTTRAIN_TEST_IMAGES") != "1",
+    reason="image tests: make test-images (sets DISTTRAIN_TEST_IMAGES=1)",
 )
 
 TAG = os.environ.get("DISTTRAIN_IMAGE_TAG", "latest")
@@ -42,7 +43,9 @@ def image(component):
 def docker(*args, timeout=120, check=True):
     result = subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
     if check and result.returncode != 0:
-        pytest.fail(f"docker {' '.join(args)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}")
+        pytest.fail(
+            f"docker {' '.join(args)} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
     return result
 
 
@@ -50,7 +53,11 @@ def docker(*args, timeout=120, check=True):
 def images():
     if shutil.which("docker") is None or subprocess.run(["docker", "info"], capture_output=True).returncode != 0:
         pytest.fail("no docker daemon: run docker/ensure-docker.sh")
-    missing = [image(c) for c in COMPONENTS if subprocess.run(["docker", "image", "inspect", image(c)], capture_output=True).returncode]
+    missing = [
+        image(c)
+        for c in COMPONENTS
+        if subprocess.run(["docker", "image", "inspect", image(c)], capture_output=True).returncode
+    ]
     if missing:
         pytest.fail(f"images not built: {', '.join(missing)} (make images)")
     sizes = {c: int(docker("image", "inspect", "-f", "{{.Size}}", image(c)).stdout) for c in COMPONENTS}
@@ -66,7 +73,9 @@ def test_help_exits_zero(component):
 @pytest.mark.parametrize("component", COMPONENTS)
 def test_runs_as_non_root(component):
     assert docker("image", "inspect", "-f", "{{.Config.User}}", image(component)).stdout.strip() == f"{UID}:{UID}"
-    assert docker("run", "--rm", "--network", "none", "--entrypoint", "id", image(component), "-u").stdout.strip() == UID
+    assert (
+        docker("run", "--rm", "--network", "none", "--entrypoint", "id", image(component), "-u").stdout.strip() == UID
+    )
 
 
 @pytest.mark.parametrize("component", COMPONENTS)
@@ -98,12 +107,28 @@ class Pipeline:
     def args(self, role, component, network, *extra):
         name = f"{PREFIX}-{role}"
         self.names.append(name)
-        return ["docker", "run", "--rm", "--name", name, "--network", network, *READ_ONLY,
-                "-v", f"{self.workdir}:/workdir", *extra, image(component)]
+        return [
+            "docker",
+            "run",
+            "--rm",
+            "--name",
+            name,
+            "--network",
+            network,
+            *READ_ONLY,
+            "-v",
+            f"{self.workdir}:/workdir",
+            *extra,
+            image(component),
+        ]
 
     def run(self, role, component, *cli, timeout=600):
-        result = subprocess.run(self.args(role, component, "none") + list(cli), capture_output=True, text=True, timeout=timeout)
-        assert result.returncode == 0, f"{role} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        result = subprocess.run(
+            self.args(role, component, "none") + list(cli), capture_output=True, text=True, timeout=timeout
+        )
+        assert result.returncode == 0, (
+            f"{role} exited {result.returncode}:\n{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
         return result
 
     def remove(self):
@@ -129,8 +154,11 @@ def pipeline(tmp_path_factory):
         start = time.monotonic()
         trainers = [
             subprocess.Popen(
-                stages.args(f"trainer-{i}", "trainer", "none") + ["--worker-index", str(i), "--epochs", "2", "--workdir", "/workdir"],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                stages.args(f"trainer-{i}", "trainer", "none")
+                + ["--worker-index", str(i), "--epochs", "2", "--workdir", "/workdir"],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
             for i in range(2)
         ]
@@ -149,8 +177,11 @@ def pipeline(tmp_path_factory):
         port = free_port()
         server = f"{PREFIX}-server"
         subprocess.run(
-            stages.args("server", "server", "host", "--detach", "--init") + ["--host", "127.0.0.1", "--port", str(port), "--workdir", "/workdir"],
-            check=True, capture_output=True, timeout=120,
+            stages.args("server", "server", "host", "--detach", "--init")
+            + ["--host", "127.0.0.1", "--port", str(port), "--workdir", "/workdir"],
+            check=True,
+            capture_output=True,
+            timeout=120,
         )
         ready = wait_ready(server, f"http://127.0.0.1:{port}/readyz", timeout=300)
         timings["server ready"] = time.monotonic() - start
@@ -182,8 +213,24 @@ def wait_ready(container, url, timeout):
 def clean(workdir):
     """Files written by UID 10001: a non-root host user removes them through a container."""
     if os.geteuid() != 0:
-        subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{workdir}:/workdir", "--entrypoint", "sh",
-                        image("copier"), "-c", "rm -rf /workdir/* /workdir/.[!.]*"], capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "-v",
+                f"{workdir}:/workdir",
+                "--entrypoint",
+                "sh",
+                image("copier"),
+                "-c",
+                "rm -rf /workdir/* /workdir/.[!.]*",
+            ],
+            capture_output=True,
+            timeout=120,
+        )
     shutil.rmtree(workdir, ignore_errors=True)
 
 
@@ -191,7 +238,9 @@ def test_stages_leave_their_outputs(pipeline):
     workdir = pipeline["workdir"]
     assert (workdir / "data" / "_SUCCESS").is_file()
     assert (workdir / "final" / "model.keras").is_file()
-    assert all(path.stat().st_uid == int(UID) for path in workdir.rglob("*")), "every file is written by the non-root user"
+    assert all(path.stat().st_uid == int(UID) for path in workdir.rglob("*")), (
+        "every file is written by the non-root user"
+    )
 
 
 def test_server_predicts(pipeline):
@@ -270,14 +319,38 @@ def own_pipeline(tmp_path_factory):
         os.chmod(workdir, 0o777)
     stages = Pipeline(workdir)
     try:
-        stages.run("own-copier", "copier", "--source", "table:/workdir/own/breast_cancer.csv", "--label-column", "diagnosis",
-                   "--n-shards", "2", "--workdir", "/workdir")
+        stages.run(
+            "own-copier",
+            "copier",
+            "--source",
+            "table:/workdir/own/breast_cancer.csv",
+            "--label-column",
+            "diagnosis",
+            "--n-shards",
+            "2",
+            "--workdir",
+            "/workdir",
+        )
         trainers = [
             subprocess.Popen(
-                stages.args(f"own-trainer-{i}", "trainer", "none") + [
-                    "--worker-index", str(i), "--workers", "2", "--epochs", "20", "--batch", "32", "--workdir", "/workdir",
-                    "--model-file", "/workdir/own/model.keras"],
-                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                stages.args(f"own-trainer-{i}", "trainer", "none")
+                + [
+                    "--worker-index",
+                    str(i),
+                    "--workers",
+                    "2",
+                    "--epochs",
+                    "20",
+                    "--batch",
+                    "32",
+                    "--workdir",
+                    "/workdir",
+                    "--model-file",
+                    "/workdir/own/model.keras",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                text=True,
             )
             for i in range(2)
         ]
@@ -289,8 +362,11 @@ def own_pipeline(tmp_path_factory):
         port = free_port()
         server = f"{PREFIX}-own-server"
         subprocess.run(
-            stages.args("own-server", "server", "host", "--detach", "--init") + ["--host", "127.0.0.1", "--port", str(port), "--workdir", "/workdir"],
-            check=True, capture_output=True, timeout=120,
+            stages.args("own-server", "server", "host", "--detach", "--init")
+            + ["--host", "127.0.0.1", "--port", str(port), "--workdir", "/workdir"],
+            check=True,
+            capture_output=True,
+            timeout=120,
         )
         wait_ready(server, f"http://127.0.0.1:{port}/readyz", timeout=300)
         yield {"workdir": workdir, "port": port, "rows": rows}
@@ -313,7 +389,9 @@ def test_own_model_file_trains_on_a_table_and_serves(own_pipeline):
     assert report["final"]["test_accuracy"] >= 0.85, report["final"]
     request = urllib.request.Request(
         f"http://127.0.0.1:{own_pipeline['port']}/v1/models/disttrain:predict",
-        data=json.dumps({"instances": own_pipeline["rows"].tolist()}).encode(),  # TF Serving's row format: 30 features each
+        data=json.dumps(
+            {"instances": own_pipeline["rows"].tolist()}
+        ).encode(),  # TF Serving's row format: 30 features each
         headers={"Content-Type": "application/json"},
         method="POST",
     )

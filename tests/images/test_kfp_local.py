@@ -25,7 +25,8 @@ from stages import read_report
 from test_images import free_port, wait_ready
 
 pytestmark = pytest.mark.skipif(
-    os.environ.get("DISTTRAIN_TEST_IMAGES") != "1", reason="image tests: make test-images (sets DISTTRAIN_TEST_IMAGES=1)"
+    os.environ.get("DISTTRAIN_TEST_IMAGES") != "1",
+    reason="image tests: make test-images (sets DISTTRAIN_TEST_IMAGES=1)",
 )
 
 TAG = os.environ.get("DISTTRAIN_IMAGE_TAG", "latest")
@@ -55,8 +56,24 @@ def kfp_run(pipeline_root, **params):
 def clean(path):
     """Files written by UID 10001: a non-root host user removes them through a container."""
     if os.geteuid() != 0:
-        subprocess.run(["docker", "run", "--rm", "--network", "none", "-v", f"{path}:/clean", "--entrypoint", "sh",
-                        f"disttrain-copier:{TAG}", "-c", "rm -rf /clean/* /clean/.[!.]*"], capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                "docker",
+                "run",
+                "--rm",
+                "--network",
+                "none",
+                "-v",
+                f"{path}:/clean",
+                "--entrypoint",
+                "sh",
+                f"disttrain-copier:{TAG}",
+                "-c",
+                "rm -rf /clean/* /clean/.[!.]*",
+            ],
+            capture_output=True,
+            timeout=120,
+        )
     subprocess.run(["rm", "-rf", str(path)], check=False)
 
 
@@ -68,10 +85,26 @@ def runs(tmp_path_factory):
             pytest.fail(f"image not built: {image} (make images)")
     make_workdir = tmp_path_factory.mktemp("make-pipeline")
     # `make pipeline TASK=digits WORKERS=2 EPOCHS=3 AGGREGATOR_ARGS=--force`, with this venv's stages
-    env = {**os.environ, "TASK": "digits", "WORKERS": "2", "EPOCHS": "3", "BATCH": "64", "SEED": "42",
-           "WORKDIR": str(make_workdir), "BIN": os.path.dirname(sys.executable), "SERVE": "0", "AGGREGATOR_ARGS": "--force"}
-    made = subprocess.run(["bash", os.path.join(ROOT, "scripts", "run-local.sh")], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=1800)
+    env = {
+        **os.environ,
+        "TASK": "digits",
+        "WORKERS": "2",
+        "EPOCHS": "3",
+        "BATCH": "64",
+        "SEED": "42",
+        "WORKDIR": str(make_workdir),
+        "BIN": os.path.dirname(sys.executable),
+        "SERVE": "0",
+        "AGGREGATOR_ARGS": "--force",
+    }
+    made = subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts", "run-local.sh")],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     assert made.returncode == 0, made.stdout[-3000:] + made.stderr[-3000:]
 
     root = tmp_path_factory.mktemp("kfp-root")
@@ -96,12 +129,16 @@ def test_every_stage_left_its_marker(runs):
     assert (run / "data" / "_SUCCESS").is_file()
     assert sorted(p.parent.name for p in (run / "train").glob("worker-*/_SUCCESS")) == ["worker-00000", "worker-00001"]
     assert (runs["workdir_root"] / "final" / "_SUCCESS").is_file()
-    assert all(p.stat().st_uid == UID for p in runs["workdir_root"].rglob("*")), "every file is written by the non-root user"
+    assert all(p.stat().st_uid == UID for p in runs["workdir_root"].rglob("*")), (
+        "every file is written by the non-root user"
+    )
 
 
 def test_the_published_model_matches_make_pipeline(runs):
     kfp, made = read_report(runs["workdir_root"] / "final"), read_report(runs["make"] / "final")
-    print(f"\nheld-out accuracy: kfp.local {kfp['final']['test_accuracy']:.4f}, make pipeline {made['final']['test_accuracy']:.4f}")
+    print(
+        f"\nheld-out accuracy: kfp.local {kfp['final']['test_accuracy']:.4f}, make pipeline {made['final']['test_accuracy']:.4f}"
+    )
     assert kfp["final"]["test_accuracy"] == made["final"]["test_accuracy"]
     assert [w["test_accuracy"] for w in kfp["workers"]] == [w["test_accuracy"] for w in made["workers"]]
 
@@ -115,9 +152,29 @@ def test_server_yaml_serves_the_published_model(runs):
     args[args.index("--host") + 1], args[args.index("--port") + 1] = "127.0.0.1", str(port)
     args[args.index("--metrics-port") + 1] = str(free_port())  # (the host's network: a port no other test holds)
     name = f"disttrain-kfp-server-{port}"
-    subprocess.run(["docker", "run", "--rm", "--detach", "--init", "--name", name, "--network", "host", "--read-only",
-                    "--tmpfs", "/tmp", "-v", f"{runs['workdir_root']}:/workdir:ro", f"disttrain-server:{TAG}", *args],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            "docker",
+            "run",
+            "--rm",
+            "--detach",
+            "--init",
+            "--name",
+            name,
+            "--network",
+            "host",
+            "--read-only",
+            "--tmpfs",
+            "/tmp",
+            "-v",
+            f"{runs['workdir_root']}:/workdir:ro",
+            f"disttrain-server:{TAG}",
+            *args,
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     try:
         wait_ready(name, f"http://127.0.0.1:{port}/readyz", timeout=300)
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/models/disttrain", timeout=30) as response:
@@ -125,4 +182,3 @@ def test_server_yaml_serves_the_published_model(runs):
         assert status["model_version_status"][0]["state"] == "AVAILABLE", status
     finally:
         subprocess.run(["docker", "rm", "--force", name], capture_output=True, timeout=120)
-

@@ -21,7 +21,9 @@ def cancer_data(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def diabetes_data(tmp_path_factory):
-    return copied(tmp_path_factory, "diabetes", diabetes_csv, "--label-column", "progression", "--problem", "regression")
+    return copied(
+        tmp_path_factory, "diabetes", diabetes_csv, "--label-column", "progression", "--problem", "regression"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -42,7 +44,22 @@ def advisor_probe(cancer_data, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("advisor") / "advice.json"
     started = time.monotonic()
-    result = subprocess.run([os.path.join(BIN, "disttrain-advise"), "--data", str(cancer_data), "--threads", "1",
-                             "--epochs", "5", "--budget-seconds", str(ADVISOR_BUDGET_SECONDS), "--json", str(out)],
-                            capture_output=True, text=True, timeout=ADVISOR_BUDGET_SECONDS + 50)
+    result = subprocess.run(
+        [
+            os.path.join(BIN, "disttrain-advise"),
+            "--data",
+            str(cancer_data),
+            "--threads",
+            "1",
+            "--epochs",
+            "5",
+            "--budget-seconds",
+            str(ADVISOR_BUDGET_SECONDS),
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=ADVISOR_BUDGET_SECONDS + 50,
+    )
     return result, time.monotonic() - started, out

@@ -14,8 +14,9 @@ pytestmark = pytest.mark.slow
 
 
 def advise(*args, timeout=BUDGET + 30):
-    return subprocess.run([os.path.join(BIN, "disttrain-advise"), *map(str, args)], capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [os.path.join(BIN, "disttrain-advise"), *map(str, args)], capture_output=True, text=True, timeout=timeout
+    )
 
 
 def test_the_probe_finishes_within_its_budget_and_prints_a_table(advisor_probe):
@@ -35,9 +36,15 @@ def test_the_probe_finishes_within_its_budget_and_prints_a_table(advisor_probe):
     assert document["recommendation"]["reason"] in advice[0]
     follow = text.splitlines()[text.splitlines().index(advice[0]) + 1]
     assert follow.startswith("to follow it: helm upgrade ") and follow.endswith(
-        "--set " + document["recommendation"]["chart_values"]), text
-    assert {p["strategy"] for p in document["predictions"]} == {"single", "average", "multiworker", "localsgd",
-                                                                 "parameterserver"}
+        "--set " + document["recommendation"]["chart_values"]
+    ), text
+    assert {p["strategy"] for p in document["predictions"]} == {
+        "single",
+        "average",
+        "multiworker",
+        "localsgd",
+        "parameterserver",
+    }
     assert os.listdir(out.parent) == ["advice.json"], "a temporary file was left"
 
     # the same measurements, predicted for a slow link, with no probe: a sync now costs seconds
@@ -58,9 +65,25 @@ def test_the_text_models_multiworker_steps_syncs_and_parameter_server_epochs_are
     stage("copier", "--source", "sample:movie-reviews", "--n-shards", 2, "--workdir", tmp_path / "work")
     out, scratch = tmp_path / "advice.json", tmp_path / "tmp"
     scratch.mkdir()
-    result = subprocess.run([os.path.join(BIN, "disttrain-advise"), "--workdir", str(tmp_path / "work"), "--threads", "1",
-                             "--epochs", "5", "--budget-seconds", "130", "--json", str(out)],
-                            capture_output=True, text=True, timeout=200, env={**os.environ, "TMPDIR": str(scratch)})
+    result = subprocess.run(
+        [
+            os.path.join(BIN, "disttrain-advise"),
+            "--workdir",
+            str(tmp_path / "work"),
+            "--threads",
+            "1",
+            "--epochs",
+            "5",
+            "--budget-seconds",
+            "130",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=200,
+        env={**os.environ, "TMPDIR": str(scratch)},
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "not timed" not in result.stderr and "Collective" not in result.stderr, result.stderr
     document = json.loads(out.read_text())
@@ -70,16 +93,25 @@ def test_the_text_models_multiworker_steps_syncs_and_parameter_server_epochs_are
     assert sorted(probe["trainer_sync_seconds"]) == ["float16", "float32", "int4", "int8"], probe
     assert all(0 < seconds < 5 for seconds in probe["trainer_sync_seconds"].values()), probe
     assert "a localsgd sync (DiLoCo) " in result.stdout
-    int8 = next(p for p in document["predictions"] if p["strategy"] == "localsgd" and p["workers"] == 2
-                and p["options"] == {"sync_every": 50, "allreduce_dtype": "int8", "outer_optimizer": "nesterov"})
-    assert int8["sync_seconds"] >= probe["trainer_sync_seconds"]["int8"] - 1e-9, int8  # (the text model: no re-estimation)
+    int8 = next(
+        p
+        for p in document["predictions"]
+        if p["strategy"] == "localsgd"
+        and p["workers"] == 2
+        and p["options"] == {"sync_every": 50, "allreduce_dtype": "int8", "outer_optimizer": "nesterov"}
+    )
+    assert int8["sync_seconds"] >= probe["trainer_sync_seconds"]["int8"] - 1e-9, (
+        int8
+    )  # (the text model: no re-estimation)
     # the parameter server's epoch, measured: its row is predicted as measured, no longer a lower bound
     assert probe["parameterserver_epoch_seconds"] > 0, result.stderr
     row = next(p for p in document["predictions"] if p["strategy"] == "parameterserver" and p["workers"] == 2)
     assert not row["lower_bound"] and row["seconds_per_epoch"] == pytest.approx(probe["parameterserver_epoch_seconds"])
     assert "a parameter-server epoch" in result.stdout
     # (TensorFlow's autograph leaves files of its own there)
-    assert not [n for n in os.listdir(scratch) if n.startswith("disttrain-advise-ps-")], "the parameter-server run's files were left"
+    assert not [n for n in os.listdir(scratch) if n.startswith("disttrain-advise-ps-")], (
+        "the parameter-server run's files were left"
+    )
 
 
 def test_no_dataset_is_one_line_and_exit_2(tmp_path):
@@ -114,10 +146,24 @@ def test_two_workers_named_by_a_host_pattern_probe_the_link_between_them(cancer_
     from stages import free_port_block
 
     port = free_port_block(2)
-    common = ["--data", cancer_data, "--threads", "1", "--host-pattern", "127.0.0.1:{index_port}", "--port", port,
-              "--budget-seconds", BUDGET]
-    second = subprocess.Popen([os.path.join(BIN, "disttrain-advise"), *map(str, common), "--worker-index", "1"],
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    common = [
+        "--data",
+        cancer_data,
+        "--threads",
+        "1",
+        "--host-pattern",
+        "127.0.0.1:{index_port}",
+        "--port",
+        port,
+        "--budget-seconds",
+        BUDGET,
+    ]
+    second = subprocess.Popen(
+        [os.path.join(BIN, "disttrain-advise"), *map(str, common), "--worker-index", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     first = advise(*common, "--worker-index", 0)
     out, err = second.communicate(timeout=BUDGET + 30)
     assert first.returncode == 0 and second.returncode == 0, first.stderr + err
@@ -145,14 +191,17 @@ def test_the_parameter_server_timed_on_part_of_the_data_is_scaled_to_the_whole(c
     manifest = Manifest.read(str(cancer_data))
     lines = []
     before = set(glob.glob(os.path.join(tempfile.gettempdir(), "disttrain-advise-ps-data-*")))
-    seconds = advise_parameterserver.measure_on_part(args, str(cancer_data), manifest, 0.5, 6, time.time() + 120,
-                                                     lines.append)
+    seconds = advise_parameterserver.measure_on_part(
+        args, str(cancer_data), manifest, 0.5, 6, time.time() + 120, lines.append
+    )
     assert seconds is not None, lines
     text = "\n".join(lines)
     whole, part = -(-manifest.train_examples // 8), sum(-(-s.examples // 2) for s in manifest.shards)
     part_steps = -(-part // 8)
-    assert f"timing it on {part:,} of the {manifest.train_examples:,} examples ({part_steps} steps of the group an " \
-           f"epoch, against {whole})" in text
+    assert (
+        f"timing it on {part:,} of the {manifest.train_examples:,} examples ({part_steps} steps of the group an "
+        f"epoch, against {whole})" in text
+    )
     steady = float(re.search(r"parameter server: ([0-9.]+) s per epoch \(2 workers", text).group(1))
     ratio = whole / part_steps
     assert seconds == pytest.approx(steady * ratio, abs=0.005 * ratio)  # (the printed figure is rounded to 0.01 s)

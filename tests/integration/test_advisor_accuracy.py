@@ -15,11 +15,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 def row(link, strategy, workers, seconds_per_epoch, time_to_target, reached=True, **options):
     mbit = {"loopback": None, "10mbit": 10}[link]
-    return {"task": "cancer", "link": link, "link_mbit": mbit, "strategy": strategy, "workers": workers,
-            "options": {"batch": 64, "threads": 1, **options}, "target": 0.95, "metric": "accuracy",
-            "reached": reached, "time_to_target_seconds": time_to_target if reached else None, "cap_seconds": 120,
-            "wall_seconds": 14.0, "seconds_per_epoch": seconds_per_epoch, "final_metric": 0.97, "epochs": 10,
-            "status": "reached" if reached else "capped"}
+    return {
+        "task": "cancer",
+        "link": link,
+        "link_mbit": mbit,
+        "strategy": strategy,
+        "workers": workers,
+        "options": {"batch": 64, "threads": 1, **options},
+        "target": 0.95,
+        "metric": "accuracy",
+        "reached": reached,
+        "time_to_target_seconds": time_to_target if reached else None,
+        "cap_seconds": 120,
+        "wall_seconds": 14.0,
+        "seconds_per_epoch": seconds_per_epoch,
+        "final_metric": 0.97,
+        "epochs": 10,
+        "status": "reached" if reached else "capped",
+    }
 
 
 @pytest.fixture
@@ -33,12 +46,18 @@ def results_file(tmp_path):
         row("loopback", "multiworker", 2, 0.045, 10.5),
         row("10mbit", "single", 1, 0.030, 9.0),
         # (the seconds each worker's syncs took an epoch, as the trainer records them)
-        {**row("10mbit", "localsgd", 2, 0.150, 12.0, sync_every=32, allreduce_dtype="float32"),
-         "sync_seconds_per_epoch": [0.11, 0.12]},
+        {
+            **row("10mbit", "localsgd", 2, 0.150, 12.0, sync_every=32, allreduce_dtype="float32"),
+            "sync_seconds_per_epoch": [0.11, 0.12],
+        },
         row("10mbit", "multiworker", 2, 1.500, 0, reached=False),
         # a configuration the trainer refused: stored, never trained, nothing to compare
-        {**row("10mbit", "localsgd", 2, None, 0, reached=False, sync_every=32, allreduce_dtype="bfloat8"),
-         "status": "not available", "wall_seconds": None, "final_metric": None},
+        {
+            **row("10mbit", "localsgd", 2, None, 0, reached=False, sync_every=32, allreduce_dtype="bfloat8"),
+            "status": "not available",
+            "wall_seconds": None,
+            "final_metric": None,
+        },
     ]
     path = tmp_path / "time_to_accuracy.json"
     path.write_text(json.dumps({"benchmark": "time_to_accuracy", "results": {"rows": rows}}))
@@ -48,9 +67,22 @@ def results_file(tmp_path):
 def test_predicted_against_measured_per_row_and_the_advice_per_group(results_file, advisor_probe, tmp_path):
     assert advisor_probe[0].returncode == 0, advisor_probe[0].stderr
     out = tmp_path / "advisor_accuracy.json"
-    result = subprocess.run([sys.executable, "bench/advisor_accuracy.py", "--results", results_file, "--out", out,
-                             "--probe", f"cancer={advisor_probe[2]}"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "bench/advisor_accuracy.py",
+            "--results",
+            results_file,
+            "--out",
+            out,
+            "--probe",
+            f"cancer={advisor_probe[2]}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     text = result.stdout
     assert "-- cancer, 10mbit:" in text and "-- cancer, loopback:" in text
@@ -64,14 +96,18 @@ def test_predicted_against_measured_per_row_and_the_advice_per_group(results_fil
             assert r["relative_error"] is None
             continue
         assert r["relative_error"] == pytest.approx(
-            (r["predicted_seconds_per_epoch"] - r["measured_seconds_per_epoch"]) / r["measured_seconds_per_epoch"])
+            (r["predicted_seconds_per_epoch"] - r["measured_seconds_per_epoch"]) / r["measured_seconds_per_epoch"]
+        )
     # beside the row's measured syncs, the syncs' predicted share of its seconds per epoch
     synced = rows[("10mbit", "localsgd")]
     assert synced["measured_sync_seconds"] == [0.11, 0.12] and synced["predicted_communication_seconds"] > 0
     assert "its syncs " in text and "measured 0.11-0.12 (the two workers', each with its waits for the other)" in text
     assert "predicted_communication_seconds" not in rows[("loopback", "localsgd")]
     # the same configuration costs more on the slow link: a float32 sync of the weights every 32 steps
-    assert rows[("10mbit", "localsgd")]["predicted_seconds_per_epoch"] > rows[("loopback", "localsgd")]["predicted_seconds_per_epoch"]
+    assert (
+        rows[("10mbit", "localsgd")]["predicted_seconds_per_epoch"]
+        > rows[("loopback", "localsgd")]["predicted_seconds_per_epoch"]
+    )
     groups = {g["link"]: g for g in document["groups"]}
     assert groups["10mbit"]["recommendation"]["strategy"] != "multiworker"
     # the 1-worker row's curve crossed the target between epochs 2 and 3 (0.94 to 0.951, 0.95 at 10/11 of the
@@ -84,8 +120,13 @@ def test_predicted_against_measured_per_row_and_the_advice_per_group(results_fil
 def test_a_results_file_without_rows_is_one_line(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"results": {}}))
-    result = subprocess.run([sys.executable, "bench/advisor_accuracy.py", "--results", bad, "--out", tmp_path / "o.json"],
-                            cwd=ROOT, capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "bench/advisor_accuracy.py", "--results", bad, "--out", tmp_path / "o.json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 1 and result.stderr.strip().startswith("error: ") and "has no rows" in result.stderr
     assert not (tmp_path / "o.json").exists()
 
@@ -104,9 +145,22 @@ def test_a_row_with_its_own_probe_is_predicted_from_it(results_file, advisor_pro
             document["earlier_rows"] = [dict(r, seconds_per_epoch=2 * r["seconds_per_epoch"])]
     results_file.write_text(json.dumps(document))
     out = tmp_path / "advisor_accuracy.json"
-    result = subprocess.run([sys.executable, "bench/advisor_accuracy.py", "--results", results_file, "--out", out,
-                             "--probe", f"cancer={advisor_probe[2]}"], cwd=ROOT, capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "bench/advisor_accuracy.py",
+            "--results",
+            results_file,
+            "--out",
+            out,
+            "--probe",
+            f"cancer={advisor_probe[2]}",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     # (the row, and its earlier measurement, which kept the probe taken before it)
     assert result.stdout.count("(the row's own probe; the sitting's: ") == 2, result.stdout

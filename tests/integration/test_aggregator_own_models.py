@@ -49,13 +49,31 @@ def write_table(root, problem, shards=(80, 80), test=60, seed=0):
         np.save(data / f"{name}.y.npy", y)
         infos.append(SplitInfo(name, n, {f: sha256_file(str(data / f)) for f in (f"{name}.x.npy", f"{name}.y.npy")}))
     train = np.concatenate([splits[shard_name(i)][0] for i in range(len(shards))])
-    Manifest(task="table", source="table:test.csv", seed=seed, test_fraction=0.2,
-             labels=[] if problem == "regression" else ["no", "yes"],
-             input={"kind": "table", "name": "features", "shape": [len(FEATURES)], "dtype": "float32",
-                    "features": FEATURES, "statistics": {"mean": train.mean(0).tolist(), "variance": train.var(0).tolist(),
-                                                         "min": train.min(0).tolist(), "max": train.max(0).tolist()}},
-             storage="npy", shards=infos[:-1], test=infos[-1], problem=problem,
-             target="y" if problem == "regression" else None).write(str(data))
+    Manifest(
+        task="table",
+        source="table:test.csv",
+        seed=seed,
+        test_fraction=0.2,
+        labels=[] if problem == "regression" else ["no", "yes"],
+        input={
+            "kind": "table",
+            "name": "features",
+            "shape": [len(FEATURES)],
+            "dtype": "float32",
+            "features": FEATURES,
+            "statistics": {
+                "mean": train.mean(0).tolist(),
+                "variance": train.var(0).tolist(),
+                "min": train.min(0).tolist(),
+                "max": train.max(0).tolist(),
+            },
+        },
+        storage="npy",
+        shards=infos[:-1],
+        test=infos[-1],
+        problem=problem,
+        target="y" if problem == "regression" else None,
+    ).write(str(data))
     write_marker(str(data), "copier")
     return splits
 
@@ -64,14 +82,36 @@ def meta_of(model, problem, head, source="file", **extra):
     """The contract's disttrain.json keys for an own model."""
     manifest = json.load(open(extra.pop("data") / "manifest.json"))
     inputs = [{"name": t.name, "shape": list(t.shape[1:]), "dtype": str(t.dtype)} for t in model.inputs]
-    return {"task": "table", "problem": problem, "target": manifest["target"], "labels": manifest["labels"],
-            "input": manifest["input"], "head": head, "model_source": source, "inputs": inputs,
-            "outputs": [{"name": model.output_names[0], "shape": list(model.output.shape[1:])}],
-            "vocab_sha256": None, "seed": 0, "strategy": "average", **extra}
+    return {
+        "task": "table",
+        "problem": problem,
+        "target": manifest["target"],
+        "labels": manifest["labels"],
+        "input": manifest["input"],
+        "head": head,
+        "model_source": source,
+        "inputs": inputs,
+        "outputs": [{"name": model.output_names[0], "shape": list(model.output.shape[1:])}],
+        "vocab_sha256": None,
+        "seed": 0,
+        "strategy": "average",
+        **extra,
+    }
 
 
-def write_workers(root, build, splits, problem, head, epochs, train_dir="train", validation=None, meta_extra=None,
-                  feed=lambda x: x, loss="mse"):
+def write_workers(
+    root,
+    build,
+    splits,
+    problem,
+    head,
+    epochs,
+    train_dir="train",
+    validation=None,
+    meta_extra=None,
+    feed=lambda x: x,
+    loss="mse",
+):
     """One trained model per entry of `epochs`, all from the same initial weights, with the trainer's
     marker and metrics.json; `validation`: each worker's validation value of the primary metric.
     Each model is built after keras.backend.clear_session(), as in a trainer process of its own: the
@@ -94,25 +134,58 @@ def write_workers(root, build, splits, problem, head, epochs, train_dir="train",
             model.fit(feed(x), y, epochs=n, batch_size=16, verbose=0)
         d = workdir.worker(i, str(root / train_dir))
         os.makedirs(d)
-        save_model(model, os.path.join(d, "model.keras"),
-                   meta_of(model, problem, head, data=root / "data", init_weights_sha256=sha, worker_index=i,
-                           workers=len(epochs), epochs=max(epochs), examples=len(y), **(meta_extra or {})))
-        write_epoch_records(os.path.join(d, METRICS_FILE), [
-            EpochRecord(epoch=e, loss=1.0, examples=len(y), examples_per_sec=10 * len(y), wall_time_sec=0.1)
-            for e in range(1, max(epochs) + 1)])
+        save_model(
+            model,
+            os.path.join(d, "model.keras"),
+            meta_of(
+                model,
+                problem,
+                head,
+                data=root / "data",
+                init_weights_sha256=sha,
+                worker_index=i,
+                workers=len(epochs),
+                epochs=max(epochs),
+                examples=len(y),
+                **(meta_extra or {}),
+            ),
+        )
+        write_epoch_records(
+            os.path.join(d, METRICS_FILE),
+            [
+                EpochRecord(epoch=e, loss=1.0, examples=len(y), examples_per_sec=10 * len(y), wall_time_sec=0.1)
+                for e in range(1, max(epochs) + 1)
+            ],
+        )
         marker = {"problem": problem}
         if validation is not None:
-            marker.update(validation_metric={"name": name, "value": validation[i], "direction": direction},
-                          validation_examples=20)
-        write_marker(d, "trainer", worker_index=i, workers=len(epochs), strategy="average", epochs=max(epochs),
-                     init_weights_sha256=sha, examples=len(y), model="model.keras",
-                     final_weights_sha256=weights_fingerprint(model.get_weights()), **marker)
+            marker.update(
+                validation_metric={"name": name, "value": validation[i], "direction": direction}, validation_examples=20
+            )
+        write_marker(
+            d,
+            "trainer",
+            worker_index=i,
+            workers=len(epochs),
+            strategy="average",
+            epochs=max(epochs),
+            init_weights_sha256=sha,
+            examples=len(y),
+            model="model.keras",
+            final_weights_sha256=weights_fingerprint(model.get_weights()),
+            **marker,
+        )
     return sha
 
 
 def aggregate(root, *args, env=None):
-    return subprocess.run([sys.executable, "-m", "disttrain_aggregator.main", "--workdir", str(root), "--timeout", "5",
-                           *map(str, args)], capture_output=True, text=True, timeout=600, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "disttrain_aggregator.main", "--workdir", str(root), "--timeout", "5", *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
 
 
 def report_of(root, final="final"):
@@ -192,8 +265,9 @@ def test_a_regression_run_takes_a_one_worker_regression_baseline(tmp_path):
     write_workers(one, regressor, write_table(one, "regression", shards=(160,)), "regression", "value", epochs=[10])
     assert aggregate(one, "--exports", "none").returncode == 0
     write_workers(two, regressor, write_table(two, "regression"), "regression", "value", epochs=[10, 10])
-    result = aggregate(two, "--exports", "none", "--max-relative-drop-vs-best-worker", 100,
-                       "--baseline", one / "final" / "report.json")
+    result = aggregate(
+        two, "--exports", "none", "--max-relative-drop-vs-best-worker", 100, "--baseline", one / "final" / "report.json"
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     baseline = report_of(one)["final"]
     compare = report_of(two)["analysis"]["compare"]
@@ -249,7 +323,7 @@ def sigmoid_classifier():
 
 
 def by_column(x):
-    return {name: x[:, i:i + 1] for i, name in enumerate(FEATURES)}
+    return {name: x[:, i : i + 1] for i, name in enumerate(FEATURES)}
 
 
 def test_a_multi_input_sigmoid_classifier_evaluates_to_its_accuracy(tmp_path):
@@ -258,8 +332,16 @@ def test_a_multi_input_sigmoid_classifier_evaluates_to_its_accuracy(tmp_path):
     from disttrain_contract.artifact import load_model
 
     splits = write_table(tmp_path, "classification")
-    write_workers(tmp_path, sigmoid_classifier, splits, "classification", "sigmoid", epochs=[15, 15], feed=by_column,
-                  loss="binary_crossentropy")
+    write_workers(
+        tmp_path,
+        sigmoid_classifier,
+        splits,
+        "classification",
+        "sigmoid",
+        epochs=[15, 15],
+        feed=by_column,
+        loss="binary_crossentropy",
+    )
     result = aggregate(tmp_path, "--exports", "saved_model,tflite")
     assert result.returncode == 0, result.stdout + result.stderr
     report = report_of(tmp_path)
@@ -273,12 +355,16 @@ def test_a_multi_input_sigmoid_classifier_evaluates_to_its_accuracy(tmp_path):
     assert meta["head"] == "sigmoid" and [i["name"] for i in meta["inputs"]] == FEATURES
     signature = report["exports"]["saved_model"]["signatures"]["serving_default"]
     assert sorted(signature["inputs"]) == FEATURES and list(signature["outputs"]) == ["yes"]
-    serve = tf.saved_model.load(str(tmp_path / "final" / report["exports"]["saved_model"]["path"])).signatures["serving_default"]
+    serve = tf.saved_model.load(str(tmp_path / "final" / report["exports"]["saved_model"]["path"])).signatures[
+        "serving_default"
+    ]
     got = serve(**{k: tf.constant(v) for k, v in by_column(x).items()})["yes"].numpy()
     np.testing.assert_allclose(got, np.asarray(model(by_column(x))), atol=1e-5, rtol=0)
     lite = report["exports"]["tflite"]
     assert "skipped" not in lite, lite
-    assert [i["name"] for i in lite["inputs"]] == FEATURES and lite["test_accuracy"] == pytest.approx(expected, abs=0.02)
+    assert [i["name"] for i in lite["inputs"]] == FEATURES and lite["test_accuracy"] == pytest.approx(
+        expected, abs=0.02
+    )
 
 
 # ---------------------------------------------------------------------- a custom registered layer
@@ -298,18 +384,25 @@ def test_a_custom_layer_loads_with_model_module_and_is_refused_in_one_line_witho
     root = tmp_path / "run"
     splits = write_table(root, "regression", shards=(60,))
     # (trained long enough to beat the training mean, which the gate's floor requires of a published model)
-    write_workers(root, build, splits, "regression", "value", epochs=[60],
-                  meta_extra={"model_source": "module", "model_code": code_info(module, "build")})
+    write_workers(
+        root,
+        build,
+        splits,
+        "regression",
+        "value",
+        epochs=[60],
+        meta_extra={"model_source": "module", "model_code": code_info(module, "build")},
+    )
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     result = aggregate(root, "--exports", "none", env=env)
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: the model {root / 'train' / 'worker-00000' / 'model.keras'} was trained with code from the module "
-        f"{CUSTOM_MODULE}: pass --model-module {CUSTOM_MODULE} so that its layers load")
+        f"{CUSTOM_MODULE}: pass --model-module {CUSTOM_MODULE} so that its layers load"
+    )
     assert not (root / "final").exists()
 
-    result = aggregate(root, "--exports", "none", "--model-module", CUSTOM_MODULE,
-                       env=dict(env, PYTHONPATH=str(code)))
+    result = aggregate(root, "--exports", "none", "--model-module", CUSTOM_MODULE, env=dict(env, PYTHONPATH=str(code)))
     assert result.returncode == 0, result.stdout + result.stderr
     report = report_of(root)
     assert report["final"]["test_rmse"] > 0 and report["problem"] == "regression"

@@ -27,8 +27,16 @@ def served_predictions(base, x):
 
 def test_the_ensemble_is_published_and_served_and_best_promotes_the_best_validation_worker(tmp_path):
     work = tmp_path
-    report = run_pipeline(str(work), "sample:digits", 3, "average", epochs=6, batch=32,
-                          extra_trainer_args=("--validation-fraction", "0.15"), aggregator_args=("--combine", "ensemble"))
+    report = run_pipeline(
+        str(work),
+        "sample:digits",
+        3,
+        "average",
+        epochs=6,
+        batch=32,
+        extra_trainer_args=("--validation-fraction", "0.15"),
+        aggregator_args=("--combine", "ensemble"),
+    )
     section = report["combine"]
     assert section["published"] == "ensemble"
     candidates = section["candidates"]

@@ -35,14 +35,30 @@ NOT_OURS = re.compile(r"onednn|absl|cpu_feature_guard|tensorflow|warning|error|t
 
 def test_make_demo_prints_only_our_lines(tmp_path):
     port, trainer_port = free_port_block(1), free_port_block(WORKERS)
-    env = {**{k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "DISTTRAIN_LOG_LEVEL")},
-           "TASK": "digits", "WORKERS": str(WORKERS), "EPOCHS": str(EPOCHS), "BATCH": "64", "STRATEGY": "average",
-           "PORT": str(port), "TRAINER_PORT": str(trainer_port), "WORKDIR": str(tmp_path / "demo"), "BIN": BIN,
-           # 3 epochs are too few for the average to reach the better worker (3.9 points below, measured):
-           # the quality gate would refuse it, and it is not what this test is about
-           "AGGREGATOR_ARGS": "--force"}
-    demo = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "run-local.sh")], cwd=ROOT, env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in ("TF_CPP_MIN_LOG_LEVEL", "DISTTRAIN_LOG_LEVEL")},
+        "TASK": "digits",
+        "WORKERS": str(WORKERS),
+        "EPOCHS": str(EPOCHS),
+        "BATCH": "64",
+        "STRATEGY": "average",
+        "PORT": str(port),
+        "TRAINER_PORT": str(trainer_port),
+        "WORKDIR": str(tmp_path / "demo"),
+        "BIN": BIN,
+        # 3 epochs are too few for the average to reach the better worker (3.9 points below, measured):
+        # the quality gate would refuse it, and it is not what this test is about
+        "AGGREGATOR_ARGS": "--force",
+    }
+    demo = subprocess.Popen(
+        ["bash", os.path.join(ROOT, "scripts", "run-local.sh")],
+        cwd=ROOT,
+        env=env,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     lines = []
     reader = threading.Thread(target=lambda: lines.extend(line.rstrip("\n") for line in demo.stdout), daemon=True)
     reader.start()
@@ -52,9 +68,12 @@ def test_make_demo_prints_only_our_lines(tmp_path):
             assert demo.poll() is None, "the demo stopped:\n" + "\n".join(lines)
             assert time.monotonic() < deadline, "no model loaded in every server worker:\n" + "\n".join(lines)
             time.sleep(0.5)
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/models/disttrain:predict", method="POST",
-                                         data=json.dumps({"instances": [[[[0]] * 8] * 8]}).encode(),  # one 8x8x1 digit
-                                         headers={"Content-Type": "application/json"})
+        request = urllib.request.Request(
+            f"http://127.0.0.1:{port}/v1/models/disttrain:predict",
+            method="POST",
+            data=json.dumps({"instances": [[[[0]] * 8] * 8]}).encode(),  # one 8x8x1 digit
+            headers={"Content-Type": "application/json"},
+        )
         with urllib.request.urlopen(request, timeout=30) as response:
             assert len(json.load(response)["predictions"]) == 1
         time.sleep(1)  # the access log line
@@ -67,8 +86,14 @@ def test_make_demo_prints_only_our_lines(tmp_path):
     assert not [line for line in lines if TENSORFLOW_NOTICE.match(line)], transcript
     assert not [line for line in lines if NOT_OURS.search(line)], transcript
     # the aggregator's report table is ours too: its lines sit between its start and the wall time
-    table = lines[lines.index("== aggregator") + 1:next(i for i, line in enumerate(lines) if line.startswith("pipeline wall time"))]
-    strangers = [line for line in lines if line not in table and not any(re.fullmatch(pattern, line) for pattern in OURS)]
+    table = lines[
+        lines.index("== aggregator") + 1 : next(
+            i for i, line in enumerate(lines) if line.startswith("pipeline wall time")
+        )
+    ]
+    strangers = [
+        line for line in lines if line not in table and not any(re.fullmatch(pattern, line) for pattern in OURS)
+    ]
     assert not strangers, f"lines that are not ours: {strangers}\n{transcript}"
     for worker in range(WORKERS):
         for epoch in range(1, EPOCHS + 1):

@@ -97,8 +97,12 @@ def run_signature(tmp_path, saved_model, signature, name, output, inputs):
         path = tmp_path / "inputs.npy"
         np.save(path, inputs)
     result = tmp_path / "result.npy"
-    done = subprocess.run([sys.executable, "-c", CHECK, str(saved_model), signature, name, output, str(path), str(result)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", CHECK, str(saved_model), signature, name, output, str(path), str(result)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     return np.load(result).astype(np.float64)
 
@@ -141,7 +145,9 @@ def test_savedmodel_in_a_fresh_process_equals_the_keras_model(tmp_path, tmp_path
     if task == "image":
         # encoded files through serving_bytes, decoded in the graph: lossless files of the model's
         # size decode to the same pixels, so the outputs are the Keras model's on those pixels
-        got = run_signature(tmp_path, version_dir(root), "serving_bytes", "image_bytes", "probabilities", encoded_png(x))
+        got = run_signature(
+            tmp_path, version_dir(root), "serving_bytes", "image_bytes", "probabilities", encoded_png(x)
+        )
         print(f"image: serving_bytes (PNG) vs Keras max abs difference {np.abs(got - expected).max():.3g}")
         assert np.abs(got - expected).max() <= TOLERANCE
 
@@ -165,25 +171,36 @@ def test_saved_model_cli_shows_the_servers_signature(tmp_path_factory, task):
     from disttrain_contract.serving import INPUT_NAMES, OUTPUT_NAMES
 
     root = published(tmp_path_factory, task)
-    done = subprocess.run([*saved_model_cli(), "show", "--all", "--dir", str(version_dir(root))],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [*saved_model_cli(), "show", "--all", "--dir", str(version_dir(root))],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     text = done.stdout
     name, output = INPUT_NAMES[task], OUTPUT_NAMES[task]
-    dtype, shape = {"text": ("DT_STRING", "(-1)"), "image": ("DT_UINT8", "(-1, 8, 8, 1)"),
-                    "faces": ("DT_UINT8", "(-1, 32, 32, 1)")}[task]
+    dtype, shape = {
+        "text": ("DT_STRING", "(-1)"),
+        "image": ("DT_UINT8", "(-1, 8, 8, 1)"),
+        "faces": ("DT_UINT8", "(-1, 32, 32, 1)"),
+    }[task]
     # the graph tensor names disttrain_server.signature announces in TF Serving's /metadata
     assert cli_tensor(text, "serving_default", "inputs", name) == (dtype, shape, f"serving_default_{name}:0")
     out_dtype, out_shape, out_name = cli_tensor(text, "serving_default", "outputs", output)
     # the name disttrain_server.signature announces; an image SavedModel's second signature (serving_bytes)
     # is traced first and takes that name, so serving_default's output is StatefulPartitionedCall_1:0 there
-    assert out_dtype == "DT_FLOAT" and out_name == ("StatefulPartitionedCall_1:0" if task == "image" else "StatefulPartitionedCall:0")
+    assert out_dtype == "DT_FLOAT" and out_name == (
+        "StatefulPartitionedCall_1:0" if task == "image" else "StatefulPartitionedCall:0"
+    )
     meta = report_of(root)["labels"]
     width = 64 if task == "faces" else len(meta)
     assert out_shape == f"(-1, {width})"
     assert "Method name is: tensorflow/serving/predict" in text
     signatures = report_of(root)["exports"]["saved_model"]["signatures"]
-    assert signatures["serving_default"]["inputs"] == {name: {"dtype": dtype, "shape": json.loads(shape.replace("(", "[").replace(")", "]"))}}
+    assert signatures["serving_default"]["inputs"] == {
+        name: {"dtype": dtype, "shape": json.loads(shape.replace("(", "[").replace(")", "]"))}
+    }
     if task == "image":
         assert cli_tensor(text, "serving_bytes", "inputs", "image_bytes")[:2] == ("DT_STRING", "(-1)")
         assert sorted(signatures) == ["serving_bytes", "serving_default"]
@@ -222,9 +239,11 @@ def test_tflite_accuracy_is_the_reports_and_near_the_keras_models(tmp_path_facto
     # faces: the TFLite model takes raw crops and equalises them itself (preprocessing version 1: none outside)
     accuracy = evaluate(call, task, x, y, manifest["seed"], {"face_preprocessing": 1})["accuracy"]
     keras = report["final"]["test_accuracy"]
-    print(f"{task}: TFLite {lite['size_bytes']:,} bytes, accuracy {accuracy:.4f} (Keras {keras:.4f}), "
-          f"builtin ops only: {lite['builtin_ops_only']}, one instance {lite['latency_ms']['tflite_median']:.3f} ms "
-          f"(Keras {lite['latency_ms']['keras_median']:.3f} ms), exports took {report['exports']['sec']:.1f} s")
+    print(
+        f"{task}: TFLite {lite['size_bytes']:,} bytes, accuracy {accuracy:.4f} (Keras {keras:.4f}), "
+        f"builtin ops only: {lite['builtin_ops_only']}, one instance {lite['latency_ms']['tflite_median']:.3f} ms "
+        f"(Keras {lite['latency_ms']['keras_median']:.3f} ms), exports took {report['exports']['sec']:.1f} s"
+    )
     assert accuracy == lite["test_accuracy"] and lite["keras_test_accuracy"] == keras
     assert abs(accuracy - keras) <= 0.01
     assert lite["max_abs_diff_vs_keras"] < 1e-4
@@ -242,7 +261,8 @@ def test_failed_export_publishes_nothing_and_none_exports_nothing(tmp_path_facto
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1] == (
         f"error: export failed, nothing was published: cannot export the SavedModel: {broken / 'saved_model'} "
-        "exists and is not a directory"), result.stderr
+        "exists and is not a directory"
+    ), result.stderr
     assert "Traceback" not in result.stderr
     assert sorted(os.listdir(broken)) == ["saved_model"]  # no model, report, marker, tflite or staging left
 

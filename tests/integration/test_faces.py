@@ -63,8 +63,15 @@ def test_semi_hard_triplet_loss_on_known_embeddings():
 def test_face_pipeline_learns_embeddings_that_separate_unseen_people(tmp_path, strategy):
     # average: the averaged model finds 3 of the 19 held-out people fewer than worker 0 (0.842 vs 1.000),
     # so the quality gate refuses it; the embeddings are this test's subject, the gate is not
-    report = run_pipeline(str(tmp_path), "sample:faces", 2, strategy, EPOCHS, BATCH,
-                          aggregator_args=("--force",) if strategy == "average" else ())
+    report = run_pipeline(
+        str(tmp_path),
+        "sample:faces",
+        2,
+        strategy,
+        EPOCHS,
+        BATCH,
+        aggregator_args=("--force",) if strategy == "average" else (),
+    )
     manifest = json.load(open(tmp_path / "data" / "manifest.json"))
     assert manifest["task"] == "faces" and len(manifest["labels"]) >= 90  # detection found (almost) every face
     assert all(s["reason"] == "no face found" for s in manifest["skipped"])

@@ -18,7 +18,11 @@ def final_state(final):
     """Every published file's bytes (the exports' directories too: a refused run must not touch
     the SavedModel TF Serving serves), and the model file's (inode, mtime_ns, size): what the
     server's ModelStore compares to decide on a reload."""
-    files = {str(path.relative_to(final)): hashlib.sha256(path.read_bytes()).hexdigest() for path in sorted(final.rglob("*")) if path.is_file()}
+    files = {
+        str(path.relative_to(final)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(final.rglob("*"))
+        if path.is_file()
+    }
     assert any(name.startswith("saved_model/") for name in files), sorted(files)  # the exports are published
     st = (final / "model.keras").stat()
     return files, (st.st_ino, st.st_mtime_ns, st.st_size)
@@ -27,8 +31,23 @@ def final_state(final):
 def train_degraded(work):
     """Both workers again into a fresh train/, with a learning rate of 10 (the copier's data stays)."""
     shutil.rmtree(work / "train")
-    procs = [start_stage("trainer", "--workdir", work, "--worker-index", i, "--epochs", 2, "--batch", 32,
-                         "--learning-rate", 10, log=work / f"degraded-{i}.log") for i in range(2)]
+    procs = [
+        start_stage(
+            "trainer",
+            "--workdir",
+            work,
+            "--worker-index",
+            i,
+            "--epochs",
+            2,
+            "--batch",
+            32,
+            "--learning-rate",
+            10,
+            log=work / f"degraded-{i}.log",
+        )
+        for i in range(2)
+    ]
     assert [p.wait(timeout=600) for p in procs] == [0, 0]
 
 
@@ -61,8 +80,15 @@ def refused_then_forced(work, good, before, base):
     train_degraded(work)
     log = work / "termination-log"
     log.write_text("")  # the kubelet creates it before the container starts
-    result = stage("aggregator", "--workdir", work, "--timeout", 5, check=False,
-                   env={**os.environ, "DISTTRAIN_TERMINATION_LOG": str(log)})
+    result = stage(
+        "aggregator",
+        "--workdir",
+        work,
+        "--timeout",
+        5,
+        check=False,
+        env={**os.environ, "DISTTRAIN_TERMINATION_LOG": str(log)},
+    )
     print(result.stdout)
     assert result.returncode == 4, result.stderr
     (line,) = result.stderr.strip().splitlines()  # one line, no traceback
@@ -83,8 +109,10 @@ def refused_then_forced(work, good, before, base):
     assert published["comparable"] and not published["passed"]
     # the published model was evaluated again, on this run's held-out split: the same split, the same number
     assert published["reference_accuracy"] == pytest.approx(good["final"]["test_accuracy"])
-    print(f"good {good['final']['test_accuracy']:.4f} (workers {[w['test_accuracy'] for w in good['workers']]}), "
-          f"degraded {report['final']['test_accuracy']:.4f} (workers {[w['test_accuracy'] for w in report['workers']]})")
+    print(
+        f"good {good['final']['test_accuracy']:.4f} (workers {[w['test_accuracy'] for w in good['workers']]}), "
+        f"degraded {report['final']['test_accuracy']:.4f} (workers {[w['test_accuracy'] for w in report['workers']]})"
+    )
 
     forced = stage("aggregator", "--workdir", work, "--timeout", 5, "--force")
     assert "quality gate failed, forced" in forced.stdout

@@ -17,10 +17,12 @@ FEATURES = 3
 def blind(units, activation=None):
     """A model whose input never reaches its head: a frozen all-zero layer feeds it 0, so training can only
     learn the head's bias (the class prior, or the targets' mean): the trivial predictor, as a model."""
+
     def build():
         inputs = keras.Input(shape=(FEATURES,), name="features")
         zero = keras.layers.Dense(1, kernel_initializer="zeros", bias_initializer="zeros", trainable=False)(inputs)
         return keras.Model(inputs, keras.layers.Dense(units, activation=activation, name="out")(zero))
+
     return build
 
 
@@ -48,8 +50,16 @@ def test_a_model_no_better_than_the_trivial_predictor_is_refused_and_a_good_one_
     splits = write_table(tmp_path, problem)
     classification = problem == "classification"
     head, loss = ("softmax", "sparse_categorical_crossentropy") if classification else ("value", "mse")
-    write_workers(tmp_path, blind(2, "softmax") if classification else blind(1), splits, problem, head, [30, 30],
-                  train_dir="train-blind", loss=loss)
+    write_workers(
+        tmp_path,
+        blind(2, "softmax") if classification else blind(1),
+        splits,
+        problem,
+        head,
+        [30, 30],
+        train_dir="train-blind",
+        loss=loss,
+    )
     refused = aggregate(tmp_path, "--dir", tmp_path / "train-blind", "--exports", "none")
     assert refused.returncode == 4, refused.stdout + refused.stderr
     (line,) = refused.stderr.strip().splitlines()  # one line, no traceback
@@ -67,7 +77,9 @@ def test_a_model_no_better_than_the_trivial_predictor_is_refused_and_a_good_one_
         assert check["predictor"]["label"] == ["no", "yes"][majority]
         assert f"{check['reference_value']:.4f} (always the training split's majority class" in line
     else:  # the RMSE of always predicting the training targets' mean
-        assert check["reference_value"] == pytest.approx(float(np.sqrt(np.mean((y_test - y_train.mean()) ** 2))), rel=1e-5)
+        assert check["reference_value"] == pytest.approx(
+            float(np.sqrt(np.mean((y_test - y_train.mean()) ** 2))), rel=1e-5
+        )
         assert check["predictor"]["training_mean"] == pytest.approx(float(y_train.mean()), rel=1e-5)
     final = report["final"][f"test_{check['metric']}"]
     assert check["final_value"] == final and check["min_gain"] == 1.0 and check["gain"] < 1.0 and not check["passed"]
@@ -76,11 +88,23 @@ def test_a_model_no_better_than_the_trivial_predictor_is_refused_and_a_good_one_
     print(f"{problem}: blind model {final:.4f}, trivial predictor {check['reference_value']:.4f}, gain {check['gain']}")
 
     # the same data, models that see their input: published, and the check says by how much
-    write_workers(tmp_path, classifier if classification else linear, splits, problem, head, [30, 30],
-                  train_dir="train-good", loss=loss)
+    write_workers(
+        tmp_path,
+        classifier if classification else linear,
+        splits,
+        problem,
+        head,
+        [30, 30],
+        train_dir="train-good",
+        loss=loss,
+    )
     published = aggregate(tmp_path, "--dir", tmp_path / "train-good", "--exports", "none")
     assert published.returncode == 0, published.stdout + published.stderr
-    assert "above the trivial predictor's" in published.stdout if classification else "better than the trivial predictor's" in published.stdout
+    assert (
+        "above the trivial predictor's" in published.stdout
+        if classification
+        else "better than the trivial predictor's" in published.stdout
+    )
     good = read_report(tmp_path / "final")
     check = trivial_check(good)
     assert check["passed"] and check["gain"] > 20 and good["gate"]["passed"]

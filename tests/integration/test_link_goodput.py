@@ -11,8 +11,9 @@ import pytest
 BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
 sys.path.insert(0, BENCH)
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("tc") is None,
-                                reason="shaped links need root and tc (ip netns, tbf)")
+pytestmark = pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("tc") is None, reason="shaped links need root and tc (ip netns, tbf)"
+)
 
 
 def test_a_shaped_link_carries_less_payload_than_its_rate_and_leaves_no_namespace():
@@ -28,6 +29,9 @@ def test_a_shaped_link_carries_less_payload_than_its_rate_and_leaves_no_namespac
 
 
 def test_a_rate_the_benchmark_does_not_shape_is_one_line():
-    result = subprocess.run([sys.executable, os.path.join(BENCH, "goodput.py"), "3mbit"], capture_output=True, text=True,
-                            timeout=30)
-    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith("goodput.py: error: argument rate: invalid choice: '3mbit'")
+    result = subprocess.run(
+        [sys.executable, os.path.join(BENCH, "goodput.py"), "3mbit"], capture_output=True, text=True, timeout=30
+    )
+    assert result.returncode == 2 and result.stderr.strip().splitlines()[-1].startswith(
+        "goodput.py: error: argument rate: invalid choice: '3mbit'"
+    )

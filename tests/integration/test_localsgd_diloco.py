@@ -21,9 +21,28 @@ def train_pair(work, source, *trainer_args):
     """copier -> 2 localsgd trainers (one thread each); returns each worker's (metrics, marker)."""
     stage("copier", "--source", source, "--n-shards", 2, "--workdir", work)
     port = free_port_block(2)
-    procs = [start_stage("trainer", "--workdir", work, "--worker-index", i, "--epochs", EPOCHS, "--batch", BATCH,
-                         "--strategy", "localsgd", "--port", port, "--threads", 1, *trainer_args,
-                         log=work / f"worker-{i}.log") for i in range(2)]
+    procs = [
+        start_stage(
+            "trainer",
+            "--workdir",
+            work,
+            "--worker-index",
+            i,
+            "--epochs",
+            EPOCHS,
+            "--batch",
+            BATCH,
+            "--strategy",
+            "localsgd",
+            "--port",
+            port,
+            "--threads",
+            1,
+            *trainer_args,
+            log=work / f"worker-{i}.log",
+        )
+        for i in range(2)
+    ]
     for i, proc in enumerate(procs):
         assert proc.wait(timeout=600) == 0, open(work / f"worker-{i}.log").read()[-3000:]
     worker = [work / "train" / f"worker-{i:05d}" for i in range(2)]
@@ -32,21 +51,28 @@ def train_pair(work, source, *trainer_args):
 
 # make test: the int8 wire on both tasks, float16 and int4 on digits; the float32 wire (its all-reduce is plain local
 # SGD's) in make test-long
-@pytest.mark.parametrize("source, wire", [
-    pytest.param("sample:digits", "float32", marks=pytest.mark.long),
-    ("sample:digits", "float16"),
-    ("sample:digits", "int8"),
-    ("sample:digits", "int4"),
-    pytest.param("sample:movie-reviews", "float32", marks=pytest.mark.long),
-    ("sample:movie-reviews", "int8"),
-])
+@pytest.mark.parametrize(
+    "source, wire",
+    [
+        pytest.param("sample:digits", "float32", marks=pytest.mark.long),
+        ("sample:digits", "float16"),
+        ("sample:digits", "int8"),
+        ("sample:digits", "int4"),
+        pytest.param("sample:movie-reviews", "float32", marks=pytest.mark.long),
+        ("sample:movie-reviews", "int8"),
+    ],
+)
 def test_diloco_workers_hold_identical_weights_after_every_sync(tmp_path, source, wire):
     # H = 5 does not divide an epoch's steps: the epochs end between syncs, and the record names the last one
     (metrics0, marker0), (metrics1, marker1) = train_pair(
-        tmp_path, source, "--sync-every", 5, "--outer-optimizer", "nesterov", "--allreduce-dtype", wire)
+        tmp_path, source, "--sync-every", 5, "--outer-optimizer", "nesterov", "--allreduce-dtype", wire
+    )
     assert [m["epoch"] for m in metrics0] == [m["epoch"] for m in metrics1] == list(range(1, EPOCHS + 1))
     for m0, m1 in zip(metrics0, metrics1):
-        assert m0["last_sync_step"] == m1["last_sync_step"] and m0["synced_weights_checksum"] == m1["synced_weights_checksum"]
+        assert (
+            m0["last_sync_step"] == m1["last_sync_step"]
+            and m0["synced_weights_checksum"] == m1["synced_weights_checksum"]
+        )
         assert m0["synced_weights_checksum"] is not None
     steps = metrics0[-1]["last_sync_step"] // EPOCHS  # the last sync is the final step's (finish)
     assert metrics0[0]["last_sync_step"] == steps // 5 * 5  # epoch 1 ended between syncs
@@ -58,7 +84,9 @@ def test_diloco_workers_hold_identical_weights_after_every_sync(tmp_path, source
     size = sum(int(np.prod(w.shape)) for w in weights)
     if wire in ("float32", "float16"):
         assert marker0["wire_bytes_per_sync"] == {"float32": 4, "float16": 2}[wire] * size
-    elif wire == "int8":  # every weight as one vector: 1 byte a weight padded to 4 bytes, a float32 scale per block of 256
+    elif (
+        wire == "int8"
+    ):  # every weight as one vector: 1 byte a weight padded to 4 bytes, a float32 scale per block of 256
         assert marker0["wire_bytes_per_sync"] == 4 * (-(-size // 4) + -(-size // 256))
     else:  # int4: two weights a byte
         assert marker0["wire_bytes_per_sync"] == 4 * (-(-size // 8) + -(-size // 256))
@@ -68,8 +96,15 @@ def test_diloco_workers_hold_identical_weights_after_every_sync(tmp_path, source
     if wire == "int8" and source == "sample:digits":  # the report and the model's metadata say how it was trained
         stage("aggregator", "--workdir", tmp_path, "--expect", 2, "--timeout", 60)
         parameters = read_report(tmp_path / "final")["training_parameters"]
-        assert {k: parameters[k] for k in ("sync_every", "outer_optimizer", "outer_lr", "outer_momentum", "allreduce_dtype")} == {
-            "sync_every": 5, "outer_optimizer": "nesterov", "outer_lr": 0.7, "outer_momentum": 0.9, "allreduce_dtype": "int8"}
+        assert {
+            k: parameters[k] for k in ("sync_every", "outer_optimizer", "outer_lr", "outer_momentum", "allreduce_dtype")
+        } == {
+            "sync_every": 5,
+            "outer_optimizer": "nesterov",
+            "outer_lr": 0.7,
+            "outer_momentum": 0.9,
+            "allreduce_dtype": "int8",
+        }
 
 
 @pytest.mark.long
@@ -78,8 +113,16 @@ def test_batch_norm_statistics_are_re_estimated_for_each_evaluation(tmp_path):
     # file), H = the 23 steps of an epoch: every evaluation is of a sync's weights. The statistics averaged
     # across workers do not fit them; re-estimated after the sync, they do (measured: 0.59 and 0.74 after
     # the two epochs, against 0.15 and 0.16 averaged; chance is 0.1).
-    model = ["--model-file", batch_norm_cnn_file(tmp_path / "model.keras", blocks=3), "--sync-every", 23,
-             "--outer-optimizer", "nesterov", "--allreduce-dtype", "int8"]
+    model = [
+        "--model-file",
+        batch_norm_cnn_file(tmp_path / "model.keras", blocks=3),
+        "--sync-every",
+        23,
+        "--outer-optimizer",
+        "nesterov",
+        "--allreduce-dtype",
+        "int8",
+    ]
     refreshed = train_pair(tmp_path / "refreshed", "sample:digits", *model)
     averaged = train_pair(tmp_path / "averaged", "sample:digits", *model, "--sync-batch-norm-batches", 0)
     (metrics0, marker0), (metrics1, marker1) = refreshed
@@ -96,16 +139,28 @@ def test_batch_norm_statistics_are_re_estimated_for_each_evaluation(tmp_path):
 
 
 # (make test: eager updates on the int8 wire, the form the advisor weighs; delayed on float32 in make test-long)
-@pytest.mark.parametrize("overlap, wire", [
-    ("eager", "int8"),
-    pytest.param("eager", "int4", marks=pytest.mark.long),
-    pytest.param("delayed", "float32", marks=pytest.mark.long),
-])
+@pytest.mark.parametrize(
+    "overlap, wire",
+    [
+        ("eager", "int8"),
+        pytest.param("eager", "int4", marks=pytest.mark.long),
+        pytest.param("delayed", "float32", marks=pytest.mark.long),
+    ],
+)
 def test_overlapped_syncs_end_in_one_model(tmp_path, overlap, wire):
     # H = 5: syncs within and across the epochs; the exchange of each runs beside the next 5 steps
     (metrics0, marker0), (metrics1, marker1) = train_pair(
-        tmp_path, "sample:digits", "--sync-every", 5, "--outer-optimizer", "nesterov", "--allreduce-dtype", wire,
-        "--outer-overlap", overlap)
+        tmp_path,
+        "sample:digits",
+        "--sync-every",
+        5,
+        "--outer-optimizer",
+        "nesterov",
+        "--allreduce-dtype",
+        wire,
+        "--outer-overlap",
+        overlap,
+    )
     for m0, m1 in zip(metrics0, metrics1):
         assert m0["last_sync_step"] == m1["last_sync_step"] and m0["sync_wait_sec"] >= 0
         # the seconds training stood still for the syncs hold their waits for the exchanges (the last epoch's, the
@@ -126,8 +181,16 @@ def test_syncs_at_each_epochs_end_evaluate_the_groups_model(tmp_path):
     # H = 5 does not divide an epoch's steps: with --sync-at-epoch-end the syncs count H from each epoch's start and
     # one falls on its end, so every epoch's record is of one model, the same on both workers, evaluated the same
     (metrics0, marker0), (metrics1, marker1) = train_pair(
-        tmp_path, "sample:digits", "--sync-every", 5, "--outer-optimizer", "nesterov", "--allreduce-dtype", "int8",
-        "--sync-at-epoch-end")
+        tmp_path,
+        "sample:digits",
+        "--sync-every",
+        5,
+        "--outer-optimizer",
+        "nesterov",
+        "--allreduce-dtype",
+        "int8",
+        "--sync-at-epoch-end",
+    )
     steps = metrics0[-1]["last_sync_step"] // EPOCHS
     assert steps % 5, "the test needs an epoch that H does not divide"
     assert [m["last_sync_step"] for m in metrics0] == [steps * e for e in range(1, EPOCHS + 1)]
@@ -136,7 +199,10 @@ def test_syncs_at_each_epochs_end_evaluate_the_groups_model(tmp_path):
     assert all(0 < m["sync_sec"] < m["wall_time_sec"] for m in metrics0 + metrics1)
     for m0, m1 in zip(metrics0, metrics1):
         assert (m0["synced_weights_checksum"], m0["test_accuracy"], m0["test_loss"]) == (
-            m1["synced_weights_checksum"], m1["test_accuracy"], m1["test_loss"])
+            m1["synced_weights_checksum"],
+            m1["test_accuracy"],
+            m1["test_loss"],
+        )
     assert marker0["final_weights_sha256"] == marker1["final_weights_sha256"] != marker0["init_weights_sha256"]
     assert metrics0[-1]["test_accuracy"] > 0.7
     run = json.load(open(tmp_path / "train" / "worker-00000" / "checkpoints" / "run.json"))

@@ -26,7 +26,7 @@ def test_streams_an_object_in_ranged_reads(object_store, bucket):
             chunks = iter(lambda: fh.read(1 << 20), b"")
             assert b"".join(chunks) == data
             fh.seek(objectstore.BLOCK_SIZE + 7)
-            assert fh.read(5) == data[objectstore.BLOCK_SIZE + 7:objectstore.BLOCK_SIZE + 12]
+            assert fh.read(5) == data[objectstore.BLOCK_SIZE + 7 : objectstore.BLOCK_SIZE + 12]
         assert objectstore.size(f"{url}/blob.bin") == len(data)
 
 
@@ -41,14 +41,20 @@ def test_download_is_whole_or_absent(object_store, bucket, tmp_path):
         assert sorted(os.listdir(tmp_path)) == ["copy.bin"]
 
 
-@pytest.mark.parametrize("overrides, path, cause", [
-    ({"AWS_SECRET_ACCESS_KEY": "not-the-key"}, "client-tests/blob.bin", "access denied"),
-    ({}, "no-such-bucket/blob.bin", "the bucket does not exist"),
-    ({}, "client-tests/no-such-object", "no such object"),
-    # one attempt: the default's retries with backoff take ~20 s before giving up on a closed port
-    ({"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}, "client-tests/blob.bin",
-     "cannot reach the endpoint http://127.0.0.1:9"),
-])
+@pytest.mark.parametrize(
+    "overrides, path, cause",
+    [
+        ({"AWS_SECRET_ACCESS_KEY": "not-the-key"}, "client-tests/blob.bin", "access denied"),
+        ({}, "no-such-bucket/blob.bin", "the bucket does not exist"),
+        ({}, "client-tests/no-such-object", "no such object"),
+        # one attempt: the default's retries with backoff take ~20 s before giving up on a closed port
+        (
+            {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"},
+            "client-tests/blob.bin",
+            "cannot reach the endpoint http://127.0.0.1:9",
+        ),
+    ],
+)
 def test_failures_are_one_line_naming_url_and_cause(object_store, bucket, overrides, path, cause):
     url = f"s3://{path}"
     with object_store.configured(**overrides):
@@ -80,14 +86,17 @@ def test_an_endpoint_with_a_credential_is_refused_without_repeating_it(monkeypat
     objectstore.reset()
 
 
-@pytest.mark.parametrize("url, allowed", [
-    ("https://minio.storage.svc:9000", True),
-    ("http://127.0.0.1:8333", True),  # the demo's SeaweedFS: nothing leaves the host
-    ("http://localhost:8333", True),
-    ("http://[::1]:8333", True),
-    ("http://seaweedfs.storage.svc:8333", False),
-    ("http://10.0.0.7:9000", False),
-])
+@pytest.mark.parametrize(
+    "url, allowed",
+    [
+        ("https://minio.storage.svc:9000", True),
+        ("http://127.0.0.1:8333", True),  # the demo's SeaweedFS: nothing leaves the host
+        ("http://localhost:8333", True),
+        ("http://[::1]:8333", True),
+        ("http://seaweedfs.storage.svc:8333", False),
+        ("http://10.0.0.7:9000", False),
+    ],
+)
 def test_plain_http_needs_loopback_or_the_opt_in(monkeypatch, url, allowed):
     monkeypatch.delenv(objectstore.ALLOW_HTTP_ENV, raising=False)
     if allowed:

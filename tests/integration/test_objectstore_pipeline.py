@@ -12,7 +12,16 @@ import zipfile
 import pytest
 
 from objectstore import SECRET_KEY
-from own_models import breast_cancer_csv, classifier, only_error_line, run_own_pipeline, saved, table_statistics, train, workdir_with
+from own_models import (
+    breast_cancer_csv,
+    classifier,
+    only_error_line,
+    run_own_pipeline,
+    saved,
+    table_statistics,
+    train,
+    workdir_with,
+)
 from stages import stage
 
 pytestmark = pytest.mark.slow
@@ -42,19 +51,29 @@ def refused(object_store, work, model_url, cause, **overrides):
     assert not (work / "train").exists() and not _leftovers(work)
 
 
-def test_a_model_file_missing_from_the_store_is_one_line_and_exit_2(object_store, cancer_data, model_in_store, tmp_path):
+def test_a_model_file_missing_from_the_store_is_one_line_and_exit_2(
+    object_store, cancer_data, model_in_store, tmp_path
+):
     refused(object_store, workdir_with(cancer_data, tmp_path), "s3://models/notebook/missing.keras", "no such object")
 
 
 @pytest.mark.long
-def test_a_model_file_from_the_store_trains_and_each_store_failure_is_one_line(object_store, cancer_data, model_in_store,
-                                                                                tmp_path):
+def test_a_model_file_from_the_store_trains_and_each_store_failure_is_one_line(
+    object_store, cancer_data, model_in_store, tmp_path
+):
     path, url = model_in_store
     work = workdir_with(cancer_data, tmp_path)
     refused(object_store, work, url, "access denied", AWS_SECRET_ACCESS_KEY="not-the-key")
     refused(object_store, work, "s3://no-such-bucket/model.keras", "the bucket does not exist")
     # one attempt: the default's retries with backoff take ~20 s before giving up on a closed port
-    refused(object_store, work, url, "cannot reach the endpoint", AWS_ENDPOINT_URL="http://127.0.0.1:9", AWS_MAX_ATTEMPTS="1")
+    refused(
+        object_store,
+        work,
+        url,
+        "cannot reach the endpoint",
+        AWS_ENDPOINT_URL="http://127.0.0.1:9",
+        AWS_MAX_ATTEMPTS="1",
+    )
 
     result = train(work, "--model-file", url, "--epochs", 1, env=object_store.env())
     assert result.returncode == 0, result.stderr
@@ -74,20 +93,42 @@ def test_the_same_table_and_model_from_the_store_and_from_the_volume_train_the_s
     for where in ("volume", "store"):
         work = tmp_path / where
         env = object_store.env() if where == "store" else None
-        stage("copier", "--source", f"table:{table_url if where == 'store' else table}", "--n-shards", 2,
-              "--workdir", work, "--no-stats-plot", env=env)
+        stage(
+            "copier",
+            "--source",
+            f"table:{table_url if where == 'store' else table}",
+            "--n-shards",
+            2,
+            "--workdir",
+            work,
+            "--no-stats-plot",
+            env=env,
+        )
         if where == "volume":  # the user's model, built on the data's statistics, saved and uploaded
-            model = saved(classifier(30, *table_statistics(work / "data" / "manifest.json"), seed=5), tmp_path / "m.keras")
+            model = saved(
+                classifier(30, *table_statistics(work / "data" / "manifest.json"), seed=5), tmp_path / "m.keras"
+            )
             model_url = object_store.put(model, f"{bucket}/models/m.keras")
-        report = run_own_pipeline(work, 2, "average", "--model-file", model_url if where == "store" else model,
-                                  epochs=4, env=env, aggregator_args=("--force",))
+        report = run_own_pipeline(
+            work,
+            2,
+            "average",
+            "--model-file",
+            model_url if where == "store" else model,
+            epochs=4,
+            env=env,
+            aggregator_args=("--force",),
+        )
         runs[where] = (json.load(open(work / "data" / "manifest.json")), report, work)
 
     (local_manifest, local_report, _), (s3_manifest, s3_report, s3_work) = runs["volume"], runs["store"]
     for split in ("shards", "test"):  # byte-identical shards
         assert json.dumps(s3_manifest[split], sort_keys=True) == json.dumps(local_manifest[split], sort_keys=True)
     assert s3_manifest["source"] == f"table:{table_url}"
-    assert s3_report["final"]["test_accuracy"] == local_report["final"]["test_accuracy"], (s3_report["final"], local_report["final"])
+    assert s3_report["final"]["test_accuracy"] == local_report["final"]["test_accuracy"], (
+        s3_report["final"],
+        local_report["final"],
+    )
     assert not _leftovers(s3_work) and [n for n in os.listdir(s3_work) if n.startswith(".")] == []
     for dirpath, _, files in os.walk(s3_work):  # the logs, report.json, every artifact's metadata
         for name in files:

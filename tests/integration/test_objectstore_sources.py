@@ -58,14 +58,34 @@ def inputs(object_store, tmp_path_factory):
         for name in files:
             local = os.path.join(dirpath, name)
             object_store.put(local, f"{bucket}/{os.path.relpath(local, root)}")
-    return {kind: (f"{kind.split('-')[0]}:{root / path}", f"{kind.split('-')[0]}:{bucket}/{path}") for kind, path in (
-        ("table", "cancer.csv"), ("table-parquet", "cancer.parquet"), ("csv", "reviews.csv"), ("npz", "arrays.npz"),
-        ("images", "images"))}
+    return {
+        kind: (f"{kind.split('-')[0]}:{root / path}", f"{kind.split('-')[0]}:{bucket}/{path}")
+        for kind, path in (
+            ("table", "cancer.csv"),
+            ("table-parquet", "cancer.parquet"),
+            ("csv", "reviews.csv"),
+            ("npz", "arrays.npz"),
+            ("images", "images"),
+        )
+    }
 
 
 def copy(source, workdir, *extra, env=None, check=True):
-    return stage("copier", "--source", source, "--n-shards", 2, "--workdir", workdir, "--no-stats-plot", "--image-size", 8,
-                 *extra, env=env, check=check)
+    return stage(
+        "copier",
+        "--source",
+        source,
+        "--n-shards",
+        2,
+        "--workdir",
+        workdir,
+        "--no-stats-plot",
+        "--image-size",
+        8,
+        *extra,
+        env=env,
+        check=check,
+    )
 
 
 def checksums(workdir):
@@ -89,8 +109,11 @@ def test_a_source_in_the_store_gives_the_same_shards_as_on_the_volume(object_sto
     # nothing left beside the output: the spooled copy of a table is removed
     assert sorted(os.listdir(tmp_path / "s3")) == ["data"]
     path = remote.split(":", 1)[1]
-    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(local.split(":", 1)[1]) for f in fs) \
-        if kind == "images" else os.path.getsize(local.split(":", 1)[1])
+    size = (
+        sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(local.split(":", 1)[1]) for f in fs)
+        if kind == "images"
+        else os.path.getsize(local.split(":", 1)[1])
+    )
     if kind == "npz":  # the zip's directory and y.npy first (a ranged read at the end), then x.npy once
         assert size <= fetched_bytes(result) <= size + 64 * 1024, (path, fetched_bytes(result), size)
     else:
@@ -119,8 +142,12 @@ def test_each_byte_crosses_the_wire_once_and_a_dropped_connection_is_retried(obj
     copy(f"table:{big}", tmp_path / "big-local", "--allow-duplicates")  # (the same rows 12 times)
     proxy = Proxy(object_store.endpoint, cut_after=2**20)
     try:
-        result = copy(f"table:{url}", tmp_path / "big-s3", "--allow-duplicates",
-                      env=object_store.env(AWS_ENDPOINT_URL=proxy.endpoint))
+        result = copy(
+            f"table:{url}",
+            tmp_path / "big-s3",
+            "--allow-duplicates",
+            env=object_store.env(AWS_ENDPOINT_URL=proxy.endpoint),
+        )
     finally:
         proxy.close()
     assert proxy.cuts == 1
@@ -128,17 +155,25 @@ def test_each_byte_crosses_the_wire_once_and_a_dropped_connection_is_retried(obj
     assert fetched_bytes(result) == big.stat().st_size  # the download resumed where the cut left it
 
 
-@pytest.mark.parametrize("source, overrides, cause", [
-    (f"table:s3://{BUCKET}/cancer.csv", {"AWS_SECRET_ACCESS_KEY": "not-the-key"}, "access denied"),
-    ("table:s3://no-such-bucket/cancer.csv", {}, "the bucket does not exist"),
-    (f"table:s3://{BUCKET}/no-such.csv", {}, "no such object"),
-    (f"npz:s3://{BUCKET}/no-such.npz", {}, "no such object"),
-    (f"images:s3://{BUCKET}", {"AWS_SECRET_ACCESS_KEY": "not-the-key"}, "access denied"),
-    # one attempt: the default's retries with backoff take ~20 s before giving up on a closed port
-    (f"table:s3://{BUCKET}/cancer.csv", {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"},
-     "cannot reach the endpoint http://127.0.0.1:9"),
-])
-def test_a_store_failure_is_one_line_exit_2_and_nothing_written(object_store, inputs, source, overrides, cause, tmp_path):
+@pytest.mark.parametrize(
+    "source, overrides, cause",
+    [
+        (f"table:s3://{BUCKET}/cancer.csv", {"AWS_SECRET_ACCESS_KEY": "not-the-key"}, "access denied"),
+        ("table:s3://no-such-bucket/cancer.csv", {}, "the bucket does not exist"),
+        (f"table:s3://{BUCKET}/no-such.csv", {}, "no such object"),
+        (f"npz:s3://{BUCKET}/no-such.npz", {}, "no such object"),
+        (f"images:s3://{BUCKET}", {"AWS_SECRET_ACCESS_KEY": "not-the-key"}, "access denied"),
+        # one attempt: the default's retries with backoff take ~20 s before giving up on a closed port
+        (
+            f"table:s3://{BUCKET}/cancer.csv",
+            {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"},
+            "cannot reach the endpoint http://127.0.0.1:9",
+        ),
+    ],
+)
+def test_a_store_failure_is_one_line_exit_2_and_nothing_written(
+    object_store, inputs, source, overrides, cause, tmp_path
+):
     result = copy(source, tmp_path / "work", env=object_store.env(**overrides), check=False)
     assert result.returncode == 2, result.stderr
     errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
@@ -149,6 +184,8 @@ def test_a_store_failure_is_one_line_exit_2_and_nothing_written(object_store, in
 
 
 def test_a_url_with_a_credential_in_it_is_refused(object_store, tmp_path):
-    result = copy(f"table:s3://KEY:{SECRET_KEY}@{BUCKET}/cancer.csv", tmp_path / "work", env=object_store.env(), check=False)
+    result = copy(
+        f"table:s3://KEY:{SECRET_KEY}@{BUCKET}/cancer.csv", tmp_path / "work", env=object_store.env(), check=False
+    )
     assert result.returncode == 2 and "never a credential" in result.stderr, result.stderr
     assert SECRET_KEY not in result.stdout + result.stderr

@@ -13,7 +13,17 @@ import os
 import numpy as np
 import pytest
 
-from own_models import classifier, only_error_line, run_own_pipeline, saved, table_statistics, train, with_pythonpath, workdir_with, write_user_module
+from own_models import (
+    classifier,
+    only_error_line,
+    run_own_pipeline,
+    saved,
+    table_statistics,
+    train,
+    with_pythonpath,
+    workdir_with,
+    write_user_module,
+)
 from stages import stage
 
 pytestmark = pytest.mark.slow
@@ -55,7 +65,12 @@ def text_input_model(n, mean, variance):
     import keras
 
     inputs = keras.Input((1,), dtype="string", name="review")
-    return keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(keras.layers.StringLookup(output_mode="one_hot", vocabulary=["a"])(inputs)))
+    return keras.Model(
+        inputs,
+        keras.layers.Dense(2, activation="softmax")(
+            keras.layers.StringLookup(output_mode="one_hot", vocabulary=["a"])(inputs)
+        ),
+    )
 
 
 BAD_MODEL_FILES = {
@@ -93,7 +108,9 @@ def test_more_labels_than_output_units_and_a_softmax_for_a_regression_are_refuse
 
     diabetes = workdir_with(diabetes_data, tmp_path / "diabetes")
     inputs = keras.Input((10,), name="measurements")
-    softmax = saved(keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(inputs)), tmp_path / "softmax.keras")
+    softmax = saved(
+        keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(inputs)), tmp_path / "softmax.keras"
+    )
     line = only_error_line(result := train(diabetes, "--model-file", softmax, "--epochs", 1))
     assert result.returncode == 2 and "regression target" in line and "'progression'" in line, line
     assert not (wine / "train").exists() and not (diabetes / "train").exists()
@@ -104,10 +121,12 @@ def test_a_module_that_does_not_import_or_returns_no_model_is_refused(cancer_dat
     code = write_user_module(str(tmp_path / "code"))
     with open(os.path.join(code, "broken_models.py"), "w") as fh:
         fh.write("import keras\nraise RuntimeError('the notebook forgot a cell')\n")
-    for module, words in (("no_such_models", ["no such module", "PYTHONPATH"]),
-                          ("broken_models", ["does not import", "the notebook forgot a cell"]),
-                          ("tabular_models:not_a_model", ["returned str, not a keras.Model"]),
-                          ("tabular_models:missing", ["has no function missing(spec)"])):
+    for module, words in (
+        ("no_such_models", ["no such module", "PYTHONPATH"]),
+        ("broken_models", ["does not import", "the notebook forgot a cell"]),
+        ("tabular_models:not_a_model", ["returned str, not a keras.Model"]),
+        ("tabular_models:missing", ["has no function missing(spec)"]),
+    ):
         result = train(work, "--model-module", module, "--epochs", 1, env=with_pythonpath(code))
         assert result.returncode == 2, result.stderr
         line = only_error_line(result)
@@ -146,8 +165,15 @@ def test_fine_tuning_starts_from_the_file_and_ends_no_worse(cancer_data, tmp_pat
     from disttrain_contract.artifact import load_model
 
     published, meta = load_model(str(work / "train" / "worker-00000" / "model.keras"))
-    assert [layer.__class__.__name__ for layer in published.layers] == [layer.__class__.__name__ for layer in keras.models.load_model(path).layers]
-    assert (meta["model_source"], meta["head"], meta["problem"], meta["inputs"][0]["name"]) == ("file", "sigmoid", "classification", "measurements")
+    assert [layer.__class__.__name__ for layer in published.layers] == [
+        layer.__class__.__name__ for layer in keras.models.load_model(path).layers
+    ]
+    assert (meta["model_source"], meta["head"], meta["problem"], meta["inputs"][0]["name"]) == (
+        "file",
+        "sigmoid",
+        "classification",
+        "measurements",
+    )
 
 
 # ---------------------------------------------------------------- the whole pipeline
@@ -177,8 +203,16 @@ def test_own_model_file_through_every_stage(cancer_data, tmp_path):
         assert np.allclose(np.asarray(rows["predictions"], dtype=float), expected, atol=1e-5), rows
         status, columns = http("POST", base + "/v1/models/disttrain:predict", {"inputs": x_test[:3].tolist()})
         assert status == 200 and np.allclose(np.asarray(columns["outputs"], dtype=float), expected, atol=1e-5), columns
-        body = {"inputs": [{"name": meta["inputs"][0]["name"], "shape": [3, 30], "datatype": "FP32",
-                            "data": x_test[:3].astype("float32").ravel().tolist()}]}
+        body = {
+            "inputs": [
+                {
+                    "name": meta["inputs"][0]["name"],
+                    "shape": [3, 30],
+                    "datatype": "FP32",
+                    "data": x_test[:3].astype("float32").ravel().tolist(),
+                }
+            ]
+        }
         status, v2 = http("POST", base + "/v2/models/disttrain/infer", body)
         assert status == 200, v2
         assert np.allclose(np.asarray(v2["outputs"][0]["data"], dtype=float).reshape(3, -1), expected, atol=1e-5), v2
@@ -194,14 +228,33 @@ def test_a_custom_layer_module_in_all_three_stages(cancer_data, tmp_path, monkey
     work = workdir_with(cancer_data, tmp_path)
     code = write_user_module(str(tmp_path / "code"))
     env = with_pythonpath(code)
-    report = run_own_pipeline(work, 2, "average", "--model-module", "tabular_models", epochs=10, env=env,
-                              aggregator_args=("--model-module", "tabular_models"))
+    report = run_own_pipeline(
+        work,
+        2,
+        "average",
+        "--model-module",
+        "tabular_models",
+        epochs=10,
+        env=env,
+        aggregator_args=("--model-module", "tabular_models"),
+    )
     assert report["final"]["test_accuracy"] > 0.9, report["final"]
     meta = json.loads(__import__("zipfile").ZipFile(work / "final" / "model.keras").read("disttrain.json"))
     assert meta["model_code"]["module"] == "tabular_models" and len(meta["model_code"]["sha256"]) == 64
 
-    refused = stage("aggregator", "--workdir", work, "--expect", 2, "--timeout", 10, "--savefile", tmp_path / "again" / "model.keras",
-                    check=False, env=env)
+    refused = stage(
+        "aggregator",
+        "--workdir",
+        work,
+        "--expect",
+        2,
+        "--timeout",
+        10,
+        "--savefile",
+        tmp_path / "again" / "model.keras",
+        check=False,
+        env=env,
+    )
     assert refused.returncode == 2 and "--model-module tabular_models" in only_error_line(refused)
 
     monkeypatch.setenv("PYTHONPATH", env["PYTHONPATH"])  # the server process inherits it

@@ -5,7 +5,15 @@ and a regression model module on the diabetes table, 2 workers each, through cop
 import numpy as np
 import pytest
 
-from own_models import classifier, run_own_pipeline, saved, table_statistics, with_pythonpath, workdir_with, write_user_module
+from own_models import (
+    classifier,
+    run_own_pipeline,
+    saved,
+    table_statistics,
+    with_pythonpath,
+    workdir_with,
+    write_user_module,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]
 
@@ -27,8 +35,18 @@ def test_a_classifier_file_with_every_strategy(strategy, cancer_data, tmp_path):
 def test_a_regression_module_with_every_strategy(strategy, diabetes_data, tmp_path):
     work = workdir_with(diabetes_data, tmp_path)
     code = write_user_module(str(tmp_path / "code"))
-    report = run_own_pipeline(work, 2, strategy, "--model-module", "tabular_models", "--learning-rate", 3e-3,
-                              epochs=30, env=with_pythonpath(code), aggregator_args=("--model-module", "tabular_models"))
+    report = run_own_pipeline(
+        work,
+        2,
+        strategy,
+        "--model-module",
+        "tabular_models",
+        "--learning-rate",
+        3e-3,
+        epochs=30,
+        env=with_pythonpath(code),
+        aggregator_args=("--model-module", "tabular_models"),
+    )
     final = report["final"]
     assert report["problem"] == "regression" and np.isfinite(final["test_r2"])
     assert final["test_rmse"] < RMSE_WELL_BELOW_THE_MEAN, final

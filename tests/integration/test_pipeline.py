@@ -30,7 +30,10 @@ def aggregator_scalars(workdir):
     out = {}
     for run in sorted(os.listdir(os.path.join(workdir, "tensorboard"))):
         events = EventAccumulator(os.path.join(workdir, "tensorboard", run), size_guidance={"tensors": 0}).Reload()
-        out[run] = {tag: [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)] for tag in events.Tags()["tensors"]}
+        out[run] = {
+            tag: [(e.step, float(make_ndarray(e.tensor_proto))) for e in events.Tensors(tag)]
+            for tag in events.Tags()["tensors"]
+        }
     return out
 
 
@@ -48,10 +51,14 @@ def two_workers_against_one(tmp_path, tmp_path_factory, source, strategy, ps=0):
     """Train 2 workers (and `ps` parameter servers) and check the held-out accuracy against 1 worker's."""
     epochs, batch, well_above_chance = TASKS[source]
     one_worker, baseline_report = baseline(source, tmp_path_factory)
-    report = run_pipeline(str(tmp_path), source, 2, strategy, epochs, batch, ps=ps, aggregator_args=("--baseline", baseline_report))
+    report = run_pipeline(
+        str(tmp_path), source, 2, strategy, epochs, batch, ps=ps, aggregator_args=("--baseline", baseline_report)
+    )
     final = report["final"]["test_accuracy"]
-    print(f"{source} {strategy}: final {final:.4f}, 1-worker baseline {one_worker:.4f}, "
-          f"workers {[round(w['test_accuracy'], 4) for w in report['workers']]}")
+    print(
+        f"{source} {strategy}: final {final:.4f}, 1-worker baseline {one_worker:.4f}, "
+        f"workers {[round(w['test_accuracy'], 4) for w in report['workers']]}"
+    )
     assert final > well_above_chance
     assert abs(final - one_worker) <= 0.02, f"final {final:.4f} vs 1-worker {one_worker:.4f}"
     return report
@@ -64,28 +71,46 @@ def check_final_progress(worker_dir, metrics, index):
     assert progress["worker"] == index and progress["state"] == "done" and progress["eta_sec"] == 0
     assert (progress["epoch"], progress["step"], progress["global_step"]) == (len(metrics), steps, len(metrics) * steps)
     assert [(h["epoch"], h["loss"], h["accuracy"]) for h in progress["history"]] == [
-        (m["epoch"], m["loss"], m["accuracy"]) for m in metrics]
+        (m["epoch"], m["loss"], m["accuracy"]) for m in metrics
+    ]
     assert progress["writes"] >= len(metrics) + 1  # at least each epoch's end and the end
 
 
 # movie reviews with average in make test-long (make test's budget): the other average runs of make test
 # (digits here, the gate, the exact resume, the demo) cover that path
-@pytest.mark.parametrize("source, strategy", [
-    pytest.param(source, strategy, marks=[pytest.mark.long] if (source, strategy) == ("sample:movie-reviews", "average") else [])
-    for source in TASKS for strategy in ("average", "multiworker", "localsgd")])
+@pytest.mark.parametrize(
+    "source, strategy",
+    [
+        pytest.param(
+            source,
+            strategy,
+            marks=[pytest.mark.long] if (source, strategy) == ("sample:movie-reviews", "average") else [],
+        )
+        for source in TASKS
+        for strategy in ("average", "multiworker", "localsgd")
+    ],
+)
 def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strategy):
     epochs = TASKS[source][0]
     report = two_workers_against_one(tmp_path, tmp_path_factory, source, strategy)
     assert report["strategy"] == strategy and report["epochs"] == epochs
     # the published directory holds the published files only (no library's cache beside them)
     assert sorted(os.listdir(tmp_path / "final")) == [
-        "_SUCCESS", "analysis.png", "model.keras", "model.tflite", "report.json", "report.png", "saved_model"]
+        "_SUCCESS",
+        "analysis.png",
+        "model.keras",
+        "model.tflite",
+        "report.json",
+        "report.png",
+        "saved_model",
+    ]
     manifest = json.load(open(tmp_path / "data" / "manifest.json"))
     assert report["final"]["examples"] == manifest["train_examples"]
     assert report["test_examples"] == manifest["test"]["examples"]
     # the copier's data validation reaches the report (issue 18)
     assert report["data"]["passed"] and report["data"]["checks"] == {
-        name: result["status"] for name, result in manifest["validation"]["checks"].items()}
+        name: result["status"] for name, result in manifest["validation"]["checks"].items()
+    }
     assert report["data"]["splits"]["test"]["examples"] == manifest["test"]["examples"]
     if strategy == "average":
         assert [w["examples"] for w in report["workers"]] == [s["examples"] for s in manifest["shards"]]
@@ -93,7 +118,9 @@ def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strate
         assert len(report["workers"]) == 1
         assert not (tmp_path / "train" / "worker-00001" / "model.keras").exists()
         markers = [json.load(open(tmp_path / "train" / f"worker-{i:05d}" / "_SUCCESS")) for i in range(2)]
-        assert markers[0]["final_weights_sha256"] == markers[1]["final_weights_sha256"]  # in sync after the last average
+        assert (
+            markers[0]["final_weights_sha256"] == markers[1]["final_weights_sha256"]
+        )  # in sync after the last average
     for i in range(2):
         metrics = json.load(open(tmp_path / "train" / f"worker-{i:05d}" / "metrics.json"))
         assert [m["epoch"] for m in metrics] == list(range(1, epochs + 1))
@@ -104,7 +131,9 @@ def test_two_workers_match_one_worker(tmp_path, tmp_path_factory, source, strate
     # the aggregator's held-out metrics for TensorBoard (issue 13): one point each, at the last epoch
     scalars = aggregator_scalars(tmp_path)
     assert sorted(scalars) == ["final"] + [f"worker-{w['worker_index']:05d}" for w in report["workers"]]
-    for run, metrics in [("final", report["final"])] + [(f"worker-{w['worker_index']:05d}", w) for w in report["workers"]]:
+    for run, metrics in [("final", report["final"])] + [
+        (f"worker-{w['worker_index']:05d}", w) for w in report["workers"]
+    ]:
         assert scalars[run]["test_accuracy"] == [(epochs, pytest.approx(metrics["test_accuracy"], abs=1e-6))]
         assert scalars[run]["test_loss"] == [(epochs, pytest.approx(metrics["test_loss"], rel=1e-6))]
     assert (tmp_path / "final" / "report.png").stat().st_size > 10_000
@@ -117,7 +146,9 @@ def check_analysis(report, work, source, strategy):
     final model with the best worker and the 1-worker baseline given by --baseline."""
     section = report["analysis"]
     models = section["models"]
-    candidates = [name for name, c in report.get("combine", {}).get("candidates", {}).items() if c.get("available") is not False]
+    candidates = [
+        name for name, c in report.get("combine", {}).get("candidates", {}).items() if c.get("available") is not False
+    ]
     assert candidates == (["average", "ensemble"] if strategy == "average" else [])  # no validation split: no best
     assert section["order"] == [w["name"] for w in report["workers"]] + candidates + ["final"]
     for row in report["workers"]:  # the same predictions as the held-out evaluation's, not a second run
@@ -138,7 +169,10 @@ def check_analysis(report, work, source, strategy):
     else:
         assert [s["slice"] for s in final["slices"]] == labels
     rows = section["compare"]["rows"]
-    assert [r["model"] for r in rows][1:] == [f"best worker ({section['compare']['best_worker']}, by held-out accuracy)", "1-worker baseline"]
+    assert [r["model"] for r in rows][1:] == [
+        f"best worker ({section['compare']['best_worker']}, by held-out accuracy)",
+        "1-worker baseline",
+    ]
     baseline_report = json.load(open(section["compare"]["baseline"]["report"]))
     assert rows[2]["accuracy"] == baseline_report["final"]["test_accuracy"]
     assert rows[2]["macro_f1"] == baseline_report["analysis"]["models"]["final"]["macro_f1"]
@@ -180,8 +214,9 @@ def test_trainer_refuses_a_worker_index_without_a_shard(tmp_path):
 
 
 # movie reviews' run (sparse gradients through the parameter server) in make test-long: make test's budget
-@pytest.mark.parametrize("source", [pytest.param(s, marks=pytest.mark.long) if s == "sample:movie-reviews" else s
-                                    for s in TASKS])
+@pytest.mark.parametrize(
+    "source", [pytest.param(s, marks=pytest.mark.long) if s == "sample:movie-reviews" else s for s in TASKS]
+)
 def test_parameter_servers_match_one_worker(tmp_path, tmp_path_factory, source):
     """chief + 1 parameter server + 2 workers, four processes over loopback: the chief's model
     is published, every task exits 0 with its own marker, each worker drew from every example."""
@@ -191,8 +226,11 @@ def test_parameter_servers_match_one_worker(tmp_path, tmp_path_factory, source):
     manifest = json.load(open(tmp_path / "data" / "manifest.json"))
     assert report["strategy"] == "parameterserver" and report["epochs"] == epochs
     assert [(t["index"], t["role"], t["examples"]) for t in report["tasks"]] == [
-        (0, "chief", manifest["train_examples"]), (1, "ps", 0),
-        (2, "worker", manifest["train_examples"]), (3, "worker", manifest["train_examples"])]
+        (0, "chief", manifest["train_examples"]),
+        (1, "ps", 0),
+        (2, "worker", manifest["train_examples"]),
+        (3, "worker", manifest["train_examples"]),
+    ]
     steps_per_epoch = -(-manifest["train_examples"] // batch)
     assert report["steps_scheduled"] == epochs * steps_per_epoch and report["steps_retried"] == 0
     assert sum(report["steps_started_by_worker"]) == epochs * steps_per_epoch

@@ -36,8 +36,9 @@ def check_privacy(report, workdir, workers=2):
 
 @pytest.mark.long  # (64 s on a loaded 2-core host)
 def test_a_private_average_run_reports_epsilon(tmp_path):
-    report = run_pipeline(str(tmp_path), "sample:digits", 2, "average", EPOCHS, BATCH, extra_trainer_args=DP,
-                          aggregator_args=("--force",))  # (a noisy 2-epoch model may fail the quality gate)
+    report = run_pipeline(
+        str(tmp_path), "sample:digits", 2, "average", EPOCHS, BATCH, extra_trainer_args=DP, aggregator_args=("--force",)
+    )  # (a noisy 2-epoch model may fail the quality gate)
     check_privacy(report, tmp_path)
     # average: each worker's q is its own shard's
     shards = [json.load(open(tmp_path / "train" / f"worker-{i:05d}" / "_SUCCESS"))["examples"] for i in range(2)]
@@ -47,8 +48,16 @@ def test_a_private_average_run_reports_epsilon(tmp_path):
 @pytest.mark.long
 @pytest.mark.parametrize("strategy, extra", [("multiworker", ()), ("localsgd", ("--sync-every", 4))])
 def test_a_private_connected_run_reports_epsilon(tmp_path, strategy, extra):
-    report = run_pipeline(str(tmp_path), "sample:digits", 2, strategy, EPOCHS, BATCH, extra_trainer_args=(*DP, *extra),
-                          aggregator_args=("--force",))
+    report = run_pipeline(
+        str(tmp_path),
+        "sample:digits",
+        2,
+        strategy,
+        EPOCHS,
+        BATCH,
+        extra_trainer_args=(*DP, *extra),
+        aggregator_args=("--force",),
+    )
     check_privacy(report, tmp_path)
     # connected strategies go through the largest shard per epoch: that is the q every example has
     largest = max(json.load(open(tmp_path / "data" / "manifest.json"))["shards"], key=lambda s: s["examples"])
@@ -61,10 +70,14 @@ def test_a_private_connected_run_reports_epsilon(tmp_path, strategy, extra):
 # privacy was added; with AVX2 alone as the trainer of 27 Nov 2026 trained them on an AMD EPYC host (no
 # trainer without DP was run there): from then on they must not change.
 WEIGHTS_WITHOUT_DP = {
-    "avx512f": ["f482ec4108ed17cd656cda5936106556cc4a342bd4f8f5e350c4adf664922dd1",
-                "7149f390764af99756be30861f80cc3026dc40b0ea2286b63a20854693fd02c4"],
-    "avx2": ["8eae57f5168e5f07c1a04d9fa05e98c9d72963a428df147bc63fd921f3b1c8d2",
-             "4ba68941495e61f4521328af42ae5b5bd184a223a6a92ffa69d921cb08bc2d19"],
+    "avx512f": [
+        "f482ec4108ed17cd656cda5936106556cc4a342bd4f8f5e350c4adf664922dd1",
+        "7149f390764af99756be30861f80cc3026dc40b0ea2286b63a20854693fd02c4",
+    ],
+    "avx2": [
+        "8eae57f5168e5f07c1a04d9fa05e98c9d72963a428df147bc63fd921f3b1c8d2",
+        "4ba68941495e61f4521328af42ae5b5bd184a223a6a92ffa69d921cb08bc2d19",
+    ],
 }
 
 
@@ -78,10 +91,24 @@ def vector_width():
 def test_training_with_dp_off_is_bit_identical(tmp_path):
     stage("copier", "--source", "sample:digits", "--n-shards", 2, "--workdir", tmp_path)
     for i in range(2):
-        stage("trainer", "--workdir", tmp_path, "--worker-index", i, "--workers", 2, "--epochs", 2, "--batch", 32,
-              "--progress-interval", 0)
-    hashes = [json.load(open(tmp_path / "train" / f"worker-{i:05d}" / "_SUCCESS"))["final_weights_sha256"]
-              for i in range(2)]
+        stage(
+            "trainer",
+            "--workdir",
+            tmp_path,
+            "--worker-index",
+            i,
+            "--workers",
+            2,
+            "--epochs",
+            2,
+            "--batch",
+            32,
+            "--progress-interval",
+            0,
+        )
+    hashes = [
+        json.load(open(tmp_path / "train" / f"worker-{i:05d}" / "_SUCCESS"))["final_weights_sha256"] for i in range(2)
+    ]
     width = vector_width()
     if width is None:
         pytest.skip(f"no weights pinned for this CPU (neither of {sorted(WEIGHTS_WITHOUT_DP)}); it trained {hashes}")
@@ -96,15 +123,27 @@ def digits(tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--dp-delta", "0.01"], "--dp-delta 0.01 must be below 1/n = "),
-    (["--model", "mobilenetv2"], "differential privacy does not support the model's batch normalisation (layer "),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--dp-delta", "0.01"], "--dp-delta 0.01 must be below 1/n = "),
+        (["--model", "mobilenetv2"], "differential privacy does not support the model's batch normalisation (layer "),
+    ],
+)
 def test_refusals_that_need_the_data_or_the_model(digits, tmp_path, args, message):
     flags = {"--dp-l2-clip": "1", "--dp-noise-multiplier": "1", "--dp-delta": "1e-5"}
     flags.update(dict(zip(args[::2], args[1::2])))
-    result = stage("trainer", "--workdir", digits, "--out", tmp_path / "train", "--epochs", 1,
-                   *[x for pair in flags.items() for x in pair], check=False)
+    result = stage(
+        "trainer",
+        "--workdir",
+        digits,
+        "--out",
+        tmp_path / "train",
+        "--epochs",
+        1,
+        *[x for pair in flags.items() for x in pair],
+        check=False,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: " + message)
     assert "Traceback" not in result.stderr
@@ -113,11 +152,28 @@ def test_refusals_that_need_the_data_or_the_model(digits, tmp_path, args, messag
 
 def test_faces_are_refused_with_the_reason(tmp_path):
     stage("copier", "--source", "sample:faces", "--n-shards", 1, "--workdir", tmp_path)
-    result = stage("trainer", "--workdir", tmp_path, "--epochs", 1, "--dp-l2-clip", 1, "--dp-noise-multiplier", 1,
-                   "--dp-delta", 1e-6, check=False)
+    result = stage(
+        "trainer",
+        "--workdir",
+        tmp_path,
+        "--epochs",
+        1,
+        "--dp-l2-clip",
+        1,
+        "--dp-noise-multiplier",
+        1,
+        "--dp-delta",
+        1e-6,
+        check=False,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
-    assert result.stderr.strip().splitlines()[-1].startswith(
-        "error: differential privacy does not support the faces task: its triplet loss mines negatives within the batch")
+    assert (
+        result.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            "error: differential privacy does not support the faces task: its triplet loss mines negatives within the batch"
+        )
+    )
 
 
 @pytest.mark.long  # (17-57 s on a loaded 2-core host)
@@ -130,8 +186,27 @@ def test_a_private_table_model_leaves_the_copiers_statistics_out(cancer_data, tm
     os.makedirs(work)
     os.symlink(cancer_data, work / "data")
     for i in range(2):
-        stage("trainer", "--workdir", work, "--worker-index", i, "--workers", 2, "--epochs", 1, "--batch", 16,
-              "--dp-l2-clip", 1, "--dp-noise-multiplier", 1, "--dp-delta", 1e-4, "--progress-interval", 0)
+        stage(
+            "trainer",
+            "--workdir",
+            work,
+            "--worker-index",
+            i,
+            "--workers",
+            2,
+            "--epochs",
+            1,
+            "--batch",
+            16,
+            "--dp-l2-clip",
+            1,
+            "--dp-noise-multiplier",
+            1,
+            "--dp-delta",
+            1e-4,
+            "--progress-interval",
+            0,
+        )
     model = keras.saving.load_model(work / "train" / "worker-00000" / "model.keras")
     assert "normalize" not in [layer.name for layer in model.layers]
     marker = json.load(open(work / "train" / "worker-00000" / "_SUCCESS"))
@@ -147,8 +222,24 @@ def test_your_own_model_trains_privately(cancer_data, tmp_path):
     work = workdir_with(cancer_data, tmp_path)
     mean, variance = table_statistics(work / "data" / "manifest.json")
     path = saved(classifier(30, mean, variance, head="sigmoid", seed=2), tmp_path / "model.keras")
-    report = run_own_pipeline(work, 2, "multiworker", "--model-file", path, "--dp-l2-clip", 1, "--dp-noise-multiplier",
-                              1, "--dp-delta", 1e-4, "--learning-rate", 0.01, epochs=4, aggregator_args=("--force",))
-    assert report["privacy"]["epsilon"] == pytest.approx(privacy.epsilon(
-        1, report["privacy"]["sampling_probability"], report["privacy"]["steps"], 1e-4), rel=1e-12)
+    report = run_own_pipeline(
+        work,
+        2,
+        "multiworker",
+        "--model-file",
+        path,
+        "--dp-l2-clip",
+        1,
+        "--dp-noise-multiplier",
+        1,
+        "--dp-delta",
+        1e-4,
+        "--learning-rate",
+        0.01,
+        epochs=4,
+        aggregator_args=("--force",),
+    )
+    assert report["privacy"]["epsilon"] == pytest.approx(
+        privacy.epsilon(1, report["privacy"]["sampling_probability"], report["privacy"]["steps"], 1e-4), rel=1e-12
+    )
     assert report["final"]["test_accuracy"] > 0.8, report["final"]  # (the majority label is 0.63 of the table)

@@ -16,10 +16,17 @@ DP = ["--dp-l2-clip", 1.0, "--dp-noise-multiplier", 1.1, "--dp-delta", 1e-5, "--
 
 
 def test_private_vocabulary_and_private_training_compose_in_the_report(tmp_path):
-    report = run_pipeline(str(tmp_path), "sample:movie-reviews", 2, "average", epochs=1, batch=128,
-                          extra_trainer_args=DP, aggregator_args=("--force",),
-                          copier_args=("--dp-vocab-epsilon", VOCAB_EPSILON, "--dp-vocab-delta", VOCAB_DELTA,
-                                       "--no-stats-plot"))
+    report = run_pipeline(
+        str(tmp_path),
+        "sample:movie-reviews",
+        2,
+        "average",
+        epochs=1,
+        batch=128,
+        extra_trainer_args=DP,
+        aggregator_args=("--force",),
+        copier_args=("--dp-vocab-epsilon", VOCAB_EPSILON, "--dp-vocab-delta", VOCAB_DELTA, "--no-stats-plot"),
+    )
     manifest = json.load(open(tmp_path / "data" / "manifest.json"))
     vocab = manifest["vocab"]
     released = (tmp_path / "data" / "vocab.txt").read_text().splitlines()

@@ -108,9 +108,14 @@ def test_kserve_storage_initializer_downloads_a_loadable_savedmodel(object_store
     assert sorted(os.listdir(target)) == [str(entry["version"])], os.listdir(target)
     assert local_saved_model(root / "final") == {
         os.path.relpath(os.path.join(r, n), version_dir): os.path.getsize(os.path.join(r, n))
-        for r, _, names in os.walk(version_dir) for n in names}
-    probabilities = tf.saved_model.load(str(version_dir)).signatures["serving_default"](
-        image=tf.constant(held_out(root, 16)))["probabilities"].numpy()
+        for r, _, names in os.walk(version_dir)
+        for n in names
+    }
+    probabilities = (
+        tf.saved_model.load(str(version_dir))
+        .signatures["serving_default"](image=tf.constant(held_out(root, 16)))["probabilities"]
+        .numpy()
+    )
     assert probabilities.shape == (16, 10) and np.allclose(probabilities.sum(axis=1), 1, atol=1e-4)
 
 
@@ -119,8 +124,9 @@ def test_a_second_publish_gets_a_higher_version_and_keeps_the_first(object_store
     the first version stays (TF Serving's base keeps two)."""
     root, url, _ = published
     first = json.load(open(root / "final" / "report.json"))["published"][0]["version"]
-    done = subprocess.run([*PUBLISH, str(root / "final"), url], capture_output=True, text=True, timeout=300,
-                          env=object_store.env())
+    done = subprocess.run(
+        [*PUBLISH, str(root / "final"), url], capture_output=True, text=True, timeout=300, env=object_store.env()
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     with object_store.configured():
         versions, releases, _ = split_listing(objectstore.listing(url))
@@ -129,19 +135,35 @@ def test_a_second_publish_gets_a_higher_version_and_keeps_the_first(object_store
     assert f"published release {latest['version']}" in done.stdout and SECRET_KEY not in done.stdout + done.stderr
 
 
-@pytest.mark.parametrize("overrides, where, cause", [
-    ({"AWS_SECRET_ACCESS_KEY": "not-the-key"}, "publish-tests/x", "access denied"),
-    ({}, "no-such-bucket/x", "the bucket does not exist"),
-    ({"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"}, "publish-tests/x",
-     "cannot reach the endpoint http://127.0.0.1:9"),
-])
-def test_a_store_that_refuses_is_one_line_and_exit_2_before_anything_else(object_store, tmp_path, overrides, where,
-                                                                          cause):
+@pytest.mark.parametrize(
+    "overrides, where, cause",
+    [
+        ({"AWS_SECRET_ACCESS_KEY": "not-the-key"}, "publish-tests/x", "access denied"),
+        ({}, "no-such-bucket/x", "the bucket does not exist"),
+        (
+            {"AWS_ENDPOINT_URL": "http://127.0.0.1:9", "AWS_MAX_ATTEMPTS": "1"},
+            "publish-tests/x",
+            "cannot reach the endpoint http://127.0.0.1:9",
+        ),
+    ],
+)
+def test_a_store_that_refuses_is_one_line_and_exit_2_before_anything_else(
+    object_store, tmp_path, overrides, where, cause
+):
     """An empty workdir: without the early probe the aggregator would wait for the copier (--timeout 5:
     exit 3). It exits 2 at once, naming the URL and the cause, no traceback, no credential."""
     object_store.make_bucket("publish-tests")
-    done = stage("aggregator", "--workdir", tmp_path, "--timeout", 5, "--publish-to", f"s3://{where}", check=False,
-                 env=object_store.env(**overrides))
+    done = stage(
+        "aggregator",
+        "--workdir",
+        tmp_path,
+        "--timeout",
+        5,
+        "--publish-to",
+        f"s3://{where}",
+        check=False,
+        env=object_store.env(**overrides),
+    )
     lines = [line for line in done.stderr.splitlines() if line.strip()]
     assert done.returncode == 2, done.stdout + done.stderr
     assert len(lines) == 1 and lines[0].startswith(f"error: --publish-to s3://{where}: cannot publish there: "), lines
@@ -157,11 +179,15 @@ def test_a_bad_url_is_refused_by_the_flag(tmp_path):
 
 
 def test_the_uploader_refuses_a_directory_that_is_no_final_directory(object_store, tmp_path):
-    done = subprocess.run([*PUBLISH, str(tmp_path), "s3://publish-tests/y"], capture_output=True, text=True,
-                          timeout=120, env=object_store.env())
+    done = subprocess.run(
+        [*PUBLISH, str(tmp_path), "s3://publish-tests/y"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=object_store.env(),
+    )
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"no report.json in {tmp_path}" in done.stderr
-
 
 
 @pytest.mark.long
@@ -171,8 +197,17 @@ def test_a_model_the_gate_refuses_is_never_uploaded(object_store, published, tmp
     root, url, _ = published
     stage("copier", "--source", "sample:digits", "--n-shards", 1, "--workdir", tmp_path)
     stage("trainer", "--workdir", tmp_path, "--epochs", 1, "--learning-rate", 1e-9)
-    done = stage("aggregator", "--workdir", tmp_path, "--published", root / "final" / "model.keras",
-                 "--publish-to", f"{url}-refused", check=False, env=object_store.env())
+    done = stage(
+        "aggregator",
+        "--workdir",
+        tmp_path,
+        "--published",
+        root / "final" / "model.keras",
+        "--publish-to",
+        f"{url}-refused",
+        check=False,
+        env=object_store.env(),
+    )
     assert done.returncode == 4, done.stdout + done.stderr
     assert "refused to publish" in done.stderr and not (tmp_path / "final" / "model.keras").exists()
     with object_store.configured():

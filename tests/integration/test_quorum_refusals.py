@@ -9,10 +9,20 @@ from stages import stage
 
 def test_a_missing_worker_of_a_multiworker_run_is_refused_with_the_reason(tmp_path):
     stage("copier", "--source", "sample:digits", "--n-shards", 2, "--workdir", tmp_path)
-    write_marker(tmp_path / "train" / "worker-00000", "trainer", worker_index=0, workers=2, strategy="multiworker",
-                 epochs=1, init_weights_sha256="0" * 64, examples=700, model="model.keras")
-    result = stage("aggregator", "--workdir", tmp_path, "--min-workers", 1, "--straggler-wait", 0, "--timeout", 5,
-                   check=False)
+    write_marker(
+        tmp_path / "train" / "worker-00000",
+        "trainer",
+        worker_index=0,
+        workers=2,
+        strategy="multiworker",
+        epochs=1,
+        init_weights_sha256="0" * 64,
+        examples=700,
+        model="model.keras",
+    )
+    result = stage(
+        "aggregator", "--workdir", tmp_path, "--min-workers", 1, "--straggler-wait", 0, "--timeout", 5, check=False
+    )
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "worker(s) 1 did not finish, and a multiworker run has no result without every worker" in result.stderr
     assert not (tmp_path / "final").exists()

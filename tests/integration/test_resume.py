@@ -53,8 +53,20 @@ def test_localsgd_resumes_when_a_worker_is_epochs_behind(tmp_path):
     epochs, train = 6, tmp_path / "train"
     stage("copier", "--source", "sample:digits", "--n-shards", "2", "--workdir", tmp_path)
     port = free_port_block(2)
-    args = ["--workdir", tmp_path, "--epochs", epochs, "--batch", 8, "--strategy", "localsgd", "--sync-every", 300,
-            "--port", port]
+    args = [
+        "--workdir",
+        tmp_path,
+        "--epochs",
+        epochs,
+        "--batch",
+        8,
+        "--strategy",
+        "localsgd",
+        "--sync-every",
+        300,
+        "--port",
+        port,
+    ]
     group = [start_stage("trainer", *args, "--worker-index", i, log=tmp_path / f"w{i}-first.log") for i in range(2)]
     deadline = time.monotonic() + 300
     while latest_saved_epoch(train / "worker-00001" / "checkpoints") < 1:  # polled often: an epoch lasts ~0.3 s

@@ -48,12 +48,28 @@ def test_two_processes_one_study_then_the_distributed_run(tmp_path):
         assert (sweep_dir / plot).stat().st_size > 1000
     # the validation split came from the shards only: the held-out split is still whole, unused
     manifest = json.loads((sweep_dir / "data" / "manifest.json").read_text())
-    assert manifest["test"]["name"] == "validation" and manifest["train_examples"] + manifest["test"]["examples"] == \
-        json.loads((work / "data" / "manifest.json").read_text())["train_examples"]
+    assert (
+        manifest["test"]["name"] == "validation"
+        and manifest["train_examples"] + manifest["test"]["examples"]
+        == json.loads((work / "data" / "manifest.json").read_text())["train_examples"]
+    )
 
     # the distributed run with the winner: both workers, then the report says where the parameters came from
-    trainers = [start_stage("trainer", "--workdir", work, "--worker-index", i, "--workers", 2, "--params-from",
-                            sweep_dir / "best.json", log=tmp_path / f"worker-{i}.log") for i in range(2)]
+    trainers = [
+        start_stage(
+            "trainer",
+            "--workdir",
+            work,
+            "--worker-index",
+            i,
+            "--workers",
+            2,
+            "--params-from",
+            sweep_dir / "best.json",
+            log=tmp_path / f"worker-{i}.log",
+        )
+        for i in range(2)
+    ]
     for proc in trainers:
         assert proc.wait(timeout=900) == 0
     out = stage("aggregator", "--workdir", work, "--force").stdout
@@ -68,9 +84,28 @@ def test_two_processes_one_study_then_the_distributed_run(tmp_path):
 def test_sweep_finds_a_clearly_better_learning_rate_than_a_bad_start(tmp_path):
     work = tmp_path / "w"
     stage("copier", "--source", "sample:digits", "--n-shards", 1, "--workdir", work)
-    result = stage("sweep", "--workdir", work, "--trials", 6, "--learning-rate", "1e-5:1e-1", "--batch", 64,
-                   "--width", 64, "--dropout", 0.3, "--epochs", 5, "--pruner", "none",
-                   "--start", "learning_rate=1e-5", timeout=1500)
+    result = stage(
+        "sweep",
+        "--workdir",
+        work,
+        "--trials",
+        6,
+        "--learning-rate",
+        "1e-5:1e-1",
+        "--batch",
+        64,
+        "--width",
+        64,
+        "--dropout",
+        0.3,
+        "--epochs",
+        5,
+        "--pruner",
+        "none",
+        "--start",
+        "learning_rate=1e-5",
+        timeout=1500,
+    )
     trials = load_trials(work / "sweep")
     start = trials[0]
     assert start.params["learning_rate"] == pytest.approx(1e-5)  # the enqueued bad start ran first
@@ -86,16 +121,39 @@ def test_a_localsgd_sweep_searches_sync_every_with_groups_of_trainers(tmp_path):
     searched, and the localsgd run trains with the winner's H."""
     work = tmp_path / "w"
     stage("copier", "--source", "sample:digits", "--n-shards", 2, "--workdir", work)
-    stage("sweep", "--workdir", work, "--trials", 3, "--strategy", "localsgd", "--trial-workers", 2,
-          "--sync-every", "4,64", "--epochs", 3, "--batch", 32, "--width", 64, "--dropout", 0.3, "--pruner", "none",
-          timeout=1500)
+    stage(
+        "sweep",
+        "--workdir",
+        work,
+        "--trials",
+        3,
+        "--strategy",
+        "localsgd",
+        "--trial-workers",
+        2,
+        "--sync-every",
+        "4,64",
+        "--epochs",
+        3,
+        "--batch",
+        32,
+        "--width",
+        64,
+        "--dropout",
+        0.3,
+        "--pruner",
+        "none",
+        timeout=1500,
+    )
     sweep_dir = work / "sweep"
     trials = load_trials(sweep_dir)
     assert [t.state.name for t in trials] == ["COMPLETE"] * 3
     assert {t.params["sync_every"] for t in trials} <= {4, 64}
     for n in range(3):  # a group of two trainers per trial, each with its epochs
         for i in range(2):
-            metrics = json.loads((sweep_dir / "trials" / f"trial-{n:05d}" / f"worker-{i:05d}" / "metrics.json").read_text())
+            metrics = json.loads(
+                (sweep_dir / "trials" / f"trial-{n:05d}" / f"worker-{i:05d}" / "metrics.json").read_text()
+            )
             assert [m["epoch"] for m in metrics] == [1, 2, 3]
         assert "localsgd" in (sweep_dir / "trials" / f"trial-{n:05d}" / "trainer-1.log").read_text()
     best = json.loads((sweep_dir / "best.json").read_text())
@@ -105,9 +163,25 @@ def test_a_localsgd_sweep_searches_sync_every_with_groups_of_trainers(tmp_path):
 
     # the localsgd run takes the winner's H; an average run is refused (the sweep searched another strategy)
     port = free_port_block(2)
-    trainers = [start_stage("trainer", "--workdir", work, "--worker-index", i, "--workers", 2, "--strategy", "localsgd",
-                            "--port", port, "--params-from", sweep_dir / "best.json", log=tmp_path / f"worker-{i}.log")
-                for i in range(2)]
+    trainers = [
+        start_stage(
+            "trainer",
+            "--workdir",
+            work,
+            "--worker-index",
+            i,
+            "--workers",
+            2,
+            "--strategy",
+            "localsgd",
+            "--port",
+            port,
+            "--params-from",
+            sweep_dir / "best.json",
+            log=tmp_path / f"worker-{i}.log",
+        )
+        for i in range(2)
+    ]
     for i, proc in enumerate(trainers):
         assert proc.wait(timeout=900) == 0, (tmp_path / f"worker-{i}.log").read_text()[-3000:]
     stage("aggregator", "--workdir", work, "--force")

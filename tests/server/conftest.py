@@ -58,7 +58,6 @@ def empty_client(tmp_path):
     return make_client(None, tmp_path)
 
 
-
 @pytest.fixture(scope="session")
 def face_model(tmp_path_factory):
     return faces_model(tmp_path_factory)
@@ -101,7 +100,9 @@ def own_client(root):
     """A test client serving the model in root/final, with root as its workdir (the page reads root/data)."""
     from disttrain_server import create_app
 
-    app = create_app({"MODEL_PATH": str(root / "final" / "model.keras"), "GALLERY_DIR": str(root / "gallery"), "TESTING": True})
+    app = create_app(
+        {"MODEL_PATH": str(root / "final" / "model.keras"), "GALLERY_DIR": str(root / "gallery"), "TESTING": True}
+    )
     return app.test_client()
 
 

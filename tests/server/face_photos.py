@@ -136,16 +136,24 @@ def distractor_photos():
     photos.append(("small astronaut|stripes", beside(small, "stripes"), find_face(small).box))
     for i, kind in zip((0, 3, 7, 12, 21, 50), TEXTURES):
         photo = portrait(lfw_photos()[i], kind)
-        photos.append((f"lfw-{i:03d} portrait, {kind} shirt", photo, find_face(cv2.resize(lfw_photos()[i], None, fx=3, fy=3,
-                                                                                           interpolation=cv2.INTER_CUBIC)).box))
+        photos.append(
+            (
+                f"lfw-{i:03d} portrait, {kind} shirt",
+                photo,
+                find_face(cv2.resize(lfw_photos()[i], None, fx=3, fy=3, interpolation=cv2.INTER_CUBIC)).box,
+            )
+        )
     return photos
 
 
 def same_face(box, truth, tolerance=0.25):
     """The chosen box is the real face: centres within `tolerance` of its size, sizes within 1.5x."""
     (x, y, w, h), (tx, ty, tw, th) = box, truth
-    return (abs(x + w / 2 - tx - tw / 2) <= tolerance * tw and abs(y + h / 2 - ty - th / 2) <= tolerance * th
-            and 1 / 1.5 <= w / tw <= 1.5)
+    return (
+        abs(x + w / 2 - tx - tw / 2) <= tolerance * tw
+        and abs(y + h / 2 - ty - th / 2) <= tolerance * th
+        and 1 / 1.5 <= w / tw <= 1.5
+    )
 
 
 def blank(height=300, width=300):

@@ -25,16 +25,24 @@ MODEL = "disttrain"
 
 
 def clients():
-    return InferenceRESTClient(RESTConfig(protocol="v1", timeout=60)), InferenceRESTClient(RESTConfig(protocol="v2", timeout=60))
+    return InferenceRESTClient(RESTConfig(protocol="v1", timeout=60)), InferenceRESTClient(
+        RESTConfig(protocol="v2", timeout=60)
+    )
 
 
 async def v2_infer(client, base, infer_input, request_id):
-    return await client.infer(base, InferRequest(model_name=MODEL, infer_inputs=[infer_input], request_id=request_id), model_name=MODEL)
+    return await client.infer(
+        base, InferRequest(model_name=MODEL, infer_inputs=[infer_input], request_id=request_id), model_name=MODEL
+    )
 
 
 def only_output(response, name, shape):
     (output,) = response.outputs
-    assert (output.name, output.datatype, list(output.shape)) == (name, "FP32", shape), (output.name, output.datatype, output.shape)
+    assert (output.name, output.datatype, list(output.shape)) == (name, "FP32", shape), (
+        output.name,
+        output.datatype,
+        output.shape,
+    )
     return output.as_numpy()
 
 
@@ -43,7 +51,10 @@ async def expect_refusal(call, status, words):
     try:
         await call
     except httpx.HTTPStatusError as refused:
-        assert refused.response.status_code == status and words in str(refused), (refused.response.status_code, str(refused))
+        assert refused.response.status_code == status and words in str(refused), (
+            refused.response.status_code,
+            str(refused),
+        )
     else:
         raise AssertionError(f"expected a {status} refusal")
 
@@ -65,7 +76,9 @@ async def text_model_calls(base, positive, negative):
         text.set_data_from_numpy(np.array(texts, dtype=object), binary_data=False)
         response = await v2_infer(v2, base, text, "request-1")
         assert response.id == "request-1" and response.model_name == MODEL, (response.id, response.model_name)
-        np.testing.assert_allclose(only_output(response, "probabilities", [3, 2]), rows, atol=1e-6)  # FP32 of /v1's numbers
+        np.testing.assert_allclose(
+            only_output(response, "probabilities", [3, 2]), rows, atol=1e-6
+        )  # FP32 of /v1's numbers
 
         wrong = InferInput("review", [1], "BYTES", data=["good"])
         await expect_refusal(v2_infer(v2, base, wrong, "request-2"), 400, "unknown input 'review'")
@@ -92,7 +105,11 @@ async def image_model_calls(base, digits):
         pngs = [{"b64": png_b64(d)} for d in digits]
         rows = np.array((await v1.infer(base, {"instances": pngs}, model_name=MODEL))["predictions"])
         assert rows.shape == (len(digits), 10), rows.shape
-        pixels = await v1.infer(base, {"signature_name": "serving_default", "instances": [{"image": d.tolist()} for d in digits]}, model_name=MODEL)
+        pixels = await v1.infer(
+            base,
+            {"signature_name": "serving_default", "instances": [{"image": d.tolist()} for d in digits]},
+            model_name=MODEL,
+        )
         np.testing.assert_allclose(pixels["predictions"], rows, atol=1e-6)
 
         image = InferInput("image", list(digits.shape), "UINT8")
@@ -113,10 +130,18 @@ async def table_model_calls(base, x, expected):
         assert await v2.is_model_ready(base, MODEL) is True
         features = InferInput("features", list(x.shape), "FP32")
         features.set_data_from_numpy(x.astype(np.float32), binary_data=False)
-        np.testing.assert_allclose(only_output(await v2_infer(v2, base, features, "table"), "probabilities", list(expected.shape)), expected, atol=1e-6)
+        np.testing.assert_allclose(
+            only_output(await v2_infer(v2, base, features, "table"), "probabilities", list(expected.shape)),
+            expected,
+            atol=1e-6,
+        )
         as_fp64 = InferInput("features", list(x.shape), "FP64")
         as_fp64.set_data_from_numpy(x.astype(np.float64), binary_data=False)
-        np.testing.assert_allclose(only_output(await v2_infer(v2, base, as_fp64, "table-fp64"), "probabilities", list(expected.shape)), expected, atol=1e-6)
+        np.testing.assert_allclose(
+            only_output(await v2_infer(v2, base, as_fp64, "table-fp64"), "probabilities", list(expected.shape)),
+            expected,
+            atol=1e-6,
+        )
         wrong = InferInput("features", [1, x.shape[1] - 1], "FP32", data=[0.0] * (x.shape[1] - 1))
         await expect_refusal(v2_infer(v2, base, wrong, "short"), 400, f"does not fit this input's [-1, {x.shape[1]}]")
     finally:

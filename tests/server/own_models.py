@@ -47,12 +47,23 @@ class Scale(keras.layers.Layer):
 
 def statistics(x):
     x = np.asarray(x, dtype=np.float64).reshape(-1, np.shape(x)[-1])
-    return {"mean": x.mean(0).tolist(), "variance": x.var(0).tolist(), "min": x.min(0).tolist(), "max": x.max(0).tolist()}
+    return {
+        "mean": x.mean(0).tolist(),
+        "variance": x.var(0).tolist(),
+        "min": x.min(0).tolist(),
+        "max": x.max(0).tolist(),
+    }
 
 
 def table_spec(features, x):
-    return {"kind": "table", "name": "features", "shape": [len(features)], "dtype": "float32", "features": features,
-            "statistics": statistics(x)}
+    return {
+        "kind": "table",
+        "name": "features",
+        "shape": [len(features)],
+        "dtype": "float32",
+        "features": features,
+        "statistics": statistics(x),
+    }
 
 
 def write_data(root, task, spec, labels, x, y, problem="classification", target=None, test=40):
@@ -63,9 +74,22 @@ def write_data(root, task, spec, labels, x, y, problem="classification", target=
     for name, xs, ys in (("shard-00000", x[:-test], y[:-test]), ("test", x[-test:], y[-test:])):
         np.save(os.path.join(data, f"{name}.x.npy"), xs, allow_pickle=False)
         np.save(os.path.join(data, f"{name}.y.npy"), ys, allow_pickle=False)
-        splits.append(SplitInfo(name, len(ys), {f: sha256_file(os.path.join(data, f)) for f in split_files(name, "npy")}))
-    Manifest(task=task, source=f"{task}:own.csv", seed=0, test_fraction=test / len(y), labels=labels, input=spec, storage="npy",
-             shards=splits[:1], test=splits[1], problem=problem, target=target).write(data)
+        splits.append(
+            SplitInfo(name, len(ys), {f: sha256_file(os.path.join(data, f)) for f in split_files(name, "npy")})
+        )
+    Manifest(
+        task=task,
+        source=f"{task}:own.csv",
+        seed=0,
+        test_fraction=test / len(y),
+        labels=labels,
+        input=spec,
+        storage="npy",
+        shards=splits[:1],
+        test=splits[1],
+        problem=problem,
+        target=target,
+    ).write(data)
     return data
 
 
@@ -83,8 +107,18 @@ def publish_own(root, model, meta, report=None):
 
 
 def meta_of(task, spec, labels, head, inputs, outputs, problem="classification", target=None, **extra):
-    return {"task": task, "problem": problem, "target": target, "labels": labels, "head": head, "input": spec, "inputs": inputs,
-            "outputs": outputs, "model_source": "file", **extra}
+    return {
+        "task": task,
+        "problem": problem,
+        "target": target,
+        "labels": labels,
+        "head": head,
+        "input": spec,
+        "inputs": inputs,
+        "outputs": outputs,
+        "model_source": "file",
+        **extra,
+    }
 
 
 def _cached(tmp_path_factory, name, build):
@@ -111,19 +145,33 @@ def cancer(tmp_path_factory):
         keras = _keras()
         rng = np.random.default_rng(0)
         y = rng.integers(0, 2, 300)
-        x = (rng.normal(0, 1, (300, 5)) + y[:, None] * [1.5, 0.8, 1.6, 0.3, 1.2] + [14, 19, 90, 0.1, 0.09]).astype(np.float32)
+        x = (rng.normal(0, 1, (300, 5)) + y[:, None] * [1.5, 0.8, 1.6, 0.3, 1.2] + [14, 19, 90, 0.1, 0.09]).astype(
+            np.float32
+        )
         x[:, 2] *= 1.0 + 0.1 * x[:, 0] / 14  # perimeter follows radius, a bit
         spec = table_spec(CANCER_FEATURES, x[:-40])
         inputs = keras.Input((5,), name="features")
-        hidden = keras.layers.Normalization(mean=spec["statistics"]["mean"], variance=spec["statistics"]["variance"])(inputs)
+        hidden = keras.layers.Normalization(mean=spec["statistics"]["mean"], variance=spec["statistics"]["variance"])(
+            inputs
+        )
         hidden = keras.layers.Dense(8, activation="relu")(hidden)
         model = keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid", name="malignant")(hidden))
         model.compile(optimizer=keras.optimizers.Adam(0.05), loss="binary_crossentropy")
         model.fit(x[:-40], y[:-40], epochs=20, batch_size=32, verbose=0)
         labels = ["benign", "malignant"]
         write_data(root, "table", spec, labels, x, y.astype(np.int64))
-        publish_own(root, model, meta_of("table", spec, labels, "sigmoid", [{"name": "features", "shape": [5], "dtype": "float32"}],
-                                          [{"name": "malignant", "shape": [1]}]))
+        publish_own(
+            root,
+            model,
+            meta_of(
+                "table",
+                spec,
+                labels,
+                "sigmoid",
+                [{"name": "features", "shape": [5], "dtype": "float32"}],
+                [{"name": "malignant", "shape": [1]}],
+            ),
+        )
 
     return _cached(tmp_path_factory, "cancer", build)
 
@@ -135,17 +183,33 @@ def diabetes(tmp_path_factory):
         keras = _keras()
         rng = np.random.default_rng(1)
         x = (rng.normal(0, 1, (300, 4)) * [13, 0.5, 4.4, 14] + [48, 1.5, 26, 95]).astype(np.float32)
-        y = (150 + 0.3 * (x[:, 0] - 48) + 9 * (x[:, 2] - 26) + 0.8 * (x[:, 3] - 95) + rng.normal(0, 10, 300)).astype(np.float32)
+        y = (150 + 0.3 * (x[:, 0] - 48) + 9 * (x[:, 2] - 26) + 0.8 * (x[:, 3] - 95) + rng.normal(0, 10, 300)).astype(
+            np.float32
+        )
         spec = table_spec(DIABETES_FEATURES, x[:-40])
         inputs = keras.Input((4,), name="features")
-        hidden = keras.layers.Normalization(mean=spec["statistics"]["mean"], variance=spec["statistics"]["variance"])(inputs)
+        hidden = keras.layers.Normalization(mean=spec["statistics"]["mean"], variance=spec["statistics"]["variance"])(
+            inputs
+        )
         hidden = keras.layers.Dense(16, activation="relu")(hidden)
         model = keras.Model(inputs, keras.layers.Dense(1, name="progression")(hidden))
         model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse")
         model.fit(x[:-40], y[:-40], epochs=40, batch_size=32, verbose=0)
         write_data(root, "table", spec, [], x, y, problem="regression", target="progression")
-        publish_own(root, model, meta_of("table", spec, [], "value", [{"name": "features", "shape": [4], "dtype": "float32"}],
-                                          [{"name": "progression", "shape": [1]}], problem="regression", target="progression"))
+        publish_own(
+            root,
+            model,
+            meta_of(
+                "table",
+                spec,
+                [],
+                "value",
+                [{"name": "features", "shape": [4], "dtype": "float32"}],
+                [{"name": "progression", "shape": [1]}],
+                problem="regression",
+                target="progression",
+            ),
+        )
 
     return _cached(tmp_path_factory, "diabetes", build)
 
@@ -161,15 +225,28 @@ def two_inputs(tmp_path_factory):
         spec = table_spec(["age", "bmi"], x[:-40])
         age, bmi = keras.Input((1,), name="age"), keras.Input((1,), name="bmi")
         joined = keras.layers.Concatenate()([age, bmi])
-        hidden = keras.layers.Normalization(mean=spec["statistics"]["mean"], variance=spec["statistics"]["variance"])(joined)
+        hidden = keras.layers.Normalization(mean=spec["statistics"]["mean"], variance=spec["statistics"]["variance"])(
+            joined
+        )
         model = keras.Model({"age": age, "bmi": bmi}, keras.layers.Dense(2, name="logits")(hidden))
-        model.compile(optimizer=keras.optimizers.Adam(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        model.compile(
+            optimizer=keras.optimizers.Adam(0.1), loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+        )
         model.fit({"age": x[:-40, :1], "bmi": x[:-40, 1:]}, y[:-40], epochs=20, batch_size=32, verbose=0)
         labels = ["low", "high"]
         write_data(root, "table", spec, labels, x, y)
-        publish_own(root, model, meta_of("table", spec, labels, "logits",
-                                          [{"name": "age", "shape": [1], "dtype": "float32"}, {"name": "bmi", "shape": [1], "dtype": "float32"}],
-                                          [{"name": "logits", "shape": [2]}]))
+        publish_own(
+            root,
+            model,
+            meta_of(
+                "table",
+                spec,
+                labels,
+                "logits",
+                [{"name": "age", "shape": [1], "dtype": "float32"}, {"name": "bmi", "shape": [1], "dtype": "float32"}],
+                [{"name": "logits", "shape": [2]}],
+            ),
+        )
 
     return _cached(tmp_path_factory, "two-inputs", build)
 
@@ -191,8 +268,18 @@ def counts(tmp_path_factory):
         model.fit(x[:-40], y[:-40], epochs=20, batch_size=32, verbose=0)
         labels = ["first", "second", "third"]
         write_data(root, "array", spec, labels, x, y.astype(np.int64))
-        publish_own(root, model, meta_of("array", spec, labels, "softmax", [{"name": "x", "shape": [2, 3], "dtype": "int64"}],
-                                          [{"name": "probabilities", "shape": [3]}]))
+        publish_own(
+            root,
+            model,
+            meta_of(
+                "array",
+                spec,
+                labels,
+                "softmax",
+                [{"name": "x", "shape": [2, 3], "dtype": "int64"}],
+                [{"name": "probabilities", "shape": [3]}],
+            ),
+        )
 
     return _cached(tmp_path_factory, "counts", build)
 
@@ -232,9 +319,22 @@ def custom(tmp_path_factory):
         model.compile(optimizer=keras.optimizers.Adam(0.1), loss="mse")
         model.fit(x[:-20], y[:-20], epochs=30, batch_size=16, verbose=0)
         write_data(root, "table", spec, [], x, y, problem="regression", target="y", test=20)
-        publish_own(root, model, meta_of("table", spec, [], "value", [{"name": "features", "shape": [3], "dtype": "float32"}],
-                                          [{"name": "y", "shape": [1]}], problem="regression", target="y",
-                                          model_source="module", model_code=code_info(module, "build")))
+        publish_own(
+            root,
+            model,
+            meta_of(
+                "table",
+                spec,
+                [],
+                "value",
+                [{"name": "features", "shape": [3], "dtype": "float32"}],
+                [{"name": "y", "shape": [1]}],
+                problem="regression",
+                target="y",
+                model_source="module",
+                model_code=code_info(module, "build"),
+            ),
+        )
 
     return _cached(tmp_path_factory, "custom", build)
 

@@ -68,7 +68,9 @@ def refused_run(tmp_path_factory, published):
     if not os.path.isdir(os.path.join(root, "rejected")):
         shutil.rmtree(root, ignore_errors=True)
         try:
-            run_pipeline(str(root), "sample:digits", 2, "average", epochs=3, batch=64, aggregator_args=("--published", published))
+            run_pipeline(
+                str(root), "sample:digits", 2, "average", epochs=3, batch=64, aggregator_args=("--published", published)
+            )
         except AssertionError as err:
             assert "exited 4" in str(err) and "refused to publish" in str(err), err
         else:
@@ -96,7 +98,14 @@ def make_client(model, workdir, **config):
     """A Flask test client serving `model` published into `workdir` (or nothing if model is None)."""
     if model is not None:
         publish(model, workdir)
-    app = create_app({"MODEL_PATH": Workdir(workdir).final_model, "GALLERY_DIR": os.path.join(workdir, "gallery"), "TESTING": True, **config})
+    app = create_app(
+        {
+            "MODEL_PATH": Workdir(workdir).final_model,
+            "GALLERY_DIR": os.path.join(workdir, "gallery"),
+            "TESTING": True,
+            **config,
+        }
+    )
     return app.test_client()
 
 
@@ -179,7 +188,9 @@ def loaded_workers(proc, log, count, timeout=120):
             loaded = {int(pid) for pid in re.findall(r"\[(\d+)\] \[INFO\] loaded ", fh.read())}
         if len(workers) == count and workers <= loaded:
             return workers
-        assert time.monotonic() < deadline, f"workers {sorted(workers)}, of which loaded a model: {sorted(loaded & workers)}"
+        assert time.monotonic() < deadline, (
+            f"workers {sorted(workers)}, of which loaded a model: {sorted(loaded & workers)}"
+        )
         time.sleep(0.2)
 
 

@@ -136,7 +136,9 @@ def test_face_model_embeddings_through_the_compiled_graph_match_eager(face_model
     model, meta = load_model(face_model)
     assert preprocessing_of(meta) == FACE_PREPROCESSING  # a model of today's trainer
     store = ModelStore(publish(face_model, tmp_path), max_batch_size=32)
-    np.testing.assert_allclose(store.get().predict(crops), predict(model, preprocess(crops, FACE_PREPROCESSING)), atol=1e-5)
+    np.testing.assert_allclose(
+        store.get().predict(crops), predict(model, preprocess(crops, FACE_PREPROCESSING)), atol=1e-5
+    )
 
 
 def test_gunicorn_with_batching_answers_each_of_many_concurrent_requests_with_its_own_prediction(text_model, tmp_path):
@@ -156,11 +158,15 @@ def test_gunicorn_with_batching_answers_each_of_many_concurrent_requests_with_it
 def test_gunicorn_worker_batches_concurrent_requests_and_reports_it_in_readyz(text_model, tmp_path):
     publish(text_model, tmp_path)
     # A 20 ms window makes the grouping certain here; the default (0) only groups what queues up.
-    with running_server(tmp_path, "--workers", "1", "--threads", "16", "--max-batch-size", "16", "--batch-timeout-ms", "20") as (base, _, _):
+    with running_server(
+        tmp_path, "--workers", "1", "--threads", "16", "--max-batch-size", "16", "--batch-timeout-ms", "20"
+    ) as (base, _, _):
         url = base + "/v1/models/disttrain:predict"
         before = http("GET", base + "/readyz")[1]["batching"]
         with ThreadPoolExecutor(16) as pool:
-            statuses = [status for status, _ in pool.map(lambda i: http("POST", url, {"instances": [POSITIVE]}), range(64))]
+            statuses = [
+                status for status, _ in pool.map(lambda i: http("POST", url, {"instances": [POSITIVE]}), range(64))
+            ]
         after = http("GET", base + "/readyz")[1]["batching"]
     assert statuses == [200] * 64
     assert after["max_batch_size"] == 16

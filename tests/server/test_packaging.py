@@ -18,8 +18,23 @@ def test_the_wheel_holds_the_web_demo_and_building_it_warns_of_nothing(tmp_path)
     shutil.copytree(SERVER, source, ignore=shutil.ignore_patterns("build", "*.egg-info", "__pycache__"))
     wheels = tmp_path / "wheels"
     # --no-build-isolation: the venv's own setuptools, no index needed
-    result = subprocess.run([sys.executable, "-m", "pip", "wheel", "--verbose", "--no-deps", "--no-build-isolation",
-                             "--wheel-dir", str(wheels), str(source)], capture_output=True, text=True, timeout=300)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--verbose",
+            "--no-deps",
+            "--no-build-isolation",
+            "--wheel-dir",
+            str(wheels),
+            str(source),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     output = result.stdout + result.stderr
     assert "would be ignored" not in output, output

@@ -56,8 +56,12 @@ def test_metadata_has_labels_input_spec_and_limits(text_client):
     ours = body["metadata"]["disttrain"]
     assert ours["labels"] == ["negative", "positive"]
     assert ours["input"] == {"kind": "text"}
-    assert ours["limits"] == {"max_instances": 256, "max_text_chars": 10_000, "max_upload_bytes": 8 * 1024 * 1024,
-                                          "max_request_pixels": 16_000_000}
+    assert ours["limits"] == {
+        "max_instances": 256,
+        "max_text_chars": 10_000,
+        "max_upload_bytes": 8 * 1024 * 1024,
+        "max_request_pixels": 16_000_000,
+    }
 
 
 def test_healthz_always_ok(text_client, empty_client):
@@ -94,14 +98,34 @@ def test_without_a_model_the_app_runs_and_says_why(empty_client):
         (json.dumps({"inputs": "x"}).encode(), 400, '"inputs" must be a list'),
         (json.dumps({"inputs": {"text": "x"}}).encode(), 400, '"inputs"."text" must be a list'),
         (json.dumps({"inputs": {"review": ["x"]}}).encode(), 400, 'exactly one key, this model\'s input "text"'),
-        (json.dumps({"instances": ["a"], "signature_name": "predict_images"}).encode(), 400, "unknown signature_name 'predict_images'"),
+        (
+            json.dumps({"instances": ["a"], "signature_name": "predict_images"}).encode(),
+            400,
+            "unknown signature_name 'predict_images'",
+        ),
         (json.dumps({"instances": ["a"], "signature_name": 1}).encode(), 400, '"signature_name" must be a string'),
-        (json.dumps({"instances": [{"text": "a", "lang": "en"}]}).encode(), 422, 'instance 0: this model has one input, "text"'),
-        (json.dumps({"instances": [{"text": 3}]}).encode(), 422, "instance 0: this model takes text; expected a string, got number"),
+        (
+            json.dumps({"instances": [{"text": "a", "lang": "en"}]}).encode(),
+            422,
+            'instance 0: this model has one input, "text"',
+        ),
+        (
+            json.dumps({"instances": [{"text": 3}]}).encode(),
+            422,
+            "instance 0: this model takes text; expected a string, got number",
+        ),
         (json.dumps({"instances": []}).encode(), 400, '"instances" is empty'),
         (json.dumps({"instances": ["ok"] * 257}).encode(), 413, "too many instances: 257"),
-        (json.dumps({"instances": [3]}).encode(), 422, "instance 0: this model takes text; expected a string, got number"),
-        (json.dumps({"instances": ["fine", None]}).encode(), 422, "instance 1: this model takes text; expected a string, got null"),
+        (
+            json.dumps({"instances": [3]}).encode(),
+            422,
+            "instance 0: this model takes text; expected a string, got number",
+        ),
+        (
+            json.dumps({"instances": ["fine", None]}).encode(),
+            422,
+            "instance 1: this model takes text; expected a string, got null",
+        ),
         (json.dumps({"instances": [{"b64": "aGk="}]}).encode(), 422, "expected a string, got object"),
         (json.dumps({"instances": [["nested"]]}).encode(), 422, "expected a string, got array"),
         (json.dumps({"instances": [""]}).encode(), 422, "instance 0: text is empty or only whitespace"),
@@ -159,13 +183,21 @@ def test_report_names_files_relative_to_the_run_never_the_servers_volume(text_mo
     dashboard's report.json) give them relative to the run's working directory, and a path outside
     the run as its file name alone; prose with a slash in it is left as written."""
     client = make_client(text_model, tmp_path)
-    written = {"data": {"stats": f"{tmp_path}/data/stats.json", "plot": f"{tmp_path}/data/stats.png", "passed": True},
-               "baseline": "/srv/other-runs/run-1/final/report.json", "why": "a 1/2 split of the data", "runs": [f"{tmp_path}/final"]}
+    written = {
+        "data": {"stats": f"{tmp_path}/data/stats.json", "plot": f"{tmp_path}/data/stats.png", "passed": True},
+        "baseline": "/srv/other-runs/run-1/final/report.json",
+        "why": "a 1/2 split of the data",
+        "runs": [f"{tmp_path}/final"],
+    }
     (tmp_path / "final" / "report.json").write_text(json.dumps(written))
     (tmp_path / "final" / "_SUCCESS").touch()  # the dashboard shows a finished run's report
     for url in ("/report", "/runs/served/report.json"):
         response = client.get(url)
         assert response.status_code == 200 and response.mimetype == "application/json", url
-        assert response.get_json() == {"data": {"stats": "data/stats.json", "plot": "data/stats.png", "passed": True},
-                                       "baseline": "report.json", "why": "a 1/2 split of the data", "runs": ["final"]}, url
+        assert response.get_json() == {
+            "data": {"stats": "data/stats.json", "plot": "data/stats.png", "passed": True},
+            "baseline": "report.json",
+            "why": "a 1/2 split of the data",
+            "runs": ["final"],
+        }, url
         assert str(tmp_path) not in response.get_data(as_text=True) and "/srv/" not in response.get_data(as_text=True)

@@ -26,12 +26,46 @@ def test_defaults_follow_the_workdir_layout(monkeypatch, tmp_path):
 
 
 def test_explicit_flags(tmp_path):
-    args = parse_args(["--model", str(tmp_path / "m.keras"), "--model-name", "reviews", "--host", "::1", "--port", "9000",
-                       "--workers", "3", "--threads", "4", "--keepalive", "5", "--max-upload-mb", "0.5", "--max-text-chars", "50",
-                       "--max-instances", "7", "--reload-interval", "0", "--gallery", str(tmp_path / "people"),
-                       "--gallery-seed", str(tmp_path), "--top-k", "5", "--runs-dir", str(tmp_path)])
+    args = parse_args(
+        [
+            "--model",
+            str(tmp_path / "m.keras"),
+            "--model-name",
+            "reviews",
+            "--host",
+            "::1",
+            "--port",
+            "9000",
+            "--workers",
+            "3",
+            "--threads",
+            "4",
+            "--keepalive",
+            "5",
+            "--max-upload-mb",
+            "0.5",
+            "--max-text-chars",
+            "50",
+            "--max-instances",
+            "7",
+            "--reload-interval",
+            "0",
+            "--gallery",
+            str(tmp_path / "people"),
+            "--gallery-seed",
+            str(tmp_path),
+            "--top-k",
+            "5",
+            "--runs-dir",
+            str(tmp_path),
+        ]
+    )
     config = app_config(args)
-    assert (config["GALLERY_DIR"], config["GALLERY_SEED"], config["TOP_K"]) == (str(tmp_path / "people"), str(tmp_path), 5)
+    assert (config["GALLERY_DIR"], config["GALLERY_SEED"], config["TOP_K"]) == (
+        str(tmp_path / "people"),
+        str(tmp_path),
+        5,
+    )
     assert config["MODEL_PATH"] == str(tmp_path / "m.keras") and config["MODEL_NAME"] == "reviews"
     assert config["MAX_CONTENT_LENGTH"] == 512 * 1024
     assert (config["MAX_BATCH_SIZE"], config["BATCH_TIMEOUT_MS"]) == (32, 0)
@@ -54,8 +88,10 @@ def test_explicit_flags(tmp_path):
         (["--top-k", "0"], "--top-k must be between 1 and 100"),
         (["--gallery-seed", "/nonexistent/seed"], "--gallery-seed /nonexistent/seed is not a directory"),
         # (a URL was taken for a local path, and the server waited for it forever)
-        (["--model", "s3://bucket/final/model.keras"], "--model s3://bucket/final/model.keras: the server serves a "
-                                                       "model file on its own volume, not a URL"),
+        (
+            ["--model", "s3://bucket/final/model.keras"],
+            "--model s3://bucket/final/model.keras: the server serves a model file on its own volume, not a URL",
+        ),
         (["--model", "gs://b/m.keras"], "not a URL"),
     ],
 )

@@ -33,17 +33,46 @@ def body(obj):
 
 
 def text_calls():
-    return [Call("POST", PREDICT, body({"instances": [POSITIVE]})),
-            Call("POST", PREDICT, body({"instances": [NEGATIVE, "an uneven but often charming comedy", POSITIVE]})),
-            Call("POST", PREDICT, body({"inputs": {"text": [NEGATIVE, POSITIVE]}})),
-            Call("POST", INFER, body({"id": "t", "inputs": [{"name": "text", "shape": [2], "datatype": "BYTES", "data": [POSITIVE, "a slow, muddled story"]}]}))]
+    return [
+        Call("POST", PREDICT, body({"instances": [POSITIVE]})),
+        Call("POST", PREDICT, body({"instances": [NEGATIVE, "an uneven but often charming comedy", POSITIVE]})),
+        Call("POST", PREDICT, body({"inputs": {"text": [NEGATIVE, POSITIVE]}})),
+        Call(
+            "POST",
+            INFER,
+            body(
+                {
+                    "id": "t",
+                    "inputs": [
+                        {"name": "text", "shape": [2], "datatype": "BYTES", "data": [POSITIVE, "a slow, muddled story"]}
+                    ],
+                }
+            ),
+        ),
+    ]
 
 
 def image_calls(digits_test):
     images = digits_test[0]
     return [Call("POST", PREDICT, body({"instances": [images[i].tolist()]})) for i in range(3)] + [
         Call("POST", PREDICT, body({"instances": [img.tolist() for img in images[3:8]]})),
-        Call("POST", INFER, body({"inputs": [{"name": "image", "shape": [2, 8, 8, 1], "datatype": "UINT8", "data": images[8:10].ravel().tolist()}]}))]
+        Call(
+            "POST",
+            INFER,
+            body(
+                {
+                    "inputs": [
+                        {
+                            "name": "image",
+                            "shape": [2, 8, 8, 1],
+                            "datatype": "UINT8",
+                            "data": images[8:10].ravel().tolist(),
+                        }
+                    ]
+                }
+            ),
+        ),
+    ]
 
 
 # The face photos are sent at about 120 px (the sample's are 150): face detection, most of a search's or an
@@ -54,8 +83,10 @@ SEARCH_ZOOM, ENROLMENT_SIZE = 0.8, 110
 
 def search_calls():
     photos = lfw_photos()
-    return [Call("POST", SEARCH, body({"image": b64(other_view(photos[i], zoom=SEARCH_ZOOM)), "k": 4}))
-            for i in (50, 4, 15, 33)]
+    return [
+        Call("POST", SEARCH, body({"image": b64(other_view(photos[i], zoom=SEARCH_ZOOM)), "k": 4}))
+        for i in (50, 4, 15, 33)
+    ]
 
 
 def enrol_call():
@@ -73,7 +104,7 @@ def rows_and_rest(answer):
         return rows, ({k: v for k, v in answer.items() if k != "outputs"}, tensor)
     if set(answer) not in ({"predictions"}, {"outputs"}):
         return None, answer
-    (key, rows), = answer.items()
+    ((key, rows),) = answer.items()
     return np.asarray(rows), key
 
 
@@ -85,8 +116,11 @@ def same_but_batch_rounding(got, want):
     (got_p, got_rest), (want_p, want_rest) = rows_and_rest(json.loads(got_raw)), rows_and_rest(json.loads(want_raw))
     if got_status != want_status or got_p is None or want_p is None or got_rest != want_rest:
         return False
-    return (got_p.shape == want_p.shape and np.array_equal(got_p.argmax(-1), want_p.argmax(-1))
-            and np.abs(got_p - want_p).max() <= 1e-6)
+    return (
+        got_p.shape == want_p.shape
+        and np.array_equal(got_p.argmax(-1), want_p.argmax(-1))
+        and np.abs(got_p - want_p).max() <= 1e-6
+    )
 
 
 def check_same_answers(base, calls, total, same=lambda got, want: got == want):
@@ -129,7 +163,9 @@ def check_same_enrolments(base, gallery, total, delete=False):
     assert len({json.loads(raw)["id"] for _, _, raw in answers}) == len(answers)  # each its own entry
     if delete:
         assert deleted == [200] * len(answers)
-        assert len(json.loads(Call("GET", "/v1/gallery").send(connection(base))[1])["entries"]) == 7  # the seed + the serial one
+        assert (
+            len(json.loads(Call("GET", "/v1/gallery").send(connection(base))[1])["entries"]) == 7
+        )  # the seed + the serial one
 
 
 def serve_text_and_images(text_model, image_model, digits_test, tmp_path, total):

@@ -52,7 +52,9 @@ def copy_progress(real_run, run_dir):
 
 
 REJECTED_AT = "20261124T010203.000000001Z"
-REFUSAL = "held-out accuracy 0.1000 is 80.00 points below worker 1's 0.9000 (at most 2 allowed: --max-drop-vs-best-worker)"
+REFUSAL = (
+    "held-out accuracy 0.1000 is 80.00 points below worker 1's 0.9000 (at most 2 allowed: --max-drop-vs-best-worker)"
+)
 
 
 def make_runs(real_run, real_report, runs):
@@ -61,8 +63,11 @@ def make_runs(real_run, real_report, runs):
     # refused: the aggregator keeps the model with its report in rejected/<time>/, final/ untouched
     rejected = runs / "run-1" / "rejected" / REJECTED_AT
     os.makedirs(rejected)
-    refused = dict(real_report, final=dict(real_report["final"], test_accuracy=0.1),
-                   gate=dict(real_report["gate"], passed=False, reasons=[REFUSAL]))
+    refused = dict(
+        real_report,
+        final=dict(real_report["final"], test_accuracy=0.1),
+        gate=dict(real_report["gate"], passed=False, reasons=[REFUSAL]),
+    )
     atomic_write_json(str(rejected / "report.json"), refused)
     for name in ("report.png", "analysis.png"):
         shutil.copy2(real_run / "final" / name, rejected / name)
@@ -98,8 +103,15 @@ def runs(real_run, real_report, tmp_path_factory):
 
 def client(runs_dir, served="run-10", **config):
     workdir = runs_dir / served if runs_dir else served
-    app = create_app({"MODEL_PATH": os.path.join(workdir, "final", "model.keras"), "RUNS_DIR": runs_dir and str(runs_dir),
-                      "GALLERY_DIR": os.path.join(os.path.dirname(workdir), "gallery"), "TESTING": True, **config})
+    app = create_app(
+        {
+            "MODEL_PATH": os.path.join(workdir, "final", "model.keras"),
+            "RUNS_DIR": runs_dir and str(runs_dir),
+            "GALLERY_DIR": os.path.join(os.path.dirname(workdir), "gallery"),
+            "TESTING": True,
+            **config,
+        }
+    )
     return app.test_client()
 
 
@@ -115,20 +127,30 @@ def test_the_list_shows_every_run_newest_first_with_its_status(runs, real_report
     rows = {row["run"]: row for row in body["runs"]}
     assert [row["run"] for row in body["runs"]] == ["run-12", "run-10", "run-6", "run-5", "run-3", "run-2", "run-1"]
     assert {name: row["status"] for name, row in rows.items()} == {
-        "run-12": "finished", "run-10": "finished", "run-6": "finished", "run-5": "finished", "run-3": "none",
-        "run-2": "training", "run-1": "rejected"}
+        "run-12": "finished",
+        "run-10": "finished",
+        "run-6": "finished",
+        "run-5": "finished",
+        "run-3": "none",
+        "run-2": "training",
+        "run-1": "rejected",
+    }
     assert [name for name, row in rows.items() if row["served"]] == ["run-10"]
     # the real report's numbers, as the aggregator wrote them
     served = rows["run-10"]["report"]
     assert (served["strategy"], served["task"], served["workers"], served["epochs"]) == ("average", "image", 2, 12)
     assert served["final_value"] == real_report["final"]["test_accuracy"] > 0.5
-    assert [r["metrics"] for r in served["rows"]] == [[w["test_accuracy"], w["test_loss"]] for w in real_report["workers"]]
+    assert [r["metrics"] for r in served["rows"]] == [
+        [w["test_accuracy"], w["test_loss"]] for w in real_report["workers"]
+    ]
     assert served["parameters"]["batch"] == 32 and served["parameters_from"] == "the trainer's flags"
     assert served["created_at"] == real_report["created_at"] and served["gate"]["passed"] is True
     assert rows["run-1"]["report"]["final_value"] == 0.1 and rows["run-1"]["report"]["gate"]["reasons"] == [REFUSAL]
     # broken and oversized reports are rows that say so
     assert rows["run-5"]["report"] == {"error": "unreadable report: not JSON"}
-    assert rows["run-6"]["report"] == {"error": f"unreadable report: larger than {dashboard.MAX_REPORT_BYTES} bytes, not read"}
+    assert rows["run-6"]["report"] == {
+        "error": f"unreadable report: larger than {dashboard.MAX_REPORT_BYTES} bytes, not read"
+    }
     assert rows["run-2"]["report"] is None and rows["run-3"]["report"] is None
 
 
@@ -136,7 +158,15 @@ def test_the_list_page_compares_the_runs(runs, real_report):
     response = client(runs).get("/runs")
     assert response.status_code == 200 and response.mimetype == "text/html"
     html = response.get_data(as_text=True)
-    assert re.findall(r'<tr data-run="(run-\d+)"', html) == ["run-12", "run-10", "run-6", "run-5", "run-3", "run-2", "run-1"]
+    assert re.findall(r'<tr data-run="(run-\d+)"', html) == [
+        "run-12",
+        "run-10",
+        "run-6",
+        "run-5",
+        "run-3",
+        "run-2",
+        "run-1",
+    ]
     accuracy = real_report["final"]["test_accuracy"]
     # the final held-out accuracies side by side: a bar (<meter>) and the number for each run with a report
     assert re.findall(r'<meter min="0" max="1" value="([0-9.e-]+)"', html) == [str(accuracy), str(accuracy), "0.1"]
@@ -154,9 +184,14 @@ def test_one_run_shows_parameters_metrics_plots_and_curves(runs, real_report):
     assert facts["batch"] == "32" and facts["task"].strip() == "image"
     table = re.search(r'<table class="runs-table" id="metrics-table">(.*?)</table>', html, re.S).group(1)
     cells = [re.findall(r"<td[^>]*>([^<]*)</td>", row) for row in re.findall(r"<tr[^>]*>(.*?)</tr>", table, re.S)[1:]]
-    expected = [[w["name"], str(w["examples"]), f"{w['test_accuracy']:.4f}", f"{w['test_loss']:.4f}"] for w in real_report["workers"]]
+    expected = [
+        [w["name"], str(w["examples"]), f"{w['test_accuracy']:.4f}", f"{w['test_loss']:.4f}"]
+        for w in real_report["workers"]
+    ]
     final = real_report["final"]
-    expected.append(["final (average)", str(final["examples"]), f"{final['test_accuracy']:.4f}", f"{final['test_loss']:.4f}"])
+    expected.append(
+        ["final (average)", str(final["examples"]), f"{final['test_accuracy']:.4f}", f"{final['test_loss']:.4f}"]
+    )
     assert cells == expected
     # the aggregator's two plots, served from the run, their mtime in the URL
     for name in ("report.png", "analysis.png"):
@@ -175,26 +210,53 @@ def test_a_refused_run_shows_the_gate_and_the_kept_plots(runs):
     assert "refused by the quality gate" in html and str(html_escape(REFUSAL)) in html and "refused the model" in html
     response = c.get("/runs/run-1/report.json")
     assert response.status_code == 200 and response.get_json()["gate"]["passed"] is False
-    assert c.get("/runs/run-1/report.png").get_data() == (runs / "run-1" / "rejected" / REJECTED_AT / "report.png").read_bytes()
+    assert (
+        c.get("/runs/run-1/report.png").get_data()
+        == (runs / "run-1" / "rejected" / REJECTED_AT / "report.png").read_bytes()
+    )
 
 
 def test_runs_without_a_report(runs):
     c = client(runs)
-    for run, words in (("run-2", "The workers are training"), ("run-3", "This run has no report"),
-                       ("run-5", "unreadable report: not JSON"), ("run-6", "unreadable report: larger than")):
+    for run, words in (
+        ("run-2", "The workers are training"),
+        ("run-3", "This run has no report"),
+        ("run-5", "unreadable report: not JSON"),
+        ("run-6", "unreadable report: larger than"),
+    ):
         response = c.get(f"/runs/{run}")
         assert response.status_code == 200 and words in response.get_data(as_text=True), run
     assert "has no report.png" in error_of(c.get("/runs/run-3/report.png"), 404)
     assert "has no report.png" in error_of(c.get("/runs/run-2/report.png"), 404)
 
 
-@pytest.mark.parametrize("path", [
-    "/runs/..", "/runs/../run-10", "/runs/run-10/../../etc/passwd", "/runs/run-10%2F..%2F..%2Fetc%2Fpasswd",
-    "/runs/%2e%2e/run-10/report.png", "/runs/run-99", "/runs/run-99/report.png", "/runs/run-x", "/runs/run-13.tmp",
-    "/runs/run-14", "/runs/run-15", "/runs/run-15/report.json", "/runs/run-010", "/runs/run-10/model.keras",
-    "/runs/run-10/_SUCCESS", "/runs/run-10/..", "/runs/run-10/report.json.tmp", "/runs/served/model.keras",
-    "/runs/run--1", "/runs/RUN-10", "/runs/run-10/final", "/runs/run-10/%2e%2e",
-])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/runs/..",
+        "/runs/../run-10",
+        "/runs/run-10/../../etc/passwd",
+        "/runs/run-10%2F..%2F..%2Fetc%2Fpasswd",
+        "/runs/%2e%2e/run-10/report.png",
+        "/runs/run-99",
+        "/runs/run-99/report.png",
+        "/runs/run-x",
+        "/runs/run-13.tmp",
+        "/runs/run-14",
+        "/runs/run-15",
+        "/runs/run-15/report.json",
+        "/runs/run-010",
+        "/runs/run-10/model.keras",
+        "/runs/run-10/_SUCCESS",
+        "/runs/run-10/..",
+        "/runs/run-10/report.json.tmp",
+        "/runs/served/model.keras",
+        "/runs/run--1",
+        "/runs/RUN-10",
+        "/runs/run-10/final",
+        "/runs/run-10/%2e%2e",
+    ],
+)
 def test_paths_outside_the_runs_and_their_files_are_404(runs, path):
     response = client(runs).get(path)
     assert response.status_code == 404, (path, response.get_data(as_text=True)[:200])
@@ -212,7 +274,9 @@ def test_served_names_the_served_run_and_the_files_are_read_only(runs):
 def test_without_runs_dir_the_served_run_only(runs):
     c = client(None, served=runs / "run-12")
     body = listing(c)
-    assert body["runs_dir"] is False and [(r["run"], r["status"], r["served"]) for r in body["runs"]] == [("served", "finished", True)]
+    assert body["runs_dir"] is False and [(r["run"], r["status"], r["served"]) for r in body["runs"]] == [
+        ("served", "finished", True)
+    ]
     html = c.get("/runs").get_data(as_text=True)
     assert "--runs-dir" in html and "server.dashboard.enabled" in html
     assert c.get("/runs/served").status_code == 200
@@ -220,7 +284,9 @@ def test_without_runs_dir_the_served_run_only(runs):
     # the demo page links the served run's dashboard; with --runs-dir, by its run-N
     assert re.search(r'id="dashboard-link" href="/runs/served"', c.get("/").get_data(as_text=True))
     # (run-12: no model there, so the page renders without loading one)
-    assert re.search(r'id="dashboard-link" href="/runs/run-12"', client(runs, served="run-12").get("/").get_data(as_text=True))
+    assert re.search(
+        r'id="dashboard-link" href="/runs/run-12"', client(runs, served="run-12").get("/").get_data(as_text=True)
+    )
 
 
 def test_token_and_host_rules(runs):
@@ -352,7 +418,9 @@ def test_the_cache_under_many_threads(runs, real_report, tmp_path):
     interval = sys.getswitchinterval()
     sys.setswitchinterval(1e-6)
     try:
-        threads = [threading.Thread(target=reader, args=(k,)) for k in range(threads_n)] + [threading.Thread(target=writer)]
+        threads = [threading.Thread(target=reader, args=(k,)) for k in range(threads_n)] + [
+            threading.Thread(target=writer)
+        ]
         for t in threads[:-1]:
             t.start()
         threads[-1].start()
@@ -375,11 +443,25 @@ def test_regression_runs_are_compared_by_rmse_lowest_first(real_report, tmp_path
     for n, rmse in ((1, 61.5), (2, 54.2)):
         final = runs_dir / f"run-{n}" / "final"
         final.mkdir(parents=True)
-        report = {**real_report, "task": "table", "problem": "regression", "target": "progression", "labels": [],
-                  "primary_metric": {"name": "rmse", "direction": "min", "label": "RMSE"},
-                  "workers": [{"name": "worker 0", "examples": 178, "test_rmse": rmse + 1, "test_mae": 44.0,
-                               "test_r2": 0.4, "test_loss": (rmse + 1) ** 2}],
-                  "final": {"examples": 355, "test_rmse": rmse, "test_mae": 43.0, "test_r2": 0.45, "test_loss": rmse ** 2}}
+        report = {
+            **real_report,
+            "task": "table",
+            "problem": "regression",
+            "target": "progression",
+            "labels": [],
+            "primary_metric": {"name": "rmse", "direction": "min", "label": "RMSE"},
+            "workers": [
+                {
+                    "name": "worker 0",
+                    "examples": 178,
+                    "test_rmse": rmse + 1,
+                    "test_mae": 44.0,
+                    "test_r2": 0.4,
+                    "test_loss": (rmse + 1) ** 2,
+                }
+            ],
+            "final": {"examples": 355, "test_rmse": rmse, "test_mae": 43.0, "test_r2": 0.45, "test_loss": rmse**2},
+        }
         (final / "report.json").write_text(json.dumps(report))
         (final / "_SUCCESS").write_text("{}")
     c = client(runs_dir, served="run-2")
@@ -403,8 +485,17 @@ def test_a_private_run_shows_epsilon_beside_its_accuracy(real_report, tmp_path):
 
     args = argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=1e-5, batch=32)
     epsilons = [privacy.epsilon(1.1, 32 / 700, 22 * e, 1e-5) for e in (1, 2)]
-    section = privacy.summary(args, q=32 / 700, steps_per_epoch=22, epochs=2, epsilon_by_epoch=epsilons,
-                              strategy="multiworker", workers=2, training_examples=1400, epoch_examples=700)
+    section = privacy.summary(
+        args,
+        q=32 / 700,
+        steps_per_epoch=22,
+        epochs=2,
+        epsilon_by_epoch=epsilons,
+        strategy="multiworker",
+        workers=2,
+        training_examples=1400,
+        epoch_examples=700,
+    )
     runs_dir = tmp_path / "runs"
     for n, extra in ((1, {}), (2, {"privacy": section})):
         final = runs_dir / f"run-{n}" / "final"
@@ -418,7 +509,9 @@ def test_a_private_run_shows_epsilon_beside_its_accuracy(real_report, tmp_path):
     html = c.get("/runs").get_data(as_text=True)
     accuracy = f"{real_report['final']['test_accuracy']:.4f}"
     private_row = re.search(r'<tr data-run="run-2".*?</tr>', html, re.S).group(0)
-    assert re.search(rf"{accuracy}</span>.*ε = {epsilons[-1]:.2f}</span> <span class=\"muted\">\(δ = 1e-05\)", private_row, re.S)
+    assert re.search(
+        rf"{accuracy}</span>.*ε = {epsilons[-1]:.2f}</span> <span class=\"muted\">\(δ = 1e-05\)", private_row, re.S
+    )
     assert "ε =" not in re.search(r'<tr data-run="run-1".*?</tr>', html, re.S).group(0)
     page = c.get("/runs/run-2").get_data(as_text=True)
     assert re.search(rf'<dd id="privacy">ε = {epsilons[-1]:.2f} at δ = 1e-05 <span class="muted">\(RDP', page)
@@ -433,11 +526,24 @@ def test_a_private_vocabulary_run_shows_the_total_epsilon_and_its_parts(real_rep
     from disttrain_trainer import privacy
 
     args = argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=1e-5, batch=32)
-    vocabulary = {"file": "vocab.txt", "sha256": "0" * 64, "size": 233,
-                  "private": {"epsilon": 1.0, "delta": 1e-6, "mechanism": "DP partition selection", "released": 233}}
-    section = privacy.summary(args, q=32 / 700, steps_per_epoch=22, epochs=1, epsilon_by_epoch=[0.42],
-                              strategy="average", workers=2, training_examples=1400, epoch_examples=700,
-                              vocabulary=vocabulary)
+    vocabulary = {
+        "file": "vocab.txt",
+        "sha256": "0" * 64,
+        "size": 233,
+        "private": {"epsilon": 1.0, "delta": 1e-6, "mechanism": "DP partition selection", "released": 233},
+    }
+    section = privacy.summary(
+        args,
+        q=32 / 700,
+        steps_per_epoch=22,
+        epochs=1,
+        epsilon_by_epoch=[0.42],
+        strategy="average",
+        workers=2,
+        training_examples=1400,
+        epoch_examples=700,
+        vocabulary=vocabulary,
+    )
     final = tmp_path / "runs" / "run-1" / "final"
     final.mkdir(parents=True)
     (final / "report.json").write_text(json.dumps({**real_report, "privacy": section}))
@@ -448,7 +554,9 @@ def test_a_private_vocabulary_run_shows_the_total_epsilon_and_its_parts(real_rep
     assert (row["training_epsilon"], row["vocabulary_epsilon"]) == (0.42, 1.0)
     assert "ε = 1.42</span>" in c.get("/runs").get_data(as_text=True)
     page = c.get("/runs/run-1").get_data(as_text=True)
-    assert re.search(r'<dd id="privacy">ε = 1.42 at δ = 1.1e-05 \(training 0.42 \+ private vocabulary 1.00, added\)', page)
+    assert re.search(
+        r'<dd id="privacy">ε = 1.42 at δ = 1.1e-05 \(training 0.42 \+ private vocabulary 1.00, added\)', page
+    )
 
 
 def test_only_ascii_digits_number_a_run_or_a_worker(tmp_path):

@@ -90,13 +90,16 @@ def test_a_model_with_an_unknown_version_is_refused_with_a_reason(face_model, tm
 
 # ------------------------------------------------ retrieval on our own photos
 
+
 def darker(photo):
     return cv2.convertScaleAbs(photo, alpha=0.7)
 
 
 def rotated(photo, degrees=6):
     h, w = photo.shape[:2]
-    return cv2.warpAffine(photo, cv2.getRotationMatrix2D((w / 2, h / 2), degrees, 1.0), (w, h), borderMode=cv2.BORDER_REPLICATE)
+    return cv2.warpAffine(
+        photo, cv2.getRotationMatrix2D((w / 2, h / 2), degrees, 1.0), (w, h), borderMode=cv2.BORDER_REPLICATE
+    )
 
 
 def smaller(photo):
@@ -145,9 +148,14 @@ def test_altered_copies_of_our_own_photos_find_the_right_person(face_model, tmp_
     results, no_face = retrieval(make_client(face_model, tmp_path), photos)
     # lfw-013's face is found in the copier's 150x150 photo but not in its 3x portrait; no other is missed
     assert len(no_face) <= 1 and len(photos) >= 10, no_face
-    summary = {copy: {"top1": float(np.mean([top == name for name, top, _, _ in rows])),
-                      "right": float(np.mean([r for *_, r, _ in rows])), "wrong": float(np.mean([w for *_, w in rows]))}
-               for copy, rows in results.items()}
+    summary = {
+        copy: {
+            "top1": float(np.mean([top == name for name, top, _, _ in rows])),
+            "right": float(np.mean([r for *_, r, _ in rows])),
+            "wrong": float(np.mean([w for *_, w in rows])),
+        }
+        for copy, rows in results.items()
+    }
     print(json.dumps(summary, indent=1))
     misses = [(copy, name, top) for copy, rows in results.items() for name, top, _, _ in rows if top != name]
     assert misses == [], f"wrong person first: {misses}"

@@ -27,7 +27,9 @@ PEOPLE = {f"person {i}": i for i in (0, 3, 7, 12, 21)}  # name -> index of the s
 
 
 def enrol(client, name, image):
-    response = client.post("/v1/gallery", data={"name": name, "image": (io.BytesIO(png(image)), "photo.png")}, headers=FORM_HEADERS)
+    response = client.post(
+        "/v1/gallery", data={"name": name, "image": (io.BytesIO(png(image)), "photo.png")}, headers=FORM_HEADERS
+    )
     assert response.status_code == 201, response.get_data(as_text=True)
     return response.get_json()
 
@@ -44,8 +46,11 @@ def gallery_of(client):
 
 def folder_state(root):
     """Every file in the gallery folder with its size and mtime: any write shows up."""
-    return {os.path.join(d, f): (os.stat(os.path.join(d, f)).st_size, os.stat(os.path.join(d, f)).st_mtime_ns)
-            for d, _, files in os.walk(root) for f in files}
+    return {
+        os.path.join(d, f): (os.stat(os.path.join(d, f)).st_size, os.stat(os.path.join(d, f)).st_mtime_ns)
+        for d, _, files in os.walk(root)
+        for f in files
+    }
 
 
 @pytest.fixture
@@ -81,15 +86,24 @@ def test_enrol_list_search_and_delete(enrolled):
         assert distances[0] < 0.5 and distances[1] - distances[0] > 0.2, distances  # same person near, others far
         assert answer["faces_found"] == 1 and "note" not in answer and len(answer["face"]["box"]) == 4
     # A multipart search, as the page sends it, with k: the same ranking, longer.
-    response = client.post(SEARCH, data={"image": (io.BytesIO(png(other_view(lfw_photos()[3]))), "q.png"), "k": "5"}, headers=FORM_HEADERS)
-    assert [m["name"] for m in response.get_json()["matches"]][:1] == ["person 3"] and len(response.get_json()["matches"]) == 5
+    response = client.post(
+        SEARCH, data={"image": (io.BytesIO(png(other_view(lfw_photos()[3]))), "q.png"), "k": "5"}, headers=FORM_HEADERS
+    )
+    assert [m["name"] for m in response.get_json()["matches"]][:1] == ["person 3"] and len(
+        response.get_json()["matches"]
+    ) == 5
     # Searching stored nothing: same entries, not one file written.
     assert client.get("/v1/gallery").get_json() == listed
     assert folder_state(gallery_of(client).root) == before
 
     gone = entries["person 7"]
     assert client.delete(f"/v1/gallery/{gone['id']}").get_json() == {"deleted": gone}
-    assert [e["name"] for e in client.get("/v1/gallery").get_json()["entries"]] == ["person 0", "person 3", "person 12", "person 21"]
+    assert [e["name"] for e in client.get("/v1/gallery").get_json()["entries"]] == [
+        "person 0",
+        "person 3",
+        "person 12",
+        "person 21",
+    ]
     assert "person 7" not in [m["name"] for m in search(client, other_view(lfw_photos()[7]), k=10)["matches"]]
     error_of(client.get(gone["thumbnail"]), 404)
     assert "no gallery entry" in error_of(client.delete(f"/v1/gallery/{gone['id']}"), 404)
@@ -133,9 +147,14 @@ def test_a_new_model_recomputes_the_gallery_once(enrolled, other_face_model, tmp
     model, meta = load_model(other_face_model)
     with np.load(gallery.cache_path(new)) as npz:
         cached = dict(zip(npz["ids"].tolist(), npz["embeddings"]))
-    crops = np.stack([cv2.imread(gallery.crop_path(e["id"]), cv2.IMREAD_GRAYSCALE)[..., None] for e in entries.values()])
-    np.testing.assert_allclose(np.stack([cached[e["id"]] for e in entries.values()]),
-                               predict(model, preprocess(crops, preprocessing_of(meta))), atol=1e-5)
+    crops = np.stack(
+        [cv2.imread(gallery.crop_path(e["id"]), cv2.IMREAD_GRAYSCALE)[..., None] for e in entries.values()]
+    )
+    np.testing.assert_allclose(
+        np.stack([cached[e["id"]] for e in entries.values()]),
+        predict(model, preprocess(crops, preprocessing_of(meta))),
+        atol=1e-5,
+    )
 
 
 def test_photo_with_several_faces_uses_the_most_face_like_and_says_so(enrolled):
@@ -161,36 +180,62 @@ def test_bad_requests_are_json_4xx(enrolled, face_model, tmp_path):
     photo = lfw_photos()[0]
     assert "no face found" in error_of(client.post(SEARCH, json={"image": b64(blank())}), 422)
     assert "no face found" in error_of(client.post("/v1/gallery", json={"name": "nobody", "image": b64(blank())}), 422)
-    assert "not a decodable image" in error_of(client.post(SEARCH, data={"image": (io.BytesIO(png(photo)[:200]), "cut.png")}, headers=FORM_HEADERS), 422)
-    assert "only PNG or JPEG images are accepted" in error_of(client.post(SEARCH, data={"image": (io.BytesIO(b"hello, world\n"), "notes.txt")}, headers=FORM_HEADERS), 415)
+    assert "not a decodable image" in error_of(
+        client.post(SEARCH, data={"image": (io.BytesIO(png(photo)[:200]), "cut.png")}, headers=FORM_HEADERS), 422
+    )
+    assert "only PNG or JPEG images are accepted" in error_of(
+        client.post(SEARCH, data={"image": (io.BytesIO(b"hello, world\n"), "notes.txt")}, headers=FORM_HEADERS), 415
+    )
     assert "not valid base64" in error_of(client.post(SEARCH, json={"image": {"b64": "***"}}), 422)
-    assert "empty" in error_of(client.post(SEARCH, data={"image": (io.BytesIO(b""), "empty.png")}, headers=FORM_HEADERS), 422)
+    assert "empty" in error_of(
+        client.post(SEARCH, data={"image": (io.BytesIO(b""), "empty.png")}, headers=FORM_HEADERS), 422
+    )
     assert 'missing "image"' in error_of(client.post(SEARCH, json={"k": 3}), 400)
-    assert 'missing the "image" file field' in error_of(client.post(SEARCH, data={"k": "3"}, headers=FORM_HEADERS, content_type="multipart/form-data"), 400)
+    assert 'missing the "image" file field' in error_of(
+        client.post(SEARCH, data={"k": "3"}, headers=FORM_HEADERS, content_type="multipart/form-data"), 400
+    )
     assert "must be a JSON object" in error_of(client.post(SEARCH, json=[1, 2]), 400)
-    assert '"k" must be an integer from 1 to 100' in error_of(client.post(SEARCH, json={"image": b64(photo), "k": 0}), 422)
+    assert '"k" must be an integer from 1 to 100' in error_of(
+        client.post(SEARCH, json={"image": b64(photo), "k": 0}), 422
+    )
     assert '"k" must be' in error_of(client.post(SEARCH, json={"image": b64(photo), "k": True}), 422)
     # a form field of Unicode digits ("³" passes str.isdigit, int() refuses it) is no number
-    assert '"k" must be' in error_of(client.post(SEARCH, data={"image": (io.BytesIO(png(photo)), "p.png"), "k": "³"}, headers=FORM_HEADERS), 422)
+    assert '"k" must be' in error_of(
+        client.post(SEARCH, data={"image": (io.BytesIO(png(photo)), "p.png"), "k": "³"}, headers=FORM_HEADERS), 422
+    )
     assert "unknown model" in error_of(client.post("/v1/models/other:search", json={"image": b64(photo)}), 404)
 
     assert 'missing "name"' in error_of(client.post("/v1/gallery", json={"image": b64(photo)}), 400)
-    assert "name is empty" in error_of(client.post("/v1/gallery", data={"name": "  ", "image": (io.BytesIO(png(photo)), "p.png")}, headers=FORM_HEADERS), 422)
-    assert "the limit is 100" in error_of(client.post("/v1/gallery", json={"name": "x" * 101, "image": b64(photo)}), 422)
+    assert "name is empty" in error_of(
+        client.post(
+            "/v1/gallery", data={"name": "  ", "image": (io.BytesIO(png(photo)), "p.png")}, headers=FORM_HEADERS
+        ),
+        422,
+    )
+    assert "the limit is 100" in error_of(
+        client.post("/v1/gallery", json={"name": "x" * 101, "image": b64(photo)}), 422
+    )
     assert '"name" must be a string' in error_of(client.post("/v1/gallery", json={"name": 7, "image": b64(photo)}), 422)
     assert client.get("/v1/gallery").get_json()["count"] == 5  # nothing bad got in
 
     small = make_client(face_model, tmp_path / "small", MAX_CONTENT_LENGTH=100_000)
     big = np.random.default_rng(0).integers(0, 256, (300, 300, 3), dtype=np.uint8)  # noise: ~270 KB as PNG
-    assert "100000 byte limit" in error_of(small.post(SEARCH, data={"image": (io.BytesIO(png(big)), "big.png")}, headers=FORM_HEADERS), 413)
-    assert "100000 byte limit" in error_of(small.post("/v1/gallery", data={"name": "big", "image": (io.BytesIO(png(big)), "b.png")}, headers=FORM_HEADERS), 413)
+    assert "100000 byte limit" in error_of(
+        small.post(SEARCH, data={"image": (io.BytesIO(png(big)), "big.png")}, headers=FORM_HEADERS), 413
+    )
+    assert "100000 byte limit" in error_of(
+        small.post("/v1/gallery", data={"name": "big", "image": (io.BytesIO(png(big)), "b.png")}, headers=FORM_HEADERS),
+        413,
+    )
 
 
 def test_predict_gives_embeddings_of_face_crops(face_client):
     crop = find_face(lfw_photos()[5]).crop
     view = augment(crop, np.random.default_rng(0))
     stranger = find_face(lfw_photos()[40]).crop
-    response = face_client.post(predict_url(), json={"instances": [crop.tolist(), view[..., 0].tolist(), b64(stranger)]})
+    response = face_client.post(
+        predict_url(), json={"instances": [crop.tolist(), view[..., 0].tolist(), b64(stranger)]}
+    )
     assert response.status_code == 200, response.get_data(as_text=True)
     embeddings = np.array(response.get_json()["predictions"])
     assert embeddings.shape == (3, 64)
@@ -221,18 +266,31 @@ def test_faces_enrolled_before_any_model_are_embedded_by_the_first_search(face_m
 
 def test_seed_folder_enrols_once(face_model, tmp_path):
     photos = lfw_photos()
-    seed = write_seed(tmp_path / "seed", {
-        "Eileen_Collins": [astronaut()],
-        "lfw-003": [photos[3]],
-        "lfw-009": [photos[9], other_view(photos[9], shift=(-4, 3), brightness=-10)],
-        "nobody": [blank()],  # no face: skipped with a warning
-    })
+    seed = write_seed(
+        tmp_path / "seed",
+        {
+            "Eileen_Collins": [astronaut()],
+            "lfw-003": [photos[3]],
+            "lfw-009": [photos[9], other_view(photos[9], shift=(-4, 3), brightness=-10)],
+            "nobody": [blank()],  # no face: skipped with a warning
+        },
+    )
     publish(face_model, tmp_path)
-    config = {"MODEL_PATH": str(tmp_path / "final" / "model.keras"), "GALLERY_DIR": str(tmp_path / "gallery"), "GALLERY_SEED": str(seed), "TESTING": True}
+    config = {
+        "MODEL_PATH": str(tmp_path / "final" / "model.keras"),
+        "GALLERY_DIR": str(tmp_path / "gallery"),
+        "GALLERY_SEED": str(seed),
+        "TESTING": True,
+    }
     client = create_app(config).test_client()
     entries = client.get("/v1/gallery").get_json()["entries"]
     assert sorted(e["name"] for e in entries) == ["Eileen Collins", "lfw-003", "lfw-009", "lfw-009"]
-    assert {e["source"] for e in entries} == {"seed:Eileen_Collins.png", "seed:lfw-003.png", "seed:lfw-009/0.png", "seed:lfw-009/1.png"}
+    assert {e["source"] for e in entries} == {
+        "seed:Eileen_Collins.png",
+        "seed:lfw-003.png",
+        "seed:lfw-009/0.png",
+        "seed:lfw-009/1.png",
+    }
     again = create_app(config).test_client()  # a restart, or the second worker: nothing added
     assert again.get("/v1/gallery").get_json()["entries"] == entries
 
@@ -244,8 +302,13 @@ def test_seed_folder_enrols_once(face_model, tmp_path):
 json_values = fuzz.json_values(["b64", "image", "name", "k"], max_leaves=30, max_list=5)
 photo_bodies = st.one_of(
     json_values.map(lambda value: json.dumps(value).encode()),
-    st.fixed_dictionaries({"image": json_values | st.fixed_dictionaries({"b64": st.text(max_size=40) | st.just(b64(blank(40, 40))["b64"])})},
-                          optional={"k": json_values, "name": json_values}).map(lambda value: json.dumps(value).encode()),
+    st.fixed_dictionaries(
+        {
+            "image": json_values
+            | st.fixed_dictionaries({"b64": st.text(max_size=40) | st.just(b64(blank(40, 40))["b64"])})
+        },
+        optional={"k": json_values, "name": json_values},
+    ).map(lambda value: json.dumps(value).encode()),
     st.binary(max_size=64),
 )
 
@@ -264,6 +327,8 @@ def test_any_body_gets_json_and_a_documented_status(face_client, path, method, b
 def test_unwritable_gallery_is_503_and_reads_still_work(face_model, tmp_path):
     (tmp_path / "a-file").write_text("not a folder")  # root ignores permissions; a file in the path stops anyone
     client = make_client(face_model, tmp_path, GALLERY_DIR=str(tmp_path / "a-file" / "gallery"))
-    assert "cannot store the entry" in error_of(client.post("/v1/gallery", json={"name": "Ada", "image": b64(lfw_photos()[0])}), 503)
+    assert "cannot store the entry" in error_of(
+        client.post("/v1/gallery", json={"name": "Ada", "image": b64(lfw_photos()[0])}), 503
+    )
     assert client.get("/v1/gallery").get_json() == {"count": 0, "entries": []}
     assert search(client, lfw_photos()[0])["matches"] == []

@@ -20,11 +20,17 @@ def wait_until_all_workers_answer(url, body, is_fresh, timeout=90):
         time.sleep(0.2)
 
 
-def test_gunicorn_serves_reloads_refuses_bad_input_and_stops_cleanly(text_model, flipped_text_model, image_model, tmp_path):
+def test_gunicorn_serves_reloads_refuses_bad_input_and_stops_cleanly(
+    text_model, flipped_text_model, image_model, tmp_path
+):
     publish(text_model, tmp_path)
     # --max-request-pixels above the bomb below, so that OpenCV's own guard (set by main in the workers'
     # environment) is what refuses it; the per-request budget in front of it: test_server_security.py.
-    with running_server(tmp_path, "--workers", "2", "--reload-interval", "1", "--max-request-pixels", "100000000") as (base, proc, log):
+    with running_server(tmp_path, "--workers", "2", "--reload-interval", "1", "--max-request-pixels", "100000000") as (
+        base,
+        proc,
+        log,
+    ):
         url = base + "/v1/models/disttrain:predict"
         with open(log) as fh:
             assert f"serving 'disttrain' at {base}/" in fh.read()
@@ -52,18 +58,24 @@ def test_gunicorn_serves_reloads_refuses_bad_input_and_stops_cleanly(text_model,
         # A new publication reaches every worker without a restart.
         version = int(http("GET", base + "/readyz")[1]["version"])
         publish(flipped_text_model, tmp_path, mtime=version + 10)
-        wait_until_all_workers_answer(url, {"instances": [POSITIVE]}, lambda s, b: s == 200 and b["predictions"][0][1] < 0.5)
+        wait_until_all_workers_answer(
+            url, {"instances": [POSITIVE]}, lambda s, b: s == 200 and b["predictions"][0][1] < 0.5
+        )
         assert http("GET", base + "/readyz")[1]["version"] == str(version + 10)
 
         # Even a different kind of model: the digits image model.
         publish(image_model, tmp_path, mtime=version + 20)
         pixels = np.zeros((8, 8)).tolist()
-        wait_until_all_workers_answer(url, {"instances": [pixels] * 10}, lambda s, b: s == 200 and len(b["predictions"][0]) == 10)
+        wait_until_all_workers_answer(
+            url, {"instances": [pixels] * 10}, lambda s, b: s == 200 and len(b["predictions"][0]) == 10
+        )
         # 8000x8000 = 64 M pixels > the server's 40 M OPENCV_IO_MAX_IMAGE_PIXELS, in a ~60 KB PNG
         ok, bomb = cv2.imencode(".png", np.zeros((8000, 8000), dtype=np.uint8))
         status, body = http("POST", url, {"instances": [{"b64": base64.b64encode(bomb.tobytes()).decode()}]})
         assert status == 422 and "not a decodable image" in body["error"]
-        ok, png = cv2.imencode(".png", np.zeros((12000, 9000), dtype=np.uint8))  # 108 M pixels: over the budget, never decoded
+        ok, png = cv2.imencode(
+            ".png", np.zeros((12000, 9000), dtype=np.uint8)
+        )  # 108 M pixels: over the budget, never decoded
         status, body = http("POST", url, {"instances": [{"b64": base64.b64encode(png.tobytes()).decode()}]})
         assert status == 413 and "--max-request-pixels" in body["error"]
         # 9 MB > 8 MB: the server reads the excess before answering, so the client gets the 413, not a reset

@@ -92,7 +92,9 @@ def test_bad_image_instance_is_422_naming_the_problem(image_client, instance, wo
 def test_truncated_png_is_422(image_client, digits_test):
     ok, encoded = cv2.imencode(".png", cv2.resize(digits_test[0][0], (64, 64)))
     truncated = base64.b64encode(encoded.tobytes()[: len(encoded) // 2]).decode()
-    assert "not a decodable image" in error_of(image_client.post(predict_url(), json={"instances": [{"b64": truncated}]}), 422)
+    assert "not a decodable image" in error_of(
+        image_client.post(predict_url(), json={"instances": [{"b64": truncated}]}), 422
+    )
 
 
 def test_image_upload_over_the_size_limit_is_413(image_client):

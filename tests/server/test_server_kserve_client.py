@@ -22,7 +22,9 @@ CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kserve_client_
 def kserve_calls(*args):
     done = run_with_kserve(CALLS, *args)
     sys.stdout.write(done.stdout)
-    assert done.returncode == 0, f"the kserve SDK's checks failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, (
+        f"the kserve SDK's checks failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
+    )
     assert "every check passed" in done.stdout
 
 
@@ -47,5 +49,10 @@ def test_kserve_sdk_is_not_in_the_dev_venv():
     import google.protobuf
 
     assert int(google.protobuf.__version__.split(".")[0]) >= 7, google.protobuf.__version__
-    done = subprocess.run([KSERVE_PYTHON, "-c", "import google.protobuf, kserve; print(google.protobuf.__version__)"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [KSERVE_PYTHON, "-c", "import google.protobuf, kserve; print(google.protobuf.__version__)"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0 and int(done.stdout.split(".")[0]) < 7, (done.stdout, done.stderr[-2000:])

@@ -9,6 +9,7 @@ import urllib.error
 import urllib.request
 
 import pytest
+
 # Imported at collection, with PROMETHEUS_MULTIPROC_DIR unset: prometheus_client picks its mode at its
 # first import, so this pytest process stays in single-process mode whatever a test's environment says.
 from prometheus_client.parser import text_string_to_metric_families
@@ -18,16 +19,31 @@ from disttrain_server.gallery import Gallery
 from disttrain_contract.ports import free_port_block
 from disttrain_server.main import app_config, gunicorn_options, metrics_dir, parse_args
 from server.face_photos import lfw_photos, png
-from server.serving import (NEGATIVE, POSITIVE, access_log, answered_only_by, error_of, http, loaded_workers, make_client,
-                            predict_url, publish, running_server, worker_pids)
+from server.serving import (
+    NEGATIVE,
+    POSITIVE,
+    access_log,
+    answered_only_by,
+    error_of,
+    http,
+    loaded_workers,
+    make_client,
+    predict_url,
+    publish,
+    running_server,
+    worker_pids,
+)
 
 PREDICT_RULE = "/v1/models/<model_name:model_name>:predict"
 
 
 def samples(text):
     """{(sample name, frozenset of label items): value} of a /metrics body."""
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(text) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 def value(parsed, name, **labels):
@@ -55,7 +71,9 @@ def test_requests_latency_and_batching_are_counted_by_route(text_model, tmp_path
     client = make_client(text_model, tmp_path)
     for _ in range(3):
         assert client.post(predict_url(), json={"instances": [POSITIVE, NEGATIVE]}).status_code == 200
-    error_of(client.post(predict_url("other"), json={"instances": [POSITIVE]}), 404)  # the rule matched, the model did not
+    error_of(
+        client.post(predict_url("other"), json={"instances": [POSITIVE]}), 404
+    )  # the rule matched, the model did not
     error_of(client.get("/v1/models/disttrain/versions/7/no/such/thing"), 404)  # no rule matched
     error_of(client.open("/healthz", method="BREW"), 405)  # a method nobody defined
     parsed = scrape(client)
@@ -72,8 +90,27 @@ def test_requests_latency_and_batching_are_counted_by_route(text_model, tmp_path
 
     # Latency histogram: every bucket, cumulative, +Inf = count = the requests of that route.
     hist = "disttrain_http_request_duration_seconds"
-    buckets = {dict(ls)["le"]: v for (n, ls), v in parsed.items() if n == hist + "_bucket" and dict(ls)["route"] == PREDICT_RULE}
-    assert list(buckets) == ["0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0", "10.0", "+Inf"]
+    buckets = {
+        dict(ls)["le"]: v
+        for (n, ls), v in parsed.items()
+        if n == hist + "_bucket" and dict(ls)["route"] == PREDICT_RULE
+    }
+    assert list(buckets) == [
+        "0.001",
+        "0.0025",
+        "0.005",
+        "0.01",
+        "0.025",
+        "0.05",
+        "0.1",
+        "0.25",
+        "0.5",
+        "1.0",
+        "2.5",
+        "5.0",
+        "10.0",
+        "+Inf",
+    ]
     assert list(buckets.values()) == sorted(buckets.values()) and buckets["+Inf"] == 4
     assert value(parsed, hist + "_count", route=PREDICT_RULE) == 4
     assert 0 < value(parsed, hist + "_sum", route=PREDICT_RULE) < 60
@@ -123,23 +160,35 @@ def test_gallery_size_is_read_from_the_shared_folder(text_model, tmp_path):
     (tmp_path / "gallery" / "index.json").write_text("not json")  # a broken index: the rest is still scraped
     parsed = scrape(client)
     assert ("disttrain_gallery_faces", frozenset()) not in parsed
-    assert value(parsed, "disttrain_http_requests_total", route="/metrics") == 1  # the first scrape (each is counted after it answers)
+    assert (
+        value(parsed, "disttrain_http_requests_total", route="/metrics") == 1
+    )  # the first scrape (each is counted after it answers)
 
 
 def test_metrics_are_open_like_the_probes_and_expose_no_secrets(text_model, tmp_path):
     """No token even with --token-required-for all, any Host (Prometheus scrapes the pod's IP), the
     security headers; nothing from a request, a token or a file path in the text."""
     token = b"s3cret-token-value"
-    client = make_client(text_model, tmp_path, API_TOKEN=token, TOKEN_REQUIRED_FOR="all", ALLOWED_HOSTS=["demo.example.com"])
-    assert client.post(predict_url(), json={"instances": [POSITIVE]}, headers={"Authorization": "Bearer " + token.decode(),
-                                                                              "Host": "demo.example.com"}).status_code == 200
+    client = make_client(
+        text_model, tmp_path, API_TOKEN=token, TOKEN_REQUIRED_FOR="all", ALLOWED_HOSTS=["demo.example.com"]
+    )
+    assert (
+        client.post(
+            predict_url(),
+            json={"instances": [POSITIVE]},
+            headers={"Authorization": "Bearer " + token.decode(), "Host": "demo.example.com"},
+        ).status_code
+        == 200
+    )
     response = client.get("/metrics", headers={"Host": "10.1.2.3:8080"})
     assert response.status_code == 200
     assert response.headers["X-Content-Type-Options"] == "nosniff" and response.headers["Cache-Control"] == "no-store"
     text = response.get_data(as_text=True)
     for secret in (token.decode(), POSITIVE, str(tmp_path), "demo.example.com"):
         assert secret not in text
-    error_of(client.get("/v1/models/disttrain", headers={"Host": "10.1.2.3:8080"}), 400)  # the API still checks the Host
+    error_of(
+        client.get("/v1/models/disttrain", headers={"Host": "10.1.2.3:8080"}), 400
+    )  # the API still checks the Host
     error_of(client.post("/metrics"), 405)
 
 
@@ -201,7 +250,9 @@ def test_gunicorn_workers_add_up_and_a_dead_workers_gauges_go(text_model, tmp_pa
 
                 def call():
                     barrier.wait()
-                    statuses.append(http("POST", base + predict_url(), {"instances": [POSITIVE, NEGATIVE, POSITIVE]})[0])
+                    statuses.append(
+                        http("POST", base + predict_url(), {"instances": [POSITIVE, NEGATIVE, POSITIVE]})[0]
+                    )
 
                 threads = [threading.Thread(target=call) for _ in range(8)]
                 for t in threads:
@@ -219,14 +270,21 @@ def test_gunicorn_workers_add_up_and_a_dead_workers_gauges_go(text_model, tmp_pa
         for pid in sorted(workers):
             with answered_only_by(pid, workers):
                 parsed = scrape_http(base)
-            assert value(parsed, "disttrain_http_requests_total", method="POST", route=PREDICT_RULE, status="200") == sent
+            assert (
+                value(parsed, "disttrain_http_requests_total", method="POST", route=PREDICT_RULE, status="200") == sent
+            )
             assert value(parsed, "disttrain_http_request_duration_seconds_count", route=PREDICT_RULE) == sent
-            assert value(parsed, "disttrain_http_request_duration_seconds_bucket", route=PREDICT_RULE, le="+Inf") == sent
+            assert (
+                value(parsed, "disttrain_http_request_duration_seconds_bucket", route=PREDICT_RULE, le="+Inf") == sent
+            )
             assert value(parsed, "disttrain_model_call_instances_sum") == 3 * sent
         time.sleep(0.5)
         assert sorted(answered_by(log, "/metrics")) == sorted(workers)
         assert {dict(ls).get("route") for (n, ls) in parsed if n == "disttrain_http_requests_total"} <= {
-            PREDICT_RULE, "/readyz", "/metrics"}
+            PREDICT_RULE,
+            "/readyz",
+            "/metrics",
+        }
         # liveall: one model_version series per live worker (label pid), each the version /readyz gives
         version = int(http("GET", base + "/readyz")[1]["version"])
         versions = {int(dict(ls)["pid"]): v for (n, ls), v in parsed.items() if n == "disttrain_model_version"}
@@ -257,9 +315,15 @@ def test_metrics_port_serves_the_scrape_only_and_the_api_port_never_does(text_mo
         scrape = f"http://127.0.0.1:{metrics_port}"
         assert http("POST", base + predict_url(), {"instances": [POSITIVE]})[0] == 200
         status, text = http("GET", scrape + "/metrics")
-        assert status == 200 and 'disttrain_http_requests_total{method="POST",route="/v1/models/<model_name:model_name>:predict",status="200"} 1.0' in text
+        assert (
+            status == 200
+            and 'disttrain_http_requests_total{method="POST",route="/v1/models/<model_name:model_name>:predict",status="200"} 1.0'
+            in text
+        )
         status, body = http("GET", base + "/metrics")
-        assert status == 404 and body == {"error": f"/metrics is not served on this port (/metrics is on port {metrics_port})"}
+        assert status == 404 and body == {
+            "error": f"/metrics is not served on this port (/metrics is on port {metrics_port})"
+        }
         # the Host header names the metrics port: the connection's own port decides
         request = urllib.request.Request(base + "/metrics", headers={"Host": f"127.0.0.1:{metrics_port}"})
         with pytest.raises(urllib.error.HTTPError) as refused:
@@ -275,8 +339,11 @@ def test_metrics_port_serves_the_scrape_only_and_the_api_port_never_does(text_mo
 def test_metrics_port_flags(capsys):
     assert app_config(parse_args(["--metrics-port", "9090"]))["METRICS_PORT"] == 9090
     assert app_config(parse_args([]))["METRICS_PORT"] is None  # /metrics on --port (make demo: loopback)
-    for argv, words in [(["--metrics-port", "8080"], "not --port (8080)"), (["--metrics-port", "0"], "between 1 and 65535"),
-                        (["--metrics-port", "9090", "--no-metrics"], "exclude each other")]:
+    for argv, words in [
+        (["--metrics-port", "8080"], "not --port (8080)"),
+        (["--metrics-port", "0"], "between 1 and 65535"),
+        (["--metrics-port", "9090", "--no-metrics"], "exclude each other"),
+    ]:
         with pytest.raises(SystemExit) as exit_info:
             parse_args(argv)
         assert exit_info.value.code == 2 and words in capsys.readouterr().err

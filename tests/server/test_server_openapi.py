@@ -77,6 +77,8 @@ def test_any_body_gets_json_and_a_documented_status(request, client_name, body):
             assert len(payload["predictions"]) == len(sent["instances"])
         else:
             columns = sent["inputs"]
-            assert len(payload["outputs"]) == len(columns if isinstance(columns, list) else next(iter(columns.values())))
+            assert len(payload["outputs"]) == len(
+                columns if isinstance(columns, list) else next(iter(columns.values()))
+            )
     else:
         assert payload["error"]

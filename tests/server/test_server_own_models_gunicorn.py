@@ -18,7 +18,9 @@ CALLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kserve_client_
 def kserve_calls(*args):
     done = run_with_kserve(CALLS, *args)
     sys.stdout.write(done.stdout)
-    assert done.returncode == 0, f"the kserve SDK's checks failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, (
+        f"the kserve SDK's checks failed (exit {done.returncode}):\n{done.stdout}\n{done.stderr[-4000:]}"
+    )
     assert "every check passed" in done.stdout
 
 
@@ -30,7 +32,11 @@ def test_kserve_sdk_on_own_table_models(cancer_root, two_inputs_root, tmp_path):
         kserve_calls("table", base, tmp_path / "x.npy", tmp_path / "expected.npy")
     x, _ = held_out(two_inputs_root)
     np.save(tmp_path / "x2.npy", x[:5], allow_pickle=False)
-    np.save(tmp_path / "expected2.npy", own_outputs(two_inputs_root, {"age": x[:5, :1], "bmi": x[:5, 1:]}), allow_pickle=False)
+    np.save(
+        tmp_path / "expected2.npy",
+        own_outputs(two_inputs_root, {"age": x[:5, :1], "bmi": x[:5, 1:]}),
+        allow_pickle=False,
+    )
     with running_server(two_inputs_root, "--workers", "1") as (base, _proc, _log):
         kserve_calls("two-inputs", base, tmp_path / "x2.npy", tmp_path / "expected2.npy")
 
@@ -61,4 +67,7 @@ def test_custom_layer_module_is_served_with_model_module_and_refused_without(tmp
     from stages import stage
 
     done = stage("server", "--workdir", root, "--port", 0, "--model-module", "no_such_layers", check=False, timeout=60)
-    assert done.returncode != 0 and "--model-module no_such_layers: no module 'no_such_layers' on the Python path" in done.stderr, done.stderr
+    assert (
+        done.returncode != 0
+        and "--model-module no_such_layers: no module 'no_such_layers' on the Python path" in done.stderr
+    ), done.stderr

@@ -16,19 +16,40 @@ from server.serving import error_of
 
 
 def client(workdir, runs_dir=None, **config):
-    app = create_app({"MODEL_PATH": os.path.join(workdir, "final", "model.keras"), "WORKDIR": str(workdir),
-                      "RUNS_DIR": runs_dir and str(runs_dir),
-                      # (beside the run, not in it: a run directory that does not exist must stay so)
-                      "GALLERY_DIR": os.path.join(os.path.dirname(workdir), f"gallery-{os.path.basename(workdir)}"),
-                      "TESTING": True, **config})
+    app = create_app(
+        {
+            "MODEL_PATH": os.path.join(workdir, "final", "model.keras"),
+            "WORKDIR": str(workdir),
+            "RUNS_DIR": runs_dir and str(runs_dir),
+            # (beside the run, not in it: a run directory that does not exist must stay so)
+            "GALLERY_DIR": os.path.join(os.path.dirname(workdir), f"gallery-{os.path.basename(workdir)}"),
+            "TESTING": True,
+            **config,
+        }
+    )
     return app.test_client()
 
 
 def progress_state(worker, step, time, epochs=5, steps=10, history=()):
-    return {"worker": worker, "tag": f"worker {worker}/2", "strategy": "average", "state": "training",
-            "epoch": len(history) + 1, "epochs": epochs, "step": step, "steps_per_epoch": steps,
-            "global_step": len(history) * steps + step, "total_steps": epochs * steps, "loss": 0.4, "accuracy": 0.85,
-            "examples_per_sec": 1234.5, "eta_sec": 12.0, "time": time, "writes": 3, "history": list(history)}
+    return {
+        "worker": worker,
+        "tag": f"worker {worker}/2",
+        "strategy": "average",
+        "state": "training",
+        "epoch": len(history) + 1,
+        "epochs": epochs,
+        "step": step,
+        "steps_per_epoch": steps,
+        "global_step": len(history) * steps + step,
+        "total_steps": epochs * steps,
+        "loss": 0.4,
+        "accuracy": 0.85,
+        "examples_per_sec": 1234.5,
+        "eta_sec": 12.0,
+        "time": time,
+        "writes": 3,
+        "history": list(history),
+    }
 
 
 def write_progress(workdir, index, state):
@@ -86,7 +107,11 @@ def test_a_run_in_progress(tmp_path):
     assert (body["run"], body["state"], body["report"], body["time"]) == (tmp_path.name, "training", None, now)
     workers = body["workers"]
     assert [w["worker"] for w in workers] == [0, 1, 2, 3]
-    assert workers[0]["history"] == history and workers[0]["global_step"] == 14 and workers[0]["age_sec"] == pytest.approx(0.5)
+    assert (
+        workers[0]["history"] == history
+        and workers[0]["global_step"] == 14
+        and workers[0]["age_sec"] == pytest.approx(0.5)
+    )
     assert workers[1]["tag"] == "worker 7/2" and workers[1]["age_sec"] == pytest.approx(1.25)
     assert workers[2] == {"worker": 2, "error": f"larger than {MAX_PROGRESS_BYTES} bytes: not read"}
     assert workers[3] == {"worker": 3, "error": "not JSON"}

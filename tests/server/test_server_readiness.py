@@ -40,8 +40,14 @@ def _keras():
 
 def own_image_meta(model, spec=IMAGE_SPEC, labels=LABELS):
     """disttrain.json of an own image model as the trainer writes it (tasks.base.metadata: its inputs and outputs)."""
-    inputs = [{"name": t.name.split(":")[0], "shape": [None if d is None else int(d) for d in t.shape[1:]], "dtype": str(t.dtype)}
-              for t in model.inputs]
+    inputs = [
+        {
+            "name": t.name.split(":")[0],
+            "shape": [None if d is None else int(d) for d in t.shape[1:]],
+            "dtype": str(t.dtype),
+        }
+        for t in model.inputs
+    ]
     return meta_of("image", spec, labels, "softmax", inputs, [{"name": "probabilities", "shape": [len(labels)]}])
 
 
@@ -62,7 +68,9 @@ def float_image_client(float_image_root):
     from disttrain_server import create_app
 
     root, _ = float_image_root
-    return create_app({"MODEL_PATH": str(root / "final" / "model.keras"), "GALLERY_DIR": str(root / "gallery"), "TESTING": True}).test_client()
+    return create_app(
+        {"MODEL_PATH": str(root / "final" / "model.keras"), "GALLERY_DIR": str(root / "gallery"), "TESTING": True}
+    ).test_client()
 
 
 def images():
@@ -99,7 +107,9 @@ def test_float_input_model_answers_what_keras_predicts_on_the_trained_pixel_scal
     columnar = ok_json(float_image_client.post(predict_url(), json={"inputs": {"image": pixels.tolist()}}))["outputs"]
     np.testing.assert_allclose(columnar, want, atol=1e-5, rtol=0)
 
-    classified = ok_json(float_image_client.post("/v1/models/disttrain:classify", json={"examples": [{"image": e} for e in encoded]}))
+    classified = ok_json(
+        float_image_client.post("/v1/models/disttrain:classify", json={"examples": [{"image": e} for e in encoded]})
+    )
     scores = [[score for _, score in row] for row in classified["result"]]
     np.testing.assert_allclose(scores, want, atol=1e-5, rtol=0)
 
@@ -108,8 +118,15 @@ def test_float_input_model_answers_v2_infer_with_pixels_and_encoded_files(float_
     _, model = float_image_root
     files = images()
     pixels, want = expected(model, files)
-    for tensor in ({"name": "image", "datatype": "UINT8", "shape": list(pixels.shape), "data": pixels.ravel().tolist()},
-                   {"name": "image", "datatype": "BYTES", "shape": [len(files)], "data": [base64.b64encode(f).decode() for f in files]}):
+    for tensor in (
+        {"name": "image", "datatype": "UINT8", "shape": list(pixels.shape), "data": pixels.ravel().tolist()},
+        {
+            "name": "image",
+            "datatype": "BYTES",
+            "shape": [len(files)],
+            "data": [base64.b64encode(f).decode() for f in files],
+        },
+    ):
         (output,) = ok_json(float_image_client.post(INFER, json={"inputs": [tensor]}))["outputs"]
         assert output["shape"] == [3, len(LABELS)]
         np.testing.assert_allclose(np.reshape(output["data"], output["shape"]), want, atol=1e-5, rtol=0)
@@ -120,8 +137,22 @@ def test_float_input_model_refuses_pixels_it_cannot_take_in_one_line(float_image
     bad[0][0][0] = "red"
     message = error_of(float_image_client.post(predict_url(), json={"instances": [bad]}), 422)
     assert "\n" not in message and "pixel values must be numbers" in message
-    message = error_of(float_image_client.post(INFER, json={"inputs": [{"name": "image", "datatype": "UINT8", "shape": [1, SIZE, SIZE, 3],
-                                                                      "data": [1e40] * (SIZE * SIZE * 3)}]}), 400)
+    message = error_of(
+        float_image_client.post(
+            INFER,
+            json={
+                "inputs": [
+                    {
+                        "name": "image",
+                        "datatype": "UINT8",
+                        "shape": [1, SIZE, SIZE, 3],
+                        "data": [1e40] * (SIZE * SIZE * 3),
+                    }
+                ]
+            },
+        ),
+        400,
+    )
     assert "\n" not in message and "expected an integer 0..255" in message
 
 
@@ -159,8 +190,11 @@ def small_models(tmp_path_factory):
     keras = _keras()
     folder = tmp_path_factory.mktemp("small-models")
     files = {}
-    for name, model, spec in (("good", tiny_image_model(keras), SMALL_SPEC), ("nan", nan_model(keras), SMALL_SPEC),
-                              ("raises", raising_model(keras), {**SMALL_SPEC, "height": 4, "width": 4})):
+    for name, model, spec in (
+        ("good", tiny_image_model(keras), SMALL_SPEC),
+        ("nan", nan_model(keras), SMALL_SPEC),
+        ("raises", raising_model(keras), {**SMALL_SPEC, "height": 4, "width": 4}),
+    ):
         root = folder / name
         files[name] = publish_own(str(root), model, own_image_meta(model, spec, ["no", "yes"]))
     return files
@@ -170,8 +204,9 @@ def status_of(client, path="/v1/models/disttrain"):
     return ok_json(client.get(path))
 
 
-@pytest.mark.parametrize("name, words", [("nan", "answered non-finite values"),
-                                         ("raises", "does not answer its self-test")])
+@pytest.mark.parametrize(
+    "name, words", [("nan", "answered non-finite values"), ("raises", "does not answer its self-test")]
+)
 def test_model_failing_its_self_test_is_not_ready(small_models, tmp_path, name, words):
     client = make_client(small_models[name], tmp_path)
     ready = client.get("/readyz")
@@ -180,10 +215,17 @@ def test_model_failing_its_self_test_is_not_ready(small_models, tmp_path, name, 
     assert words in reason and "\n" not in reason and str(tmp_path) not in reason
     status = status_of(client)
     version = str(os.stat(Workdir(tmp_path).final_model).st_mtime_ns // 1_000_000_000)
-    assert status == {"model_version_status": [{"version": version, "state": "END",
-                                                "status": {"error_code": "UNKNOWN", "error_message": reason}}], "ready": False}
+    assert status == {
+        "model_version_status": [
+            {"version": version, "state": "END", "status": {"error_code": "UNKNOWN", "error_message": reason}}
+        ],
+        "ready": False,
+    }
     assert status_of(client, f"/v1/models/disttrain/versions/{version}")["model_version_status"][0]["state"] == "END"
-    assert error_of(client.post(predict_url(), json={"instances": [np.zeros((8, 8)).tolist()]}), 503) == f"model not available: {reason}"
+    assert (
+        error_of(client.post(predict_url(), json={"instances": [np.zeros((8, 8)).tolist()]}), 503)
+        == f"model not available: {reason}"
+    )
     assert client.get("/v2/health/ready").status_code == 503
 
 
@@ -199,7 +241,9 @@ def test_failed_self_test_keeps_the_earlier_model_serving_and_shows_both(small_m
     assert ready["load_failure"]["version"] == "1700000100" and "non-finite" in ready["load_failure"]["reason"]
     entries = status_of(client)["model_version_status"]
     assert [(e["version"], e["state"], e["status"]["error_code"]) for e in entries] == [
-        ("1700000000", "AVAILABLE", "OK"), ("1700000100", "END", "UNKNOWN")]
+        ("1700000000", "AVAILABLE", "OK"),
+        ("1700000100", "END", "UNKNOWN"),
+    ]
     assert entries[1]["status"]["error_message"] == ready["load_failure"]["reason"]
     assert ok_json(client.post(predict_url(), json={"instances": [pixels]}))["predictions"] == before
 
@@ -212,13 +256,18 @@ def test_failed_self_test_keeps_the_earlier_model_serving_and_shows_both(small_m
 # --------------------------------------------------------------------------- malformed disttrain.json
 
 
-@pytest.mark.parametrize("model_code, words", [
-    ("ownlayers", '"model_code" must be an object'),
-    (["ownlayers"], '"model_code" must be an object'),
-    ({"sha256": "ab" * 32}, '"model_code.module" must be a non-empty string, got nothing'),
-    ({"module": "ownlayers", "sha256": 7}, '"model_code.sha256" must be a non-empty string, got int 7'),
-])
-def test_malformed_model_code_is_a_recorded_failure_while_the_earlier_model_serves(small_models, tmp_path, caplog, model_code, words):
+@pytest.mark.parametrize(
+    "model_code, words",
+    [
+        ("ownlayers", '"model_code" must be an object'),
+        (["ownlayers"], '"model_code" must be an object'),
+        ({"sha256": "ab" * 32}, '"model_code.module" must be a non-empty string, got nothing'),
+        ({"module": "ownlayers", "sha256": 7}, '"model_code.sha256" must be a non-empty string, got int 7'),
+    ],
+)
+def test_malformed_model_code_is_a_recorded_failure_while_the_earlier_model_serves(
+    small_models, tmp_path, caplog, model_code, words
+):
     client = make_client(None, tmp_path, RELOAD_INTERVAL=0)
     publish(small_models["good"], tmp_path, mtime=1_700_000_000)
     pixels = np.full((8, 8), 10).tolist()

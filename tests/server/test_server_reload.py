@@ -94,7 +94,10 @@ def test_unloadable_model_at_start_is_503_with_the_reason(tmp_path):
     response = client.get("/readyz")
     assert response.status_code == 503
     assert "not a disttrain model" in response.get_json()["reason"]
-    assert response.get_json()["reason"].startswith("final/model.keras ") and str(tmp_path) not in response.get_json()["reason"]
+    assert (
+        response.get_json()["reason"].startswith("final/model.keras ")
+        and str(tmp_path) not in response.get_json()["reason"]
+    )
 
 
 def with_meta(model, path, **changes):

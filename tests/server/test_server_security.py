@@ -53,11 +53,16 @@ def all_client(text_model, tmp_path):
 
 # -- 1. the API token
 
+
 def test_gallery_writes_need_the_token(writes_client):
     client = writes_client
-    for headers, words, error in [(None, "needs the API token", None), ({"Authorization": "Bearer wrong"}, "wrong API token", "invalid_token"),
-                                  ({"Authorization": f"Basic {TOKEN}"}, "needs the API token", None), ({"Authorization": "Bearer "}, "needs the API token", None),
-                                  ({"X-API-Token": TOKEN}, "needs the API token", None)]:  # only the Bearer header counts
+    for headers, words, error in [
+        (None, "needs the API token", None),
+        ({"Authorization": "Bearer wrong"}, "wrong API token", "invalid_token"),
+        ({"Authorization": f"Basic {TOKEN}"}, "needs the API token", None),
+        ({"Authorization": "Bearer "}, "needs the API token", None),
+        ({"X-API-Token": TOKEN}, "needs the API token", None),
+    ]:  # only the Bearer header counts
         response = client.post("/v1/gallery", json=enrol_json(), headers=headers)
         assert words in error_of(response, 401)
         challenge = response.headers["WWW-Authenticate"]
@@ -66,9 +71,13 @@ def test_gallery_writes_need_the_token(writes_client):
     entry = client.post("/v1/gallery", json=enrol_json(), headers=BEARER)
     assert entry.status_code == 201, entry.get_data(as_text=True)
     entry_id = entry.get_json()["id"]
-    assert client.post("/v1/gallery", data=photo_form("Grace"), headers={**BEARER, **FORM}).status_code == 201  # multipart too
+    assert (
+        client.post("/v1/gallery", data=photo_form("Grace"), headers={**BEARER, **FORM}).status_code == 201
+    )  # multipart too
     assert client.get(f"/v1/gallery/{entry_id}/thumbnail.png", headers=BEARER).status_code == 200
-    assert "wrong API token" in error_of(client.delete(f"/v1/gallery/{entry_id}", headers={"Authorization": "Bearer x" + TOKEN}), 401)
+    assert "wrong API token" in error_of(
+        client.delete(f"/v1/gallery/{entry_id}", headers={"Authorization": "Bearer x" + TOKEN}), 401
+    )
     error_of(client.delete(f"/v1/gallery/{entry_id}"), 401)
     assert count(client, BEARER) == 2
     assert client.delete(f"/v1/gallery/{entry_id}", headers=BEARER).status_code == 200 and count(client, BEARER) == 1
@@ -80,8 +89,13 @@ def test_face_data_needs_the_token_unless_face_search_is_public(face_model, tmp_
     private = make_client(face_model, tmp_path / "private", API_TOKEN=TOKEN.encode())
     entry = private.post("/v1/gallery", json=enrol_json("Ada"), headers=BEARER).get_json()
     search = {"image": b64(lfw_photos()[3])}
-    reads = [("get", "/v1/gallery", {}), ("get", entry["thumbnail"], {}), ("get", f"/v1/gallery/{entry['id']}/thumbnail.png", {}),
-             ("post", SEARCH, {"json": search}), ("post", "/v1/models/disttrain/versions/1:search", {"json": search})]
+    reads = [
+        ("get", "/v1/gallery", {}),
+        ("get", entry["thumbnail"], {}),
+        ("get", f"/v1/gallery/{entry['id']}/thumbnail.png", {}),
+        ("post", SEARCH, {"json": search}),
+        ("post", "/v1/models/disttrain/versions/1:search", {"json": search}),
+    ]
     for method, path, kwargs in reads:
         response = getattr(private, method)(path, **kwargs)
         assert "needs the API token" in error_of(response, 401), path
@@ -107,9 +121,16 @@ def test_all_scope_guards_every_v1_call_and_leaves_probes_and_page_open(all_clie
     client = all_client
     body = {"instances": [POSITIVE]}
     assert "needs the API token" in error_of(client.post(predict_url(), json=body), 401)
-    assert "wrong API token" in error_of(client.post(predict_url(), json=body, headers={"Authorization": "Bearer nope"}), 401)
+    assert "wrong API token" in error_of(
+        client.post(predict_url(), json=body, headers={"Authorization": "Bearer nope"}), 401
+    )
     assert len(client.post(predict_url(), json=body, headers=BEARER).get_json()["predictions"]) == 1
-    for path in ("/v1/models/disttrain", "/v1/models/disttrain/metadata", "/v1/gallery", "/v1/gallery/0123456789abcdef/thumbnail.png"):
+    for path in (
+        "/v1/models/disttrain",
+        "/v1/models/disttrain/metadata",
+        "/v1/gallery",
+        "/v1/gallery/0123456789abcdef/thumbnail.png",
+    ):
         error_of(client.get(path), 401)
         assert client.get(path, headers=BEARER).status_code in (200, 404)  # the thumbnail's entry does not exist
     for path in ("/healthz", "/readyz", "/", "/openapi.json", "/static/api.js", "/favicon.ico"):
@@ -132,27 +153,51 @@ def test_token_is_compared_in_constant_time(writes_client, monkeypatch):
 def test_token_file_flags(tmp_path, capsys):
     token_file = tmp_path / "token"
     token_file.write_text(f"  {TOKEN}\n")
-    config = app_config(parse_args(["--api-token-file", str(token_file), "--token-required-for", "all", "--read-only-gallery",
-                                    "--gallery-max-entries", "5", "--gallery-max-mb", "1.5", "--allowed-hosts", "Demo.example, .lan",
-                                    "--max-request-pixels", "1000"]))
-    assert config["API_TOKEN"] == TOKEN.encode() and config["TOKEN_REQUIRED_FOR"] == "all" and config["READ_ONLY_GALLERY"]
+    config = app_config(
+        parse_args(
+            [
+                "--api-token-file",
+                str(token_file),
+                "--token-required-for",
+                "all",
+                "--read-only-gallery",
+                "--gallery-max-entries",
+                "5",
+                "--gallery-max-mb",
+                "1.5",
+                "--allowed-hosts",
+                "Demo.example, .lan",
+                "--max-request-pixels",
+                "1000",
+            ]
+        )
+    )
+    assert (
+        config["API_TOKEN"] == TOKEN.encode() and config["TOKEN_REQUIRED_FOR"] == "all" and config["READ_ONLY_GALLERY"]
+    )
     assert (config["GALLERY_MAX_ENTRIES"], config["GALLERY_MAX_BYTES"]) == (5, int(1.5 * 1024 * 1024))
     assert config["ALLOWED_HOSTS"] == ["demo.example", ".lan"] and config["MAX_REQUEST_PIXELS"] == 1000
     defaults = app_config(parse_args([]))
-    assert defaults["API_TOKEN"] is None and defaults["TOKEN_REQUIRED_FOR"] == "writes" and not defaults["READ_ONLY_GALLERY"]
+    assert (
+        defaults["API_TOKEN"] is None
+        and defaults["TOKEN_REQUIRED_FOR"] == "writes"
+        and not defaults["READ_ONLY_GALLERY"]
+    )
     assert (defaults["GALLERY_MAX_ENTRIES"], defaults["GALLERY_MAX_BYTES"]) == (1000, 200 * 1024 * 1024)
     assert defaults["ALLOWED_HOSTS"] == [] and defaults["MAX_REQUEST_PIXELS"] == 16_000_000
 
     (tmp_path / "empty").write_text(" \n")
     (tmp_path / "spaced").write_text("two words")
-    for argv, words in [(["--api-token-file", str(tmp_path / "empty")], "is empty"),
-                        (["--api-token-file", str(tmp_path / "missing")], "cannot read it (No such file or directory)"),
-                        (["--api-token-file", str(tmp_path)], "cannot read it (Is a directory)"),
-                        (["--api-token-file", str(tmp_path / "spaced")], "printable ASCII without spaces"),
-                        (["--token-required-for", "some"], "invalid choice"),
-                        (["--gallery-max-entries", "0"], "--gallery-max-entries must be at least 1"),
-                        (["--gallery-max-mb", "0"], "--gallery-max-mb must be positive"),
-                        (["--max-request-pixels", "0"], "--max-request-pixels must be at least 1")]:
+    for argv, words in [
+        (["--api-token-file", str(tmp_path / "empty")], "is empty"),
+        (["--api-token-file", str(tmp_path / "missing")], "cannot read it (No such file or directory)"),
+        (["--api-token-file", str(tmp_path)], "cannot read it (Is a directory)"),
+        (["--api-token-file", str(tmp_path / "spaced")], "printable ASCII without spaces"),
+        (["--token-required-for", "some"], "invalid choice"),
+        (["--gallery-max-entries", "0"], "--gallery-max-entries must be at least 1"),
+        (["--gallery-max-mb", "0"], "--gallery-max-mb must be positive"),
+        (["--max-request-pixels", "0"], "--max-request-pixels must be at least 1"),
+    ]:
         with pytest.raises(SystemExit) as exit_info:
             parse_args(argv)
         err = capsys.readouterr().err
@@ -161,6 +206,7 @@ def test_token_file_flags(tmp_path, capsys):
 
 
 # -- read-only gallery and caps
+
 
 def test_read_only_gallery_refuses_writes_and_still_searches(face_model, tmp_path):
     client = make_client(face_model, tmp_path, READ_ONLY_GALLERY=True)
@@ -193,7 +239,9 @@ def test_gallery_byte_cap_is_507(tmp_path):
     message = error_of(capped.post("/v1/gallery", json=enrol_json("Grace")), 507)
     assert "the gallery is full" in message and "--gallery-max-mb" in message
     assert count(capped) == 1
-    assert sum(f.stat().st_size for f in (tmp_path / "gallery").rglob("*") if f.is_file()) == used  # nothing half-written
+    assert (
+        sum(f.stat().st_size for f in (tmp_path / "gallery").rglob("*") if f.is_file()) == used
+    )  # nothing half-written
 
 
 def test_entry_cap_holds_under_concurrent_enrolments(tmp_path):
@@ -223,6 +271,7 @@ def test_entry_cap_holds_under_concurrent_enrolments(tmp_path):
 
 # -- 4. cross-site requests and headers
 
+
 def test_cross_site_form_posts_are_refused(face_model, tmp_path):
     client = make_client(face_model, tmp_path)
     raw_json = '{"name": "Ada", "image": {"b64": "%s"}, "instances": ["%s"]}' % (b64(lfw_photos()[3])["b64"], POSITIVE)
@@ -230,23 +279,44 @@ def test_cross_site_form_posts_are_refused(face_model, tmp_path):
         # What an HTML form on another site (or a no-cors fetch) can send without asking the browser first
         # (the prediction calls read it as JSON when no other site sent it: the test below):
         if path != predict_url():
-            assert "got Content-Type text/plain" in error_of(client.post(path, data=raw_json, content_type="text/plain"), 415)
+            assert "got Content-Type text/plain" in error_of(
+                client.post(path, data=raw_json, content_type="text/plain"), 415
+            )
             assert "got Content-Type application/x-www-form-urlencoded" in error_of(
-                client.post(path, data={"name": "Ada", "k": "3"}, content_type="application/x-www-form-urlencoded"), 415)
+                client.post(path, data={"name": "Ada", "k": "3"}, content_type="application/x-www-form-urlencoded"), 415
+            )
             # A browser always names a Content-Type; without one it is refused, from a script it is read as JSON.
-            assert "got no Content-Type" in error_of(client.post(path, data=raw_json, headers={"Origin": "http://localhost"}), 415)
+            assert "got no Content-Type" in error_of(
+                client.post(path, data=raw_json, headers={"Origin": "http://localhost"}), 415
+            )
         assert "needs an X-Requested-With header" in error_of(client.post(path, data=photo_form()), 403)
-        for headers in ({"Origin": EVIL}, {"Origin": EVIL, **FORM}, {"Sec-Fetch-Site": "cross-site", **FORM}, {"Sec-Fetch-Site": "same-site", **FORM}):
+        for headers in (
+            {"Origin": EVIL},
+            {"Origin": EVIL, **FORM},
+            {"Sec-Fetch-Site": "cross-site", **FORM},
+            {"Sec-Fetch-Site": "same-site", **FORM},
+        ):
             assert "cross-site request refused" in error_of(client.post(path, data=photo_form(), headers=headers), 403)
-            assert "cross-site request refused" in error_of(client.post(path, data=raw_json, content_type="application/json", headers=headers), 403)
-    assert "cross-site request refused" in error_of(client.delete("/v1/gallery/0123456789abcdef", headers={"Origin": EVIL}), 403)
+            assert "cross-site request refused" in error_of(
+                client.post(path, data=raw_json, content_type="application/json", headers=headers), 403
+            )
+    assert "cross-site request refused" in error_of(
+        client.delete("/v1/gallery/0123456789abcdef", headers={"Origin": EVIL}), 403
+    )
     assert count(client) == 0  # none of it enrolled anyone
 
     # The page itself: same origin by Origin or by Sec-Fetch-Site, with or without the header.
     for headers in ({"Origin": "http://localhost"}, {"Sec-Fetch-Site": "same-origin"}, FORM):
         assert client.post("/v1/gallery", data=photo_form(), headers=headers).status_code == 201
-    assert client.post(SEARCH, data=photo_form(name=None), headers={"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"}).status_code == 200
-    assert client.post(predict_url(), data=raw_json, headers={"X-Anything": "1"}).status_code == 422  # a script without Content-Type: JSON, a faces model
+    assert (
+        client.post(
+            SEARCH, data=photo_form(name=None), headers={"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"}
+        ).status_code
+        == 200
+    )
+    assert (
+        client.post(predict_url(), data=raw_json, headers={"X-Anything": "1"}).status_code == 422
+    )  # a script without Content-Type: JSON, a faces model
     assert count(client) == 3
 
 
@@ -254,7 +324,10 @@ PREDICTION_CALLS = {  # each read-only prediction call, a body for the text mode
     predict_url(): ({"instances": [POSITIVE]}, "predictions"),
     "/v1/models/disttrain:classify": ({"examples": [{"text": POSITIVE}]}, "result"),
     "/v1/models/disttrain/versions/{version}:predict": ({"instances": [POSITIVE]}, "predictions"),
-    "/v2/models/disttrain/infer": ({"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [POSITIVE]}]}, "outputs"),
+    "/v2/models/disttrain/infer": (
+        {"inputs": [{"name": "text", "shape": [1], "datatype": "BYTES", "data": [POSITIVE]}]},
+        "outputs",
+    ),
 }
 AS_JSON = ("application/x-www-form-urlencoded", "text/plain;charset=UTF-8", None)  # None: no Content-Type
 
@@ -264,7 +337,9 @@ def test_prediction_endpoints_are_routes(tmp_path):
     app = make_client(None, tmp_path).application
     endpoints = {rule.endpoint for rule in app.url_map.iter_rules() if "POST" in rule.methods}
     assert set(security.PREDICTION_ENDPOINTS) <= endpoints
-    assert {"faces.search", "faces.enrol"} & endpoints and not {"faces.search", "faces.enrol"} & set(security.PREDICTION_ENDPOINTS)
+    assert {"faces.search", "faces.enrol"} & endpoints and not {"faces.search", "faces.enrol"} & set(
+        security.PREDICTION_ENDPOINTS
+    )
 
 
 def test_prediction_calls_read_json_sent_as_a_form_unless_another_site_sent_it(text_client):
@@ -279,15 +354,24 @@ def test_prediction_calls_read_json_sent_as_a_form_unless_another_site_sent_it(t
         assert expected.status_code == 200, expected.get_data(as_text=True)
         for kind in AS_JSON:
             # a script or curl (no browser headers), and this server's own page
-            for headers in ({}, {"Origin": "http://localhost"}, {"Sec-Fetch-Site": "same-origin"},
-                            {"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"}):
+            for headers in (
+                {},
+                {"Origin": "http://localhost"},
+                {"Sec-Fetch-Site": "same-origin"},
+                {"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"},
+            ):
                 response = text_client.post(path, data=raw, content_type=kind, headers=headers)
                 assert response.status_code == 200, (path, kind, headers, response.get_data(as_text=True))
                 assert response.get_json()[key] == expected.get_json()[key]
             # another site's page: another origin, or the browser's word for it (same-site: a sibling origin)
-            for headers, named in [({"Origin": EVIL}, EVIL), ({"Origin": "null"}, "null"), ({"Origin": "http://localhost:8081"}, "localhost:8081"),
-                                   ({"Sec-Fetch-Site": "cross-site"}, "cross-site"), ({"Sec-Fetch-Site": "same-site"}, "same-site"),
-                                   ({"Origin": "http://localhost", "Sec-Fetch-Site": "cross-site"}, "cross-site")]:
+            for headers, named in [
+                ({"Origin": EVIL}, EVIL),
+                ({"Origin": "null"}, "null"),
+                ({"Origin": "http://localhost:8081"}, "localhost:8081"),
+                ({"Sec-Fetch-Site": "cross-site"}, "cross-site"),
+                ({"Sec-Fetch-Site": "same-site"}, "same-site"),
+                ({"Origin": "http://localhost", "Sec-Fetch-Site": "cross-site"}, "cross-site"),
+            ]:
                 response = text_client.post(path, data=raw, content_type=kind, headers=headers)
                 message = error_of(response, 403)
                 assert "cross-site request refused" in message and named in message, message
@@ -295,15 +379,26 @@ def test_prediction_calls_read_json_sent_as_a_form_unless_another_site_sent_it(t
         # Other declared types stay refused, with a message that says what is read
         for kind in ("application/xml", "application/octet-stream", "image/png"):
             message = error_of(text_client.post(path, data=raw, content_type=kind), 415)
-            assert f"got Content-Type {kind}" in message and "must be application/json" in message and "x-www-form-urlencoded" in message
+            assert (
+                f"got Content-Type {kind}" in message
+                and "must be application/json" in message
+                and "x-www-form-urlencoded" in message
+            )
     # Writes keep the JSON-only rule whoever sends them (test_cross_site_form_posts_are_refused)
     assert "got Content-Type application/x-www-form-urlencoded" in error_of(
-        text_client.post("/v1/gallery", data=json.dumps(enrol_json()), content_type="application/x-www-form-urlencoded"), 415)
+        text_client.post(
+            "/v1/gallery", data=json.dumps(enrol_json()), content_type="application/x-www-form-urlencoded"
+        ),
+        415,
+    )
 
 
 def check_security_headers(response):
     headers = response.headers
-    assert "frame-ancestors 'none'" in headers["Content-Security-Policy"] and "default-src 'self'" in headers["Content-Security-Policy"]
+    assert (
+        "frame-ancestors 'none'" in headers["Content-Security-Policy"]
+        and "default-src 'self'" in headers["Content-Security-Policy"]
+    )
     assert headers["X-Content-Type-Options"] == "nosniff"
     assert headers["Referrer-Policy"] == "no-referrer"
     assert headers["Cross-Origin-Resource-Policy"] == "same-origin"
@@ -326,7 +421,10 @@ def test_security_headers_on_every_response(writes_client, text_client):
     for response in responses.values():
         check_security_headers(response)
     assert [r.status_code for r in responses.values()] == [200, 200, 200, 200, 404, 405, 415, 401, 200, 200, 200]
-    assert responses["json"].headers["Cache-Control"] == "no-store" and responses["predict"].headers["Cache-Control"] == "no-store"
+    assert (
+        responses["json"].headers["Cache-Control"] == "no-store"
+        and responses["predict"].headers["Cache-Control"] == "no-store"
+    )
 
 
 def test_thumbnails_are_private(tmp_path):
@@ -334,11 +432,14 @@ def test_thumbnails_are_private(tmp_path):
     entry = client.post("/v1/gallery", json=enrol_json()).get_json()
     response = client.get(entry["thumbnail"])
     assert response.status_code == 200 and response.content_type == "image/png"
-    assert response.cache_control.private and not response.cache_control.public and response.cache_control.max_age == 3600
+    assert (
+        response.cache_control.private and not response.cache_control.public and response.cache_control.max_age == 3600
+    )
     check_security_headers(response)
 
 
 # -- 5. upload formats and the pixel budget
+
 
 def encoded(ext, image=None):
     ok, data = cv2.imencode(ext, np.full((40, 30, 3), 128, np.uint8) if image is None else image)
@@ -361,10 +462,12 @@ def test_only_png_and_jpeg_reach_the_decoder(kind, face_model, image_client, tmp
     got = f"got a {kind} file" if kind != "text" else "not a PNG or JPEG file"
     client = make_client(face_model, tmp_path)
     as_b64 = {"b64": base64.b64encode(data).decode()}
-    for response in (client.post("/v1/gallery", data={"name": "Ada", "image": (io.BytesIO(data), "photo.png")}, headers=FORM),
-                     client.post("/v1/gallery", json={"name": "Ada", "image": as_b64}),
-                     client.post(SEARCH, data={"image": (io.BytesIO(data), "photo.png")}, headers=FORM),
-                     client.post(SEARCH, json={"image": as_b64})):
+    for response in (
+        client.post("/v1/gallery", data={"name": "Ada", "image": (io.BytesIO(data), "photo.png")}, headers=FORM),
+        client.post("/v1/gallery", json={"name": "Ada", "image": as_b64}),
+        client.post(SEARCH, data={"image": (io.BytesIO(data), "photo.png")}, headers=FORM),
+        client.post(SEARCH, json={"image": as_b64}),
+    ):
         message = error_of(response, 415)
         assert message.startswith("image: only PNG or JPEG images are accepted") and got in message
     message = error_of(image_client.post(predict_url(), json={"instances": [np.zeros((8, 8)).tolist(), as_b64]}), 415)
@@ -388,16 +491,33 @@ def test_pixel_budget_is_per_request_and_checked_before_decoding(image_client, d
     client = make_client(image_client.application.config["MODEL_PATH"], tmp_path / "digits", MAX_REQUEST_PIXELS=10_000)
     assert client.post(predict_url(), json={"instances": [instance] * 4}).status_code == 200  # exactly the budget
     message = error_of(client.post(predict_url(), json={"instances": [instance] * 5}), 413)
-    assert message.startswith("instance 4: images of this request add up to 12,500 pixels") and "--max-request-pixels" in message
-    assert client.post(predict_url(), json={"instances": [instance] * 4}).status_code == 200  # the next request has its own budget
+    assert (
+        message.startswith("instance 4: images of this request add up to 12,500 pixels")
+        and "--max-request-pixels" in message
+    )
+    assert (
+        client.post(predict_url(), json={"instances": [instance] * 4}).status_code == 200
+    )  # the next request has its own budget
 
     # A PNG whose header claims 100,000 x 100,000 pixels in 100 bytes: refused by its header, never decoded.
-    bomb = b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + b"IHDR" + struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0) + b"\x00" * 60
+    bomb = (
+        b"\x89PNG\r\n\x1a\n"
+        + struct.pack(">I", 13)
+        + b"IHDR"
+        + struct.pack(">IIBBBBB", 100_000, 100_000, 8, 2, 0, 0, 0)
+        + b"\x00" * 60
+    )
     faces = make_client(face_model, tmp_path / "faces")
-    assert "10,000,000,000 pixels" in error_of(faces.post(SEARCH, json={"image": {"b64": base64.b64encode(bomb).decode()}}), 413)
-    assert "10,000,000,000 pixels" in error_of(image_client.post(predict_url(), json={"instances": [{"b64": base64.b64encode(bomb).decode()}]}), 413)
+    assert "10,000,000,000 pixels" in error_of(
+        faces.post(SEARCH, json={"image": {"b64": base64.b64encode(bomb).decode()}}), 413
+    )
+    assert "10,000,000,000 pixels" in error_of(
+        image_client.post(predict_url(), json={"instances": [{"b64": base64.b64encode(bomb).decode()}]}), 413
+    )
     small = make_client(face_model, tmp_path / "small-faces", MAX_REQUEST_PIXELS=100 * 100)
-    assert "--max-request-pixels" in error_of(small.post("/v1/gallery", data=photo_form(), headers=FORM), 413)  # 150x150
+    assert "--max-request-pixels" in error_of(
+        small.post("/v1/gallery", data=photo_form(), headers=FORM), 413
+    )  # 150x150
     assert count(small) == 0
     budget = PixelBudget(100)
     budget.admit(png(np.zeros((10, 10), np.uint8)))
@@ -405,6 +525,7 @@ def test_pixel_budget_is_per_request_and_checked_before_decoding(image_client, d
 
 
 # -- Host allowlist
+
 
 def test_host_allowlist(text_model, tmp_path):
     client = make_client(text_model, tmp_path, ALLOWED_HOSTS=["demo.example", ".lan"])
@@ -419,8 +540,12 @@ def test_host_allowlist(text_model, tmp_path):
     # same-origin to the browser (Host and Origin both evil.example), so the cross-site check passes them;
     # the host allowlist is what refuses them.
     rebound = {"Host": "evil.example", "Origin": "http://evil.example", "Sec-Fetch-Site": "same-origin"}
-    assert "host 'evil.example' is not served here" in error_of(client.post(predict_url(), json={"instances": [POSITIVE]}, headers=rebound), 400)
+    assert "host 'evil.example' is not served here" in error_of(
+        client.post(predict_url(), json={"instances": [POSITIVE]}, headers=rebound), 400
+    )
     error_of(client.get("/v1/models/disttrain/metadata", headers=rebound), 400)
     open_client = make_client(text_model, tmp_path)  # default: any host
-    assert open_client.post(predict_url(), json={"instances": [POSITIVE]}, headers=rebound).status_code == 200  # why hosts matter
+    assert (
+        open_client.post(predict_url(), json={"instances": [POSITIVE]}, headers=rebound).status_code == 200
+    )  # why hosts matter
     assert open_client.get("/", headers={"Host": "anything.example"}).status_code == 200

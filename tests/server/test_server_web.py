@@ -22,7 +22,10 @@ def test_title_names_the_task_once(text_client, image_client, empty_client, text
     assert title_of(page_of(image_client)) == "disttrain · image classifier"
     assert title_of(page_of(empty_client)) == "disttrain · no model yet"
     # A --model-name other than the default is worth naming too.
-    assert title_of(page_of(make_client(text_model, tmp_path, MODEL_NAME="reviews"))) == "disttrain · reviews · text classifier"
+    assert (
+        title_of(page_of(make_client(text_model, tmp_path, MODEL_NAME="reviews")))
+        == "disttrain · reviews · text classifier"
+    )
 
 
 def test_version_reads_as_the_publication_time_with_the_raw_version_in_the_tooltip(text_client):
@@ -79,7 +82,9 @@ def test_page_shows_the_training_parameters_and_their_origin(text_client):
 def test_page_loads_the_api_helper_first_and_says_no_token_is_needed(text_client, empty_client):
     for client, script in ((text_client, "demo.js"), (empty_client, "demo.js")):
         html = page_of(client)
-        assert html.index('src="/static/api.js"') < html.index(f'src="/static/{script}"')  # disttrainApi exists when demo.js runs
+        assert html.index('src="/static/api.js"') < html.index(
+            f'src="/static/{script}"'
+        )  # disttrainApi exists when demo.js runs
         assert 'data-token-required-for=""' in html and 'data-read-only-gallery="false"' in html
 
 
@@ -94,15 +99,25 @@ def test_page_shows_the_training_data_statistics_of_the_report(text_model, tmp_p
     summary = data_summary(data_dir, Manifest.read(data_dir))
     client = make_client(text_model, tmp_path)
     final_dir = os.path.dirname(client.application.config["MODEL_PATH"])
-    write_report(os.path.join(final_dir, "report.json"), Report(strategy="average", task="text", workers=[],
-                                                                final=ModelRow(examples=1, metrics={"test_accuracy": 0.8}),
-                                                                data=summary))
+    write_report(
+        os.path.join(final_dir, "report.json"),
+        Report(
+            strategy="average",
+            task="text",
+            workers=[],
+            final=ModelRow(examples=1, metrics={"test_accuracy": 0.8}),
+            data=summary,
+        ),
+    )
     html = page_of(client)
     block = re.search(r'<div class="meta" id="training-data">(.*?)</div>', html, re.S)
     assert block, "no training data on the page"
     text = " ".join(re.sub(r"<[^>]+>", " ", block.group(1)).split())
     shards = summary["splits"]["shard-00000"]["examples"]
-    assert f"Data: {shards} training examples in 1 shard(s) ({shards}), {summary['splits']['test']['examples']} held out" in text
+    assert (
+        f"Data: {shards} training examples in 1 shard(s) ({shards}), {summary['splits']['test']['examples']} held out"
+        in text
+    )
     assert "validation passed (label skew passed, leakage warning, missing class passed, schema skipped)" in text
     assert "leakage: 21 training example(s)" in text and "Rotten Tomatoes sample repeats some snippets" in text
     with open(os.path.join(final_dir, "report.json"), "w") as fh:

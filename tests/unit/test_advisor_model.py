@@ -12,10 +12,25 @@ from disttrain_trainer.strategies.parameterserver import cost as parameterserver
 
 
 def probe(**changes):
-    base = dict(step_seconds_alone=0.005, step_seconds_pair=0.006, weight_bytes=5_120_000, weight_tensors=4,
-                gradient_bytes=5_120_000, gradient_sparse=False, latency_seconds=0.001, per_byte_seconds=0.0,
-                link_measured="loopback", train_examples=12_800, batch=64, steps_per_call=32, cores=2, one_host=True,
-                startup_seconds=8.0, join_seconds=1.0, eval_seconds=0.1)
+    base = dict(
+        step_seconds_alone=0.005,
+        step_seconds_pair=0.006,
+        weight_bytes=5_120_000,
+        weight_tensors=4,
+        gradient_bytes=5_120_000,
+        gradient_sparse=False,
+        latency_seconds=0.001,
+        per_byte_seconds=0.0,
+        link_measured="loopback",
+        train_examples=12_800,
+        batch=64,
+        steps_per_call=32,
+        cores=2,
+        one_host=True,
+        startup_seconds=8.0,
+        join_seconds=1.0,
+        eval_seconds=0.1,
+    )
     base.update(changes)
     return pm.Probe(**base)
 
@@ -34,7 +49,9 @@ def test_the_given_link_sets_the_cost_of_a_byte_where_it_is_slower_than_what_the
     link = cost_base.link_of(loop, mbit=100)
     assert link.per_byte_seconds == pytest.approx(8e-8)  # copying and sending pipelined: the slower stage
     assert link.latency_seconds == 0.002
-    assert cost_base.link_of(probe(per_byte_seconds=1e-8), mbit=10_000).per_byte_seconds == 1e-8  # copying slower than the wire
+    assert (
+        cost_base.link_of(probe(per_byte_seconds=1e-8), mbit=10_000).per_byte_seconds == 1e-8
+    )  # copying slower than the wire
     remote = probe(per_byte_seconds=1e-9, link_measured="peers")
     assert cost_base.link_of(remote, mbit=100).per_byte_seconds == pytest.approx(8e-8)
     assert cost_base.link_of(remote).per_byte_seconds == 1e-9  # none given: as measured
@@ -66,6 +83,7 @@ def test_int4_sends_half_the_bytes_of_int8_and_a_scale_per_block():
 def test_the_block_wires_are_the_wire_codecs_ones():
     from disttrain_trainer import wire_codecs
     from disttrain_trainer.strategies.options import BLOCK_WIRES
+
     assert cost_base.WIRE_BLOCK == wire_codecs.BLOCK
     assert set(BLOCK_WIRES) == set(wire_codecs.BLOCK_WIRES)
     assert all(cost_base.WIRE_BYTES[wire] == bits / 8 for wire, (_, bits) in wire_codecs.BLOCK_WIRES.items())
@@ -73,6 +91,7 @@ def test_the_block_wires_are_the_wire_codecs_ones():
 
 def test_the_batch_norm_refresh_is_the_trainers_default():
     from disttrain_trainer.strategies import options
+
     assert localsgd_cost.REFRESH_BATCHES == options.DEFAULT_SYNC_BATCH_NORM_BATCHES
 
 
@@ -87,7 +106,9 @@ def test_step_time_on_one_host_and_on_many():
     assert cost_base.step_seconds(p, 1) == 0.010
     assert cost_base.step_seconds(p, 2) == pytest.approx(0.0125)
     assert cost_base.step_seconds(p, 4) == pytest.approx(0.025)  # four workers take turns on two cores
-    assert cost_base.step_seconds(probe(step_seconds_alone=0.010, step_seconds_pair=0.02, cores=1), 2) == pytest.approx(0.02)
+    assert cost_base.step_seconds(probe(step_seconds_alone=0.010, step_seconds_pair=0.02, cores=1), 2) == pytest.approx(
+        0.02
+    )
     separate = probe(step_seconds_alone=0.010, step_seconds_pair=0.011, one_host=False)
     assert cost_base.step_seconds(separate, 8) == 0.011
 
@@ -124,8 +145,9 @@ def test_syncs_at_each_epochs_end_cost_one_short_interval_an_epoch():
     aligned = {"sync_every": 30, "sync_at_epoch_end": True}
     assert pm.epoch_seconds(p, link, "localsgd", 2, aligned, epochs=3)[2] == pytest.approx(4 * one)
     # an H that divides the epoch: the same syncs either way
-    assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 25, "sync_at_epoch_end": True}, epochs=3)[2] == \
-        pytest.approx(pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 25}, epochs=3)[2])
+    assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 25, "sync_at_epoch_end": True}, epochs=3)[
+        2
+    ] == pytest.approx(pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 25}, epochs=3)[2])
     assert pm.predict(p, link, "localsgd", 2, aligned).label() == "localsgd H=30 +epoch ends float32"
     with pytest.raises(cost_base.ModelError, match="does not go with outer_overlap"):
         pm.epoch_seconds(p, link, "localsgd", 2, {**aligned, "outer_optimizer": "nesterov", "outer_overlap": "eager"})
@@ -133,8 +155,15 @@ def test_syncs_at_each_epochs_end_cost_one_short_interval_an_epoch():
 
 def test_a_parameter_server_step_pulls_the_whole_model_and_pushes_the_gradients_rows():
     # an embedding model: 5.12 MB of weights, 0.18 MB of sparse gradient rows per step (the text model's)
-    p = probe(weight_bytes=5_120_000, gradient_bytes=180_000, gradient_sparse=True, latency_seconds=0.0,
-              per_byte_seconds=0.0, train_examples=10_240, batch=64)
+    p = probe(
+        weight_bytes=5_120_000,
+        gradient_bytes=180_000,
+        gradient_sparse=True,
+        latency_seconds=0.0,
+        per_byte_seconds=0.0,
+        train_examples=10_240,
+        batch=64,
+    )
     link = cost_base.link_of(p, mbit=100)
     workers_bound, server_bound, exchange = parameterserver_cost.parameterserver_bounds(p, link, 2)
     assert exchange == pytest.approx((5_120_000 + 180_000) * 8e-8)
@@ -149,23 +178,35 @@ def test_an_overlapped_sync_waits_only_for_what_the_next_steps_leave_of_its_exch
     # the exchange (4.097 s + the agreement) against 50 steps of 6 ms beside it: 0.3 s of it hidden per sync;
     # the run's end waits for the whole last one
     _, _, waited, exchange = pm.epoch_seconds(p, link, "localsgd", 2, options, epochs=4)
-    total, compute, comm, exposed = pm.epoch_seconds(p, link, "localsgd", 2, {**options, "outer_overlap": "eager"}, epochs=4)
+    total, compute, comm, exposed = pm.epoch_seconds(
+        p, link, "localsgd", 2, {**options, "outer_overlap": "eager"}, epochs=4
+    )
     assert exposed == pytest.approx(exchange - 50 * 0.006)
     # the end: the last exchange, and eager's float32 all-reduce of the weights that makes the workers' models one
     end = (exchange - exposed) + cost_base.allreduce_seconds(5_120_000, 2, link)
     assert comm == pytest.approx((8 * exposed + end) / 4) and total == pytest.approx(compute + comm)
     # H steps longer than the exchange hide it, but lose a third of its time beside it; the end waits for the rest
-    _, _, comm, exposed = pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "eager"}, epochs=100)
+    _, _, comm, exposed = pm.epoch_seconds(
+        p, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "eager"}, epochs=100
+    )
     # (100 steps an epoch: 10 syncs in 100 epochs, the last one's whole exchange waited for at the end)
     assert exposed == pytest.approx(exchange / 3)
-    assert comm == pytest.approx((10 * exchange / 3 + exchange * 2 / 3 + cost_base.allreduce_seconds(5_120_000, 2, link)) / 100)
+    assert comm == pytest.approx(
+        (10 * exchange / 3 + exchange * 2 / 3 + cost_base.allreduce_seconds(5_120_000, 2, link)) / 100
+    )
     # delayed updates land the last exchange as it is: no average at the end
-    _, _, comm, _ = pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "delayed"}, epochs=100)
+    _, _, comm, _ = pm.epoch_seconds(
+        p, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "delayed"}, epochs=100
+    )
     assert comm == pytest.approx((10 * exchange / 3 + exchange * 2 / 3) / 100)
     # a model with batch normalisation re-estimates its statistics once more after the landing
     bn = probe(latency_seconds=0.001, per_byte_seconds=0.0, batch_norm=True, batch_norm_bytes=0)
-    _, _, comm_bn, _ = pm.epoch_seconds(bn, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "delayed"}, epochs=100)
-    refresh = localsgd_cost.REFRESH_BATCHES * localsgd_cost.FORWARD_SHARE * 0.006 + cost_base.allreduce_seconds(0, 2, link)
+    _, _, comm_bn, _ = pm.epoch_seconds(
+        bn, link, "localsgd", 2, {"sync_every": 1000, "outer_overlap": "delayed"}, epochs=100
+    )
+    refresh = localsgd_cost.REFRESH_BATCHES * localsgd_cost.FORWARD_SHARE * 0.006 + cost_base.allreduce_seconds(
+        0, 2, link
+    )
     # 100 steps an epoch: 10 syncs in 100 epochs, each re-estimates, and the end once more
     assert comm_bn == pytest.approx((10 * exchange / 3 + exchange * 2 / 3 + 11 * refresh) / 100)
     label = pm.predict(p, link, "localsgd", 2, {**options, "allreduce_dtype": "int8", "outer_overlap": "eager"}).label()
@@ -177,9 +218,14 @@ def test_an_overlapped_sync_waits_only_for_what_the_next_steps_leave_of_its_exch
     assert (waiting.epochs_to_target, eager.epochs_to_target) == (11, 12)
     # a candidate beside each DiLoCo configuration, and after it in the tie-break
     rows = pm.candidates([2])
-    waiting_diloco = [o for s_, _, o in rows if o.get("outer_optimizer") == "nesterov"
-                      and not o.get("outer_overlap") and not o.get("sync_at_epoch_end")]
-    assert [o for s_, _, o in rows if o.get("outer_overlap")] == [{**o, "outer_overlap": "eager"} for o in waiting_diloco]
+    waiting_diloco = [
+        o
+        for s_, _, o in rows
+        if o.get("outer_optimizer") == "nesterov" and not o.get("outer_overlap") and not o.get("sync_at_epoch_end")
+    ]
+    assert [o for s_, _, o in rows if o.get("outer_overlap")] == [
+        {**o, "outer_overlap": "eager"} for o in waiting_diloco
+    ]
 
 
 def test_steps_beside_an_exchange_lose_a_third_of_its_time_and_a_longer_exchange_costs_what_they_leave():
@@ -212,8 +258,9 @@ def test_a_timed_multiworker_step_adds_what_it_took_beyond_compute_and_exchange(
     assert multiworker_cost.multiworker_extra_seconds(p) == pytest.approx(0.009 - 0.006 - 0.001512)
     link = cost_base.link_of(p, mbit=10)
     total, _, comm, g = pm.epoch_seconds(p, link, "multiworker", 2, {"allreduce_dtype": "float16"})
-    untimed = pm.epoch_seconds(probe(latency_seconds=0.001, per_byte_seconds=1e-10), link, "multiworker", 2,
-                               {"allreduce_dtype": "float16"})
+    untimed = pm.epoch_seconds(
+        probe(latency_seconds=0.001, per_byte_seconds=1e-10), link, "multiworker", 2, {"allreduce_dtype": "float16"}
+    )
     assert comm - untimed[2] == pytest.approx(100 * 0.001488) and total - untimed[0] == pytest.approx(100 * 0.001488)
     assert g == untimed[3]  # the exchange itself is the model's
     # on the probe's own link the prediction is the timed step (plus the agreements per call and per epoch)
@@ -246,28 +293,48 @@ def test_time_to_target_counts_start_up_evaluations_and_the_join():
     assert local.time_to_target_seconds == pytest.approx(9.0 + 6 * (local.seconds_per_epoch + evaluation))
     # DiLoCo: one worker's epochs and one outer step (100 steps an epoch: H = 50 is half an epoch), up to the
     # evaluation that shows the target: 3.5 epochs, shown by the fourth
-    diloco = pm.predict(p, link, "localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov"}, epochs=5, epochs_to_target=3)
+    diloco = pm.predict(
+        p, link, "localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov"}, epochs=5, epochs_to_target=3
+    )
     assert diloco.epochs_to_target == 4 and not diloco.note
     assert diloco.time_to_target_seconds == pytest.approx(9.0 + 4 * (diloco.seconds_per_epoch + evaluation))
     # one worker crossing the target between two evaluations (2.4 epochs): DiLoCo's 2.9 shows at the third, as one
     # worker's own does
-    early = pm.predict(p, link, "localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov"}, epochs=5, epochs_to_target=2.4)
-    assert early.epochs_to_target == 3 and pm.predict(p, link, "single", 1, {}, epochs=5, epochs_to_target=2.4).epochs_to_target == 3
-    assert [pm.predict(p, link, s, 2, {}, epochs=5, epochs_to_target=3).epochs_to_target
-            for s in ("multiworker", "average", "parameterserver")] == [6, 6, 3]
+    early = pm.predict(
+        p, link, "localsgd", 2, {"sync_every": 50, "outer_optimizer": "nesterov"}, epochs=5, epochs_to_target=2.4
+    )
+    assert (
+        early.epochs_to_target == 3
+        and pm.predict(p, link, "single", 1, {}, epochs=5, epochs_to_target=2.4).epochs_to_target == 3
+    )
+    assert [
+        pm.predict(p, link, s, 2, {}, epochs=5, epochs_to_target=3).epochs_to_target
+        for s in ("multiworker", "average", "parameterserver")
+    ] == [6, 6, 3]
 
 
 def test_diloco_needs_one_outer_step_more_than_one_worker_and_never_more_than_plain_averaging():
     # 12,800 examples, 2 workers, batch 64: 100 steps per worker per epoch; one worker's target at epoch 3
     p = probe()
     link = cost_base.link_of(p)
-    steps = {h: pm.predict(p, link, "localsgd", 2, {"sync_every": h, "outer_optimizer": "nesterov"}, epochs=5,
-                           epochs_to_target=3) for h in (50, 100, 200, 300, 400)}
-    assert {h: localsgd_cost.outer_steps(p, 2, {"sync_every": h}, 3) for h in steps} == {50: 6, 100: 3, 200: 1.5, 300: 1, 400: 0.75}
+    steps = {
+        h: pm.predict(
+            p, link, "localsgd", 2, {"sync_every": h, "outer_optimizer": "nesterov"}, epochs=5, epochs_to_target=3
+        )
+        for h in (50, 100, 200, 300, 400)
+    }
+    assert {h: localsgd_cost.outer_steps(p, 2, {"sync_every": h}, 3) for h in steps} == {
+        50: 6,
+        100: 3,
+        200: 1.5,
+        300: 1,
+        400: 0.75,
+    }
     # 3 epochs and H / 100 more, up to plain averaging's 6 (2 workers: twice one worker's), with a note saying why;
     # rounded up to the evaluation that shows the target
-    assert {h: pm.epochs_needed(p, "localsgd", 2, {"sync_every": h, "outer_optimizer": "nesterov"}, 3)[0]
-            for h in steps} == {50: 3.5, 100: 4, 200: 5, 300: 6, 400: 6}
+    assert {
+        h: pm.epochs_needed(p, "localsgd", 2, {"sync_every": h, "outer_optimizer": "nesterov"}, 3)[0] for h in steps
+    } == {50: 3.5, 100: 4, 200: 5, 300: 6, 400: 6}
     assert {h: q.epochs_to_target for h, q in steps.items()} == {50: 4, 100: 4, 200: 5, 300: 6, 400: 6}
     assert steps[400].note.startswith("0.8 outer steps before the target: too few") and steps[300].note
     assert not any(steps[h].note for h in (50, 100, 200))
@@ -279,9 +346,14 @@ def test_diloco_needs_one_outer_step_more_than_one_worker_and_never_more_than_pl
     assert pm.convergence_factor("multiworker", 4) == 4.0 and pm.convergence_factor("parameterserver", 4) == 1.0
 
 
-@pytest.mark.parametrize("strategy, workers, message", [
-    ("multiworker", 1, "needs >= 2 workers"), ("single", 2, "single is one worker"), ("gossip", 2, "unknown strategy"),
-])
+@pytest.mark.parametrize(
+    "strategy, workers, message",
+    [
+        ("multiworker", 1, "needs >= 2 workers"),
+        ("single", 2, "single is one worker"),
+        ("gossip", 2, "unknown strategy"),
+    ],
+)
 def test_impossible_configurations_are_refused(strategy, workers, message):
     p = probe()
     with pytest.raises(cost_base.ModelError, match=message):
@@ -301,12 +373,22 @@ def test_text_model_at_10_mbit_one_worker():
     assert sentence.startswith("the best option with more workers (average, 2 workers) is predicted"), sentence
     # with the epochs' time alone (no evaluations, no start-up) the average would tie: the model says why it loses
     average = next(q for q in predictions if q.strategy == "average")
-    assert average.epochs_to_target == 10 and average.seconds_per_epoch == pytest.approx(choice.seconds_per_epoch / 2, rel=0.25)
+    assert average.epochs_to_target == 10 and average.seconds_per_epoch == pytest.approx(
+        choice.seconds_per_epoch / 2, rel=0.25
+    )
 
 
 def test_a_compute_bound_model_on_a_fast_link_syncs_often():
-    p = probe(step_seconds_alone=0.165, step_seconds_pair=0.17, weight_bytes=9_100_000, gradient_bytes=8_900_000,
-              one_host=False, link_measured="peers", per_byte_seconds=8e-9, train_examples=64_000)
+    p = probe(
+        step_seconds_alone=0.165,
+        step_seconds_pair=0.17,
+        weight_bytes=9_100_000,
+        gradient_bytes=8_900_000,
+        one_host=False,
+        link_measured="peers",
+        per_byte_seconds=8e-9,
+        train_examples=64_000,
+    )
     predictions = pm.predict_all(p, cost_base.link_of(p), [1, 2, 4], epochs=10, epochs_to_target=10)
     choice = pm.recommend(predictions)
     # within 5 % of the fastest, the advice is the simplest: one average at the end, with the most workers
@@ -336,18 +418,32 @@ def test_a_tie_with_one_worker_is_said_as_a_tie_not_as_0_percent():
 
 
 def test_plain_rare_averaging_is_not_recommended_but_the_outer_optimizer_is():
-    p = probe(step_seconds_alone=0.1, step_seconds_pair=0.1, one_host=False, link_measured="peers",
-              per_byte_seconds=8e-7, weight_bytes=9_100_000, gradient_bytes=9_100_000, train_examples=256_000)
+    p = probe(
+        step_seconds_alone=0.1,
+        step_seconds_pair=0.1,
+        one_host=False,
+        link_measured="peers",
+        per_byte_seconds=8e-7,
+        weight_bytes=9_100_000,
+        gradient_bytes=9_100_000,
+        train_examples=256_000,
+    )
     # (as if one-shot averaging were known not to work; the overlapped syncs have a test of their own)
-    predictions = [q for q in pm.predict_all(p, cost_base.link_of(p), [2], epochs=20, epochs_to_target=20)
-                   if q.strategy != "average" and not localsgd_cost.overlapped(q.options)]
+    predictions = [
+        q
+        for q in pm.predict_all(p, cost_base.link_of(p), [2], epochs=20, epochs_to_target=20)
+        if q.strategy != "average" and not localsgd_cost.overlapped(q.options)
+    ]
     choice = pm.recommend(predictions)
     assert choice.strategy == "localsgd" and choice.options["outer_optimizer"] == "nesterov"
     # int4 at H=500 is the fastest; within 5 % of it the advice syncs at each epoch's end, then more often (H=250),
     # and the wire is no tie-break for localsgd (error feedback: int8 or float16 at H=500, as close, are not
     # preferred for being wider)
     fastest = min(predictions, key=pm.cost_of)
-    assert fastest.label() == "localsgd H=500 int4 nesterov" and choice.label() == "localsgd H=250 +epoch ends int4 nesterov"
+    assert (
+        fastest.label() == "localsgd H=500 int4 nesterov"
+        and choice.label() == "localsgd H=250 +epoch ends int4 nesterov"
+    )
     assert pm.cost_of(choice) <= pm.cost_of(fastest) * 1.05
     assert "localsgd H=250 +epoch ends int4 nesterov <-" in pm.table(predictions, choice)
     without = [q for q in predictions if not q.options.get("sync_at_epoch_end")]
@@ -358,8 +454,15 @@ def test_plain_rare_averaging_is_not_recommended_but_the_outer_optimizer_is():
 def test_within_the_tie_diloco_syncs_at_each_epochs_end_so_that_evaluations_read_the_groups_model():
     # MobileNetV2's shape: 125 steps a worker-epoch at 2 workers, 0.2 s steps, 9.1 MB of weights at 50 Mbit/s; one
     # worker crosses the target at 4.58 epochs
-    p = probe(step_seconds_alone=0.2, step_seconds_pair=0.2, weight_bytes=9_100_000, weight_tensors=260,
-              gradient_bytes=9_100_000, train_examples=16_000, batch=64)
+    p = probe(
+        step_seconds_alone=0.2,
+        step_seconds_pair=0.2,
+        weight_bytes=9_100_000,
+        weight_tensors=260,
+        gradient_bytes=9_100_000,
+        train_examples=16_000,
+        batch=64,
+    )
     link = cost_base.link_of(p, mbit=50)
     assert cost_base.steps_per_epoch(p.train_examples, 2, p.batch) == 125
     diloco = {"sync_every": 50, "allreduce_dtype": "int4", "outer_optimizer": "nesterov"}
@@ -385,14 +488,23 @@ def test_within_the_tie_diloco_syncs_at_each_epochs_end_so_that_evaluations_read
     # sync once an epoch: another H)
     predicted = pm.predict_all(p, link, [2], epochs=16, epochs_to_target=4.58)
     assert sorted({q.options["sync_every"] for q in predicted if q.options.get("sync_at_epoch_end")}) == [50, 100]
-    assert not any(q.options.get("sync_at_epoch_end") and (localsgd_cost.overlapped(q.options) or not pm.diloco(q.strategy, q.options))
-                   for q in predicted)
+    assert not any(
+        q.options.get("sync_at_epoch_end")
+        and (localsgd_cost.overlapped(q.options) or not pm.diloco(q.strategy, q.options))
+        for q in predicted
+    )
 
 
 def test_multiworker_prefers_the_wider_wire_within_the_tie():
     # float16 gradients are rounded with nothing kept for later: among close multiworker rows, float32
-    p = probe(step_seconds_alone=0.1, step_seconds_pair=0.1, one_host=False, link_measured="peers", per_byte_seconds=1e-10)
-    rows = [q for q in pm.predict_all(p, cost_base.link_of(p), [2], epochs=5, epochs_to_target=5) if q.strategy == "multiworker"]
+    p = probe(
+        step_seconds_alone=0.1, step_seconds_pair=0.1, one_host=False, link_measured="peers", per_byte_seconds=1e-10
+    )
+    rows = [
+        q
+        for q in pm.predict_all(p, cost_base.link_of(p), [2], epochs=5, epochs_to_target=5)
+        if q.strategy == "multiworker"
+    ]
     assert pm.cost_of(rows[1]) < pm.cost_of(rows[0]) <= pm.cost_of(rows[1]) * 1.05  # float16 a little faster
     assert pm.recommend(rows).options["allreduce_dtype"] == "float32"
 
@@ -405,8 +517,9 @@ def test_the_probe_round_trips_through_json():
 def test_a_row_without_its_sync_every_gets_the_trainers_default():
     p = probe()
     link = cost_base.link_of(p, mbit=10)
-    assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": None}, epochs=2) == \
-        pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 32}, epochs=2)
+    assert pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": None}, epochs=2) == pm.epoch_seconds(
+        p, link, "localsgd", 2, {"sync_every": 32}, epochs=2
+    )
     with pytest.raises(cost_base.ModelError, match="sync_every must be an integer"):
         pm.epoch_seconds(p, link, "localsgd", 2, {"sync_every": 2.5})
 
@@ -442,7 +555,10 @@ def test_a_batch_norm_sync_adds_the_statistics_refresh():
     bn = probe(step_seconds_pair=0.02, batch_norm=True, batch_norm_bytes=136_000)
     link = cost_base.link_of(plain, 10)
     options = {"sync_every": 100, "allreduce_dtype": "int8", "outer_optimizer": "nesterov"}
-    extra = pm.predict(bn, link, "localsgd", 2, options).sync_seconds - pm.predict(plain, link, "localsgd", 2, options).sync_seconds
+    extra = (
+        pm.predict(bn, link, "localsgd", 2, options).sync_seconds
+        - pm.predict(plain, link, "localsgd", 2, options).sync_seconds
+    )
     # 8 forward passes at a third of a 2-worker step, and the statistics all-reduced in float32 over 10 Mbit/s
     t = cost_base.step_seconds(bn, 2)
     assert extra == pytest.approx(8 * t / 3 + link.latency_seconds + 136_000 * link.per_byte_seconds)
@@ -467,10 +583,13 @@ def test_a_timed_parameter_server_epoch_is_predicted_as_measured_and_carried_to_
     slow = cost_base.link_of(timed, mbit=10)
     workers_bound, server_bound, _ = parameterserver_cost.parameterserver_bounds(timed, slow, 2)
     assert pm.epoch_seconds(timed, slow, "parameterserver", 2)[0] == pytest.approx(
-        max(workers_bound + 200 * (2.0 - 0.8) / 200, server_bound))
+        max(workers_bound + 200 * (2.0 - 0.8) / 200, server_bound)
+    )
     # four workers on the two cores: the same work per group step, the steps shared by more workers
     workers_bound, _, _ = parameterserver_cost.parameterserver_bounds(timed, cost_base.link_of(timed), 4)
-    assert pm.epoch_seconds(timed, cost_base.link_of(timed), "parameterserver", 4)[0] == pytest.approx(workers_bound + 1.2)
+    assert pm.epoch_seconds(timed, cost_base.link_of(timed), "parameterserver", 4)[0] == pytest.approx(
+        workers_bound + 1.2
+    )
     # measured faster than the bounds (noise): nothing is taken off them
     assert parameterserver_cost.parameterserver_extra_seconds(probe(parameterserver_epoch_seconds=0.5)) == 0.0
 
@@ -486,7 +605,9 @@ def test_on_the_probes_own_link_a_parameter_server_run_faster_than_the_bounds_co
     assert pm.epoch_seconds(timed, own, "parameterserver", 2)[0] == pytest.approx(2.0)
     # four workers there: their bound corrected by the same seconds per group step
     workers_bound_4, _, _ = parameterserver_cost.parameterserver_bounds(timed, own, 4)
-    assert pm.epoch_seconds(timed, own, "parameterserver", 4)[0] == pytest.approx(max(workers_bound_4 + 2.0 - workers_bound, 2.0))
+    assert pm.epoch_seconds(timed, own, "parameterserver", 4)[0] == pytest.approx(
+        max(workers_bound_4 + 2.0 - workers_bound, 2.0)
+    )
     # on a given link the bytes are priced at its rate, and the bounds stand
     slow = cost_base.link_of(timed, mbit=100)
     workers_bound, server_bound, _ = parameterserver_cost.parameterserver_bounds(timed, slow, 2)
@@ -514,12 +635,16 @@ def test_a_faster_lower_bound_is_passed_over_and_named():
     choice = pm.recommend(predictions)
     assert not choice.lower_bound and pm.cost_of(choice) > pm.cost_of(fastest)
     sentence = pm.reason(choice, predictions, p, cost_base.link_of(p))
-    assert sentence.endswith("; parameterserver (2 workers) is predicted faster, but only as a lower bound "
-                             "(its note says what was not probed)")
+    assert sentence.endswith(
+        "; parameterserver (2 workers) is predicted faster, but only as a lower bound "
+        "(its note says what was not probed)"
+    )
     assert sentence.count("parameterserver") == 1  # (the best option with more workers is one predicted in full)
     # with only lower bounds left, the fastest of them is the advice, and the sentence adds nothing
     bounds = [q for q in predictions if q.lower_bound]
-    assert pm.recommend(bounds).lower_bound and "predicted faster" not in pm.reason(pm.recommend(bounds), bounds, p, cost_base.link_of(p))
+    assert pm.recommend(bounds).lower_bound and "predicted faster" not in pm.reason(
+        pm.recommend(bounds), bounds, p, cost_base.link_of(p)
+    )
 
 
 def test_the_table_numbers_each_note_and_prints_it_once():
@@ -530,27 +655,46 @@ def test_the_table_numbers_each_note_and_prints_it_once():
     # plain localsgd at H = 250 and 500 on each of its 4 wires
     assert text.count(rare) == 1 and sum(1 for q in predictions if q.note == rare) == 8
     number = next(line.split()[0] for line in text.splitlines() if line.endswith(rare))
-    rows = [line for line in text.splitlines() if line.startswith("localsgd H=500 int8 ") or line.startswith("localsgd H=250 float16 ")]
+    rows = [
+        line
+        for line in text.splitlines()
+        if line.startswith("localsgd H=500 int8 ") or line.startswith("localsgd H=250 float16 ")
+    ]
     assert [row.split()[-1] for row in rows if "nesterov" not in row] == [number, number]
-    assert all(line.startswith("[") for line in text.splitlines()[len(predictions) + 1:])
+    assert all(line.startswith("[") for line in text.splitlines()[len(predictions) + 1 :])
 
 
 def test_each_sync_costs_what_the_trainers_own_sync_took_beyond_its_modelled_exchange_on_any_link():
     # MobileNetV2's numbers: 2.3M weights, the probe's loopback (2 ms a collective, 2 Gbit/s), its int4 sync timed at
     # 91 ms, float32's at 56 ms
-    loop = probe(weight_bytes=9_080_000, step_seconds_alone=0.2, step_seconds_pair=0.2, latency_seconds=0.002,
-                 per_byte_seconds=4e-9, train_examples=16_000, trainer_sync_seconds={"int4": 0.091, "float32": 0.056})
+    loop = probe(
+        weight_bytes=9_080_000,
+        step_seconds_alone=0.2,
+        step_seconds_pair=0.2,
+        latency_seconds=0.002,
+        per_byte_seconds=4e-9,
+        train_examples=16_000,
+        trainer_sync_seconds={"int4": 0.091, "float32": 0.056},
+    )
     plain = pm.Probe(**{**loop.to_dict(), "trainer_sync_seconds": {}})
     here = cost_base.link_of(loop)
     own = 0.091 - localsgd_cost.sync_exchange_seconds(loop, here, 2, "int4")
     assert localsgd_cost.sync_own_seconds(loop, "int4") == pytest.approx(own)
-    assert own == pytest.approx(0.091 - (3 * 0.002 + cost_base.sync_bytes(loop, "int4") * 4e-9))  # the all-gather's 2 + alpha
+    assert own == pytest.approx(
+        0.091 - (3 * 0.002 + cost_base.sync_bytes(loop, "int4") * 4e-9)
+    )  # the all-gather's 2 + alpha
     assert localsgd_cost.sync_own_seconds(loop, "int8") == 0.0  # not timed: the exchange alone, as before
     assert localsgd_cost.sync_own_seconds(plain, "int4") == 0.0
     # float32 timed faster than its modelled all-reduce: no negative work
-    assert localsgd_cost.sync_own_seconds(probe(per_byte_seconds=4e-9, trainer_sync_seconds={"float32": 0.001}), "float32") == 0.0
+    assert (
+        localsgd_cost.sync_own_seconds(probe(per_byte_seconds=4e-9, trainer_sync_seconds={"float32": 0.001}), "float32")
+        == 0.0
+    )
     diloco = {"sync_every": 50, "allreduce_dtype": "int4", "outer_optimizer": "nesterov", "sync_at_epoch_end": True}
-    for link in (here, cost_base.link_of(loop, mbit=50)):  # the same own work on a slower link, beside its longer exchange
+    for link in (
+        here,
+        cost_base.link_of(loop, mbit=50),
+    ):  # the same own work on a slower link, beside its longer exchange
         with_own, _, comm, one = pm.epoch_seconds(loop, link, "localsgd", 2, diloco, epochs=16)
         without, _, comm_plain, one_plain = pm.epoch_seconds(plain, link, "localsgd", 2, diloco, epochs=16)
         # 125 steps an epoch at H = 50: syncs at 50, 100 and 125, three an epoch
@@ -560,8 +704,9 @@ def test_each_sync_costs_what_the_trainers_own_sync_took_beyond_its_modelled_exc
     eager = {"sync_every": 100, "allreduce_dtype": "int4", "outer_optimizer": "nesterov", "outer_overlap": "eager"}
     link = cost_base.link_of(loop, mbit=50)
     syncs = len(localsgd_cost.sync_steps(100, 125, 16))
-    assert pm.epoch_seconds(loop, link, "localsgd", 2, eager, epochs=16)[0] - \
-        pm.epoch_seconds(plain, link, "localsgd", 2, eager, epochs=16)[0] == pytest.approx(syncs * own / 16)
+    assert pm.epoch_seconds(loop, link, "localsgd", 2, eager, epochs=16)[0] - pm.epoch_seconds(
+        plain, link, "localsgd", 2, eager, epochs=16
+    )[0] == pytest.approx(syncs * own / 16)
     # the advice's sentence prices a sync with its own work
     choice = pm.predict(loop, here, "localsgd", 2, diloco, epochs=16)
     cost = localsgd_cost.sync_exchange_seconds(loop, here, 2, "int4") + own

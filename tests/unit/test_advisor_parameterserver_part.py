@@ -7,8 +7,14 @@ import os
 import pytest
 
 from disttrain_contract.manifest import Manifest, read_split, read_vocab
-from disttrain_advisor.parameterserver_phase import (MAX_GROUP_STEPS, MIN_GROUP_STEPS, PART_TEST_EXAMPLES,
-                                                      data_fraction, part_of_the_data, seconds_needed)
+from disttrain_advisor.parameterserver_phase import (
+    MAX_GROUP_STEPS,
+    MIN_GROUP_STEPS,
+    PART_TEST_EXAMPLES,
+    data_fraction,
+    part_of_the_data,
+    seconds_needed,
+)
 from stages import stage
 
 
@@ -42,7 +48,7 @@ def test_the_part_is_data_the_trainer_reads(tmp_path, source):
     for whole_split, split in zip((*whole.shards, whole.test), (*part.shards, part.test)):
         x, y = read_split(str(out), read_back, split)  # (checks every file against the part's sha256)
         x_whole, y_whole = read_split(str(data), whole, whole_split)
-        assert list(y) == list(y_whole[:split.examples])  # the first examples of each split, in order
+        assert list(y) == list(y_whole[: split.examples])  # the first examples of each split, in order
         assert len(x) == split.examples and str(x[0]) == str(x_whole[0])
     if whole.vocab:
         assert read_vocab(str(out), read_back) == read_vocab(str(data), whole)

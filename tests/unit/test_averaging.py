@@ -74,12 +74,15 @@ class FakeConfigModel:
 
 
 def marker(index, sha, strategy="average", workers=2):
-    return TrainerMarker(worker_index=index, init_weights_sha256=sha, strategy=strategy, workers=workers, epochs=2,
-                         examples=10)
+    return TrainerMarker(
+        worker_index=index, init_weights_sha256=sha, strategy=strategy, workers=workers, epochs=2, examples=10
+    )
 
 
 def signature(sha, config=None, vocab="v"):
-    return model_signature(FakeConfigModel(config or {"layers": 1}), {"init_weights_sha256": sha, "vocab_sha256": vocab})
+    return model_signature(
+        FakeConfigModel(config or {"layers": 1}), {"init_weights_sha256": sha, "vocab_sha256": vocab}
+    )
 
 
 def test_mismatched_initial_weights_are_refused():
@@ -90,7 +93,9 @@ def test_mismatched_initial_weights_are_refused():
     with pytest.raises(ContractError, match="same initial weights .* same --seed"):
         check_compatible([marker(0, sha_a), marker(1, sha_b)], 2)
     # the markers agree, a model's own record does not
-    with pytest.raises(ContractError, match=f"same initial weights \\(worker 1: marker {sha_a[:12]}, model {sha_b[:12]}\\)"):
+    with pytest.raises(
+        ContractError, match=f"same initial weights \\(worker 1: marker {sha_a[:12]}, model {sha_b[:12]}\\)"
+    ):
         check_model(marker(1, sha_a), signature(sha_b), signature(sha_a))
     with pytest.raises(ContractError, match="same initial weights"):
         check_model(marker(0, sha_a), model_signature(FakeConfigModel({}), {}), None)

@@ -10,20 +10,32 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BENCH = os.path.join(ROOT, "bench")
-SCRIPTS = sorted(name for name in os.listdir(BENCH)
-                 if name.endswith(".py") and 'if __name__ == "__main__":' in open(os.path.join(BENCH, name)).read())
+SCRIPTS = sorted(
+    name
+    for name in os.listdir(BENCH)
+    if name.endswith(".py") and 'if __name__ == "__main__":' in open(os.path.join(BENCH, name)).read()
+)
 
 
 def bench_files():
     """{path: mtime} of everything under bench/: --help must write nothing."""
-    return {os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns for d, _, files in os.walk(BENCH) for f in files if "__pycache__" not in d}
+    return {
+        os.path.join(d, f): os.stat(os.path.join(d, f)).st_mtime_ns
+        for d, _, files in os.walk(BENCH)
+        for f in files
+        if "__pycache__" not in d
+    }
 
 
 def test_every_bench_script_with_a_main_answers_help():
     assert len(SCRIPTS) >= 20, SCRIPTS
     before, started = bench_files(), time.monotonic()
-    procs = {name: subprocess.Popen([sys.executable, name, "--help"], cwd=BENCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for name in SCRIPTS}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, name, "--help"], cwd=BENCH, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for name in SCRIPTS
+    }
     failures = []
     for name, proc in procs.items():
         try:
@@ -36,4 +48,6 @@ def test_every_bench_script_with_a_main_answers_help():
     elapsed = time.monotonic() - started
     assert not failures, "\n\n".join(failures)
     assert bench_files() == before, "a script wrote into bench/ while answering --help"
-    assert elapsed < 30, f"--help took {elapsed:.1f} s for the {len(SCRIPTS)} scripts: one imports something heavy before parsing"
+    assert elapsed < 30, (
+        f"--help took {elapsed:.1f} s for the {len(SCRIPTS)} scripts: one imports something heavy before parsing"
+    )

@@ -4,13 +4,25 @@ import json
 
 import pytest
 
-from disttrain_trainer.cluster import KUBERNETES_PATTERN, LOCAL_PATTERN, build_tf_config, default_host_pattern, parse_tf_config
+from disttrain_trainer.cluster import (
+    KUBERNETES_PATTERN,
+    LOCAL_PATTERN,
+    build_tf_config,
+    default_host_pattern,
+    parse_tf_config,
+)
 
 
 def test_kubernetes_addresses_follow_the_indexed_job_and_headless_service():
     config = build_tf_config(3, 1, KUBERNETES_PATTERN, job="dt-trainer-2", service="dt-workers", port=2222)
     assert config == {
-        "cluster": {"worker": ["dt-trainer-2-0.dt-workers:2222", "dt-trainer-2-1.dt-workers:2222", "dt-trainer-2-2.dt-workers:2222"]},
+        "cluster": {
+            "worker": [
+                "dt-trainer-2-0.dt-workers:2222",
+                "dt-trainer-2-1.dt-workers:2222",
+                "dt-trainer-2-2.dt-workers:2222",
+            ]
+        },
         "task": {"type": "worker", "index": 1},
     }
 
@@ -44,7 +56,11 @@ def test_bad_cluster_specs_are_refused(workers, index, pattern, message):
 def test_given_tf_config_is_read_back():
     text = json.dumps(build_tf_config(4, 3, LOCAL_PATTERN))
     assert parse_tf_config(text) == (4, 3)
-    for bad in ("not json", '{"cluster": {}}', json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 5}})):
+    for bad in (
+        "not json",
+        '{"cluster": {}}',
+        json.dumps({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 5}}),
+    ):
         with pytest.raises(ValueError, match="TF_CONFIG"):
             parse_tf_config(bad)
 
@@ -59,10 +75,15 @@ def test_ps_roles_follow_the_job_index_chief_then_ps_then_workers():
     assert [job_index(t, i, ps=2) for t, i in roles] == list(range(6))
 
 
-@pytest.mark.parametrize("index, ps, workers, message", [
-    (0, 0, 2, "--ps must be >= 1"), (0, 1, 0, "--workers must be >= 1"),
-    (4, 1, 2, r"--worker-index must be in 0\.\.3"), (-1, 1, 2, "--worker-index"),
-])
+@pytest.mark.parametrize(
+    "index, ps, workers, message",
+    [
+        (0, 0, 2, "--ps must be >= 1"),
+        (0, 1, 0, "--workers must be >= 1"),
+        (4, 1, 2, r"--worker-index must be in 0\.\.3"),
+        (-1, 1, 2, "--worker-index"),
+    ],
+)
 def test_bad_ps_clusters_are_refused(index, ps, workers, message):
     with pytest.raises(ValueError, match=message):
         ps_task(index, ps, workers)
@@ -71,12 +92,19 @@ def test_bad_ps_clusters_are_refused(index, ps, workers, message):
 def test_ps_tf_config_on_kubernetes_and_locally():
     config = build_ps_tf_config(1, 2, 3, KUBERNETES_PATTERN, job="dt-trainer", service="dt-workers", port=2222)
     assert config == {
-        "cluster": {"chief": ["dt-trainer-0.dt-workers:2222"], "ps": ["dt-trainer-1.dt-workers:2222"],
-                    "worker": ["dt-trainer-2.dt-workers:2222", "dt-trainer-3.dt-workers:2222"]},
+        "cluster": {
+            "chief": ["dt-trainer-0.dt-workers:2222"],
+            "ps": ["dt-trainer-1.dt-workers:2222"],
+            "worker": ["dt-trainer-2.dt-workers:2222", "dt-trainer-3.dt-workers:2222"],
+        },
         "task": {"type": "worker", "index": 1},
     }
     local = build_ps_tf_config(2, 1, 1, LOCAL_PATTERN, port=5000)
-    assert local["cluster"] == {"chief": ["127.0.0.1:5000"], "ps": ["127.0.0.1:5001", "127.0.0.1:5002"], "worker": ["127.0.0.1:5003"]}
+    assert local["cluster"] == {
+        "chief": ["127.0.0.1:5000"],
+        "ps": ["127.0.0.1:5001", "127.0.0.1:5002"],
+        "worker": ["127.0.0.1:5003"],
+    }
     assert local["task"] == {"type": "ps", "index": 0}
     with pytest.raises(ValueError, match="same address"):
         build_ps_tf_config(1, 1, 0, "127.0.0.1:{port}")
@@ -86,8 +114,12 @@ def test_given_ps_tf_config_is_read_back():
     for index in range(5):
         assert parse_ps_tf_config(json.dumps(build_ps_tf_config(2, 2, index, LOCAL_PATTERN))) == (2, index, 2)
     worker_only = json.dumps(build_tf_config(2, 0, LOCAL_PATTERN))
-    no_ps = json.dumps({"cluster": {"chief": ["a:1"], "ps": [], "worker": ["b:1"]}, "task": {"type": "chief", "index": 0}})
-    bad_index = json.dumps({"cluster": {"chief": ["a:1"], "ps": ["c:1"], "worker": ["b:1"]}, "task": {"type": "ps", "index": 1}})
+    no_ps = json.dumps(
+        {"cluster": {"chief": ["a:1"], "ps": [], "worker": ["b:1"]}, "task": {"type": "chief", "index": 0}}
+    )
+    bad_index = json.dumps(
+        {"cluster": {"chief": ["a:1"], "ps": ["c:1"], "worker": ["b:1"]}, "task": {"type": "ps", "index": 1}}
+    )
     for bad in ("not json", worker_only, no_ps, bad_index):
         with pytest.raises(ValueError, match="TF_CONFIG"):
             parse_ps_tf_config(bad)

@@ -19,7 +19,13 @@ import_tensorflow()  # quietly, before keras imports it
 import keras  # noqa: E402
 
 from disttrain_server.model_store import ModelStore  # noqa: E402
-from disttrain_trainer.models import build_face_model, build_image_model, build_text_core, text_vectorizer, with_vectorizer  # noqa: E402
+from disttrain_trainer.models import (  # noqa: E402
+    build_face_model,
+    build_image_model,
+    build_text_core,
+    text_vectorizer,
+    with_vectorizer,
+)
 
 VOCABULARY = ["good", "bad", "film", "plot", "great", "boring", "actor", "long"]
 
@@ -38,18 +44,34 @@ def text_member():
 
 
 CASES = {
-    "image": (lambda: build_image_model(8, 8, 1, 10, hidden=16),
-              {"task": "image", "labels": [str(i) for i in range(10)],
-               "input": {"kind": "image", "height": 8, "width": 8, "channels": 1}},
-              lambda rng: rng.integers(0, 256, size=(16, 8, 8, 1), dtype=np.uint8)),
-    "text": (text_member,
-             {"task": "text", "labels": ["negative", "positive"], "input": {"kind": "text"}},
-             lambda rng: np.array([[" ".join(rng.choice(VOCABULARY + ["unknown"], size=int(rng.integers(1, 9))))]
-                                   for _ in range(16)], dtype=object)),
-    "faces": (lambda: build_face_model(FACE_SIZE, FACE_SIZE, 1, embedding_size=8),
-              {"task": "faces", "labels": ["a", "b"], "embedding_size": 8, "face_preprocessing": FACE_PREPROCESSING,
-               "input": {"kind": "image", "height": FACE_SIZE, "width": FACE_SIZE, "channels": 1}},
-              lambda rng: rng.integers(0, 256, size=(6, FACE_SIZE, FACE_SIZE, 1), dtype=np.uint8)),
+    "image": (
+        lambda: build_image_model(8, 8, 1, 10, hidden=16),
+        {
+            "task": "image",
+            "labels": [str(i) for i in range(10)],
+            "input": {"kind": "image", "height": 8, "width": 8, "channels": 1},
+        },
+        lambda rng: rng.integers(0, 256, size=(16, 8, 8, 1), dtype=np.uint8),
+    ),
+    "text": (
+        text_member,
+        {"task": "text", "labels": ["negative", "positive"], "input": {"kind": "text"}},
+        lambda rng: np.array(
+            [[" ".join(rng.choice(VOCABULARY + ["unknown"], size=int(rng.integers(1, 9))))] for _ in range(16)],
+            dtype=object,
+        ),
+    ),
+    "faces": (
+        lambda: build_face_model(FACE_SIZE, FACE_SIZE, 1, embedding_size=8),
+        {
+            "task": "faces",
+            "labels": ["a", "b"],
+            "embedding_size": 8,
+            "face_preprocessing": FACE_PREPROCESSING,
+            "input": {"kind": "image", "height": FACE_SIZE, "width": FACE_SIZE, "channels": 1},
+        },
+        lambda rng: rng.integers(0, 256, size=(6, FACE_SIZE, FACE_SIZE, 1), dtype=np.uint8),
+    ),
 }
 
 
@@ -80,8 +102,9 @@ def test_the_ensemble_round_trips_through_the_servers_loader_and_outputs_the_mem
 
 def marker(index, **fields):
     """A trainer's marker (TrainerMarker) of an average run's worker, with `fields` (validation_accuracy ...)."""
-    return TrainerMarker(worker_index=index, workers=2, strategy="average", epochs=2, init_weights_sha256="ab",
-                         examples=10, **fields)
+    return TrainerMarker(
+        worker_index=index, workers=2, strategy="average", epochs=2, init_weights_sha256="ab", examples=10, **fields
+    )
 
 
 def test_best_is_the_highest_validation_accuracy_and_a_tie_goes_to_the_lowest_index():
@@ -119,16 +142,48 @@ def test_the_cli_refuses_ensemble_for_a_promoted_strategy_with_one_line(tmp_path
 
     data = tmp_path / "data"
     data.mkdir()
-    Manifest(task="image", source="test", seed=0, test_fraction=0.2, labels=["0", "1"],
-             input={"kind": "image", "height": 8, "width": 8, "channels": 1}, storage="npy",
-             shards=[SplitInfo("shard-00000", 10, {})], test=SplitInfo("test", 2, {}), vocab=None).write(str(data))
+    Manifest(
+        task="image",
+        source="test",
+        seed=0,
+        test_fraction=0.2,
+        labels=["0", "1"],
+        input={"kind": "image", "height": 8, "width": 8, "channels": 1},
+        storage="npy",
+        shards=[SplitInfo("shard-00000", 10, {})],
+        test=SplitInfo("test", 2, {}),
+        vocab=None,
+    ).write(str(data))
     write_marker(str(data), "copier")
     worker = tmp_path / "train" / "worker-00000"
     worker.mkdir(parents=True)
-    write_marker(str(worker), "trainer", worker_index=0, workers=1, strategy="multiworker", epochs=1,
-                 init_weights_sha256="0" * 64, examples=10, model="model.keras")
-    result = subprocess.run([sys.executable, "-m", "disttrain_aggregator.main", "--workdir", str(tmp_path),
-                             "--combine", "ensemble", "--timeout", "5"], capture_output=True, text=True, timeout=120)
+    write_marker(
+        str(worker),
+        "trainer",
+        worker_index=0,
+        workers=1,
+        strategy="multiworker",
+        epochs=1,
+        init_weights_sha256="0" * 64,
+        examples=10,
+        model="model.keras",
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "disttrain_aggregator.main",
+            "--workdir",
+            str(tmp_path),
+            "--combine",
+            "ensemble",
+            "--timeout",
+            "5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 2, result.stderr
     assert "--combine ensemble needs one model per worker (--strategy average)" in result.stderr
     assert "Traceback" not in result.stderr

@@ -8,8 +8,11 @@ import tomllib
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-COMPONENTS = sorted(d for d in os.listdir(os.path.join(ROOT, "components"))
-                    if os.path.isfile(os.path.join(ROOT, "components", d, "pyproject.toml")))
+COMPONENTS = sorted(
+    d
+    for d in os.listdir(os.path.join(ROOT, "components"))
+    if os.path.isfile(os.path.join(ROOT, "components", d, "pyproject.toml"))
+)
 
 
 def package_folders(component):

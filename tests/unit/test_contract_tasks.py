@@ -60,8 +60,13 @@ def test_the_facts_the_stages_branch_on():
     assert [n for n, t in TASKS.items() if "regression" not in t.problems] == ["faces"]
     assert [n for n, t in TASKS.items() if not t.own_models] == ["faces"]
     assert [n for n, t in TASKS.items() if not t.parameter_server] == ["faces"]
-    assert {n: t.kind for n, t in TASKS.items()} == {"text": "text", "image": "image", "faces": "image",
-                                                      "table": "table", "array": "array"}
+    assert {n: t.kind for n, t in TASKS.items()} == {
+        "text": "text",
+        "image": "image",
+        "faces": "image",
+        "table": "table",
+        "array": "array",
+    }
 
 
 def test_the_metrics_follow_retrieval_and_the_problem():

@@ -29,8 +29,23 @@ def copy_csv(tmp, rows, n_shards, test_fraction=0.25, seed=0, extra=()):
     src = os.path.join(tmp, "in.csv")
     write_csv(src, rows)
     out = os.path.join(tmp, "data")
-    copy(parse_args(["--source", f"csv:{src}", "--n-shards", str(n_shards), "--out", out,
-                     "--test-fraction", str(test_fraction), "--seed", str(seed), *extra]))
+    copy(
+        parse_args(
+            [
+                "--source",
+                f"csv:{src}",
+                "--n-shards",
+                str(n_shards),
+                "--out",
+                out,
+                "--test-fraction",
+                str(test_fraction),
+                "--seed",
+                str(seed),
+                *extra,
+            ]
+        )
+    )
     return out, Manifest.read(out)
 
 
@@ -47,8 +62,14 @@ def test_shards_are_disjoint_and_complete(n_examples, n_shards, test_fraction, s
         try:
             # a dozen examples in 5 shards legitimately leave a class out of a shard, or skew one:
             # this test is about the split, test_validation.py about the checks
-            out, manifest = copy_csv(tmp, rows, n_shards, test_fraction, seed,
-                                     extra=("--allow-missing-classes", "--allow-label-skew", "--no-stats-plot"))
+            out, manifest = copy_csv(
+                tmp,
+                rows,
+                n_shards,
+                test_fraction,
+                seed,
+                extra=("--allow-missing-classes", "--allow-label-skew", "--no-stats-plot"),
+            )
         except ContractError as err:  # tiny inputs may leave a split empty: refused, and nothing written
             assert "empty" in str(err)
             assert not os.path.exists(os.path.join(tmp, "data"))
@@ -132,8 +153,22 @@ def test_images_folder_source(tmp_path):
             cv2.imwrite(str(tmp_path / "imgs" / label / f"{i}.png"), np.full((20, 30, 3), value + i, np.uint8))
     (tmp_path / "imgs" / "light" / "notes.txt").write_text("not an image, ignored")
     out = str(tmp_path / "data")
-    copy(parse_args(["--source", f"images:{tmp_path / 'imgs'}", "--n-shards", "2", "--out", out,
-                     "--image-size", "16", "--test-fraction", "0.3"]))
+    copy(
+        parse_args(
+            [
+                "--source",
+                f"images:{tmp_path / 'imgs'}",
+                "--n-shards",
+                "2",
+                "--out",
+                out,
+                "--image-size",
+                "16",
+                "--test-fraction",
+                "0.3",
+            ]
+        )
+    )
     manifest = Manifest.read(out)
     assert manifest.labels == ["dark", "light"]
     x, y = read_split(out, manifest, manifest.shards[0])
@@ -148,8 +183,13 @@ def write_imdb(directory, reviews, labels, word_index):
     for i, text in enumerate(reviews):
         seqs[i] = [ranks[w] for w in text.split()]
     half = len(reviews) // 2
-    np.savez(os.path.join(directory, "imdb.npz"), x_train=seqs[:half], y_train=np.array(labels[:half]),
-             x_test=seqs[half:], y_test=np.array(labels[half:]))
+    np.savez(
+        os.path.join(directory, "imdb.npz"),
+        x_train=seqs[:half],
+        y_train=np.array(labels[:half]),
+        x_test=seqs[half:],
+        y_test=np.array(labels[half:]),
+    )
     with open(os.path.join(directory, "imdb_word_index.json"), "w") as fh:
         json.dump(word_index, fh)
 
@@ -192,13 +232,31 @@ def test_imdb_npz_with_a_pickle_gadget_is_refused(tmp_path):
     "make_source, message",
     [
         (lambda d: "csv:" + str(d / "missing.csv"), "does not exist"),
-        (lambda d: (d / "h.csv").write_text("review,stars\nx,1\n") and "csv:" + str(d / "h.csv"), "must name 'text' and 'label'"),
-        (lambda d: (d / "one.csv").write_text("text,label\na,1\nb,1\n") and "csv:" + str(d / "one.csv"), "at least 2 distinct labels"),
+        (
+            lambda d: (d / "h.csv").write_text("review,stars\nx,1\n") and "csv:" + str(d / "h.csv"),
+            "must name 'text' and 'label'",
+        ),
+        (
+            lambda d: (d / "one.csv").write_text("text,label\na,1\nb,1\n") and "csv:" + str(d / "one.csv"),
+            "at least 2 distinct labels",
+        ),
         (lambda d: (d / "bad.npz").write_bytes(b"not a zip") and "npz:" + str(d / "bad.npz"), "not a readable .npz"),
         (lambda d: np.savez(d / "noy.npz", x=np.zeros((4, 2, 2))) or "npz:" + str(d / "noy.npz"), "no 'y' array"),
-        (lambda d: np.savez(d / "obj.npz", x=np.array([[1], "a"], dtype=object), y=np.zeros(2, int)) or "npz:" + str(d / "obj.npz"), "object array"),
+        (
+            lambda d: (
+                np.savez(d / "obj.npz", x=np.array([[1], "a"], dtype=object), y=np.zeros(2, int))
+                or "npz:" + str(d / "obj.npz")
+            ),
+            "object array",
+        ),
         # x [n, 5] is an array task now (test_own_data.py); complex numbers are not numeric data
-        (lambda d: np.savez(d / "cplx.npz", x=np.zeros((4, 5), complex), y=np.zeros(4, int)) or "npz:" + str(d / "cplx.npz"), "x must be numeric"),
+        (
+            lambda d: (
+                np.savez(d / "cplx.npz", x=np.zeros((4, 5), complex), y=np.zeros(4, int))
+                or "npz:" + str(d / "cplx.npz")
+            ),
+            "x must be numeric",
+        ),
         (lambda d: "nonsense", "not of the form KIND:ARG"),
         (lambda d: "sample:cats", "unknown --source"),
     ],
@@ -214,7 +272,16 @@ def test_bad_sources_fail_cleanly_and_leave_nothing(tmp_path, make_source, messa
 
 def test_too_many_shards_is_refused(tmp_path):
     write_csv(tmp_path / "small.csv", [("a", 0), ("b", 1), ("c", 0), ("d", 1)])
-    result = stage("copier", "--source", f"csv:{tmp_path / 'small.csv'}", "--n-shards", "10", "--out", tmp_path / "data", check=False)
+    result = stage(
+        "copier",
+        "--source",
+        f"csv:{tmp_path / 'small.csv'}",
+        "--n-shards",
+        "10",
+        "--out",
+        tmp_path / "data",
+        check=False,
+    )
     assert result.returncode != 0 and "empty" in result.stderr and "Traceback" not in result.stderr
     assert not os.path.exists(tmp_path / "data")
 

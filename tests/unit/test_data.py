@@ -10,12 +10,19 @@ tf = pytest.importorskip("tensorflow")
 
 from disttrain_trainer.data import shuffled_batches  # noqa: E402
 
-EXAMPLES, BATCH, SEED, BATCHES = 203, 16, 42, 40  # 40 batches of 16: three epochs and a bit (not a whole number of batches)
+EXAMPLES, BATCH, SEED, BATCHES = (
+    203,
+    16,
+    42,
+    40,
+)  # 40 batches of 16: three epochs and a bit (not a whole number of batches)
 
 
 def element_wise(features, labels, batch, seed):
     """The reference: shuffle the examples themselves, then batch (what the trainer did before)."""
-    ds = tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(len(labels), seed=seed, reshuffle_each_iteration=True)
+    ds = tf.data.Dataset.from_tensor_slices((features, labels)).shuffle(
+        len(labels), seed=seed, reshuffle_each_iteration=True
+    )
     ds = ds.repeat()
     if isinstance(features, tf.RaggedTensor):
         return ds.ragged_batch(batch).map(lambda ids, y: (ids.to_tensor(), y))
@@ -72,7 +79,7 @@ def test_a_parameter_server_workers_tensor_seed_gives_the_int_seeds_stream_and_w
         assert_same(got, take(shuffled_batches(images, labels, BATCH, SEED + worker), BATCHES))
         stream = np.concatenate([y for _, y in got])
         for epoch in range(3):
-            assert sorted(stream[epoch * EXAMPLES:(epoch + 1) * EXAMPLES]) == list(range(EXAMPLES))
+            assert sorted(stream[epoch * EXAMPLES : (epoch + 1) * EXAMPLES]) == list(range(EXAMPLES))
         streams.append(stream)
     assert not np.array_equal(streams[0], streams[1])
 
@@ -88,7 +95,8 @@ def test_a_tensor_seed_in_a_graph_works_with_a_global_seed_of_0():
         tf.random.set_seed(0)
         # flat_map traces its function in a graph, as the coordinator traces the dataset function
         ds = tf.data.Dataset.from_tensors(tf.constant(worker, tf.int64)).flat_map(
-            lambda index: shuffled_batches(images, labels, BATCH, tf.constant(0, tf.int64) + index))
+            lambda index: shuffled_batches(images, labels, BATCH, tf.constant(0, tf.int64) + index)
+        )
         return np.concatenate([y for _, y in take(ds, BATCHES)])
 
     try:
@@ -98,4 +106,4 @@ def test_a_tensor_seed_in_a_graph_works_with_a_global_seed_of_0():
     np.testing.assert_array_equal(first, again)
     assert not np.array_equal(first, other)
     for epoch in range(3):
-        assert sorted(first[epoch * EXAMPLES:(epoch + 1) * EXAMPLES]) == list(range(EXAMPLES))
+        assert sorted(first[epoch * EXAMPLES : (epoch + 1) * EXAMPLES]) == list(range(EXAMPLES))

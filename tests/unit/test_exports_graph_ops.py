@@ -18,8 +18,15 @@ def crops():
 
     rng = np.random.default_rng(7)
     shape = (FACE_SIZE, FACE_SIZE, 1)
-    out = [rng.integers(0, 256, shape), rng.integers(100, 140, shape), rng.integers(0, 8, shape),
-           rng.choice([30, 200], shape), np.full(shape, 77), np.full(shape, 0), np.full(shape, 255)]
+    out = [
+        rng.integers(0, 256, shape),
+        rng.integers(100, 140, shape),
+        rng.integers(0, 8, shape),
+        rng.choice([30, 200], shape),
+        np.full(shape, 77),
+        np.full(shape, 0),
+        np.full(shape, 255),
+    ]
     outlier = rng.integers(180, 256, shape)
     outlier[0, 0, 0] = 3
     out.append(outlier)
@@ -38,7 +45,9 @@ def test_preprocess_graph_equals_opencv_equalize_hist():
     got = preprocess_graph(tf.constant(batch), 2).numpy()
     assert got.dtype == np.uint8 and got.shape == batch.shape
     differ = [i for i in range(len(batch)) if not np.array_equal(got[i], expected[i])]
-    assert not differ, f"crops {differ} differ from cv2.equalizeHist, by up to {np.abs(got.astype(int) - expected).max()}"
+    assert not differ, (
+        f"crops {differ} differ from cv2.equalizeHist, by up to {np.abs(got.astype(int) - expected).max()}"
+    )
     np.testing.assert_array_equal(preprocess_graph(tf.constant(batch), 1).numpy(), batch)  # version 1: as cut out
     assert preprocess_graph(tf.zeros([0, FACE_SIZE, FACE_SIZE, 1], tf.uint8), 2).shape == (0, FACE_SIZE, FACE_SIZE, 1)
 
@@ -54,7 +63,11 @@ def images(channels, size, n=24):
     """Smooth random images (blurred noise: like photos, unlike white noise), uint8 [n, size, size, channels]."""
     rng = np.random.default_rng(channels)
     noise = rng.integers(0, 256, (n, size, size, channels)).astype(np.float32)
-    return np.stack([cv2.GaussianBlur(img, (5, 5), 1.5).reshape(size, size, channels) for img in noise]).round().astype(np.uint8)
+    return (
+        np.stack([cv2.GaussianBlur(img, (5, 5), 1.5).reshape(size, size, channels) for img in noise])
+        .round()
+        .astype(np.uint8)
+    )
 
 
 def decode_both(files, size, channels):
@@ -77,8 +90,16 @@ def test_decode_graph_equals_opencv_for_lossless_files_of_the_models_size(channe
 # (what, file maker, mean and max absolute pixel difference allowed)
 RESIZED = {
     # measured: 3x shrink 0 (equal), bilinear enlarge mean 0.09, max 1 (OpenCV's fixed-point arithmetic)
-    "PNG 3x larger (area shrink)": (lambda image: encode(cv2.resize(image, None, fx=3, fy=3, interpolation=cv2.INTER_CUBIC), ".png"), 0.6, 2),
-    "PNG half size (bilinear enlarge)": (lambda image: encode(cv2.resize(image, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA), ".png"), 0.6, 2),
+    "PNG 3x larger (area shrink)": (
+        lambda image: encode(cv2.resize(image, None, fx=3, fy=3, interpolation=cv2.INTER_CUBIC), ".png"),
+        0.6,
+        2,
+    ),
+    "PNG half size (bilinear enlarge)": (
+        lambda image: encode(cv2.resize(image, None, fx=0.5, fy=0.5, interpolation=cv2.INTER_AREA), ".png"),
+        0.6,
+        2,
+    ),
     # two JPEG decoders (IDCT, chroma upsampling): measured mean 0.51 (gray) and 1.01 (colour), max 2 and 4
     "JPEG quality 90, same size": (lambda image: encode(image, ".jpg", quality=90), 1.5, 8),
 }
@@ -91,6 +112,8 @@ def test_decode_graph_is_close_to_opencv_otherwise(what, channels, size):
     batch = images(channels, size)
     ours, graph = decode_both([make(image if channels == 3 else image[..., 0]) for image in batch], size, channels)
     difference = np.abs(ours - graph)
-    print(f"{what}, {size}x{size}x{channels}: OpenCV vs tf.io decode+resize: mean {difference.mean():.3f}, "
-          f"max {difference.max()}, {np.mean(difference > 0):.1%} of the pixels differ")
+    print(
+        f"{what}, {size}x{size}x{channels}: OpenCV vs tf.io decode+resize: mean {difference.mean():.3f}, "
+        f"max {difference.max()}, {np.mean(difference > 0):.1%} of the pixels differ"
+    )
     assert difference.mean() <= mean_bound and difference.max() <= max_bound

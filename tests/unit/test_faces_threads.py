@@ -44,7 +44,9 @@ def test_every_thread_gets_the_serial_answer():
         results = [item for future in [pool.submit(detect, t) for t in range(THREADS)] for item in future.result()]
     assert len(results) == THREADS * ROUNDS
     wrong = [(i, got[1:], serial[i][1:]) for i, got in results if got != serial[i]]
-    assert wrong == [], f"{len(wrong)} of {len(results)} concurrent answers differ from the serial ones (box, faces): {wrong[:5]}"
+    assert wrong == [], (
+        f"{len(wrong)} of {len(results)} concurrent answers differ from the serial ones (box, faces): {wrong[:5]}"
+    )
 
 
 def test_one_cascade_per_thread_loaded_once():

@@ -45,22 +45,29 @@ def function_source(name, lines, indent=""):
 
 
 def test_the_length_is_counted_from_the_def_line_to_the_last_and_the_limit_is_allowed():
-    source = "".join([
-        "@decorator\n",  # line 1, not counted: at_the_limit is MAX_LINES lines from its def on line 2
-        function_source("at_the_limit", MAX_LINES),
-        function_source("one_over", MAX_LINES + 1),
-    ])
+    source = "".join(
+        [
+            "@decorator\n",  # line 1, not counted: at_the_limit is MAX_LINES lines from its def on line 2
+            function_source("at_the_limit", MAX_LINES),
+            function_source("one_over", MAX_LINES + 1),
+        ]
+    )
     assert long_functions(source) == [(2 + MAX_LINES, "one_over", MAX_LINES + 1)]
 
 
 def test_methods_nested_and_conditionally_defined_functions_are_found_by_qualified_name():
     over = MAX_LINES + 1
-    source = "".join([
-        "class Stage:\n", function_source("method", over, "    "),
-        "def outer():\n", function_source("inner", over, "    "),
-        "if True:\n", function_source("guarded", over, "    "),
-        function_source("awaited", over).replace("def", "async def", 1),
-    ])
+    source = "".join(
+        [
+            "class Stage:\n",
+            function_source("method", over, "    "),
+            "def outer():\n",
+            function_source("inner", over, "    "),
+            "if True:\n",
+            function_source("guarded", over, "    "),
+            function_source("awaited", over).replace("def", "async def", 1),
+        ]
+    )
     names = [name for _, name, _ in long_functions(source)]
     assert names == ["Stage.method", "outer", "outer.inner", "guarded", "awaited"]
 
@@ -71,5 +78,7 @@ def test_no_function_of_the_components_is_over_the_limit():
         where = path.relative_to(ROOT)
         for line, name, length in long_functions(path.read_text(encoding="utf-8"), str(where)):
             offenders.append(f"{where}:{line} {name} {length} lines")
-    assert not offenders, (f"{len(offenders)} function(s) over {MAX_LINES} lines; split each into pieces that say "
-                           "what they do:\n  " + "\n  ".join(offenders))
+    assert not offenders, (
+        f"{len(offenders)} function(s) over {MAX_LINES} lines; split each into pieces that say "
+        "what they do:\n  " + "\n  ".join(offenders)
+    )

@@ -33,11 +33,21 @@ def write_dataset(root, shards, test, labels=("a", "b", "c"), problem="classific
         validation = {"stats": "stats.json"}
     regression = problem == "regression"
     train = np.concatenate(shards).astype(np.float64)
-    return Manifest(task="text" if storage == "jsonl" else "table", source="table:t.csv", seed=0, test_fraction=0.2,
-                    labels=[] if regression else list(labels), input={"kind": "table"}, storage=storage, shards=infos,
-                    test=SplitInfo("test", len(test), {}), validation=validation, problem=problem,
-                    target="y" if regression else None,
-                    target_statistics={"mean": float(train.mean())} if regression and stats else None)
+    return Manifest(
+        task="text" if storage == "jsonl" else "table",
+        source="table:t.csv",
+        seed=0,
+        test_fraction=0.2,
+        labels=[] if regression else list(labels),
+        input={"kind": "table"},
+        storage=storage,
+        shards=infos,
+        test=SplitInfo("test", len(test), {}),
+        validation=validation,
+        problem=problem,
+        target="y" if regression else None,
+        target_statistics={"mean": float(train.mean())} if regression and stats else None,
+    )
 
 
 @pytest.mark.parametrize("stats", [True, False])
@@ -73,8 +83,12 @@ def test_faces_trivial_predictor_is_chance_among_the_held_out_people():
     assert trivial["name"] == "chance" and trivial["value"] == pytest.approx(1 / 4)
 
 
-MAJORITY = {"name": "majority class", "value": 0.5836, "label": "positive",
-            "description": "always the training split's majority class 'positive' (57.7% of the training examples)"}
+MAJORITY = {
+    "name": "majority class",
+    "value": 0.5836,
+    "label": "positive",
+    "description": "always the training split's majority class 'positive' (57.7% of the training examples)",
+}
 
 
 def decide(final, trivial=MAJORITY, min_gain=1.0, metric=ACCURACY, workers=WORKERS):
@@ -87,24 +101,34 @@ def test_a_model_at_the_majority_class_is_refused_naming_the_predictor_the_value
     assert verdict["reasons"] == [
         "held-out accuracy 0.5836 is no better than the trivial predictor's 0.5836 (always the training split's "
         "majority class 'positive' (57.7% of the training examples); at least 1 point above required: "
-        "--min-gain-vs-trivial)"]
+        "--min-gain-vs-trivial)"
+    ]
     check = verdict["checks"][-1]
     assert (check["name"], check["reference_value"], check["gain"], check["min_gain"], check["passed"]) == (
-        "trivial", 0.5836, 0.0, 1.0, False)
+        "trivial",
+        0.5836,
+        0.0,
+        1.0,
+        False,
+    )
     assert check["predictor"] == {k: v for k, v in MAJORITY.items() if k != "value"}
-    assert "0.00 points above the trivial predictor's 0.5836 (majority class 'positive'; at least 1 above: FAILED)" \
+    assert (
+        "0.00 points above the trivial predictor's 0.5836 (majority class 'positive'; at least 1 above: FAILED)"
         in gate.summary(verdict)
+    )
 
 
 def test_the_margin_is_in_points_and_exactly_the_margin_passes():
     assert decide(0.5936)["passed"]  # 1.00 point above: allowed
     verdict = decide(0.5935)
     assert not verdict["passed"] and verdict["reasons"][0].startswith(
-        "held-out accuracy 0.5935 is only 0.99 points above the trivial predictor's 0.5836")
+        "held-out accuracy 0.5935 is only 0.99 points above the trivial predictor's 0.5836"
+    )
     assert decide(0.5935, min_gain=0.5)["passed"]
     assert not decide(0.6836, min_gain=10.01)["passed"] and decide(0.6836, min_gain=10.0)["passed"]
     assert decide(0.10, trivial=dict(MAJORITY, value=0.129))["reasons"][0].startswith(
-        "held-out accuracy 0.1000 is 2.90 points below the trivial predictor's 0.1290")
+        "held-out accuracy 0.1000 is 2.90 points below the trivial predictor's 0.1290"
+    )
 
 
 def test_the_floor_applies_whatever_the_relative_checks_say():
@@ -115,12 +139,21 @@ def test_the_floor_applies_whatever_the_relative_checks_say():
 
 
 def test_faces_top1_at_chance_is_refused():
-    chance = {"name": "chance", "value": 0.1, "description": "chance: 1 of the 10 held-out people's gallery photos, picked blindly"}
+    chance = {
+        "name": "chance",
+        "value": 0.1,
+        "description": "chance: 1 of the 10 held-out people's gallery photos, picked blindly",
+    }
     assert not decide(0.1, chance, metric=TOP1)["passed"]
     assert decide(0.8, chance, metric=TOP1)["passed"]
 
 
-MEAN = {"name": "training mean", "value": 80.0, "training_mean": 152.1, "description": "always the training targets' mean 152.1"}
+MEAN = {
+    "name": "training mean",
+    "value": 80.0,
+    "training_mean": 152.1,
+    "description": "always the training targets' mean 152.1",
+}
 
 
 def test_regression_is_relative_to_the_trivial_rmse_and_exactly_the_margin_passes():
@@ -128,15 +161,19 @@ def test_regression_is_relative_to_the_trivial_rmse_and_exactly_the_margin_passe
     assert decide(79.2, MEAN, 1.0, RMSE, workers)["passed"]  # 1 % below 80
     verdict = decide(79.3, MEAN, 1.0, RMSE, [("worker 0", 79.3)])
     assert not verdict["passed"]
-    assert verdict["reasons"] == ["held-out RMSE 79.3 is only 0.88 % better than the trivial predictor's 80 (always "
-                                  "the training targets' mean 152.1; at least 1 % better required: "
-                                  "--min-relative-gain-vs-trivial)"]
+    assert verdict["reasons"] == [
+        "held-out RMSE 79.3 is only 0.88 % better than the trivial predictor's 80 (always "
+        "the training targets' mean 152.1; at least 1 % better required: "
+        "--min-relative-gain-vs-trivial)"
+    ]
     check = verdict["checks"][-1]
     assert (check["unit"], check["gain"], check["passed"]) == ("percent", 0.875, False)
     worse = decide(84.0, MEAN, 1.0, RMSE, [("worker 0", 84.0)])
     assert "is 5.00 % worse than the trivial predictor's 80" in worse["reasons"][0]
-    assert "RMSE 5.00 % worse than the trivial predictor's 80 (training mean; at least 1 % better: FAILED)" \
+    assert (
+        "RMSE 5.00 % worse than the trivial predictor's 80 (training mean; at least 1 % better: FAILED)"
         in gate.summary(worse)
+    )
     assert decide(40.0, MEAN, 50.0, RMSE, [("worker 0", 40.0)])["passed"]  # half the trivial RMSE: 50 % better
 
 
@@ -144,16 +181,25 @@ def test_a_nan_metric_never_passes_the_floor():
     assert not decide(float("nan"))["passed"]
 
 
-@pytest.mark.parametrize("flag, value, unit", [("--min-gain-vs-trivial", "0", "accuracy points"),
-                                               ("--min-gain-vs-trivial", "-1", "accuracy points"),
-                                               ("--min-gain-vs-trivial", "101", "accuracy points"),
-                                               ("--min-relative-gain-vs-trivial", "nan", "percent"),
-                                               ("--min-relative-gain-vs-trivial", "0", "percent")])
+@pytest.mark.parametrize(
+    "flag, value, unit",
+    [
+        ("--min-gain-vs-trivial", "0", "accuracy points"),
+        ("--min-gain-vs-trivial", "-1", "accuracy points"),
+        ("--min-gain-vs-trivial", "101", "accuracy points"),
+        ("--min-relative-gain-vs-trivial", "nan", "percent"),
+        ("--min-relative-gain-vs-trivial", "0", "percent"),
+    ],
+)
 def test_a_margin_that_would_publish_a_trivial_model_is_an_argparse_error(capsys, flag, value, unit):
     with pytest.raises(SystemExit) as exit:
         parse_args([flag, value])
     assert exit.value.code == 2
     err = capsys.readouterr().err
-    assert f"{flag} must be more than 0 and at most 100 ({unit}): a model only as good as the trivial predictor " \
-           "is never published" in err and "Traceback" not in err
+    assert (
+        f"{flag} must be more than 0 and at most 100 ({unit}): a model only as good as the trivial predictor "
+        "is never published"
+        in err
+        and "Traceback" not in err
+    )
     assert parse_args([flag, "2.5"]).__dict__[flag[2:].replace("-", "_")] == 2.5

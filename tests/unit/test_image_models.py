@@ -16,7 +16,11 @@ def test_mobilenetv2_takes_the_digits_own_shape_and_its_nested_batch_norms_are_f
     assert model.input_shape == (None, 8, 8, 1) and model.output_shape == (None, 10)
     backbone = next(layer for layer in model.layers if isinstance(layer, keras.Model))
     norms = find_layers(model, keras.layers.BatchNormalization)
-    assert len(norms) == len([layer for layer in backbone.layers if isinstance(layer, keras.layers.BatchNormalization)]) > 30
+    assert (
+        len(norms)
+        == len([layer for layer in backbone.layers if isinstance(layer, keras.layers.BatchNormalization)])
+        > 30
+    )
     assert {norm.momentum for norm in norms} == {0.9}  # not keras.applications' 0.999: see models.build_application
     probabilities = model(np.zeros((2, 8, 8, 1), np.uint8), training=False).numpy()
     assert probabilities.shape == (2, 10) and np.allclose(probabilities.sum(axis=1), 1, atol=1e-5)

@@ -53,7 +53,7 @@ def imports_of(module, path, modules):
                 base = child.module or ""
                 if child.level:  # relative: from . import x, from .mod import y, from ..pkg import z
                     anchor = module.split(".") if is_package else module.split(".")[:-1]
-                    anchor = anchor[:len(anchor) - (child.level - 1)]
+                    anchor = anchor[: len(anchor) - (child.level - 1)]
                     base = ".".join(anchor + ([base] if base else []))
                 for alias in child.names:
                     submodule = f"{base}.{alias.name}"
@@ -135,7 +135,9 @@ def describe(graph, cycle):
     steps = [cycle[0]]
     for source, target in zip(cycle, cycle[1:]):
         line, where = graph[source][target][0]
-        steps.append(f"{target} ({source.rsplit('.', 1)[-1]}.py line {line}, {where if where == 'module level' else 'in ' + where})")
+        steps.append(
+            f"{target} ({source.rsplit('.', 1)[-1]}.py line {line}, {where if where == 'module level' else 'in ' + where})"
+        )
     return " -> ".join(steps)
 
 
@@ -155,7 +157,8 @@ def test_no_package_has_an_import_cycle(package):
     cycles = find_cycles(graph)
     assert not cycles, f"import cycles in {package.name}:\n" + "\n".join(
         f"{', '.join(sorted(component))} import each other, e.g. {describe(graph, cycle)}"
-        for component, cycle in zip(sorted(tangles(graph), key=min), cycles))
+        for component, cycle in zip(sorted(tangles(graph), key=min), cycles)
+    )
 
 
 def write_package(root, files):
@@ -167,26 +170,33 @@ def write_package(root, files):
 
 
 def test_a_cycle_through_a_function_level_import_is_caught(tmp_path):
-    package = write_package(tmp_path, {
-        "__init__.py": "",
-        "a.py": "from pkg import b\n",
-        "b.py": "import os\n\n\ndef later():\n    from pkg.c import value\n    return value\n",
-        "c.py": "from . import a\n\nvalue = 1\n",
-        "d.py": "from pkg.a import b\n",  # into the cycle, not part of it
-    })
+    package = write_package(
+        tmp_path,
+        {
+            "__init__.py": "",
+            "a.py": "from pkg import b\n",
+            "b.py": "import os\n\n\ndef later():\n    from pkg.c import value\n    return value\n",
+            "c.py": "from . import a\n\nvalue = 1\n",
+            "d.py": "from pkg.a import b\n",  # into the cycle, not part of it
+        },
+    )
     graph = import_graph(package)
     assert find_cycles(graph) == [["pkg.a", "pkg.b", "pkg.c", "pkg.a"]]
     assert describe(graph, ["pkg.a", "pkg.b", "pkg.c", "pkg.a"]) == (
-        "pkg.a -> pkg.b (a.py line 1, module level) -> pkg.c (b.py line 5, in later) -> pkg.a (c.py line 1, module level)")
+        "pkg.a -> pkg.b (a.py line 1, module level) -> pkg.c (b.py line 5, in later) -> pkg.a (c.py line 1, module level)"
+    )
 
 
 def test_no_cycle_no_finding(tmp_path):
-    package = write_package(tmp_path, {
-        "__init__.py": "from pkg.app import make\n",
-        "app.py": "from pkg import views, shared\n\n\ndef make():\n    return views, shared\n",
-        "views.py": "from pkg.shared import thing\n\n\ndef view():\n    import pkg.shared\n    return thing, pkg.shared\n",
-        "shared.py": "thing = 1\n",
-    })
+    package = write_package(
+        tmp_path,
+        {
+            "__init__.py": "from pkg.app import make\n",
+            "app.py": "from pkg import views, shared\n\n\ndef make():\n    return views, shared\n",
+            "views.py": "from pkg.shared import thing\n\n\ndef view():\n    import pkg.shared\n    return thing, pkg.shared\n",
+            "shared.py": "thing = 1\n",
+        },
+    )
     graph = import_graph(package)
     assert graph["pkg"] == {"pkg.app": [(1, "module level")]}
     assert graph["pkg.views"] == {"pkg.shared": [(1, "module level"), (5, "view")]}
@@ -194,7 +204,10 @@ def test_no_cycle_no_finding(tmp_path):
 
 
 def test_an_init_that_imports_back_is_a_cycle(tmp_path):
-    package = write_package(tmp_path, {"__init__.py": "from pkg.app import make\n", "app.py": "from pkg import helper\n\n\ndef make():\n    pass\n"})
+    package = write_package(
+        tmp_path,
+        {"__init__.py": "from pkg.app import make\n", "app.py": "from pkg import helper\n\n\ndef make():\n    pass\n"},
+    )
     (package / "__init__.py").write_text("from pkg.app import make\n\n\ndef helper():\n    pass\n")
     assert find_cycles(import_graph(package)) == [["pkg", "pkg.app", "pkg"]]
 
@@ -207,8 +220,12 @@ def test_no_blueprint_imports_another():
     blueprints = {name for name, path in modules.items() if "Blueprint(" in path.read_text()}
     assert {"disttrain_server.api", "disttrain_server.v2", "disttrain_server.runs"} <= blueprints
     graph = import_graph(SERVER_PACKAGE)
-    found = [f"{name} imports {target} (line {uses[0][0]})" for name in sorted(blueprints)
-             for target, uses in sorted(graph[name].items()) if target in blueprints]
+    found = [
+        f"{name} imports {target} (line {uses[0][0]})"
+        for name in sorted(blueprints)
+        for target, uses in sorted(graph[name].items())
+        if target in blueprints
+    ]
     assert not found, "blueprints importing blueprints:\n" + "\n".join(found)
 
 
@@ -221,11 +238,18 @@ def test_the_advisor_imports_the_trainers_api_not_its_command_line():
     found = []
     for path in sorted(advisor.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
-                     [f"{node.module}.{a.name}" for a in node.names] if isinstance(node, ast.ImportFrom) and node.module
-                     else [])
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else []
+            )
             found += [(path.name, node.lineno, n) for n in names]
     assert any(n.startswith("disttrain_trainer.") for _, _, n in found)  # (the walk saw its imports)
-    cli = [f"{f} line {line}: {n}" for f, line, n in found
-           if n.startswith(("disttrain_trainer.main", "disttrain_trainer.config.check_flags"))]
+    cli = [
+        f"{f} line {line}: {n}"
+        for f, line, n in found
+        if n.startswith(("disttrain_trainer.main", "disttrain_trainer.config.check_flags"))
+    ]
     assert not cli, cli

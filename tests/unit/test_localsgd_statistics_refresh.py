@@ -15,8 +15,11 @@ from disttrain_trainer.strategies.localsgd.schedule import next_sync, statistics
 
 def refreshed(every, steps_per_epoch, epochs, at_epoch_end=False):
     last = steps_per_epoch * epochs
-    return [s for s in sync_steps(every, steps_per_epoch, epochs, at_epoch_end)
-            if statistics_read_after_sync(s, next_sync(s, every, steps_per_epoch, at_epoch_end), steps_per_epoch, last)]
+    return [
+        s
+        for s in sync_steps(every, steps_per_epoch, epochs, at_epoch_end)
+        if statistics_read_after_sync(s, next_sync(s, every, steps_per_epoch, at_epoch_end), steps_per_epoch, last)
+    ]
 
 
 def test_one_sync_an_epoch_the_last_before_its_end_and_the_runs_last():
@@ -50,9 +53,21 @@ def test_syncs_at_each_epochs_end_count_h_from_the_epochs_start():
     assert sync_steps(1000, 100, 5) == [500]
 
 
-@pytest.mark.parametrize("every, steps_per_epoch, epochs, at_epoch_end", [
-    (50, 125, 16, False), (5, 23, 2, False), (1, 7, 3, False), (250, 125, 16, False), (32, 250, 10, False),
-    (100, 100, 5, False), (50, 125, 16, True), (5, 23, 2, True), (250, 125, 4, True), (30, 100, 3, True)])
+@pytest.mark.parametrize(
+    "every, steps_per_epoch, epochs, at_epoch_end",
+    [
+        (50, 125, 16, False),
+        (5, 23, 2, False),
+        (1, 7, 3, False),
+        (250, 125, 16, False),
+        (32, 250, 10, False),
+        (100, 100, 5, False),
+        (50, 125, 16, True),
+        (5, 23, 2, True),
+        (250, 125, 4, True),
+        (30, 100, 3, True),
+    ],
+)
 def test_the_advisor_counts_the_syncs_the_trainer_re_estimates_at(every, steps_per_epoch, epochs, at_epoch_end):
     calls, syncs = [], []
     s = LocalSGD.__new__(LocalSGD)  # (no cluster: the sync's own steps are replaced by recorders)
@@ -75,7 +90,9 @@ def test_the_advisor_counts_the_syncs_the_trainer_re_estimates_at(every, steps_p
         if len(per_epoch) == epochs - 1:
             s.finish(step)
         per_epoch.append(len(calls) - before)
-    assert syncs == sync_steps(every, steps_per_epoch, epochs, at_epoch_end)  # the trainer's syncs, as the advisor lists them
+    assert syncs == sync_steps(
+        every, steps_per_epoch, epochs, at_epoch_end
+    )  # the trainer's syncs, as the advisor lists them
     assert s.syncs == len(syncs) and s.sync_seconds > 0  # (no epoch's record was taken: all the run's, timed)
     assert calls == refreshed(every, steps_per_epoch, epochs, at_epoch_end)
     assert localsgd_cost.refreshes(steps_per_epoch, every, epochs, at_epoch_end) == len(calls)

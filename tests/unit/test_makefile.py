@@ -38,7 +38,7 @@ def test_help_lists_every_variable_of_the_pipeline_targets():
     """make demo's, pipeline's and sweep's variables (the block from "make demo variables" on), the quality gate's too."""
     with open(os.path.join(ROOT, "Makefile")) as fh:
         text = fh.read()
-    block = text[text.index("# make demo variables"):text.index("# every one of these")]
+    block = text[text.index("# make demo variables") : text.index("# every one of these")]
     variables = re.findall(r"^([A-Z_]+) \?=", block, re.M)
     assert {"MIN_GAIN_VS_TRIVIAL", "MIN_RELATIVE_GAIN_VS_TRIVIAL", "MAX_REGRESSION", "FORCE"} <= set(variables)
     listed = make("help")
@@ -64,16 +64,27 @@ def test_sweep_honours_workdir():
     assert re.search(r"WORKDIR=(\S+)", make("-n", "demo", "WORKDIR=/tmp/my-demo")).group(1) == "/tmp/my-demo"
 
 
-@pytest.mark.parametrize("target, builds", [("demo", False), ("pipeline", False), ("sweep", False), ("lint", False),
-                                            ("test", True), ("test-long", True)])
+@pytest.mark.parametrize(
+    "target, builds",
+    [("demo", False), ("pipeline", False), ("sweep", False), ("lint", False), ("test", True), ("test-long", True)],
+)
 def test_only_the_tests_build_the_kserve_venv(target, builds):
     # a KSERVE_BIN that does not exist: a target that depends on the kserve venv prints its build
     printed = make("-n", target, "KSERVE_BIN=/nonexistent-kserve/bin")
     assert ("/nonexistent-kserve/bin/pip" in printed) == builds, printed
 
 
-@pytest.mark.parametrize("target, builds", [("demo", False), ("pipeline", False), ("lint", False), ("test", True),
-                                            ("test-images", True), ("kfp-pipeline", True)])
+@pytest.mark.parametrize(
+    "target, builds",
+    [
+        ("demo", False),
+        ("pipeline", False),
+        ("lint", False),
+        ("test", True),
+        ("test-images", True),
+        ("kfp-pipeline", True),
+    ],
+)
 def test_the_tests_and_the_compile_build_the_kfp_venv(target, builds):
     printed = make("-n", target, "KFP_BIN=/nonexistent-kfp/bin")
     assert ("/nonexistent-kfp/bin/pip install --quiet --no-deps -r requirements-kfp.txt" in printed) == builds, printed
@@ -83,22 +94,36 @@ def fake_path(tmp_path, uid):
     """A PATH where `id` says `uid`, apt-get only records that it ran, and no chromium, curl, docker or debootstrap exist."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, script in {"id": f'[ "$1" = -un ] && echo someone || echo {uid}', "apt-get": f'echo "$@" >> {tmp_path}/apt-get.log'}.items():
+    for name, script in {
+        "id": f'[ "$1" = -un ] && echo someone || echo {uid}',
+        "apt-get": f'echo "$@" >> {tmp_path}/apt-get.log',
+    }.items():
         (bin_dir / name).write_text(f"#!/bin/sh\n{script}\n")
         (bin_dir / name).chmod(0o755)
     return {**os.environ, "PATH": str(bin_dir)}
 
 
 def test_browser_deps_names_the_sudo_command_for_a_user_who_is_not_root(tmp_path):
-    done = subprocess.run(["/usr/bin/make", "-s", "-C", ROOT, "browser-deps"], capture_output=True, text=True, timeout=60, env=fake_path(tmp_path, 1000))
+    done = subprocess.run(
+        ["/usr/bin/make", "-s", "-C", ROOT, "browser-deps"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=fake_path(tmp_path, 1000),
+    )
     assert done.returncode != 0
     assert "run `sudo apt-get install -y chromium curl` first" in done.stderr, done.stderr
     assert not (tmp_path / "apt-get.log").exists()  # apt-get was not tried
 
 
 def test_ensure_docker_names_the_sudo_command_for_a_user_who_is_not_root(tmp_path):
-    done = subprocess.run(["/bin/bash", os.path.join(ROOT, "docker", "ensure-docker.sh")], capture_output=True, text=True, timeout=60,
-                          env=fake_path(tmp_path, 1000))
+    done = subprocess.run(
+        ["/bin/bash", os.path.join(ROOT, "docker", "ensure-docker.sh")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=fake_path(tmp_path, 1000),
+    )
     assert done.returncode == 1
     assert "run `sudo apt-get install -y docker.io debootstrap` first" in done.stderr, done.stderr
     assert not (tmp_path / "apt-get.log").exists()

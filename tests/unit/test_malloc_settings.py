@@ -62,8 +62,13 @@ THRESHOLDS = {"mmap_threshold": 32 << 20, "trim_threshold": 64 << 20}
 
 
 def after(threads, mode="tuned", **env):
-    result = subprocess.run([sys.executable, "-c", CHILD, str(threads), mode], capture_output=True, text=True, timeout=60,
-                            env={**{k: v for k, v in os.environ.items() if k not in malloc_settings.ENVIRONMENT}, **env})
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, str(threads), mode],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**{k: v for k, v in os.environ.items() if k not in malloc_settings.ENVIRONMENT}, **env},
+    )
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout)
 
@@ -86,14 +91,22 @@ def test_malloc_glibc_keeps_glibcs_defaults(threads):
     assert outcome["applied"] == {} and outcome["mapped"] == 1 and outcome["arenas"] == 5
 
 
-@pytest.mark.parametrize("env", [{"MALLOC_ARENA_MAX": "3"}, {"GLIBC_TUNABLES": "glibc.malloc.check=0:glibc.malloc.arena_max=3"}])
+@pytest.mark.parametrize(
+    "env", [{"MALLOC_ARENA_MAX": "3"}, {"GLIBC_TUNABLES": "glibc.malloc.check=0:glibc.malloc.arena_max=3"}]
+)
 def test_the_users_own_arena_limit_stands(env):
     outcome = after(1, **env)
     assert outcome["applied"] == THRESHOLDS and outcome["arenas"] == 3
 
 
-@pytest.mark.parametrize("env", [{"MALLOC_MMAP_THRESHOLD_": "1048576"}, {"MALLOC_TRIM_THRESHOLD_": "1048576"},
-                                 {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1048576"}])
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"MALLOC_MMAP_THRESHOLD_": "1048576"},
+        {"MALLOC_TRIM_THRESHOLD_": "1048576"},
+        {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=1048576"},
+    ],
+)
 def test_the_users_own_thresholds_stand(env):
     # the user's 1 MiB mmap threshold (or glibc's 128 KiB, fixed by the user's trim threshold) maps the block
     outcome = after(1, **env)

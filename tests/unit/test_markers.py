@@ -7,7 +7,14 @@ import pytest
 
 import time
 
-from disttrain_contract import StageTimeout, read_marker, wait_for_marker, wait_for_markers, wait_for_quorum, write_marker
+from disttrain_contract import (
+    StageTimeout,
+    read_marker,
+    wait_for_marker,
+    wait_for_markers,
+    wait_for_quorum,
+    write_marker,
+)
 
 
 def test_wait_for_markers_returns_every_marker_in_order(tmp_path):
@@ -47,8 +54,11 @@ def test_wait_for_markers_waits_for_a_late_worker_and_announces_once(tmp_path):
 
 
 def test_wait_for_marker_keeps_its_message(tmp_path):
-    with pytest.raises(StageTimeout, match=r"timed out after 0\.1s waiting for the copier's dataset "
-                                           r"\(no marker at .*/data/_SUCCESS\); did the previous stage run and succeed\?"):
+    with pytest.raises(
+        StageTimeout,
+        match=r"timed out after 0\.1s waiting for the copier's dataset "
+        r"\(no marker at .*/data/_SUCCESS\); did the previous stage run and succeed\?",
+    ):
         wait_for_marker(tmp_path / "data", 0.1, "the copier's dataset", poll=0.02, log=None)
     write_marker(tmp_path, "copier", rows=5)
     assert wait_for_marker(tmp_path, 0, "the copier's dataset") == read_marker(tmp_path)
@@ -68,14 +78,18 @@ def test_quorum_settles_for_the_minimum_after_the_straggler_wait_naming_the_miss
     log = io.StringIO()
     markers = wait_for_quorum(dirs, 60, 3, 0, poll=0.01, log=log)
     assert [m and m["worker_index"] for m in markers] == [0, 1, None, 3]
-    assert f"3 of 4 workers finished (at least 3 needed); waiting up to 0s more for {dirs[2]}/_SUCCESS" in log.getvalue()
+    assert (
+        f"3 of 4 workers finished (at least 3 needed); waiting up to 0s more for {dirs[2]}/_SUCCESS" in log.getvalue()
+    )
 
 
 def test_quorum_not_reached_by_the_deadline_is_a_timeout_naming_the_missing(tmp_path):
     dirs = workers_with_markers(tmp_path, 3, {0})
     with pytest.raises(StageTimeout) as err:
         wait_for_quorum(dirs, 0, 2, 600, log=None)
-    assert str(err.value).startswith("timed out after 0s: only 1 of 3 workers finished, fewer than the 2 required (missing ")
+    assert str(err.value).startswith(
+        "timed out after 0s: only 1 of 3 workers finished, fewer than the 2 required (missing "
+    )
     assert err.value.exit_code == 3
 
 

@@ -30,8 +30,20 @@ def test_confusion_matrix_per_class_and_macro_f1():
     out = analysis.classification(probs, y, ["a", "b", "c"], np.zeros(6, dtype=int), [{"slice": "all"}])
     assert out["confusion_matrix"] == [[2, 1, 0], [0, 2, 0], [0, 0, 1]]  # rows true, columns predicted
     by_label = {c["label"]: c for c in out["per_class"]}
-    assert by_label["a"] == {"label": "a", "precision": 1.0, "recall": pytest.approx(2 / 3), "f1": pytest.approx(0.8), "support": 3}
-    assert by_label["b"] == {"label": "b", "precision": pytest.approx(2 / 3), "recall": 1.0, "f1": pytest.approx(0.8), "support": 2}
+    assert by_label["a"] == {
+        "label": "a",
+        "precision": 1.0,
+        "recall": pytest.approx(2 / 3),
+        "f1": pytest.approx(0.8),
+        "support": 3,
+    }
+    assert by_label["b"] == {
+        "label": "b",
+        "precision": pytest.approx(2 / 3),
+        "recall": 1.0,
+        "f1": pytest.approx(0.8),
+        "support": 2,
+    }
     assert by_label["c"]["f1"] == 1.0 and by_label["c"]["support"] == 1
     assert out["macro_f1"] == pytest.approx((0.8 + 0.8 + 1.0) / 3)
     assert out["accuracy"] == pytest.approx(5 / 6)
@@ -40,7 +52,9 @@ def test_confusion_matrix_per_class_and_macro_f1():
 
 def test_a_class_never_predicted_has_zero_precision_not_an_error():
     y = np.array([0, 1, 1])
-    out = analysis.classification(one_hot_ish([1, 1, 1], [0.8] * 3, 2), y, ["a", "b"], np.zeros(3, dtype=int), [{"slice": "all"}])
+    out = analysis.classification(
+        one_hot_ish([1, 1, 1], [0.8] * 3, 2), y, ["a", "b"], np.zeros(3, dtype=int), [{"slice": "all"}]
+    )
     assert out["per_class"][0]["precision"] == 0.0 and out["per_class"][0]["f1"] == 0.0
     assert out["macro_f1"] == pytest.approx((0.0 + 0.8) / 2)
 
@@ -53,7 +67,9 @@ def test_ece_is_zero_for_a_calibrated_predictor():
     assert len(bins) == analysis.CALIBRATION_BINS and [b["lower"] for b in bins] == pytest.approx(np.arange(10) / 10)
     filled = [b for b in bins if b["examples"]]
     assert [(b["examples"], b["confidence"], b["accuracy"]) for b in filled] == [
-        (5, pytest.approx(0.6), pytest.approx(0.6)), (4, pytest.approx(0.75), pytest.approx(0.75))]
+        (5, pytest.approx(0.6), pytest.approx(0.6)),
+        (4, pytest.approx(0.75), pytest.approx(0.75)),
+    ]
     assert all(b["accuracy"] is None and b["confidence"] is None for b in bins if not b["examples"])
     # the same predictor at 0.65 instead of 0.6: a gap of 0.05 on 5 of the 9 examples
     ece, _ = analysis.calibration(one_hot_ish(predicted, [0.75] * 4 + [0.65] * 5, 2), y)
@@ -96,11 +112,21 @@ def test_slices_by_length_in_the_classification():
 
 
 def face_outputs():
-    d = np.array([[0.2, 0.5, 0.9],   # person 0: right (0.2), nearest wrong person 1 at 0.5
-                  [0.4, 0.3, 0.8],   # person 1: right (0.3), nearest wrong person 0 at 0.4
-                  [0.1, 0.6, 0.5]])  # person 2: wrong (person 0 at 0.1 is nearer than 0.5)
+    d = np.array(
+        [
+            [0.2, 0.5, 0.9],  # person 0: right (0.2), nearest wrong person 1 at 0.5
+            [0.4, 0.3, 0.8],  # person 1: right (0.3), nearest wrong person 0 at 0.4
+            [0.1, 0.6, 0.5],
+        ]
+    )  # person 2: wrong (person 0 at 0.1 is nearer than 0.5)
     hard = d.T.copy()  # something else for the harder queries
-    return {"people": [3, 5, 7], "distances": d, "darker_distances": hard, "rotated_distances": d, "smaller_distances": hard}
+    return {
+        "people": [3, 5, 7],
+        "distances": d,
+        "darker_distances": hard,
+        "rotated_distances": d,
+        "smaller_distances": hard,
+    }
 
 
 def test_faces_retrieval_figures_per_person():
@@ -108,9 +134,16 @@ def test_faces_retrieval_figures_per_person():
     out = analysis.retrieval_per_person(face_outputs(), names)
     people = {p["person"]: p for p in out["people"]}
     assert list(people) == ["p3", "p5", "p7"]
-    assert people["p3"]["query"] == {"top1": True, "right_distance": 0.2, "nearest_wrong_distance": 0.5,
-                                     "nearest_wrong_person": "p5", "margin": pytest.approx(2.5)}
-    assert people["p5"]["query"]["nearest_wrong_person"] == "p3" and people["p5"]["query"]["margin"] == pytest.approx(4 / 3)
+    assert people["p3"]["query"] == {
+        "top1": True,
+        "right_distance": 0.2,
+        "nearest_wrong_distance": 0.5,
+        "nearest_wrong_person": "p5",
+        "margin": pytest.approx(2.5),
+    }
+    assert people["p5"]["query"]["nearest_wrong_person"] == "p3" and people["p5"]["query"]["margin"] == pytest.approx(
+        4 / 3
+    )
     assert not people["p7"]["query"]["top1"] and people["p7"]["query"]["nearest_wrong_person"] == "p3"
     assert out["people_right"]["query"] == 2 and out["people_count"] == 3
     # per person, the same figures the report's overall retrieval numbers come from
@@ -118,8 +151,12 @@ def test_faces_retrieval_figures_per_person():
     overall = retrieval_margin(d)
     assert out["accuracy"] == pytest.approx(overall["top1_accuracy"])
     assert np.mean([p["query"]["right_distance"] for p in out["people"]]) == pytest.approx(overall["right_distance"])
-    assert np.mean([p["query"]["nearest_wrong_distance"] for p in out["people"]]) == pytest.approx(overall["nearest_wrong_distance"])
-    assert out["people_right"]["darker"] == round(retrieval_margin(face_outputs()["darker_distances"])["top1_accuracy"] * 3)
+    assert np.mean([p["query"]["nearest_wrong_distance"] for p in out["people"]]) == pytest.approx(
+        overall["nearest_wrong_distance"]
+    )
+    assert out["people_right"]["darker"] == round(
+        retrieval_margin(face_outputs()["darker_distances"])["top1_accuracy"] * 3
+    )
 
 
 # ------------------------------------------------------------------------ a whole run's section
@@ -137,15 +174,28 @@ def run(tmp_path, task="image", combine=True):
 
     outputs = {"worker 0": noisy(0.7), "worker 1": noisy(0.8), "average": noisy(0.9), "ensemble": noisy(0.85)}
     acc = {name: float((o["probabilities"].argmax(1) == y).mean()) for name, o in outputs.items()}
-    report = {"task": task, "labels": LABELS, "source": "sample:test", "split_seed": 42, "test_examples": 60,
-              "strategy": "average",
-              "workers": [{"name": "worker 0", "worker_index": 0, "test_accuracy": acc["worker 0"]},
-                          {"name": "worker 1", "worker_index": 1, "test_accuracy": acc["worker 1"]}],
-              "final": {"test_accuracy": acc["average"]}}
+    report = {
+        "task": task,
+        "labels": LABELS,
+        "source": "sample:test",
+        "split_seed": 42,
+        "test_examples": 60,
+        "strategy": "average",
+        "workers": [
+            {"name": "worker 0", "worker_index": 0, "test_accuracy": acc["worker 0"]},
+            {"name": "worker 1", "worker_index": 1, "test_accuracy": acc["worker 1"]},
+        ],
+        "final": {"test_accuracy": acc["average"]},
+    }
     if combine:
-        report["combine"] = {"published": "average", "candidates": {
-            "average": {"test_accuracy": acc["average"]}, "ensemble": {"test_accuracy": acc["ensemble"]},
-            "best": {"worker_index": 0, "test_accuracy": acc["worker 0"]}}}
+        report["combine"] = {
+            "published": "average",
+            "candidates": {
+                "average": {"test_accuracy": acc["average"]},
+                "ensemble": {"test_accuracy": acc["ensemble"]},
+                "best": {"worker_index": 0, "test_accuracy": acc["worker 0"]},
+            },
+        }
     x = np.array([[" ".join(["w"] * int(n))] for n in rng.integers(1, 30, size=60)], dtype=object)
     return report, outputs, x, y, acc
 
@@ -172,17 +222,29 @@ def test_the_report_section_puts_final_best_worker_and_baseline_first(tmp_path):
 
     text = analysis.analyse(dict(report, task="text"), outputs, x, y)
     assert "quantiles" in text["method"]["slices"]
-    assert sum(s["examples"] for s in text["models"]["final"]["slices"]) == 60 and len(text["models"]["final"]["slices"]) >= 3
+    assert (
+        sum(s["examples"] for s in text["models"]["final"]["slices"]) == 60
+        and len(text["models"]["final"]["slices"]) >= 3
+    )
 
 
 def test_a_1_worker_baseline_report_joins_the_comparison_and_other_data_is_refused(tmp_path):
     report, outputs, x, y, _ = run(tmp_path)
-    baseline = dict(report, workers=report["workers"][:1], final={"test_accuracy": 0.5},
-                    analysis={"models": {"final": {"macro_f1": 0.45, "ece": 0.2}}})
+    baseline = dict(
+        report,
+        workers=report["workers"][:1],
+        final={"test_accuracy": 0.5},
+        analysis={"models": {"final": {"macro_f1": 0.45, "ece": 0.2}}},
+    )
     path = tmp_path / "baseline.json"
     path.write_text(json.dumps(baseline))
     section = analysis.analyse(report, outputs, x, y, str(path))
-    assert section["compare"]["rows"][-1] == {"model": "1-worker baseline", "accuracy": 0.5, "macro_f1": 0.45, "ece": 0.2}
+    assert section["compare"]["rows"][-1] == {
+        "model": "1-worker baseline",
+        "accuracy": 0.5,
+        "macro_f1": 0.45,
+        "ece": 0.2,
+    }
     assert section["compare"]["baseline"]["available"] is True
     path.write_text(json.dumps(dict(baseline, split_seed=7)))
     with pytest.raises(ContractError, match="is of other data: its split_seed is 7, this run's 42"):
@@ -209,12 +271,21 @@ def test_the_plot_is_written_atomically_and_print_summary_is_one_line_per_model(
 def test_faces_section_and_plot(tmp_path):
     names = [f"person {i}" for i in range(8)]
     out = face_outputs()
-    report = {"task": "faces", "labels": names, "strategy": "multiworker", "test_examples": 9,
-              "workers": [{"name": "chief (synchronised)", "worker_index": 0}], "final": {}}
+    report = {
+        "task": "faces",
+        "labels": names,
+        "strategy": "multiworker",
+        "test_examples": 9,
+        "workers": [{"name": "chief (synchronised)", "worker_index": 0}],
+        "final": {},
+    }
     section = analysis.analyse(report, {"chief (synchronised)": out, "final": out}, None, [3, 3, 5, 5, 7, 7, 7, 7, 7])
     assert section["order"] == ["chief (synchronised)", "final"]
     assert section["models"]["final"]["people_right"]["query"] == 2
-    assert [r["model"] for r in section["compare"]["rows"]] == ["final", "best worker (chief (synchronised), by held-out accuracy)"]
+    assert [r["model"] for r in section["compare"]["rows"]] == [
+        "final",
+        "best worker (chief (synchronised), by held-out accuracy)",
+    ]
     path = tmp_path / "analysis.png"
     analysis.plot(section, report, str(path))
     assert path.stat().st_size > 10_000
@@ -238,8 +309,9 @@ def test_evaluate_keeps_the_predictions_its_figures_came_from():
     kept = {}
     metrics = evaluate(model, "image", x, y, outputs=kept)
     assert kept["probabilities"].shape == (40, 3)
-    assert analysis.classification(kept["probabilities"], y, LABELS, y, [{"slice": n} for n in LABELS])["accuracy"] == \
-        pytest.approx(metrics["accuracy"])
+    assert analysis.classification(kept["probabilities"], y, LABELS, y, [{"slice": n} for n in LABELS])[
+        "accuracy"
+    ] == pytest.approx(metrics["accuracy"])
 
     faces = build_face_model(FACE_SIZE, FACE_SIZE, 1, embedding_size=8)
     x = rng.integers(0, 256, size=(8, FACE_SIZE, FACE_SIZE, 1), dtype=np.uint8)

@@ -39,12 +39,14 @@ def test_sparse_gradients_update_only_the_touched_rows_with_adams_arithmetic():
     w, m, v = initial.astype("float64"), np.zeros((6, 2)), np.zeros((6, 2))
     # step 1 touches rows 0, 2 (row 2 twice: its gradients add up), step 2 rows 2, 4
     for step, (rows, values) in enumerate([([0, 2, 2], rng.normal(size=(3, 2))), ([4, 2], rng.normal(size=(2, 2)))], 1):
-        grad = tf.IndexedSlices(tf.constant(values, tf.float32), tf.constant(rows, tf.int64), tf.constant([6, 2], tf.int64))
+        grad = tf.IndexedSlices(
+            tf.constant(values, tf.float32), tf.constant(rows, tf.int64), tf.constant([6, 2], tf.int64)
+        )
         optimizer.apply_gradients([(grad, variable)])
         summed = {}
         for row, value in zip(rows, values):
             summed[row] = summed.get(row, 0) + value
-        alpha = LR * np.sqrt(1 - B2 ** step) / (1 - B1 ** step)
+        alpha = LR * np.sqrt(1 - B2**step) / (1 - B1**step)
         for row, g in summed.items():
             m[row] = B1 * m[row] + (1 - B1) * g
             v[row] = B2 * v[row] + (1 - B2) * g * g

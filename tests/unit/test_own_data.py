@@ -32,7 +32,9 @@ def write_table(path, columns):
         with open(path, "w", newline="", encoding="utf-8") as fh:
             writer = csv.writer(fh, delimiter="\t" if path.endswith(".tsv") else ",")
             writer.writerow(list(columns))
-            writer.writerows(zip(*[[repr(v) if isinstance(v, float) else v for v in values] for values in columns.values()]))
+            writer.writerows(
+                zip(*[[repr(v) if isinstance(v, float) else v for v in values] for values in columns.values()])
+            )
     return path
 
 
@@ -93,13 +95,20 @@ def test_breast_cancer_table_classification(tmp_path, sklearn_tables, fmt):
     assert manifest.storage == "npy"
     spec = manifest.input
     assert {k: spec[k] for k in ("kind", "name", "shape", "dtype")} == {
-        "kind": "table", "name": "features", "shape": [30], "dtype": "float32"}
+        "kind": "table",
+        "name": "features",
+        "shape": [30],
+        "dtype": "float32",
+    }
     assert spec["features"] == list(cancer.feature_names)
     parts = splits(out, manifest)
     for x, y in parts.values():
         assert x.dtype == np.float32 and x.shape[1:] == (30,) and y.dtype == np.int64
     # disjoint shards whose union with the held-out split is the file, row for row, label for label
-    expected = rows(cancer.data.astype(np.float32), np.asarray([manifest.labels.index(cancer.target_names[t]) for t in cancer.target]))
+    expected = rows(
+        cancer.data.astype(np.float32),
+        np.asarray([manifest.labels.index(cancer.target_names[t]) for t in cancer.target]),
+    )
     got = collections.Counter()
     for x, y in parts.values():
         got.update(rows(x, y))
@@ -119,8 +128,15 @@ def test_csv_and_parquet_of_the_same_table_give_the_same_dataset(tmp_path, sklea
     digests = []
     for fmt in ("csv", "parquet"):
         (tmp_path / fmt).mkdir()
-        _, manifest, _ = copy(tmp_path / fmt, f"table:{files['diabetes', fmt]}", "--label-column", "target",
-                              "--problem", "regression", "--no-stats-plot")
+        _, manifest, _ = copy(
+            tmp_path / fmt,
+            f"table:{files['diabetes', fmt]}",
+            "--label-column",
+            "target",
+            "--problem",
+            "regression",
+            "--no-stats-plot",
+        )
         digests.append([s.sha256 for s in [*manifest.shards, manifest.test]])
     assert digests[0] == digests[1]
 
@@ -129,8 +145,9 @@ def test_csv_and_parquet_of_the_same_table_give_the_same_dataset(tmp_path, sklea
 def test_diabetes_table_regression(tmp_path, sklearn_tables, fmt):
     files, _, diabetes = sklearn_tables
     plot = () if fmt == "parquet" else ("--no-stats-plot",)
-    out, manifest, result = copy(tmp_path, f"table:{files['diabetes', fmt]}", "--label-column", "target",
-                                 "--problem", "regression", *plot)
+    out, manifest, result = copy(
+        tmp_path, f"table:{files['diabetes', fmt]}", "--label-column", "target", "--problem", "regression", *plot
+    )
     assert manifest.task == "table" and manifest.problem == "regression" and manifest.target == "target"
     assert manifest.labels == [] and manifest.input["features"] == list(diabetes.feature_names)
     parts = splits(out, manifest)
@@ -142,7 +159,10 @@ def test_diabetes_table_regression(tmp_path, sklearn_tables, fmt):
     assert_training_statistics(manifest.input["statistics"], parts, manifest)
     checks = manifest.validation["checks"]
     assert checks["missing_class"] == {"status": "skipped", "message": "regression target: no classes"}
-    assert checks["label_skew"]["status"] == "passed" and "quantile bins of the training targets" in checks["label_skew"]["message"]
+    assert (
+        checks["label_skew"]["status"] == "passed"
+        and "quantile bins of the training targets" in checks["label_skew"]["message"]
+    )
     assert checks["leakage"]["status"] == "passed"
     stats = json.load(open(os.path.join(out, "stats.json")))
     train_y = np.concatenate([parts[s.name][1] for s in manifest.shards]).astype(np.float64)
@@ -163,24 +183,43 @@ def test_class_names_integer_valued_labels_sort_numerically(tmp_path):
     assert open_source(f"table:{mixed}").labels == ["-1", "3", "a", "b"]
     # a text CSV's labels sort the same way; "³" passes str.isdigit() but is a name, not a number
     text = tmp_path / "t.csv"
-    text.write_text("text,label\n" + "".join(f"row {i},{label}\n" for i, label in enumerate(["10", "b", "2", "³", "-1", "--3"])))
+    text.write_text(
+        "text,label\n" + "".join(f"row {i},{label}\n" for i, label in enumerate(["10", "b", "2", "³", "-1", "--3"]))
+    )
     assert open_source(f"csv:{text}").labels == ["-1", "2", "10", "--3", "b", "³"]
 
 
 def test_table_schema(tmp_path, sklearn_tables):
     files, cancer, _ = sklearn_tables
     schema = tmp_path / "schema.json"
-    schema.write_text(json.dumps({"labels": ["benign", "malignant"], "input": {"kind": "table", "shape": [30], "dtype": "float32"},
-                                  "features": list(cancer.feature_names)}))
+    schema.write_text(
+        json.dumps(
+            {
+                "labels": ["benign", "malignant"],
+                "input": {"kind": "table", "shape": [30], "dtype": "float32"},
+                "features": list(cancer.feature_names),
+            }
+        )
+    )
     _, manifest, _ = copy(tmp_path, f"table:{files['cancer', 'parquet']}", "--schema", schema, "--no-stats-plot")
     assert manifest.validation["checks"]["schema"]["status"] == "passed"
     schema.write_text(json.dumps({"features": ["mean radius", "mean texture"]}))
-    refused = stage("copier", "--source", f"table:{files['cancer', 'parquet']}", "--schema", schema,
-                    "--out", tmp_path / "other", check=False)
+    refused = stage(
+        "copier",
+        "--source",
+        f"table:{files['cancer', 'parquet']}",
+        "--schema",
+        schema,
+        "--out",
+        tmp_path / "other",
+        check=False,
+    )
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
-    assert ("schema: the data violates --schema: the 30 feature columns ['mean radius', 'mean texture', 'mean perimeter', "
-            "'mean area', 'mean smoothness', 'mean compactness', ... 24 more] are not the schema's 2 ['mean radius', "
-            "'mean texture'] (not in the schema: ['mean perimeter', ") in refused.stderr
+    assert (
+        "schema: the data violates --schema: the 30 feature columns ['mean radius', 'mean texture', 'mean perimeter', "
+        "'mean area', 'mean smoothness', 'mean compactness', ... 24 more] are not the schema's 2 ['mean radius', "
+        "'mean texture'] (not in the schema: ['mean perimeter', "
+    ) in refused.stderr
     assert not os.path.exists(tmp_path / "other")
 
 
@@ -193,9 +232,18 @@ def test_npz_float_features_and_float_targets_are_an_array_regression(tmp_path):
     y = x @ rng.normal(size=10) + rng.normal(size=200)
     np.savez(tmp_path / "r.npz", x=x, y=y)
     out, manifest, result = copy(tmp_path, f"npz:{tmp_path / 'r.npz'}", "--problem", "regression", "--no-stats-plot")
-    assert manifest.task == "array" and manifest.problem == "regression" and manifest.target == "y" and manifest.labels == []
+    assert (
+        manifest.task == "array"
+        and manifest.problem == "regression"
+        and manifest.target == "y"
+        and manifest.labels == []
+    )
     assert {k: manifest.input[k] for k in ("kind", "name", "shape", "dtype")} == {
-        "kind": "array", "name": "x", "shape": [10], "dtype": "float64"}
+        "kind": "array",
+        "name": "x",
+        "shape": [10],
+        "dtype": "float64",
+    }
     parts = splits(out, manifest)
     got = collections.Counter()
     for xs, ys in parts.values():
@@ -228,7 +276,11 @@ def test_npz_images_stay_an_image_task_and_regression_makes_them_an_array(tmp_pa
     np.savez(tmp_path / "i.npz", x=x, y=np.arange(60) % 3)
     out, manifest, _ = copy(tmp_path, f"npz:{tmp_path / 'i.npz'}", "--no-stats-plot")
     assert manifest.task == "image" and manifest.input == {"kind": "image", "height": 6, "width": 5, "channels": 1}
-    assert manifest.problem == "classification" and read_split(out, manifest, manifest.shards[0])[0].shape[1:] == (6, 5, 1)
+    assert manifest.problem == "classification" and read_split(out, manifest, manifest.shards[0])[0].shape[1:] == (
+        6,
+        5,
+        1,
+    )
     np.savez(tmp_path / "ir.npz", x=x, y=rng.normal(size=60))
     (tmp_path / "r").mkdir()
     out, manifest, _ = copy(tmp_path / "r", f"npz:{tmp_path / 'ir.npz'}", "--problem", "regression", "--no-stats-plot")
@@ -256,7 +308,9 @@ def test_regression_target_skew_between_shards(tmp_path):
         validator().finish(str(tmp_path), "npy")
     message = str(refused.value)
     assert "label_skew: 2 shard(s) have a target distribution further than --max-label-skew 0.2" in message
-    assert "total-variation distance over 4 quantile bins of the training targets" in message  # 100 examples a shard: 4 bins
+    assert (
+        "total-variation distance over 4 quantile bins of the training targets" in message
+    )  # 100 examples a shard: 4 bins
     assert "missing_class" not in message
     stats = validator(allow_label_skew=True).finish(str(tmp_path), "npy")
     skew = stats["validation"]["checks"]["label_skew"]
@@ -271,7 +325,9 @@ def test_regression_leakage_by_content(tmp_path):
         v.add(SHARDS[i % 2], np.float32([i, 2 * i]), float(i))
     v.add(TEST, np.float32([7, 14]), 3.0)  # the same features as shard-00001's example 3, another target
     v.add(TEST, np.float32([0.5, 1]), 3.0)
-    with pytest.raises(ContractError, match=r"leakage: 1 training example\(s\) .* shard-00001 example 3 = test example 0"):
+    with pytest.raises(
+        ContractError, match=r"leakage: 1 training example\(s\) .* shard-00001 example 3 = test example 0"
+    ):
         v.finish(str(tmp_path), "npy")
 
 
@@ -279,8 +335,11 @@ def test_regression_leakage_by_content(tmp_path):
 
 
 def _cancer_like(d, name, **changes):
-    columns = {"radius": [1.5, 2.5, 3.5, 4.5, 5.5, 6.5], "area": [10.0, 20.0, 30.0, 40.0, 50.0, 60.0],
-               "label": ["a", "b"] * 3}
+    columns = {
+        "radius": [1.5, 2.5, 3.5, 4.5, 5.5, 6.5],
+        "area": [10.0, 20.0, 30.0, 40.0, 50.0, 60.0],
+        "label": ["a", "b"] * 3,
+    }
     columns.update(changes)
     return "table:" + write_table(d / name, columns)
 
@@ -292,50 +351,97 @@ def _header_only_parquet(d):
 
 BAD = {
     # name: (make the source in dir d -> copier arguments, the one error line's expected text)
-    "csv text feature": (lambda d: [_cancer_like(d, "t.csv", city=["Paris", "Oslo"] * 3)],
-                         "column 'city' has a non-numeric value 'Paris' in data row 1 (line 2)"),
-    "parquet text feature": (lambda d: [_cancer_like(d, "t.parquet", city=["3", "Oslo"] * 3)],
-                             "column 'city' has a non-numeric value 'Oslo' in data row 2;"),
-    "csv empty feature": (lambda d: [_cancer_like(d, "e.csv", area=[1.0, 2.0, "", 4.0, "", 6.0])],
-                          "column 'area' is empty in data row 3 (line 4)"),
-    "parquet null feature": (lambda d: [_cancer_like(d, "n.parquet", area=[1.0, 2.0, 3.0, None, 5.0, 6.0])],
-                             "column 'area' is empty (null) in data row 4"),
-    "csv nan feature": (lambda d: [_cancer_like(d, "nan.csv", area=[1.0, float("nan"), 3.0, 4.0, 5.0, 6.0])],
-                        "column 'area' has nan in data row 2 (line 3); feature values must be finite numbers"),
-    "csv no label column": (lambda d: ["table:" + write_table(d / "l.csv", {"radius": [1.0, 2.0], "class": ["a", "b"]})],
-                            "no label column 'label'; the columns are ['radius', 'class']"),
-    "parquet no label column": (lambda d: ["table:" + write_table(d / "l.parquet", {"radius": [1.0, 2.0], "class": ["a", "b"]}),
-                                           "--label-column", "kind"],
-                                "no label column 'kind'; the columns are ['radius', 'class']"),
-    "csv header only": (lambda d: (d / "h.csv").write_text("a,b,label\n") and [f"table:{d / 'h.csv'}"],
-                        "the file has a header but no data rows"),
+    "csv text feature": (
+        lambda d: [_cancer_like(d, "t.csv", city=["Paris", "Oslo"] * 3)],
+        "column 'city' has a non-numeric value 'Paris' in data row 1 (line 2)",
+    ),
+    "parquet text feature": (
+        lambda d: [_cancer_like(d, "t.parquet", city=["3", "Oslo"] * 3)],
+        "column 'city' has a non-numeric value 'Oslo' in data row 2;",
+    ),
+    "csv empty feature": (
+        lambda d: [_cancer_like(d, "e.csv", area=[1.0, 2.0, "", 4.0, "", 6.0])],
+        "column 'area' is empty in data row 3 (line 4)",
+    ),
+    "parquet null feature": (
+        lambda d: [_cancer_like(d, "n.parquet", area=[1.0, 2.0, 3.0, None, 5.0, 6.0])],
+        "column 'area' is empty (null) in data row 4",
+    ),
+    "csv nan feature": (
+        lambda d: [_cancer_like(d, "nan.csv", area=[1.0, float("nan"), 3.0, 4.0, 5.0, 6.0])],
+        "column 'area' has nan in data row 2 (line 3); feature values must be finite numbers",
+    ),
+    "csv no label column": (
+        lambda d: ["table:" + write_table(d / "l.csv", {"radius": [1.0, 2.0], "class": ["a", "b"]})],
+        "no label column 'label'; the columns are ['radius', 'class']",
+    ),
+    "parquet no label column": (
+        lambda d: [
+            "table:" + write_table(d / "l.parquet", {"radius": [1.0, 2.0], "class": ["a", "b"]}),
+            "--label-column",
+            "kind",
+        ],
+        "no label column 'kind'; the columns are ['radius', 'class']",
+    ),
+    "csv header only": (
+        lambda d: (d / "h.csv").write_text("a,b,label\n") and [f"table:{d / 'h.csv'}"],
+        "the file has a header but no data rows",
+    ),
     "parquet header only": (lambda d: [_header_only_parquet(d)], "the file has a header but no data rows"),
     "csv empty file": (lambda d: (d / "z.csv").write_text("") or [f"table:{d / 'z.csv'}"], "the file is empty"),
-    "float label under classification": (lambda d: [_cancer_like(d, "f.csv", label=[1.0, 2.0, 3.7, 1.0, 2.0, 1.0])],
-                                         "the label column 'label' has '3.7' in data row 3 (line 4), not a class"),
-    "non-numeric regression target": (lambda d: [_cancer_like(d, "r.parquet"), "--problem", "regression"],
-                                      "the target column 'label' has a non-numeric value 'a' in data row 1;"),
+    "float label under classification": (
+        lambda d: [_cancer_like(d, "f.csv", label=[1.0, 2.0, 3.7, 1.0, 2.0, 1.0])],
+        "the label column 'label' has '3.7' in data row 3 (line 4), not a class",
+    ),
+    "non-numeric regression target": (
+        lambda d: [_cancer_like(d, "r.parquet"), "--problem", "regression"],
+        "the target column 'label' has a non-numeric value 'a' in data row 1;",
+    ),
     "one class only": (lambda d: [_cancer_like(d, "o.csv", label=["x"] * 6)], "classification needs at least 2"),
-    "pandas index column": (lambda d: (d / "p.csv").write_text(",a,label\n0,1.5,x\n1,2.5,y\n") and [f"table:{d / 'p.csv'}"],
-                            "column 1 has no name in the header"),
-    "ragged csv row": (lambda d: (d / "g.csv").write_text("a,b,label\n1,2,x\n3,y\n") and [f"table:{d / 'g.csv'}"],
-                       "data row 2 (line 3) has 2 field(s), the header names 3 columns"),
-    "unknown extension": (lambda d: (d / "t.xlsx").write_text("x") and [f"table:{d / 't.xlsx'}"],
-                          "unknown table format '.xlsx'"),
-    "not parquet": (lambda d: (d / "t.parquet").write_text("a,label\n1,x\n") and [f"table:{d / 't.parquet'}"],
-                    "not a readable Parquet file"),
+    "pandas index column": (
+        lambda d: (d / "p.csv").write_text(",a,label\n0,1.5,x\n1,2.5,y\n") and [f"table:{d / 'p.csv'}"],
+        "column 1 has no name in the header",
+    ),
+    "ragged csv row": (
+        lambda d: (d / "g.csv").write_text("a,b,label\n1,2,x\n3,y\n") and [f"table:{d / 'g.csv'}"],
+        "data row 2 (line 3) has 2 field(s), the header names 3 columns",
+    ),
+    "unknown extension": (
+        lambda d: (d / "t.xlsx").write_text("x") and [f"table:{d / 't.xlsx'}"],
+        "unknown table format '.xlsx'",
+    ),
+    "not parquet": (
+        lambda d: (d / "t.parquet").write_text("a,label\n1,x\n") and [f"table:{d / 't.parquet'}"],
+        "not a readable Parquet file",
+    ),
     "npz float y under classification": (
         lambda d: np.savez(d / "f.npz", x=np.zeros((20, 10)), y=np.linspace(0, 1, 20)) or [f"npz:{d / 'f.npz'}"],
-        "y must be [n] integers for classification, got float64 values such as 0.05263"),
+        "y must be [n] integers for classification, got float64 values such as 0.05263",
+    ),
     "npz nan in x": (
-        lambda d: np.savez(d / "n.npz", x=np.where(np.arange(200)[:, None] == 150, np.nan, np.ones((200, 3))),
-                           y=np.arange(200) % 2) or [f"npz:{d / 'n.npz'}"],
-        "x[150] has a value that is not a finite number (nan)"),
-    "npz nan target": (lambda d: np.savez(d / "t.npz", x=np.zeros((20, 3)), y=np.where(np.arange(20) == 4, np.nan, 1.0))
-                       or [f"npz:{d / 't.npz'}", "--problem", "regression"], "y[4] is nan: a regression target must be a finite number"),
-    "regression of images:DIR": (lambda d: ["sample:digits", "--problem", "regression"],
-                                 "--problem regression needs a numeric target: --source table:PATH or npz:PATH"),
-    "label column with npz": (lambda d: ["npz:x.npz", "--label-column", "y"], "--label-column applies to --source table:PATH only"),
+        lambda d: (
+            np.savez(
+                d / "n.npz", x=np.where(np.arange(200)[:, None] == 150, np.nan, np.ones((200, 3))), y=np.arange(200) % 2
+            )
+            or [f"npz:{d / 'n.npz'}"]
+        ),
+        "x[150] has a value that is not a finite number (nan)",
+    ),
+    "npz nan target": (
+        lambda d: (
+            np.savez(d / "t.npz", x=np.zeros((20, 3)), y=np.where(np.arange(20) == 4, np.nan, 1.0))
+            or [f"npz:{d / 't.npz'}", "--problem", "regression"]
+        ),
+        "y[4] is nan: a regression target must be a finite number",
+    ),
+    "regression of images:DIR": (
+        lambda d: ["sample:digits", "--problem", "regression"],
+        "--problem regression needs a numeric target: --source table:PATH or npz:PATH",
+    ),
+    "label column with npz": (
+        lambda d: ["npz:x.npz", "--label-column", "y"],
+        "--label-column applies to --source table:PATH only",
+    ),
 }
 
 

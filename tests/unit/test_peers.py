@@ -42,8 +42,11 @@ def test_tasks_of_a_parameter_server_config_carry_their_job_index():
     config = build_ps_tf_config(1, 2, 0, "127.0.0.1:{index_port}", port=2000)
     tasks = peers.tasks_of(config)
     assert [(t.label, t.port, t.own) for t in tasks] == [
-        ("chief 0 (task 0)", 2000, True), ("ps 0 (task 1)", 2001, False),
-        ("worker 0 (task 2)", 2002, False), ("worker 1 (task 3)", 2003, False)]
+        ("chief 0 (task 0)", 2000, True),
+        ("ps 0 (task 1)", 2001, False),
+        ("worker 0 (task 2)", 2002, False),
+        ("worker 1 (task 3)", 2003, False),
+    ]
 
 
 def test_reasons_are_a_few_words():
@@ -57,10 +60,14 @@ def test_lines_name_the_missing_tasks_and_the_deadline():
     w1 = Task("worker 1", "127.0.0.1", 12346, False)
     line = peers.waiting_line("worker 0/2", [(w1, "127.0.0.1:12346", "connection refused")], 30.4, 600)
     assert line == "worker 0/2: waiting for worker 1 (127.0.0.1:12346: connection refused), 30 s of 600 s"
-    assert peers.waiting_line("worker 0/2", [], 12, 0) == \
-        "worker 0/2: waiting for the group to form (every peer accepts connections), 12 s (no deadline)"
+    assert (
+        peers.waiting_line("worker 0/2", [], 12, 0)
+        == "worker 0/2: waiting for the group to form (every peer accepts connections), 12 s (no deadline)"
+    )
     message = peers.timeout_message("worker 0/2", [(w1, "r-1.svc", "name does not resolve yet")], 8)
-    assert message.startswith("worker 0/2: gave up after 8 s waiting for worker 1 (r-1.svc: name does not resolve yet); ")
+    assert message.startswith(
+        "worker 0/2: gave up after 8 s waiting for worker 1 (r-1.svc: name does not resolve yet); "
+    )
     assert "--peer-wait" in message and "\n" not in message
 
 
@@ -73,17 +80,19 @@ def test_a_line_names_at_most_five_tasks():
 def test_deadline_zero_never_passes():
     clock = Clock()
     deadline = Deadline(0, clock)
-    clock.sleep(10 ** 6)
-    assert not deadline.passed() and deadline.elapsed() == 10 ** 6
+    clock.sleep(10**6)
+    assert not deadline.passed() and deadline.elapsed() == 10**6
     assert Deadline(5, clock).passed() is False
 
 
 def resolver(resolves_at, clock, lookups):
     """A resolve() in which each host resolves from the time resolves_at[host] on."""
+
     def resolve(task):
         lookups.append(task.host)
         if clock() < resolves_at.get(task.host, 0):
             raise socket.gaierror(-2, "Name or service not known")
+
     return resolve
 
 
@@ -104,7 +113,9 @@ def test_wait_for_names_gives_up_at_the_deadline_naming_the_task():
     clock = Clock()
     tasks = [Task("worker 0", "a", 1, True), Task("worker 1", "b", 1, False)]
     resolve = resolver({"b": float("inf")}, clock, [])
-    with pytest.raises(PeerTimeout, match=r"gave up after 8 s waiting for worker 1 \(b: name does not resolve yet\)") as err:
+    with pytest.raises(
+        PeerTimeout, match=r"gave up after 8 s waiting for worker 1 \(b: name does not resolve yet\)"
+    ) as err:
         peers.wait_for_names("worker 0/2", tasks, Deadline(8, clock), resolve, clock.sleep, io.StringIO())
     assert err.value.exit_code == 3
     assert 8 <= clock() - 100 <= 8 + peers.RESOLVE_EVERY
@@ -122,12 +133,24 @@ def test_watchdog_reports_then_ends_the_parent_at_the_deadline(monkeypatch, tmp_
         raise ConnectionRefusedError(111, "Connection refused")
 
     log, err, ended = io.StringIO(), io.StringIO(), []
-    peers.watchdog(1, "worker 0/2", [w1], Deadline(25, clock), refused, log, err, lambda: ended.append(clock() - 100),
-                   alive=lambda: True)
+    peers.watchdog(
+        1,
+        "worker 0/2",
+        [w1],
+        Deadline(25, clock),
+        refused,
+        log,
+        err,
+        lambda: ended.append(clock() - 100),
+        alive=lambda: True,
+    )
     assert log.getvalue().splitlines() == [
         "worker 0/2: waiting for worker 1 (127.0.0.1:12346: connection refused), 10 s of 25 s",
-        "worker 0/2: waiting for worker 1 (127.0.0.1:12346: connection refused), 20 s of 25 s"]
-    assert err.getvalue().startswith("error: worker 0/2: gave up after 25 s waiting for worker 1 (127.0.0.1:12346: connection refused)")
+        "worker 0/2: waiting for worker 1 (127.0.0.1:12346: connection refused), 20 s of 25 s",
+    ]
+    assert err.getvalue().startswith(
+        "error: worker 0/2: gave up after 25 s waiting for worker 1 (127.0.0.1:12346: connection refused)"
+    )
     assert ended == [25]
     assert termination.read_text() == err.getvalue().strip()
 
@@ -136,8 +159,9 @@ def test_watchdog_stops_quietly_once_the_parent_is_gone(monkeypatch):
     clock = Clock()
     monkeypatch.setattr(peers.time, "sleep", clock.sleep)
     log, ended = io.StringIO(), []
-    peers.watchdog(1, "worker 0/2", [], Deadline(25, clock), None, log, log, lambda: ended.append(1),
-                   alive=lambda: clock() < 103)
+    peers.watchdog(
+        1, "worker 0/2", [], Deadline(25, clock), None, log, log, lambda: ended.append(1), alive=lambda: clock() < 103
+    )
     assert log.getvalue() == "" and ended == []
 
 
@@ -155,7 +179,9 @@ def test_watch_ends_a_stuck_process_with_exit_code_3():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert result.returncode == peers.EXIT_CODE == 3, result.stderr
     assert time.monotonic() - started < 10
-    assert result.stderr.startswith("error: worker 0/2: gave up after 2 s waiting for worker 1 (127.0.0.1:1: connection refused)")
+    assert result.stderr.startswith(
+        "error: worker 0/2: gave up after 2 s waiting for worker 1 (127.0.0.1:1: connection refused)"
+    )
     assert "Traceback" not in result.stderr and "not reached" not in result.stdout
 
 
@@ -191,14 +217,19 @@ The error could be from a previous operation. Restart your program to reset.
 	 [[{{node allgather/CollectiveGatherV2}}]] [Op:__inference_one_step_965]"""
 
 
-@pytest.mark.parametrize("message, expected", [
-    (MULTIWORKER_LOST, "recvmsg:Connection reset by peer"),
-    ("Collective ops is aborted by: failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:38772: "
-     "Failed to connect to remote host: Connection refused\nAdditional GRPC error information",
-     "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:38772: Failed to connect to remote "
-     "host: Connection refused"),
-    ("\n  Socket closed\nmore", "Socket closed"),
-    ("", "no message"),
-])
+@pytest.mark.parametrize(
+    "message, expected",
+    [
+        (MULTIWORKER_LOST, "recvmsg:Connection reset by peer"),
+        (
+            "Collective ops is aborted by: failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:38772: "
+            "Failed to connect to remote host: Connection refused\nAdditional GRPC error information",
+            "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:38772: Failed to connect to remote "
+            "host: Connection refused",
+        ),
+        ("\n  Socket closed\nmore", "Socket closed"),
+        ("", "no message"),
+    ],
+)
 def test_a_lost_groups_reason_is_the_cause_tensorflow_names(message, expected):
     assert peers.group_lost_reason(message) == expected

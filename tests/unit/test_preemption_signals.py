@@ -74,7 +74,10 @@ def test_before_training_sigterm_exits_at_once_with_the_code(notice, tmp_path, r
     with pytest.raises(Exited) as exited:
         os.kill(os.getpid(), signal.SIGTERM)
     assert exited.value.code == EXIT_CODE
-    assert "SIGTERM with nothing of its own to save (before training, or a task that only serves); exiting with code 75" in written(tmp_path)
+    assert (
+        "SIGTERM with nothing of its own to save (before training, or a task that only serves); exiting with code 75"
+        in written(tmp_path)
+    )
     assert "exiting with code 75" in log.read_text()
 
 
@@ -100,12 +103,15 @@ def test_the_stop_line_says_the_step_at_the_signal_and_the_step_saved(notice):
     notice.steps_done = 130
     notice.handle()
     line = notice.stopped_line(Stop(160, 80, [1.0, 2.0, 3.0]), "/w/checkpoints/preempted/ckpt-160", now=51.5)
-    assert line == ("worker 0/2: preempted: SIGTERM at step 130, stopped at step 160 (30 steps and 1.5 s later); "
-                    "saved /w/checkpoints/preempted/ckpt-160; exiting with code 75")
+    assert line == (
+        "worker 0/2: preempted: SIGTERM at step 130, stopped at step 160 (30 steps and 1.5 s later); "
+        "saved /w/checkpoints/preempted/ckpt-160; exiting with code 75"
+    )
     peer = Notice("worker 1/2", clock=Clock(), exit=leave)
     assert peer.stopped_line(Stop(160, 0, [0, 0, 0]), None) == (
         "worker 1/2: preempted: a peer had SIGTERM: stopped with the group at step 160; nothing to save (the last "
-        "checkpoint holds this state); exiting with code 75")
+        "checkpoint holds this state); exiting with code 75"
+    )
 
 
 def test_a_preempted_state_is_newer_only_after_the_last_epoch():
@@ -144,7 +150,10 @@ def test_a_real_process_exits_with_the_code_on_sigterm_before_training(tmp_path)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=10)
     assert proc.returncode == EXIT_CODE
-    assert err.strip() == "worker 3/4: SIGTERM with nothing of its own to save (before training, or a task that only serves); exiting with code 75 (to be started again)"
+    assert (
+        err.strip()
+        == "worker 3/4: SIGTERM with nothing of its own to save (before training, or a task that only serves); exiting with code 75 (to be started again)"
+    )
 
 
 def test_a_stopped_trainer_leaves_without_the_interpreters_teardown(notice, capsys):

@@ -15,17 +15,34 @@ from disttrain_trainer import parse_config as parse_args
 DP = ["--dp-l2-clip", "1.0", "--dp-noise-multiplier", "1.1", "--dp-delta", "1e-5"]
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--dp-noise-multiplier", "1.1", "--dp-delta", "1e-5"], "without --dp-l2-clip"),
-    (["--dp-l2-clip", "1.0"], "--dp-l2-clip without --dp-noise-multiplier and --dp-delta"),
-    (["--dp-l2-clip", "0", "--dp-noise-multiplier", "1.1", "--dp-delta", "1e-5"], "--dp-l2-clip must be a positive number"),
-    (["--dp-l2-clip", "1", "--dp-noise-multiplier", "-1", "--dp-delta", "1e-5"],
-     "--dp-noise-multiplier must be a positive number"),
-    (["--dp-l2-clip", "1", "--dp-noise-multiplier", "1", "--dp-delta", "nan"], "--dp-delta must be a positive number"),
-    (["--dp-l2-clip", "inf", "--dp-noise-multiplier", "1", "--dp-delta", "1e-5"], "--dp-l2-clip must be a positive number"),
-    (["--strategy", "parameterserver", *DP], "--strategy parameterserver does not support differential privacy: its "
-                                             "workers apply their steps asynchronously"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--dp-noise-multiplier", "1.1", "--dp-delta", "1e-5"], "without --dp-l2-clip"),
+        (["--dp-l2-clip", "1.0"], "--dp-l2-clip without --dp-noise-multiplier and --dp-delta"),
+        (
+            ["--dp-l2-clip", "0", "--dp-noise-multiplier", "1.1", "--dp-delta", "1e-5"],
+            "--dp-l2-clip must be a positive number",
+        ),
+        (
+            ["--dp-l2-clip", "1", "--dp-noise-multiplier", "-1", "--dp-delta", "1e-5"],
+            "--dp-noise-multiplier must be a positive number",
+        ),
+        (
+            ["--dp-l2-clip", "1", "--dp-noise-multiplier", "1", "--dp-delta", "nan"],
+            "--dp-delta must be a positive number",
+        ),
+        (
+            ["--dp-l2-clip", "inf", "--dp-noise-multiplier", "1", "--dp-delta", "1e-5"],
+            "--dp-l2-clip must be a positive number",
+        ),
+        (
+            ["--strategy", "parameterserver", *DP],
+            "--strategy parameterserver does not support differential privacy: its "
+            "workers apply their steps asynchronously",
+        ),
+    ],
+)
 def test_bad_privacy_flags_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         parse_args(argv)
@@ -42,12 +59,15 @@ def test_privacy_flags_parse_for_the_supported_strategies():
 
 
 def test_delta_must_be_below_one_over_n():
-    assert delta_problem("--dp-delta 0.001", 1e-3, 1000) is not None and "below 1/n" in delta_problem("--dp-delta 0.001", 1e-3, 1000)
+    assert delta_problem("--dp-delta 0.001", 1e-3, 1000) is not None and "below 1/n" in delta_problem(
+        "--dp-delta 0.001", 1e-3, 1000
+    )
     assert delta_problem("--dp-delta 0.0001", 1e-4, 1000) is None
 
 
-@pytest.mark.parametrize("sigma, q, steps, delta", [(1.1, 256 / 60000, 14062, 1e-5), (0.8, 0.05, 300, 1e-6),
-                                                     (4.0, 0.01, 10, 1e-5)])
+@pytest.mark.parametrize(
+    "sigma, q, steps, delta", [(1.1, 256 / 60000, 14062, 1e-5), (0.8, 0.05, 300, 1e-6), (4.0, 0.01, 10, 1e-5)]
+)
 def test_epsilon_is_dp_accountings_own(sigma, q, steps, delta):
     accountant = RdpAccountant()
     accountant.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
@@ -78,11 +98,15 @@ def test_epsilon_keeps_the_accountants_dropped_order_warnings_out_of_the_log(cap
     with caplog.at_level("WARNING"):  # absl's other warnings, the accountant's own included, still get through
         absl_logging.warning("Negative Renyi divergence of %s, probably caused by numerical instability", -1.0)
     assert [r.getMessage() for r in caplog.records if "Renyi" in r.getMessage()] == [
-        "Negative Renyi divergence of -1.0, probably caused by numerical instability"]
+        "Negative Renyi divergence of -1.0, probably caused by numerical instability"
+    ]
     # the same ε as the accountant's own, warnings and all
     accountant = RdpAccountant()
-    accountant.compose(dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(0.02, dp_accounting.GaussianDpEvent(0.5)), 500))
+    accountant.compose(
+        dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(0.02, dp_accounting.GaussianDpEvent(0.5)), 500
+        )
+    )
     assert ours == accountant.get_epsilon(1e-5)
 
 
@@ -104,13 +128,13 @@ def test_clipping_bounds_every_per_example_gradient():
     b = rng.normal(size=(16, 4)).astype(np.float32) * np.logspace(-3, 3, 16, dtype=np.float32)[:, None]
     clip = 1.5
     for i in range(16):  # each example alone: the clipped gradient's norm over both weights is at most C
-        ga, gb = clipped_sum([tf.constant(a[i:i + 1]), tf.constant(b[i:i + 1])], clip)
-        norm = math.sqrt(float(tf.reduce_sum(ga ** 2) + tf.reduce_sum(gb ** 2)))
+        ga, gb = clipped_sum([tf.constant(a[i : i + 1]), tf.constant(b[i : i + 1])], clip)
+        norm = math.sqrt(float(tf.reduce_sum(ga**2) + tf.reduce_sum(gb**2)))
         original = math.sqrt(float((a[i] ** 2).sum() + (b[i] ** 2).sum()))
         assert norm <= clip * (1 + 1e-5)
         assert norm == pytest.approx(min(original, clip), rel=1e-4)  # small ones are kept as they are
     ga, gb = clipped_sum([tf.constant(a), tf.constant(b)], clip)
-    assert math.sqrt(float(tf.reduce_sum(ga ** 2) + tf.reduce_sum(gb ** 2))) <= 16 * clip * (1 + 1e-5)
+    assert math.sqrt(float(tf.reduce_sum(ga**2) + tf.reduce_sum(gb**2))) <= 16 * clip * (1 + 1e-5)
 
 
 def test_the_noise_has_the_standard_deviation_of_its_share():
@@ -155,7 +179,7 @@ def test_per_example_gradients_are_each_examples_own():
     grads, losses, _ = per_example_gradients(model, loss_and_hits, x, y, model.trainable_variables)
     for i in range(5):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(loss_and_hits(y[i:i + 1], model(x[i:i + 1], training=True))[0])
+            loss = tf.reduce_sum(loss_and_hits(y[i : i + 1], model(x[i : i + 1], training=True))[0])
         for alone, batched in zip(tape.gradient(loss, model.trainable_variables), grads):
             np.testing.assert_allclose(batched[i].numpy(), alone.numpy(), rtol=1e-4, atol=1e-6)
         assert losses[i].numpy() == pytest.approx(float(loss), rel=1e-5)
@@ -202,11 +226,13 @@ def test_an_embeddings_per_example_gradients_stay_sparse_and_are_right():
     alone = []
     for i in range(3):
         with tf.GradientTape() as tape:
-            loss = tf.reduce_sum(loss_and_hits(y[i:i + 1], model(ids[i:i + 1], training=True))[0])
+            loss = tf.reduce_sum(loss_and_hits(y[i : i + 1], model(ids[i : i + 1], training=True))[0])
         alone.append([tf.convert_to_tensor(g).numpy() for g in tape.gradient(loss, variables)])
-    norms = [math.sqrt(sum(float((g ** 2).sum()) for g in example)) for example in alone]
+    norms = [math.sqrt(sum(float((g**2).sum()) for g in example)) for example in alone]
     for clip in (1e6, min(norms) / 2):  # no clipping, then every example clipped
-        expected = [sum(min(1.0, clip / n) * example[k] for n, example in zip(norms, alone)) for k in range(len(variables))]
+        expected = [
+            sum(min(1.0, clip / n) * example[k] for n, example in zip(norms, alone)) for k in range(len(variables))
+        ]
         for got, want in zip(clipped_sum(grads, clip), expected):
             np.testing.assert_allclose(tf.convert_to_tensor(got).numpy(), want, rtol=1e-4, atol=1e-7)
 
@@ -226,8 +252,9 @@ def test_an_empty_poisson_batch_gets_the_noise_alone():
         return keras.losses.sparse_categorical_crossentropy(labels, outputs), tf.zeros_like(labels, tf.float32)
 
     private = DpGradient(1.0, 2.0, 1, 1, secret_key=3)
-    grads, loss_sum, hits = tf.function(lambda x, y: private.step(model, loss_and_hits, x, y, model.trainable_variables, 0))(
-        tf.zeros([0, 8, 8, 1], tf.uint8), tf.zeros([0], tf.int64))
+    grads, loss_sum, hits = tf.function(
+        lambda x, y: private.step(model, loss_and_hits, x, y, model.trainable_variables, 0)
+    )(tf.zeros([0, 8, 8, 1], tf.uint8), tf.zeros([0], tf.int64))
     assert float(loss_sum) == 0.0 and float(hits) == 0.0
     assert [g.shape for g in grads] == [v.shape for v in model.trainable_variables]
     assert float(tf.math.reduce_std(grads[4])) == pytest.approx(2.0, rel=0.05)  # the 512 x 64 weight: noise only
@@ -244,23 +271,48 @@ def test_private_text_training_defaults_to_sgd_and_explicit_flags_win():
     assert defaults(text.Task, []) == ("adam", 3e-3, 64, 0.5)
     # private text: SGD, whose steps do not blow the noise on untouched embedding rows up to full size as Adam's do
     assert defaults(text.Task, DP) == ("sgd", 1.0, 16, 0.0)
-    assert defaults(text.Task, [*DP, "--optimizer", "adam", "--learning-rate", "0.003", "--width", "64"]) == \
-        ("adam", 0.003, 64, 0.0)
+    assert defaults(text.Task, [*DP, "--optimizer", "adam", "--learning-rate", "0.003", "--width", "64"]) == (
+        "adam",
+        0.003,
+        64,
+        0.0,
+    )
     assert defaults(image.Task, DP) == ("adam", 1e-3, 64, 0.3)  # other tasks keep theirs
 
 
-PRIVATE_VOCABULARY = {"file": "vocab.txt", "sha256": "0" * 64, "size": 233, "private": {
-    "mechanism": "DP partition selection, weighted Gaussian", "epsilon": 1.0, "delta": 1e-6,
-    "max_tokens_per_example": 32, "noise_stddev": 4.3, "threshold": 22.0, "released": 233,
-    "accountant": "analytic Gaussian mechanism"}}
+PRIVATE_VOCABULARY = {
+    "file": "vocab.txt",
+    "sha256": "0" * 64,
+    "size": 233,
+    "private": {
+        "mechanism": "DP partition selection, weighted Gaussian",
+        "epsilon": 1.0,
+        "delta": 1e-6,
+        "max_tokens_per_example": 32,
+        "noise_stddev": 4.3,
+        "threshold": 22.0,
+        "released": 233,
+        "accountant": "analytic Gaussian mechanism",
+    },
+}
 
 
 def private_summary(vocabulary):
     import argparse
 
     args = argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=1e-5, batch=32)
-    return privacy.summary(args, q=0.01, steps_per_epoch=100, epochs=2, epsilon_by_epoch=[0.5, 0.8], strategy="average",
-                           workers=2, training_examples=10000, epoch_examples=3200, vocabulary=vocabulary)
+    return privacy.summary(
+        args,
+        q=0.01,
+        steps_per_epoch=100,
+        epochs=2,
+        epsilon_by_epoch=[0.5, 0.8],
+        strategy="average",
+        workers=2,
+        training_examples=10000,
+        epoch_examples=3200,
+        vocabulary=vocabulary,
+    )
 
 
 def test_a_private_vocabulary_composes_with_training_by_adding_epsilon_and_delta():
@@ -284,8 +336,14 @@ def test_a_vocabulary_that_is_not_private_stays_not_covered_and_the_trainer_warn
     assert privacy.VOCABULARY_NOT_COVERED in section["not_covered"]
     assert "--dp-vocab-epsilon and --dp-vocab-delta" in privacy.VOCABULARY_NOT_COVERED
     args = argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=1e-5, batch=32)
-    plan = dict(strategy="average", workers=2, synchronous_replicas=1, training_examples=10000, epoch_examples=5000,
-                steps_per_epoch=100)
+    plan = dict(
+        strategy="average",
+        workers=2,
+        synchronous_replicas=1,
+        training_examples=10000,
+        epoch_examples=5000,
+        steps_per_epoch=100,
+    )
     privacy.Plan(args, **plan, vocabulary=public)
     warning = capsys.readouterr().err.strip().splitlines()
     assert len(warning) == 1 and warning[0].startswith("trainer: warning: differentially private training on a text")
@@ -302,11 +360,23 @@ def test_the_training_and_vocabulary_deltas_together_must_stay_below_one_over_n(
 
     from disttrain_contract.errors import ContractError
 
-    plan = dict(strategy="average", workers=2, synchronous_replicas=1, training_examples=10000, epoch_examples=5000,
-                steps_per_epoch=100)
+    plan = dict(
+        strategy="average",
+        workers=2,
+        synchronous_replicas=1,
+        training_examples=10000,
+        epoch_examples=5000,
+        steps_per_epoch=100,
+    )
     vocabulary = {**PRIVATE_VOCABULARY, "private": {**PRIVATE_VOCABULARY["private"], "delta": 5e-5}}
-    privacy.Plan(argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=4e-5, batch=32), **plan,
-                 vocabulary=vocabulary)  # 9e-5 < 1e-4
+    privacy.Plan(
+        argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=4e-5, batch=32),
+        **plan,
+        vocabulary=vocabulary,
+    )  # 9e-5 < 1e-4
     with pytest.raises(ContractError, match=r"plus the private vocabulary's δ 5e-05 must be below 1/n = 0.0001"):
-        privacy.Plan(argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=6e-5, batch=32), **plan,
-                     vocabulary=vocabulary)
+        privacy.Plan(
+            argparse.Namespace(dp_l2_clip=1.0, dp_noise_multiplier=1.1, dp_delta=6e-5, batch=32),
+            **plan,
+            vocabulary=vocabulary,
+        )

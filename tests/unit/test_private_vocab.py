@@ -94,8 +94,12 @@ def test_released_tokens_are_ordered_by_noisy_weight_and_capped():
     weights["rare"] = 0.5
     chosen = selection.select(weights, 10, rng=np.random.default_rng(7))
     tokens = sorted(weights)
-    noisy = dict(zip(tokens, np.array([weights[t] for t in tokens]) + np.random.default_rng(7).normal(
-        0.0, selection.sigma, len(tokens))))
+    noisy = dict(
+        zip(
+            tokens,
+            np.array([weights[t] for t in tokens]) + np.random.default_rng(7).normal(0.0, selection.sigma, len(tokens)),
+        )
+    )
     expected = sorted((t for t in tokens if noisy[t] > selection.threshold), key=lambda t: (-noisy[t], t))[:10]
     assert chosen == expected and len(chosen) == 10 and "rare" not in chosen
 
@@ -107,18 +111,26 @@ def test_without_a_generator_the_noise_comes_from_the_operating_system():
     assert selection.select(weights, 1000) != selection.select(weights, 1000)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--dp-vocab-epsilon", "1"], "--dp-vocab-epsilon without --dp-vocab-delta"),
-    (["--dp-vocab-delta", "1e-5"], "--dp-vocab-delta without --dp-vocab-epsilon"),
-    (["--dp-vocab-epsilon", "0", "--dp-vocab-delta", "1e-5"], "--dp-vocab-epsilon must be a positive number, got 0.0"),
-    (["--dp-vocab-epsilon", "1", "--dp-vocab-delta=-1e-5"], "--dp-vocab-delta must be a positive number"),
-    (["--dp-vocab-epsilon", "nan", "--dp-vocab-delta", "1e-5"], "--dp-vocab-epsilon must be a positive number"),
-    (["--dp-vocab-epsilon", "inf", "--dp-vocab-delta", "1e-5"], "--dp-vocab-epsilon must be a positive number"),
-    (["--dp-vocab-epsilon", "1", "--dp-vocab-delta", "1"], "--dp-vocab-delta must be below 1"),
-    (["--dp-vocab-epsilon", "1", "--dp-vocab-delta", "1e-5", "--dp-vocab-max-tokens-per-example", "0"],
-     "--dp-vocab-max-tokens-per-example must be a positive integer"),
-    (["--dp-vocab-max-tokens-per-example", "8"], "--dp-vocab-max-tokens-per-example without --dp-vocab-epsilon"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--dp-vocab-epsilon", "1"], "--dp-vocab-epsilon without --dp-vocab-delta"),
+        (["--dp-vocab-delta", "1e-5"], "--dp-vocab-delta without --dp-vocab-epsilon"),
+        (
+            ["--dp-vocab-epsilon", "0", "--dp-vocab-delta", "1e-5"],
+            "--dp-vocab-epsilon must be a positive number, got 0.0",
+        ),
+        (["--dp-vocab-epsilon", "1", "--dp-vocab-delta=-1e-5"], "--dp-vocab-delta must be a positive number"),
+        (["--dp-vocab-epsilon", "nan", "--dp-vocab-delta", "1e-5"], "--dp-vocab-epsilon must be a positive number"),
+        (["--dp-vocab-epsilon", "inf", "--dp-vocab-delta", "1e-5"], "--dp-vocab-epsilon must be a positive number"),
+        (["--dp-vocab-epsilon", "1", "--dp-vocab-delta", "1"], "--dp-vocab-delta must be below 1"),
+        (
+            ["--dp-vocab-epsilon", "1", "--dp-vocab-delta", "1e-5", "--dp-vocab-max-tokens-per-example", "0"],
+            "--dp-vocab-max-tokens-per-example must be a positive integer",
+        ),
+        (["--dp-vocab-max-tokens-per-example", "8"], "--dp-vocab-max-tokens-per-example without --dp-vocab-epsilon"),
+    ],
+)
 def test_bad_private_vocabulary_flags_are_refused_in_one_line(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_:
         parse_args(["--source", "sample:movie-reviews", *argv])
@@ -142,18 +154,33 @@ def write_reviews(path, n):
             fh.write(f"a good film number{i} unique{i}x,{i % 2}\n")
 
 
-@pytest.mark.parametrize("source, extra, message", [
-    ("csv", ("--dp-vocab-delta", "0.05"), "--dp-vocab-delta 0.05 must be below 1/n = "),
-    ("csv", ("--dp-vocab-epsilon", "0.01"), "the private vocabulary is empty: no token's noisy weight passed"),
-    ("sample:digits", (), "--dp-vocab-epsilon applies to text sources only: sample:digits holds image data, without a vocabulary"),
-])
+@pytest.mark.parametrize(
+    "source, extra, message",
+    [
+        ("csv", ("--dp-vocab-delta", "0.05"), "--dp-vocab-delta 0.05 must be below 1/n = "),
+        ("csv", ("--dp-vocab-epsilon", "0.01"), "the private vocabulary is empty: no token's noisy weight passed"),
+        (
+            "sample:digits",
+            (),
+            "--dp-vocab-epsilon applies to text sources only: sample:digits holds image data, without a vocabulary",
+        ),
+    ],
+)
 def test_the_copier_refuses_what_needs_the_data_and_publishes_nothing(tmp_path, source, extra, message):
     if source == "csv":
         write_reviews(tmp_path / "reviews.csv", 60)
         source = f"csv:{tmp_path / 'reviews.csv'}"
     flags = {"--dp-vocab-epsilon": "1", "--dp-vocab-delta": "1e-4", **dict(zip(extra[::2], extra[1::2]))}
-    result = stage("copier", "--source", source, "--workdir", tmp_path, "--no-stats-plot",
-                   *[x for pair in flags.items() for x in pair], check=False)
+    result = stage(
+        "copier",
+        "--source",
+        source,
+        "--workdir",
+        tmp_path,
+        "--no-stats-plot",
+        *[x for pair in flags.items() for x in pair],
+        check=False,
+    )
     assert result.returncode == 2, result.stdout + result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("error: " + message), result.stderr
     assert "Traceback" not in result.stderr
@@ -166,8 +193,20 @@ def test_the_copier_releases_the_shared_words_only(tmp_path):
     words of one example alone weighs 1/sqrt(5) and shows with probability below 1e-10); the manifest records what
     was done."""
     write_reviews(tmp_path / "reviews.csv", 4000)
-    stage("copier", "--source", f"csv:{tmp_path / 'reviews.csv'}", "--workdir", tmp_path, "--no-stats-plot",
-          "--dp-vocab-epsilon", "8", "--dp-vocab-delta", "1e-8", "--dp-vocab-max-tokens-per-example", "5")
+    stage(
+        "copier",
+        "--source",
+        f"csv:{tmp_path / 'reviews.csv'}",
+        "--workdir",
+        tmp_path,
+        "--no-stats-plot",
+        "--dp-vocab-epsilon",
+        "8",
+        "--dp-vocab-delta",
+        "1e-8",
+        "--dp-vocab-max-tokens-per-example",
+        "5",
+    )
     vocab = (tmp_path / "data" / "vocab.txt").read_text().split()
     assert sorted(vocab) == ["a", "film", "good"]
     record = json.load(open(tmp_path / "data" / "manifest.json"))["vocab"]

@@ -25,8 +25,10 @@ def model_and_batches(token_batches, embed=True):
     if embed:
         hidden = keras.layers.GlobalAveragePooling1D()(hidden)
     model = keras.Model(inputs, keras.layers.Dense(2)(hidden))
-    batches = [(tf.constant(np.array(tokens, dtype="int32")), tf.constant(np.zeros(len(tokens), dtype="int32")))
-               for tokens in token_batches]
+    batches = [
+        (tf.constant(np.array(tokens, dtype="int32")), tf.constant(np.zeros(len(tokens), dtype="int32")))
+        for tokens in token_batches
+    ]
     return model, iter(batches)
 
 

@@ -21,7 +21,9 @@ class Clock:
 def writer(path, interval=1.0, clock=None, **kwargs):
     clock = clock or Clock()
     options = dict(worker=1, tag="worker 1/2", strategy="average", epochs=3, steps_per_epoch=100)
-    return ProgressFile(str(path), interval, clock=clock, wall_clock=lambda: clock.now + 1e9, **{**options, **kwargs}), clock
+    return ProgressFile(
+        str(path), interval, clock=clock, wall_clock=lambda: clock.now + 1e9, **{**options, **kwargs}
+    ), clock
 
 
 def read(path):
@@ -30,8 +32,16 @@ def read(path):
 
 
 def record(epoch, loss=0.5, accuracy=0.8):
-    return {"epoch": epoch, "loss": loss, "accuracy": accuracy, "examples": 6400, "examples_per_sec": 3200.0,
-            "wall_time_sec": 2.0, "test_accuracy": 0.75, "cycle_sec": 2.5}
+    return {
+        "epoch": epoch,
+        "loss": loss,
+        "accuracy": accuracy,
+        "examples": 6400,
+        "examples_per_sec": 3200.0,
+        "wall_time_sec": 2.0,
+        "test_accuracy": 0.75,
+        "cycle_sec": 2.5,
+    }
 
 
 def test_at_most_one_write_per_interval_and_always_the_epoch_end(tmp_path):
@@ -54,7 +64,9 @@ def test_at_most_one_write_per_interval_and_always_the_epoch_end(tmp_path):
     progress.end_epoch(record(1))  # forced, 0.01 s after the last update
     state = read(path)
     assert state["writes"] == 8 and state["step"] == 100 and state["global_step"] == 100
-    assert state["history"] == [{"epoch": 1, "loss": 0.5, "accuracy": 0.8, "test_accuracy": 0.75, "examples_per_sec": 3200.0}]
+    assert state["history"] == [
+        {"epoch": 1, "loss": 0.5, "accuracy": 0.8, "test_accuracy": 0.75, "examples_per_sec": 3200.0}
+    ]
     assert state["time"] == clock.now + 1e9  # the wall clock at the write
     assert state["state"] == "training" and (state["epoch"], state["epochs"], state["total_steps"]) == (1, 3, 300)
     assert state["eta_sec"] == pytest.approx(200 * 7.0 / 100)  # 200 steps left at 7 s per 100 steps
@@ -133,8 +145,17 @@ def test_a_reader_never_sees_a_partial_file(tmp_path):
     and once the file exists it never disappears (the rename replaces it in one step)."""
     path = tmp_path / "progress.json"
     history = [record(e) for e in range(1, 201)]  # ~20 KB: a write is not one small block
-    progress = ProgressFile(str(path), 1e-9, worker=0, tag="worker 0/1", strategy="average", epochs=400, steps_per_epoch=1500,
-                            start_epoch=200, history=history)  # (the real clocks: every update writes)
+    progress = ProgressFile(
+        str(path),
+        1e-9,
+        worker=0,
+        tag="worker 0/1",
+        strategy="average",
+        epochs=400,
+        steps_per_epoch=1500,
+        start_epoch=200,
+        history=history,
+    )  # (the real clocks: every update writes)
     progress.start_epoch(201)
     start, done = threading.Barrier(2), threading.Event()
     reads, failures = [], []

@@ -16,8 +16,14 @@ from disttrain_contract.strategies import NAMES, STRATEGIES, names_where, settin
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 # where a strategy's name may be compared: the registry, and each strategy's own package in the trainer (its
 # training code, its techniques' modules, its cost model)
-OWN_MODULES = {ROOT / "components/contract/disttrain_contract/strategies.py",
-               *(path for name in NAMES for path in (ROOT / f"components/trainer/disttrain_trainer/strategies/{name}").rglob("*.py"))}
+OWN_MODULES = {
+    ROOT / "components/contract/disttrain_contract/strategies.py",
+    *(
+        path
+        for name in NAMES
+        for path in (ROOT / f"components/trainer/disttrain_trainer/strategies/{name}").rglob("*.py")
+    ),
+}
 # tables of files that must run on the standard library alone, checked against the registry below
 CHECKED_TABLES = {(ROOT / "pipelines/kfp/trainer_job.py", "PARAMETER_SERVER_STRATEGIES")}
 # the registry's constants that are a strategy's name
@@ -49,16 +55,21 @@ def _all_strategy_names(node):
 def comparisons_with_strategy_names(path):
     """(line, source) of every comparison with a strategy's name in a Python file."""
     tree = ast.parse(path.read_text(), str(path))
-    constants = {alias.asname or alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
-                 and (node.module or "").endswith("strategies") for alias in node.names
-                 if alias.name in REGISTRY_CONSTANTS}
+    constants = {
+        alias.asname or alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("strategies")
+        for alias in node.names
+        if alias.name in REGISTRY_CONSTANTS
+    }
     for node in ast.walk(tree):  # constants defined as a strategy's name (or names only: --combine's MODES is not)
         if isinstance(node, ast.Assign) and _all_strategy_names(node.value):
-            constants |= {t.id for t in node.targets if isinstance(t, ast.Name)
-                          and (path, t.id) not in CHECKED_TABLES}
+            constants |= {t.id for t in node.targets if isinstance(t, ast.Name) and (path, t.id) not in CHECKED_TABLES}
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.Compare) and any(_names_a_strategy(x, constants) for x in [node.left, *node.comparators]):
+        if isinstance(node, ast.Compare) and any(
+            _names_a_strategy(x, constants) for x in [node.left, *node.comparators]
+        ):
             found.append((node.lineno, ast.unparse(node)))
         elif isinstance(node, ast.match_case) and _names_a_strategy(getattr(node.pattern, "value", None), constants):
             found.append((node.pattern.lineno, ast.unparse(node.pattern)))
@@ -67,17 +78,27 @@ def comparisons_with_strategy_names(path):
 
 def test_no_code_outside_the_registry_compares_a_strategy_name():
     """components/, pipelines/ and scripts/ ask the registry (bench/ may name strategies to choose what to run)."""
-    found = [f"{path.relative_to(ROOT)}:{line}: {source}"
-             for top in ("components", "pipelines", "scripts") for path in sorted((ROOT / top).rglob("*.py"))
-             if path not in OWN_MODULES for line, source in comparisons_with_strategy_names(path)]
+    found = [
+        f"{path.relative_to(ROOT)}:{line}: {source}"
+        for top in ("components", "pipelines", "scripts")
+        for path in sorted((ROOT / top).rglob("*.py"))
+        if path not in OWN_MODULES
+        for line, source in comparisons_with_strategy_names(path)
+    ]
     assert not found, "compare the registry's facts (disttrain_contract.strategies), not names:\n" + "\n".join(found)
 
 
-@pytest.mark.parametrize("source", [
-    'x == "localsgd"', 'x in ("average", "multiworker")', 'x != strategies.DEFAULT', 'from disttrain_contract.strategies import NAMES\nx == NAMES[0]',
-    'AVERAGE = "average"\nx == AVERAGE',
-    'match x:\n    case "parameterserver":\n        pass',
-])
+@pytest.mark.parametrize(
+    "source",
+    [
+        'x == "localsgd"',
+        'x in ("average", "multiworker")',
+        'x != strategies.DEFAULT',
+        'from disttrain_contract.strategies import NAMES\nx == NAMES[0]',
+        'AVERAGE = "average"\nx == AVERAGE',
+        'match x:\n    case "parameterserver":\n        pass',
+    ],
+)
 def test_the_walk_finds_each_form_of_comparison(tmp_path, source):
     path = tmp_path / "example.py"
     path.write_text(source + "\n")
@@ -87,8 +108,10 @@ def test_the_walk_finds_each_form_of_comparison(tmp_path, source):
 def test_the_walk_lets_other_comparisons_pass(tmp_path):
     path = tmp_path / "example.py"
     # (a --combine mode named like a strategy is compared through its own constant; a registry fact is no name)
-    path.write_text('WEIGHT_AVERAGE = MODES[0]\nmode == WEIGHT_AVERAGE\nstrategy_of(x).connected == True\n'
-                    'x in STRATEGIES\nx == "single"\n')
+    path.write_text(
+        'WEIGHT_AVERAGE = MODES[0]\nmode == WEIGHT_AVERAGE\nstrategy_of(x).connected == True\n'
+        'x in STRATEGIES\nx == "single"\n'
+    )
     assert comparisons_with_strategy_names(path) == []
 
 
@@ -97,7 +120,9 @@ def test_the_registry_imports_only_the_standard_library():
         tree = ast.parse(pathlib.Path(module).read_text())
         imported = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
         imported |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
-        assert {name.split(".")[0] for name in imported - {"disttrain_contract.registry"}} <= set(sys.stdlib_module_names)
+        assert {name.split(".")[0] for name in imported - {"disttrain_contract.registry"}} <= set(
+            sys.stdlib_module_names
+        )
 
 
 def test_facts_hang_together():
@@ -108,7 +133,8 @@ def test_facts_hang_together():
         assert strategy.connected or not (strategy.all_reduce or strategy.parameter_servers), strategy.name
     assert not STRATEGIES[registry.DEFAULT].connected  # a run of one worker is the default strategy's
     assert len({s.flag for s in sum((settings_of(s) for s in STRATEGIES.values()), ())}) == len(
-        {(s.flag, s.chart_value) for s in sum((settings_of(s) for s in STRATEGIES.values()), ())})
+        {(s.flag, s.chart_value) for s in sum((settings_of(s) for s in STRATEGIES.values()), ())}
+    )
 
 
 def _trainer_flags_by_strategy():
@@ -118,7 +144,7 @@ def _trainer_flags_by_strategy():
     taken = {}
     for cls in options.families():
         if cls is options.Connected:  # (addresses, ports, the peers' deadline: every strategy takes them, the
-            continue                  # registry says, and an unconnected worker ignores them)
+            continue  # registry says, and an unconnected worker ignores them)
         probe = argparse.ArgumentParser(add_help=False)
         cls.add_flags(probe)
         users = tuple(name for name, o in options.REGISTRY.items() if isinstance(o, cls))

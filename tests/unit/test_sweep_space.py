@@ -24,17 +24,20 @@ def test_ranges_choices_and_fixed_values():
     assert parse_dimension("dropout", "0:0.5").high == 0.5
 
 
-@pytest.mark.parametrize("name, text, message", [
-    ("learning_rate", "0:1e-2", "learning_rate must be > 0"),
-    ("learning_rate", "1e-2:1e-4", "LOW must be below HIGH"),
-    ("learning_rate", "1:2:3", "a range is LOW:HIGH"),
-    ("batch", "32,abc", "batch must be an integer"),
-    ("batch", "0,64", "batch must be >= 1"),
-    ("batch", "64,64", "listed twice"),
-    ("dropout", "0:1", "dropout must be >= 0.0 and < 1.0"),
-    ("epochs", "", "--epochs is empty"),
-    ("learning_rate", "nan", "must be finite"),
-])
+@pytest.mark.parametrize(
+    "name, text, message",
+    [
+        ("learning_rate", "0:1e-2", "learning_rate must be > 0"),
+        ("learning_rate", "1e-2:1e-4", "LOW must be below HIGH"),
+        ("learning_rate", "1:2:3", "a range is LOW:HIGH"),
+        ("batch", "32,abc", "batch must be an integer"),
+        ("batch", "0,64", "batch must be >= 1"),
+        ("batch", "64,64", "listed twice"),
+        ("dropout", "0:1", "dropout must be >= 0.0 and < 1.0"),
+        ("epochs", "", "--epochs is empty"),
+        ("learning_rate", "nan", "must be finite"),
+    ],
+)
 def test_bad_space_flags_name_the_problem(name, text, message):
     with pytest.raises(ContractError, match=message):
         parse_dimension(name, text)
@@ -86,8 +89,21 @@ def test_carve_is_disjoint_complete_and_deterministic_by_seed():
 @pytest.fixture(scope="module")
 def digits(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep-split")
-    subprocess.run([sys.executable, "-m", "disttrain_copier.main", "--source", "sample:digits", "--n-shards", "2",
-                    "--workdir", str(root)], check=True, capture_output=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "disttrain_copier.main",
+            "--source",
+            "sample:digits",
+            "--n-shards",
+            "2",
+            "--workdir",
+            str(root),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return root
 
 
@@ -137,16 +153,24 @@ def write(path, obj):
 
 
 def test_params_file_is_checked(tmp_path):
-    good = write(tmp_path / "best.json", {"params": {"learning_rate": 0.004, "batch": 32, "epochs": 3, "width": 96,
-                                                     "dropout": 0.25}, "value": 0.97, "trial": 5})
+    good = write(
+        tmp_path / "best.json",
+        {
+            "params": {"learning_rate": 0.004, "batch": 32, "epochs": 3, "width": 96, "dropout": 0.25},
+            "value": 0.97,
+            "trial": 5,
+        },
+    )
     assert read_params_file(good) == {"learning_rate": 0.004, "batch": 32, "epochs": 3, "width": 96, "dropout": 0.25}
-    cases = [({"params": {"learning_rate": 0.01, "momentum": 0.9}}, "unknown parameter 'momentum'"),
-             ({"params": {"batch": 32.5}}, "batch must be an integer"),
-             ({"params": {"batch": True}}, "batch must be an integer"),
-             ({"params": {"learning_rate": -1}}, "learning_rate must be > 0"),
-             ({"params": {"dropout": 1.0}}, "dropout must be >= 0.0 and < 1.0"),
-             ({"learning_rate": 0.01}, 'non-empty "params" object'),
-             ([1, 2], 'non-empty "params" object')]
+    cases = [
+        ({"params": {"learning_rate": 0.01, "momentum": 0.9}}, "unknown parameter 'momentum'"),
+        ({"params": {"batch": 32.5}}, "batch must be an integer"),
+        ({"params": {"batch": True}}, "batch must be an integer"),
+        ({"params": {"learning_rate": -1}}, "learning_rate must be > 0"),
+        ({"params": {"dropout": 1.0}}, "dropout must be >= 0.0 and < 1.0"),
+        ({"learning_rate": 0.01}, 'non-empty "params" object'),
+        ([1, 2], 'non-empty "params" object'),
+    ]
     for i, (obj, message) in enumerate(cases):
         with pytest.raises(ContractError, match=message):
             read_params_file(write(tmp_path / f"bad-{i}.json", obj))
@@ -154,18 +178,28 @@ def test_params_file_is_checked(tmp_path):
         read_params_file(str(tmp_path / "missing.json"))
 
 
-@pytest.mark.parametrize("content, message", [
-    ({"params": {"learning_rate": 0.01, "momentum": 0.9}}, "unknown parameter 'momentum'"),
-    ({"params": {"epochs": 0}}, "epochs must be >= 1"),
-    ({"params": {"sync_every": 0}}, "sync_every must be >= 1"),
-    ({"params": {"sync_every": 16}}, "sync_every was searched by localsgd trials, but this run's --strategy is average"),
-    (None, "is unreadable"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ({"params": {"learning_rate": 0.01, "momentum": 0.9}}, "unknown parameter 'momentum'"),
+        ({"params": {"epochs": 0}}, "epochs must be >= 1"),
+        ({"params": {"sync_every": 0}}, "sync_every must be >= 1"),
+        (
+            {"params": {"sync_every": 16}},
+            "sync_every was searched by localsgd trials, but this run's --strategy is average",
+        ),
+        (None, "is unreadable"),
+    ],
+)
 def test_trainer_refuses_a_bad_params_file_with_exit_2(tmp_path, content, message):
     path = tmp_path / "best.json"
     path.write_text("{not json" if content is None else json.dumps(content))
-    result = subprocess.run([sys.executable, "-m", "disttrain_trainer.main", "--workdir", str(tmp_path),
-                             "--params-from", str(path)], capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-m", "disttrain_trainer.main", "--workdir", str(tmp_path), "--params-from", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
     assert not os.path.exists(tmp_path / "train")

@@ -12,21 +12,29 @@ import textwrap
 
 from disttrain_contract.tensorflow_import import TENSORFLOW_NOTICE, without_tensorflow_notices
 
-ONEDNN = ("I0000 00:00:1795423790.932690   25356 port.cc:153] oneDNN custom operations are on. You may see "
-          "slightly different numerical results due to floating-point round-off errors.\n")
+ONEDNN = (
+    "I0000 00:00:1795423790.932690   25356 port.cc:153] oneDNN custom operations are on. You may see "
+    "slightly different numerical results due to floating-point round-off errors.\n"
+)
 ABSL = "WARNING: All log messages before absl::InitializeLog() is called are written to STDERR\n"
-CPU_GUARD = ("I0000 00:00:1795424259.072059   29916 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to "
-             "use available CPU instructions in performance-critical operations.\n"
-             "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow with the "
-             "appropriate compiler flags.\n")
-OLD_STYLE = "2025-09-17 14:44:05.157831: W external/local_xla/xla/tsl/cuda/cudart_stub.cc:32] Could not find cuda drivers.\n"
+CPU_GUARD = (
+    "I0000 00:00:1795424259.072059   29916 cpu_feature_guard.cc:227] This TensorFlow binary is optimized to "
+    "use available CPU instructions in performance-critical operations.\n"
+    "To enable the following instructions: AVX2 FMA, in other operations, rebuild TensorFlow with the "
+    "appropriate compiler flags.\n"
+)
+OLD_STYLE = (
+    "2025-09-17 14:44:05.157831: W external/local_xla/xla/tsl/cuda/cudart_stub.cc:32] Could not find cuda drivers.\n"
+)
 ERROR = "E0000 00:00:1758131045.203198 3722035 cuda_dnn.cc:8579] Unable to register cuDNN factory\n"
 OURS = "worker 0/2 epoch 1/5: loss=0.6 accuracy=0.7\n"
 PY_WARNING = "/x/y.py:3: DeprecationWarning: something\n"
 
 
 def test_drops_tensorflow_info_and_warning_lines_and_keeps_the_rest_in_order():
-    text = ABSL + ONEDNN + OURS + CPU_GUARD + PY_WARNING + OLD_STYLE + ERROR + "To enable the following instructions: x\n"
+    text = (
+        ABSL + ONEDNN + OURS + CPU_GUARD + PY_WARNING + OLD_STYLE + ERROR + "To enable the following instructions: x\n"
+    )
     assert without_tensorflow_notices(text) == OURS + PY_WARNING + ERROR + "To enable the following instructions: x\n"
 
 
@@ -47,7 +55,9 @@ def run_python(code, env_extra=None, pythonpath=None, timeout=120):
     env.update(env_extra or {})
     if pythonpath:
         env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, env=env, timeout=timeout
+    )
 
 
 def test_the_real_tensorflow_import_prints_nothing_and_debug_brings_its_lines_back():
@@ -93,10 +103,14 @@ def fake_tensorflow(tmp_path, ending=""):
 
 def test_a_failed_import_writes_back_everything_it_captured(tmp_path):
     path = fake_tensorflow(tmp_path, ending='raise ImportError("the fake TensorFlow failed")')
-    result = run_python("""
+    result = run_python(
+        """
         from disttrain_contract.tensorflow_import import import_tensorflow
         import_tensorflow()
-    """, {"IMPORT_COUNT_FILE": str(tmp_path / "count")}, pythonpath=path)
+    """,
+        {"IMPORT_COUNT_FILE": str(tmp_path / "count")},
+        pythonpath=path,
+    )
     assert result.returncode == 1
     assert ONEDNN + ABSL + "a line that is not TensorFlow's\n" in result.stderr
     assert "ImportError: the fake TensorFlow failed" in result.stderr
@@ -107,7 +121,8 @@ def test_threads_importing_at_once_import_once_and_lose_no_line(tmp_path):
     for _ in range(5):
         count = tmp_path / "count"
         count.unlink(missing_ok=True)
-        result = run_python("""
+        result = run_python(
+            """
             import sys, threading, time
             from disttrain_contract.tensorflow_import import import_tensorflow
             barrier = threading.Barrier(8)
@@ -123,7 +138,10 @@ def test_threads_importing_at_once_import_once_and_lose_no_line(tmp_path):
             assert len(modules) == 8 and len({id(m) for m, _ in modules}) == 1
             assert all(ready for _, ready in modules), "a thread got a half-imported module"
             print("ok")
-        """, {"IMPORT_COUNT_FILE": str(count)}, pythonpath=path)
+        """,
+            {"IMPORT_COUNT_FILE": str(count)},
+            pythonpath=path,
+        )
         assert result.returncode == 0, result.stderr
         assert count.read_text() == "imported\n"
         assert result.stderr == "a line that is not TensorFlow's\n"
@@ -135,7 +153,8 @@ def test_optional_packages_are_hidden_only_from_the_import_and_only_with_one_thr
     request thread that may import cv2 meanwhile) turns the hiding off."""
     path = fake_tensorflow(tmp_path, ending="try:\n    import scipy\nexcept ImportError:\n    scipy = None")
     for other_thread in (False, True):
-        result = run_python(f"""
+        result = run_python(
+            f"""
             import threading
             from disttrain_contract.tensorflow_import import import_tensorflow
             stop = threading.Event()
@@ -145,6 +164,9 @@ def test_optional_packages_are_hidden_only_from_the_import_and_only_with_one_thr
             stop.set()
             import scipy.sparse
             print(tf.scipy is None, scipy.sparse.issparse(scipy.sparse.eye(2)))
-        """, {"IMPORT_COUNT_FILE": str(tmp_path / f"count-{other_thread}")}, pythonpath=path)
+        """,
+            {"IMPORT_COUNT_FILE": str(tmp_path / f"count-{other_thread}")},
+            pythonpath=path,
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout == ("False True\n" if other_thread else "True True\n")

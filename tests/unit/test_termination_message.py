@@ -19,12 +19,19 @@ def log(tmp_path, monkeypatch):
 def fail_with(err):
     def main(argv):
         raise err
+
     return main
 
 
-@pytest.mark.parametrize("err, code", [(ContractError("no such file: /workdir/x.csv"), 2), (StageTimeout("timed out\nafter 3s"), 3),
-                                       # a peer gone: a retry the Job counts (not 2, which fails the Job at once)
-                                       (GroupLost("worker 0/2: the group lost a peer mid-run"), 1)])
+@pytest.mark.parametrize(
+    "err, code",
+    [
+        (ContractError("no such file: /workdir/x.csv"), 2),
+        (StageTimeout("timed out\nafter 3s"), 3),
+        # a peer gone: a retry the Job counts (not 2, which fails the Job at once)
+        (GroupLost("worker 0/2: the group lost a peer mid-run"), 1),
+    ],
+)
 def test_a_contract_error_is_the_termination_message(log, capsys, err, code):
     with pytest.raises(SystemExit) as exit:
         run_cli(fail_with(err))
@@ -66,9 +73,11 @@ def test_a_finished_stage_freezes_its_objects_so_the_exit_skips_the_last_collect
     import subprocess
     import sys
 
-    code = ("import atexit, gc, sys\n"
-            "from disttrain_contract import run_cli\n"
-            "atexit.register(lambda: print('frozen objects:', gc.get_freeze_count() > 1000))\n"
-            "run_cli(lambda argv: 0)\n")
+    code = (
+        "import atexit, gc, sys\n"
+        "from disttrain_contract import run_cli\n"
+        "atexit.register(lambda: print('frozen objects:', gc.get_freeze_count() > 1000))\n"
+        "run_cli(lambda argv: 0)\n"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert (result.returncode, result.stdout) == (0, "frozen objects: True\n"), result.stderr

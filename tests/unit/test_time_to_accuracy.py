@@ -16,8 +16,14 @@ from tta_store import RowStore, ceiling_time_to_target, first_reach, outcome, ro
 
 
 def row(status="ok", **kwargs):
-    base = {"task": "movie-reviews", "link": "10mbit", "strategy": "localsgd", "workers": 2,
-            "options": {"sync_every": 100, "outer_optimizer": "nesterov"}, "status": status}
+    base = {
+        "task": "movie-reviews",
+        "link": "10mbit",
+        "strategy": "localsgd",
+        "workers": 2,
+        "options": {"sync_every": 100, "outer_optimizer": "nesterov"},
+        "status": status,
+    }
     return {**base, **kwargs}
 
 
@@ -94,10 +100,21 @@ def test_a_runs_configuration_joins_the_stored_one(tmp_path):
 
 
 def test_the_ceilings_time_is_the_slower_average_worker_at_the_epoch_one_worker_reached_the_target():
-    single = {"task": "t", "strategy": "single", "target": 0.9, "reached": True,
-              "curve": [[30.0, 1, 0.5], [50.0, 2, 0.91], [70.0, 3, 0.95]]}
-    average = {"task": "t", "strategy": "average", "worker_curves": [[[20.0, 1, 0.4], [31.0, 2, 0.8], [40.0, 3, 0.9]],
-                                                                       [[21.0, 1, 0.4], [32.5, 2, 0.7], [41.0, 3, 0.9]]]}
+    single = {
+        "task": "t",
+        "strategy": "single",
+        "target": 0.9,
+        "reached": True,
+        "curve": [[30.0, 1, 0.5], [50.0, 2, 0.91], [70.0, 3, 0.95]],
+    }
+    average = {
+        "task": "t",
+        "strategy": "average",
+        "worker_curves": [
+            [[20.0, 1, 0.4], [31.0, 2, 0.8], [40.0, 3, 0.9]],
+            [[21.0, 1, 0.4], [32.5, 2, 0.7], [41.0, 3, 0.9]],
+        ],
+    }
     # 1 worker reached 0.90 at epoch 2; the slower worker of average evaluated its epoch 2 at 32.5 s
     # (its own metric does not matter: the examples taken do)
     assert ceiling_time_to_target([single, average], "t") == (32.5, 2)
@@ -131,7 +148,10 @@ def test_a_retired_task_is_planned_only_when_named():
     retired = [name for name, t in tasks.items() if t.get("planned", True) is False]
     assert retired == ["digits-augmented-mobilenetv2"] == sorted(time_to_accuracy.RETIRED)
     assert set(time_to_accuracy.planned_tasks(tasks, [])) == set(tasks) - set(retired)
-    only = [time_to_accuracy.parse_only("link=loopback"), time_to_accuracy.parse_only("task=digits-augmented-mobilenetv2")]
+    only = [
+        time_to_accuracy.parse_only("link=loopback"),
+        time_to_accuracy.parse_only("task=digits-augmented-mobilenetv2"),
+    ]
     assert set(time_to_accuracy.planned_tasks(tasks, only)) == set(tasks)
 
 
@@ -139,7 +159,9 @@ def test_only_filters_by_row_fields_and_options(capsys):
     plan = time_to_accuracy.plan(time_to_accuracy.TASKS)
     only = time_to_accuracy.parse_only("link=10mbit|50mbit,outer_optimizer=nesterov,allreduce_dtype=int8")
     picked = [r for r in plan if time_to_accuracy.selected(r, only)]
-    assert picked and all(r["link"] in ("10mbit", "50mbit") and r["options"].get("allreduce_dtype") == "int8" for r in picked)
+    assert picked and all(
+        r["link"] in ("10mbit", "50mbit") and r["options"].get("allreduce_dtype") == "int8" for r in picked
+    )
     with pytest.raises(SystemExit) as stopped:
         time_to_accuracy.parse_only("link")
     assert stopped.value.code == 2
@@ -150,19 +172,35 @@ def test_repeated_only_lists_the_rows_matching_any_of_them(tmp_path):
     """One sitting can hold a task's loopback references and one shaped link's rows: --only twice."""
     import subprocess
 
-    command = [sys.executable, os.path.join(BENCH, "time_to_accuracy.py"), "--list", "--results", str(tmp_path / "none.json"),
-               "--only", "task=movie-reviews,strategy=single|ceiling|average", "--only", "task=movie-reviews,link=10mbit"]
+    command = [
+        sys.executable,
+        os.path.join(BENCH, "time_to_accuracy.py"),
+        "--list",
+        "--results",
+        str(tmp_path / "none.json"),
+        "--only",
+        "task=movie-reviews,strategy=single|ceiling|average",
+        "--only",
+        "task=movie-reviews,link=10mbit",
+    ]
     listed = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert listed.returncode == 0, listed.stderr
     rows = [line.split()[:4] for line in listed.stdout.splitlines() if line.startswith("movie-reviews ")]
     plan = time_to_accuracy.plan(time_to_accuracy.TASKS)
-    expected = [r for r in plan if r["task"] == "movie-reviews" and (r["strategy"] in ("single", "ceiling", "average") or r["link"] == "10mbit")]
+    expected = [
+        r
+        for r in plan
+        if r["task"] == "movie-reviews" and (r["strategy"] in ("single", "ceiling", "average") or r["link"] == "10mbit")
+    ]
     assert len(rows) == len(expected) and {r[2] for r in rows[:3]} == {"1x", "2x"}
     assert [r[1] for r in rows] == [r["link"] for r in expected]
     # an --only that matches nothing is named, and nothing runs
     unmatched = subprocess.run(command[:-2] + ["--only", "link=2mbit"], capture_output=True, text=True, timeout=120)
     assert unmatched.returncode == 2
-    assert unmatched.stderr.strip() == "time_to_accuracy.py: --only 'link=2mbit' matches no row of the plan (--list shows it)"
+    assert (
+        unmatched.stderr.strip()
+        == "time_to_accuracy.py: --only 'link=2mbit' matches no row of the plan (--list shows it)"
+    )
 
 
 # ------------------------------------------------------------------ evaluation times from progress.json
@@ -170,16 +208,33 @@ def test_each_epoch_is_timed_by_the_write_that_first_shows_it(tmp_path):
     from disttrain_trainer.progress import ProgressFile
 
     now = [1000.0]
-    writer = ProgressFile(str(tmp_path / "progress.json"), 1.0, worker=0, tag="worker 0/1", strategy="average", epochs=3,
-                          steps_per_epoch=10, clock=lambda: now[0], wall_clock=lambda: now[0])
+    writer = ProgressFile(
+        str(tmp_path / "progress.json"),
+        1.0,
+        worker=0,
+        tag="worker 0/1",
+        strategy="average",
+        epochs=3,
+        steps_per_epoch=10,
+        clock=lambda: now[0],
+        wall_clock=lambda: now[0],
+    )
     watch = time_to_accuracy.Watch(str(tmp_path), "test_accuracy", started=990.0)
     watch.poll()  # nothing written yet
     assert watch.curve == []
     for epoch, accuracy in ((1, 0.6), (2, 0.8)):
         writer.start_epoch(epoch)
         now[0] += 5
-        writer.end_epoch({"epoch": epoch, "loss": 1.0, "accuracy": 0.5, "examples": 640, "examples_per_sec": 100.0,
-                          "test_accuracy": accuracy})
+        writer.end_epoch(
+            {
+                "epoch": epoch,
+                "loss": 1.0,
+                "accuracy": 0.5,
+                "examples": 640,
+                "examples_per_sec": 100.0,
+                "test_accuracy": accuracy,
+            }
+        )
         watch.poll()
         now[0] += 3
         writer.update(5, None)  # a later write of the next epoch's steps: the epoch keeps its first time
@@ -189,6 +244,7 @@ def test_each_epoch_is_timed_by_the_write_that_first_shows_it(tmp_path):
 
 
 # ------------------------------------------------------------------ sittings: rows checked against their own probe
+
 
 def test_each_sitting_keeps_its_machine_and_its_probes(tmp_path):
     from tta_store import sitting_probe
@@ -213,7 +269,10 @@ def test_only_the_newest_sitting_continues_and_only_on_the_host_boot_that_ran_it
     store = RowStore(str(tmp_path / "tta.json"), machine={"nproc": 2})
     assert store.continue_sitting("boot-a") == (None, "the results hold no sitting to continue")
     old = store.start_sitting({"nproc": 2}, now=1_800_000_000)  # kept no boot id (as sittings before it)
-    assert store.continue_sitting("boot-a")[1] == f"the newest sitting, {old}, cannot be continued here: it kept no boot id"
+    assert (
+        store.continue_sitting("boot-a")[1]
+        == f"the newest sitting, {old}, cannot be continued here: it kept no boot id"
+    )
     newest = store.start_sitting({"nproc": 2}, now=1_800_000_100, boot="boot-a")
     assert RowStore(str(tmp_path / "tta.json")).continue_sitting("boot-a") == (newest, None)  # (kept on disk)
     why = store.continue_sitting("boot-b")[1]
@@ -222,8 +281,9 @@ def test_only_the_newest_sitting_continues_and_only_on_the_host_boot_that_ran_it
     # an older sitting by its id, on its own boot only
     later = store.start_sitting({"nproc": 2}, now=1_800_000_200, boot="boot-b")
     assert store.continue_sitting("boot-a", newest) == (newest, None) and store.continue_sitting("boot-b")[0] == later
-    assert store.continue_sitting("boot-b", newest)[1] == (f"sitting {newest} cannot be continued here: it ran on "
-                                                          "another host, or before this one restarted")
+    assert store.continue_sitting("boot-b", newest)[1] == (
+        f"sitting {newest} cannot be continued here: it ran on another host, or before this one restarted"
+    )
     assert store.continue_sitting("boot-a", "2020-01-01T00:00:00Z")[1].startswith("the results hold no sitting 2020")
 
 
@@ -232,13 +292,18 @@ def test_the_advisor_is_checked_per_sitting_with_that_sittings_one_worker_row():
 
     probe = {"probe": {"step_seconds": 0.004}}
     doc = {"sittings": {"s1": {"probes": {"movie-reviews": probe}}, "s2": {"probes": {}}}}
-    rows = [row(strategy="single", workers=1, link="loopback", sitting="s1"),
-            row(sitting="s1"),
-            row(link="50mbit", sitting="s2"),
-            row(link="1gbit")]  # measured before sittings were recorded
+    rows = [
+        row(strategy="single", workers=1, link="loopback", sitting="s1"),
+        row(sitting="s1"),
+        row(link="50mbit", sitting="s2"),
+        row(link="1gbit"),
+    ]  # measured before sittings were recorded
     groups = advisor_accuracy.sitting_groups(rows, doc)
     assert [(s, p, [r["link"] for r in rs]) for s, p, rs in groups] == [
-        ("s1", probe, ["loopback", "10mbit"]), ("s2", None, ["50mbit"]), (None, None, ["1gbit"])]
+        ("s1", probe, ["loopback", "10mbit"]),
+        ("s2", None, ["50mbit"]),
+        (None, None, ["1gbit"]),
+    ]
     # a link group with its sitting's 1-worker row keeps it; one without borrows the task's first, and says so
     assert advisor_accuracy.with_reference(rows[:2], rows) == (rows[:2], True)
     assert advisor_accuracy.with_reference(rows[2:3], rows) == ([rows[2], rows[0]], False)
@@ -252,7 +317,9 @@ def test_a_row_measured_again_in_a_later_sitting_keeps_the_earlier_one_apart(tmp
     store = RowStore(path)
     store.put(row(strategy="single", workers=1, link="loopback", sitting="s1", seconds_per_epoch=0.8))
     store.put(row(strategy="single", workers=1, link="loopback", sitting="s2", seconds_per_epoch=0.7))
-    store.put(row(strategy="single", workers=1, link="loopback", sitting="s2", seconds_per_epoch=0.6))  # same sitting: replaced
+    store.put(
+        row(strategy="single", workers=1, link="loopback", sitting="s2", seconds_per_epoch=0.6)
+    )  # same sitting: replaced
     store.put(row(sitting=None, seconds_per_epoch=1.0))
     store.put(row(sitting="s2", seconds_per_epoch=0.9))  # (one from before sittings is kept too: its rows' references)
     doc = json.load(open(path))
@@ -268,12 +335,14 @@ def test_each_link_is_compared_with_the_rows_that_never_use_the_network():
     the shaped links' reference."""
     import advisor_accuracy
 
-    rows = [row(strategy="single", workers=1, link="loopback", sitting="s2"),
-            row(strategy="ceiling", link="loopback", sitting="s2"),
-            row(strategy="average", link="loopback", sitting="s2"),
-            row(strategy="multiworker", link="10mbit", sitting="s2"),
-            row(link="10mbit", sitting="s2"),
-            row(link="1gbit", sitting="s2")]
+    rows = [
+        row(strategy="single", workers=1, link="loopback", sitting="s2"),
+        row(strategy="ceiling", link="loopback", sitting="s2"),
+        row(strategy="average", link="loopback", sitting="s2"),
+        row(strategy="multiworker", link="10mbit", sitting="s2"),
+        row(link="10mbit", sitting="s2"),
+        row(link="1gbit", sitting="s2"),
+    ]
     groups = dict(advisor_accuracy.link_groups(rows))
     assert list(groups) == ["10mbit", "1gbit", "loopback"]
     assert [r["strategy"] for r in groups["10mbit"]] == ["multiworker", "localsgd", "single", "ceiling", "average"]
@@ -282,7 +351,10 @@ def test_each_link_is_compared_with_the_rows_that_never_use_the_network():
     # a group without one borrows the task's first 1-worker row, and says whether it is of the group's sitting
     earlier_single = row(strategy="single", workers=1, link="loopback", sitting="s1")
     assert advisor_accuracy.with_reference(rows[4:6], [rows[0], earlier_single]) == (rows[4:6] + [rows[0]], True)
-    assert advisor_accuracy.with_reference(rows[4:6], [earlier_single, rows[0]]) == (rows[4:6] + [earlier_single], False)
+    assert advisor_accuracy.with_reference(rows[4:6], [earlier_single, rows[0]]) == (
+        rows[4:6] + [earlier_single],
+        False,
+    )
 
 
 def test_the_advisor_check_reads_the_rows_a_later_sitting_replaced(tmp_path):
@@ -296,15 +368,26 @@ def test_the_advisor_check_reads_the_rows_a_later_sitting_replaced(tmp_path):
     assert rows == [current, dict(earlier, replaced=True)]  # (marked: the summary counts the newest apart)
 
 
-
 def test_the_results_table_reads_a_rows_speedup_within_its_own_sitting():
     """A shaped link's row is compared with the 1-worker row of its own sitting, even after a later sitting
     measured the 1-worker row again (kept in earlier_rows); a row of a sitting without one, with the current."""
     import report
 
     def timed(strategy, workers, link, sitting, seconds, **kwargs):
-        return row(strategy=strategy, workers=workers, link=link, sitting=sitting, reached=True, time_to_target_seconds=seconds,
-                   seconds_per_epoch=1.0, target=0.76, final_metric=0.76, epochs=5, options={"threads": 1}, **kwargs)
+        return row(
+            strategy=strategy,
+            workers=workers,
+            link=link,
+            sitting=sitting,
+            reached=True,
+            time_to_target_seconds=seconds,
+            seconds_per_epoch=1.0,
+            target=0.76,
+            final_metric=0.76,
+            epochs=5,
+            options={"threads": 1},
+            **kwargs,
+        )
 
     earlier_single = timed("single", 1, "loopback", "s1", 6.0)
     current_single = timed("single", 1, "loopback", "s2", 4.0)
@@ -342,8 +425,19 @@ def test_a_row_from_before_sittings_is_read_against_the_references_of_its_time()
     from tta_store import sitting_references
 
     def timed(strategy, workers, link, sitting, seconds):
-        return row(strategy=strategy, workers=workers, link=link, sitting=sitting, reached=True, time_to_target_seconds=seconds,
-                   seconds_per_epoch=1.0, target=0.76, final_metric=0.76, epochs=5, options={"threads": 1})
+        return row(
+            strategy=strategy,
+            workers=workers,
+            link=link,
+            sitting=sitting,
+            reached=True,
+            time_to_target_seconds=seconds,
+            seconds_per_epoch=1.0,
+            target=0.76,
+            final_metric=0.76,
+            epochs=5,
+            options={"threads": 1},
+        )
 
     old_single, new_single = timed("single", 1, "loopback", None, 2.0), timed("single", 1, "loopback", "s2", 8.0)
     old_row, new_row = timed("localsgd", 2, "1gbit", None, 1.0), timed("localsgd", 2, "10mbit", "s2", 4.0)
@@ -359,8 +453,12 @@ def test_a_row_from_before_sittings_is_read_against_the_references_of_its_time()
 
 
 def test_a_sitting_without_average_is_told_its_rows_get_no_ceiling_time():
-    plan = time_to_accuracy.plan({"movie-reviews": time_to_accuracy.TASKS["movie-reviews"],
-                                  "digits-distorted-mobilenetv2": time_to_accuracy.TASKS["digits-distorted-mobilenetv2"]})
+    plan = time_to_accuracy.plan(
+        {
+            "movie-reviews": time_to_accuracy.TASKS["movie-reviews"],
+            "digits-distorted-mobilenetv2": time_to_accuracy.TASKS["digits-distorted-mobilenetv2"],
+        }
+    )
     diloco = [r for r in plan if r["strategy"] == "localsgd" and r["link"] == "50mbit"]
     assert time_to_accuracy.without_ceiling_time(diloco) == ["digits-distorted-mobilenetv2", "movie-reviews"]
     text_average = [r for r in plan if r["task"] == "movie-reviews" and r["strategy"] == "average"]

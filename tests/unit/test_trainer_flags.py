@@ -15,33 +15,67 @@ from disttrain_trainer.tasks import text as text_task
     "argv, message",
     [
         (["--strategy", "average", "--sync-every", "8"], "--sync-every applies to --strategy localsgd, not average"),
-        (["--strategy", "multiworker", "--sync-every", "8"], "--sync-every applies to --strategy localsgd, not multiworker"),
+        (
+            ["--strategy", "multiworker", "--sync-every", "8"],
+            "--sync-every applies to --strategy localsgd, not multiworker",
+        ),
         (["--strategy", "localsgd", "--sync-every", "0"], "--sync-every must be >= 1"),
         (["--steps-per-call", "0"], "--steps-per-call must be >= 1"),
         (["--allreduce-dtype", "int8"], "--allreduce-dtype int8 applies to --strategy localsgd, not average"),
-        (["--strategy", "multiworker", "--allreduce-dtype", "int8"],
-         "--allreduce-dtype int8 applies to --strategy localsgd, not multiworker (TensorFlow's all-reduce refuses int8"),
-        (["--strategy", "multiworker", "--allreduce-dtype", "int4"],
-         "--allreduce-dtype int4 applies to --strategy localsgd, not multiworker (TensorFlow's all-reduce refuses int8"),
+        (
+            ["--strategy", "multiworker", "--allreduce-dtype", "int8"],
+            "--allreduce-dtype int8 applies to --strategy localsgd, not multiworker (TensorFlow's all-reduce refuses int8",
+        ),
+        (
+            ["--strategy", "multiworker", "--allreduce-dtype", "int4"],
+            "--allreduce-dtype int4 applies to --strategy localsgd, not multiworker (TensorFlow's all-reduce refuses int8",
+        ),
         (["--allreduce-dtype", "int2"], "invalid choice: 'int2'"),
         (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "-0.7"], "--outer-lr must be > 0"),
         (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "nan"], "--outer-lr must be > 0"),
-        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-momentum", "1"],
-         "--outer-momentum must be >= 0 and < 1"),
-        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-momentum", "-0.1"],
-         "--outer-momentum must be >= 0 and < 1"),
+        (
+            ["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-momentum", "1"],
+            "--outer-momentum must be >= 0 and < 1",
+        ),
+        (
+            ["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-momentum", "-0.1"],
+            "--outer-momentum must be >= 0 and < 1",
+        ),
         (["--strategy", "localsgd", "--outer-optimizer", "adamw"], "invalid choice: 'adamw'"),
-        (["--strategy", "localsgd", "--outer-lr", "0.5"], "--outer-lr and --outer-momentum apply to --outer-optimizer nesterov, not none"),
-        (["--strategy", "multiworker", "--outer-optimizer", "nesterov"],
-         "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not multiworker"),
-        (["--outer-momentum", "0.5"], "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not average"),
-        (["--strategy", "parameterserver", "--outer-optimizer", "none"],
-         "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not parameterserver"),
+        (
+            ["--strategy", "localsgd", "--outer-lr", "0.5"],
+            "--outer-lr and --outer-momentum apply to --outer-optimizer nesterov, not none",
+        ),
+        (
+            ["--strategy", "multiworker", "--outer-optimizer", "nesterov"],
+            "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not multiworker",
+        ),
+        (
+            ["--outer-momentum", "0.5"],
+            "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not average",
+        ),
+        (
+            ["--strategy", "parameterserver", "--outer-optimizer", "none"],
+            "--outer-optimizer, --outer-lr and --outer-momentum apply to --strategy localsgd, not parameterserver",
+        ),
         (["--strategy", "localsgd", "--outer-overlap", "sometimes"], "invalid choice: 'sometimes'"),
-        (["--strategy", "multiworker", "--outer-overlap", "eager"], "--outer-overlap applies to --strategy localsgd, not multiworker"),
+        (
+            ["--strategy", "multiworker", "--outer-overlap", "eager"],
+            "--outer-overlap applies to --strategy localsgd, not multiworker",
+        ),
         (["--sync-at-epoch-end"], "--sync-at-epoch-end applies to --strategy localsgd, not average"),
-        (["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-overlap", "eager", "--sync-at-epoch-end"],
-         "--sync-at-epoch-end does not go with --outer-overlap eager: an overlapped sync applies its exchange one sync late"),
+        (
+            [
+                "--strategy",
+                "localsgd",
+                "--outer-optimizer",
+                "nesterov",
+                "--outer-overlap",
+                "eager",
+                "--sync-at-epoch-end",
+            ],
+            "--sync-at-epoch-end does not go with --outer-overlap eager: an overlapped sync applies its exchange one sync late",
+        ),
         (["--allreduce-dtype", "bfloat16"], "invalid choice: 'bfloat16'"),  # TensorFlow's collectives refuse it
         (["--allreduce-pack-bytes", "-1"], "--allreduce-pack-bytes must be >= 0"),
         (["--peer-wait", "-1"], "--peer-wait must be >= 0 (0: no deadline)"),
@@ -60,8 +94,10 @@ from disttrain_trainer.tasks import text as text_task
         (["--validation-fraction", "nan"], "--validation-fraction must be between 0 and 1"),
         (["--progress-interval", "-1"], "--progress-interval must be >= 0 (0: no progress.json)"),
         (["--progress-interval", "nan"], "--progress-interval must be >= 0"),
-        (["--strategy", "multiworker", "--validation-fraction", "0.1"],
-         "--validation-fraction applies to --strategy average, not multiworker"),
+        (
+            ["--strategy", "multiworker", "--validation-fraction", "0.1"],
+            "--validation-fraction applies to --strategy average, not multiworker",
+        ),
     ],
 )
 def test_nonsense_is_refused_by_name(argv, message, capsys):
@@ -75,13 +111,37 @@ def test_nonsense_is_refused_by_name(argv, message, capsys):
 
 def test_localsgd_outer_flags_default_to_plain_averaging_and_dilocos_values():
     args = parse_args(["--strategy", "localsgd"]).strategy_settings
-    assert (args.outer_optimizer, args.outer_lr, args.outer_momentum, args.allreduce_dtype) == ("none", 0.7, 0.9, "float32")
+    assert (args.outer_optimizer, args.outer_lr, args.outer_momentum, args.allreduce_dtype) == (
+        "none",
+        0.7,
+        0.9,
+        "float32",
+    )
     assert args.outer_overlap == "none"
     assert options.outer_settings(args) == {}  # a default run records (and resumes) what it always did
-    args = parse_args(["--strategy", "localsgd", "--outer-optimizer", "nesterov", "--outer-lr", "0.5",
-                       "--outer-momentum", "0", "--allreduce-dtype", "int8", "--sync-every", "500"]).strategy_settings
+    args = parse_args(
+        [
+            "--strategy",
+            "localsgd",
+            "--outer-optimizer",
+            "nesterov",
+            "--outer-lr",
+            "0.5",
+            "--outer-momentum",
+            "0",
+            "--allreduce-dtype",
+            "int8",
+            "--sync-every",
+            "500",
+        ]
+    ).strategy_settings
     assert options.REGISTRY["localsgd"].model_meta(args) == {
-        "sync_every": 500, "outer_optimizer": "nesterov", "outer_lr": 0.5, "outer_momentum": 0.0, "allreduce_dtype": "int8"}
+        "sync_every": 500,
+        "outer_optimizer": "nesterov",
+        "outer_lr": 0.5,
+        "outer_momentum": 0.0,
+        "allreduce_dtype": "int8",
+    }
     args = parse_args(["--strategy", "localsgd", "--outer-overlap", "eager"]).strategy_settings  # (plain averaging too)
     assert options.REGISTRY["localsgd"].model_meta(args) == {"sync_every": 32, "outer_overlap": "eager"}
     assert parse_args(["--strategy", "localsgd"]).strategy_settings.sync_at_epoch_end is False
@@ -91,11 +151,28 @@ def test_localsgd_outer_flags_default_to_plain_averaging_and_dilocos_values():
 
 
 def test_the_new_flags_parse():
-    args = parse_args(["--strategy", "localsgd", "--sync-every", "16", "--allreduce-dtype", "float16",
-                       "--allreduce-pack-bytes", "1048576", "--steps-per-call", "8"])
+    args = parse_args(
+        [
+            "--strategy",
+            "localsgd",
+            "--sync-every",
+            "16",
+            "--allreduce-dtype",
+            "float16",
+            "--allreduce-pack-bytes",
+            "1048576",
+            "--steps-per-call",
+            "8",
+        ]
+    )
     own = args.strategy_settings
     assert (args.strategy, own.sync_every, own.allreduce_dtype, own.allreduce_pack_bytes, args.steps_per_call) == (
-        "localsgd", 16, "float16", 1048576, 8)
+        "localsgd",
+        16,
+        "float16",
+        1048576,
+        8,
+    )
     args = parse_args(["--model", "mobilenetv2", "--image-size", "64"])
     assert (args.model, args.image_size) == ("mobilenetv2", 64)
 
@@ -117,10 +194,16 @@ def test_localsgd_resolves_its_default_sync_every():
     assert not hasattr(parse_args([]).strategy_settings, "sync_every")  # (not average's)
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--linger-for-peers", "5", "--strategy", "localsgd"], "--linger-for-peers applies to --strategy average, not localsgd"),
-    (["--linger-for-peers", "-1"], "--linger-for-peers must be >= 0"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["--linger-for-peers", "5", "--strategy", "localsgd"],
+            "--linger-for-peers applies to --strategy average, not localsgd",
+        ),
+        (["--linger-for-peers", "-1"], "--linger-for-peers must be >= 0"),
+    ],
+)
 def test_average_flags_are_refused_elsewhere(argv, message, capsys):
     with pytest.raises(SystemExit):
         parse_args(argv)
@@ -150,9 +233,11 @@ def test_every_strategy_is_one_registry_entry_owning_its_flags():
 
 def test_help_and_flag_errors_import_no_tensorflow():
     """--help lists each strategy's flags under the strategy; neither it nor a refused flag imports TensorFlow."""
-    code = ("import sys\nfrom disttrain_trainer.main import parse_args\n"
-            "try:\n    parse_args(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
-            "print('TF', 'tensorflow' in sys.modules, 'keras' in sys.modules)")
+    code = (
+        "import sys\nfrom disttrain_trainer.main import parse_args\n"
+        "try:\n    parse_args(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+        "print('TF', 'tensorflow' in sys.modules, 'keras' in sys.modules)"
+    )
     for argv in (["--help"], ["--strategy", "average", "--sync-every", "4"]):
         result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, check=True)
         assert result.stdout.splitlines()[-1] == "TF False False", result.stdout
@@ -177,16 +262,40 @@ def test_checkpoints_resume_only_with_the_same_outer_settings(tmp_path):
         check_run_config(tmp_path, config(), write=True)
 
 
-@pytest.mark.parametrize("argv", [
-    [],
-    ["--strategy", "localsgd", "--sync-every", "50", "--outer-optimizer", "nesterov", "--outer-lr", "0.5",
-     "--sync-at-epoch-end", "--allreduce-dtype", "int8"],
-    ["--strategy", "localsgd", "--outer-overlap", "eager", "--threads", "1", "--learning-rate", "0.01"],
-    ["--strategy", "parameterserver", "--ps", "2", "--workers", "3", "--service", "svc", "--job", "job"],
-    ["--strategy", "multiworker", "--allreduce-dtype", "float16", "--model", "mobilenetv2", "--image-size", "64"],
-    ["--validation-fraction", "0.2", "--linger-for-peers", "5", "--dp-l2-clip", "1", "--dp-noise-multiplier", "1.1",
-     "--dp-delta", "1e-5"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [],
+        [
+            "--strategy",
+            "localsgd",
+            "--sync-every",
+            "50",
+            "--outer-optimizer",
+            "nesterov",
+            "--outer-lr",
+            "0.5",
+            "--sync-at-epoch-end",
+            "--allreduce-dtype",
+            "int8",
+        ],
+        ["--strategy", "localsgd", "--outer-overlap", "eager", "--threads", "1", "--learning-rate", "0.01"],
+        ["--strategy", "parameterserver", "--ps", "2", "--workers", "3", "--service", "svc", "--job", "job"],
+        ["--strategy", "multiworker", "--allreduce-dtype", "float16", "--model", "mobilenetv2", "--image-size", "64"],
+        [
+            "--validation-fraction",
+            "0.2",
+            "--linger-for-peers",
+            "5",
+            "--dp-l2-clip",
+            "1",
+            "--dp-noise-multiplier",
+            "1.1",
+            "--dp-delta",
+            "1e-5",
+        ],
+    ],
+)
 def test_a_configuration_is_its_command_line(argv):
     """to_argv is the command line of the same run: parsed again, it is the same frozen TrainConfig."""
     import dataclasses
@@ -203,5 +312,9 @@ def test_the_task_defaults_make_a_new_configuration():
     config = parse_args(["--width", "8"])
     with_defaults = config.with_task_defaults(text_task.Task)
     assert (with_defaults.learning_rate, with_defaults.width, with_defaults.dropout, with_defaults.optimizer) == (
-        text_task.Task.learning_rate, 8, text_task.Task.dropout, "adam")
+        text_task.Task.learning_rate,
+        8,
+        text_task.Task.dropout,
+        "adam",
+    )
     assert (config.learning_rate, config.dropout, config.optimizer) == (None, None, None)

@@ -12,7 +12,7 @@ def test_ascii_digits_are_a_number(text, expected):
 
 @pytest.mark.parametrize("text", ["", "-1", "+1", " 1", "1 ", "1\n", "1.0", "1e3", "³", "٣", "１", "x", None, 3])
 def test_anything_else_is_not(text):
-    """"³" passes str.isdigit() and int() refuses it; "٣" and "１" int() reads as 3 and 1: none is a version."""
+    """ "³" passes str.isdigit() and int() refuses it; "٣" and "１" int() reads as 3 and 1: none is a version."""
     assert whole_number(text) is None
 
 

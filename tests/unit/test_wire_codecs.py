@@ -32,7 +32,7 @@ def test_block_wire_round_trip_is_within_half_a_step_of_its_block(size, wire, le
     # the largest element of each block is sent exactly (to float32 rounding)
     assert np.abs(decoded).max() == pytest.approx(np.abs(x).max(), rel=1e-6)
     # a step is the block's largest value / levels
-    np.testing.assert_allclose(scales.numpy()[0], np.abs(x[:wire_codecs.BLOCK]).max() / levels, rtol=1e-6)
+    np.testing.assert_allclose(scales.numpy()[0], np.abs(x[: wire_codecs.BLOCK]).max() / levels, rtol=1e-6)
 
 
 @pytest.mark.parametrize("wire", ["int8", "int4"])

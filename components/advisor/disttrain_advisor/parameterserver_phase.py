@@ -60,10 +60,22 @@ def phase_config(config, data_dir, out, base_port, epochs, peer_wait):
     """The run's TrainConfig as this phase's parameterserver run on loopback: the run's data, model and training
     flags, with this phase's own placement, strategy, epochs and output (`worker_index`: set per task)."""
     return dataclasses.replace(
-        config, data=str(data_dir), out=out, strategy="parameterserver",
-        strategy_settings=ParameterServerSettings(ps=PARAMETER_SERVERS), workers=WORKERS, port=base_port,
-        host_pattern="127.0.0.1:{index_port}", service="", job="", epochs=epochs, progress_interval=0.0,
-        peer_wait=peer_wait, params_from=None, wait_timeout=TrainConfig.wait_timeout)
+        config,
+        data=str(data_dir),
+        out=out,
+        strategy="parameterserver",
+        strategy_settings=ParameterServerSettings(ps=PARAMETER_SERVERS),
+        workers=WORKERS,
+        port=base_port,
+        host_pattern="127.0.0.1:{index_port}",
+        service="",
+        job="",
+        epochs=epochs,
+        progress_interval=0.0,
+        peer_wait=peer_wait,
+        params_from=None,
+        wait_timeout=TrainConfig.wait_timeout,
+    )
 
 
 def seconds_needed(startup_seconds, bound_seconds):
@@ -107,12 +119,16 @@ def part_of_the_data(data_dir, manifest, fraction, out_dir):
                         out.write(line)
             else:
                 np.save(target, np.load(source, mmap_mode="r", allow_pickle=False)[:examples])
-        return SplitInfo(split.name, examples, {f: sha256_file(os.path.join(out_dir, f))
-                                                for f in split_files(split.name, manifest.storage)})
+        return SplitInfo(
+            split.name,
+            examples,
+            {f: sha256_file(os.path.join(out_dir, f)) for f in split_files(split.name, manifest.storage)},
+        )
 
     shards = [part(s, max(1, math.ceil(s.examples * fraction))) for s in manifest.shards]
-    the_part = dataclasses.replace(manifest, shards=shards, test=part(manifest.test, min(manifest.test.examples,
-                                                                                          PART_TEST_EXAMPLES)))
+    the_part = dataclasses.replace(
+        manifest, shards=shards, test=part(manifest.test, min(manifest.test.examples, PART_TEST_EXAMPLES))
+    )
     the_part.write(out_dir)  # last: a complete part
     return the_part
 
@@ -122,10 +138,14 @@ def measure_on_part(args, data_dir, manifest, fraction, epochs, deadline, say):
     scaled to an epoch of the whole data by its steps of the group over the part's; None as measure()."""
     with tempfile.TemporaryDirectory(prefix="disttrain-advise-ps-data-") as part_dir:
         part = part_of_the_data(data_dir, manifest, fraction, part_dir)
-        whole_steps, part_steps = (cost_base.steps_per_epoch(m.train_examples, 1, args.train.batch) for m in (manifest, part))
-        say(f"parameter server: two epochs of the whole data do not fit the budget; timing it on "
+        whole_steps, part_steps = (
+            cost_base.steps_per_epoch(m.train_examples, 1, args.train.batch) for m in (manifest, part)
+        )
+        say(
+            f"parameter server: two epochs of the whole data do not fit the budget; timing it on "
             f"{part.train_examples:,} of the {manifest.train_examples:,} examples ({part_steps} steps of the group an "
-            f"epoch, against {whole_steps})")
+            f"epoch, against {whole_steps})"
+        )
         seconds = measure(args, part_dir, epochs, deadline, say)
     if seconds is None:
         return None
@@ -152,8 +172,15 @@ def measure(args, data_dir, epochs, deadline, say):
         for index in range(1 + PARAMETER_SERVERS + WORKERS):
             argv = dataclasses.replace(run, worker_index=index).to_argv()
             with open(os.path.join(out, f"task-{index}.log"), "w") as log:
-                procs.append(subprocess.Popen([sys.executable, "-m", "disttrain_trainer.main", *argv], stdout=log,
-                                              stderr=subprocess.STDOUT, env=env, start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        [sys.executable, "-m", "disttrain_trainer.main", *argv],
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        env=env,
+                        start_new_session=True,
+                    )
+                )
         metrics = os.path.join(out, "worker-00000", "metrics.json")
         ended = []
         while time.time() < deadline:
@@ -168,17 +195,23 @@ def measure(args, data_dir, epochs, deadline, say):
             failed = [(i, p.returncode) for i, p in enumerate(procs) if p.poll() not in (None, 0)]
             if failed:
                 index, code = failed[0]
-                say(f"parameter-server epochs not timed: its task {index} exited with {code} "
-                    f"({last_line(os.path.join(out, f'task-{index}.log'))})")
+                say(
+                    f"parameter-server epochs not timed: its task {index} exited with {code} "
+                    f"({last_line(os.path.join(out, f'task-{index}.log'))})"
+                )
                 return None
             time.sleep(POLL_SECONDS)
         if len(ended) < 2:
-            say(f"parameter-server epochs not timed: {len(ended)} epoch(s) ended before the budget's end (the advisor "
-                f"predicts it as a lower bound; a longer --budget-seconds times it)")
+            say(
+                f"parameter-server epochs not timed: {len(ended)} epoch(s) ended before the budget's end (the advisor "
+                f"predicts it as a lower bound; a longer --budget-seconds times it)"
+            )
             return None
         seconds = steady(ended)
-        say(f"parameter server: {seconds:.2f} s per epoch (2 workers, 1 parameter server and the chief on this host; "
-            f"{len(ended) - 1} steady epoch(s))")
+        say(
+            f"parameter server: {seconds:.2f} s per epoch (2 workers, 1 parameter server and the chief on this host; "
+            f"{len(ended) - 1} steady epoch(s))"
+        )
         return seconds
     finally:
         for proc in procs:

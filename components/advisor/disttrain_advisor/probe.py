@@ -91,8 +91,9 @@ class ProbeWorker:
     def join(self):
         """The two-worker cluster, before anything starts TensorFlow's runtime."""
         args, index = self.args, self.index
-        os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": list(self.addresses)},
-                                              "task": {"type": "worker", "index": index}})
+        os.environ["TF_CONFIG"] = json.dumps(
+            {"cluster": {"worker": list(self.addresses)}, "task": {"type": "worker", "index": index}}
+        )
         # as the trainer does, so that the probe's steps cost what the trainer's do
         malloc_settings.apply(args.train.threads, args.train.malloc)
         self.tf = tf = import_tensorflow()
@@ -127,9 +128,10 @@ class ProbeWorker:
         optimizer = task.build_optimizer(train)
         optimizer.build(model.trainable_variables)
         # a private run (--dp-*) is timed with its own step: per-example gradients, clipping and noise
-        self.private = private = (privacy.Plan.probe_gradient(train) if privacy.enabled(train) else None)
-        self.train_call = make_train_call(tf.distribute.get_strategy(), model, optimizer, task.loss_and_score,
-                                          private=private)
+        self.private = private = privacy.Plan.probe_gradient(train) if privacy.enabled(train) else None
+        self.train_call = make_train_call(
+            tf.distribute.get_strategy(), model, optimizer, task.loss_and_score, private=private
+        )
         tracing = time.perf_counter()
         self.train_call(iterator, 1)  # traces the step
         self.tracing = time.perf_counter() - tracing
@@ -150,9 +152,14 @@ class ProbeWorker:
 
         norms = find_layers(model, keras.layers.BatchNormalization)
         self.result = {
-            "startup_seconds": ready - self.launched, "join_seconds": self.joined, "views": task.views,
+            "startup_seconds": ready - self.launched,
+            "join_seconds": self.joined,
+            "views": task.views,
             "batch_norm": bool(norms),
-            "batch_norm_bytes": sum(4 * int(np.prod(v.shape)) for n in norms for v in (n.moving_mean, n.moving_variance))}
+            "batch_norm_bytes": sum(
+                4 * int(np.prod(v.shape)) for n in norms for v in (n.moving_mean, n.moving_variance)
+            ),
+        }
 
     # ------------------------------------------------------------------ agreement between the two workers
     def sum_across(self, values):
@@ -186,16 +193,19 @@ class ProbeWorker:
         if self.index != 0:
             return
         task, result = self.task, self.result
-        result["step_seconds_alone"] = time_steps(self.train_call, self.iterator,
-                                                  call_steps(self.train.steps_per_call, self.one), self.share(0.2, 5.0))
+        result["step_seconds_alone"] = time_steps(
+            self.train_call, self.iterator, call_steps(self.train.steps_per_call, self.one), self.share(0.2, 5.0)
+        )
         inference = compiled(task.publish(self.model))
         x_test, y_test = read_split(self.data_dir, self.manifest, self.manifest.test)
         x_test = task.model_input(x_test)
         started = time.perf_counter()
         task.evaluate(inference, x_test, y_test)  # (the first includes tracing, as the trainer's first epoch does)
         result["eval_seconds"] = time.perf_counter() - started
-        say(self.index, f"alone: {result['step_seconds_alone'] * 1000:.2f} ms per step; evaluation "
-                        f"{result['eval_seconds']:.2f} s")
+        say(
+            self.index,
+            f"alone: {result['step_seconds_alone'] * 1000:.2f} ms per step; evaluation {result['eval_seconds']:.2f} s",
+        )
 
     def pair(self):
         """2. both at once: steps (how the host's cores share, or each host's own speed)."""
@@ -206,11 +216,17 @@ class ProbeWorker:
         # they stop together. Each on its own clock and window, a worker's calls could run while the other's
         # had ended: the pair then measured no contention (two text workers at 2.5 ms a step against 2.6 ms alone,
         # where two independent runs measured 1.39x).
-        mine = time_steps(self.train_call, self.iterator, self.the_same(call_steps(self.train.steps_per_call, self.one)),
-                          self.share(0.3, 5.0), together=self.any_worker)
+        mine = time_steps(
+            self.train_call,
+            self.iterator,
+            self.the_same(call_steps(self.train.steps_per_call, self.one)),
+            self.share(0.3, 5.0),
+            together=self.any_worker,
+        )
         both = self.sum_across([mine if index == 0 else 0.0, mine if index == 1 else 0.0, waiting]).tolist()
-        self.result.update(step_seconds_pair=max(both[:2]), step_seconds_pair_each=both[:2],
-                           waiting_worker_cores=both[2])
+        self.result.update(
+            step_seconds_pair=max(both[:2]), step_seconds_pair_each=both[:2], waiting_worker_cores=both[2]
+        )
         say(index, f"two at once: {mine * 1000:.2f} ms per step")
 
     def collectives(self):
@@ -233,9 +249,13 @@ class ProbeWorker:
 
             call()  # traces, and opens the communicator
             stop = time.time() + self.share(0.3, 10.0)
-            return statistics.median(times_together(
-                lambda: [t.numpy() for t in call()], self.any_worker,
-                lambda times: len(times) >= ALLREDUCE_REPS or (time.time() >= stop and len(times) >= 2)))
+            return statistics.median(
+                times_together(
+                    lambda: [t.numpy() for t in call()],
+                    self.any_worker,
+                    lambda times: len(times) >= ALLREDUCE_REPS or (time.time() >= stop and len(times) >= 2),
+                )
+            )
 
         def changes():
             # what localsgd sends: tensors computed from the weights (a variable's own value, reduced as
@@ -246,20 +266,30 @@ class ProbeWorker:
         weights32 = timed_allreduce(changes, "float32")
         weights16 = timed_allreduce(changes, "float16")
         weight_bytes = self.weight_bytes
-        self.result.update({
-            "latency_seconds": latency, "allreduce_float32_seconds": weights32, "allreduce_float16_seconds": weights16,
-            "per_byte_seconds": max(weights32 - latency, 0.0) / weight_bytes if weight_bytes else 0.0,
-            "weight_bytes": weight_bytes, "weight_tensors": len(self.weights),
-            "gradient_bytes": self.gradient_bytes, "gradient_sparse": self.sparse,
-        })
-        say(self.index, f"all-reduce: {latency * 1000:.2f} ms for a float, {weights32 * 1000:.1f} ms for the weights "
-                        f"({weight_bytes / 1e6:.2f} MB in float32), {weights16 * 1000:.1f} ms in float16")
+        self.result.update(
+            {
+                "latency_seconds": latency,
+                "allreduce_float32_seconds": weights32,
+                "allreduce_float16_seconds": weights16,
+                "per_byte_seconds": max(weights32 - latency, 0.0) / weight_bytes if weight_bytes else 0.0,
+                "weight_bytes": weight_bytes,
+                "weight_tensors": len(self.weights),
+                "gradient_bytes": self.gradient_bytes,
+                "gradient_sparse": self.sparse,
+            }
+        )
+        say(
+            self.index,
+            f"all-reduce: {latency * 1000:.2f} ms for a float, {weights32 * 1000:.1f} ms for the weights "
+            f"({weight_bytes / 1e6:.2f} MB in float32), {weights16 * 1000:.1f} ms in float16",
+        )
 
     def trainer_syncs(self):
         """4. the trainer's syncs, while both workers have the time; False when its collectives failed."""
         try:
-            self.result["trainer_sync_seconds"] = time_trainer_syncs(self.args, self.cluster, self.model, self.index,
-                                                                     self.deadline, self.result, self.any_worker)
+            self.result["trainer_sync_seconds"] = time_trainer_syncs(
+                self.args, self.cluster, self.model, self.index, self.deadline, self.result, self.any_worker
+            )
         except self.tf.errors.OpError as err:  # best-effort: the earlier RESULT line stands, and the log says why
             say(self.index, f"the trainer's sync not timed: {str(err).strip().splitlines()[0]}")
             return False
@@ -276,8 +306,11 @@ class ProbeWorker:
         task, train, cluster, index = self.task, self.train, self.cluster, self.index
         room = self.deadline - time.time() >= 3 * self.tracing + 5.0
         if self.any_worker(not room):
-            say(index, "multiworker steps not timed: too little of the budget left (the advisor predicts them from "
-                       "the steps and the all-reduce)")
+            say(
+                index,
+                "multiworker steps not timed: too little of the budget left (the advisor predicts them from "
+                "the steps and the all-reduce)",
+            )
             return True
         try:
             with cluster.scope():
@@ -286,17 +319,27 @@ class ProbeWorker:
                 replicated_optimizer = task.build_optimizer(train)
                 replicated_optimizer.build(replicated.trainable_variables)
             wire = Wire("float32", self.args.probe_wire.allreduce_pack_bytes)
-            multiworker_call = make_train_call(cluster, replicated, replicated_optimizer, task.loss_and_score,
-                                               wire.all_reduce_sum, private=self.private)
-            distributed = iter(cluster.distribute_datasets_from_function(
-                lambda _context: task.dataset(self.x, self.y, train.batch, train.seed + index, index).prefetch(2)))
+            multiworker_call = make_train_call(
+                cluster,
+                replicated,
+                replicated_optimizer,
+                task.loss_and_score,
+                wire.all_reduce_sum,
+                private=self.private,
+            )
+            distributed = iter(
+                cluster.distribute_datasets_from_function(
+                    lambda _context: task.dataset(self.x, self.y, train.batch, train.seed + index, index).prefetch(2)
+                )
+            )
             multiworker_call(distributed, 1)  # traces the step
             first = time.perf_counter()
             multiworker_call(distributed, 1)
             steps = self.the_same(call_steps(train.steps_per_call, time.perf_counter() - first))
             step = time_steps(multiworker_call, distributed, steps, self.share(0.8, 5.0), together=self.any_worker)
             self.result["multiworker_step_seconds"] = max(
-                self.sum_across([step if index == 0 else 0.0, step if index == 1 else 0.0]).tolist())
+                self.sum_across([step if index == 0 else 0.0, step if index == 1 else 0.0]).tolist()
+            )
             say(index, f"multiworker: {step * 1000:.2f} ms per step (gradients all-reduced in float32)")
         except self.tf.errors.OpError as err:  # best-effort: the earlier RESULT line stands, and the log says why
             say(index, f"multiworker steps not timed: {str(err).strip().splitlines()[0]}")
@@ -325,18 +368,27 @@ def time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker
     timed, setup = {}, SYNC_SETUP_SECONDS
     for dtype in SYNC_WIRES:
         # the wire's bytes at the cost per byte phase 3 measured on the link
-        exchange = (result["latency_seconds"]
-                    + result["weight_bytes"] * WIRE_BYTES[dtype] / 4 * result["per_byte_seconds"])
+        exchange = (
+            result["latency_seconds"] + result["weight_bytes"] * WIRE_BYTES[dtype] / 4 * result["per_byte_seconds"]
+        )
         room = deadline - time.time() >= setup + (1 + SYNC_REPS) * 2 * exchange + 2.0
         if any_worker(not room):
-            missing = ", ".join(SYNC_WIRES[SYNC_WIRES.index(dtype):])
-            say(index, f"the trainer's sync not timed in {missing}: too little of the budget left (the advisor "
-                       "counts its exchange alone there)")
+            missing = ", ".join(SYNC_WIRES[SYNC_WIRES.index(dtype) :])
+            say(
+                index,
+                f"the trainer's sync not timed in {missing}: too little of the budget left (the advisor "
+                "counts its exchange alone there)",
+            )
             break
         started = time.perf_counter()
-        settings = LocalSGDSettings(allreduce_dtype=dtype, allreduce_pack_bytes=args.probe_wire.allreduce_pack_bytes,
-                                    heartbeat_timeout=args.probe_wire.heartbeat_timeout, sync_every=1,
-                                    outer_optimizer="nesterov", sync_batch_norm_batches=0)
+        settings = LocalSGDSettings(
+            allreduce_dtype=dtype,
+            allreduce_pack_bytes=args.probe_wire.allreduce_pack_bytes,
+            heartbeat_timeout=args.probe_wire.heartbeat_timeout,
+            sync_every=1,
+            outer_optimizer="nesterov",
+            sync_batch_norm_batches=0,
+        )
         sync_config = dataclasses.replace(args.train, strategy="localsgd", strategy_settings=settings)
         strategy = localsgd.Strategy(sync_config, Placement(2, index), cluster=cluster)
         strategy.bind(model)
@@ -344,8 +396,11 @@ def time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker
         strategy.sync(0)  # its first run
         setup = time.perf_counter() - started
         steps = itertools.count(1)
-        times = times_together(lambda: strategy.sync(next(steps)), any_worker,  # noqa: B023 (run within this wire)
-                               lambda times: len(times) >= SYNC_REPS or time.time() + 2 * times[-1] >= deadline - 2.0)
+        times = times_together(
+            lambda: strategy.sync(next(steps)),  # noqa: B023 (run within this wire)
+            any_worker,
+            lambda times: len(times) >= SYNC_REPS or time.time() + 2 * times[-1] >= deadline - 2.0,
+        )
         timed[dtype] = statistics.median(times)
         say(index, f"the trainer's sync in {dtype}: {timed[dtype] * 1000:.1f} ms (DiLoCo, {len(times)} timed)")
     return timed
@@ -378,7 +433,7 @@ def time_steps(train_call, iterator, steps, seconds, together=None):
     train_call(iterator, steps)  # the first call of a new size runs colder
     while True:
         done = (time.perf_counter() >= stop and len(per_step) >= 2) or len(per_step) >= ENOUGH_CALLS
-        if (together(done) if together is not None else done):
+        if together(done) if together is not None else done:
             return statistics.median(per_step)
         started = time.perf_counter()
         train_call(iterator, steps)

@@ -53,9 +53,11 @@ QUERIES = ("query",) + HARD_QUERIES  # faces: the augmented query, then the hard
 RESIDUAL_BINS = 10  # regression: predicted vs actual, in bins cut at the deciles of the true target
 RESIDUAL_POINTS = 300  # regression: (actual, predicted) pairs kept for the scatter plots (final, best worker)
 TARGET_QUANTILES = (0.25, 0.5, 0.75)  # regression slices: the quartiles of the true target
-CALIBRATION_SKIPPED = ("calibration compares a classifier's predicted probabilities with how often it is right; a "
-                       "regression model outputs one value with no probability or interval to calibrate (see the "
-                       "residuals and predicted vs actual instead)")
+CALIBRATION_SKIPPED = (
+    "calibration compares a classifier's predicted probabilities with how often it is right; a "
+    "regression model outputs one value with no probability or interval to calibrate (see the "
+    "residuals and predicted vs actual instead)"
+)
 
 
 # --------------------------------------------------------------------------- classification
@@ -71,7 +73,13 @@ def calibration(probabilities, labels, bins=CALIBRATION_BINS):
     for i in range(bins):
         inside = index == i
         count = int(inside.sum())
-        row = {"lower": float(edges[i]), "upper": float(edges[i + 1]), "examples": count, "confidence": None, "accuracy": None}
+        row = {
+            "lower": float(edges[i]),
+            "upper": float(edges[i + 1]),
+            "examples": count,
+            "confidence": None,
+            "accuracy": None,
+        }
         if count:
             row["confidence"], row["accuracy"] = float(confidence[inside].mean()), float(correct[inside].mean())
             ece += count / len(labels) * abs(row["accuracy"] - row["confidence"])
@@ -114,12 +122,20 @@ def classification(probabilities, labels, label_names, slice_of, slices):
         "ece": ece,
         # rows: the true class, columns: the predicted one, in the order of "labels"
         "confusion_matrix": confusion_matrix(labels, predicted, labels=classes).tolist(),
-        "per_class": [{"label": name, "precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
-                      for name, p, r, f, s in zip(label_names, precision, recall, f1, support)],
+        "per_class": [
+            {"label": name, "precision": float(p), "recall": float(r), "f1": float(f), "support": int(s)}
+            for name, p, r, f, s in zip(label_names, precision, recall, f1, support)
+        ],
         "reliability": bins,
-        "slices": [dict(s, examples=int((slice_of == i).sum()),
-                        accuracy=float(accuracy_score(labels[slice_of == i], predicted[slice_of == i])))
-                   for i, s in enumerate(slices) if (slice_of == i).any()],
+        "slices": [
+            dict(
+                s,
+                examples=int((slice_of == i).sum()),
+                accuracy=float(accuracy_score(labels[slice_of == i], predicted[slice_of == i])),
+            )
+            for i, s in enumerate(slices)
+            if (slice_of == i).any()
+        ],
     }
 
 
@@ -145,7 +161,9 @@ def quantile_bins(values, quantiles):
 def target_slices(targets, quantiles=TARGET_QUANTILES):
     """(slice of each example, the slices): the true target's quartiles."""
     slice_of, ranges = quantile_bins(targets, quantiles)
-    return slice_of, [{"slice": f"{low:.4g} to {high:.4g}", "min_target": low, "max_target": high} for low, high in ranges]
+    return slice_of, [
+        {"slice": f"{low:.4g} to {high:.4g}", "min_target": low, "max_target": high} for low, high in ranges
+    ]
 
 
 def regression(predictions, targets, slice_of, slices, points=RESIDUAL_POINTS):
@@ -156,21 +174,39 @@ def regression(predictions, targets, slice_of, slices, points=RESIDUAL_POINTS):
     error = np.abs(residual)
     figures = regression_metrics(predicted, actual)
     bin_of, ranges = quantile_bins(actual, np.linspace(0, 1, RESIDUAL_BINS + 1)[1:-1])
-    bins = [{"min_target": low, "max_target": high, "examples": int((bin_of == i).sum()),
-             "mean_target": float(actual[bin_of == i].mean()), "mean_predicted": float(predicted[bin_of == i].mean())}
-            for i, (low, high) in enumerate(ranges)]
+    bins = [
+        {
+            "min_target": low,
+            "max_target": high,
+            "examples": int((bin_of == i).sum()),
+            "mean_target": float(actual[bin_of == i].mean()),
+            "mean_predicted": float(predicted[bin_of == i].mean()),
+        }
+        for i, (low, high) in enumerate(ranges)
+    ]
     sample = np.sort(np.random.default_rng(0).choice(len(actual), size=min(points, len(actual)), replace=False))
     return {
-        "rmse": figures["rmse"], "mae": figures["mae"], "r2": figures["r2"],
+        "rmse": figures["rmse"],
+        "mae": figures["mae"],
+        "r2": figures["r2"],
         "bias": float(residual.mean()) if len(residual) else 0.0,
         "residual_std": float(residual.std()) if len(residual) else 0.0,
-        "abs_error_quantiles": {key: float(np.quantile(error, q)) if len(error) else 0.0
-                                for key, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))},
+        "abs_error_quantiles": {
+            key: float(np.quantile(error, q)) if len(error) else 0.0
+            for key, q in (("p50", 0.5), ("p90", 0.9), ("p99", 0.99), ("max", 1.0))
+        },
         "predicted_vs_actual": bins,
-        "slices": [dict(s, examples=int((slice_of == i).sum()),
-                        rmse=float(np.sqrt(np.mean(residual[slice_of == i] ** 2))),
-                        mae=float(error[slice_of == i].mean()), bias=float(residual[slice_of == i].mean()))
-                   for i, s in enumerate(slices) if (slice_of == i).any()],
+        "slices": [
+            dict(
+                s,
+                examples=int((slice_of == i).sum()),
+                rmse=float(np.sqrt(np.mean(residual[slice_of == i] ** 2))),
+                mae=float(error[slice_of == i].mean()),
+                bias=float(residual[slice_of == i].mean()),
+            )
+            for i, s in enumerate(slices)
+            if (slice_of == i).any()
+        ],
         "points": {"actual": actual[sample].tolist(), "predicted": predicted[sample].tolist()},
     }
 
@@ -191,9 +227,11 @@ def retrieval_per_person(outputs, label_names):
             if n > 1:
                 wrong = np.where(np.arange(n) == i, np.inf, distances)
                 nearest = int(wrong.argmin())
-                figures.update(nearest_wrong_distance=float(wrong[nearest]),
-                               nearest_wrong_person=label_names[people[nearest]],
-                               margin=float(wrong[nearest] / max(right, 1e-9)))
+                figures.update(
+                    nearest_wrong_distance=float(wrong[nearest]),
+                    nearest_wrong_person=label_names[people[nearest]],
+                    margin=float(wrong[nearest] / max(right, 1e-9)),
+                )
             row[kind] = figures
         rows.append(row)
     return {
@@ -213,28 +251,40 @@ def read_baseline(path, report):
         raise ContractError(f"--baseline {path}: no such file")
     baseline = Report.from_json(obj, what=f"--baseline {path}")  # RecordError: the bad field, in one line
     if len(baseline.workers) != 1 or not getattr(STRATEGIES.get(baseline.strategy), "model_per_worker", False):
-        raise ContractError(f"--baseline {path} is a {len(baseline.workers)}-worker {baseline.strategy} run, "
-                            "not a 1-worker one")
+        raise ContractError(
+            f"--baseline {path} is a {len(baseline.workers)}-worker {baseline.strategy} run, not a 1-worker one"
+        )
     for key in ("task", "source", "split_seed", "test_examples", "labels", "problem", "target"):
         default = "classification" if key == "problem" else None  # reports before this round: classification
         if getattr(baseline, key) != report.get(key, default):
-            raise ContractError(f"--baseline {path} is of other data: its {key} is {getattr(baseline, key)!r}, "
-                                f"this run's {report.get(key)!r}")
+            raise ContractError(
+                f"--baseline {path} is of other data: its {key} is {getattr(baseline, key)!r}, "
+                f"this run's {report.get(key)!r}"
+            )
     return baseline
 
 
 def baseline_row(path, report):
     if path is None:
-        return None, {"available": False, "why": "no 1-worker baseline given: a plain run has none (aggregator "
-                      "--baseline names a 1-worker run's report.json on the same data; the benchmarks and "
-                      "tests/integration/test_pipeline.py train one)"}
+        return None, {
+            "available": False,
+            "why": "no 1-worker baseline given: a plain run has none (aggregator "
+            "--baseline names a 1-worker run's report.json on the same data; the benchmarks and "
+            "tests/integration/test_pipeline.py train one)",
+        }
     baseline = read_baseline(path, report)
     if report.get("problem") == "regression":
-        row = {"model": "1-worker baseline", **{key: baseline.final.get(f"test_{key}") for key in ("rmse", "mae", "r2")}}
+        row = {
+            "model": "1-worker baseline",
+            **{key: baseline.final.get(f"test_{key}") for key in ("rmse", "mae", "r2")},
+        }
         return row, {"available": True, "report": os.path.abspath(path), "created_at": baseline.created_at}
     final = (baseline.analysis or {}).get("models", {}).get("final", {})
-    row = {"model": "1-worker baseline", "accuracy": baseline.final["test_accuracy"],
-           **{key: final[key] for key in ("macro_f1", "ece") if key in final}}
+    row = {
+        "model": "1-worker baseline",
+        "accuracy": baseline.final["test_accuracy"],
+        **{key: final[key] for key in ("macro_f1", "ece") if key in final},
+    }
     return row, {"available": True, "report": os.path.abspath(path), "created_at": baseline.created_at}
 
 
@@ -265,33 +315,45 @@ def analyse(report, outputs, x_test, y_test, baseline=None):
     y = np.asarray(y_test)
     if problem == "regression":
         slice_of, slices = target_slices(y)
-        method = {"kind": "regression", "residual": "prediction - target (bias: their mean)",
-                  "predicted_vs_actual": f"{RESIDUAL_BINS} bins cut at the deciles of the true target: the mean true "
-                                         "and the mean predicted value in each",
-                  "slices": "quartiles of the true target",
-                  "points": f"up to {RESIDUAL_POINTS} (actual, predicted) pairs of the final model and the best "
-                            "worker, a fixed random sample, for the scatter plots",
-                  "calibration": {"skipped": CALIBRATION_SKIPPED}}
+        method = {
+            "kind": "regression",
+            "residual": "prediction - target (bias: their mean)",
+            "predicted_vs_actual": f"{RESIDUAL_BINS} bins cut at the deciles of the true target: the mean true "
+            "and the mean predicted value in each",
+            "slices": "quartiles of the true target",
+            "points": f"up to {RESIDUAL_POINTS} (actual, predicted) pairs of the final model and the best "
+            "worker, a fixed random sample, for the scatter plots",
+            "calibration": {"skipped": CALIBRATION_SKIPPED},
+        }
         analyse_one = lambda out: regression(out["predictions"], y, slice_of, slices)  # noqa: E731
     elif facts.retrieval:
-        method = {"kind": "retrieval per held-out person",
-                  "queries": "query: an augmented other photo of the person (their only photo when they have one); "
-                             + ", ".join(HARD_QUERIES) + ": their gallery photo altered (evaluation.evaluate_retrieval)",
-                  "margin": "per person: distance to the nearest wrong person / distance to the right one"}
+        method = {
+            "kind": "retrieval per held-out person",
+            "queries": "query: an augmented other photo of the person (their only photo when they have one); "
+            + ", ".join(HARD_QUERIES)
+            + ": their gallery photo altered (evaluation.evaluate_retrieval)",
+            "margin": "per person: distance to the nearest wrong person / distance to the right one",
+        }
         analyse_one = lambda out: retrieval_per_person(out, labels)  # noqa: E731
     else:
         if facts.vocabulary:
             slice_of, slices = length_buckets(np.asarray(x_test).ravel())
-            slicing = ("input length in tokens as the model sees them (lower case, punctuation stripped, split on "
-                       "whitespace: TextVectorization's standardisation), in buckets cut at the 25/50/75 % quantiles "
-                       "of the held-out lengths")
+            slicing = (
+                "input length in tokens as the model sees them (lower case, punctuation stripped, split on "
+                "whitespace: TextVectorization's standardisation), in buckets cut at the 25/50/75 % quantiles "
+                "of the held-out lengths"
+            )
         else:
             slice_of, slices = y, [{"slice": name} for name in labels]
             slicing = "true class"
-        method = {"kind": "classification", "calibration_bins": CALIBRATION_BINS,
-                  "ece": f"expected calibration error: {CALIBRATION_BINS} equal-width bins of the top-label confidence, "
-                         "the example-weighted mean of |accuracy - mean confidence| over the bins",
-                  "slices": slicing, "metrics": "scikit-learn (confusion_matrix, precision_recall_fscore_support, f1_score)"}
+        method = {
+            "kind": "classification",
+            "calibration_bins": CALIBRATION_BINS,
+            "ece": f"expected calibration error: {CALIBRATION_BINS} equal-width bins of the top-label confidence, "
+            "the example-weighted mean of |accuracy - mean confidence| over the bins",
+            "slices": slicing,
+            "metrics": "scikit-learn (confusion_matrix, precision_recall_fscore_support, f1_score)",
+        }
         analyse_one = lambda out: classification(out["probabilities"], y, labels, slice_of, slices)  # noqa: E731
     models, order = {}, []
     for name, role, out in run_models(report, outputs):
@@ -300,13 +362,22 @@ def analyse(report, outputs, x_test, y_test, baseline=None):
     workers = [name for name in order if models[name]["role"] == "worker"]
     value = metric.name if problem != "regression" else "rmse"
     best_value = metric.best([models[name][value] for name in workers])
-    best_worker = next((name for name in workers if models[name][value] == best_value), workers[0])  # the first of equals
-    keys = (("rmse", "mae", "r2") if problem == "regression" else ("accuracy",) if facts.retrieval
-            else ("accuracy", "macro_f1", "ece"))
+    best_worker = next(
+        (name for name in workers if models[name][value] == best_value), workers[0]
+    )  # the first of equals
+    keys = (
+        ("rmse", "mae", "r2")
+        if problem == "regression"
+        else ("accuracy",)
+        if facts.retrieval
+        else ("accuracy", "macro_f1", "ece")
+    )
     final_label = "final" + (f" ({report['combine']['published']})" if report.get("combine") else "")
     by = "accuracy" if metric.unit == "fraction" else metric.label
-    rows = [{"model": final_label, **{k: models["final"][k] for k in keys}},
-            {"model": f"best worker ({best_worker}, by held-out {by})", **{k: models[best_worker][k] for k in keys}}]
+    rows = [
+        {"model": final_label, **{k: models["final"][k] for k in keys}},
+        {"model": f"best worker ({best_worker}, by held-out {by})", **{k: models[best_worker][k] for k in keys}},
+    ]
     if problem == "regression":  # the scatter plots' samples: the final model's and the best worker's only
         for name in order:
             if name not in ("final", best_worker):
@@ -342,7 +413,11 @@ def print_summary(section):
             right = models[name]["people_right"]
             print(f"{name:<24}" + "".join(f"{right[kind]:>7}/{models[name]['people_count']:<2}" for kind in QUERIES))
     baseline = section["compare"]["baseline"]
-    print("baseline: " + (baseline["report"] if baseline["available"] else "none (" + baseline["why"].split(":")[0] + ")") + "\n")
+    print(
+        "baseline: "
+        + (baseline["report"] if baseline["available"] else "none (" + baseline["why"].split(":")[0] + ")")
+        + "\n"
+    )
 
 
 # -------------------------------------------------------------------------------------- plots
@@ -371,17 +446,30 @@ def plot(section, report, path):
         fig, axes = plt.subplots(2, 2, figsize=(13, 10))
         plot_confusion(axes[0, 0], section, report["labels"])
         plot_reliability(axes[0, 1], section)
-        plot_paired_bars(axes[1, 0], section, [c["label"] for c in section["models"]["final"]["per_class"]],
-                         lambda m: [c["f1"] for c in m["per_class"]], "F1", "per-class F1")
-        plot_paired_bars(axes[1, 1], section, [s["slice"] for s in section["models"]["final"]["slices"]],
-                         lambda m: [s["accuracy"] for s in m["slices"]], "held-out accuracy",
-                         "accuracy by slice: " + ("input length" if task_of(report).vocabulary else "true class"),
-                         counts=[s["examples"] for s in section["models"]["final"]["slices"]])
+        plot_paired_bars(
+            axes[1, 0],
+            section,
+            [c["label"] for c in section["models"]["final"]["per_class"]],
+            lambda m: [c["f1"] for c in m["per_class"]],
+            "F1",
+            "per-class F1",
+        )
+        plot_paired_bars(
+            axes[1, 1],
+            section,
+            [s["slice"] for s in section["models"]["final"]["slices"]],
+            lambda m: [s["accuracy"] for s in m["slices"]],
+            "held-out accuracy",
+            "accuracy by slice: " + ("input length" if task_of(report).vocabulary else "true class"),
+            counts=[s["examples"] for s in section["models"]["final"]["slices"]],
+        )
     else:
         fig, axes = plt.subplots(1, 2, figsize=(14, max(4, 0.3 * section["models"]["final"]["people_count"] + 2)))
         plot_people_top1(axes[0], section)
         plot_people_margin(axes[1], section)
-    fig.suptitle(f"{report['task']} / {report['strategy']}: analysis on {report['test_examples']} held-out examples", fontsize=13)
+    fig.suptitle(
+        f"{report['task']} / {report['strategy']}: analysis on {report['test_examples']} held-out examples", fontsize=13
+    )
     fig.tight_layout()
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=90)
@@ -397,15 +485,23 @@ def plot_predicted_vs_actual(axis, section, target):
         points = section["models"][name].get("points") or {"actual": [], "predicted": []}
         axis.scatter(points["actual"], points["predicted"], s=10, color=color, alpha=alpha, label=label)
     bins = final["predicted_vs_actual"]
-    axis.plot([b["mean_target"] for b in bins], [b["mean_predicted"] for b in bins], color="black", marker="o",
-              linewidth=1.5, label="final: mean per decile of the target")
+    axis.plot(
+        [b["mean_target"] for b in bins],
+        [b["mean_predicted"] for b in bins],
+        color="black",
+        marker="o",
+        linewidth=1.5,
+        label="final: mean per decile of the target",
+    )
     values = final["points"]["actual"] + final["points"]["predicted"]
     if values:
         low, high = min(values), max(values)
         axis.plot([low, high], [low, high], color="black", linestyle=":", linewidth=1, label="predicted = actual")
     axis.set_xlabel(f"actual {target}")
     axis.set_ylabel(f"predicted {target}")
-    axis.set_title(f"predicted vs actual (final: RMSE {final['rmse']:.4g}, MAE {final['mae']:.4g}, R² {final['r2']:.3f})")
+    axis.set_title(
+        f"predicted vs actual (final: RMSE {final['rmse']:.4g}, MAE {final['mae']:.4g}, R² {final['r2']:.3f})"
+    )
     axis.legend(fontsize=8, loc="upper left")
 
 
@@ -415,10 +511,14 @@ def plot_residuals(axis, section, target):
     residual = np.asarray(points["predicted"]) - np.asarray(points["actual"])
     axis.scatter(points["predicted"], residual, s=10, color=FINAL, alpha=0.6)
     axis.axhline(0.0, color="black", linestyle=":", linewidth=1)
-    axis.axhline(final["bias"], color=FINAL, linestyle="--", linewidth=1, label=f"bias (mean residual) {final['bias']:.4g}")
+    axis.axhline(
+        final["bias"], color=FINAL, linestyle="--", linewidth=1, label=f"bias (mean residual) {final['bias']:.4g}"
+    )
     axis.set_xlabel(f"predicted {target}")
     axis.set_ylabel("residual: prediction - target")
-    axis.set_title("final model: residuals against the prediction\n(no pattern: the errors do not depend on it)", fontsize=10)
+    axis.set_title(
+        "final model: residuals against the prediction\n(no pattern: the errors do not depend on it)", fontsize=10
+    )
     axis.legend(fontsize=8, loc="upper left")
 
 
@@ -429,7 +529,13 @@ def plot_residual_histogram(axis, section):
         if not points or not points["actual"]:
             continue
         residual = np.asarray(points["predicted"]) - np.asarray(points["actual"])
-        axis.hist(residual, bins=30, color=color, alpha=0.55, label=f"{label}, sd {section['models'][name]['residual_std']:.3g}")
+        axis.hist(
+            residual,
+            bins=30,
+            color=color,
+            alpha=0.55,
+            label=f"{label}, sd {section['models'][name]['residual_std']:.3g}",
+        )
     axis.axvline(0.0, color="black", linestyle=":", linewidth=1)
     axis.set_xlabel("residual: prediction - target")
     axis.set_ylabel("examples (the plotted sample)")
@@ -442,7 +548,9 @@ def plot_slice_errors(axis, section, target):
     slices = section["models"]["final"]["slices"]
     x = np.arange(len(slices))
     axis.bar(x - 0.2, [s["rmse"] for s in slices], 0.4, color=FINAL, label="final")
-    axis.bar(x + 0.2, [s["rmse"] for s in section["models"][best]["slices"]], 0.4, color=BEST, label=f"best worker ({best})")
+    axis.bar(
+        x + 0.2, [s["rmse"] for s in section["models"][best]["slices"]], 0.4, color=BEST, label=f"best worker ({best})"
+    )
     axis.set_xticks(x, [f"{s['slice']}\n({s['examples']} ex.)" for s in slices], fontsize=8)
     axis.set_ylabel("RMSE (lower is better)")
     axis.set_title(f"RMSE by quartile of the true {target}")
@@ -459,13 +567,22 @@ def plot_confusion(axis, section, labels):
     limit = matrix.max() / 2 if matrix.size else 0
     for (i, j), count in np.ndenumerate(matrix):
         if count:
-            axis.text(j, i, str(count), ha="center", va="center", fontsize=8, color="white" if count > limit else "black")
-    axis.set_xticks(range(len(labels)), labels, rotation=45 if max(map(len, labels)) > 2 else 0, ha="right" if max(map(len, labels)) > 2 else "center")
+            axis.text(
+                j, i, str(count), ha="center", va="center", fontsize=8, color="white" if count > limit else "black"
+            )
+    axis.set_xticks(
+        range(len(labels)),
+        labels,
+        rotation=45 if max(map(len, labels)) > 2 else 0,
+        ha="right" if max(map(len, labels)) > 2 else "center",
+    )
     axis.set_yticks(range(len(labels)), labels)
     axis.set_xlabel("predicted")
     axis.set_ylabel("true")
     final = section["models"]["final"]
-    axis.set_title(f"final model: confusion matrix (accuracy {final['accuracy']:.3f}, macro-F1 {final['macro_f1']:.3f})")
+    axis.set_title(
+        f"final model: confusion matrix (accuracy {final['accuracy']:.3f}, macro-F1 {final['macro_f1']:.3f})"
+    )
     axis.figure.colorbar(image, ax=axis, fraction=0.046)
 
 
@@ -482,11 +599,24 @@ def plot_reliability(axis, section):
         final = name == "final"
         color = FINAL if final else worker_colors[i]
         x, y = [b["confidence"] for b in filled], [b["accuracy"] for b in filled]
-        axis.plot(x, y, color=color, linewidth=2.5 if final else 1, alpha=1 if final else 0.7,
-                  label=f"{name} (ECE {model['ece']:.3f})", zorder=3 if final else 2)
+        axis.plot(
+            x,
+            y,
+            color=color,
+            linewidth=2.5 if final else 1,
+            alpha=1 if final else 0.7,
+            label=f"{name} (ECE {model['ece']:.3f})",
+            zorder=3 if final else 2,
+        )
         # the marker's area: the bin's share of the examples (a bin of 2 examples says little)
-        axis.scatter(x, y, s=[8 + 600 * b["examples"] / total for b in filled], color=color,
-                     alpha=1 if final else 0.7, zorder=3 if final else 2)
+        axis.scatter(
+            x,
+            y,
+            s=[8 + 600 * b["examples"] / total for b in filled],
+            color=color,
+            alpha=1 if final else 0.7,
+            zorder=3 if final else 2,
+        )
     axis.set_xlim(0, 1.02)
     axis.set_ylim(0, 1.02)
     axis.set_xlabel(f"mean top-label confidence in the bin ({section['method']['calibration_bins']} equal-width bins)")
@@ -518,8 +648,12 @@ def plot_people_top1(axis, section):
     axis.set_xticks(range(len(QUERIES)), QUERIES)
     axis.set_yticks(range(len(people)), [p["person"] for p in people], fontsize=8)
     right = section["models"]["final"]["people_right"]
-    axis.set_title("final model: nearest gallery photo is the right person\n(green yes, red no; right: "
-                   + ", ".join(f"{kind} {right[kind]}/{len(people)}" for kind in QUERIES) + ")", fontsize=10)
+    axis.set_title(
+        "final model: nearest gallery photo is the right person\n(green yes, red no; right: "
+        + ", ".join(f"{kind} {right[kind]}/{len(people)}" for kind in QUERIES)
+        + ")",
+        fontsize=10,
+    )
 
 
 def plot_people_margin(axis, section):

@@ -32,7 +32,8 @@ def wait_for_workers(workdir, train_dir, expect, min_workers, timeout, straggler
         raise ContractError(
             f"worker(s) {', '.join(map(str, missing))} did not finish, and a {strategy.name} run has no result "
             "without every worker (all-reduce and parameter-server groups end together); --min-workers below the "
-            f"worker count is for --strategy {' or '.join(names_where(lambda s: s.model_per_worker))}")
+            f"worker count is for --strategy {' or '.join(names_where(lambda s: s.model_per_worker))}"
+        )
     if strategy.parameter_servers:  # every task of the group: chief, ps, workers
         worker_dirs = [workdir.worker(i, train_dir) for i in range(ps_tasks(markers[0], expect))]
         markers = check_markers(wait_for_markers(worker_dirs, timeout, "parameter-server tasks"), worker_dirs)
@@ -48,13 +49,17 @@ def check_markers(markers, dirs):
     for d, marker in zip(dirs, markers):
         missing = [k for k in REQUIRED_MARKER_FIELDS if k not in marker] if isinstance(marker, dict) else ["everything"]
         if missing:
-            raise ContractError(f"{marker_path(d)} is not a trainer's marker (missing {', '.join(missing)}); "
-                                "was that worker trained by another version of disttrain-trainer?")
+            raise ContractError(
+                f"{marker_path(d)} is not a trainer's marker (missing {', '.join(missing)}); "
+                "was that worker trained by another version of disttrain-trainer?"
+            )
         typed.append(TrainerMarker.from_json(marker, marker_path(d)))
         if typed[-1].strategy not in STRATEGIES:
-            raise ContractError(f"{marker_path(d)} names strategy {typed[-1].strategy!r}, which this aggregator "
-                                f"does not know ({', '.join(STRATEGIES)}); was that worker trained by another version "
-                                "of disttrain-trainer?")
+            raise ContractError(
+                f"{marker_path(d)} names strategy {typed[-1].strategy!r}, which this aggregator "
+                f"does not know ({', '.join(STRATEGIES)}); was that worker trained by another version "
+                "of disttrain-trainer?"
+            )
     return typed
 
 
@@ -70,19 +75,23 @@ def check_compatible(markers, expect):
     if strategy_of(markers[0]).same_final_weights and len({m.final_weights_sha256 for m in markers}) != 1:
         # the last average gives every worker the same weights; if it did not, the
         # chief's model is not the group's
-        raise ContractError(f"the {markers[0].strategy} workers did not end with the same weights: "
-                            + ", ".join(f"worker {m.worker_index}: {str(m.final_weights_sha256)[:12]}"
-                                        for m in markers))
+        raise ContractError(
+            f"the {markers[0].strategy} workers did not end with the same weights: "
+            + ", ".join(f"worker {m.worker_index}: {str(m.final_weights_sha256)[:12]}" for m in markers)
+        )
     if len({m.init_weights_sha256 for m in markers}) != 1:
-        raise different_initial_weights(", ".join(f"worker {m.worker_index}: {m.init_weights_sha256[:12]}"
-                                                  for m in markers))
+        raise different_initial_weights(
+            ", ".join(f"worker {m.worker_index}: {m.init_weights_sha256[:12]}" for m in markers)
+        )
 
 
 def ps_tasks(chief, expect):
     """How many tasks a parameter-server group has, from its chief's marker."""
     if chief.role != "chief" or chief.ps is None or chief.ps < 1 or chief.tasks != 1 + chief.ps + expect:
-        raise ContractError(f"worker-00000's marker is not a parameter-server chief's for {expect} workers "
-                            f"(role {chief.role!r}, ps {chief.ps!r}, tasks {chief.tasks!r})")
+        raise ContractError(
+            f"worker-00000's marker is not a parameter-server chief's for {expect} workers "
+            f"(role {chief.role!r}, ps {chief.ps!r}, tasks {chief.tasks!r})"
+        )
     return chief.tasks
 
 
@@ -93,11 +102,15 @@ def check_ps_roles(markers):
     for i, marker in enumerate(markers):
         role = "chief" if i == 0 else "ps" if i <= ps else "worker"
         if marker.role != role or marker.worker_index != i:
-            raise ContractError(f"task {i} of the parameter-server group should be the {role}; "
-                                f"its marker says {marker.role!r} (index {marker.worker_index})")
+            raise ContractError(
+                f"task {i} of the parameter-server group should be the {role}; "
+                f"its marker says {marker.role!r} (index {marker.worker_index})"
+            )
         if role == "worker" and (i - 1 - ps >= len(by_worker) or marker.examples != by_worker[i - 1 - ps]):
-            raise ContractError(f"worker task {i} reports {marker.examples} examples; the chief trained it on "
-                                f"{by_worker[i - 1 - ps] if i - 1 - ps < len(by_worker) else 'no examples'}")
+            raise ContractError(
+                f"worker task {i} reports {marker.examples} examples; the chief trained it on "
+                f"{by_worker[i - 1 - ps] if i - 1 - ps < len(by_worker) else 'no examples'}"
+            )
 
 
 def different_initial_weights(detail):
@@ -115,16 +128,21 @@ SHARED_META = ("task", "problem", "target", "labels", "head", "inputs", "outputs
 
 def layer_summary(model):
     """Each layer as "name (Class) weight shapes", for saying where two architectures differ."""
-    return [f"{layer.name} ({type(layer).__name__}) {[tuple(w.shape) for w in layer.weights]}" for layer in getattr(model, "layers", [])]
+    return [
+        f"{layer.name} ({type(layer).__name__}) {[tuple(w.shape) for w in layer.weights]}"
+        for layer in getattr(model, "layers", [])
+    ]
 
 
 def model_signature(model, meta):
     """What must be the same in every worker's model for them to be combined."""
-    return {"init_weights_sha256": meta.get("init_weights_sha256"),
-            "architecture": json.dumps(model.get_config(), sort_keys=True, default=str),
-            "layers": layer_summary(model),
-            "vocab_sha256": meta.get("vocab_sha256"),
-            "meta": {key: meta.get(key) for key in SHARED_META}}
+    return {
+        "init_weights_sha256": meta.get("init_weights_sha256"),
+        "architecture": json.dumps(model.get_config(), sort_keys=True, default=str),
+        "layers": layer_summary(model),
+        "vocab_sha256": meta.get("vocab_sha256"),
+        "meta": {key: meta.get(key) for key in SHARED_META},
+    }
 
 
 def architecture_difference(signature, first):
@@ -142,21 +160,27 @@ def check_model(marker, signature, first):
     """One worker model's signature against its marker (which check_compatible found equal
     to every other marker) and against the first model's (`first`; None for the first)."""
     if signature["init_weights_sha256"] != marker.init_weights_sha256:
-        raise different_initial_weights(f"worker {marker.worker_index}: marker {marker.init_weights_sha256[:12]}, "
-                                        f"model {str(signature['init_weights_sha256'])[:12]}")
+        raise different_initial_weights(
+            f"worker {marker.worker_index}: marker {marker.init_weights_sha256[:12]}, "
+            f"model {str(signature['init_weights_sha256'])[:12]}"
+        )
     if first is None:
         return
     if signature["architecture"] != first["architecture"]:
-        raise ContractError(f"the worker models have different architectures (worker {marker.worker_index} vs the "
-                            f"first: {architecture_difference(signature, first)}); averaging needs the same network on "
-                            "every worker: train them all from the same --model-file/--model-module and flags")
+        raise ContractError(
+            f"the worker models have different architectures (worker {marker.worker_index} vs the "
+            f"first: {architecture_difference(signature, first)}); averaging needs the same network on "
+            "every worker: train them all from the same --model-file/--model-module and flags"
+        )
     if signature["vocab_sha256"] != first["vocab_sha256"]:
         raise ContractError("the worker models were trained with different vocabularies")
     for key in SHARED_META:
         if signature["meta"][key] != first["meta"][key]:
-            raise ContractError(f"the worker models differ in their {key}: worker {marker.worker_index}'s is "
-                                f"{json.dumps(signature['meta'][key], default=str)[:200]}, the first's "
-                                f"{json.dumps(first['meta'][key], default=str)[:200]}")
+            raise ContractError(
+                f"the worker models differ in their {key}: worker {marker.worker_index}'s is "
+                f"{json.dumps(signature['meta'][key], default=str)[:200]}, the first's "
+                f"{json.dumps(first['meta'][key], default=str)[:200]}"
+            )
 
 
 def check_meta(meta, manifest, where):
@@ -169,22 +193,28 @@ def check_meta(meta, manifest, where):
     if problem != manifest.problem:
         raise ContractError(f"{where} is a {problem} model, the dataset is a {manifest.problem} problem")
     if "labels" in meta and list(meta["labels"] or []) != list(manifest.labels or []):
-        raise ContractError(f"{where} was trained with other labels ({meta['labels']}) than the dataset's "
-                            f"({manifest.labels})")
+        raise ContractError(
+            f"{where} was trained with other labels ({meta['labels']}) than the dataset's ({manifest.labels})"
+        )
     head = head_of(meta)
     if head not in HEADS:
         raise ContractError(f"{where} has the head {head!r}, not one of {', '.join(HEADS)} (evaluation.HEADS)")
     if "head" in meta and (head == "embedding") != (manifest.task == "faces"):
-        raise ContractError(f"{where} has the head {head!r}; an embedding head is the faces task's, and the faces "
-                            f"task's model is an embedding (this dataset's task is {manifest.task})")
+        raise ContractError(
+            f"{where} has the head {head!r}; an embedding head is the faces task's, and the faces "
+            f"task's model is an embedding (this dataset's task is {manifest.task})"
+        )
     if manifest.problem == "regression" and head != "value":
-        raise ContractError(f"{where} is for a regression dataset but its head is {head!r} (a regression model's "
-                            "disttrain.json says head \"value\")")
+        raise ContractError(
+            f"{where} is for a regression dataset but its head is {head!r} (a regression model's "
+            "disttrain.json says head \"value\")"
+        )
     if manifest.problem == "classification" and head == "value":
         raise ContractError(f"{where} has a regression head (\"value\") but the dataset is a classification problem")
     if head in ("sigmoid", "sigmoid_logits") and len(manifest.labels) != 2:
-        raise ContractError(f"{where} has a one-unit {head} head, which reads two labels; the dataset has "
-                            f"{len(manifest.labels)}")
+        raise ContractError(
+            f"{where} has a one-unit {head} head, which reads two labels; the dataset has {len(manifest.labels)}"
+        )
 
 
 def load_checked(path, model_module, manifest=None):

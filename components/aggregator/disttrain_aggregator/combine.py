@@ -57,13 +57,17 @@ class WeightedSum:
             raise ValueError(f"example counts must be positive, got {examples}")
         if self.sums is None:
             self.dtypes = [w.dtype for w in weights]
-            self.sums = [w.astype(np.float64) * examples if np.issubdtype(w.dtype, np.floating) else w.copy() for w in weights]
+            self.sums = [
+                w.astype(np.float64) * examples if np.issubdtype(w.dtype, np.floating) else w.copy() for w in weights
+            ]
         else:
             if len(weights) != len(self.sums):
                 raise ValueError(f"weight lists differ: {len(weights)} arrays, the first model has {len(self.sums)}")
             for i, (total, w) in enumerate(zip(self.sums, weights)):
                 if w.shape != total.shape:
-                    raise ValueError(f"weight shapes differ: array {i} is {w.shape}, the first model's is {total.shape}")
+                    raise ValueError(
+                        f"weight shapes differ: array {i} is {w.shape}, the first model's is {total.shape}"
+                    )
                 if np.issubdtype(total.dtype, np.floating):
                     total += w.astype(np.float64) * examples
         self.examples += examples
@@ -71,8 +75,10 @@ class WeightedSum:
     def mean(self):
         if self.sums is None:
             raise ValueError("no model was added")
-        return [(total / self.examples).astype(dtype) if np.issubdtype(dtype, np.floating) else total.copy()
-                for total, dtype in zip(self.sums, self.dtypes)]
+        return [
+            (total / self.examples).astype(dtype) if np.issubdtype(dtype, np.floating) else total.copy()
+            for total, dtype in zip(self.sums, self.dtypes)
+        ]
 
 
 def check_mode(mode, strategy, markers, metric=ACCURACY):
@@ -81,11 +87,15 @@ def check_mode(mode, strategy, markers, metric=ACCURACY):
         raise ContractError(f"--combine must be one of {', '.join(MODES)}, not {mode!r}")
     if mode != WEIGHT_AVERAGE and not strategy_of(strategy).model_per_worker:
         per_worker = " or ".join(names_where(lambda s: s.model_per_worker))
-        raise ContractError(f"--combine {mode} needs one model per worker (--strategy {per_worker}); a {strategy} run's "
-                            "workers end with one shared model, which is promoted as it is")
+        raise ContractError(
+            f"--combine {mode} needs one model per worker (--strategy {per_worker}); a {strategy} run's "
+            "workers end with one shared model, which is promoted as it is"
+        )
     if mode == BEST and validation_scores(markers, metric) is None:
-        raise ContractError(f"--combine best ranks the workers by their validation {metric.label}, and these workers "
-                            "kept no validation split: train them with disttrain-trainer --validation-fraction (e.g. 0.1)")
+        raise ContractError(
+            f"--combine best ranks the workers by their validation {metric.label}, and these workers "
+            "kept no validation split: train them with disttrain-trainer --validation-fraction (e.g. 0.1)"
+        )
 
 
 def validation_score(marker, metric=ACCURACY):
@@ -97,9 +107,11 @@ def validation_score(marker, metric=ACCURACY):
     recorded = marker.validation_metric
     if recorded is not None and recorded.value is not None:
         if recorded.name != metric.name or (recorded.direction or metric.direction) != metric.direction:
-            raise ContractError(f"worker {marker.worker_index}'s marker ranks by validation "
-                                f"{recorded.name!r} ({recorded.direction}), this run's primary metric is "
-                                f"{metric.name!r} ({metric.direction}): was it trained on other data?")
+            raise ContractError(
+                f"worker {marker.worker_index}'s marker ranks by validation "
+                f"{recorded.name!r} ({recorded.direction}), this run's primary metric is "
+                f"{metric.name!r} ({metric.direction}): was it trained on other data?"
+            )
         value = recorded.value
     elif metric.name == "accuracy":
         value = marker.validation_accuracy
@@ -128,8 +140,13 @@ def pick_best(scores, metric=ACCURACY):
 
 # what an ensemble averages, per member head: probabilities (a logits head through a softmax, a
 # sigmoid logit through a sigmoid first: the mean of logits is not the mean model), or values
-ENSEMBLE_HEADS = {"softmax": "softmax", "logits": "softmax", "sigmoid": "sigmoid", "sigmoid_logits": "sigmoid",
-                  "value": "value"}
+ENSEMBLE_HEADS = {
+    "softmax": "softmax",
+    "logits": "softmax",
+    "sigmoid": "sigmoid",
+    "sigmoid_logits": "sigmoid",
+    "value": "value",
+}
 
 
 def ensemble_head(head):
@@ -255,34 +272,57 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
     best_index = pick_best(scores, metric) if scores else None
     by_index = {m.worker_index: i for i, m in enumerate(markers)}
 
-    log(f"aggregator: evaluating the three candidates (average, ensemble of {len(members)}, best by validation "
-        f"{metric.label}) and their latency ({LATENCY_REPEATS} single-instance calls each, interleaved) ...")
+    log(
+        f"aggregator: evaluating the three candidates (average, ensemble of {len(members)}, best by validation "
+        f"{metric.label}) and their latency ({LATENCY_REPEATS} single-instance calls each, interleaved) ..."
+    )
     best_model = members[by_index[best_index]] if best_index is not None else None
     timed = [averaged, ensemble] + ([best_model] if best_model is not None else [])
     latency_ms = [1000 * t for t in latencies_per_instance(timed, instance)]
-    section = {"published": mode, "latency_method": f"median of {LATENCY_REPEATS} single-instance calls of each model "
-               "compiled as one graph (as the server calls it), interleaved, after a warm-up; the machine may be shared",
-               "candidates": {}}
+    section = {
+        "published": mode,
+        "latency_method": f"median of {LATENCY_REPEATS} single-instance calls of each model "
+        "compiled as one graph (as the server calls it), interleaved, after a warm-up; the machine may be shared",
+        "candidates": {},
+    }
     average_metrics = held_out(averaged, meta, "average")
-    section["candidates"]["average"] = {"forward_passes": 1, **average_metrics, "latency_ms_per_instance": latency_ms[0]}
+    section["candidates"]["average"] = {
+        "forward_passes": 1,
+        **average_metrics,
+        "latency_ms_per_instance": latency_ms[0],
+    }
     ensemble_metrics = held_out(ensemble, ensemble_model_meta, "ensemble")
-    section["candidates"]["ensemble"] = {"forward_passes": len(members), "members": [m.worker_index for m in markers],
-                                         **({"head": merged["head"]} if merged else {}),
-                                         **ensemble_metrics, "latency_ms_per_instance": latency_ms[1]}
+    section["candidates"]["ensemble"] = {
+        "forward_passes": len(members),
+        "members": [m.worker_index for m in markers],
+        **({"head": merged["head"]} if merged else {}),
+        **ensemble_metrics,
+        "latency_ms_per_instance": latency_ms[1],
+    }
     if best_index is None:
-        section["candidates"]["best"] = {"available": False, "why": "the workers kept no validation split "
-                                         "(disttrain-trainer --validation-fraction)"}
+        section["candidates"]["best"] = {
+            "available": False,
+            "why": "the workers kept no validation split (disttrain-trainer --validation-fraction)",
+        }
     else:
         section["candidates"]["best"] = {
-            "forward_passes": 1, "worker_index": best_index,
+            "forward_passes": 1,
+            "worker_index": best_index,
             "validation_metric": {"name": metric.name, "direction": metric.direction, "value": scores[best_index]},
             "validation_scores": {str(k): v for k, v in sorted(scores.items())},
             # the names of before this round, for a classifier's readers
-            **({"validation_accuracy": scores[best_index],
-                "validation_accuracies": {str(k): v for k, v in sorted(scores.items())}} if metric.name == "accuracy" else {}),
+            **(
+                {
+                    "validation_accuracy": scores[best_index],
+                    "validation_accuracies": {str(k): v for k, v in sorted(scores.items())},
+                }
+                if metric.name == "accuracy"
+                else {}
+            ),
             "validation_examples": markers[by_index[best_index]].validation_examples,
             **{k: v for k, v in rows[by_index[best_index]].items() if k.startswith("test_")},
-            "latency_ms_per_instance": latency_ms[2]}
+            "latency_ms_per_instance": latency_ms[2],
+        }
 
     if mode == WEIGHT_AVERAGE:
         published, metrics, extra = averaged, average_metrics, {}
@@ -292,9 +332,11 @@ def candidates(mode, task, worker_paths, markers, rows, averaged, meta, held_out
     else:
         published = best_model
         metrics = {k: v for k, v in rows[by_index[best_index]].items() if k.startswith("test_")}
-        extra = {"promoted_worker": best_index,
-                 "validation_metric": {"name": metric.name, "direction": metric.direction, "value": scores[best_index]},
-                 **({"validation_accuracy": scores[best_index]} if metric.name == "accuracy" else {})}
+        extra = {
+            "promoted_worker": best_index,
+            "validation_metric": {"name": metric.name, "direction": metric.direction, "value": scores[best_index]},
+            **({"validation_accuracy": scores[best_index]} if metric.name == "accuracy" else {}),
+        }
     del members
     gc.collect(1)
     return published, metrics, {"combine": mode, **extra}, section
@@ -309,8 +351,10 @@ def print_candidates(section, metric=ACCURACY):
             print(f"{name:<24}{'-':>10}  ({c['why']})")
             continue
         label = f"best (worker {c['worker_index']})" if name == "best" else name
-        print(f"{label:<24}{c[metric.key]:>10.4f}{c['forward_passes']:>8}{c['latency_ms_per_instance']:>10.3f}"
-              + ("  <- published" if name == section["published"] else ""))
+        print(
+            f"{label:<24}{c[metric.key]:>10.4f}{c['forward_passes']:>8}{c['latency_ms_per_instance']:>10.3f}"
+            + ("  <- published" if name == section["published"] else "")
+        )
     print()
 
 

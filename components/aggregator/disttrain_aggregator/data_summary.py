@@ -7,7 +7,15 @@ import os
 from disttrain_contract import ContractError, read_json, sha256_file
 
 # per split, the figures worth a glance; the full statistics stay in the data directory's stats.json
-SPLIT_FIELDS = ("examples", "label_counts", "repeated_inputs", "empty_inputs", "constant_inputs", "pixel_mean", "pixel_std")
+SPLIT_FIELDS = (
+    "examples",
+    "label_counts",
+    "repeated_inputs",
+    "empty_inputs",
+    "constant_inputs",
+    "pixel_mean",
+    "pixel_std",
+)
 
 
 def data_summary(data_dir, manifest):

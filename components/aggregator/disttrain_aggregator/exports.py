@@ -109,8 +109,13 @@ def dtype_name(dtype):
 
 
 # an own model's output name when its disttrain.json records none, by its head
-HEAD_OUTPUT_NAMES = {"softmax": "probabilities", "sigmoid": "probabilities", "logits": "logits",
-                     "sigmoid_logits": "logits", "value": "predictions"}
+HEAD_OUTPUT_NAMES = {
+    "softmax": "probabilities",
+    "sigmoid": "probabilities",
+    "logits": "logits",
+    "sigmoid_logits": "logits",
+    "value": "predictions",
+}
 
 
 def own_signature(task, meta):
@@ -135,8 +140,14 @@ def input_specs(model, meta):
     tf = import_tensorflow()
     recorded = (meta or {}).get("inputs")
     if isinstance(recorded, list) and recorded:
-        return [(spec["name"], tf.as_dtype(spec.get("dtype") or "float32"),
-                 tuple(None if d is None else int(d) for d in (spec.get("shape") or []))) for spec in recorded]
+        return [
+            (
+                spec["name"],
+                tf.as_dtype(spec.get("dtype") or "float32"),
+                tuple(None if d is None else int(d) for d in (spec.get("shape") or [])),
+            )
+            for spec in recorded
+        ]
     return [(tensor.name, tf.as_dtype(tensor.dtype), tuple(tensor.shape[1:])) for tensor in model.inputs]
 
 
@@ -164,24 +175,36 @@ def serving_functions(model, task, meta):
     # autograph off: nothing to convert, and it would write generated code to a temp dir
     function = lambda fn, spec: tf.function(fn, input_signature=[spec], autograph=False)  # noqa: E731
     if facts.input_dtype == "string":  # a flat [n] of strings; the model takes them as a [n, 1] column
-        return {SIGNATURE_NAME: function(lambda text: {out: model(tf.reshape(text, [-1, 1]), training=False)},
-                                         tf.TensorSpec([None], tf.string, name=name))}
+        return {
+            SIGNATURE_NAME: function(
+                lambda text: {out: model(tf.reshape(text, [-1, 1]), training=False)},
+                tf.TensorSpec([None], tf.string, name=name),
+            )
+        }
     shape = tuple(model.inputs[0].shape[1:])
     dtype = tf.as_dtype(facts.input_dtype)
     if facts.face_preprocessing:
         from disttrain_contract.faces import preprocess_graph, preprocessing_of
 
         version = preprocessing_of(meta)
-        return {SIGNATURE_NAME: function(lambda face: {out: model(preprocess_graph(face, version), training=False)},
-                                         tf.TensorSpec([None, *shape], dtype, name=name))}
-    functions = {SIGNATURE_NAME: function(lambda image: {out: model(image, training=False)},
-                                          tf.TensorSpec([None, *shape], dtype, name=name))}
+        return {
+            SIGNATURE_NAME: function(
+                lambda face: {out: model(preprocess_graph(face, version), training=False)},
+                tf.TensorSpec([None, *shape], dtype, name=name),
+            )
+        }
+    functions = {
+        SIGNATURE_NAME: function(
+            lambda image: {out: model(image, training=False)}, tf.TensorSpec([None, *shape], dtype, name=name)
+        )
+    }
     if facts.bytes_signature:
         from disttrain_contract.artifact import decode_image_graph
 
         functions[BYTES_SIGNATURE_NAME] = function(
             lambda image_bytes: {out: model(decode_image_graph(image_bytes, *shape), training=False)},
-            tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT))
+            tf.TensorSpec([None], tf.string, name=IMAGE_BYTES_INPUT),
+        )
     return functions
 
 
@@ -197,12 +220,17 @@ def save_saved_model(model, task, meta, path):
 
 def describe_signatures(loaded):
     """{signature: {"inputs": {name: {dtype, shape}}, "outputs": {...}}} of a loaded SavedModel (-1: any size)."""
-    def tensors(specs):
-        return {name: {"dtype": dtype_name(spec.dtype), "shape": [-1 if d is None else int(d) for d in spec.shape]}
-                for name, spec in sorted(specs.items())}
 
-    return {key: {"inputs": tensors(fn.structured_input_signature[1]), "outputs": tensors(fn.structured_outputs)}
-            for key, fn in sorted(loaded.signatures.items())}
+    def tensors(specs):
+        return {
+            name: {"dtype": dtype_name(spec.dtype), "shape": [-1 if d is None else int(d) for d in spec.shape]}
+            for name, spec in sorted(specs.items())
+        }
+
+    return {
+        key: {"inputs": tensors(fn.structured_input_signature[1]), "outputs": tensors(fn.structured_outputs)}
+        for key, fn in sorted(loaded.signatures.items())
+    }
 
 
 def text_parts(model):
@@ -211,8 +239,11 @@ def text_parts(model):
     import keras
 
     layers = model.layers
-    if (len(layers) == 3 and isinstance(layers[1], keras.layers.TextVectorization)
-            and isinstance(layers[2], keras.Model)):
+    if (
+        len(layers) == 3
+        and isinstance(layers[1], keras.layers.TextVectorization)
+        and isinstance(layers[2], keras.Model)
+    ):
         return layers[1], layers[2]
     return None
 
@@ -231,8 +262,9 @@ def convert_tflite(model, task, meta, scratch, core=None):
     out = output_name(task, meta)
     if core is not None:
         specs = [tf.TensorSpec([None, None], tf.int64, name=TOKEN_IDS)]
-        function = tf.function(lambda token_ids: {out: core(token_ids, training=False)}, input_signature=specs,
-                               autograph=False)
+        function = tf.function(
+            lambda token_ids: {out: core(token_ids, training=False)}, input_signature=specs, autograph=False
+        )
     else:
         function = serving_functions(model, task, meta)[SIGNATURE_NAME]
         specs = list(function.input_signature)
@@ -246,10 +278,14 @@ def convert_tflite(model, task, meta, scratch, core=None):
     try:
         return converter.convert()
     except Exception as err:  # ConverterError: its "TF Select ops: ..." line names what has no builtin
-        why = next((line.strip() for line in str(err).splitlines() if line.startswith("TF Select ops")), first_line(err))
-        raise ContractError(f"the TFLite converter needs ops that are not TFLite builtins ({why}); SELECT_TF_OPS "
-                            "models cannot run in the tensorflow package's tf.lite.Interpreter since TF 2.20 (no "
-                            "Flex delegate): publish without it with --exports saved_model") from None
+        why = next(
+            (line.strip() for line in str(err).splitlines() if line.startswith("TF Select ops")), first_line(err)
+        )
+        raise ContractError(
+            f"the TFLite converter needs ops that are not TFLite builtins ({why}); SELECT_TF_OPS "
+            "models cannot run in the tensorflow package's tf.lite.Interpreter since TF 2.20 (no "
+            "Flex delegate): publish without it with --exports saved_model"
+        ) from None
 
 
 def signature_dtype(task):
@@ -313,8 +349,12 @@ class Staged:
                 base = os.path.join(final_dir, SAVED_MODEL_DIR)
                 os.makedirs(base, exist_ok=True)
                 target = os.path.join(base, str(self.version))
-                if os.path.lexists(target):  # next_version() is past every version, unless another process wrote one since
-                    raise ContractError(f"{target} appeared while the export was built; is another aggregator publishing here?")
+                if os.path.lexists(
+                    target
+                ):  # next_version() is past every version, unless another process wrote one since
+                    raise ContractError(
+                        f"{target} appeared while the export was built; is another aggregator publishing here?"
+                    )
                 os.rename(self.saved_model_path, target)
                 kept = versions(base)
                 for old in kept[:-KEEP_VERSIONS]:
@@ -334,7 +374,11 @@ class Staged:
 def stale(final_dir, kinds):
     """Exports of an earlier publish that this one does not replace (kinds left out of --exports):
     left in place -- TF Serving may be serving that version -- and named in the report and the log."""
-    left = [] if "saved_model" in kinds else [f"{SAVED_MODEL_DIR}/{v}" for v in versions(os.path.join(final_dir, SAVED_MODEL_DIR))]
+    left = (
+        []
+        if "saved_model" in kinds
+        else [f"{SAVED_MODEL_DIR}/{v}" for v in versions(os.path.join(final_dir, SAVED_MODEL_DIR))]
+    )
     if "tflite" not in kinds and os.path.isfile(os.path.join(final_dir, TFLITE_FILE)):
         left.append(TFLITE_FILE)
     return left
@@ -421,8 +465,10 @@ class ServingInputs:
             values = chunk
         else:
             values = {self.names[0]: tf.reshape(chunk, [-1]) if self.flat_strings else chunk}
-        return {name: (tf.cast(values[name], dtype) if dtype != tf.string else values[name])
-                for name, dtype, _ in self.specs}
+        return {
+            name: (tf.cast(values[name], dtype) if dtype != tf.string else values[name])
+            for name, dtype, _ in self.specs
+        }
 
 
 class HeldOutReference:
@@ -464,8 +510,10 @@ def stage_saved_model(staged, final_dir, model, task, meta, inputs, held_out, no
     outputs = call_in_chunks(lambda chunk: signature(**inputs.arguments(chunk))[out], held_out.x, CHUNK)
     difference = held_out.max_abs_diff(outputs)
     if not difference <= TOLERANCE:  # also nan
-        raise ContractError(f"the SavedModel's {SIGNATURE_NAME} outputs differ from the Keras model's by "
-                            f"{difference:.3g} on the held-out split (at most {TOLERANCE:g} allowed)")
+        raise ContractError(
+            f"the SavedModel's {SIGNATURE_NAME} outputs differ from the Keras model's by "
+            f"{difference:.3g} on the held-out split (at most {TOLERANCE:g} allowed)"
+        )
     fsync_tree(staged.saved_model_path)
     if "saved_model" in staged.kinds:
         staged.report["saved_model"] = {
@@ -494,25 +542,31 @@ def stage_tflite(staged, model, task, meta, inputs, held_out, keras_value, metri
     parts = text_parts(model) if builtin_text else None
     vectorize = parts[0] if parts else None
     if builtin_text and parts is None:  # e.g. --combine ensemble: each member has its own vectorizer
-        staged.report["tflite"] = {"skipped": "the text model is not one vectorizer before one core (an ensemble?), "
-                                              "and TFLite cannot take its strings (no builtin string ops, no Flex "
-                                              "delegate in the tensorflow package since TF 2.20)"}
+        staged.report["tflite"] = {
+            "skipped": "the text model is not one vectorizer before one core (an ensemble?), "
+            "and TFLite cannot take its strings (no builtin string ops, no Flex "
+            "delegate in the tensorflow package since TF 2.20)"
+        }
         return
     strings = [name for name, dtype, _ in inputs.specs if inputs.own and dtype == tf.string]
     if strings:
-        staged.report["tflite"] = {"skipped": f"the model's input(s) {', '.join(strings)} are strings, and TFLite has no "
-                                              "builtin string ops (no Flex delegate in the tensorflow package since "
-                                              "TF 2.20); the SavedModel serves it"}
+        staged.report["tflite"] = {
+            "skipped": f"the model's input(s) {', '.join(strings)} are strings, and TFLite has no "
+            "builtin string ops (no Flex delegate in the tensorflow package since "
+            "TF 2.20); the SavedModel serves it"
+        }
         return
     t0 = time.perf_counter()
     try:
-        content = convert_tflite(model, task, meta, os.path.join(staged.staging, "tflite-source"),
-                                 parts[1] if parts else None)
+        content = convert_tflite(
+            model, task, meta, os.path.join(staged.staging, "tflite-source"), parts[1] if parts else None
+        )
     except Exception as err:  # an own model's ops are its author's: skip its model.tflite, publish the rest
         if not inputs.own:
             raise
-        staged.report["tflite"] = {"skipped": f"the model does not convert to TFLite with builtin ops only: "
-                                              f"{first_line(err)[:400]}"}
+        staged.report["tflite"] = {
+            "skipped": f"the model does not convert to TFLite with builtin ops only: {first_line(err)[:400]}"
+        }
         return
     convert_sec = time.perf_counter() - t0
     with open(staged.tflite_path, "wb") as fh:
@@ -540,15 +594,28 @@ def tflite_inputs(model, task, inputs, vectorize):
     """The report's description of the model.tflite's inputs: the token ids of a text model's core (`vectorize`:
     its vectorizer), an own model's inputs, or the task's built-in one."""
     if vectorize is not None:
-        return [{"name": TOKEN_IDS, "dtype": "int64", "shape": [-1, -1],
-                 "what": "the vectorizer's token ids (0 padding, 1 out of vocabulary, then the model's vocabulary "
-                         "in order: data/vocab.txt); the strings go through the SavedModel's or the Keras model's "
-                         "TextVectorization first"}]
+        return [
+            {
+                "name": TOKEN_IDS,
+                "dtype": "int64",
+                "shape": [-1, -1],
+                "what": "the vectorizer's token ids (0 padding, 1 out of vocabulary, then the model's vocabulary "
+                "in order: data/vocab.txt); the strings go through the SavedModel's or the Keras model's "
+                "TextVectorization first",
+            }
+        ]
     if inputs.own:
-        return [{"name": name, "dtype": dtype_name(dtype), "shape": [-1, *(-1 if d is None else int(d) for d in shape)]}
-                for name, dtype, shape in inputs.specs]
-    return [{"name": inputs.names[0], "dtype": dtype_name(signature_dtype(task)),
-             "shape": [-1] if inputs.flat_strings else [-1, *model.inputs[0].shape[1:]]}]
+        return [
+            {"name": name, "dtype": dtype_name(dtype), "shape": [-1, *(-1 if d is None else int(d) for d in shape)]}
+            for name, dtype, shape in inputs.specs
+        ]
+    return [
+        {
+            "name": inputs.names[0],
+            "dtype": dtype_name(signature_dtype(task)),
+            "shape": [-1] if inputs.flat_strings else [-1, *model.inputs[0].shape[1:]],
+        }
+    ]
 
 
 def check_tflite(content, task, meta, inputs, vectorize, held_out, keras_value, metric):
@@ -566,8 +633,10 @@ def check_tflite(content, task, meta, inputs, vectorize, held_out, keras_value, 
     def feed(chunk):
         if vectorize is not None:
             return {TOKEN_IDS: vectorize(chunk).numpy().astype(np.int64)}
-        return {name: np.asarray(value.numpy() if hasattr(value, "numpy") else value)
-                for name, value in inputs.arguments(chunk).items()}
+        return {
+            name: np.asarray(value.numpy() if hasattr(value, "numpy") else value)
+            for name, value in inputs.arguments(chunk).items()
+        }
 
     def lite(chunk, training=False):  # a tensor in and out, as evaluation.predict calls a model
         return tf.constant(runner(**feed(chunk))[out])
@@ -576,15 +645,21 @@ def check_tflite(content, task, meta, inputs, vectorize, held_out, keras_value, 
     eval_meta = {"face_preprocessing": 1} if facts.face_preprocessing else meta
     kept = {}
     metrics = evaluate(lite, task, held_out.x, held_out.y, held_out.seed, eval_meta, kept)
-    lite_outputs = (kept["probabilities"] if not facts.retrieval and head_of(meta) == "softmax"
-                    else call_in_chunks(lite, held_out.x, CHUNK))
+    lite_outputs = (
+        kept["probabilities"]
+        if not facts.retrieval and head_of(meta) == "softmax"
+        else call_in_chunks(lite, held_out.x, CHUNK)
+    )
     difference = held_out.max_abs_diff(lite_outputs.reshape(held_out.keras_outputs.shape))
     one = first_row(held_out.x)
     value = metrics[metric.name]
     return {
         metric.key: value,
-        **({"accuracy_points_vs_keras": round(100 * (value - keras_value), 4)} if metric.unit == "fraction"
-           else {"difference_vs_keras": value - keras_value}),
+        **(
+            {"accuracy_points_vs_keras": round(100 * (value - keras_value), 4)}
+            if metric.unit == "fraction"
+            else {"difference_vs_keras": value - keras_value}
+        ),
         "max_abs_diff_vs_keras": difference,
         "latency_ms": {
             "tflite_median": round(median_ms(lambda: runner(**feed(one))), 4),
@@ -592,8 +667,8 @@ def check_tflite(content, task, meta, inputs, vectorize, held_out, keras_value, 
             "calls": LATENCY_CALLS,
             "warmup": LATENCY_WARMUP,
             "what": "one instance per call, in this process: TFLite's signature runner (default threads)"
-                    + (", after the Keras vectorizer" if vectorize is not None else "")
-                    + " vs the Keras model in one tf.function, as the server calls it"
-                    + (" (with OpenCV's crop preprocessing before it)" if facts.face_preprocessing else ""),
+            + (", after the Keras vectorizer" if vectorize is not None else "")
+            + " vs the Keras model in one tf.function, as the server calls it"
+            + (" (with OpenCV's crop preprocessing before it)" if facts.face_preprocessing else ""),
         },
     }

@@ -27,21 +27,27 @@ def feed(task, manifest_input, meta, x):
         return x
     names = [spec.get("name") for spec in specs]
     if not TASKS[task].feature_inputs:
-        raise ContractError(f"the model takes {len(specs)} named inputs ({', '.join(map(str, names))}); only a table "
-                            "model's inputs can be fed from the dataset (one per feature column), this is a "
-                            f"{task!r} dataset")
+        raise ContractError(
+            f"the model takes {len(specs)} named inputs ({', '.join(map(str, names))}); only a table "
+            "model's inputs can be fed from the dataset (one per feature column), this is a "
+            f"{task!r} dataset"
+        )
     features = list((manifest_input or {}).get("features") or [])
     missing = [name for name in names if name not in features]
     if missing:
-        raise ContractError(f"the model's input(s) {', '.join(map(str, missing))} name no feature column of the dataset "
-                            f"({', '.join(features)}): a table model's named inputs are its feature columns")
+        raise ContractError(
+            f"the model's input(s) {', '.join(map(str, missing))} name no feature column of the dataset "
+            f"({', '.join(features)}): a table model's named inputs are its feature columns"
+        )
     out = {}
     for spec in specs:
         column = np.asarray(x)[:, features.index(spec["name"])]
         shape = [d for d in (spec.get("shape") or [])]
         if shape not in ([], [1], [None]):
-            raise ContractError(f"the model's input {spec['name']!r} has shape {shape}; a feature column's input takes "
-                                "one value per example (shape [1] or [])")
+            raise ContractError(
+                f"the model's input {spec['name']!r} has shape {shape}; a feature column's input takes "
+                "one value per example (shape [1] or [])"
+            )
         dtype = spec.get("dtype") or "float32"
         out[spec["name"]] = column.reshape(-1, 1).astype(dtype) if shape else column.astype(dtype)
     return out

@@ -44,7 +44,7 @@ def points(fraction):
 
 
 def unit_of(metric):
-    """"points" for a fraction (accuracy), "percent" (relative) for a metric in the target's unit."""
+    """ "points" for a fraction (accuracy), "percent" (relative) for a metric in the target's unit."""
     return "points" if metric.unit == "fraction" else "percent"
 
 
@@ -64,8 +64,15 @@ def flags_for(metric):
 def _figures(metric, reference, final, gap, limit):
     """A check's numbers: generic keys for every metric, and the accuracy-named ones of before
     this round for a fraction (report readers of classification runs keep working)."""
-    out = {"metric": metric.name, "direction": metric.direction, "unit": unit_of(metric),
-           "reference_value": reference, "final_value": final, "shortfall": gap, "max_shortfall": limit}
+    out = {
+        "metric": metric.name,
+        "direction": metric.direction,
+        "unit": unit_of(metric),
+        "reference_value": reference,
+        "final_value": final,
+        "shortfall": gap,
+        "max_shortfall": limit,
+    }
     if metric.unit == "fraction":
         out.update(reference_accuracy=reference, final_accuracy=final, drop_points=gap, max_drop_points=limit)
     return out
@@ -74,10 +81,14 @@ def _figures(metric, reference, final, gap, limit):
 def _worse(metric, final, gap, reference, limit, flag, what, where=""):
     """One refusal sentence."""
     if metric.unit == "fraction":
-        return (f"held-out {metric.name} {final:.4f} is {gap:.2f} points below {what} {reference:.4f}"
-                f"{where} (at most {limit:g} allowed: {flag})")
-    return (f"held-out {metric.label} {final:.4g} is {gap:.2f} % worse than {what} {reference:.4g}"
-            f"{where} (at most {limit:g} % allowed: {flag})")
+        return (
+            f"held-out {metric.name} {final:.4f} is {gap:.2f} points below {what} {reference:.4f}"
+            f"{where} (at most {limit:g} allowed: {flag})"
+        )
+    return (
+        f"held-out {metric.label} {final:.4g} is {gap:.2f} % worse than {what} {reference:.4g}"
+        f"{where} (at most {limit:g} % allowed: {flag})"
+    )
 
 
 def _trivial_check(metric, final, trivial, min_gain, flag):
@@ -85,27 +96,59 @@ def _trivial_check(metric, final, trivial, min_gain, flag):
     (points, or percent of its RMSE); passes when > 0 and at least `min_gain` (exactly the margin passes)."""
     gain = 0.0 - shortfall(metric, final, trivial["value"])  # (0.0 -: never "-0.0")
     passed = gain > EPSILON_POINTS and gain >= min_gain - EPSILON_POINTS
-    check = {"name": "trivial", "reference": trivial["description"],
-             "predictor": {key: value for key, value in trivial.items() if key != "value"},
-             "metric": metric.name, "direction": metric.direction, "unit": unit_of(metric),
-             "reference_value": trivial["value"], "final_value": final, "gain": gain, "min_gain": min_gain,
-             "passed": passed}
+    check = {
+        "name": "trivial",
+        "reference": trivial["description"],
+        "predictor": {key: value for key, value in trivial.items() if key != "value"},
+        "metric": metric.name,
+        "direction": metric.direction,
+        "unit": unit_of(metric),
+        "reference_value": trivial["value"],
+        "final_value": final,
+        "gain": gain,
+        "min_gain": min_gain,
+        "passed": passed,
+    }
     if passed:
         return check, None
     if metric.unit == "fraction":
-        how = (f"only {gain:.2f} points above" if gain > EPSILON_POINTS else "no better than" if gain > -EPSILON_POINTS
-               else f"{-gain:.2f} points below")
-        return check, (f"held-out {metric.name} {final:.4f} is {how} the trivial predictor's {trivial['value']:.4f} "
-                       f"({trivial['description']}; at least {min_gain:g} point{'' if min_gain == 1 else 's'} above "
-                       f"required: {flag})")
-    how = (f"only {gain:.2f} % better than" if gain > EPSILON_POINTS else "no better than" if gain > -EPSILON_POINTS
-           else f"{-gain:.2f} % worse than")
-    return check, (f"held-out {metric.label} {final:.5g} is {how} the trivial predictor's {trivial['value']:.5g} "
-                   f"({trivial['description']}; at least {min_gain:g} % better required: {flag})")
+        how = (
+            f"only {gain:.2f} points above"
+            if gain > EPSILON_POINTS
+            else "no better than"
+            if gain > -EPSILON_POINTS
+            else f"{-gain:.2f} points below"
+        )
+        return check, (
+            f"held-out {metric.name} {final:.4f} is {how} the trivial predictor's {trivial['value']:.4f} "
+            f"({trivial['description']}; at least {min_gain:g} point{'' if min_gain == 1 else 's'} above "
+            f"required: {flag})"
+        )
+    how = (
+        f"only {gain:.2f} % better than"
+        if gain > EPSILON_POINTS
+        else "no better than"
+        if gain > -EPSILON_POINTS
+        else f"{-gain:.2f} % worse than"
+    )
+    return check, (
+        f"held-out {metric.label} {final:.5g} is {how} the trivial predictor's {trivial['value']:.5g} "
+        f"({trivial['description']}; at least {min_gain:g} % better required: {flag})"
+    )
 
 
-def decide(final, workers, published, max_drop_vs_best_worker, max_regression, promoted=False, metric=None, *,
-           trivial, min_gain_vs_trivial):
+def decide(
+    final,
+    workers,
+    published,
+    max_drop_vs_best_worker,
+    max_regression,
+    promoted=False,
+    metric=None,
+    *,
+    trivial,
+    min_gain_vs_trivial,
+):
     """The gate's verdict.
 
     final: the final model's held-out value of `metric` (default: accuracy); workers: [(name,
@@ -123,9 +166,12 @@ def decide(final, workers, published, max_drop_vs_best_worker, max_regression, p
     best = metric.best([value for _, value in workers])  # in the metric's direction; nan never the best
     best_name, best = next(((n, v) for n, v in workers if v == best), workers[0])
     drop = shortfall(metric, final, best)
-    check = {"name": "best_worker", "reference": best_name,
-             **_figures(metric, best, final, drop, max_drop_vs_best_worker),
-             "passed": drop <= max_drop_vs_best_worker + EPSILON_POINTS}
+    check = {
+        "name": "best_worker",
+        "reference": best_name,
+        **_figures(metric, best, final, drop, max_drop_vs_best_worker),
+        "passed": drop <= max_drop_vs_best_worker + EPSILON_POINTS,
+    }
     if promoted:
         check["note"] = "promoted strategy: the only worker model is the final model, so this check passes trivially"
     elif not check["passed"]:
@@ -135,17 +181,38 @@ def decide(final, workers, published, max_drop_vs_best_worker, max_regression, p
     if published is None:
         checks.append({"name": "published", "passed": True, "note": "no published model to compare with"})
     elif not published.get("comparable"):
-        checks.append({"name": "published", "passed": True, "comparable": False, "why": published.get("why"),
-                       "note": f"the published model is not comparable ({published.get('why')}), so it does not block"})
+        checks.append(
+            {
+                "name": "published",
+                "passed": True,
+                "comparable": False,
+                "why": published.get("why"),
+                "note": f"the published model is not comparable ({published.get('why')}), so it does not block",
+            }
+        )
     else:
         old = published[metric.key]
         drop = shortfall(metric, final, old)
-        check = {"name": "published", "comparable": True, "reference": published.get("path"),
-                 **_figures(metric, old, final, drop, max_regression),
-                 "passed": drop <= max_regression + EPSILON_POINTS}
+        check = {
+            "name": "published",
+            "comparable": True,
+            "reference": published.get("path"),
+            **_figures(metric, old, final, drop, max_regression),
+            "passed": drop <= max_regression + EPSILON_POINTS,
+        }
         if not check["passed"]:
-            reasons.append(_worse(metric, final, drop, old, max_regression, published_flag, "the published model's",
-                                  " on this run's held-out split"))
+            reasons.append(
+                _worse(
+                    metric,
+                    final,
+                    drop,
+                    old,
+                    max_regression,
+                    published_flag,
+                    "the published model's",
+                    " on this run's held-out split",
+                )
+            )
         checks.append(check)
 
     check, reason = _trivial_check(metric, final, trivial, min_gain_vs_trivial, trivial_flag)
@@ -153,9 +220,12 @@ def decide(final, workers, published, max_drop_vs_best_worker, max_regression, p
     if reason:
         reasons.append(reason)
 
-    return {"passed": not reasons, "metric": {"name": metric.name, "direction": metric.direction,
-                                              "label": metric.label, "unit": unit_of(metric)},
-            "reasons": reasons, "checks": checks}
+    return {
+        "passed": not reasons,
+        "metric": {"name": metric.name, "direction": metric.direction, "label": metric.label, "unit": unit_of(metric)},
+        "reasons": reasons,
+        "checks": checks,
+    }
 
 
 def comparable(published_meta, manifest):
@@ -166,11 +236,14 @@ def comparable(published_meta, manifest):
         return f"the published model is for task {published_meta.get('task')!r}, this run's is {manifest.task!r}"
     problem = getattr(manifest, "problem", "classification")
     if published_meta.get("problem", "classification") != problem:
-        return (f"the published model is a {published_meta.get('problem', 'classification')} model, this run's is "
-                f"{problem}")
+        return (
+            f"the published model is a {published_meta.get('problem', 'classification')} model, this run's is {problem}"
+        )
     if problem == "regression" and published_meta.get("target") != getattr(manifest, "target", None):
-        return (f"the published model predicts {published_meta.get('target')!r}, this run's target is "
-                f"{getattr(manifest, 'target', None)!r}")
+        return (
+            f"the published model predicts {published_meta.get('target')!r}, this run's target is "
+            f"{getattr(manifest, 'target', None)!r}"
+        )
     if list(published_meta.get("labels") or []) != list(manifest.labels or []):
         return "the published model has other labels than this run's data"
     if published_meta.get("input") != manifest.input:
@@ -186,14 +259,20 @@ def summary(verdict):
         state = "ok" if check["passed"] else "FAILED"
         if check["name"] == "trivial":
             gain, reference, margin = check["gain"], check["reference_value"], check["min_gain"]
-            predictor = check["predictor"]["name"] + (f" {check['predictor']['label']!r}" if "label" in check["predictor"] else "")
+            predictor = check["predictor"]["name"] + (
+                f" {check['predictor']['label']!r}" if "label" in check["predictor"] else ""
+            )
             if check["unit"] == "points":
-                parts.append(f"{abs(gain):.2f} points {'above' if gain >= 0 else 'below'} the trivial predictor's "
-                             f"{reference:.4f} ({predictor}; at least {margin:g} above: {state})")
+                parts.append(
+                    f"{abs(gain):.2f} points {'above' if gain >= 0 else 'below'} the trivial predictor's "
+                    f"{reference:.4f} ({predictor}; at least {margin:g} above: {state})"
+                )
             else:
-                parts.append(f"{(verdict.get('metric') or {}).get('label', check['metric'])} {abs(gain):.2f} % "
-                             f"{'better' if gain >= 0 else 'worse'} than the trivial predictor's {reference:.4g} "
-                             f"({predictor}; at least {margin:g} % better: {state})")
+                parts.append(
+                    f"{(verdict.get('metric') or {}).get('label', check['metric'])} {abs(gain):.2f} % "
+                    f"{'better' if gain >= 0 else 'worse'} than the trivial predictor's {reference:.4g} "
+                    f"({predictor}; at least {margin:g} % better: {state})"
+                )
         elif "shortfall" not in check:
             parts.append(check["note"])
         elif check.get("note"):  # the promoted strategies' best-worker check
@@ -201,10 +280,14 @@ def summary(verdict):
         else:
             gap, reference, limit = check["shortfall"], check["reference_value"], check["max_shortfall"]
             if check["unit"] == "points":
-                parts.append(f"{abs(gap):.2f} points {'below' if gap >= 0 else 'above'} the {what}'s "
-                             f"{reference:.4f} (at most {limit:g} below: {state})")
+                parts.append(
+                    f"{abs(gap):.2f} points {'below' if gap >= 0 else 'above'} the {what}'s "
+                    f"{reference:.4f} (at most {limit:g} below: {state})"
+                )
             else:
-                parts.append(f"{(verdict.get('metric') or {}).get('label', check['metric'])} {abs(gap):.2f} % {'worse' if gap >= 0 else 'better'} than the {what}'s "
-                             f"{reference:.4g} (at most {limit:g} % worse: {state})")
+                parts.append(
+                    f"{(verdict.get('metric') or {}).get('label', check['metric'])} {abs(gap):.2f} % {'worse' if gap >= 0 else 'better'} than the {what}'s "
+                    f"{reference:.4g} (at most {limit:g} % worse: {state})"
+                )
     outcome = "passed" if verdict["passed"] else "failed, forced" if verdict.get("forced") else "failed"
     return f"quality gate {outcome}: " + "; ".join(parts)

@@ -49,7 +49,15 @@ import time
 from disttrain_aggregator import analysis, checks, combine, exports, feeds, gate, publish, report_builder, trivial
 from disttrain_aggregator.published_model import evaluate_published
 from disttrain_aggregator.tensorboard_events import write_event_files
-from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, run_cli, wait_for_marker, write_marker
+from disttrain_contract import (
+    ContractError,
+    Workdir,
+    atomic_path,
+    default_workdir,
+    run_cli,
+    wait_for_marker,
+    write_marker,
+)
 from disttrain_contract.evaluation import as_model_input, evaluate
 from disttrain_contract.metrics import primary_metric
 from disttrain_contract.layout import REPORT_FILE, marker_path
@@ -76,45 +84,80 @@ def build_parser():
         f"{gate.EXIT_REFUSED} the quality gate refused the final model (kept with its report in rejected/<time>/ "
         "beside the final directory; the published model is left as it was).",
     )
-    p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
+    p.add_argument(
+        "--workdir",
+        default=default_workdir(),
+        help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)",
+    )
     p.add_argument("--dir", help="the trainers' output directory (default WORKDIR/train)")
     p.add_argument("--data", help="the copier's output, for the held-out split (default WORKDIR/data)")
-    p.add_argument("--savefile", help="where the final model goes (default WORKDIR/final/model.keras); report.json is written next to it")
-    p.add_argument("--expect", type=int, help="number of worker models to wait for (default: the dataset's shard count)")
+    p.add_argument(
+        "--savefile",
+        help="where the final model goes (default WORKDIR/final/model.keras); report.json is written next to it",
+    )
+    p.add_argument(
+        "--expect", type=int, help="number of worker models to wait for (default: the dataset's shard count)"
+    )
     p.add_argument("--timeout", type=float, default=3600, help="seconds to wait for all workers (default 3600)")
-    p.add_argument("--min-workers", type=int,
-                   help="average: publish with at least this many workers (default: all of them); the others' shards "
-                   "are left out and the report names them")
-    p.add_argument("--straggler-wait", type=float, default=600,
-                   help="once --min-workers have finished, seconds to wait for the rest (default 600; never past --timeout)")
-    p.add_argument("--combine", choices=combine.MODES, default="average",
-                   help="--strategy average: publish the weight average (default), an ensemble (one Keras model: the "
-                   "mean of the worker models' probabilities, or of their predictions for regression; N forward "
-                   "passes), or the best worker by its validation value of the primary metric (accuracy; regression: "
-                   "the lowest RMSE) from trainer --validation-fraction, never the held-out split. The report "
-                   "evaluates all three either way. Refused for the other strategies: their workers end with one "
-                   "shared model")
-    p.add_argument("--model-module", metavar="MODULE[:FUNCTION]",
-                   help="the Python module the workers' models were built with (trainer --model-module): imported "
-                   "before any model is loaded, so that its registered custom layers load in Keras safe mode; a "
-                   "model whose disttrain.json records a module (model_code) is refused without it. The module must "
-                   "be importable here (PYTHONPATH, or a derived image); FUNCTION is not called")
-    p.add_argument("--exports", type=exports.parse_kinds, default=exports.KINDS, metavar="LIST",
-                   help="what to export next to the final model, comma-separated: saved_model (SAVEFILE's directory"
-                   "/saved_model/<version>/, for TensorFlow Serving and KServe; an own model's signature takes its "
-                   "own input names), tflite (model.tflite; skipped with the reason in the report when the model "
-                   "cannot be one, e.g. string inputs or ops without a TFLite builtin); or none "
-                   "(default: saved_model,tflite). Each is checked against the Keras model on the held-out split, "
-                   "and the report has their numbers")
-    p.add_argument("--publish-to", type=publish.parse_url, metavar="s3://BUCKET/PREFIX",
-                   help="also publish to object storage, once the gate passed and before the final directory: a new "
-                   "release PREFIX/releases/<version>/ (the SavedModel, model.keras, model.tflite, report.json), the "
-                   "SavedModel in PREFIX/saved_model/<version>/ for TF Serving, and PREFIX/latest.json; no reader "
-                   "ever sees a partial version, and report.json's `published` says where it went. Credentials and "
-                   "endpoint: the standard AWS variables; a small write checks them when the aggregator starts")
-    p.add_argument("--baseline", metavar="REPORT_JSON",
-                   help="a 1-worker run's report.json on the same data, for the analysis' comparison (final vs best "
-                   "worker vs this baseline); without it the report says there is none")
+    p.add_argument(
+        "--min-workers",
+        type=int,
+        help="average: publish with at least this many workers (default: all of them); the others' shards "
+        "are left out and the report names them",
+    )
+    p.add_argument(
+        "--straggler-wait",
+        type=float,
+        default=600,
+        help="once --min-workers have finished, seconds to wait for the rest (default 600; never past --timeout)",
+    )
+    p.add_argument(
+        "--combine",
+        choices=combine.MODES,
+        default="average",
+        help="--strategy average: publish the weight average (default), an ensemble (one Keras model: the "
+        "mean of the worker models' probabilities, or of their predictions for regression; N forward "
+        "passes), or the best worker by its validation value of the primary metric (accuracy; regression: "
+        "the lowest RMSE) from trainer --validation-fraction, never the held-out split. The report "
+        "evaluates all three either way. Refused for the other strategies: their workers end with one "
+        "shared model",
+    )
+    p.add_argument(
+        "--model-module",
+        metavar="MODULE[:FUNCTION]",
+        help="the Python module the workers' models were built with (trainer --model-module): imported "
+        "before any model is loaded, so that its registered custom layers load in Keras safe mode; a "
+        "model whose disttrain.json records a module (model_code) is refused without it. The module must "
+        "be importable here (PYTHONPATH, or a derived image); FUNCTION is not called",
+    )
+    p.add_argument(
+        "--exports",
+        type=exports.parse_kinds,
+        default=exports.KINDS,
+        metavar="LIST",
+        help="what to export next to the final model, comma-separated: saved_model (SAVEFILE's directory"
+        "/saved_model/<version>/, for TensorFlow Serving and KServe; an own model's signature takes its "
+        "own input names), tflite (model.tflite; skipped with the reason in the report when the model "
+        "cannot be one, e.g. string inputs or ops without a TFLite builtin); or none "
+        "(default: saved_model,tflite). Each is checked against the Keras model on the held-out split, "
+        "and the report has their numbers",
+    )
+    p.add_argument(
+        "--publish-to",
+        type=publish.parse_url,
+        metavar="s3://BUCKET/PREFIX",
+        help="also publish to object storage, once the gate passed and before the final directory: a new "
+        "release PREFIX/releases/<version>/ (the SavedModel, model.keras, model.tflite, report.json), the "
+        "SavedModel in PREFIX/saved_model/<version>/ for TF Serving, and PREFIX/latest.json; no reader "
+        "ever sees a partial version, and report.json's `published` says where it went. Credentials and "
+        "endpoint: the standard AWS variables; a small write checks them when the aggregator starts",
+    )
+    p.add_argument(
+        "--baseline",
+        metavar="REPORT_JSON",
+        help="a 1-worker run's report.json on the same data, for the analysis' comparison (final vs best "
+        "worker vs this baseline); without it the report says there is none",
+    )
     add_gate_arguments(p)
     return p
 
@@ -127,33 +170,67 @@ def add_gate_arguments(p):
         "(the training split's majority class; regression: the training targets' mean; faces: chance, 1 / the "
         "held-out people). Classification (accuracy; faces: top-1 retrieval) in accuracy points with "
         "--max-drop-vs-best-worker, --max-regression and --min-gain-vs-trivial, regression (RMSE, lower is "
-        "better) in percent of the reference's RMSE with the --max-relative-* ones and --min-relative-gain-vs-trivial")
-    gating.add_argument("--max-drop-vs-best-worker", type=float, default=1.0, metavar="POINTS",
-                        help="classification: at most this many accuracy points below the best single worker model "
-                        "(default 1.0); not used for regression")
-    gating.add_argument("--max-regression", type=float, default=1.0, metavar="POINTS",
-                        help="classification: at most this many accuracy points below the published model, evaluated "
-                        "on this run's held-out split (default 1.0; 0: no regression at all); not used for regression")
-    gating.add_argument("--max-relative-drop-vs-best-worker", type=float, default=5.0, metavar="PERCENT",
-                        help="regression: the final model's held-out RMSE at most this many percent above the best "
-                        "single worker model's (default 5: RMSE 1.05 against 1.00 passes); not used for classification")
-    gating.add_argument("--max-relative-regression", type=float, default=5.0, metavar="PERCENT",
-                        help="regression: the final model's held-out RMSE at most this many percent above the "
-                        "published model's, evaluated on this run's held-out split (default 5; 0: no worse at all); "
-                        "not used for classification")
-    gating.add_argument("--min-gain-vs-trivial", type=float, default=1.0, metavar="POINTS",
-                        help="classification: at least this many accuracy points above the trivial predictor on the "
-                        "held-out split: always the training split's majority class (faces: chance, 1 / the held-out "
-                        "people) (default 1.0, about one standard error of an accuracy over 2,000 held-out examples; "
-                        "more than 0: a model only as good as the trivial predictor is never published); not used "
-                        "for regression")
-    gating.add_argument("--min-relative-gain-vs-trivial", type=float, default=1.0, metavar="PERCENT",
-                        help="regression: the final model's held-out RMSE at least this many percent below the "
-                        "trivial predictor's, which always predicts the training targets' mean (default 1: about "
-                        "R² 0.02; more than 0); not used for classification")
-    gating.add_argument("--published", metavar="PATH_OR_GLOB",
-                        help="the published model to compare with: a path, or a glob of which the newest match with "
-                        "its _SUCCESS marker counts (default: --savefile)")
+        "better) in percent of the reference's RMSE with the --max-relative-* ones and --min-relative-gain-vs-trivial",
+    )
+    gating.add_argument(
+        "--max-drop-vs-best-worker",
+        type=float,
+        default=1.0,
+        metavar="POINTS",
+        help="classification: at most this many accuracy points below the best single worker model "
+        "(default 1.0); not used for regression",
+    )
+    gating.add_argument(
+        "--max-regression",
+        type=float,
+        default=1.0,
+        metavar="POINTS",
+        help="classification: at most this many accuracy points below the published model, evaluated "
+        "on this run's held-out split (default 1.0; 0: no regression at all); not used for regression",
+    )
+    gating.add_argument(
+        "--max-relative-drop-vs-best-worker",
+        type=float,
+        default=5.0,
+        metavar="PERCENT",
+        help="regression: the final model's held-out RMSE at most this many percent above the best "
+        "single worker model's (default 5: RMSE 1.05 against 1.00 passes); not used for classification",
+    )
+    gating.add_argument(
+        "--max-relative-regression",
+        type=float,
+        default=5.0,
+        metavar="PERCENT",
+        help="regression: the final model's held-out RMSE at most this many percent above the "
+        "published model's, evaluated on this run's held-out split (default 5; 0: no worse at all); "
+        "not used for classification",
+    )
+    gating.add_argument(
+        "--min-gain-vs-trivial",
+        type=float,
+        default=1.0,
+        metavar="POINTS",
+        help="classification: at least this many accuracy points above the trivial predictor on the "
+        "held-out split: always the training split's majority class (faces: chance, 1 / the held-out "
+        "people) (default 1.0, about one standard error of an accuracy over 2,000 held-out examples; "
+        "more than 0: a model only as good as the trivial predictor is never published); not used "
+        "for regression",
+    )
+    gating.add_argument(
+        "--min-relative-gain-vs-trivial",
+        type=float,
+        default=1.0,
+        metavar="PERCENT",
+        help="regression: the final model's held-out RMSE at least this many percent below the "
+        "trivial predictor's, which always predicts the training targets' mean (default 1: about "
+        "R² 0.02; more than 0); not used for classification",
+    )
+    gating.add_argument(
+        "--published",
+        metavar="PATH_OR_GLOB",
+        help="the published model to compare with: a path, or a glob of which the newest match with "
+        "its _SUCCESS marker counts (default: --savefile)",
+    )
     gating.add_argument("--force", action="store_true", help="publish even if the gate fails (recorded in report.json)")
 
 
@@ -175,13 +252,16 @@ def check_args(p, args):
             p.error(f"--{flag.replace('_', '-')} must be between 0 and 1000 (percent)")
     for flag, unit in (("min_gain_vs_trivial", "accuracy points"), ("min_relative_gain_vs_trivial", "percent")):
         if not 0 < getattr(args, flag) <= 100:  # also refuses nan
-            p.error(f"--{flag.replace('_', '-')} must be more than 0 and at most 100 ({unit}): a model only as good "
-                    "as the trivial predictor is never published")
+            p.error(
+                f"--{flag.replace('_', '-')} must be more than 0 and at most 100 ({unit}): a model only as good "
+                "as the trivial predictor is never published"
+            )
 
 
 @dataclasses.dataclass(frozen=True)
 class Places:
     """Where this aggregation reads and writes: the flags, else the working directory's places."""
+
     workdir: Workdir
     train_dir: str
     data_dir: str
@@ -192,13 +272,19 @@ class Places:
     def of(cls, args):
         workdir = Workdir(args.workdir)
         savefile = args.savefile or workdir.final_model
-        return cls(workdir, args.dir or workdir.train, args.data or workdir.data, savefile,
-                   os.path.dirname(os.path.abspath(savefile)))
+        return cls(
+            workdir,
+            args.dir or workdir.train,
+            args.data or workdir.data,
+            savefile,
+            os.path.dirname(os.path.abspath(savefile)),
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class Workers:
     """The finished workers, checked to belong together (checks.wait_for_workers)."""
+
     dirs: list
     markers: list  # their TrainerMarkers, in the order of dirs
     left_out: list  # the workers --min-workers went without (report_builder.missing_workers)
@@ -218,6 +304,7 @@ class Workers:
 class Combined:
     """The final model and what it is: its held-out metrics, its metadata's --combine keys, the report's
     combine section (average runs), and the examples behind it."""
+
     model: object
     meta: dict  # the first worker model's disttrain.json, which the final model's is made of (publish_final)
     metrics: dict
@@ -261,16 +348,35 @@ def main(argv=None):
         import_model_module(args.model_module)
     manifest, metric, workers = wait_for_inputs(args, places)
     if args.baseline:  # refused now, not after every model was evaluated
-        analysis.read_baseline(args.baseline, {"task": manifest.task, "source": manifest.source,
-                                               "split_seed": manifest.seed, "test_examples": manifest.test.examples,
-                                               "labels": manifest.labels, "problem": manifest.problem,
-                                               "target": manifest.target})
+        analysis.read_baseline(
+            args.baseline,
+            {
+                "task": manifest.task,
+                "source": manifest.source,
+                "split_seed": manifest.seed,
+                "test_examples": manifest.test.examples,
+                "labels": manifest.labels,
+                "problem": manifest.problem,
+                "target": manifest.target,
+            },
+        )
     held_out = HeldOut(manifest, places.data_dir)
     rows, result = evaluate_and_combine(args, manifest, workers, held_out, metric)
     histories = [report_builder.load_metrics(d) for d in workers.dirs]
-    report = report_builder.build_report(manifest, metric, workers.strategy, workers.markers, rows, workers.left_out,
-                                         result.metrics, result.trained_on, result.section, result.meta, histories,
-                                         places.data_dir)
+    report = report_builder.build_report(
+        manifest,
+        metric,
+        workers.strategy,
+        workers.markers,
+        rows,
+        workers.left_out,
+        result.metrics,
+        result.trained_on,
+        result.section,
+        result.meta,
+        histories,
+        places.data_dir,
+    )
     report.analysis = analysis.analyse(report.to_json(), held_out.outputs, held_out.x, held_out.y, args.baseline)
     held_out.outputs.clear()  # the predictions are summarised; free them before publishing
     verdict = judge(args, places, manifest, metric, workers, rows, result, held_out, report)
@@ -289,15 +395,20 @@ def wait_for_inputs(args, places):
     min_workers = args.min_workers or expect
     if min_workers > expect:
         raise ContractError(f"--min-workers {min_workers} is more than the {expect} workers expected")
-    dirs, markers, missing = checks.wait_for_workers(places.workdir, places.train_dir, expect, min_workers,
-                                                     args.timeout, args.straggler_wait)
+    dirs, markers, missing = checks.wait_for_workers(
+        places.workdir, places.train_dir, expect, min_workers, args.timeout, args.straggler_wait
+    )
     workers = Workers(dirs, markers, report_builder.missing_workers(manifest, missing), expect)
     combine.check_mode(args.combine, workers.strategy, markers, metric)
     if workers.left_out:
-        print(f"aggregator: {len(markers)} of {expect} workers finished ({workers.strategy}); averaging without "
-              + ", ".join(f"worker {w['worker_index']} ({w['share_of_training_data']:.1%} of the training data)"
-                          for w in workers.left_out),
-              flush=True)
+        print(
+            f"aggregator: {len(markers)} of {expect} workers finished ({workers.strategy}); averaging without "
+            + ", ".join(
+                f"worker {w['worker_index']} ({w['share_of_training_data']:.1%} of the training data)"
+                for w in workers.left_out
+            ),
+            flush=True,
+        )
     else:
         print(f"aggregator: {expect} workers finished ({workers.strategy}); loading models ...", flush=True)
     return manifest, metric, workers
@@ -324,9 +435,14 @@ def evaluate_and_combine(args, manifest, workers, held_out, metric):
         signature = checks.model_signature(model, meta)
         checks.check_model(marker, signature, first_signature)
         name = f"worker {marker.worker_index}" if per_worker else strategy_of(workers.strategy).promoted_as
-        rows.append({"name": name, "worker_index": marker.worker_index,
-                     "examples": marker.examples if per_worker else manifest.train_examples,
-                     **held_out(model, meta, name)})
+        rows.append(
+            {
+                "name": name,
+                "worker_index": marker.worker_index,
+                "examples": marker.examples if per_worker else manifest.train_examples,
+                **held_out(model, meta, name),
+            }
+        )
         if per_worker:
             weighted_sum.add(model.get_weights(), marker.examples)
         if final is None:  # the group's one model: the chief's as is
@@ -345,8 +461,17 @@ def evaluate_and_combine(args, manifest, workers, held_out, metric):
     del weighted_sum  # float64: twice a model's weights, not needed while publishing
     # average, ensemble and best, all evaluated; --combine says which is published
     final, final_metrics, combine_meta, section = combine.candidates(
-        args.combine, manifest.task, combine.worker_model_paths(workers.dirs, workers.markers), workers.markers, rows,
-        final, final_meta, held_out, held_out.feed_for(final_meta), metric=metric)
+        args.combine,
+        manifest.task,
+        combine.worker_model_paths(workers.dirs, workers.markers),
+        workers.markers,
+        rows,
+        final,
+        final_meta,
+        held_out,
+        held_out.feed_for(final_meta),
+        metric=metric,
+    )
     # the examples behind the final model: fewer than the data set's when workers were left out
     trained_on = sum(m.examples for m in workers.markers)
     return rows, Combined(final, final_meta, final_metrics, combine_meta, section, trained_on)
@@ -356,13 +481,23 @@ def judge(args, places, manifest, metric, workers, rows, result, held_out, repor
     """The quality gate's verdict (gate.decide) on the final model, against the best worker, the published
     model (evaluated on this run's held-out split) and the trivial predictor; into report.gate."""
     published = evaluate_published(args.published or places.savefile, manifest, held_out, metric, args.model_module)
-    thresholds = ((args.max_drop_vs_best_worker, args.max_regression) if metric.unit == "fraction"
-                  else (args.max_relative_drop_vs_best_worker, args.max_relative_regression))
-    verdict = gate.decide(result.metrics[metric.key], [(r["name"], r[metric.key]) for r in rows], published,
-                          *thresholds, promoted=not workers.per_worker, metric=metric,
-                          trivial=trivial.trivial_predictor(places.data_dir, manifest, held_out.y),
-                          min_gain_vs_trivial=(args.min_gain_vs_trivial if metric.unit == "fraction"
-                                               else args.min_relative_gain_vs_trivial))
+    thresholds = (
+        (args.max_drop_vs_best_worker, args.max_regression)
+        if metric.unit == "fraction"
+        else (args.max_relative_drop_vs_best_worker, args.max_relative_regression)
+    )
+    verdict = gate.decide(
+        result.metrics[metric.key],
+        [(r["name"], r[metric.key]) for r in rows],
+        published,
+        *thresholds,
+        promoted=not workers.per_worker,
+        metric=metric,
+        trivial=trivial.trivial_predictor(places.data_dir, manifest, held_out.y),
+        min_gain_vs_trivial=(
+            args.min_gain_vs_trivial if metric.unit == "fraction" else args.min_relative_gain_vs_trivial
+        ),
+    )
     # forced: published only because of --force
     report.gate = dict(verdict, forced=args.force and not verdict["passed"], published=published)
     return verdict
@@ -378,68 +513,108 @@ def print_outcome(report, combined, metric):
         origin = report.parameters_origin or {}
         # (numbers, and a few words: localsgd's outer_optimizer and allreduce_dtype)
         # (learning_rate None: the model's compiled optimizer, which `optimizer` describes)
-        print("aggregator: trained with " + ", ".join(f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                                                      for k, v in sorted(report.training_parameters.items())
-                                                      if v is not None)
-              + (f" from the sweep ({origin.get('file')}, trial {origin.get('trial')})" if origin.get("source") == "sweep"
-                 else " from the trainer's flags"), flush=True)
+        print(
+            "aggregator: trained with "
+            + ", ".join(
+                f"{k}={v:g}" if isinstance(v, (int, float)) else f"{k}={v}"
+                for k, v in sorted(report.training_parameters.items())
+                if v is not None
+            )
+            + (
+                f" from the sweep ({origin.get('file')}, trial {origin.get('trial')})"
+                if origin.get("source") == "sweep"
+                else " from the trainer's flags"
+            ),
+            flush=True,
+        )
     print(f"aggregator: {gate.summary(report.gate)}", flush=True)
 
 
 def publish_final(args, places, manifest, metric, workers, result, report, histories, verdict, held_out):
     """A model the gate refused (without --force) into rejected/<time>/ with its report (gate.GateRefused);
     else its exports, --publish-to, the TensorBoard events, the model and its report, then the marker."""
-    meta = dict(result.meta, strategy=workers.strategy, workers=workers.expect, examples=result.trained_on,
-                aggregated_from=[m.worker_index for m in workers.markers] if workers.per_worker else [0],
-                **result.combine_meta)
+    meta = dict(
+        result.meta,
+        strategy=workers.strategy,
+        workers=workers.expect,
+        examples=result.trained_on,
+        aggregated_from=[m.worker_index for m in workers.markers] if workers.per_worker else [0],
+        **result.combine_meta,
+    )
     meta.pop("worker_index", None)
     if not verdict["passed"] and not args.force:
         reject(places, result.model, meta, report, histories, verdict)
     staged = None
     if args.exports:  # built and checked before anything is published; a failure publishes nothing
         print(f"aggregator: exporting {', '.join(args.exports)} ...", flush=True)
-        staged = exports.stage(places.final_dir, args.exports, result.model, manifest.task, meta,
-                               held_out.feed_for(meta), held_out.y, manifest.seed, result.metrics[metric.key], metric)
+        staged = exports.stage(
+            places.final_dir,
+            args.exports,
+            result.model,
+            manifest.task,
+            meta,
+            held_out.feed_for(meta),
+            held_out.y,
+            manifest.seed,
+            result.metrics[metric.key],
+            metric,
+        )
         report.exports = staged.report
     else:
         report.exports = {"requested": []}
     left = exports.stale(places.final_dir, args.exports)
     if left:
         report.exports["stale"] = left
-        print(f"aggregator: warning: {', '.join(left)} in {places.final_dir} are an earlier model's exports (not in "
-              f"--exports {','.join(args.exports) or 'none'}); left as they are", flush=True)
+        print(
+            f"aggregator: warning: {', '.join(left)} in {places.final_dir} are an earlier model's exports (not in "
+            f"--exports {','.join(args.exports) or 'none'}); left as they are",
+            flush=True,
+        )
     try:
         if args.publish_to:  # uploaded first: a failed upload publishes nothing in final_dir either
-            report.published.append(publish.publish_model(args.publish_to, result.model, meta, report, staged,
-                                                          places.final_dir))
+            report.published.append(
+                publish.publish_model(args.publish_to, result.model, meta, report, staged, places.final_dir)
+            )
         # WORKDIR/tensorboard: the held-out metrics for TensorBoard
         write_event_files(os.path.dirname(places.final_dir), report)
-        report_builder.write_model_and_report(places.final_dir, places.savefile, result.model, meta, report, histories,
-                                              staged)
+        report_builder.write_model_and_report(
+            places.final_dir, places.savefile, result.model, meta, report, histories, staged
+        )
     finally:
         if staged:
             staged.discard()  # (already gone once published)
     if staged:
         report_builder.print_exports(report.exports, places.final_dir)
-    write_marker(places.final_dir, "aggregator", model=os.path.basename(places.savefile), strategy=workers.strategy,
-                 test_accuracy=result.metrics.get("test_accuracy"), problem=manifest.problem,
-                 final_test_metric={"name": metric.name, "value": result.metrics[metric.key],
-                                    "direction": metric.direction})
+    write_marker(
+        places.final_dir,
+        "aggregator",
+        model=os.path.basename(places.savefile),
+        strategy=workers.strategy,
+        test_accuracy=result.metrics.get("test_accuracy"),
+        problem=manifest.problem,
+        final_test_metric={"name": metric.name, "value": result.metrics[metric.key], "direction": metric.direction},
+    )
     print(f"aggregator: published {places.savefile} (report: {os.path.join(places.final_dir, REPORT_FILE)})")
 
 
 def reject(places, model, meta, report, histories, verdict):
     """The refused model and its report into rejected/<time>/ beside the final directory; raise gate.GateRefused.
     final/ is not touched, so a server watching it keeps serving the published model."""
-    rejected = os.path.join(os.path.dirname(places.final_dir), "rejected",
-                            time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z")
+    rejected = os.path.join(
+        os.path.dirname(places.final_dir),
+        "rejected",
+        time.strftime("%Y%m%dT%H%M%S", time.gmtime()) + f".{time.time_ns() % 10**9:09d}Z",
+    )
     with atomic_path(rejected) as tmp:  # the whole directory appears at once, or nothing
         os.makedirs(tmp)
-        report_builder.write_model_and_report(tmp, os.path.join(tmp, os.path.basename(places.savefile)), model, meta,
-                                              report, histories)
-    raise gate.GateRefused(f"refused to publish the final model: {'; '.join(verdict['reasons'])}. "
-                           f"It is kept with its report in {rejected}; the published model is unchanged "
-                           "(--force publishes it anyway)")
+        report_builder.write_model_and_report(
+            tmp, os.path.join(tmp, os.path.basename(places.savefile)), model, meta, report, histories
+        )
+    raise gate.GateRefused(
+        f"refused to publish the final model: {'; '.join(verdict['reasons'])}. "
+        f"It is kept with its report in {rejected}; the published model is unchanged "
+        "(--force publishes it anyway)"
+    )
 
 
 def cli():

@@ -187,21 +187,34 @@ def upload_release(url, report, model_path, saved_model_dir=None, tflite_path=No
     n = max(int(version or time.time()), store.highest() + 1)
     release = join(url, RELEASES, n)
     files = local_files(saved_model_dir) if saved_model_dir else {}  # relative path -> local path
-    entry = {"url": url, "version": n, "published_at": time.time(), "release": release,
-             "model": join(release, "model.keras"), "report": join(release, "report.json")}
+    entry = {
+        "url": url,
+        "version": n,
+        "published_at": time.time(),
+        "release": release,
+        "model": join(release, "model.keras"),
+        "report": join(release, "report.json"),
+    }
     if files:
-        entry.update(storage_uri=join(release, SAVED_MODEL_DIR), saved_model=join(url, SAVED_MODEL_DIR, n),
-                     tf_serving_base_path=join(url, SAVED_MODEL_DIR))
-    report_bytes = (json.dumps({**report, "published": [*(report.get("published") or []), entry]},
-                               indent=2, sort_keys=True) + "\n").encode()
+        entry.update(
+            storage_uri=join(release, SAVED_MODEL_DIR),
+            saved_model=join(url, SAVED_MODEL_DIR, n),
+            tf_serving_base_path=join(url, SAVED_MODEL_DIR),
+        )
+    report_bytes = (
+        json.dumps({**report, "published": [*(report.get("published") or []), entry]}, indent=2, sort_keys=True) + "\n"
+    ).encode()
     written, copied = [], []  # what to remove if this process sees the publish fail
     pb_copied = False
     try:
         # 3. the release: the SavedModel (saved_model.pb last), the models, the report, RELEASE.json
         objects = {}
         uploads = [(join(SAVED_MODEL_DIR, n, rel), files[rel]) for rel in saved_model_order(files)]
-        uploads += [(name, path) for name, path in (("model.tflite", tflite_path), ("model.keras", model_path))
-                    if path and os.path.exists(path)]
+        uploads += [
+            (name, path)
+            for name, path in (("model.tflite", tflite_path), ("model.keras", model_path))
+            if path and os.path.exists(path)
+        ]
         for key, path in uploads:
             objectstore.upload(path, join(release, key))
             written.append(join(release, key))
@@ -212,7 +225,9 @@ def upload_release(url, report, model_path, saved_model_dir=None, tflite_path=No
         objects["report.json"] = len(report_bytes)
         say(f"publish: put {join(release, 'report.json')}")
         manifest = {"version": n, "objects": objects, "published_at": entry["published_at"]}
-        objectstore.write_bytes(join(release, RELEASE_MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode())
+        objectstore.write_bytes(
+            join(release, RELEASE_MANIFEST), json.dumps(manifest, indent=2, sort_keys=True).encode()
+        )
         written.append(join(release, RELEASE_MANIFEST))
         say(f"publish: put {join(release, RELEASE_MANIFEST)} (release {n} complete)")
         # 4. what interrupted publishes left
@@ -245,10 +260,18 @@ def upload_release(url, report, model_path, saved_model_dir=None, tflite_path=No
 def clean_up(store, exclude, started, say=print):
     """Remove what interrupted publishes left (module docstring, step 4)."""
     url = store.url
-    gone = [join(url, SAVED_MODEL_DIR, n, rel) for n, files in store.base.items()
-            if n != exclude and SAVED_MODEL_PB not in files for rel in files]
-    gone += [join(url, RELEASES, n, rel) for n, files in store.releases.items()
-             if n != exclude and RELEASE_MANIFEST not in files for rel in files]
+    gone = [
+        join(url, SAVED_MODEL_DIR, n, rel)
+        for n, files in store.base.items()
+        if n != exclude and SAVED_MODEL_PB not in files
+        for rel in files
+    ]
+    gone += [
+        join(url, RELEASES, n, rel)
+        for n, files in store.releases.items()
+        if n != exclude and RELEASE_MANIFEST not in files
+        for rel in files
+    ]
     gone += [join(url, key) for key in store.other]
     if gone:
         objectstore.remove(gone)
@@ -285,21 +308,34 @@ def publish_model(url, model, meta, report, staged, final_dir):
             shutil.rmtree(os.path.join(final_dir, leftover), ignore_errors=True)
         scratch = tempfile.mkdtemp(prefix=LOCAL_TEMP_PREFIX, dir=final_dir)
     except OSError as err:
-        raise ContractError(f"--publish-to {url}: cannot write the model for the upload in {final_dir}: {err}") from None
+        raise ContractError(
+            f"--publish-to {url}: cannot write the model for the upload in {final_dir}: {err}"
+        ) from None
     try:
         model_path = os.path.join(scratch, "model.keras")
         save_model(model, model_path, meta)
         with_saved_model = staged is not None and "saved_model" in staged.kinds
-        entry = publish(url, report.to_json(), model_path,
-                       staged.saved_model_path if with_saved_model else None,
-                       staged.tflite_path if staged is not None else None,
-                       staged.version if with_saved_model else None,
-                       say=lambda line: None)
+        entry = publish(
+            url,
+            report.to_json(),
+            model_path,
+            staged.saved_model_path if with_saved_model else None,
+            staged.tflite_path if staged is not None else None,
+            staged.version if with_saved_model else None,
+            say=lambda line: None,
+        )
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(f"aggregator: uploaded release {entry['version']} to {entry['release']}"
-          + (f" (TF Serving --model_base_path={entry['tf_serving_base_path']}, KServe storageUri: "
-             f"{entry['storage_uri']})" if "storage_uri" in entry else ""), flush=True)
+    print(
+        f"aggregator: uploaded release {entry['version']} to {entry['release']}"
+        + (
+            f" (TF Serving --model_base_path={entry['tf_serving_base_path']}, KServe storageUri: "
+            f"{entry['storage_uri']})"
+            if "storage_uri" in entry
+            else ""
+        ),
+        flush=True,
+    )
     details = {key: value for key, value in entry.items() if key not in ("url", "version", "published_at")}
     return Publication(entry["url"], entry["version"], entry["published_at"], details)
 
@@ -326,8 +362,9 @@ def publish_final_dir(final_dir, url, say=print):
     saved_model_dir = os.path.join(final_dir, section["path"]) if section.get("path") else None
     if saved_model_dir and not os.path.isfile(os.path.join(saved_model_dir, SAVED_MODEL_PB)):
         raise ContractError(f"{saved_model_dir} is not a SavedModel (no {SAVED_MODEL_PB}); report.json names it")
-    return publish(url, report, model_path, saved_model_dir, os.path.join(final_dir, TFLITE_FILE),
-                  section.get("version"), say)
+    return publish(
+        url, report, model_path, saved_model_dir, os.path.join(final_dir, TFLITE_FILE), section.get("version"), say
+    )
 
 
 def main(argv=None):
@@ -335,7 +372,8 @@ def main(argv=None):
         prog="python -m disttrain_aggregator.publish",
         description="Upload what disttrain-aggregator published in FINAL_DIR (the SavedModel, model.keras, "
         "model.tflite, report.json) to object storage as a new release, as --publish-to does, and remove what "
-        "interrupted publishes left there. Credentials and endpoint: the standard AWS variables.")
+        "interrupted publishes left there. Credentials and endpoint: the standard AWS variables.",
+    )
     p.add_argument("final_dir", metavar="FINAL_DIR", help="the aggregator's final directory (WORKDIR/final)")
     p.add_argument("url", metavar="s3://BUCKET/PREFIX", type=parse_url, help="where to publish")
     args = p.parse_args(argv)

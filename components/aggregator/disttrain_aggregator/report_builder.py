@@ -23,8 +23,20 @@ from disttrain_contract.tasks import task_of
 from disttrain_contract.trainer_records import metrics_path, read_epoch_records
 
 
-def build_report(manifest, metric, strategy, markers, rows, left_out, final_metrics, trained_on, combined, final_meta,
-                 histories, data_dir):
+def build_report(
+    manifest,
+    metric,
+    strategy,
+    markers,
+    rows,
+    left_out,
+    final_metrics,
+    trained_on,
+    combined,
+    final_meta,
+    histories,
+    data_dir,
+):
     """The report of what was measured: `rows` the evaluated worker models (or the promoted chief's), the
     final model's `final_metrics` on `trained_on` examples, `combined` the --combine candidates (average);
     `markers` the workers' TrainerMarkers, `histories` their EpochRecords."""
@@ -77,8 +89,14 @@ def run_privacy(markers):
 
 def missing_workers(manifest, missing):
     """What the report says of each worker left out by --min-workers: its shard's share of the data."""
-    return [{"worker_index": i, "shard_examples": manifest.shard(i).examples,
-             "share_of_training_data": manifest.shard(i).examples / manifest.train_examples} for i in missing]
+    return [
+        {
+            "worker_index": i,
+            "shard_examples": manifest.shard(i).examples,
+            "share_of_training_data": manifest.shard(i).examples / manifest.train_examples,
+        }
+        for i in missing
+    ]
 
 
 def ps_facts(markers):
@@ -116,15 +134,18 @@ def print_table(report):
     if report.retrieval:
         held_out += f" of {report.final['test_people']} people never seen in training"
     if report.problem == "regression":
-        held_out += (f"; target {report.target!r}, RMSE and MAE in its unit (lower is better), R² of 1 is a "
-                     "perfect fit")
+        held_out += f"; target {report.target!r}, RMSE and MAE in its unit (lower is better), R² of 1 is a perfect fit"
     if report.privacy is not None:
-        held_out += (f"; differentially private: ε = {report.privacy.epsilon:.2f} at δ = {report.privacy.delta:g} "
-                     f"({report.privacy.details.get('accountant', 'RDP')})")
+        held_out += (
+            f"; differentially private: ε = {report.privacy.epsilon:.2f} at δ = {report.privacy.delta:g} "
+            f"({report.privacy.details.get('accountant', 'RDP')})"
+        )
         parts = report.privacy.details
         if parts.get("vocabulary"):  # a private vocabulary: the total is the two parts added
-            held_out += (f", the sum of training's ε = {parts['training']['epsilon']:.2f} and the private vocabulary's "
-                         f"ε = {parts['vocabulary']['epsilon']:.2f}")
+            held_out += (
+                f", the sum of training's ε = {parts['training']['epsilon']:.2f} and the private vocabulary's "
+                f"ε = {parts['vocabulary']['epsilon']:.2f}"
+            )
     print(held_out + "\n")
     if report.retrieval and "test_darker_margin" in report.final.metrics:
         print_hard_queries(report.final.metrics)
@@ -135,8 +156,10 @@ def print_hard_queries(final):
     print(f"{'final model, query':<24}{'top-1':>10}{'right dist':>12}{'wrong dist':>12}{'margin':>10}")
     print("-" * 68)
     for kind, title in (("darker", "0.7x darker"), ("rotated", "rotated 6 degrees"), ("smaller", "1/3 resolution")):
-        print(f"{title:<24}{final[f'test_{kind}_top1_accuracy']:>10.4f}{final[f'test_{kind}_right_distance']:>12.4f}"
-              f"{final[f'test_{kind}_nearest_wrong_distance']:>12.4f}{final[f'test_{kind}_margin']:>9.2f}x")
+        print(
+            f"{title:<24}{final[f'test_{kind}_top1_accuracy']:>10.4f}{final[f'test_{kind}_right_distance']:>12.4f}"
+            f"{final[f'test_{kind}_nearest_wrong_distance']:>12.4f}{final[f'test_{kind}_margin']:>9.2f}x"
+        )
     print("margin: mean distance to the nearest wrong person / to the right one\n")
 
 
@@ -158,40 +181,67 @@ def plot_report(report, histories, path):
     hard = task_of(report).retrieval and "test_darker_margin" in report["final"]  # the faces' harder queries
     primary = report.get("primary_metric") or {"name": "accuracy", "label": "accuracy", "direction": "max"}
     key, fraction = f"test_{primary['name']}", primary["name"] == "accuracy"
-    ylabel = ("held-out top-1 retrieval" if task_of(report).retrieval
-              else f"held-out {primary['label']}" + ("" if fraction else f" ({'lower' if primary['direction'] == 'min' else 'higher'} is better)"))
+    ylabel = (
+        "held-out top-1 retrieval"
+        if task_of(report).retrieval
+        else f"held-out {primary['label']}"
+        + ("" if fraction else f" ({'lower' if primary['direction'] == 'min' else 'higher'} is better)")
+    )
     fig, axes = plt.subplots(1, 3 if hard else 2, figsize=(16 if hard else 11, 4))
     bars, curves = axes[0], axes[1]
-    candidates = [(name, c) for name, c in (report.get("combine") or {}).get("candidates", {}).items()
-                  if c.get("available") is not False]
-    names = ([r["name"] for r in report["workers"]]
-             + [f"best (w{c['worker_index']})" if name == "best" else name for name, c in candidates] + ["final"])
+    candidates = [
+        (name, c)
+        for name, c in (report.get("combine") or {}).get("candidates", {}).items()
+        if c.get("available") is not False
+    ]
+    names = (
+        [r["name"] for r in report["workers"]]
+        + [f"best (w{c['worker_index']})" if name == "best" else name for name, c in candidates]
+        + ["final"]
+    )
     values = [r[key] for r in report["workers"]] + [c[key] for _, c in candidates] + [report["final"][key]]
     colors = ["#8da0cb"] * len(report["workers"]) + ["#66c2a5"] * len(candidates) + ["#fc8d62"]
     bars.bar(names, values, color=colors)
     for x, v in enumerate(values):
-        bars.text(x, v, f"{v:.3f}" if fraction else f"{v:.4g}", ha="center", va="bottom", fontsize=8 if len(values) > 5 else 10)
+        bars.text(
+            x,
+            v,
+            f"{v:.3f}" if fraction else f"{v:.4g}",
+            ha="center",
+            va="bottom",
+            fontsize=8 if len(values) > 5 else 10,
+        )
     if len(values) > 5:
         bars.tick_params(axis="x", labelrotation=30, labelsize=8)
     # the quality gate's floor: what a model that ignores its input scores (gate.py's trivial check)
     floor = next((c for c in (report.get("gate") or {}).get("checks", []) if c["name"] == "trivial"), None)
     if floor:
-        bars.axhline(floor["reference_value"], color="#555555", linestyle=":",
-                     label=f"trivial predictor ({floor['predictor']['name']}): {floor['reference_value']:.4g}")
+        bars.axhline(
+            floor["reference_value"],
+            color="#555555",
+            linestyle=":",
+            label=f"trivial predictor ({floor['predictor']['name']}): {floor['reference_value']:.4g}",
+        )
         bars.legend(fontsize=8, loc="lower right")
     finite = [v for v in values if np.isfinite(v)] + ([floor["reference_value"]] if floor else [])
     bars.set_ylim(0, 1.05 if fraction else 1.15 * max(finite + [1e-9]))
     bars.set_ylabel(ylabel)
-    bars.set_title(f"{report['task']} / {report['strategy']}"
-                   + (f": {report['combine']['published']} published" if report.get("combine") else "")
-                   + (f"\n{'DP-SGD + private vocabulary' if report['privacy'].get('vocabulary') else 'DP-SGD'}: "
-                      f"ε = {report['privacy']['epsilon']:.2f}, δ = {report['privacy']['delta']:g}"
-                      if report.get("privacy") else ""))
+    bars.set_title(
+        f"{report['task']} / {report['strategy']}"
+        + (f": {report['combine']['published']} published" if report.get("combine") else "")
+        + (
+            f"\n{'DP-SGD + private vocabulary' if report['privacy'].get('vocabulary') else 'DP-SGD'}: "
+            f"ε = {report['privacy']['epsilon']:.2f}, δ = {report['privacy']['delta']:g}"
+            if report.get("privacy")
+            else ""
+        )
+    )
     for i, history in enumerate(histories):
         evaluated = [e for e in history if key in e.metrics]  # multiworker, localsgd: the chief evaluates
         if evaluated:
-            curves.plot([e.epoch for e in evaluated], [e.metrics[key] for e in evaluated], marker="o",
-                        label=f"worker {i}")
+            curves.plot(
+                [e.epoch for e in evaluated], [e.metrics[key] for e in evaluated], marker="o", label=f"worker {i}"
+            )
     curves.axhline(report["final"][key], color="#fc8d62", linestyle="--", label="final model")
     curves.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     curves.set_xlabel("epoch")
@@ -203,11 +253,16 @@ def plot_report(report, histories, path):
     data = report.get("data")
     if data:
         skew = [v for v in (data.get("label_skew") or {}).values() if isinstance(v, (int, float))]
-        fig.text(0.01, 0.01, f"data: validation {'passed' if data['passed'] else 'FAILED'}, {len(data['warnings'])} warning(s), "
-                 f"{data['leaked_duplicates']} held-out input(s) also in training"
-                 + (f", largest label skew {max(skew):.3f} (total-variation distance)" if skew else "")
-                 + f"; {report['final']['examples']:,} training / {report['test_examples']:,} held-out examples",
-                 fontsize=8, color="#555555")
+        fig.text(
+            0.01,
+            0.01,
+            f"data: validation {'passed' if data['passed'] else 'FAILED'}, {len(data['warnings'])} warning(s), "
+            f"{data['leaked_duplicates']} held-out input(s) also in training"
+            + (f", largest label skew {max(skew):.3f} (total-variation distance)" if skew else "")
+            + f"; {report['final']['examples']:,} training / {report['test_examples']:,} held-out examples",
+            fontsize=8,
+            color="#555555",
+        )
         fig.tight_layout(rect=(0, 0.04, 1, 1))
     else:
         fig.tight_layout()
@@ -225,8 +280,14 @@ def plot_hard_queries(axis, final):
     axis.bar(x - 0.2, right, 0.4, label="right person", color="#66c2a5")
     axis.bar(x + 0.2, wrong, 0.4, label="nearest wrong person", color="#e78ac3")
     for i, (k, _) in enumerate(kinds):
-        axis.text(i, max(right[i], wrong[i]), f"top-1 {final[f'test_{k}_top1_accuracy']:.2f}\n{final[f'test_{k}_margin']:.1f}x",
-                  ha="center", va="bottom", fontsize=8)
+        axis.text(
+            i,
+            max(right[i], wrong[i]),
+            f"top-1 {final[f'test_{k}_top1_accuracy']:.2f}\n{final[f'test_{k}_margin']:.1f}x",
+            ha="center",
+            va="bottom",
+            fontsize=8,
+        )
     axis.set_xticks(x, [title for _, title in kinds])
     axis.set_ylabel("mean embedding distance")
     axis.set_ylim(0, max(wrong + right) * 1.35)
@@ -242,8 +303,10 @@ def write_model_and_report(directory, savefile, final, meta, report, histories, 
     # disk while writing the model leaves no new report next to the old model, and no
     # temporary behind.
     with contextlib.ExitStack() as publish:
-        report_tmp, png_tmp, analysis_tmp = (publish.enter_context(atomic_path(os.path.join(directory, name)))
-                                             for name in (REPORT_FILE, "report.png", "analysis.png"))
+        report_tmp, png_tmp, analysis_tmp = (
+            publish.enter_context(atomic_path(os.path.join(directory, name)))
+            for name in (REPORT_FILE, "report.png", "analysis.png")
+        )
         plotted = report.to_json()  # (the plots read the report's JSON form)
         plot_report(plotted, histories, png_tmp)
         started = time.perf_counter()
@@ -260,17 +323,23 @@ def print_exports(section, final_dir):
     saved = section.get("saved_model")
     if saved:
         signatures = ", ".join(f"{key}({', '.join(sig['inputs'])})" for key, sig in saved["signatures"].items())
-        print(f"aggregator: SavedModel {os.path.join(final_dir, saved['path'])} (TF Serving --model_base_path="
-              f"{os.path.join(final_dir, saved['base_path'])}): {signatures}; outputs within "
-              f"{saved['max_abs_diff_vs_keras']:.2g} of the Keras model's", flush=True)
+        print(
+            f"aggregator: SavedModel {os.path.join(final_dir, saved['path'])} (TF Serving --model_base_path="
+            f"{os.path.join(final_dir, saved['base_path'])}): {signatures}; outputs within "
+            f"{saved['max_abs_diff_vs_keras']:.2g} of the Keras model's",
+            flush=True,
+        )
     lite = section.get("tflite")
     if lite and "skipped" in lite:
         print(f"aggregator: no TFLite model: {lite['skipped']}", flush=True)
     elif lite:
         name = lite.get("metric", "accuracy")
         title = "accuracy" if name == "accuracy" else name.upper() if name in ("rmse", "mae") else name
-        print(f"aggregator: TFLite {os.path.join(final_dir, lite['path'])} "
-              f"({', '.join(i['name'] for i in lite['inputs'])} in): "
-              f"{lite['size_bytes']:,} bytes, builtin ops only; held-out {title} {lite[f'test_{name}']:.4f} "
-              f"(Keras {lite[f'keras_test_{name}']:.4f}); one instance {lite['latency_ms']['tflite_median']:.2f} ms "
-              f"(Keras {lite['latency_ms']['keras_median']:.2f} ms)", flush=True)
+        print(
+            f"aggregator: TFLite {os.path.join(final_dir, lite['path'])} "
+            f"({', '.join(i['name'] for i in lite['inputs'])} in): "
+            f"{lite['size_bytes']:,} bytes, builtin ops only; held-out {title} {lite[f'test_{name}']:.4f} "
+            f"(Keras {lite[f'keras_test_{name}']:.4f}); one instance {lite['latency_ms']['tflite_median']:.2f} ms "
+            f"(Keras {lite['latency_ms']['keras_median']:.2f} ms)",
+            flush=True,
+        )

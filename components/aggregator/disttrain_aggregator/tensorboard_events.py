@@ -19,8 +19,11 @@ from disttrain_contract.layout import worker_dirname
 
 
 def held_out_scalars(metrics):
-    return {key: float(value) for key, value in metrics.items()
-            if key.startswith("test_") and isinstance(value, (int, float)) and not isinstance(value, bool)}
+    return {
+        key: float(value)
+        for key, value in metrics.items()
+        if key.startswith("test_") and isinstance(value, (int, float)) and not isinstance(value, bool)
+    }
 
 
 def write_event_files(workdir_root, report):

@@ -31,20 +31,31 @@ def trivial_predictor(data_dir, manifest, y_test):
     y_test = np.asarray(y_test)
     if TASKS[manifest.task].retrieval:
         people = len(set(int(v) for v in y_test))
-        return {"name": "chance", "value": 1.0 / people,
-                "description": f"chance: 1 of the {people} held-out people's gallery photos, picked blindly"}
+        return {
+            "name": "chance",
+            "value": 1.0 / people,
+            "description": f"chance: 1 of the {people} held-out people's gallery photos, picked blindly",
+        }
     if manifest.problem == "regression":
         mean = _training_target_mean(data_dir, manifest)
         rmse = float(np.sqrt(np.mean((y_test.astype(np.float64) - mean) ** 2)))
-        return {"name": "training mean", "value": rmse, "training_mean": mean,
-                "description": f"always the training targets' mean {mean:.4g}"}
+        return {
+            "name": "training mean",
+            "value": rmse,
+            "training_mean": mean,
+            "description": f"always the training targets' mean {mean:.4g}",
+        }
     counts = _training_label_counts(data_dir, manifest)
     majority = int(np.argmax(counts))  # (ties: the first label)
     label = manifest.labels[majority]
-    return {"name": "majority class", "value": float(np.mean(y_test == majority)), "label": label,
-            "training_share": float(counts[majority] / counts.sum()),
-            "description": f"always the training split's majority class {label!r} "
-                           f"({counts[majority] / counts.sum():.1%} of the training examples)"}
+    return {
+        "name": "majority class",
+        "value": float(np.mean(y_test == majority)),
+        "label": label,
+        "training_share": float(counts[majority] / counts.sum()),
+        "description": f"always the training split's majority class {label!r} "
+        f"({counts[majority] / counts.sum():.1%} of the training examples)",
+    }
 
 
 def _training_label_counts(data_dir, manifest):
@@ -61,7 +72,9 @@ def _training_target_mean(data_dir, manifest):
     statistics = manifest.target_statistics or {}
     if isinstance(statistics.get("mean"), (int, float)):
         return float(statistics["mean"])
-    return float(np.concatenate([_shard_labels(data_dir, manifest, s) for s in manifest.shards]).astype(np.float64).mean())
+    return float(
+        np.concatenate([_shard_labels(data_dir, manifest, s) for s in manifest.shards]).astype(np.float64).mean()
+    )
 
 
 def _stats(data_dir, manifest):

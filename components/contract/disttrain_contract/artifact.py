@@ -95,7 +95,9 @@ def imdecode(data, flag):
         image = cv2.imdecode(buffer, flag) if buffer.size else None
     except cv2.error as err:
         if "MAX_IMAGE_PIXELS" in str(err):
-            raise ContractError("not a decodable image: it has more pixels than the limit (OPENCV_IO_MAX_IMAGE_PIXELS)") from None
+            raise ContractError(
+                "not a decodable image: it has more pixels than the limit (OPENCV_IO_MAX_IMAGE_PIXELS)"
+            ) from None
         raise ContractError(f"not a decodable image: {str(err).strip().splitlines()[-1]}") from None
     if image is None:
         raise ContractError("not a decodable image (corrupt or unsupported format)")
@@ -132,8 +134,9 @@ def decode_image_graph(data, height, width, channels):
             resized = tf.image.resize(image, [height, width], method=method)
             return tf.cast(tf.clip_by_value(tf.round(resized), 0.0, 255.0), tf.uint8)
 
-        out = tf.cond(same, lambda: image,
-                      lambda: tf.cond(shrinking, lambda: resize("area"), lambda: resize("bilinear")))
+        out = tf.cond(
+            same, lambda: image, lambda: tf.cond(shrinking, lambda: resize("area"), lambda: resize("bilinear"))
+        )
         return tf.ensure_shape(out, [height, width, channels])
 
     return tf.map_fn(decode, data, fn_output_signature=tf.TensorSpec([height, width, channels], tf.uint8))

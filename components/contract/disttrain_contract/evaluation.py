@@ -63,10 +63,14 @@ def regression_metrics(predictions, targets):
     predicted = np.asarray(predictions, dtype=np.float64).reshape(len(predictions), -1)[:, 0]
     target = np.asarray(targets, dtype=np.float64)
     error = predicted - target
-    mse = float(np.mean(error ** 2))
+    mse = float(np.mean(error**2))
     variance = float(np.var(target))
-    return {"loss": mse, "rmse": float(np.sqrt(mse)), "mae": float(np.mean(np.abs(error))),
-            "r2": float(1.0 - mse / variance) if variance > 0 else float("nan")}
+    return {
+        "loss": mse,
+        "rmse": float(np.sqrt(mse)),
+        "mae": float(np.mean(np.abs(error))),
+        "r2": float(1.0 - mse / variance) if variance > 0 else float("nan"),
+    }
 
 
 def compiled(model):
@@ -110,7 +114,9 @@ def evaluate(model, task, x, y, seed=0, meta=None, outputs=None, head=None):
     if TASKS[task].retrieval:
         from disttrain_contract.faces import FACE_PREPROCESSING, preprocessing_of
 
-        return evaluate_retrieval(model, x, y, seed, FACE_PREPROCESSING if meta is None else preprocessing_of(meta), outputs)
+        return evaluate_retrieval(
+            model, x, y, seed, FACE_PREPROCESSING if meta is None else preprocessing_of(meta), outputs
+        )
     head = head or head_of(meta)
     raw = predict(model, x)
     if head == "value":

@@ -112,8 +112,9 @@ def count_eyes(gray, box):
     box's height, each eye 1/10 to 1/3 of the box wide."""
     x, y, w, h = box
     band = gray[y + h // 8 : y + h * 5 // 8, x : x + w]
-    eyes = _eye_cascade().detectMultiScale(band, scaleFactor=1.1, minNeighbors=3,
-                                           minSize=(max(1, w // 10),) * 2, maxSize=(max(2, w // 3),) * 2)
+    eyes = _eye_cascade().detectMultiScale(
+        band, scaleFactor=1.1, minNeighbors=3, minSize=(max(1, w // 10),) * 2, maxSize=(max(2, w // 3),) * 2
+    )
     return len(eyes)
 
 
@@ -124,8 +125,9 @@ def detect_faces(image):
 
     gray = cv2.equalizeHist(to_gray(image))
     smallest = max(24, min(gray.shape[:2]) // 10)
-    boxes, _, weights = _cascade().detectMultiScale3(gray, scaleFactor=1.1, minNeighbors=4, minSize=(smallest, smallest),
-                                                     outputRejectLevels=True)
+    boxes, _, weights = _cascade().detectMultiScale3(
+        gray, scaleFactor=1.1, minNeighbors=4, minSize=(smallest, smallest), outputRejectLevels=True
+    )
     candidates = []
     for box, weight in zip(boxes if len(boxes) else [], np.ravel(weights) if len(boxes) else []):
         box = tuple(int(v) for v in box)
@@ -172,8 +174,9 @@ def preprocessing_of(meta):
     predates the field; ContractError for a version this code does not know."""
     version = meta.get("face_preprocessing", 1)
     if isinstance(version, bool) or version not in PREPROCESSING_VERSIONS:
-        raise ContractError(f"face_preprocessing {version!r} is not one of {PREPROCESSING_VERSIONS}: "
-                            "the model needs a newer disttrain")
+        raise ContractError(
+            f"face_preprocessing {version!r} is not one of {PREPROCESSING_VERSIONS}: the model needs a newer disttrain"
+        )
     return version
 
 
@@ -257,8 +260,11 @@ def augment(face, rng):
     image = cv2.warpAffine(image, matrix, (size, size), borderMode=cv2.BORDER_REFLECT)
     if rng.random() < LOW_RESOLUTION_CHANCE:
         small = max(4, int(round(size * rng.uniform(*LOW_RESOLUTION))))
-        image = cv2.resize(cv2.resize(image, (small, small), interpolation=cv2.INTER_AREA), (size, size),
-                           interpolation=cv2.INTER_LINEAR)
+        image = cv2.resize(
+            cv2.resize(image, (small, small), interpolation=cv2.INTER_AREA),
+            (size, size),
+            interpolation=cv2.INTER_LINEAR,
+        )
     mean = image.mean()
     image = ((image - mean) * rng.uniform(*CONTRAST_RANGE) + mean) * rng.uniform(*BRIGHTNESS_FACTOR)
     if rng.random() < 0.5:
@@ -281,12 +287,16 @@ def hard_query(face, kind):
     if kind == "darker":
         image = image * 0.7
     elif kind == "rotated":
-        image = cv2.warpAffine(image, cv2.getRotationMatrix2D((size / 2, size / 2), 6, 1.0), (size, size),
-                               borderMode=cv2.BORDER_REFLECT)
+        image = cv2.warpAffine(
+            image, cv2.getRotationMatrix2D((size / 2, size / 2), 6, 1.0), (size, size), borderMode=cv2.BORDER_REFLECT
+        )
     elif kind == "smaller":
         small = max(4, round(size / 3))
-        image = cv2.resize(cv2.resize(image, (small, small), interpolation=cv2.INTER_AREA), (size, size),
-                           interpolation=cv2.INTER_LINEAR)
+        image = cv2.resize(
+            cv2.resize(image, (small, small), interpolation=cv2.INTER_AREA),
+            (size, size),
+            interpolation=cv2.INTER_LINEAR,
+        )
     else:
         raise ValueError(f"unknown query kind {kind!r}: one of {HARD_QUERIES}")
     return np.clip(np.round(image), 0, 255).astype(np.uint8).reshape(size, size, 1)

@@ -1,38 +1,38 @@
 """What lives where in the shared working directory.
 
-    WORKDIR/
-      data/                      written by the copier
-        manifest.json            task, source, shards (count + sha256), labels, test split, seed
-        vocab.txt                text tasks: the shared vocabulary, one token per line
-        shard-00000.jsonl        text shard: one {"text", "label"} object per line
-        shard-00000.x.npy/.y.npy array shard (images): pixels uint8 [n,h,w,c], labels int64 [n]
-        test.jsonl | test.x.npy/.y.npy   the held-out split, same formats
-        _SUCCESS                 marker: the copier finished
-      train/                     written by the trainers
-        worker-00000/
-          checkpoints/           one checkpoint per epoch (resume after a restart)
-          tensorboard/           TensorBoard event files
-          metrics.json           per-epoch loss, accuracy, examples/s, wall time (validation_* with --validation-fraction)
-          progress.json          live progress (epoch, step, loss, examples/s, ETA, per-epoch history), rewritten
-                                 at most once per --progress-interval; the server's page polls it
-          model.keras            the worker's model (multiworker: chief only)
-          _SUCCESS               marker: this worker finished (JSON: init hash, example count ...)
-      final/                     written by the aggregator
-        model.keras              the model the server serves
-        saved_model/<version>/   the same model as a TensorFlow SavedModel (TF Serving, KServe; aggregator --exports)
-        model.tflite             the same model for TensorFlow Lite (aggregator --exports)
-        report.json              per-worker and final held-out metrics; average: the three --combine candidates
-        report.png               the same as bar and curve plots
-        _SUCCESS                 marker: the aggregator published a model
-      sweep/                     written by the sweep (optional stage between copier and trainer)
-        data/                    the training shards split again: shard-00000 (train) and validation
-        study.journal            the Optuna study (JournalFileBackend), shared by every sweep process
-        heartbeats/trial-N       each running trial's heartbeat (a counter its process rewrites)
-        trials/trial-N/          each trial's trainer output (metrics.json, log)
-        best.json                the best parameters and their validation accuracy (--params-from)
-        trials.csv, *.png        every trial; optimisation history, importances, parallel coordinates
-        _SUCCESS                 marker: the study has its trials
-      rejected/<time>/           a final model the aggregator's quality gate refused, with its report
+WORKDIR/
+  data/                      written by the copier
+    manifest.json            task, source, shards (count + sha256), labels, test split, seed
+    vocab.txt                text tasks: the shared vocabulary, one token per line
+    shard-00000.jsonl        text shard: one {"text", "label"} object per line
+    shard-00000.x.npy/.y.npy array shard (images): pixels uint8 [n,h,w,c], labels int64 [n]
+    test.jsonl | test.x.npy/.y.npy   the held-out split, same formats
+    _SUCCESS                 marker: the copier finished
+  train/                     written by the trainers
+    worker-00000/
+      checkpoints/           one checkpoint per epoch (resume after a restart)
+      tensorboard/           TensorBoard event files
+      metrics.json           per-epoch loss, accuracy, examples/s, wall time (validation_* with --validation-fraction)
+      progress.json          live progress (epoch, step, loss, examples/s, ETA, per-epoch history), rewritten
+                             at most once per --progress-interval; the server's page polls it
+      model.keras            the worker's model (multiworker: chief only)
+      _SUCCESS               marker: this worker finished (JSON: init hash, example count ...)
+  final/                     written by the aggregator
+    model.keras              the model the server serves
+    saved_model/<version>/   the same model as a TensorFlow SavedModel (TF Serving, KServe; aggregator --exports)
+    model.tflite             the same model for TensorFlow Lite (aggregator --exports)
+    report.json              per-worker and final held-out metrics; average: the three --combine candidates
+    report.png               the same as bar and curve plots
+    _SUCCESS                 marker: the aggregator published a model
+  sweep/                     written by the sweep (optional stage between copier and trainer)
+    data/                    the training shards split again: shard-00000 (train) and validation
+    study.journal            the Optuna study (JournalFileBackend), shared by every sweep process
+    heartbeats/trial-N       each running trial's heartbeat (a counter its process rewrites)
+    trials/trial-N/          each trial's trainer output (metrics.json, log)
+    best.json                the best parameters and their validation accuracy (--params-from)
+    trials.csv, *.png        every trial; optimisation history, importances, parallel coordinates
+    _SUCCESS                 marker: the study has its trials
+  rejected/<time>/           a final model the aggregator's quality gate refused, with its report
 """
 
 import os

@@ -155,7 +155,9 @@ def verify_split(data_dir, split):
             raise ContractError(f"{path} is missing (listed in the manifest)")
         actual = sha256_file(path)
         if actual != expected:
-            raise ContractError(f"{path} is corrupt: sha256 {actual[:12]}... does not match the manifest's {expected[:12]}...")
+            raise ContractError(
+                f"{path} is corrupt: sha256 {actual[:12]}... does not match the manifest's {expected[:12]}..."
+            )
 
 
 def read_split(data_dir, manifest, split, verify=True):

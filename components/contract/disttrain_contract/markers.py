@@ -32,10 +32,17 @@ def wait_for_marker(directory, timeout, what, poll=1.0, log=sys.stderr):
     Raises StageTimeout naming the stage and the path after `timeout` seconds
     (0 means: check once, do not wait)."""
     path = marker_path(directory)
-    return _wait([directory], timeout, poll, log,
-                 waiting=lambda missing: f"waiting up to {timeout:g}s for {what} ({path}) ...",
-                 timed_out=lambda missing: f"timed out after {timeout:g}s waiting for {what} (no marker at {path}); "
-                                           "did the previous stage run and succeed?")[0]
+    return _wait(
+        [directory],
+        timeout,
+        poll,
+        log,
+        waiting=lambda missing: f"waiting up to {timeout:g}s for {what} ({path}) ...",
+        timed_out=lambda missing: (
+            f"timed out after {timeout:g}s waiting for {what} (no marker at {path}); "
+            "did the previous stage run and succeed?"
+        ),
+    )[0]
 
 
 def wait_for_markers(directories, timeout, what="workers", poll=1.0, log=sys.stderr):
@@ -45,10 +52,17 @@ def wait_for_markers(directories, timeout, what="workers", poll=1.0, log=sys.std
     check once) saying how many did not finish and naming each missing marker:
     "1 of 2 workers did not finish (missing .../worker-00001/_SUCCESS)"."""
     total = len(directories)
-    return _wait(directories, timeout, poll, log,
-                 waiting=lambda missing: f"waiting up to {timeout:g}s for {len(missing)} of {total} {what} ...",
-                 timed_out=lambda missing: f"timed out after {timeout:g}s: {len(missing)} of {total} {what} did not finish "
-                                           f"(missing {', '.join(marker_path(d) for d in missing)})")
+    return _wait(
+        directories,
+        timeout,
+        poll,
+        log,
+        waiting=lambda missing: f"waiting up to {timeout:g}s for {len(missing)} of {total} {what} ...",
+        timed_out=lambda missing: (
+            f"timed out after {timeout:g}s: {len(missing)} of {total} {what} did not finish "
+            f"(missing {', '.join(marker_path(d) for d in missing)})"
+        ),
+    )
 
 
 def wait_for_quorum(directories, timeout, minimum, straggler_wait, what="workers", poll=1.0, log=sys.stderr):
@@ -61,15 +75,28 @@ def wait_for_quorum(directories, timeout, minimum, straggler_wait, what="workers
         raise ValueError(f"a quorum of {minimum} out of {total} {what} is impossible")
     if minimum == total:  # no quorum: every one, with wait_for_markers' messages
         return wait_for_markers(directories, timeout, what, poll, log)
-    return _wait(directories, timeout, poll, log,
-                 waiting=lambda missing: f"waiting up to {timeout:g}s for {len(missing)} of {total} {what} "
-                                         f"(at least {minimum} must finish) ...",
-                 timed_out=lambda missing: f"timed out after {timeout:g}s: only {total - len(missing)} of {total} {what} "
-                                           f"finished, fewer than the {minimum} required "
-                                           f"(missing {', '.join(marker_path(d) for d in missing)})",
-                 quorum=(minimum, straggler_wait,
-                         lambda missing: f"{total - len(missing)} of {total} {what} finished (at least {minimum} needed); "
-                                         f"waiting up to {straggler_wait:g}s more for {', '.join(marker_path(d) for d in missing)}"))
+    return _wait(
+        directories,
+        timeout,
+        poll,
+        log,
+        waiting=lambda missing: (
+            f"waiting up to {timeout:g}s for {len(missing)} of {total} {what} (at least {minimum} must finish) ..."
+        ),
+        timed_out=lambda missing: (
+            f"timed out after {timeout:g}s: only {total - len(missing)} of {total} {what} "
+            f"finished, fewer than the {minimum} required "
+            f"(missing {', '.join(marker_path(d) for d in missing)})"
+        ),
+        quorum=(
+            minimum,
+            straggler_wait,
+            lambda missing: (
+                f"{total - len(missing)} of {total} {what} finished (at least {minimum} needed); "
+                f"waiting up to {straggler_wait:g}s more for {', '.join(marker_path(d) for d in missing)}"
+            ),
+        ),
+    )
 
 
 def _wait(directories, timeout, poll, log, waiting, timed_out, quorum=None):

@@ -59,13 +59,15 @@ def split(url):
     one that carries a credential (s3://KEY:SECRET@bucket/...): credentials come from the environment."""
     if not is_url(url):
         raise ObjectStoreError(f"{url!r} is not an s3:// URL")
-    bucket, _, key = url[len(SCHEME):].partition("/")
+    bucket, _, key = url[len(SCHEME) :].partition("/")
     if not bucket:
         raise ObjectStoreError(f"{url!r} names no bucket (expected s3://BUCKET/KEY)")
     if "@" in bucket or ":" in bucket:
         # the URL is printed and recorded (the manifest's source): it must not hold a secret
-        raise ObjectStoreError("an s3:// URL names a bucket and a key, never a credential: set AWS_ACCESS_KEY_ID "
-                               "and AWS_SECRET_ACCESS_KEY in the environment instead")
+        raise ObjectStoreError(
+            "an s3:// URL names a bucket and a key, never a credential: set AWS_ACCESS_KEY_ID "
+            "and AWS_SECRET_ACCESS_KEY in the environment instead"
+        )
     return bucket, key
 
 
@@ -81,12 +83,16 @@ def check_endpoint(url):
     parts = urlsplit(url)
     if "@" in parts.netloc:
         # the message never repeats the URL: its user part is the secret
-        raise ObjectStoreError("AWS_ENDPOINT_URL carries a credential (USER:SECRET@ before the host): give the "
-                               "store's address alone and the key pair in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+        raise ObjectStoreError(
+            "AWS_ENDPOINT_URL carries a credential (USER:SECRET@ before the host): give the "
+            "store's address alone and the key pair in AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+        )
     if parts.scheme == "http" and not is_loopback(parts.hostname) and os.environ.get(ALLOW_HTTP_ENV) != "1":
-        raise ObjectStoreError(f"AWS_ENDPOINT_URL {url} is plain http: requests and data would cross the network "
-                               f"in clear; use https, or set {ALLOW_HTTP_ENV}=1 (chart: objectStore.allowPlainHttp=true) "
-                               "for a store on a network you trust")
+        raise ObjectStoreError(
+            f"AWS_ENDPOINT_URL {url} is plain http: requests and data would cross the network "
+            f"in clear; use https, or set {ALLOW_HTTP_ENV}=1 (chart: objectStore.allowPlainHttp=true) "
+            "for a store on a network you trust"
+        )
 
 
 def is_loopback(host):
@@ -148,16 +154,23 @@ def describe(url, err):
     """One line for a failed request on `url`: what went wrong and what to check, never a secret."""
     name = type(err).__name__
     text = " ".join(scrub(err).split())
-    if isinstance(err, PermissionError) or any(code in text for code in (
-            "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden")):
-        cause = ("access denied (check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and that this key may "
-                 "read/write the bucket)")
+    if isinstance(err, PermissionError) or any(
+        code in text for code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "Forbidden")
+    ):
+        cause = (
+            "access denied (check AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, and that this key may "
+            "read/write the bucket)"
+        )
     elif "bucket does not exist" in text.lower() or "NoSuchBucket" in text:
         cause = "the bucket does not exist"
     elif isinstance(err, FileNotFoundError):
         cause = "no such object"
-    elif "EndpointConnectionError" in name or "Could not connect" in text or "ConnectTimeout" in name \
-            or "ClientConnectorError" in name:
+    elif (
+        "EndpointConnectionError" in name
+        or "Could not connect" in text
+        or "ConnectTimeout" in name
+        or "ClientConnectorError" in name
+    ):
         cause = f"cannot reach the endpoint {endpoint()} (check AWS_ENDPOINT_URL and the network)"
     elif "SSLError" in name or "CERTIFICATE_VERIFY_FAILED" in text:
         cause = f"TLS failed with {endpoint()} (for a private CA, set AWS_CA_BUNDLE)"
@@ -312,8 +325,11 @@ def listing(url):
     with errors(url):
         fs.invalidate_cache()
         found = fs.find(root, detail=True)
-    return {path[len(root):]: info["size"] for path, info in found.items()
-            if path.startswith(root) and info.get("type", "file") == "file"}
+    return {
+        path[len(root) :]: info["size"]
+        for path, info in found.items()
+        if path.startswith(root) and info.get("type", "file") == "file"
+    }
 
 
 def remove(urls):

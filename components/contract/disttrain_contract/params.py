@@ -42,10 +42,10 @@ def check_value(name, value, where):
     too_high = high is not None and (converted > high or (converted == high and not high_ok))
     if too_low or too_high:
         bound = (f">= {low}" if name != "learning_rate" else "> 0") + (
-            f" and {'<=' if high_ok else '<'} {high}" if high is not None else "")
+            f" and {'<=' if high_ok else '<'} {high}" if high is not None else ""
+        )
         raise ContractError(f"{where}: {name} must be {bound}, not {value!r}")
     return converted
-
 
 
 def read_params_file(path):
@@ -56,6 +56,7 @@ def read_params_file(path):
     best = read_json(path, what=f"--params-from {path}")
     params = best.get("params") if isinstance(best, dict) else None
     if not isinstance(params, dict) or not params:
-        raise ContractError(f"--params-from {path}: expected a JSON object with a non-empty \"params\" object "
-                            "(the sweep's best.json)")
+        raise ContractError(
+            f"--params-from {path}: expected a JSON object with a non-empty \"params\" object (the sweep's best.json)"
+        )
     return {name: check_value(name, value, f"--params-from {path}") for name, value in params.items()}

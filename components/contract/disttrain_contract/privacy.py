@@ -6,6 +6,8 @@ def delta_problem(what, delta, training_examples):
     """Why `delta` is too large for `training_examples` examples (one line naming it as `what`), or None.
     δ is the chance the guarantee fails outright: at 1/n or above, publishing one example whole meets it."""
     if delta >= 1 / training_examples:
-        return (f"{what} must be below 1/n = {1 / training_examples:.3g} (n = {training_examples} training examples); "
-                "1/(10 n) or smaller is usual")
+        return (
+            f"{what} must be below 1/n = {1 / training_examples:.3g} (n = {training_examples} training examples); "
+            "1/(10 n) or smaller is usual"
+        )
     return None

@@ -40,8 +40,17 @@ from disttrain_contract.records import Fields, RecordError
 STATES = ("starting", "training", "evaluating", "done", "failed", "preempted")  # the ones this trainer writes
 # An epoch's record keys the page draws, when the worker has them (faces: no accuracy on the held-out split).
 # Regression: the training MAE and the held-out RMSE in place of the accuracies ("score" names the running one).
-HISTORY_KEYS = ("loss", "accuracy", "test_accuracy", "validation_accuracy", "mae", "test_rmse", "validation_rmse",
-                "examples_per_sec", "epsilon")  # (epsilon: a differentially private run's privacy budget so far)
+HISTORY_KEYS = (
+    "loss",
+    "accuracy",
+    "test_accuracy",
+    "validation_accuracy",
+    "mae",
+    "test_rmse",
+    "validation_rmse",
+    "examples_per_sec",
+    "epsilon",
+)  # (epsilon: a differentially private run's privacy budget so far)
 # The newest epochs a file keeps, so that it stays small (the server reads at most 256 KiB of it).
 MAX_HISTORY = 500
 
@@ -79,11 +88,26 @@ class Progress:
             self.total_steps = self.epochs * self.steps_per_epoch
 
     def to_json(self):
-        out = {**self.extra, "worker": self.worker, "tag": self.tag, "strategy": self.strategy, "state": self.state, "score": self.score,
-               "epoch": self.epoch, "epochs": self.epochs, "step": self.step, "steps_per_epoch": self.steps_per_epoch,
-               "global_step": self.global_step, "total_steps": self.total_steps, "loss": self.loss,
-               self.score: self.score_value, "examples_per_sec": self.examples_per_sec, "eta_sec": self.eta_sec,
-               "time": self.time, "history": list(self.history)}
+        out = {
+            **self.extra,
+            "worker": self.worker,
+            "tag": self.tag,
+            "strategy": self.strategy,
+            "state": self.state,
+            "score": self.score,
+            "epoch": self.epoch,
+            "epochs": self.epochs,
+            "step": self.step,
+            "steps_per_epoch": self.steps_per_epoch,
+            "global_step": self.global_step,
+            "total_steps": self.total_steps,
+            "loss": self.loss,
+            self.score: self.score_value,
+            "examples_per_sec": self.examples_per_sec,
+            "eta_sec": self.eta_sec,
+            "time": self.time,
+            "history": list(self.history),
+        }
         if self.writes is not None:
             out["writes"] = self.writes
         if self.error is not None:

@@ -40,6 +40,7 @@ PS_FACTS = ("tasks", "steps_scheduled", "steps_started_by_worker", "steps_retrie
 @dataclasses.dataclass(frozen=True)
 class Column:
     """One held-out metric as the tables show it: the row key, the page's title, the console's (<= 11 characters)."""
+
     key: str
     title: str
     short: str
@@ -49,18 +50,25 @@ def metric_columns(task=None, problem="classification"):
     """The held-out metric columns of a run's tables, the primary metric first: the aggregator's printed
     table and the server's dashboard show these."""
     if problem == "regression":
-        return [Column("test_rmse", "RMSE", "RMSE"), Column("test_mae", "MAE", "MAE"), Column("test_r2", "R²", "R²"),
-                Column("test_loss", "MSE", "MSE")]
+        return [
+            Column("test_rmse", "RMSE", "RMSE"),
+            Column("test_mae", "MAE", "MAE"),
+            Column("test_r2", "R²", "R²"),
+            Column("test_loss", "MSE", "MSE"),
+        ]
     if task in TASKS and TASKS[task].retrieval:
-        return [Column("test_accuracy", "top-1 retrieval", "top-1"),
-                Column("test_same_person_distance", "same-person distance", "same dist"),
-                Column("test_different_person_distance", "other-person distance", "other dist")]
+        return [
+            Column("test_accuracy", "top-1 retrieval", "top-1"),
+            Column("test_same_person_distance", "same-person distance", "same dist"),
+            Column("test_different_person_distance", "other-person distance", "other dist"),
+        ]
     return [Column("test_accuracy", "accuracy", "test acc"), Column("test_loss", "loss", "test loss")]
 
 
 @dataclasses.dataclass
 class MetricSummary:
     """The metric a run's models are ranked and gated by, as the report names it."""
+
     name: str
     direction: str  # "max" or "min" (metrics.Metric.direction)
     label: str
@@ -74,9 +82,11 @@ class MetricSummary:
 
     @classmethod
     def from_fields(cls, f: Fields):
-        return cls(f.string("name", required=True, nullable=False),
-                   f.string("direction", required=True, nullable=False, choices=("max", "min")),
-                   f.string("label", default=None) or f.obj["name"])
+        return cls(
+            f.string("name", required=True, nullable=False),
+            f.string("direction", required=True, nullable=False, choices=("max", "min")),
+            f.string("label", default=None) or f.obj["name"],
+        )
 
 
 @dataclasses.dataclass
@@ -84,6 +94,7 @@ class ModelRow:
     """One evaluated model: a worker's (name "worker 0"), the promoted chief's, or the final one (no name).
     `metrics`: its held-out numbers, "test_<metric>" -> value (faces add their retrieval figures), flat in
     the JSON row beside name, worker_index and examples."""
+
     examples: int | float | None
     metrics: dict = dataclasses.field(default_factory=dict)
     name: str | None = None
@@ -105,13 +116,18 @@ class ModelRow:
     @classmethod
     def from_json(cls, obj, task=None, problem="classification", named=False, what=REPORT_FILE):
         """A row from its JSON object (the aggregator builds its rows as such); RecordError naming a bad field."""
-        return cls.from_fields(Fields(obj, what, "workers[]" if named else "final"), metric_columns(task, problem), named)
+        return cls.from_fields(
+            Fields(obj, what, "workers[]" if named else "final"), metric_columns(task, problem), named
+        )
 
     @classmethod
     def from_fields(cls, f: Fields, columns, named=False):
         """named: a worker's row, which has a name (the final one has none)."""
-        row = cls(examples=f.number("examples"), name=f.string("name", required=named, nullable=not named),
-                  worker_index=f.integer("worker_index"))
+        row = cls(
+            examples=f.number("examples"),
+            name=f.string("name", required=named, nullable=not named),
+            worker_index=f.integer("worker_index"),
+        )
         for column in columns:  # the numbers the tables show: a number (or null: not measured)
             f.number(column.key)
         row.metrics = {key: f.obj[key] for key in f.obj if key not in ("name", "worker_index", "examples")}
@@ -121,14 +137,19 @@ class ModelRow:
 @dataclasses.dataclass
 class Privacy:
     """The privacy budget a differentially private run spent; absent for a run without one."""
+
     epsilon: float
     delta: float
     mechanism: str | None = None  # e.g. "DP-SGD"
     details: dict = dataclasses.field(default_factory=dict)  # the accountant's other figures (noise, clip norm ...)
 
     def to_json(self):
-        return {**self.details, "epsilon": self.epsilon, "delta": self.delta,
-                **({"mechanism": self.mechanism} if self.mechanism is not None else {})}
+        return {
+            **self.details,
+            "epsilon": self.epsilon,
+            "delta": self.delta,
+            **({"mechanism": self.mechanism} if self.mechanism is not None else {}),
+        }
 
     @classmethod
     def from_json(cls, obj, what="the privacy section"):
@@ -137,8 +158,11 @@ class Privacy:
 
     @classmethod
     def from_fields(cls, f: Fields):
-        privacy = cls(f.number("epsilon", required=True, nullable=False), f.number("delta", required=True, nullable=False),
-                      f.string("mechanism"))
+        privacy = cls(
+            f.number("epsilon", required=True, nullable=False),
+            f.number("delta", required=True, nullable=False),
+            f.string("mechanism"),
+        )
         privacy.details = f.rest()
         return privacy
 
@@ -146,15 +170,19 @@ class Privacy:
 @dataclasses.dataclass
 class Publication:
     """One place the final model was published beyond the volume (object storage ...)."""
+
     url: str
     version: str | int | None = None
     published_at: float | None = None  # Unix seconds
     details: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self):
-        return {**self.details, "url": self.url,
-                **({"version": self.version} if self.version is not None else {}),
-                **({"published_at": self.published_at} if self.published_at is not None else {})}
+        return {
+            **self.details,
+            "url": self.url,
+            **({"version": self.version} if self.version is not None else {}),
+            **({"published_at": self.published_at} if self.published_at is not None else {}),
+        }
 
     @classmethod
     def from_fields(cls, f: Fields):
@@ -168,15 +196,31 @@ class Publication:
 
 
 # Written even when None (readers of every version expect the key) vs. written only when set.
-_ALWAYS = ("problem", "target", "primary_metric", "metrics", "labels", "source", "seed", "split_seed",
-           "init_weights_sha256", "test_examples", "epochs", "training_parameters", "parameters_origin",
-           "training_wall_time_sec", "data", "created_at")
+_ALWAYS = (
+    "problem",
+    "target",
+    "primary_metric",
+    "metrics",
+    "labels",
+    "source",
+    "seed",
+    "split_seed",
+    "init_weights_sha256",
+    "test_examples",
+    "epochs",
+    "training_parameters",
+    "parameters_origin",
+    "training_wall_time_sec",
+    "data",
+    "created_at",
+)
 _WHEN_SET = ("missing_workers", "combine", "analysis", "gate", "exports", "privacy")
 
 
 @dataclasses.dataclass
 class Report:
     """report.json. Required: strategy, task, workers, final; everything else loads as its default when absent."""
+
     strategy: str
     task: str
     workers: list[ModelRow]
@@ -234,8 +278,12 @@ class Report:
     def to_json(self):
         """The JSON object (a new dict: the caller may change it)."""
         out = dict(self.extra)
-        out.update(strategy=self.strategy, task=self.task, workers=[row.to_json() for row in self.workers],
-                   final=self.final.to_json())
+        out.update(
+            strategy=self.strategy,
+            task=self.task,
+            workers=[row.to_json() for row in self.workers],
+            final=self.final.to_json(),
+        )
         for key in _ALWAYS + _WHEN_SET:
             value = getattr(self, key)
             if key in _WHEN_SET and value is None:
@@ -314,5 +362,15 @@ def write_report(path, report: Report):
     atomic_write_json(path, report.to_json())
 
 
-__all__ = ["REPORT_FILE", "Column", "MetricSummary", "ModelRow", "Privacy", "Publication", "RecordError", "Report",
-           "metric_columns", "write_report"]
+__all__ = [
+    "REPORT_FILE",
+    "Column",
+    "MetricSummary",
+    "ModelRow",
+    "Privacy",
+    "Publication",
+    "RecordError",
+    "Report",
+    "metric_columns",
+    "write_report",
+]

@@ -27,6 +27,7 @@ from disttrain_contract.registry import entry_of
 class Setting:
     """A trainer flag that only some strategies take, and the chart value (a key path) that sets it; None: no chart
     value sets it (the chart derives it from another value, or leaves the trainer's default)."""
+
     flag: str
     chart_value: str = None
 
@@ -68,30 +69,65 @@ class Strategy:
 
 # the flags of the all-reduce family, taken by every strategy of it (the connected family's flags, --host-pattern,
 # --port, --peer-wait, are taken by every strategy: an unconnected worker ignores them)
-ALL_REDUCE_SETTINGS = (Setting("--allreduce-dtype", "allreduceDtype"),
-                       Setting("--heartbeat-timeout", "trainer.heartbeatTimeoutSeconds"), Setting("--allreduce-pack-bytes"))
+ALL_REDUCE_SETTINGS = (
+    Setting("--allreduce-dtype", "allreduceDtype"),
+    Setting("--heartbeat-timeout", "trainer.heartbeatTimeoutSeconds"),
+    Setting("--allreduce-pack-bytes"),
+)
 
-STRATEGIES = {strategy.name: strategy for strategy in (
-    Strategy("average", "each worker trains alone on its shard; the aggregator averages (or ensembles, or picks) "
-             "their models at the end", connected=False, model_per_worker=True,
-             settings=(Setting("--validation-fraction", "trainer.validationFraction"),
-                       Setting("--linger-for-peers")),
-             sweep_dimensions=()),  # (the chart: aggregator.stragglerWaitSeconds, under a quorum)
-    Strategy("multiworker", "synchronous all-reduce of the gradients every step: one model",
-             connected=True, model_per_worker=False, promoted_as="chief (synchronised)", all_reduce=True),
-    Strategy("localsgd", "each worker steps alone and the weights are averaged every --sync-every steps (with "
-             "--outer-optimizer nesterov: DiLoCo): one model", connected=True, model_per_worker=False,
-             promoted_as="chief (local SGD)", all_reduce=True, same_final_weights=True,
-             settings=(Setting("--sync-every", "syncEvery"), Setting("--outer-optimizer", "outerOptimizer"),
-                       Setting("--outer-lr", "outerLearningRate"), Setting("--outer-momentum", "outerMomentum"),
-                       Setting("--outer-overlap", "outerOverlap"), Setting("--sync-at-epoch-end", "syncAtEpochEnd"),
-                       Setting("--sync-batch-norm-batches", "syncBatchNormBatches")),
-             sweep_dimensions=("sync_every",)),
-    Strategy("parameterserver", "asynchronous: the variables live on parameter servers, the workers' steps are "
-             "scheduled by a chief: one model", connected=True, model_per_worker=False,
-             promoted_as="chief (parameter servers)", parameter_servers=True, asynchronous=True,
-             settings=(Setting("--ps", "parameterServers"), Setting("--serve-timeout"))),
-)}
+STRATEGIES = {
+    strategy.name: strategy
+    for strategy in (
+        Strategy(
+            "average",
+            "each worker trains alone on its shard; the aggregator averages (or ensembles, or picks) "
+            "their models at the end",
+            connected=False,
+            model_per_worker=True,
+            settings=(Setting("--validation-fraction", "trainer.validationFraction"), Setting("--linger-for-peers")),
+            sweep_dimensions=(),
+        ),  # (the chart: aggregator.stragglerWaitSeconds, under a quorum)
+        Strategy(
+            "multiworker",
+            "synchronous all-reduce of the gradients every step: one model",
+            connected=True,
+            model_per_worker=False,
+            promoted_as="chief (synchronised)",
+            all_reduce=True,
+        ),
+        Strategy(
+            "localsgd",
+            "each worker steps alone and the weights are averaged every --sync-every steps (with "
+            "--outer-optimizer nesterov: DiLoCo): one model",
+            connected=True,
+            model_per_worker=False,
+            promoted_as="chief (local SGD)",
+            all_reduce=True,
+            same_final_weights=True,
+            settings=(
+                Setting("--sync-every", "syncEvery"),
+                Setting("--outer-optimizer", "outerOptimizer"),
+                Setting("--outer-lr", "outerLearningRate"),
+                Setting("--outer-momentum", "outerMomentum"),
+                Setting("--outer-overlap", "outerOverlap"),
+                Setting("--sync-at-epoch-end", "syncAtEpochEnd"),
+                Setting("--sync-batch-norm-batches", "syncBatchNormBatches"),
+            ),
+            sweep_dimensions=("sync_every",),
+        ),
+        Strategy(
+            "parameterserver",
+            "asynchronous: the variables live on parameter servers, the workers' steps are "
+            "scheduled by a chief: one model",
+            connected=True,
+            model_per_worker=False,
+            promoted_as="chief (parameter servers)",
+            parameter_servers=True,
+            asynchronous=True,
+            settings=(Setting("--ps", "parameterServers"), Setting("--serve-timeout")),
+        ),
+    )
+}
 NAMES = tuple(STRATEGIES)
 DEFAULT = NAMES[0]
 

@@ -90,17 +90,45 @@ class Task:
         return ""
 
 
-TASKS = {task.name: task for task in (
-    Task("text", kind="text", storage="jsonl", input_name="text", input_dtype="string", output_name="probabilities",
-         vocabulary=True),
-    Task("image", kind="image", storage="npy", input_name="image", input_dtype="uint8", output_name="probabilities",
-         bytes_signature=True),
-    Task("faces", kind="image", storage="npy", input_name="face", input_dtype="uint8", output_name="embedding",
-         retrieval=True, split_by_person=True, face_preprocessing=True, problems=("classification",),
-         own_models=False, parameter_server=False),
-    Task("table", kind="table", storage="npy", numeric=True, feature_inputs=True),
-    Task("array", kind="array", storage="npy", numeric=True),
-)}
+TASKS = {
+    task.name: task
+    for task in (
+        Task(
+            "text",
+            kind="text",
+            storage="jsonl",
+            input_name="text",
+            input_dtype="string",
+            output_name="probabilities",
+            vocabulary=True,
+        ),
+        Task(
+            "image",
+            kind="image",
+            storage="npy",
+            input_name="image",
+            input_dtype="uint8",
+            output_name="probabilities",
+            bytes_signature=True,
+        ),
+        Task(
+            "faces",
+            kind="image",
+            storage="npy",
+            input_name="face",
+            input_dtype="uint8",
+            output_name="embedding",
+            retrieval=True,
+            split_by_person=True,
+            face_preprocessing=True,
+            problems=("classification",),
+            own_models=False,
+            parameter_server=False,
+        ),
+        Task("table", kind="table", storage="npy", numeric=True, feature_inputs=True),
+        Task("array", kind="array", storage="npy", numeric=True),
+    )
+}
 
 
 def task_of(manifest_or_name):

@@ -36,7 +36,9 @@ TENSORFLOW_NOTICE = re.compile(
     r"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR$)"
 )
 # the one notice known to continue on a second line (cpu_feature_guard.cc)
-NOTICE_CONTINUATION = re.compile(r"^To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.$")
+NOTICE_CONTINUATION = re.compile(
+    r"^To enable the following instructions: .* rebuild TensorFlow with the appropriate compiler flags\.$"
+)
 
 # Installed packages Keras 3 and TensorFlow import while TensorFlow is imported, each behind
 # `try: import X / except ImportError: X = None`, only for features no stage calls:
@@ -102,7 +104,9 @@ def _optional_packages_hidden():
     """KERAS_OPTIONAL_PACKAGES not yet imported raise ImportError inside the block, and import as usual after it.
     Only while this is the process's one Python thread: sys.modules is shared, and a server's request
     thread importing cv2 meanwhile must not be refused."""
-    hidden = [name for name in KERAS_OPTIONAL_PACKAGES if name not in sys.modules] if threading.active_count() == 1 else []
+    hidden = (
+        [name for name in KERAS_OPTIONAL_PACKAGES if name not in sys.modules] if threading.active_count() == 1 else []
+    )
     for name in hidden:
         sys.modules[name] = None
     try:

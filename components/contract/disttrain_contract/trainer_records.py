@@ -82,6 +82,7 @@ def _field(kind, group=None, required=False):
 @dataclasses.dataclass(frozen=True)
 class MetricValue:
     """One metric's value as a marker records it: {"name", "value", "direction"}; value None: not measured."""
+
     name: str
     value: float | None
     direction: str | None = None  # "max" or "min" (metrics.Metric.direction); every trainer has written it
@@ -96,14 +97,21 @@ class MetricValue:
 
     @classmethod
     def from_fields(cls, f: Fields):
-        return cls(f.string("name", required=True, nullable=False), f.number("value"),
-                   f.string("direction", choices=("max", "min")))
+        return cls(
+            f.string("name", required=True, nullable=False),
+            f.number("value"),
+            f.string("direction", choices=("max", "min")),
+        )
 
 
 def _nested(record_class):
     def read(f, key, required):
-        return None if f.json_object(key, required=required, nullable=not required) is None else \
-            record_class.from_fields(f.nested(key))
+        return (
+            None
+            if f.json_object(key, required=required, nullable=not required) is None
+            else record_class.from_fields(f.nested(key))
+        )
+
     return read
 
 
@@ -123,8 +131,10 @@ def _declared(record_class):
 
 def _read_declared(record_class, f: Fields):
     """{name: value} of the record's declared fields, each read with its kind's reader."""
-    return {field.name: _READERS[field.metadata["kind"]](f, field.name, field.default is dataclasses.MISSING)
-            for field in _declared(record_class)}
+    return {
+        field.name: _READERS[field.metadata["kind"]](f, field.name, field.default is dataclasses.MISSING)
+        for field in _declared(record_class)
+    }
 
 
 def _write_declared(record):
@@ -142,6 +152,7 @@ def _write_declared(record):
 @dataclasses.dataclass(frozen=True)
 class TrainerMarker:
     """A trainer's marker: that this worker finished, and what it trained. The fields the module's docstring lists."""
+
     worker_index: int = _field("integer", EVERY_TRAINER, required=True)
     workers: int = _field("integer", EVERY_TRAINER, required=True)
     strategy: str = _field("string", EVERY_TRAINER, required=True)
@@ -209,6 +220,7 @@ def is_metric_key(key):
 @dataclasses.dataclass(frozen=True)
 class EpochRecord:
     """One finished epoch of one worker, as metrics.json records it. The fields the module's docstring lists."""
+
     epoch: int = _field("integer", EVERY_TRAINER, required=True)
     loss: float = _field("number", EVERY_TRAINER, required=True)
     examples: int = _field("integer", EVERY_TRAINER, required=True)
@@ -270,6 +282,19 @@ def metrics_path(worker_dir):
     return os.path.join(worker_dir, METRICS_FILE)
 
 
-__all__ = ["METRICS_FILE", "REQUIRED_MARKER_FIELDS", "SCORE_NAMES", "TRAINER_STAGE", "EpochRecord", "MetricValue",
-           "RecordError", "TrainerMarker", "is_metric_key", "metrics_path", "read_epoch_records", "read_trainer_marker",
-           "write_epoch_records", "write_trainer_marker"]
+__all__ = [
+    "METRICS_FILE",
+    "REQUIRED_MARKER_FIELDS",
+    "SCORE_NAMES",
+    "TRAINER_STAGE",
+    "EpochRecord",
+    "MetricValue",
+    "RecordError",
+    "TrainerMarker",
+    "is_metric_key",
+    "metrics_path",
+    "read_epoch_records",
+    "read_trainer_marker",
+    "write_epoch_records",
+    "write_trainer_marker",
+]

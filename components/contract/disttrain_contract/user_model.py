@@ -43,7 +43,7 @@ DEFAULT_FUNCTION = "build"
 
 
 def parse_module_spec(spec):
-    """"pkg.mod:fn" -> ("pkg.mod", "fn"); "pkg.mod" -> ("pkg.mod", "build")."""
+    """ "pkg.mod:fn" -> ("pkg.mod", "fn"); "pkg.mod" -> ("pkg.mod", "build")."""
     module, _, function = (spec or "").partition(":")
     module, function = module.strip(), (function.strip() or DEFAULT_FUNCTION)
     if not module or not all(part.isidentifier() for part in module.split(".")) or not function.isidentifier():
@@ -58,9 +58,11 @@ def import_model_module(spec):
         module = importlib.import_module(name)
     except ModuleNotFoundError as err:
         if err.name and (name == err.name or name.startswith(err.name + ".")):
-            raise ContractError(f"--model-module {name}: no such module on the Python path (PYTHONPATH="
-                                f"{os.environ.get('PYTHONPATH', '')!r}); mount its directory and add it to "
-                                "PYTHONPATH, or install it in a derived image") from None
+            raise ContractError(
+                f"--model-module {name}: no such module on the Python path (PYTHONPATH="
+                f"{os.environ.get('PYTHONPATH', '')!r}); mount its directory and add it to "
+                "PYTHONPATH, or install it in a derived image"
+            ) from None
         raise ContractError(f"--model-module {name} does not import: {err}") from None
     except Exception as err:  # the user's code may raise anything at import
         raise ContractError(f"--model-module {name} does not import: {type(err).__name__}: {err}") from None
@@ -90,8 +92,10 @@ def code_info(module, function=None):
 def check_model_code(recorded, where):
     """disttrain.json's "model_code" is code_info's mapping: {"module", "sha256"[, "function"]}, strings."""
     if not isinstance(recorded, dict):
-        raise ContractError(f'{where}: disttrain.json "model_code" must be an object {{"module", "sha256"}}, got '
-                            f"{type(recorded).__name__} {recorded!r:.80}")
+        raise ContractError(
+            f'{where}: disttrain.json "model_code" must be an object {{"module", "sha256"}}, got '
+            f"{type(recorded).__name__} {recorded!r:.80}"
+        )
     for field in ("module", "sha256") + (("function",) if "function" in recorded else ()):
         value = recorded.get(field)
         if not isinstance(value, str) or not value:
@@ -106,15 +110,21 @@ def check_code_matches(meta, module_spec, where):
         return
     check_model_code(recorded, where)
     if not module_spec:
-        raise ContractError(f"{where} was trained with code from the module {recorded['module']}: pass "
-                            f"--model-module {recorded['module']} so that its layers load")
+        raise ContractError(
+            f"{where} was trained with code from the module {recorded['module']}: pass "
+            f"--model-module {recorded['module']} so that its layers load"
+        )
     module, _ = import_model_module(module_spec)
     current = code_info(module)
     if current["module"] != recorded["module"]:
         raise ContractError(f"{where} was trained with the module {recorded['module']}, not {current['module']}")
     if current["sha256"] != recorded["sha256"]:
-        print(f"warning: {where} was trained with another version of {recorded['module']} (source sha256 "
-              f"{recorded['sha256'][:12]}..., here {current['sha256'][:12]}...)", file=sys.stderr, flush=True)
+        print(
+            f"warning: {where} was trained with another version of {recorded['module']} (source sha256 "
+            f"{recorded['sha256'][:12]}..., here {current['sha256'][:12]}...)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def local_model_file(path, directory):
@@ -146,11 +156,14 @@ def archive_config(path, name=None):
     except FileNotFoundError:
         raise ContractError(f"--model-file {name}: no such file") from None
     except KeyError:
-        raise ContractError(f"--model-file {name} is not a Keras 3 model archive (no config.json inside; save it "
-                            "with model.save('model.keras'))") from None
+        raise ContractError(
+            f"--model-file {name} is not a Keras 3 model archive (no config.json inside; save it "
+            "with model.save('model.keras'))"
+        ) from None
     except (zipfile.BadZipFile, OSError, ValueError) as err:
-        raise ContractError(f"--model-file {name} is not a Keras 3 model archive ({err}); save it with "
-                            "model.save('model.keras')") from None
+        raise ContractError(
+            f"--model-file {name} is not a Keras 3 model archive ({err}); save it with model.save('model.keras')"
+        ) from None
 
 
 def check_archive_classes(path, config):
@@ -168,8 +181,12 @@ def check_archive_classes(path, config):
             registered = node.get("registered_name")
             module = node.get("module")
             # Keras' own classes name their keras.* module; a user's class its own module (or none)
-            if isinstance(cls, str) and cls != "__keras_tensor__" and registered \
-                    and not str(module or "").startswith("keras"):
+            if (
+                isinstance(cls, str)
+                and cls != "__keras_tensor__"
+                and registered
+                and not str(module or "").startswith("keras")
+            ):
                 if keras.saving.get_registered_object(registered) is None:
                     unknown.append(registered)
             for value in node.values():
@@ -180,13 +197,17 @@ def check_archive_classes(path, config):
 
     walk(config)
     if lambdas:
-        raise ContractError(f"--model-file {path} has a Lambda layer ({', '.join(sorted(set(lambdas)))}): Python code "
-                            "inside a model file is refused (safe mode); write it as a layer class registered with "
-                            "keras.saving.register_keras_serializable in a module, and pass --model-module")
+        raise ContractError(
+            f"--model-file {path} has a Lambda layer ({', '.join(sorted(set(lambdas)))}): Python code "
+            "inside a model file is refused (safe mode); write it as a layer class registered with "
+            "keras.saving.register_keras_serializable in a module, and pass --model-module"
+        )
     if unknown:
-        raise ContractError(f"--model-file {path} uses the custom class(es) {', '.join(sorted(set(unknown)))}, which no "
-                            "module registered: pass --model-module MODULE, the module that defines them with "
-                            "keras.saving.register_keras_serializable")
+        raise ContractError(
+            f"--model-file {path} uses the custom class(es) {', '.join(sorted(set(unknown)))}, which no "
+            "module registered: pass --model-module MODULE, the module that defines them with "
+            "keras.saving.register_keras_serializable"
+        )
 
 
 def load_model_file(path, compile=True, name=None):
@@ -221,11 +242,11 @@ class InputSpec:
 class ModelSpec:
     """What `build(spec)` of a --model-module is told about the data.
 
-        def build(spec):
-            inputs = keras.Input(shape=spec.input.shape, name=spec.input.name)
-            x = keras.layers.Normalization(mean=spec.statistics["mean"], variance=spec.statistics["variance"])(inputs)
-            ...
-            return keras.Model(inputs, keras.layers.Dense(spec.n_outputs, activation="softmax")(x))
+    def build(spec):
+        inputs = keras.Input(shape=spec.input.shape, name=spec.input.name)
+        x = keras.layers.Normalization(mean=spec.statistics["mean"], variance=spec.statistics["variance"])(inputs)
+        ...
+        return keras.Model(inputs, keras.layers.Dense(spec.n_outputs, activation="softmax")(x))
     """
 
     task: str  # "table", "array", "image", "text" (manifest.TASKS)
@@ -257,8 +278,14 @@ class ModelSpec:
         else:
             shape, dtype, name = tuple(spec["shape"]), spec.get("dtype", "float32"), spec.get("name", "x")
         stats = spec.get("statistics")
-        return cls(task=manifest.task, input=InputSpec(name, shape, dtype), problem=manifest.problem,
-                   labels=tuple(manifest.labels), target=manifest.target, train_examples=manifest.train_examples,
-                   features=tuple(spec["features"]) if spec.get("features") else None,
-                   statistics={k: np.asarray(v, dtype=np.float32) for k, v in stats.items()} if stats else None,
-                   target_statistics=dict(manifest.target_statistics) if manifest.target_statistics else None)
+        return cls(
+            task=manifest.task,
+            input=InputSpec(name, shape, dtype),
+            problem=manifest.problem,
+            labels=tuple(manifest.labels),
+            target=manifest.target,
+            train_examples=manifest.train_examples,
+            features=tuple(spec["features"]) if spec.get("features") else None,
+            statistics={k: np.asarray(v, dtype=np.float32) for k, v in stats.items()} if stats else None,
+            target_statistics=dict(manifest.target_statistics) if manifest.target_statistics else None,
+        )

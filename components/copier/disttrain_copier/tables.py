@@ -42,8 +42,10 @@ def table(path, label_column="label", problem="classification", local=None):
     reader = open_table(path, local)
     columns = reader.columns
     if label_column not in columns:
-        raise ContractError(f"{path}: no label column {label_column!r}; the columns are {columns} "
-                            "(name the label column with --label-column)")
+        raise ContractError(
+            f"{path}: no label column {label_column!r}; the columns are {columns} "
+            "(name the label column with --label-column)"
+        )
     features = [c for c in columns if c != label_column]
     if not features:
         raise ContractError(f"{path}: no feature columns besides the label column {label_column!r}")
@@ -63,8 +65,10 @@ def table(path, label_column="label", problem="classification", local=None):
         names, index = [], None
     else:
         if len(classes) < 2:
-            raise ContractError(f"{path}: the label column {label_column!r} has {len(classes)} distinct value(s) "
-                                f"{sorted(classes)}; classification needs at least 2")
+            raise ContractError(
+                f"{path}: the label column {label_column!r} has {len(classes)} distinct value(s) "
+                f"{sorted(classes)}; classification needs at least 2"
+            )
         names = sorted(classes, key=class_order)
         index = {name: i for i, name in enumerate(names)}
 
@@ -78,8 +82,16 @@ def table(path, label_column="label", problem="classification", local=None):
             yield from zip(x, y)
 
     spec = {"kind": "table", "name": "features", "shape": [len(features)], "dtype": "float32", "features": features}
-    return Dataset("table", names, spec, rows, stream, source_dtype="float32", problem=problem,
-                   target=label_column if regression else None)
+    return Dataset(
+        "table",
+        names,
+        spec,
+        rows,
+        stream,
+        source_dtype="float32",
+        problem=problem,
+        target=label_column if regression else None,
+    )
 
 
 # ----------------------------------------------------------------------------- values
@@ -95,11 +107,15 @@ def class_name(value, batch, i, column):
     except ValueError:
         return text
     if not math.isfinite(number):
-        raise ContractError(f"{batch.path}: the label column {column!r} has {text!r} in {batch.where(i)}; "
-                            "a label must be a class name or a whole number")
+        raise ContractError(
+            f"{batch.path}: the label column {column!r} has {text!r} in {batch.where(i)}; "
+            "a label must be a class name or a whole number"
+        )
     if number != int(number):
-        raise ContractError(f"{batch.path}: the label column {column!r} has {text!r} in {batch.where(i)}, not a class "
-                            "(classes are names or whole numbers): for a numeric target use --problem regression")
+        raise ContractError(
+            f"{batch.path}: the label column {column!r} has {text!r} in {batch.where(i)}, not a class "
+            "(classes are names or whole numbers): for a numeric target use --problem regression"
+        )
     return str(int(number))
 
 
@@ -119,11 +135,15 @@ def targets(batch, column):
         try:
             out[i] = float(text)
         except (TypeError, ValueError):
-            raise ContractError(f"{batch.path}: the target column {column!r} has a non-numeric value {text!r} in "
-                                f"{batch.where(i)}; a regression target must be a number") from None
+            raise ContractError(
+                f"{batch.path}: the target column {column!r} has a non-numeric value {text!r} in "
+                f"{batch.where(i)}; a regression target must be a number"
+            ) from None
         if not math.isfinite(out[i]):
-            raise ContractError(f"{batch.path}: the target column {column!r} has {text!r} in {batch.where(i)}; "
-                                "a regression target must be a finite number")
+            raise ContractError(
+                f"{batch.path}: the target column {column!r} has {text!r} in {batch.where(i)}; "
+                "a regression target must be a finite number"
+            )
     return out
 
 
@@ -141,14 +161,18 @@ def parse_cells(cells, names, batch):
             for j, cell in enumerate(row):
                 text = cell.strip() if isinstance(cell, str) else cell
                 if text is None or text == "":
-                    raise ContractError(f"{batch.path}: column {names[j]!r} is empty in {batch.where(i)}; "
-                                        "every feature value must be a number")
+                    raise ContractError(
+                        f"{batch.path}: column {names[j]!r} is empty in {batch.where(i)}; "
+                        "every feature value must be a number"
+                    )
                 try:
                     float(text)
                 except (TypeError, ValueError):
-                    raise ContractError(f"{batch.path}: column {names[j]!r} has a non-numeric value {_short(text)} in "
-                                        f"{batch.where(i)}; feature columns must be numbers (a text column must be "
-                                        "encoded as numbers, dropped, or be the --label-column)") from None
+                    raise ContractError(
+                        f"{batch.path}: column {names[j]!r} has a non-numeric value {_short(text)} in "
+                        f"{batch.where(i)}; feature columns must be numbers (a text column must be "
+                        "encoded as numbers, dropped, or be the --label-column)"
+                    ) from None
         raise ContractError(f"{batch.path}: could not read the feature values as numbers")  # not reached
     check_finite(values, names, batch)
     return values
@@ -158,8 +182,10 @@ def check_finite(values, names, batch):
     bad = np.argwhere(~np.isfinite(values))
     if len(bad):
         i, j = (int(v) for v in bad[0])
-        raise ContractError(f"{batch.path}: column {names[j]!r} has {float(values[i, j])!r} in {batch.where(i)}; "
-                            "feature values must be finite numbers")
+        raise ContractError(
+            f"{batch.path}: column {names[j]!r} has {float(values[i, j])!r} in {batch.where(i)}; "
+            "feature values must be finite numbers"
+        )
 
 
 def _short(value, limit=40):
@@ -187,8 +213,10 @@ def check_table_extension(path):
     """The table's format (its extension), or one line saying which extensions there are."""
     extension = os.path.splitext(path)[1].lower()
     if extension not in EXTENSIONS:
-        raise ContractError(f"table:{path}: unknown table format {extension or '(no extension)'!r}; "
-                            f"the file name must end in one of {', '.join(EXTENSIONS)}")
+        raise ContractError(
+            f"table:{path}: unknown table format {extension or '(no extension)'!r}; "
+            f"the file name must end in one of {', '.join(EXTENSIONS)}"
+        )
     return extension
 
 
@@ -245,16 +273,19 @@ class CsvTable:
                         continue  # a blank line
                     row += 1
                     if len(fields) != width:
-                        raise ContractError(f"{self.path}: data row {row} (line {reader.line_num}) has {len(fields)} "
-                                            f"field(s), the header names {width} columns")
+                        raise ContractError(
+                            f"{self.path}: data row {row} (line {reader.line_num}) has {len(fields)} "
+                            f"field(s), the header names {width} columns"
+                        )
                     rows.append(fields)
                     lines.append(reader.line_num)
                     if len(rows) == BATCH:
                         yield self._batch(rows, lines, row - len(rows) + 1, feature_index, label_index, features)
                         rows, lines = [], []
             except (UnicodeDecodeError, csv.Error) as err:
-                raise ContractError(f"{self.path}: not a readable UTF-8 {self._format} file (near line "
-                                    f"{reader.line_num + 1}): {err}") from None
+                raise ContractError(
+                    f"{self.path}: not a readable UTF-8 {self._format} file (near line {reader.line_num + 1}): {err}"
+                ) from None
         if rows:
             yield self._batch(rows, lines, row - len(rows) + 1, feature_index, label_index, features)
 
@@ -312,11 +343,20 @@ class ParquetTable:
             array, kind = array.dictionary_decode(), kind.value_type
         if array.null_count:
             first = int(np.flatnonzero(array.is_null().to_numpy(zero_copy_only=False))[0])
-            raise ContractError(f"{self.path}: column {name!r} is empty (null) in {batch.where(first)}; "
-                                "every feature value must be a number")
-        if pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind) or pa.types.is_decimal(kind):
+            raise ContractError(
+                f"{self.path}: column {name!r} is empty (null) in {batch.where(first)}; "
+                "every feature value must be a number"
+            )
+        if (
+            pa.types.is_integer(kind)
+            or pa.types.is_floating(kind)
+            or pa.types.is_boolean(kind)
+            or pa.types.is_decimal(kind)
+        ):
             return array.cast(pa.float64()).to_numpy(zero_copy_only=False)
         if pa.types.is_string(kind) or pa.types.is_large_string(kind):
             return parse_cells([[v] for v in array.to_pylist()], [name], batch)[:, 0]
-        raise ContractError(f"{self.path}: column {name!r} has Parquet type {kind}, not numeric (from {batch.where(0)}); "
-                            "feature columns must be numbers")
+        raise ContractError(
+            f"{self.path}: column {name!r} has Parquet type {kind}, not numeric (from {batch.where(0)}); "
+            "feature columns must be numbers"
+        )

@@ -105,21 +105,38 @@ def read_schema(path):
     spec = schema.get("input")
     if spec is not None:
         if not isinstance(spec, dict) or spec.get("kind") not in SCHEMA_KINDS or set(spec) - {"kind", "shape", "dtype"}:
-            raise ContractError(f"--schema {path}: \"input\" must be {{\"kind\": \"text\"|\"image\"|\"table\"|\"array\", "
-                                f"\"shape\": [...], \"dtype\": ...}}")
+            raise ContractError(
+                f"--schema {path}: \"input\" must be {{\"kind\": \"text\"|\"image\"|\"table\"|\"array\", "
+                f"\"shape\": [...], \"dtype\": ...}}"
+            )
         shape = spec.get("shape")
         if spec["kind"] in ("table", "array"):
-            if shape is not None and (not isinstance(shape, list) or not shape or not all(isinstance(v, int) and v > 0 for v in shape)
-                                      or (spec["kind"] == "table" and len(shape) != 1)):
-                raise ContractError(f"--schema {path}: \"input\".\"shape\" must be a list of positive integers "
-                                    f"({'[N_FEATURES]' if spec['kind'] == 'table' else 'the per-example shape'}), got {shape!r}")
-        elif shape is not None and (not isinstance(shape, list) or len(shape) != 3 or not all(isinstance(v, int) and v > 0 for v in shape)):
-            raise ContractError(f"--schema {path}: \"input\".\"shape\" must be [H, W, C] positive integers, got {shape!r}")
+            if shape is not None and (
+                not isinstance(shape, list)
+                or not shape
+                or not all(isinstance(v, int) and v > 0 for v in shape)
+                or (spec["kind"] == "table" and len(shape) != 1)
+            ):
+                raise ContractError(
+                    f"--schema {path}: \"input\".\"shape\" must be a list of positive integers "
+                    f"({'[N_FEATURES]' if spec['kind'] == 'table' else 'the per-example shape'}), got {shape!r}"
+                )
+        elif shape is not None and (
+            not isinstance(shape, list) or len(shape) != 3 or not all(isinstance(v, int) and v > 0 for v in shape)
+        ):
+            raise ContractError(
+                f"--schema {path}: \"input\".\"shape\" must be [H, W, C] positive integers, got {shape!r}"
+            )
     bounds = schema.get("text_length")
     if bounds is not None:
-        if not isinstance(bounds, dict) or set(bounds) - {"min", "max"} or not all(
-                isinstance(v, int) and v >= 0 for v in bounds.values()):
-            raise ContractError(f"--schema {path}: \"text_length\" must be {{\"min\": N, \"max\": N}} with integers >= 0")
+        if (
+            not isinstance(bounds, dict)
+            or set(bounds) - {"min", "max"}
+            or not all(isinstance(v, int) and v >= 0 for v in bounds.values())
+        ):
+            raise ContractError(
+                f"--schema {path}: \"text_length\" must be {{\"min\": N, \"max\": N}} with integers >= 0"
+            )
         if bounds.get("min", 0) > bounds.get("max", float("inf")):
             raise ContractError(f"--schema {path}: \"text_length\" min {bounds['min']} is above max {bounds['max']}")
     return schema
@@ -193,8 +210,13 @@ class FeatureMoments:
             n_b, mean_b, m2_b, lo_b, hi_b = part
             n = n_a + n_b
             delta = mean_b - mean_a
-            out = (n, mean_a + delta * (n_b / n), m2_a + m2_b + delta * delta * (n_a * n_b / n),
-                   np.minimum(lo_a, lo_b), np.maximum(hi_a, hi_b))
+            out = (
+                n,
+                mean_a + delta * (n_b / n),
+                m2_a + m2_b + delta * delta * (n_a * n_b / n),
+                np.minimum(lo_a, lo_b),
+                np.maximum(hi_a, hi_b),
+            )
         return out
 
     @staticmethod
@@ -254,8 +276,11 @@ class SplitStats:
         # inputs equal to an earlier one of the same split (not leakage, but worth knowing)
         out["repeated_inputs"] = int(len(hashes) - len(np.unique(hashes)))
         if self.kind == "text":
-            out["text_length_tokens"] = ({k: float(np.quantile(values, q)) for k, q in QUANTILES.items()}
-                                         | {"mean": float(values.mean())}) if len(values) else None
+            out["text_length_tokens"] = (
+                ({k: float(np.quantile(values, q)) for k, q in QUANTILES.items()} | {"mean": float(values.mean())})
+                if len(values)
+                else None
+            )
             out["empty_inputs"] = len(self.empty)
         elif self.kind == "numeric":
             out["feature_statistics"] = FeatureMoments.to_json(self.features.moments())
@@ -274,7 +299,9 @@ def target_summary(values):
     if not len(values):
         return None
     return {k: float(np.quantile(values, q)) for k, q in QUANTILES.items()} | {
-        "mean": float(values.mean()), "std": float(values.std())}
+        "mean": float(values.mean()),
+        "std": float(values.std()),
+    }
 
 
 def target_bins(train_targets, smallest_shard):
@@ -283,18 +310,37 @@ def target_bins(train_targets, smallest_shard):
     TARGET_BIN_EXAMPLES); repeated edges (tied targets) are merged. A value v falls in bin
     searchsorted(edges, v, side="right")."""
     bins = int(min(TARGET_BINS, max(2, smallest_shard // TARGET_BIN_EXAMPLES)))
-    edges = np.quantile(np.asarray(train_targets, dtype=np.float64), np.arange(1, bins) / bins) if len(train_targets) else []
+    edges = (
+        np.quantile(np.asarray(train_targets, dtype=np.float64), np.arange(1, bins) / bins)
+        if len(train_targets)
+        else []
+    )
     return np.unique(edges)
 
 
 def target_histogram(values, edges):
-    return np.bincount(np.searchsorted(edges, np.asarray(values, dtype=np.float64), side="right"), minlength=len(edges) + 1)
+    return np.bincount(
+        np.searchsorted(edges, np.asarray(values, dtype=np.float64), side="right"), minlength=len(edges) + 1
+    )
 
 
 class Validator:
-    def __init__(self, task, labels, input_spec, names, source_dtype=None, allow_duplicates=False,
-                 max_label_skew=DEFAULT_MAX_LABEL_SKEW, allow_label_skew=False, allow_missing_classes=False, schema=None,
-                 known_duplicates=None, problem="classification", target=None):
+    def __init__(
+        self,
+        task,
+        labels,
+        input_spec,
+        names,
+        source_dtype=None,
+        allow_duplicates=False,
+        max_label_skew=DEFAULT_MAX_LABEL_SKEW,
+        allow_label_skew=False,
+        allow_missing_classes=False,
+        schema=None,
+        known_duplicates=None,
+        problem="classification",
+        target=None,
+    ):
         self.task, self.labels, self.input_spec = task, list(labels), dict(input_spec)
         self.problem, self.target = problem, target
         self.regression = problem == "regression"
@@ -323,8 +369,12 @@ class Validator:
         """A regression target's {"mean", "variance" (population), "min", "max"} over the training shards: what a
         model needs to predict in the target's unit from standardised layers (the manifest's target_statistics)."""
         values = np.concatenate([np.asarray(self.splits[n].values, dtype=np.float64) for n in self.names])
-        return {"mean": float(values.mean()), "variance": float(values.var()), "min": float(values.min()),
-                "max": float(values.max())}
+        return {
+            "mean": float(values.mean()),
+            "variance": float(values.var()),
+            "min": float(values.min()),
+            "max": float(values.max()),
+        }
 
     def feature_statistics(self):
         """The training shards' per-feature statistics (the manifest's input["statistics"]); None for
@@ -346,13 +396,19 @@ class Validator:
             histograms = {name: target_histogram(self.splits[name].values, self.edges) for name in self.names + [TEST]}
             train_counts = target_histogram(train_targets, self.edges)
             train = {"examples": int(len(train_targets)), "target": target_summary(train_targets)}
-            measure = (f"total-variation distance of the split's target histogram from the training targets' one, over "
-                       f"{len(self.edges) + 1} quantile bins of the training targets")
+            measure = (
+                f"total-variation distance of the split's target histogram from the training targets' one, over "
+                f"{len(self.edges) + 1} quantile bins of the training targets"
+            )
         else:
             histograms = {name: self.splits[name].label_counts for name in self.names + [TEST]}
-            train_counts = sum((self.splits[n].label_counts for n in self.names), np.zeros(len(self.labels), dtype=np.int64))
+            train_counts = sum(
+                (self.splits[n].label_counts for n in self.names), np.zeros(len(self.labels), dtype=np.int64)
+            )
             train = {"examples": int(train_counts.sum()), "label_counts": dict(zip(self.labels, train_counts.tolist()))}
-            measure = "total-variation distance of the split's label distribution from the training distribution (all shards)"
+            measure = (
+                "total-variation distance of the split's label distribution from the training distribution (all shards)"
+            )
         if self.kind in NUMERIC_KINDS:
             train["feature_statistics"] = self.feature_statistics()
         faces = TASKS[self.task].split_by_person
@@ -362,8 +418,11 @@ class Validator:
         results = {
             "leakage": self._leakage(),
             "label_skew": self._skip(by_person) if faces else self._label_skew(skew),
-            "missing_class": self._skip(by_person) if faces else
-            self._skip("regression target: no classes") if self.regression else self._missing_class(),
+            "missing_class": self._skip(by_person)
+            if faces
+            else self._skip("regression target: no classes")
+            if self.regression
+            else self._missing_class(),
             "schema": self._schema() if self.schema is not None else self._skip("no --schema given"),
         }
         failed = [f"{name}: {r['message']}" for name, r in results.items() if r["status"] == "failed"]
@@ -387,12 +446,16 @@ class Validator:
         if self.kind in NUMERIC_KINDS:
             # a table's column names; an array's features are the elements of its last axis
             stats["features"] = self.input_spec.get("features") or [
-                f"x[..., {i}]" for i in range(int(self.input_spec["shape"][-1]))]
+                f"x[..., {i}]" for i in range(int(self.input_spec["shape"][-1]))
+            ]
         if self.regression:
             stats["target"] = {"name": self.target, "bin_edges": self.edges.tolist()}
         if failed:
-            raise ContractError("data validation failed, nothing published:\n  " + "\n  ".join(failed)
-                                + ("\n  warnings: " + "; ".join(warnings) if warnings else ""))
+            raise ContractError(
+                "data validation failed, nothing published:\n  "
+                + "\n  ".join(failed)
+                + ("\n  warnings: " + "; ".join(warnings) if warnings else "")
+            )
         return stats
 
     @staticmethod
@@ -421,13 +484,24 @@ class Validator:
         problem = None
         if count:
             train = sum(len(self.splits[n].hashes) for n in self.names)
-            problem = (f"{count} training example(s) ({100 * count / train:.2f}% of {train}) are exact copies of "
-                       f"held-out inputs, e.g. {example}")
+            problem = (
+                f"{count} training example(s) ({100 * count / train:.2f}% of {train}) are exact copies of "
+                f"held-out inputs, e.g. {example}"
+            )
         if problem and self.known_duplicates and not self.allow_duplicates:
-            return {"status": "warning", "message": f"{problem} (accepted: {self.known_duplicates})",
-                    "duplicates": count, "per_shard": per_shard, "example": example}
-        return self._result(problem, self.allow_duplicates, "--allow-duplicates",
-                            {"duplicates": count, "per_shard": per_shard, "example": example})
+            return {
+                "status": "warning",
+                "message": f"{problem} (accepted: {self.known_duplicates})",
+                "duplicates": count,
+                "per_shard": per_shard,
+                "example": example,
+            }
+        return self._result(
+            problem,
+            self.allow_duplicates,
+            "--allow-duplicates",
+            {"duplicates": count, "per_shard": per_shard, "example": example},
+        )
 
     def _label_skew(self, skew):
         shards = {name: skew[name] for name in self.names}
@@ -437,27 +511,37 @@ class Validator:
         problem = None
         if shards[worst] > self.max_label_skew:
             over = [n for n in self.names if shards[n] > self.max_label_skew]
-            problem = (f"{len(over)} shard(s) have a label distribution further than --max-label-skew "
-                       f"{self.max_label_skew:g} from the training one (total-variation distance); worst {worst}: "
-                       f"{shards[worst]:.3f} ({self._histogram(worst)} vs training {self._histogram(None)})")
-        return self._result(problem, self.allow_label_skew, "--allow-label-skew",
-                            {"max_distance": shards[worst], "worst_shard": worst})
+            problem = (
+                f"{len(over)} shard(s) have a label distribution further than --max-label-skew "
+                f"{self.max_label_skew:g} from the training one (total-variation distance); worst {worst}: "
+                f"{shards[worst]:.3f} ({self._histogram(worst)} vs training {self._histogram(None)})"
+            )
+        return self._result(
+            problem, self.allow_label_skew, "--allow-label-skew", {"max_distance": shards[worst], "worst_shard": worst}
+        )
 
     def _target_skew(self, shards, worst):
         bins = len(self.edges) + 1
-        what = (f"the distance of each shard's target distribution from the training targets' (total-variation "
-                f"distance over {bins} quantile bins of the training targets: the share of a shard's targets that "
-                f"would have to move to another bin)")
+        what = (
+            f"the distance of each shard's target distribution from the training targets' (total-variation "
+            f"distance over {bins} quantile bins of the training targets: the share of a shard's targets that "
+            f"would have to move to another bin)"
+        )
         details = {"max_distance": shards[worst], "worst_shard": worst, "bins": bins}
         if shards[worst] <= self.max_label_skew:
-            return {"status": "passed", "message": f"ok: {what} is at most {shards[worst]:.3f} "
-                                                   f"(--max-label-skew {self.max_label_skew:g})", **details}
+            return {
+                "status": "passed",
+                "message": f"ok: {what} is at most {shards[worst]:.3f} (--max-label-skew {self.max_label_skew:g})",
+                **details,
+            }
         over = [n for n in self.names if shards[n] > self.max_label_skew]
-        problem = (f"{len(over)} shard(s) have a target distribution further than --max-label-skew {self.max_label_skew:g} "
-                   f"from the training one ({what}); worst {worst}: {shards[worst]:.3f} (its bin shares "
-                   f"{self._shares(self.histograms[worst])} vs training {self._shares(self.train_histogram)}; target mean "
-                   f"{np.mean(self.splits[worst].values):.4g} vs training "
-                   f"{np.mean(np.concatenate([np.asarray(self.splits[n].values) for n in self.names])):.4g})")
+        problem = (
+            f"{len(over)} shard(s) have a target distribution further than --max-label-skew {self.max_label_skew:g} "
+            f"from the training one ({what}); worst {worst}: {shards[worst]:.3f} (its bin shares "
+            f"{self._shares(self.histograms[worst])} vs training {self._shares(self.train_histogram)}; target mean "
+            f"{np.mean(self.splits[worst].values):.4g} vs training "
+            f"{np.mean(np.concatenate([np.asarray(self.splits[n].values) for n in self.names])):.4g})"
+        )
         return self._result(problem, self.allow_label_skew, "--allow-label-skew", details)
 
     @staticmethod
@@ -466,7 +550,9 @@ class Validator:
         return "[" + ", ".join(f"{v:.2f}" for v in shares) + "]"
 
     def _missing_class(self):
-        missing = {name: [self.labels[i] for i in np.flatnonzero(s.label_counts == 0)] for name, s in self.splits.items()}
+        missing = {
+            name: [self.labels[i] for i in np.flatnonzero(s.label_counts == 0)] for name, s in self.splits.items()
+        }
         missing = {name: labels for name, labels in missing.items() if labels}
         problem = None
         if missing:
@@ -478,20 +564,27 @@ class Validator:
         violations = []
         expected = self.schema.get("labels")
         if expected is not None and self.regression:
-            violations.append(f"the schema lists labels {list(expected)} but the data is a regression target "
-                              f"{self.target!r} (no labels)")
+            violations.append(
+                f"the schema lists labels {list(expected)} but the data is a regression target "
+                f"{self.target!r} (no labels)"
+            )
         elif expected is not None and list(expected) != self.labels:
             extra = [v for v in self.labels if v not in expected]
             absent = [v for v in expected if v not in self.labels]
-            violations.append(f"labels {self.labels} are not the schema's {list(expected)}"
-                              + (f" (not in the schema: {extra})" if extra else "")
-                              + (f" (not in the data: {absent})" if absent else ""))
+            violations.append(
+                f"labels {self.labels} are not the schema's {list(expected)}"
+                + (f" (not in the schema: {extra})" if extra else "")
+                + (f" (not in the data: {absent})" if absent else "")
+            )
         spec = self.schema.get("input") or {}
         if spec.get("kind") and spec["kind"] != self.kind:
             violations.append(f"the inputs are {self.kind}, the schema expects {spec['kind']}")
         elif self.kind in ("image", *NUMERIC_KINDS) and spec.get("shape"):
-            shape = list(self.input_spec["shape"]) if self.kind in NUMERIC_KINDS else [
-                self.input_spec["height"], self.input_spec["width"], self.input_spec["channels"]]
+            shape = (
+                list(self.input_spec["shape"])
+                if self.kind in NUMERIC_KINDS
+                else [self.input_spec["height"], self.input_spec["width"], self.input_spec["channels"]]
+            )
             if shape != spec["shape"]:
                 violations.append(f"input shape {shape} is not the schema's {spec['shape']}")
         if spec.get("dtype") and spec["dtype"] != self.source_dtype:
@@ -503,11 +596,13 @@ class Validator:
             found = list(self.input_spec["features"])
             extra = [v for v in found if v not in features]
             absent = [v for v in features if v not in found]
-            violations.append(f"the {len(found)} feature columns {_brief(found)} are not the schema's {len(features)} "
-                              f"{_brief(features)}"
-                              + (f" (not in the schema: {_brief(extra)})" if extra else "")
-                              + (f" (not in the data: {_brief(absent)})" if absent else "")
-                              + (" (the same columns in another order)" if not extra and not absent else ""))
+            violations.append(
+                f"the {len(found)} feature columns {_brief(found)} are not the schema's {len(features)} "
+                f"{_brief(features)}"
+                + (f" (not in the schema: {_brief(extra)})" if extra else "")
+                + (f" (not in the data: {_brief(absent)})" if absent else "")
+                + (" (the same columns in another order)" if not extra and not absent else "")
+            )
         bounds = self.schema.get("text_length")
         if bounds and self.kind == "text":
             low, high = bounds.get("min", 0), bounds.get("max", float("inf"))
@@ -519,12 +614,20 @@ class Validator:
                 if example is None and len(bad):
                     example = f"{name} example {int(bad[0])} has {int(lengths[bad[0]])} tokens: {self._quote(name, int(bad[0]))}"
             if out:
-                violations.append(f"{out} input(s) outside the schema's text length {low}..{bounds.get('max', 'any')} tokens, e.g. {example}")
+                violations.append(
+                    f"{out} input(s) outside the schema's text length {low}..{bounds.get('max', 'any')} tokens, e.g. {example}"
+                )
         elif bounds:
-            violations.append(f"the schema gives text_length but the inputs are {'images' if self.kind == 'image' else self.kind}")
+            violations.append(
+                f"the schema gives text_length but the inputs are {'images' if self.kind == 'image' else self.kind}"
+            )
         if not violations:
             return {"status": "passed", "message": "ok"}
-        return {"status": "failed", "message": "the data violates --schema: " + "; ".join(violations), "violations": violations}
+        return {
+            "status": "failed",
+            "message": "the data violates --schema: " + "; ".join(violations),
+            "violations": violations,
+        }
 
     # ------------------------------------------------------------------ quoting data
 
@@ -537,11 +640,14 @@ class Validator:
         return f"row {index} of {name}.x.npy"
 
     def _histogram(self, name):
-        counts = (self.splits[name].label_counts if name else
-                  sum(self.splits[n].label_counts for n in self.names))
+        counts = self.splits[name].label_counts if name else sum(self.splits[n].label_counts for n in self.names)
         shares = counts / max(counts.sum(), 1)
-        return "{" + ", ".join(f"{label}: {share:.2f}" for label, share in list(zip(self.labels, shares))[:10]) + \
-            (", ..." if len(self.labels) > 10 else "") + "}"
+        return (
+            "{"
+            + ", ".join(f"{label}: {share:.2f}" for label, share in list(zip(self.labels, shares))[:10])
+            + (", ..." if len(self.labels) > 10 else "")
+            + "}"
+        )
 
 
 def _brief(names, limit=6):
@@ -552,8 +658,11 @@ def _brief(names, limit=6):
 
 def _listing(labels, limit=5):
     shown = ", ".join(repr(v) for v in labels[:limit])
-    return f"example of class {shown}" if len(labels) == 1 else f"example of classes {shown}" + (
-        f" and {len(labels) - limit} more" if len(labels) > limit else "")
+    return (
+        f"example of class {shown}"
+        if len(labels) == 1
+        else f"example of classes {shown}" + (f" and {len(labels) - limit} more" if len(labels) > limit else "")
+    )
 
 
 # -------------------------------------------------------------------- writing out
@@ -604,7 +713,12 @@ def _label_bars(bars, stats, names):
         counts = np.asarray([stats["splits"][name]["label_counts"][label] for label in labels], dtype=np.float64)
         bars.bar(positions + i * width, counts / max(counts.sum(), 1), width, label=name)
     if len(labels) <= 20:
-        bars.set_xticks(positions + 0.4 - width / 2, labels, rotation=45 if len(labels) > 6 else 0, ha="right" if len(labels) > 6 else "center")
+        bars.set_xticks(
+            positions + 0.4 - width / 2,
+            labels,
+            rotation=45 if len(labels) > 6 else 0,
+            ha="right" if len(labels) > 6 else "center",
+        )
     else:
         bars.set_xlabel(f"{len(labels)} labels")
     bars.set_ylabel("share of the split's examples")
@@ -615,11 +729,18 @@ def _label_bars(bars, stats, names):
 
 def _finish(fig, stats, path, plt, tight=True):
     validation = stats["validation"]
-    verdict = "passed" if validation["passed"] and not validation["warnings"] else (
-        f"{len(validation['warnings'])} warning(s)" if validation["passed"] else "failed")
-    what = stats["task"] + (f" regression of {stats['target']['name']!r}" if stats.get("problem") == "regression" else "")
-    fig.suptitle(f"data validation {verdict}: {what}, {stats[TRAIN]['examples']} training examples, "
-                 f"{stats['splits'][TEST]['examples']} held out")
+    verdict = (
+        "passed"
+        if validation["passed"] and not validation["warnings"]
+        else (f"{len(validation['warnings'])} warning(s)" if validation["passed"] else "failed")
+    )
+    what = stats["task"] + (
+        f" regression of {stats['target']['name']!r}" if stats.get("problem") == "regression" else ""
+    )
+    fig.suptitle(
+        f"data validation {verdict}: {what}, {stats[TRAIN]['examples']} training examples, "
+        f"{stats['splits'][TEST]['examples']} held out"
+    )
     if tight:
         fig.tight_layout()
     fig.savefig(path, format="png", dpi=90)
@@ -667,8 +788,14 @@ def plot_numeric(stats, values, path, plt):
         axes[1].set_xlabel("value (held-out values outside the training range are clipped)", fontsize="small")
         axes[1].set_ylabel("share of the split", fontsize="small")
         # a fixed layout: tight_layout's text measuring costs more than drawing a dozen panels
-        fig.subplots_adjust(left=0.05, right=0.98, bottom=0.6 / fig.get_figheight(), top=1 - 0.6 / fig.get_figheight(),
-                            hspace=0.45, wspace=0.22)
+        fig.subplots_adjust(
+            left=0.05,
+            right=0.98,
+            bottom=0.6 / fig.get_figheight(),
+            top=1 - 0.6 / fig.get_figheight(),
+            hspace=0.45,
+            wspace=0.22,
+        )
     else:
         mean, std = np.asarray(train["mean"]), np.sqrt(np.asarray(train["variance"]))
         scale = np.where(std > 0, std, 1.0)
@@ -698,8 +825,10 @@ def _target_histograms(ax, stats, values, names):
             counts = np.histogram(np.clip(v, edges[0], edges[-1]), bins=edges)[0]
             ax.stairs(counts / len(v), edges, label=name)
     skew = stats["label_skew"]["distance"]
-    ax.set_title(f"target {stats['target']['name']!r} per split (max shard skew "
-                 f"{max(skew[n] for n in names if n != TEST):.3f})", fontsize="medium")
+    ax.set_title(
+        f"target {stats['target']['name']!r} per split (max shard skew {max(skew[n] for n in names if n != TEST):.3f})",
+        fontsize="medium",
+    )
     ax.set_ylabel("share of the split's examples")
     ax.set_xlabel("target (held-out values outside the training range are clipped)", fontsize="small")
     ax.legend(fontsize="x-small")
@@ -718,7 +847,7 @@ def _feature_histograms(data_dir, names, lo, hi, bins=30, chunk_values=1 << 20):
         per_row = max(1, int(np.prod(x.shape[1:], dtype=np.int64)))
         step = max(1, chunk_values // per_row)
         for start in range(0, len(x), step):
-            block = np.asarray(x[start:start + step], dtype=np.float64).reshape(-1, len(lo))
+            block = np.asarray(x[start : start + step], dtype=np.float64).reshape(-1, len(lo))
             for j in range(len(lo)):
                 out[j] += np.histogram(np.clip(block[:, j], edges[j][0], edges[j][-1]), bins=edges[j])[0]
         counts[name] = out

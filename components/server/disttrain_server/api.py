@@ -12,14 +12,34 @@ from disttrain_contract.tasks import TASKS
 from disttrain_server.errors import ApiError, ModelUnavailable
 from disttrain_server.instances import read_classify, read_predict
 from disttrain_server.model_calls import check_version, model_routes, predict_rows, resolve
-from disttrain_server.openapi import (BOOLEAN, INTEGER, STRING, Context, array_of, build_spec, closed, enum_of, json_response, object_of,
-                                      ref, with_optional)
+from disttrain_server.openapi import (
+    BOOLEAN,
+    INTEGER,
+    STRING,
+    Context,
+    array_of,
+    build_spec,
+    closed,
+    enum_of,
+    json_response,
+    object_of,
+    ref,
+    with_optional,
+)
 from disttrain_server.runs_data import report_without_abs_paths
 from disttrain_server.shared import OPENAPI_KEY, limits, model_store, served_model, served_run_dir
-from disttrain_server.signature import (INPUT_NAMES, PREDICT_METHOD, SIGNATURE_NAME, TF_DTYPES, input_tensor, input_tensors,
-                                        signature_def)
+from disttrain_server.signature import (
+    INPUT_NAMES,
+    PREDICT_METHOD,
+    SIGNATURE_NAME,
+    TF_DTYPES,
+    input_tensor,
+    input_tensors,
+    signature_def,
+)
 
 bp = Blueprint("api", __name__)
+
 
 class ModelNameConverter(BaseConverter):
     """A model name never contains ':' so /v1/models/NAME:predict cannot be read as a model called 'NAME:predict'."""
@@ -51,7 +71,12 @@ def readyz():
     if loaded.batcher:
         # This worker process's batching so far: requests per model call is what it saves.
         b = loaded.batcher
-        ready["batching"] = {"max_batch_size": b.max_batch_size, "model_calls": b.calls, "requests": b.requests, "instances": b.instances}
+        ready["batching"] = {
+            "max_batch_size": b.max_batch_size,
+            "model_calls": b.calls,
+            "requests": b.requests,
+            "instances": b.instances,
+        }
     return ready
 
 
@@ -73,15 +98,32 @@ def model_status(model_name, version=None, label=None):
     except ModelUnavailable as err:
         loaded, unavailable = None, err.reason
     failure = model_store().load_failure
-    failed = [] if failure is None else [{"version": str(failure.version), "state": "END",
-                                          "status": {"error_code": "UNKNOWN", "error_message": failure.reason}}]
+    failed = (
+        []
+        if failure is None
+        else [
+            {
+                "version": str(failure.version),
+                "state": "END",
+                "status": {"error_code": "UNKNOWN", "error_message": failure.reason},
+            }
+        ]
+    )
     if failed and version is not None and label is None and whole_number(version) == failure.version:
         entries = failed
     elif loaded is not None:
         check_version(model_name, loaded, version, label)
-        entries = [{"version": str(loaded.version), "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}] + failed
+        entries = [
+            {"version": str(loaded.version), "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}
+        ] + failed
     else:
-        entries = failed or [{"version": version or "0", "state": "UNKNOWN", "status": {"error_code": "UNAVAILABLE", "error_message": unavailable}}]
+        entries = failed or [
+            {
+                "version": version or "0",
+                "state": "UNKNOWN",
+                "status": {"error_code": "UNAVAILABLE", "error_message": unavailable},
+            }
+        ]
     return {"model_version_status": entries, "ready": any(entry["state"] == "AVAILABLE" for entry in entries)}
 
 
@@ -103,7 +145,12 @@ def model_metadata(model_name, version=None, label=None):
     """TF Serving's GetModelMetadataResponse: the serving_default signature_def, plus our own facts
     (task, labels, input, limits, embedding_size) as a second metadata field, "disttrain"."""
     loaded = resolve(model_name, version, label)
-    ours = {"task": loaded.task, "labels": loaded.labels, "input": described_input(loaded.input_spec), "limits": limits()}
+    ours = {
+        "task": loaded.task,
+        "labels": loaded.labels,
+        "input": described_input(loaded.input_spec),
+        "limits": limits(),
+    }
     if loaded.is_numeric:
         # classification (probabilities over labels) or regression (one value of target per instance)
         ours.update(problem=loaded.meta.get("problem", "classification"), target=loaded.target)
@@ -134,11 +181,20 @@ def classify(model_name, version=None, label=None):
     the pairs in label order (the model's output order, like TF Serving's classes/scores)."""
     loaded = resolve(model_name, version, label)
     if loaded.is_faces:
-        raise ApiError(409, "this is a faces model, which has no classes: use :predict for embeddings or :search to find people")
+        raise ApiError(
+            409, "this is a faces model, which has no classes: use :predict for embeddings or :search to find people"
+        )
     if loaded.is_regression:
-        raise ApiError(409, f"this is a regression model (it predicts {loaded.target or 'a value'}), which has no classes: use :predict")
-    instances = read_classify(request.get_data(cache=False), input_tensor(loaded).name, current_app.config["MAX_INSTANCES"],
-                              objects=loaded.is_numeric)
+        raise ApiError(
+            409,
+            f"this is a regression model (it predicts {loaded.target or 'a value'}), which has no classes: use :predict",
+        )
+    instances = read_classify(
+        request.get_data(cache=False),
+        input_tensor(loaded).name,
+        current_app.config["MAX_INSTANCES"],
+        objects=loaded.is_numeric,
+    )
     rows = predict_rows(loaded, instances).tolist()
     return {"result": [[[label, score] for label, score in zip(loaded.labels, row)] for row in rows]}
 
@@ -150,7 +206,9 @@ def report():
         body = report_without_abs_paths(path, served_run_dir())
         return current_app.response_class(body, mimetype="application/json", headers={"Cache-Control": "no-cache"})
     except (FileNotFoundError, IsADirectoryError):
-        raise ApiError(404, "no report.json next to the served model (the aggregator writes one when it publishes)") from None
+        raise ApiError(
+            404, "no report.json next to the served model (the aggregator writes one when it publishes)"
+        ) from None
 
 
 @bp.get("/openapi.json")
@@ -160,11 +218,18 @@ def openapi():
         loaded = model_store().get()
         input_spec, task = loaded.input_spec, loaded.task
         if loaded.is_numeric:
-            numeric = {"tensors": input_tensors(loaded), "features": loaded.features, "regression": loaded.is_regression}
+            numeric = {
+                "tensors": input_tensors(loaded),
+                "features": loaded.features,
+                "regression": loaded.is_regression,
+            }
     except ModelUnavailable:
         input_spec, task = None, None  # describe both instance kinds until we know which one applies
     # the parts and their order: the app factory's (app.create_app)
-    return build_spec(current_app.extensions[OPENAPI_KEY], Context(current_app.config["MODEL_NAME"], limits(), input_spec, task, numeric))
+    return build_spec(
+        current_app.extensions[OPENAPI_KEY],
+        Context(current_app.config["MODEL_NAME"], limits(), input_spec, task, numeric),
+    )
 
 
 # This blueprint's part of /openapi.json (openapi.build_spec puts the parts together).
@@ -184,16 +249,23 @@ def openapi_paths(context):
                 "summary": "Readiness: a model is loaded in this process and answered its self-test.",
                 "responses": {
                     "200": json_response("A model is loaded.", {"$ref": "#/components/schemas/Ready"}),
-                    "503": json_response("No model could be loaded; `reason` says why.", {"$ref": "#/components/schemas/NotReady"}),
+                    "503": json_response(
+                        "No model could be loaded; `reason` says why.", {"$ref": "#/components/schemas/NotReady"}
+                    ),
                 },
             }
         },
-        **_tf_serving_paths(context.limits, _instance(context), context.model_name(), context.kind, context.task, context.numeric),
+        **_tf_serving_paths(
+            context.limits, _instance(context), context.model_name(), context.kind, context.task, context.numeric
+        ),
         "/report": {
             "get": {
                 "summary": "The aggregator's report.json (per-worker and final held-out metrics).",
                 "responses": {
-                    "200": {"description": "The report.", "content": {"application/json": {"schema": {"type": "object"}}}},
+                    "200": {
+                        "description": "The report.",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    },
                     "404": json_response("No report next to the served model."),
                 },
             }
@@ -201,7 +273,12 @@ def openapi_paths(context):
         "/openapi.json": {
             "get": {
                 "summary": "This description.",
-                "responses": {"200": {"description": "OpenAPI 3 document.", "content": {"application/json": {"schema": {"type": "object"}}}}},
+                "responses": {
+                    "200": {
+                        "description": "OpenAPI 3 document.",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
             }
         },
     }
@@ -234,29 +311,54 @@ def openapi_schemas(context):
                     )
                 )
             ),
-            ready={"type": "boolean", "description": "Not TF Serving's: what KServe's V1 clients read (is_model_ready)."},
+            ready={
+                "type": "boolean",
+                "description": "Not TF Serving's: what KServe's V1 clients read (is_model_ready).",
+            },
         ),
         "Metadata": object_of(
             model_spec=object_of(name=STRING, signature_name=STRING, version=STRING),
             metadata=object_of(
-                signature_def=object_of(signature_def=object_of(serving_default=object_of(
-                    inputs={"type": "object", "additionalProperties": TENSOR_INFO},
-                    outputs={"type": "object", "additionalProperties": TENSOR_INFO},
-                    method_name=enum_of(PREDICT_METHOD),
-                ))),
+                signature_def=object_of(
+                    signature_def=object_of(
+                        serving_default=object_of(
+                            inputs={"type": "object", "additionalProperties": TENSOR_INFO},
+                            outputs={"type": "object", "additionalProperties": TENSOR_INFO},
+                            method_name=enum_of(PREDICT_METHOD),
+                        )
+                    )
+                ),
                 disttrain=object_of(
                     task=STRING,
                     labels=array_of(STRING),
-                    input=object_of(kind=enum_of("text", "image", "table", "array")),  # plus height, width, channels for images; ...
-                    limits=object_of(max_instances=INTEGER, max_text_chars=INTEGER, max_upload_bytes=INTEGER, max_request_pixels=INTEGER),
+                    input=object_of(
+                        kind=enum_of("text", "image", "table", "array")
+                    ),  # plus height, width, channels for images; ...
+                    limits=object_of(
+                        max_instances=INTEGER,
+                        max_text_chars=INTEGER,
+                        max_upload_bytes=INTEGER,
+                        max_request_pixels=INTEGER,
+                    ),
                 ),
             ),
         ),
         # Probabilities for a classifier; embedding components (-1..1) for a faces model.
         "Predictions": object_of(predictions=rows),
         "Outputs": object_of(outputs=rows),
-        "ClassifyResult": object_of(result=array_of(array_of({"type": "array", "minItems": 2, "maxItems": 2, "items": {"anyOf": [STRING, {"type": "number"}]},
-                                                             "description": "[label, score]"}))),
+        "ClassifyResult": object_of(
+            result=array_of(
+                array_of(
+                    {
+                        "type": "array",
+                        "minItems": 2,
+                        "maxItems": 2,
+                        "items": {"anyOf": [STRING, {"type": "number"}]},
+                        "description": "[label, score]",
+                    }
+                )
+            )
+        ),
     }
 
 
@@ -333,7 +435,6 @@ def _numeric_instance(numeric):
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
 
 
-
 def _numeric_example(numeric):
     def zeros(tensor):
         value = 0
@@ -343,7 +444,6 @@ def _numeric_example(numeric):
 
     tensors = numeric["tensors"]
     return {t.name: zeros(t) for t in tensors} if len(tensors) > 1 else zeros(tensors[0])
-
 
 
 # TF Serving's TensorInfo in JSON (GetModelMetadataResponse): sizes are strings, -1 for the batch.
@@ -358,20 +458,34 @@ def _tf_serving_paths(limits, instance, model_name, kind, task, numeric=None):
     """TF Serving's REST API: status, metadata, :predict and :classify, each also under /versions/V and /labels/L
     (MODEL_PATHS); each operation is described anew for every path (build_spec adds responses to it)."""
     requests = _model_requests(limits, instance, kind, task, numeric)
-    return {prefix + suffix: {method: describe(requests, parameters)}
-            for prefix, parameters in _model_path_parameters(model_name)
-            for suffix, method, describe in MODEL_OPERATIONS}
+    return {
+        prefix + suffix: {method: describe(requests, parameters)}
+        for prefix, parameters in _model_path_parameters(model_name)
+        for suffix, method, describe in MODEL_OPERATIONS
+    }
 
 
 def _model_path_parameters(model_name):
     """[(path, its parameters)] of MODEL_PATHS in OpenAPI's syntax: a model, a version of it, a label of it."""
-    version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string", "pattern": "^[^/:]+$"},
-               "description": "The served version (see the status); any other is a 404."}
-    label = {"name": "label", "in": "path", "required": True, "schema": {"type": "string", "enum": ["latest", "stable"]},
-             "description": "A version label: 'latest' and 'stable' both name the one served version; any other is a 404."}
-    return [("/v1/models/{model_name}", [model_name]),
-            ("/v1/models/{model_name}/versions/{version}", [model_name, version]),
-            ("/v1/models/{model_name}/labels/{label}", [model_name, label])]
+    version = {
+        "name": "version",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": "^[^/:]+$"},
+        "description": "The served version (see the status); any other is a 404.",
+    }
+    label = {
+        "name": "label",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "enum": ["latest", "stable"]},
+        "description": "A version label: 'latest' and 'stable' both name the one served version; any other is a 404.",
+    }
+    return [
+        ("/v1/models/{model_name}", [model_name]),
+        ("/v1/models/{model_name}/versions/{version}", [model_name, version]),
+        ("/v1/models/{model_name}/labels/{label}", [model_name, label]),
+    ]
 
 
 @dataclass(frozen=True)
@@ -399,7 +513,9 @@ def _model_requests(limits, instance, kind, task, numeric):
     several_inputs = bool(numeric) and len(names) > 1
     if getattr(TASKS.get(task), "retrieval", False):
         predict_summary = "Embeddings of face crops (faces models)."
-        predict_200 = "One embedding (L2-normalised) per face crop; compare by Euclidean distance. For whole photos use :search."
+        predict_200 = (
+            "One embedding (L2-normalised) per face crop; compare by Euclidean distance. For whole photos use :search."
+        )
     elif numeric and numeric["regression"]:
         predict_summary = "Predicted values (a regression) for a batch of instances."
         predict_200 = "One number per instance: the model's prediction of its target (see metadata)."
@@ -409,14 +525,31 @@ def _model_requests(limits, instance, kind, task, numeric):
     example_instance = "a wonderful, moving film" if kind != "image" else {"b64": "iVBORw0KGgo..."}
     if numeric:
         example_instance = _numeric_example(numeric)
-    signature = {"type": "string", "enum": [SIGNATURE_NAME, ""], "description": f"Optional; {SIGNATURE_NAME!r} (or empty) is the only signature."}
-    rows, columns, classify_example = _instance_schemas(limits["max_instances"], instance, names, numeric, several_inputs)
-    return _ModelRequests(limits, names, rows, columns, classify_example, several_inputs, example_instance,
-                          predict_summary, predict_200, signature)
+    signature = {
+        "type": "string",
+        "enum": [SIGNATURE_NAME, ""],
+        "description": f"Optional; {SIGNATURE_NAME!r} (or empty) is the only signature.",
+    }
+    rows, columns, classify_example = _instance_schemas(
+        limits["max_instances"], instance, names, numeric, several_inputs
+    )
+    return _ModelRequests(
+        limits,
+        names,
+        rows,
+        columns,
+        classify_example,
+        several_inputs,
+        example_instance,
+        predict_summary,
+        predict_200,
+        signature,
+    )
 
 
 def _instance_schemas(max_instances, instance, names, numeric, several_inputs):
     """(rows, columns, classify_example): the schemas of :predict's "instances" and "inputs" and of one :classify example."""
+
     def listed(items):
         return {"type": "array", "minItems": 1, "maxItems": max_instances, "items": items}
 
@@ -426,9 +559,20 @@ def _instance_schemas(max_instances, instance, names, numeric, several_inputs):
         classify_example = closed(object_of(**{n: instance["properties"][n] for n in names}))
         return listed(instance), closed(object_of(**values)), classify_example
     # A row instance may be keyed by the input name; the columnar form may be an object keyed by it.
-    keyed_instance = {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False, "properties": {n: instance for n in names}}
-    keyed_list = {"type": "object", "minProperties": 1, "maxProperties": 1, "additionalProperties": False,
-                  "properties": {n: listed(instance) for n in names}}
+    keyed_instance = {
+        "type": "object",
+        "minProperties": 1,
+        "maxProperties": 1,
+        "additionalProperties": False,
+        "properties": {n: instance for n in names},
+    }
+    keyed_list = {
+        "type": "object",
+        "minProperties": 1,
+        "maxProperties": 1,
+        "additionalProperties": False,
+        "properties": {n: listed(instance) for n in names},
+    }
     columns = {"anyOf": [listed(instance), keyed_list]}
     return listed({"anyOf": [instance, keyed_instance]}), columns, keyed_instance
 
@@ -442,8 +586,11 @@ def _status_operation(requests, parameters):
         "summary": "Model version status (TF Serving's GetModelStatus).",
         "parameters": parameters,
         "responses": {
-            "200": json_response("Status of the served version (AVAILABLE), and of a newer published one that could not be served "
-                                 "(END, with the reason); state UNKNOWN while no model was found.", ref("ModelStatus")),
+            "200": json_response(
+                "Status of the served version (AVAILABLE), and of a newer published one that could not be served "
+                "(END, with the reason); state UNKNOWN while no model was found.",
+                ref("ModelStatus"),
+            ),
             "404": json_response(NOT_FOUND),
         },
     }
@@ -453,8 +600,11 @@ def _metadata_operation(requests, parameters):
     return {
         "summary": "The serving_default signature_def (TF Serving's GetModelMetadata), and labels, input and limits under metadata.disttrain.",
         "parameters": parameters,
-        "responses": {"200": json_response("Metadata.", ref("Metadata")), "404": json_response(NOT_FOUND),
-                      "503": json_response("No model is loaded.")},
+        "responses": {
+            "200": json_response("Metadata.", ref("Metadata")),
+            "404": json_response(NOT_FOUND),
+            "503": json_response("No model is loaded."),
+        },
     }
 
 
@@ -474,8 +624,18 @@ def _predict_operation(requests, parameters):
                 "application/json": {
                     "schema": {
                         "oneOf": [
-                            {"type": "object", "required": ["instances"], "properties": {"instances": rows, "signature_name": signature}, "not": {"required": ["inputs"]}},
-                            {"type": "object", "required": ["inputs"], "properties": {"inputs": columns, "signature_name": signature}, "not": {"required": ["instances"]}},
+                            {
+                                "type": "object",
+                                "required": ["instances"],
+                                "properties": {"instances": rows, "signature_name": signature},
+                                "not": {"required": ["inputs"]},
+                            },
+                            {
+                                "type": "object",
+                                "required": ["inputs"],
+                                "properties": {"inputs": columns, "signature_name": signature},
+                                "not": {"required": ["instances"]},
+                            },
                         ]
                     },
                     "example": {"instances": [requests.example_instance]},
@@ -483,12 +643,16 @@ def _predict_operation(requests, parameters):
             },
         },
         "responses": {
-            "200": json_response(requests.predict_200 + " Under \"predictions\" for a row request, \"outputs\" for a columnar one.",
-                                 {"oneOf": [ref("Predictions"), ref("Outputs")]}),
-            "400": json_response("Not a predict request: empty or invalid JSON, not an object, no instance list, empty list, "
-                                 "an unknown signature_name, a columnar object not keyed by the input name; for a numeric "
-                                 "(table, array) model also an instance that does not fit its inputs: a missing or unknown "
-                                 "input or feature, a wrong shape, a value that is not a finite number of the input's dtype."),
+            "200": json_response(
+                requests.predict_200 + " Under \"predictions\" for a row request, \"outputs\" for a columnar one.",
+                {"oneOf": [ref("Predictions"), ref("Outputs")]},
+            ),
+            "400": json_response(
+                "Not a predict request: empty or invalid JSON, not an object, no instance list, empty list, "
+                "an unknown signature_name, a columnar object not keyed by the input name; for a numeric "
+                "(table, array) model also an instance that does not fit its inputs: a missing or unknown "
+                "input or feature, a wrong shape, a value that is not a finite number of the input's dtype."
+            ),
             "404": json_response(NOT_FOUND),
             "413": json_response("Body over the upload limit, or more instances than allowed."),
             "422": json_response(BAD_INSTANCES),
@@ -507,11 +671,20 @@ def _classify_operation(requests, parameters):
             "content": {
                 "application/json": {
                     "schema": with_optional(
-                        object_of(examples={"type": "array", "minItems": 1, "maxItems": requests.limits["max_instances"],
-                                            # {} when "context" holds the feature
-                                            "items": {**requests.classify_example, "minProperties": 0}}),
+                        object_of(
+                            examples={
+                                "type": "array",
+                                "minItems": 1,
+                                "maxItems": requests.limits["max_instances"],
+                                # {} when "context" holds the feature
+                                "items": {**requests.classify_example, "minProperties": 0},
+                            }
+                        ),
                         signature_name=requests.signature,
-                        context={"type": "object", "description": "Features shared by every example (then absent from the examples)."},
+                        context={
+                            "type": "object",
+                            "description": "Features shared by every example (then absent from the examples).",
+                        },
                     ),
                     "example": {"examples": [example]},
                 }
@@ -519,12 +692,17 @@ def _classify_operation(requests, parameters):
         },
         "responses": {
             "200": json_response("One list of [label, score] per example.", ref("ClassifyResult")),
-            "400": json_response("Not a classify request: empty or invalid JSON, no examples, an unknown signature_name, a feature in both context and an example."),
+            "400": json_response(
+                "Not a classify request: empty or invalid JSON, no examples, an unknown signature_name, a feature in both context and an example."
+            ),
             "404": json_response(NOT_FOUND),
             "409": json_response("The served model is a faces model or a regression, which have no classes."),
             "413": json_response("Body over the upload limit, or more examples than allowed."),
-            "422": json_response("An example this model cannot take: not an object keyed by the input name, or "
-                                 + BAD_INSTANCES[0].lower() + BAD_INSTANCES[1:]),
+            "422": json_response(
+                "An example this model cannot take: not an object keyed by the input name, or "
+                + BAD_INSTANCES[0].lower()
+                + BAD_INSTANCES[1:]
+            ),
             "503": json_response("No model is loaded."),
         },
     }
@@ -532,5 +710,9 @@ def _classify_operation(requests, parameters):
 
 # The operations under each model path, in /openapi.json's order: (suffix, method, the function describing the
 # operation from the _ModelRequests and the path's parameters).
-MODEL_OPERATIONS = (("", "get", _status_operation), ("/metadata", "get", _metadata_operation),
-                    (":predict", "post", _predict_operation), (":classify", "post", _classify_operation))
+MODEL_OPERATIONS = (
+    ("", "get", _status_operation),
+    ("/metadata", "get", _metadata_operation),
+    (":predict", "post", _predict_operation),
+    (":classify", "post", _classify_operation),
+)

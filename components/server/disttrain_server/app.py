@@ -59,17 +59,24 @@ def create_app(config=None):
     observer = metrics.init_app(app)  # first: its hooks time every request, refused ones too (None: metrics off)
     # One store per process: each gunicorn worker loads its own copy after the fork.
     app.extensions[shared.STORE_KEY] = ModelStore(
-        model_path, app.config["RELOAD_INTERVAL"],
-        max_batch_size=app.config["MAX_BATCH_SIZE"], batch_timeout=app.config["BATCH_TIMEOUT_MS"] / 1000, observer=observer,
+        model_path,
+        app.config["RELOAD_INTERVAL"],
+        max_batch_size=app.config["MAX_BATCH_SIZE"],
+        batch_timeout=app.config["BATCH_TIMEOUT_MS"] / 1000,
+        observer=observer,
         model_module=app.config["MODEL_MODULE"],
     )
-    gallery = Gallery(app.config["GALLERY_DIR"] or os.path.join(Workdir(default_workdir()).root, "gallery"),
-                      max_entries=app.config["GALLERY_MAX_ENTRIES"], max_bytes=app.config["GALLERY_MAX_BYTES"])
+    gallery = Gallery(
+        app.config["GALLERY_DIR"] or os.path.join(Workdir(default_workdir()).root, "gallery"),
+        max_entries=app.config["GALLERY_MAX_ENTRIES"],
+        max_bytes=app.config["GALLERY_MAX_BYTES"],
+    )
     app.extensions[shared.GALLERY_KEY] = gallery
     # (no WORKDIR given: the run whose final/model.keras is served)
     run_dir = app.config["WORKDIR"] or os.path.dirname(os.path.dirname(os.path.abspath(model_path)))
     app.extensions[shared.FINDER_KEY] = RunFinder(
-        run_dir, app.config["RUNS_DIR"] if app.config["PROGRESS_RUN"] == "newest" else None)
+        run_dir, app.config["RUNS_DIR"] if app.config["PROGRESS_RUN"] == "newest" else None
+    )
     if app.config["GALLERY_SEED"]:
         # Every worker runs this after the fork (no TensorFlow needed: faces are embedded
         # lazily); seeding is idempotent and locked, so the first one does the work.
@@ -86,7 +93,14 @@ def create_app(config=None):
     runs.init_app(app)  # the run dashboard and its report cache
     # /openapi.json: each blueprint describes its own routes; the document lists them in this order.
     app.extensions[shared.OPENAPI_KEY] = Parts(
-        paths=(api.openapi_paths, v2.openapi_paths, faces.openapi_paths, progress.openapi_paths, runs.openapi_paths, web.openapi_paths),
+        paths=(
+            api.openapi_paths,
+            v2.openapi_paths,
+            faces.openapi_paths,
+            progress.openapi_paths,
+            runs.openapi_paths,
+            web.openapi_paths,
+        ),
         schemas=(api.openapi_schemas, v2.openapi_schemas, faces.openapi_schemas),
     )
     return app

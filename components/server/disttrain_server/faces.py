@@ -39,7 +39,9 @@ def faces_model(name):
     """The loaded model if it is a faces model: 404 unknown name, 503 none loaded, 409 another task."""
     loaded = served_model(name)
     if not loaded.is_faces:
-        raise ApiError(409, f"the served model is a {loaded.task} model; face search needs a faces model (task 'faces')")
+        raise ApiError(
+            409, f"the served model is a {loaded.task} model; face search needs a faces model (task 'faces')"
+        )
     return loaded
 
 
@@ -64,8 +66,11 @@ def _upload(example):
         raise ApiError(400, f'missing "image": send {example} or a multipart form with an "image" file')
     image = payload["image"]
     if not isinstance(image, dict) or set(image) != {"b64"}:
-        raise ApiError(422, f'"image" must be an object {{"b64": "<base64 photo>"}}, got {json_type(image)}'
-                       + (f" with keys {sorted(image)}" if isinstance(image, dict) else ""))
+        raise ApiError(
+            422,
+            f'"image" must be an object {{"b64": "<base64 photo>"}}, got {json_type(image)}'
+            + (f" with keys {sorted(image)}" if isinstance(image, dict) else ""),
+        )
     data = decode_b64(image["b64"], "image: ")
     if not data:
         raise ApiError(422, "image: the photo is empty")
@@ -112,7 +117,10 @@ def search(model_name):
     k = top_k(fields)
     _, face = face_of(data)
     matches = gallery().search(loaded, face.crop, k)
-    notes = [several_faces_note(face.found), None if matches else "the gallery is empty: enrol people with POST /v1/gallery"]
+    notes = [
+        several_faces_note(face.found),
+        None if matches else "the gallery is empty: enrol people with POST /v1/gallery",
+    ]
     body = {
         "model_spec": {"name": model_name, "version": str(loaded.version)},
         "face": face_object(face),
@@ -132,7 +140,10 @@ def list_gallery():
 
 def refuse_if_read_only():
     if current_app.config["READ_ONLY_GALLERY"]:
-        raise ApiError(403, "the gallery is read-only on this server (--read-only-gallery): enrolment and deletion are off; search works")
+        raise ApiError(
+            403,
+            "the gallery is read-only on this server (--read-only-gallery): enrolment and deletion are off; search works",
+        )
 
 
 @bp.post("/v1/gallery")
@@ -158,7 +169,9 @@ def enrol():
         raise ApiError(422, f"name: {err}") from None
     face = face_of(data)
     try:
-        entry, _ = gallery().enrol(name, data, loaded if loaded is not None and loaded.is_faces else None, source="api", face=face)
+        entry, _ = gallery().enrol(
+            name, data, loaded if loaded is not None and loaded.is_faces else None, source="api", face=face
+        )
     except GalleryFull as err:
         raise ApiError(507, str(err)) from None
     except ContractError as err:  # the photo was fine (checked above): the gallery folder is not writable
@@ -206,14 +219,19 @@ def _photo_body(example, **fields):
         "type": "object",
         "required": ["b64"],
         "additionalProperties": False,
-        "properties": {"b64": {"type": "string", "format": "byte", "description": "base64 of the photo file (PNG or JPEG)."}},
+        "properties": {
+            "b64": {"type": "string", "format": "byte", "description": "base64 of the photo file (PNG or JPEG)."}
+        },
     }
     required = ["image"] + [key for key, schema in fields.items() if schema.pop("required", False)]
     return {
         "required": True,
         "content": {
             "multipart/form-data": {"schema": {"type": "object", "required": required, "properties": form}},
-            "application/json": {"schema": {"type": "object", "required": required, "properties": {"image": b64, **fields}}, "example": example},
+            "application/json": {
+                "schema": {"type": "object", "required": required, "properties": {"image": b64, **fields}},
+                "example": example,
+            },
         },
     }
 
@@ -221,10 +239,18 @@ def _photo_body(example, **fields):
 def openapi_paths(context):
     """:search and the gallery."""
     limits, model_name, unknown_model = context.limits, context.model_name(), json_response("Unknown model name.")
-    entry_id = {"name": "entry_id", "in": "path", "required": True, "schema": STRING, "description": "A gallery entry's id."}
+    entry_id = {
+        "name": "entry_id",
+        "in": "path",
+        "required": True,
+        "schema": STRING,
+        "description": "A gallery entry's id.",
+    }
     no_entry = json_response("No gallery entry with this id.")
-    upload = ("The photo goes through the same face detector as the training photos; the most face-like one is used "
-              f"(eyes found in it, then the detector's confidence). The body may be at most {limits['max_upload_bytes']} bytes.")
+    upload = (
+        "The photo goes through the same face detector as the training photos; the most face-like one is used "
+        f"(eyes found in it, then the detector's confidence). The body may be at most {limits['max_upload_bytes']} bytes."
+    )
     return {
         "/v1/models/{model_name}:search": {
             "post": {
@@ -235,15 +261,24 @@ def openapi_paths(context):
                 "parameters": [model_name],
                 "requestBody": _photo_body(
                     {"image": {"b64": "/9j/4AAQSkZJRg..."}, "k": 3},
-                    k={"type": "integer", "minimum": 1, "maximum": 100, "description": "How many matches (default --top-k)."},
+                    k={
+                        "type": "integer",
+                        "minimum": 1,
+                        "maximum": 100,
+                        "description": "How many matches (default --top-k).",
+                    },
                 ),
                 "responses": {
-                    "200": json_response("The face used and the nearest entries.", {"$ref": "#/components/schemas/SearchResult"}),
+                    "200": json_response(
+                        "The face used and the nearest entries.", {"$ref": "#/components/schemas/SearchResult"}
+                    ),
                     "400": json_response("Not a search request: no image field, or a body that is not a JSON object."),
                     "404": unknown_model,
                     "409": json_response("The served model is not a faces model."),
                     "413": json_response("Body over the upload limit."),
-                    "422": json_response("Unusable content: not base64, not a decodable image, no face found, k out of range."),
+                    "422": json_response(
+                        "Unusable content: not base64, not a decodable image, no face found, k out of range."
+                    ),
                     "503": json_response("No model is loaded."),
                 },
             }
@@ -258,13 +293,24 @@ def openapi_paths(context):
                 "description": f"{upload} The face is embedded once now (and once per newly published model), never per search.",
                 "requestBody": _photo_body(
                     {"name": "Ada Lovelace", "image": {"b64": "/9j/4AAQSkZJRg..."}},
-                    name={"type": "string", "minLength": 1, "maxLength": 100, "required": True, "description": "The person's name (1 to 100 characters)."},
+                    name={
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 100,
+                        "required": True,
+                        "description": "The person's name (1 to 100 characters).",
+                    },
                 ),
                 "responses": {
-                    "201": json_response("The new entry; `note` says if the photo had several faces.", {"$ref": "#/components/schemas/GalleryEntry"}),
+                    "201": json_response(
+                        "The new entry; `note` says if the photo had several faces.",
+                        {"$ref": "#/components/schemas/GalleryEntry"},
+                    ),
                     "400": json_response("No image or no name field, or a body that is not a JSON object."),
                     "413": json_response("Body over the upload limit."),
-                    "422": json_response("Unusable content: an empty or too long name, not base64, not a decodable image, no face found."),
+                    "422": json_response(
+                        "Unusable content: an empty or too long name, not base64, not a decodable image, no face found."
+                    ),
                     "503": json_response("The gallery folder cannot be written."),
                 },
             },
@@ -274,7 +320,9 @@ def openapi_paths(context):
                 "summary": "Remove an entry (its crop, thumbnail and embeddings).",
                 "parameters": [entry_id],
                 "responses": {
-                    "200": json_response("The removed entry.", object_of(deleted={"$ref": "#/components/schemas/GalleryEntry"})),
+                    "200": json_response(
+                        "The removed entry.", object_of(deleted={"$ref": "#/components/schemas/GalleryEntry"})
+                    ),
                     "404": no_entry,
                     "503": json_response("The gallery folder cannot be written."),
                 },
@@ -284,7 +332,13 @@ def openapi_paths(context):
             "get": {
                 "summary": "A small colour picture of the entry's face.",
                 "parameters": [entry_id],
-                "responses": {"200": {"description": "PNG image.", "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}}}, "404": no_entry},
+                "responses": {
+                    "200": {
+                        "description": "PNG image.",
+                        "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+                    },
+                    "404": no_entry,
+                },
             }
         },
     }
@@ -294,8 +348,13 @@ def openapi_schemas(context):
     return {
         "GalleryEntry": {
             # confidence and eyes: entries enrolled before the detector reported them have neither
-            **with_optional(object_of(id=STRING, name=STRING, box=array_of(INTEGER), faces_found=INTEGER, created=STRING,
-                                      thumbnail=STRING), confidence={"type": "number"}, eyes=INTEGER),
+            **with_optional(
+                object_of(
+                    id=STRING, name=STRING, box=array_of(INTEGER), faces_found=INTEGER, created=STRING, thumbnail=STRING
+                ),
+                confidence={"type": "number"},
+                eyes=INTEGER,
+            ),
             "description": "box is [x, y, width, height] of the face in the enrolled photo; thumbnail is its URL path; "
             "source is 'api' or 'seed:<file>'; note (on enrolment) says if the photo had several faces.",
         },

@@ -38,7 +38,9 @@ UPSTREAM_KEEPALIVE = 16
 UPSTREAM_READ_TIMEOUT = 180
 
 
-def nginx_config(directory, host, port, *, user=None, header_timeout, body_timeout, max_connections, keepalive, max_body_mb):
+def nginx_config(
+    directory, host, port, *, user=None, header_timeout, body_timeout, max_connections, keepalive, max_body_mb
+):
     """The nginx configuration of the front: listens on host:port, sends complete requests to the
     gunicorn socket in `directory`, keeps its temporary files, pid file and socket there."""
     listen = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
@@ -101,7 +103,9 @@ http {{
 
 def find_nginx():
     """The nginx binary: on PATH, else where Debian puts it (/usr/sbin, often not on a user's PATH); None if neither."""
-    return shutil.which("nginx") or next((p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None)
+    return shutil.which("nginx") or next(
+        (p for p in ("/usr/sbin/nginx", "/usr/local/sbin/nginx") if os.access(p, os.X_OK)), None
+    )
 
 
 class Front:
@@ -110,8 +114,9 @@ class Front:
     def __init__(self, host, port, **limits):
         self.nginx = find_nginx()
         if self.nginx is None:
-            raise ContractError("--front nginx: no nginx on this system (install Debian's nginx-light, "
-                                "or run with --front none)")
+            raise ContractError(
+                "--front nginx: no nginx on this system (install Debian's nginx-light, or run with --front none)"
+            )
         self.host, self.port = host, port
         self.directory = tempfile.mkdtemp(prefix="disttrain-front-")  # 0700: only this user reaches the socket
         self.socket = os.path.join(self.directory, SOCKET_NAME)
@@ -139,15 +144,20 @@ class Front:
         ContractError if it exits first (its own message, e.g. the port in use, is on stderr above).
         `on_exit` is called (in a thread) if nginx stops while the server runs."""
         # in a process group of its own: its worker outlives a master that was killed, and close() ends both
-        self.proc = subprocess.Popen([self.nginx, "-p", self.directory, "-c", self.config, "-e", "stderr"],
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [self.nginx, "-p", self.directory, "-c", self.config, "-e", "stderr"],
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         pid_file = os.path.join(self.directory, "nginx.pid")
         deadline = time.monotonic() + START_TIMEOUT
         while not os.path.exists(pid_file):
             if self.proc.poll() is not None:
                 self.close()
-                raise ContractError(f"--front nginx: nginx could not start on {self.host}:{self.port} "
-                                    f"(exit {self.proc.returncode}; its message is above)")
+                raise ContractError(
+                    f"--front nginx: nginx could not start on {self.host}:{self.port} "
+                    f"(exit {self.proc.returncode}; its message is above)"
+                )
             if time.monotonic() > deadline:
                 self.close()
                 raise ContractError(f"--front nginx: nginx did not open {self.host}:{self.port} in {START_TIMEOUT} s")

@@ -51,7 +51,9 @@ THUMBNAIL_MARGIN = 0.3  # more context around the face than the model's crop: it
 KEEP_CACHES = 3  # embeddings of the last few models: workers pick up a new model a few seconds apart
 SEED_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".tif", ".tiff")
 MB = 1024 * 1024  # as --max-upload-mb counts them
-ENTRY_INDEX_BYTES = 512  # an entry's line in index.json, at most (a 100-character name, its id, box, time, hash, source)
+ENTRY_INDEX_BYTES = (
+    512  # an entry's line in index.json, at most (a 100-character name, its id, box, time, hash, source)
+)
 _ID = re.compile(r"^[0-9a-f]{16}$")
 
 
@@ -125,8 +127,11 @@ def _stat_key(path):
 
 def public(entry):
     """An index entry as the API shows it (the photo hash is only for idempotent seeding)."""
-    shown = {key: entry[key] for key in ("id", "name", "box", "confidence", "eyes", "faces_found", "created", "source")
-             if key in entry}  # (entries enrolled before eye-ranked detection have no confidence or eyes)
+    shown = {
+        key: entry[key]
+        for key in ("id", "name", "box", "confidence", "eyes", "faces_found", "created", "source")
+        if key in entry
+    }  # (entries enrolled before eye-ranked detection have no confidence or eyes)
     shown["thumbnail"] = f"/v1/gallery/{entry['id']}/thumbnail.png"
     return shown
 
@@ -256,12 +261,16 @@ class Gallery:
     def _check_caps(self, entries, new_bytes):
         """Call with the lock held: GalleryFull if one more entry of about `new_bytes` passes a cap."""
         if self.max_entries is not None and len(entries) >= self.max_entries:
-            raise GalleryFull(f"the gallery is full: {len(entries)} entries, the cap is {self.max_entries} (--gallery-max-entries)")
+            raise GalleryFull(
+                f"the gallery is full: {len(entries)} entries, the cap is {self.max_entries} (--gallery-max-entries)"
+            )
         if self.max_bytes is not None:
             used = _folder_bytes(self.root)
             if used + new_bytes + ENTRY_INDEX_BYTES > self.max_bytes:
-                raise GalleryFull(f"the gallery is full: {used / MB:.2f} MB used, this entry needs about {(new_bytes + ENTRY_INDEX_BYTES) / MB:.3f} MB "
-                                  f"more, the cap is {self.max_bytes / MB:g} MB (--gallery-max-mb)")
+                raise GalleryFull(
+                    f"the gallery is full: {used / MB:.2f} MB used, this entry needs about {(new_bytes + ENTRY_INDEX_BYTES) / MB:.3f} MB "
+                    f"more, the cap is {self.max_bytes / MB:g} MB (--gallery-max-mb)"
+                )
 
     @staticmethod
     def _same_photo(entries, name, digest):
@@ -294,13 +303,20 @@ class Gallery:
             try:
                 with open(path, "rb") as fh:
                     data = fh.read()
-                _, created = self.enrol(person, data, model, source=f"seed:{os.path.relpath(path, folder)}", unique=True)
+                _, created = self.enrol(
+                    person, data, model, source=f"seed:{os.path.relpath(path, folder)}", unique=True
+                )
             except (OSError, ContractError) as err:  # NoFaceFound and InvalidName are ContractErrors
                 skipped.append((path, getattr(err, "strerror", None) or str(err)))
                 continue
             added += created
         if skipped:
-            log.warning("gallery seed %s: skipped %d photo(s): %s", folder, len(skipped), "; ".join(f"{p}: {r}" for p, r in skipped[:5]))
+            log.warning(
+                "gallery seed %s: skipped %d photo(s): %s",
+                folder,
+                len(skipped),
+                "; ".join(f"{p}: {r}" for p, r in skipped[:5]),
+            )
         log.info("gallery seed %s: %d added, %d already enrolled", folder, added, len(photos) - added - len(skipped))
         return added, skipped
 
@@ -381,7 +397,10 @@ class Gallery:
         query = model.predict(crop[None]).astype(np.float32)
         distances = pairwise_distances(query.astype(np.float64), matrix.astype(np.float64))[0]
         order = np.argsort(distances, kind="stable")[:k]
-        return [{"name": entries[i]["name"], "id": entries[i]["id"], "distance": round(float(distances[i]), 4)} for i in order]
+        return [
+            {"name": entries[i]["name"], "id": entries[i]["id"], "distance": round(float(distances[i]), 4)}
+            for i in order
+        ]
 
 
 def _seed_photos(folder):
@@ -392,7 +411,11 @@ def _seed_photos(folder):
         if item.startswith("."):
             continue
         if os.path.isdir(path):
-            photos += [(os.path.join(path, f), item.replace("_", " ")) for f in sorted(os.listdir(path)) if f.lower().endswith(SEED_EXTENSIONS)]
+            photos += [
+                (os.path.join(path, f), item.replace("_", " "))
+                for f in sorted(os.listdir(path))
+                if f.lower().endswith(SEED_EXTENSIONS)
+            ]
         elif item.lower().endswith(SEED_EXTENSIONS):
             photos.append((path, os.path.splitext(item)[0].replace("_", " ")))
     return photos

@@ -99,11 +99,17 @@ def _read_predict_inputs(body, names, max_instances):
     columnar, instances = keys[0] == "inputs", payload[keys[0]]
     if columnar:
         if not isinstance(instances, dict):
-            raise ApiError(400, f'"inputs" must be an object with one list per input of this model ({", ".join(names)}), got {json_type(instances)}')
+            raise ApiError(
+                400,
+                f'"inputs" must be an object with one list per input of this model ({", ".join(names)}), got {json_type(instances)}',
+            )
         missing, unknown = [n for n in names if n not in instances], sorted(set(instances) - set(names))
         if missing or unknown:
-            raise ApiError(400, f'"inputs" must have exactly this model\'s inputs as keys ({", ".join(names)}); '
-                           + "; ".join(([f"missing {missing}"] if missing else []) + ([f"unknown {unknown}"] if unknown else [])))
+            raise ApiError(
+                400,
+                f'"inputs" must have exactly this model\'s inputs as keys ({", ".join(names)}); '
+                + "; ".join(([f"missing {missing}"] if missing else []) + ([f"unknown {unknown}"] if unknown else [])),
+            )
         bad = next((n for n in names if not isinstance(instances[n], list)), None)
         if bad is not None:
             raise ApiError(400, f'"inputs"."{bad}" must be a list of instances, got {json_type(instances[bad])}')
@@ -140,10 +146,16 @@ def read_classify(body, input_name, max_instances, objects=False):
     instances = []
     for index, features in enumerate(examples):
         if not isinstance(features, dict):
-            raise ApiError(422, f"example {index}: expected an object of features like {{\"{input_name}\": ...}}, got {json_type(features)}")
+            raise ApiError(
+                422,
+                f"example {index}: expected an object of features like {{\"{input_name}\": ...}}, got {json_type(features)}",
+            )
         shared = set(features) & set(context)
         if shared:
-            raise ApiError(400, f"example {index}: features {sorted(shared)} are also in \"context\" (TF Serving: a feature is in one or the other)")
+            raise ApiError(
+                400,
+                f"example {index}: features {sorted(shared)} are also in \"context\" (TF Serving: a feature is in one or the other)",
+            )
         features = {**context, **features}
         if objects and set(features) != {input_name}:
             instances.append(features)
@@ -157,7 +169,10 @@ def read_classify(body, input_name, max_instances, objects=False):
 def _named_column(inputs, input_name):
     """The tensor of TF Serving's columnar object form, {"<input name>": [...]}."""
     if set(inputs) != {input_name}:
-        raise ApiError(400, f'"inputs" as an object must have exactly one key, this model\'s input "{input_name}" (see /metadata); got keys {sorted(inputs)}')
+        raise ApiError(
+            400,
+            f'"inputs" as an object must have exactly one key, this model\'s input "{input_name}" (see /metadata); got keys {sorted(inputs)}',
+        )
     return inputs[input_name]
 
 
@@ -165,7 +180,9 @@ def _named_row(index, instance, input_name):
     """A row instance keyed by the input name, {"<input name>": value}, is that value; others pass as they are."""
     if isinstance(instance, dict) and input_name in instance:
         if len(instance) > 1:
-            raise ApiError(422, f'instance {index}: this model has one input, "{input_name}"; got keys {sorted(instance)}')
+            raise ApiError(
+                422, f'instance {index}: this model has one input, "{input_name}"; got keys {sorted(instance)}'
+            )
         return instance[input_name]
     return instance
 
@@ -184,7 +201,10 @@ def _text(index, instance, max_chars):
     if not isinstance(instance, str):
         raise ApiError(422, f"instance {index}: this model takes text; expected a string, got {json_type(instance)}")
     if len(instance) > max_chars:
-        raise ApiError(422, f"instance {index}: text is {len(instance)} characters long, the limit is {max_chars} (--max-text-chars)")
+        raise ApiError(
+            422,
+            f"instance {index}: text is {len(instance)} characters long, the limit is {max_chars} (--max-text-chars)",
+        )
     if not instance.strip():
         raise ApiError(422, f"instance {index}: text is empty or only whitespace")
     try:
@@ -209,7 +229,9 @@ def _image(index, instance, shape, pixel_budget):
 def _encoded_image(index, instance, shape, pixel_budget):
     """TF Serving's binary convention: {"b64": "<base64 of an encoded image file>"}."""
     if set(instance) != {"b64"}:
-        raise ApiError(422, f'instance {index}: an image object must have exactly one key "b64", got keys {sorted(instance)}')
+        raise ApiError(
+            422, f'instance {index}: an image object must have exactly one key "b64", got keys {sorted(instance)}'
+        )
     data = decode_b64(instance["b64"], f"instance {index}: ")
     pixel_budget.admit(data, f"instance {index}: ")  # PNG or JPEG within the request's pixels, before OpenCV sees it
     import cv2
@@ -219,7 +241,9 @@ def _encoded_image(index, instance, shape, pixel_budget):
     except ContractError as err:
         raise ApiError(422, f"instance {index}: {err}") from None
     except cv2.error:  # decode_image lets OpenCV's own refusals through (e.g. over OPENCV_IO_MAX_IMAGE_PIXELS)
-        raise ApiError(422, f"instance {index}: not a decodable image (OpenCV refused it: too large or malformed)") from None
+        raise ApiError(
+            422, f"instance {index}: not a decodable image (OpenCV refused it: too large or malformed)"
+        ) from None
 
 
 def decode_b64(encoded, where=""):
@@ -243,7 +267,9 @@ def _pixels(index, instance, shape):
         raise ApiError(422, f"instance {index}: pixel values must be numbers 0..255")
     accepted = [(height, width, channels)] + ([(height, width)] if channels == 1 else [])
     if array.shape not in accepted:
-        raise ApiError(422, f"instance {index}: pixel array has shape {list(array.shape)}, expected {_shape_text(shape)}")
+        raise ApiError(
+            422, f"instance {index}: pixel array has shape {list(array.shape)}, expected {_shape_text(shape)}"
+        )
     if not (np.isfinite(array).all() and array.min() >= 0 and array.max() <= 255):
         raise ApiError(422, f"instance {index}: pixel values must be between 0 and 255")
     return np.rint(array).astype(np.uint8).reshape(shape)
@@ -253,4 +279,3 @@ def _shape_text(shape):
     height, width, channels = shape
     text = f"[{height}, {width}, {channels}]"
     return f"{text} (or [{height}, {width}])" if channels == 1 else text
-

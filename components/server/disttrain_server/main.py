@@ -89,115 +89,244 @@ def parse_args(argv=None):
 
 def add_model_flags(p):
     """What is served: the run's directory, the model file, its name in the API, its own module."""
-    p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
+    p.add_argument(
+        "--workdir",
+        default=default_workdir(),
+        help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)",
+    )
     p.add_argument("--model", help="the model file to serve (default WORKDIR/final/model.keras)")
     p.add_argument("--model-name", default="disttrain", help="the NAME in /v1/models/NAME (default disttrain)")
-    p.add_argument("--model-module", metavar="MODULE[:FUNCTION]", help="the Python module of a model trained with --model-module "
-                   "(the trainer's): each worker imports it before loading the model, so that the custom layers it registers "
-                   "load in Keras safe mode. It must be importable (PYTHONPATH, or installed in a derived image); this runs its "
-                   "code in the server. A model that needs a module and was not given it is not served (/readyz says why)")
+    p.add_argument(
+        "--model-module",
+        metavar="MODULE[:FUNCTION]",
+        help="the Python module of a model trained with --model-module "
+        "(the trainer's): each worker imports it before loading the model, so that the custom layers it registers "
+        "load in Keras safe mode. It must be importable (PYTHONPATH, or installed in a derived image); this runs its "
+        "code in the server. A model that needs a module and was not given it is not served (/readyz says why)",
+    )
 
 
 def add_worker_flags(p):
     """Where gunicorn listens, and its processes and threads."""
-    p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)")
+    p.add_argument(
+        "--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 in a container)"
+    )
     p.add_argument("--port", type=int, default=8080, help="port to listen on (default 8080)")
-    p.add_argument("--workers", type=int, default=2, help="gunicorn worker processes, each with its own model copy (default 2)")
-    p.add_argument("--threads", type=int, default=8, help="threads per worker; its concurrent predict calls share "
-                   "model calls (see --max-batch-size) (default 8)")
-    p.add_argument("--keepalive", type=int, default=75, metavar="SECONDS", help="how long an idle keep-alive connection stays "
-                   "open (default 75). Behind a proxy that keeps connections to the server (an Ingress, a cloud L7 load "
-                   "balancer) it must be longer than the proxy's own idle timeout (60 s for ingress-nginx and AWS ALB), "
-                   "or a request the proxy sends as the server closes the connection fails")
+    p.add_argument(
+        "--workers", type=int, default=2, help="gunicorn worker processes, each with its own model copy (default 2)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=8,
+        help="threads per worker; its concurrent predict calls share model calls (see --max-batch-size) (default 8)",
+    )
+    p.add_argument(
+        "--keepalive",
+        type=int,
+        default=75,
+        metavar="SECONDS",
+        help="how long an idle keep-alive connection stays "
+        "open (default 75). Behind a proxy that keeps connections to the server (an Ingress, a cloud L7 load "
+        "balancer) it must be longer than the proxy's own idle timeout (60 s for ingress-nginx and AWS ALB), "
+        "or a request the proxy sends as the server closes the connection fails",
+    )
 
 
 def add_request_flags(p):
     """The limits of one request, and how concurrent predict calls share model calls."""
-    p.add_argument("--max-upload-mb", type=float, default=8, help="largest request body in MB; larger is a 413 (default 8)")
-    p.add_argument("--max-text-chars", type=int, default=10000, help="longest text instance in characters (default 10000)")
+    p.add_argument(
+        "--max-upload-mb", type=float, default=8, help="largest request body in MB; larger is a 413 (default 8)"
+    )
+    p.add_argument(
+        "--max-text-chars", type=int, default=10000, help="longest text instance in characters (default 10000)"
+    )
     p.add_argument("--max-instances", type=int, default=256, help="most instances in one predict request (default 256)")
-    p.add_argument("--max-batch-size", type=int, default=32, help="concurrent predict requests of one worker (its --threads) share "
-                   "one model call of up to this many instances; 1 turns batching off (default 32)")
-    p.add_argument("--batch-timeout-ms", type=float, default=0, help="how long a batch waits for more requests; 0 never waits: a lone "
-                   "request runs at once and batches form from requests that queue during a model call (default 0)")
+    p.add_argument(
+        "--max-batch-size",
+        type=int,
+        default=32,
+        help="concurrent predict requests of one worker (its --threads) share "
+        "one model call of up to this many instances; 1 turns batching off (default 32)",
+    )
+    p.add_argument(
+        "--batch-timeout-ms",
+        type=float,
+        default=0,
+        help="how long a batch waits for more requests; 0 never waits: a lone "
+        "request runs at once and batches form from requests that queue during a model call (default 0)",
+    )
 
 
 def add_run_flags(p):
     """The runs the dashboard and the progress show, and how often a new model is looked for."""
-    p.add_argument("--runs-dir", metavar="DIR", help="a directory of run-N runs (the chart's volume, one run-N per release "
-                   "revision): the run dashboard (/runs) lists and compares them, and the page shows the training progress "
-                   "of the newest one (see --progress-run); default: neither, only the served run's (--workdir)")
-    p.add_argument("--progress-run", choices=("newest", "served"), default="newest", help="with --runs-dir: whose training "
-                   "progress the page shows, the newest run-N's (default) or the served model's own run's")
-    p.add_argument("--reload-interval", type=float, default=5, help="seconds between checks for a newly published model (default 5)")
+    p.add_argument(
+        "--runs-dir",
+        metavar="DIR",
+        help="a directory of run-N runs (the chart's volume, one run-N per release "
+        "revision): the run dashboard (/runs) lists and compares them, and the page shows the training progress "
+        "of the newest one (see --progress-run); default: neither, only the served run's (--workdir)",
+    )
+    p.add_argument(
+        "--progress-run",
+        choices=("newest", "served"),
+        default="newest",
+        help="with --runs-dir: whose training "
+        "progress the page shows, the newest run-N's (default) or the served model's own run's",
+    )
+    p.add_argument(
+        "--reload-interval",
+        type=float,
+        default=5,
+        help="seconds between checks for a newly published model (default 5)",
+    )
 
 
 def add_gallery_flags(p):
     """Face search: the gallery's folder, the photos it starts with, the matches answered."""
-    p.add_argument("--gallery", help="folder of enrolled faces for face search, shared by all workers (default WORKDIR/gallery)")
-    p.add_argument("--gallery-seed", help="enrol the photos in this folder at start-up unless already enrolled: one sub-folder "
-                   "per person, or files named PERSON.jpg/.png")
-    p.add_argument("--top-k", type=int, default=3, help=f"matches a face search returns unless it asks for k (default 3, at most {MAX_TOP_K})")
+    p.add_argument(
+        "--gallery", help="folder of enrolled faces for face search, shared by all workers (default WORKDIR/gallery)"
+    )
+    p.add_argument(
+        "--gallery-seed",
+        help="enrol the photos in this folder at start-up unless already enrolled: one sub-folder "
+        "per person, or files named PERSON.jpg/.png",
+    )
+    p.add_argument(
+        "--top-k",
+        type=int,
+        default=3,
+        help=f"matches a face search returns unless it asks for k (default 3, at most {MAX_TOP_K})",
+    )
 
 
 def add_no_metrics_flag(p):
     """--no-metrics. Its --metrics-port comes after the front's flags (add_metrics_port_flag), where --help lists it."""
-    p.add_argument("--no-metrics", action="store_true", help="no GET /metrics and no counting behind it. With metrics on, the "
-                   f"workers share their values through files in ${MULTIPROC_ENV} (emptied of *.db files at start) or, "
-                   "unset, in a new temporary directory removed at exit")
+    p.add_argument(
+        "--no-metrics",
+        action="store_true",
+        help="no GET /metrics and no counting behind it. With metrics on, the "
+        f"workers share their values through files in ${MULTIPROC_ENV} (emptied of *.db files at start) or, "
+        "unset, in a new temporary directory removed at exit",
+    )
 
 
 def add_front_flags(p):
     """The nginx front that reads slow clients' requests before gunicorn sees them."""
     front = p.add_argument_group("front (slow clients)")
-    front.add_argument("--front", default=os.environ.get(FRONT_ENV, "none"), help="'nginx': nginx listens on --host/--port, "
-                       "reads each request whole (headers within --header-timeout) and hands only complete requests to "
-                       "gunicorn, on a Unix socket in a private directory under $TMPDIR: clients that send slowly cannot hold "
-                       "gunicorn's threads, and the probes stay answered. 'none': gunicorn listens itself "
-                       f"(default ${FRONT_ENV}, else none; the server image sets nginx)")
-    front.add_argument("--header-timeout", type=int, default=10, metavar="SECONDS", help="with --front nginx: a client "
-                       "must send its whole request header within this time, or gets 408 (default 10)")
-    front.add_argument("--body-timeout", type=int, default=30, metavar="SECONDS", help="with --front nginx: longest pause "
-                       "between two reads of a request body, or 408 (default 30)")
-    front.add_argument("--max-connections", type=int, default=1024, help="with --front nginx: most open connections, the "
-                       "clients' and nginx's own to gunicorn together; more wait in the kernel's accept queue (default 1024)")
+    front.add_argument(
+        "--front",
+        default=os.environ.get(FRONT_ENV, "none"),
+        help="'nginx': nginx listens on --host/--port, "
+        "reads each request whole (headers within --header-timeout) and hands only complete requests to "
+        "gunicorn, on a Unix socket in a private directory under $TMPDIR: clients that send slowly cannot hold "
+        "gunicorn's threads, and the probes stay answered. 'none': gunicorn listens itself "
+        f"(default ${FRONT_ENV}, else none; the server image sets nginx)",
+    )
+    front.add_argument(
+        "--header-timeout",
+        type=int,
+        default=10,
+        metavar="SECONDS",
+        help="with --front nginx: a client "
+        "must send its whole request header within this time, or gets 408 (default 10)",
+    )
+    front.add_argument(
+        "--body-timeout",
+        type=int,
+        default=30,
+        metavar="SECONDS",
+        help="with --front nginx: longest pause between two reads of a request body, or 408 (default 30)",
+    )
+    front.add_argument(
+        "--max-connections",
+        type=int,
+        default=1024,
+        help="with --front nginx: most open connections, the "
+        "clients' and nginx's own to gunicorn together; more wait in the kernel's accept queue (default 1024)",
+    )
 
 
 def add_metrics_port_flag(p):
     """A port of its own for /metrics, so that publishing the API never publishes them."""
-    p.add_argument("--metrics-port", type=int, metavar="PORT", help="answer /metrics on this port (bound on --host too) and "
-                   "nowhere else, and nothing but /metrics on it: the API's port, which a Service or Ingress publishes, "
-                   "then never publishes the scrape (the chart's default; with --front nginx gunicorn answers it "
-                   "itself, not behind nginx). Default: /metrics on --port")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="answer /metrics on this port (bound on --host too) and "
+        "nowhere else, and nothing but /metrics on it: the API's port, which a Service or Ingress publishes, "
+        "then never publishes the scrape (the chart's default; with --front nginx gunicorn answers it "
+        "itself, not behind nginx). Default: /metrics on --port",
+    )
 
 
 def add_security_flags(p):
     """The API token and what it guards, the gallery's bounds, the hosts and pixels accepted."""
     security = p.add_argument_group("security")
-    security.add_argument("--api-token-file", metavar="PATH", help="a file holding the API token (surrounding whitespace removed); "
-                          "clients send it as 'Authorization: Bearer <token>'. Default: no token (anyone may call everything)")
-    security.add_argument("--token-required-for", choices=("writes", "all"), default="writes",
-                          help="with --api-token-file: 'writes' = the face gallery needs the token (enrol, delete, and, unless "
-                          "--public-face-search, its list, thumbnails and :search); 'all' = every /v1 call "
-                          "(predict, metadata too) does. /healthz and /readyz stay open for Kubernetes probes (default writes)")
-    security.add_argument("--public-face-search", action="store_true", help="with --api-token-file and --token-required-for "
-                          "writes: the gallery's list and thumbnails and :search answer without the token, so anyone who "
-                          "reaches the server sees the enrolled people's names and faces and learns which of them a photo "
-                          "matches (default: they need the token)")
-    security.add_argument("--show-heldout-examples", action="store_true", help="the page of a table or array model "
-                          "prefills its form with up to 20 held-out rows of the served run's data and their true labels, "
-                          "and /metadata gives each feature's training minimum and maximum (single records' values). "
-                          "Default: the page prefills the training mean and /metadata gives means and variances only")
-    security.add_argument("--read-only-gallery", action="store_true", help="enrol and delete answer 403; search still works (public demos)")
-    security.add_argument("--gallery-max-entries", type=int, default=1000, help="most gallery entries; enrolling past it answers 507 (default 1000)")
-    security.add_argument("--gallery-max-mb", type=float, default=200, help="most MB the gallery folder may hold; enrolling past it answers 507 (default 200)")
-    security.add_argument("--allowed-hosts", metavar="H1,H2", default="", help="comma-separated host names this server answers to (the Host "
-                          "header's port is ignored; '.example.com' also takes its subdomains); other Host headers get 400 "
-                          "(DNS rebinding). /healthz and /readyz answer any Host (the kubelet sends the pod IP). "
-                          "Default empty: any host")
-    security.add_argument("--max-request-pixels", type=int, default=MAX_REQUEST_PIXELS, help="pixels of all images of one request "
-                          f"together, read from their headers before decoding; more is a 413 (default {MAX_REQUEST_PIXELS:,}). "
-                          "Only PNG and JPEG uploads are accepted (415 otherwise)")
+    security.add_argument(
+        "--api-token-file",
+        metavar="PATH",
+        help="a file holding the API token (surrounding whitespace removed); "
+        "clients send it as 'Authorization: Bearer <token>'. Default: no token (anyone may call everything)",
+    )
+    security.add_argument(
+        "--token-required-for",
+        choices=("writes", "all"),
+        default="writes",
+        help="with --api-token-file: 'writes' = the face gallery needs the token (enrol, delete, and, unless "
+        "--public-face-search, its list, thumbnails and :search); 'all' = every /v1 call "
+        "(predict, metadata too) does. /healthz and /readyz stay open for Kubernetes probes (default writes)",
+    )
+    security.add_argument(
+        "--public-face-search",
+        action="store_true",
+        help="with --api-token-file and --token-required-for "
+        "writes: the gallery's list and thumbnails and :search answer without the token, so anyone who "
+        "reaches the server sees the enrolled people's names and faces and learns which of them a photo "
+        "matches (default: they need the token)",
+    )
+    security.add_argument(
+        "--show-heldout-examples",
+        action="store_true",
+        help="the page of a table or array model "
+        "prefills its form with up to 20 held-out rows of the served run's data and their true labels, "
+        "and /metadata gives each feature's training minimum and maximum (single records' values). "
+        "Default: the page prefills the training mean and /metadata gives means and variances only",
+    )
+    security.add_argument(
+        "--read-only-gallery",
+        action="store_true",
+        help="enrol and delete answer 403; search still works (public demos)",
+    )
+    security.add_argument(
+        "--gallery-max-entries",
+        type=int,
+        default=1000,
+        help="most gallery entries; enrolling past it answers 507 (default 1000)",
+    )
+    security.add_argument(
+        "--gallery-max-mb",
+        type=float,
+        default=200,
+        help="most MB the gallery folder may hold; enrolling past it answers 507 (default 200)",
+    )
+    security.add_argument(
+        "--allowed-hosts",
+        metavar="H1,H2",
+        default="",
+        help="comma-separated host names this server answers to (the Host "
+        "header's port is ignored; '.example.com' also takes its subdomains); other Host headers get 400 "
+        "(DNS rebinding). /healthz and /readyz answer any Host (the kubelet sends the pod IP). "
+        "Default empty: any host",
+    )
+    security.add_argument(
+        "--max-request-pixels",
+        type=int,
+        default=MAX_REQUEST_PIXELS,
+        help="pixels of all images of one request "
+        f"together, read from their headers before decoding; more is a 413 (default {MAX_REQUEST_PIXELS:,}). "
+        "Only PNG and JPEG uploads are accepted (415 otherwise)",
+    )
 
 
 def check_numbers(p, args):
@@ -208,7 +337,18 @@ def check_numbers(p, args):
         p.error(f"--front (or ${FRONT_ENV}) must be one of {', '.join(FRONTS)}, got {args.front!r}")
     if args.max_connections < 64:
         p.error(f"--max-connections must be at least 64, got {args.max_connections}")
-    for flag in ("workers", "threads", "keepalive", "header_timeout", "body_timeout", "max_text_chars", "max_instances", "max_batch_size", "gallery_max_entries", "max_request_pixels"):
+    for flag in (
+        "workers",
+        "threads",
+        "keepalive",
+        "header_timeout",
+        "body_timeout",
+        "max_text_chars",
+        "max_instances",
+        "max_batch_size",
+        "gallery_max_entries",
+        "max_request_pixels",
+    ):
         if getattr(args, flag) < 1:
             p.error(f"--{flag.replace('_', '-')} must be at least 1, got {getattr(args, flag)}")
     if args.metrics_port is not None:
@@ -242,10 +382,14 @@ def check_model_and_gallery(p, args):
         p.error(f"--top-k must be between 1 and {MAX_TOP_K}, got {args.top_k}")
     if args.gallery_seed and not os.path.isdir(args.gallery_seed):
         p.error(f"--gallery-seed {args.gallery_seed} is not a directory")
-    if args.model and re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", args.model):  # (it would wait for a local path of that name)
-        p.error(f"--model {args.model}: the server serves a model file on its own volume, not a URL; a release the "
-                "aggregator published to object storage is served by TF Serving or KServe from the store, or copy its "
-                "model.keras to the server's volume (docs: Object storage)")
+    if args.model and re.match(
+        r"^[A-Za-z][A-Za-z0-9+.-]*://", args.model
+    ):  # (it would wait for a local path of that name)
+        p.error(
+            f"--model {args.model}: the server serves a model file on its own volume, not a URL; a release the "
+            "aggregator published to object storage is served by TF Serving or KServe from the store, or copy its "
+            "model.keras to the server's volume (docs: Object storage)"
+        )
     if "/" in args.model_name or ":" in args.model_name or not args.model_name:
         p.error(f"--model-name must be non-empty without '/' or ':', got {args.model_name!r}")
     if args.model_module is not None:
@@ -296,9 +440,11 @@ def check_module_exists(spec):
     except (ImportError, ValueError):
         found = None
     if found is None:
-        raise ContractError(f"--model-module {spec}: no module {top!r} on the Python path (PYTHONPATH="
-                            f"{os.environ.get('PYTHONPATH', '')!r}); mount its directory and add it to PYTHONPATH, "
-                            "or install it in a derived image")
+        raise ContractError(
+            f"--model-module {spec}: no module {top!r} on the Python path (PYTHONPATH="
+            f"{os.environ.get('PYTHONPATH', '')!r}); mount its directory and add it to PYTHONPATH, "
+            "or install it in a derived image"
+        )
 
 
 def post_worker_init(worker):
@@ -339,14 +485,18 @@ def metrics_dir():
         return path, False
     except OSError as err:
         where = f"{MULTIPROC_ENV}={path}" if path else f"a temporary directory in {tempfile.gettempdir()}"
-        raise ContractError(f"metrics: cannot prepare {where} ({err.strerror}): give {MULTIPROC_ENV} a writable "
-                            "directory, or --no-metrics") from None
+        raise ContractError(
+            f"metrics: cannot prepare {where} ({err.strerror}): give {MULTIPROC_ENV} a writable "
+            "directory, or --no-metrics"
+        ) from None
 
 
 def when_ready(server):
     front = server.app.front
     # (with the front, gunicorn's own listeners are its Unix socket, which no client reaches, and --metrics-port)
-    addresses = [listener.sock.getsockname()[:2] for listener in server.LISTENERS if listener.sock.family != socket.AF_UNIX]
+    addresses = [
+        listener.sock.getsockname()[:2] for listener in server.LISTENERS if listener.sock.family != socket.AF_UNIX
+    ]
     if front:
         addresses.insert(0, (front.host, front.port))
     for host, port in addresses:
@@ -354,8 +504,11 @@ def when_ready(server):
         if port == server.app.app_config["METRICS_PORT"]:
             print(f"disttrain-server: metrics at http://{host}:{port}/metrics", flush=True)
         else:
-            print(f"disttrain-server: serving {server.app.app_config['MODEL_NAME']!r} at http://{host}:{port}/"
-                  f"{' (nginx in front)' if front else ''}", flush=True)
+            print(
+                f"disttrain-server: serving {server.app.app_config['MODEL_NAME']!r} at http://{host}:{port}/"
+                f"{' (nginx in front)' if front else ''}",
+                flush=True,
+            )
 
 
 class ServerApplication(BaseApplication):
@@ -388,7 +541,7 @@ def gunicorn_options(args, front=None):
     client = "%({x-forwarded-for}i)s" if front else "%(h)s"
     return {
         "bind": [f"unix:{front.socket}" if front else f"{host}:{args.port}"]
-                + ([f"{host}:{args.metrics_port}"] if args.metrics_port else []),
+        + ([f"{host}:{args.metrics_port}"] if args.metrics_port else []),
         "workers": args.workers,
         "threads": args.threads,  # > 1 makes gunicorn use its gthread worker
         "preload_app": False,  # TensorFlow must never be imported before the fork
@@ -413,7 +566,10 @@ def main(argv=None):
     config = app_config(args)
     os.environ.setdefault("OPENCV_IO_MAX_IMAGE_PIXELS", str(MAX_IMAGE_PIXELS))
     if not os.path.exists(config["MODEL_PATH"]):
-        print(f"disttrain-server: no model at {config['MODEL_PATH']} yet; /readyz answers 503 until one is published", file=sys.stderr)
+        print(
+            f"disttrain-server: no model at {config['MODEL_PATH']} yet; /readyz answers 503 until one is published",
+            file=sys.stderr,
+        )
     elif not os.path.isfile(config["MODEL_PATH"]):
         raise ContractError(f"--model {config['MODEL_PATH']} is not a file")
     # (checked here, not in parse_args: the chart's tests parse its args where its volume does not exist)
@@ -432,8 +588,15 @@ def main(argv=None):
     master = os.getpid()
     front = None
     if args.front == "nginx":
-        front = Front(args.host, args.port, header_timeout=args.header_timeout, body_timeout=args.body_timeout,
-                      max_connections=args.max_connections, keepalive=args.keepalive, max_body_mb=args.max_upload_mb)
+        front = Front(
+            args.host,
+            args.port,
+            header_timeout=args.header_timeout,
+            body_timeout=args.body_timeout,
+            max_connections=args.max_connections,
+            keepalive=args.keepalive,
+            max_body_mb=args.max_upload_mb,
+        )
     try:
         if front:
             # nginx gone, the server cannot be reached: stop gunicorn too (SIGTERM, its graceful halt), and

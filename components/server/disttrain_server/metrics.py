@@ -93,16 +93,39 @@ class ServerMetrics:
             holder = None
         else:
             holder = self.registry
-        self.requests = Counter("disttrain_http_requests", "HTTP requests answered, by method, route (the URL rule) and status",
-                                ("method", "route", "status"), registry=holder)
-        self.latency = Histogram("disttrain_http_request_duration_seconds", "Time from the request's first hook to its response, by route",
-                                 ("method", "route"), buckets=LATENCY_BUCKETS, registry=holder)
-        self.call_instances = Histogram("disttrain_model_call_instances", "Instances per model call (concurrent requests share calls)",
-                                        buckets=INSTANCE_BUCKETS, registry=holder)
-        self.model_version = Gauge("disttrain_model_version", "Version (publication time, Unix seconds) of the model each worker serves",
-                                   ("model",), multiprocess_mode="liveall", registry=holder)
-        self.model_load_seconds = Gauge("disttrain_model_load_seconds", "Seconds the worker's last model load took",
-                                        ("model",), multiprocess_mode="liveall", registry=holder)
+        self.requests = Counter(
+            "disttrain_http_requests",
+            "HTTP requests answered, by method, route (the URL rule) and status",
+            ("method", "route", "status"),
+            registry=holder,
+        )
+        self.latency = Histogram(
+            "disttrain_http_request_duration_seconds",
+            "Time from the request's first hook to its response, by route",
+            ("method", "route"),
+            buckets=LATENCY_BUCKETS,
+            registry=holder,
+        )
+        self.call_instances = Histogram(
+            "disttrain_model_call_instances",
+            "Instances per model call (concurrent requests share calls)",
+            buckets=INSTANCE_BUCKETS,
+            registry=holder,
+        )
+        self.model_version = Gauge(
+            "disttrain_model_version",
+            "Version (publication time, Unix seconds) of the model each worker serves",
+            ("model",),
+            multiprocess_mode="liveall",
+            registry=holder,
+        )
+        self.model_load_seconds = Gauge(
+            "disttrain_model_load_seconds",
+            "Seconds the worker's last model load took",
+            ("model",),
+            multiprocess_mode="liveall",
+            registry=holder,
+        )
         self.registry.register(GalleryCollector(app))
         self.pending_call_sizes = collections.deque()  # PENDING_CALL_SIZES
         self._series = {}  # request_series
@@ -133,7 +156,10 @@ class ServerMetrics:
         key = (method, route, status)
         series = self._series.get(key)
         if series is None:
-            series = self._series[key] = (self.requests.labels(method, route, str(status)), self.latency.labels(method, route))
+            series = self._series[key] = (
+                self.requests.labels(method, route, str(status)),
+                self.latency.labels(method, route),
+            )
         return series
 
     def observe_call_sizes(self):
@@ -163,7 +189,11 @@ class GalleryCollector:
             count = len(gallery.entries()) if gallery is not None else 0
         except (ContractError, OSError):
             return  # an unreadable index: the gallery API says why; the scrape still answers the rest
-        yield GaugeMetricFamily("disttrain_gallery_faces", "Faces enrolled in the gallery (its folder is shared by all workers)", value=count)
+        yield GaugeMetricFamily(
+            "disttrain_gallery_faces",
+            "Faces enrolled in the gallery (its folder is shared by all workers)",
+            value=count,
+        )
 
 
 def init_app(app):
@@ -197,8 +227,11 @@ def keep_to_its_port():
     publishes the API port never publishes the scrape, and the metrics port serves no API."""
     on_metrics_port = local_port() == current_app.config["METRICS_PORT"]
     if on_metrics_port != (request.path == SCRAPE_PATH):
-        raise ApiError(404, f"{request.path} is not served on this port" + (
-            f" (/metrics is on port {current_app.config['METRICS_PORT']})" if request.path == SCRAPE_PATH else ""))
+        raise ApiError(
+            404,
+            f"{request.path} is not served on this port"
+            + (f" (/metrics is on port {current_app.config['METRICS_PORT']})" if request.path == SCRAPE_PATH else ""),
+        )
 
 
 def start_timer():

@@ -16,6 +16,8 @@ from disttrain_server.uploads import PixelBudget
 # This server serves one version at a time (the newest published model, whose version is its
 # mtime), so a version other than that one is a 404, and each of these labels names it.
 SERVED_LABELS = ("latest", "stable")
+
+
 def model_routes(blueprint, paths, suffix, method):
     """Register a view under each of `paths` (a model path with and without its optional version
     or label part) + `suffix`: the view takes model_name and the optional part as keywords."""
@@ -32,9 +34,14 @@ def check_version(name, loaded, version=None, label=None):
     """404 unless `version` is the served one and `label` one of SERVED_LABELS (either may be absent)."""
     served = str(loaded.version)
     if version is not None and whole_number(version) != loaded.version:  # "0123" is 123, as TF Serving's int64
-        raise ApiError(404, f"version {version!r} of model {name!r} is not served; this server serves version {served} only")
+        raise ApiError(
+            404, f"version {version!r} of model {name!r} is not served; this server serves version {served} only"
+        )
     if label is not None and label not in SERVED_LABELS:
-        raise ApiError(404, f"unknown version label {label!r} for model {name!r}; the labels {', '.join(SERVED_LABELS)} name the served version {served}")
+        raise ApiError(
+            404,
+            f"unknown version label {label!r} for model {name!r}; the labels {', '.join(SERVED_LABELS)} name the served version {served}",
+        )
 
 
 def resolve(name, version=None, label=None):
@@ -51,5 +58,7 @@ def predict_rows(loaded, instances):
     if loaded.is_numeric:
         batch = numeric.to_batch(instances, input_tensors(loaded), loaded.features)
     else:
-        batch = to_batch(instances, loaded.input_spec, config["MAX_TEXT_CHARS"], PixelBudget(config["MAX_REQUEST_PIXELS"]))
+        batch = to_batch(
+            instances, loaded.input_spec, config["MAX_TEXT_CHARS"], PixelBudget(config["MAX_REQUEST_PIXELS"])
+        )
     return loaded.predict(batch)

@@ -179,14 +179,23 @@ def compiled_call(model, inputs=None, finish=None):
 
     if inputs is None:
         spec = model.inputs[0]
-        graph = tf.function(lambda x: model(x, training=False), input_signature=[tf.TensorSpec(spec.shape, spec.dtype)], autograph=False)
+        graph = tf.function(
+            lambda x: model(x, training=False), input_signature=[tf.TensorSpec(spec.shape, spec.dtype)], autograph=False
+        )
         graph.get_concrete_function()  # trace now, at load, instead of in the first request
         declared = str(spec.dtype)
         # Requests bring uint8 pixels (or strings); a float (or other numeric) image input gets
         # them cast, exactly as the trainer feeds it (tasks.own: astype of the model's dtype).
-        feed = (lambda batch: batch) if declared == "string" else (lambda batch: np.asarray(batch).astype(declared, copy=False))
+        feed = (
+            (lambda batch: batch)
+            if declared == "string"
+            else (lambda batch: np.asarray(batch).astype(declared, copy=False))
+        )
     else:
-        graph, feed = _numeric_graph(model, inputs), (lambda batch: batch)  # numeric.to_batch casts to each input's dtype
+        graph, feed = (
+            _numeric_graph(model, inputs),
+            (lambda batch: batch),
+        )  # numeric.to_batch casts to each input's dtype
 
     # Thread-safe: a traced tf.function can run from many threads at once (each call has
     # its own execution state; the variables are only read), which the batcher's direct
@@ -214,10 +223,14 @@ def _numeric_graph(model, inputs):
     try:
         outputs = graph.get_concrete_function().structured_outputs
     except Exception as err:  # a model that cannot take the inputs its disttrain.json describes
-        raise ContractError(f"the model does not run on the inputs its disttrain.json describes ({_describe(inputs)}): "
-                            f"{type(err).__name__}: {_one_line(str(err))}") from None
+        raise ContractError(
+            f"the model does not run on the inputs its disttrain.json describes ({_describe(inputs)}): "
+            f"{type(err).__name__}: {_one_line(str(err))}"
+        ) from None
     if not isinstance(outputs, tf.Tensor):
-        raise ContractError(f"the model has {len(tf.nest.flatten(outputs))} outputs; this server serves models with one output tensor")
+        raise ContractError(
+            f"the model has {len(tf.nest.flatten(outputs))} outputs; this server serves models with one output tensor"
+        )
     return graph
 
 
@@ -233,31 +246,55 @@ def numeric_inputs(model, meta, path):
         if len(ours) == 1:
             ours[0] = (meta["input"].get("name") or ours[0][0], *ours[0][1:])
         declared = [{"name": name, "shape": shape, "dtype": dtype} for name, shape, dtype in ours]
-    if not isinstance(declared, list) or not declared or not all(
-            isinstance(item, dict) and isinstance(item.get("name"), str) and item["name"] and isinstance(item.get("shape"), list)
-            and all(size is None or (type(size) is int and size >= 0) for size in item["shape"]) for item in declared):
-        raise ContractError(f'{path}: disttrain.json "inputs" must be a list of {{"name", "shape", "dtype"}} objects, got {declared!r:.200}')
+    if (
+        not isinstance(declared, list)
+        or not declared
+        or not all(
+            isinstance(item, dict)
+            and isinstance(item.get("name"), str)
+            and item["name"]
+            and isinstance(item.get("shape"), list)
+            and all(size is None or (type(size) is int and size >= 0) for size in item["shape"])
+            for item in declared
+        )
+    ):
+        raise ContractError(
+            f'{path}: disttrain.json "inputs" must be a list of {{"name", "shape", "dtype"}} objects, got {declared!r:.200}'
+        )
     names = [item["name"] for item in declared]
     if len(set(names)) != len(names):
         raise ContractError(f"{path}: disttrain.json names an input twice: {names}")
-    unsupported = [f"{item['name']} ({str(item.get('dtype'))[:40]})" for item in declared
-                   if not isinstance(item.get("dtype"), str) or item["dtype"] not in TF_DTYPES]  # (a list is unhashable)
+    unsupported = [
+        f"{item['name']} ({str(item.get('dtype'))[:40]})"
+        for item in declared
+        if not isinstance(item.get("dtype"), str) or item["dtype"] not in TF_DTYPES
+    ]  # (a list is unhashable)
     if unsupported:
-        raise ContractError(f"{path}: inputs of a type this server cannot take: {', '.join(unsupported)}; it serves numeric "
-                            f"inputs ({', '.join(TF_DTYPES)})")
+        raise ContractError(
+            f"{path}: inputs of a type this server cannot take: {', '.join(unsupported)}; it serves numeric "
+            f"inputs ({', '.join(TF_DTYPES)})"
+        )
     if len(declared) != len(ours):
-        raise ContractError(f"{path}: disttrain.json lists {len(declared)} inputs ({', '.join(names)}), the model has {len(ours)}")
+        raise ContractError(
+            f"{path}: disttrain.json lists {len(declared)} inputs ({', '.join(names)}), the model has {len(ours)}"
+        )
     if len(declared) > 1:
         expected = sorted(model.input) if isinstance(model.input, dict) else sorted(name for name, _, _ in ours)
         if sorted(names) != expected:
             raise ContractError(f"{path}: disttrain.json's inputs are {sorted(names)}, the model's are {expected}")
     by_name = {name: (shape, dtype) for name, shape, dtype in ours} if len(ours) > 1 else {names[0]: ours[0][1:]}
     for item in declared:
-        shape, dtype = by_name.get(item["name"], (item["shape"], item["dtype"]))  # (a dict's key may differ from its tensor's name)
-        fits = len(shape) == len(item["shape"]) and all(a is None or b is None or a == b for a, b in zip(shape, item["shape"]))
+        shape, dtype = by_name.get(
+            item["name"], (item["shape"], item["dtype"])
+        )  # (a dict's key may differ from its tensor's name)
+        fits = len(shape) == len(item["shape"]) and all(
+            a is None or b is None or a == b for a, b in zip(shape, item["shape"])
+        )
         if not fits or dtype != item["dtype"]:
-            raise ContractError(f"{path}: disttrain.json says input {item['name']!r} is {item['dtype']} {item['shape']}, "
-                                f"the model takes {dtype} {shape}")
+            raise ContractError(
+                f"{path}: disttrain.json says input {item['name']!r} is {item['dtype']} {item['shape']}, "
+                f"the model takes {dtype} {shape}"
+            )
     return [{"name": item["name"], "shape": list(item["shape"]), "dtype": item["dtype"]} for item in declared]
 
 
@@ -292,16 +329,22 @@ def _check_head(model, meta, path):
         if head != "value":
             raise ContractError(f'{path}: a regression model\'s head must be "value", disttrain.json says {head!r}')
         if len(shape) > 2 or (len(shape) == 2 and shape[-1] != 1):
-            raise ContractError(f"{path}: a regression model must answer one value per instance ([n] or [n, 1]); its output is {list(shape)}")
+            raise ContractError(
+                f"{path}: a regression model must answer one value per instance ([n] or [n, 1]); its output is {list(shape)}"
+            )
         return
     if head not in CLASSIFIER_HEADS:
-        raise ContractError(f"{path}: a classifier's head must be one of {', '.join(CLASSIFIER_HEADS)}; disttrain.json says {head!r}")
+        raise ContractError(
+            f"{path}: a classifier's head must be one of {', '.join(CLASSIFIER_HEADS)}; disttrain.json says {head!r}"
+        )
     if not isinstance(labels, list) or not labels:
         raise ContractError(f"{path}: disttrain.json has no label names")
     if head in SIGMOID_HEADS:
         if len(labels) != 2 or (len(shape) == 2 and shape[-1] != 1) or len(shape) > 2:
-            raise ContractError(f"{path}: a {head} head is one unit for two labels; the model's output is {list(shape)}, "
-                                f"disttrain.json names {len(labels)} labels")
+            raise ContractError(
+                f"{path}: a {head} head is one unit for two labels; the model's output is {list(shape)}, "
+                f"disttrain.json names {len(labels)} labels"
+            )
     elif shape[-1] != len(labels):
         raise ContractError(f"{path}: the model has {shape[-1]} outputs but disttrain.json names {len(labels)} labels")
 
@@ -312,12 +355,18 @@ def _check_artifact(model, meta, path):
         raise ContractError(f"{path}: disttrain.json is not a JSON object")
     spec = meta.get("input")
     if meta.get("task") not in SERVED_TASKS:
-        raise ContractError(f"{path}: task {meta.get('task')!r} is not served; this server serves the tasks {', '.join(SERVED_TASKS)}")
+        raise ContractError(
+            f"{path}: task {meta.get('task')!r} is not served; this server serves the tasks {', '.join(SERVED_TASKS)}"
+        )
     if meta["task"] != "faces" and meta.get("problem") == "regression" and meta["task"] not in NUMERIC_TASKS:
-        raise ContractError(f"{path}: a {meta['task']} regression is not served; regressions are served for the tasks {', '.join(NUMERIC_TASKS)}")
+        raise ContractError(
+            f"{path}: a {meta['task']} regression is not served; regressions are served for the tasks {', '.join(NUMERIC_TASKS)}"
+        )
     if not isinstance(spec, dict) or spec.get("kind") not in INPUT_KINDS:
         raise ContractError(f"{path}: disttrain.json has no usable input spec (kind must be one of {INPUT_KINDS})")
-    if spec["kind"] == "image" and not all(isinstance(spec.get(k), int) and spec[k] > 0 for k in ("height", "width", "channels")):
+    if spec["kind"] == "image" and not all(
+        isinstance(spec.get(k), int) and spec[k] > 0 for k in ("height", "width", "channels")
+    ):
         raise ContractError(f"{path}: image input spec needs positive integer height, width and channels")
     outputs = getattr(model, "output_shape", (None,))[-1]
     if meta["task"] in EMBEDDING_TASKS:
@@ -331,7 +380,9 @@ def _check_face_model(meta, spec, outputs, path):
     from disttrain_contract.faces import FACE_SIZE, preprocessing_of
 
     if spec["kind"] != "image" or (spec["height"], spec["width"], spec["channels"]) != (FACE_SIZE, FACE_SIZE, 1):
-        raise ContractError(f"{path}: a faces model must take {FACE_SIZE}x{FACE_SIZE}x1 face crops, its input is {spec}")
+        raise ContractError(
+            f"{path}: a faces model must take {FACE_SIZE}x{FACE_SIZE}x1 face crops, its input is {spec}"
+        )
     size = meta.get("embedding_size")
     if not isinstance(size, int) or size < 1:
         raise ContractError(f"{path}: a faces model's disttrain.json needs a positive integer embedding_size")
@@ -354,19 +405,30 @@ def self_test(loaded):
     if tensors[0].dtype == "DT_STRING" and not loaded.is_numeric:
         batch = as_model_input("text", [SELF_TEST_TEXT])
     else:
-        arrays = {t.name: np.zeros([1, *(1 if size == -1 else size for size in t.example_shape)],
-                                   dtype="uint8" if not loaded.is_numeric else t.numpy_dtype) for t in tensors}
+        arrays = {
+            t.name: np.zeros(
+                [1, *(1 if size == -1 else size for size in t.example_shape)],
+                dtype="uint8" if not loaded.is_numeric else t.numpy_dtype,
+            )
+            for t in tensors
+        }
         batch = arrays if len(arrays) > 1 else next(iter(arrays.values()))
     expected = [1, *output_tensor(loaded).shape[1:]]
     try:
         outputs = np.asarray(loaded.predict(batch))
     except Exception as err:  # noqa: BLE001 -- any error of the model's call is the reason it is not ready
-        raise ContractError(f"the model does not answer its self-test (one instance of zeros shaped as its signature): "
-                            f"{type(err).__name__}: {_one_line(str(err))}") from None
+        raise ContractError(
+            f"the model does not answer its self-test (one instance of zeros shaped as its signature): "
+            f"{type(err).__name__}: {_one_line(str(err))}"
+        ) from None
     if list(outputs.shape) != expected:
-        raise ContractError(f"the model's self-test answered shape {list(outputs.shape)}, its signature announces {expected}")
+        raise ContractError(
+            f"the model's self-test answered shape {list(outputs.shape)}, its signature announces {expected}"
+        )
     if not np.isfinite(outputs).all():
-        raise ContractError("the model's self-test (one instance of zeros shaped as its signature) answered non-finite values (NaN or infinity)")
+        raise ContractError(
+            "the model's self-test (one instance of zeros shaped as its signature) answered non-finite values (NaN or infinity)"
+        )
 
 
 class ModelStore:
@@ -376,10 +438,20 @@ class ModelStore:
     (see batching; batch_timeout seconds is how long a batch may wait for more).
     observer: metrics.ServerMetrics (told of each load, counts each model call's instances) or None."""
 
-    def __init__(self, path, reload_interval=5.0, clock=time.monotonic, max_batch_size=1, batch_timeout=0.0, observer=None,
-                 model_module=None):
+    def __init__(
+        self,
+        path,
+        reload_interval=5.0,
+        clock=time.monotonic,
+        max_batch_size=1,
+        batch_timeout=0.0,
+        observer=None,
+        model_module=None,
+    ):
         self.path = os.path.abspath(os.fspath(path))
-        self.model_module = model_module  # --model-module MODULE[:FUNCTION]: imported before each load (its layers register)
+        self.model_module = (
+            model_module  # --model-module MODULE[:FUNCTION]: imported before each load (its layers register)
+        )
         # What callers are told (503 reasons, /readyz, the page) names the file by its last two
         # parts ("final/model.keras"): the server's own paths stay in its log, not in public answers.
         self.public_name = os.path.join(os.path.basename(os.path.dirname(self.path)), os.path.basename(self.path))
@@ -444,7 +516,9 @@ class ModelStore:
                 reason = _one_line(f"{type(err).__name__}: {reason}")
             self._failed_key, self._error = key, reason
             self._failure = LoadFailure(version=version_of(key), reason=reason)
-            log.warning("cannot load %s: %s%s", self.path, reason, "; still serving the previous model" if current else "")
+            log.warning(
+                "cannot load %s: %s%s", self.path, reason, "; still serving the previous model" if current else ""
+            )
             return
         # If the file was replaced again between stat and load we loaded the newer
         # one under the older key; the next check then just loads it once more.
@@ -453,7 +527,9 @@ class ModelStore:
         seconds = time.monotonic() - started
         if self.observer:
             self.observer.model_loaded(self._current, seconds)
-        log.info("loaded %s (version %d, %s task) in %.1fs", self.path, self._current.version, loaded.meta["task"], seconds)
+        log.info(
+            "loaded %s (version %d, %s task) in %.1fs", self.path, self._current.version, loaded.meta["task"], seconds
+        )
 
     def _loaded(self, key):
         """The LoadedModel of the file (whose stat is `key`), self-tested; raises why it cannot be served."""

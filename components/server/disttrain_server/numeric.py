@@ -38,8 +38,12 @@ def to_batch(instances, tensors, features=()):
     for tensor in tensors:
         where = "" if len(tensors) == 1 else f" of input {tensor.name!r}"
         arrays[tensor.name] = stack(
-            [convert(f"instance {index}: input {tensor.name!r}", value, tensor) for index, value in enumerate(columns[tensor.name])],
-            f"instances{where}")
+            [
+                convert(f"instance {index}: input {tensor.name!r}", value, tensor)
+                for index, value in enumerate(columns[tensor.name])
+            ],
+            f"instances{where}",
+        )
     return arrays[tensors[0].name] if len(tensors) == 1 else arrays
 
 
@@ -48,8 +52,11 @@ def split_instance(index, instance, tensors, features=()):
     names = [tensor.name for tensor in tensors]
     if len(tensors) > 1:
         if not isinstance(instance, dict):
-            raise ApiError(400, f"instance {index}: this model has {len(names)} inputs; send an object with each of them, "
-                           f"{example_object(tensors)}, got {json_type(instance)}")
+            raise ApiError(
+                400,
+                f"instance {index}: this model has {len(names)} inputs; send an object with each of them, "
+                f"{example_object(tensors)}, got {json_type(instance)}",
+            )
         _check_keys(f"instance {index}", instance, names, "inputs")
         return {name: instance[name] for name in names}
     (tensor,) = tensors
@@ -59,8 +66,11 @@ def split_instance(index, instance, tensors, features=()):
         if features and tensor.example_shape == (len(features),):
             _check_keys(f"instance {index}", instance, features, "features")
             return {tensor.name: [instance[feature] for feature in features]}
-        raise ApiError(400, f'instance {index}: an object instance must be {{"{tensor.name}": ...}} (this model\'s one input, '
-                       f"{tensor.describe()}); got keys {sorted(instance)[:10]}")
+        raise ApiError(
+            400,
+            f'instance {index}: an object instance must be {{"{tensor.name}": ...}} (this model\'s one input, '
+            f"{tensor.describe()}); got keys {sorted(instance)[:10]}",
+        )
     return {tensor.name: instance}
 
 
@@ -68,14 +78,20 @@ def _check_keys(where, given, expected, what):
     missing = [name for name in expected if name not in given]
     unknown = sorted(set(given) - set(expected))
     if missing or unknown:
-        parts = ([f"missing {', '.join(map(repr, missing[:10]))}"] if missing else []) + \
-                ([f"unknown {', '.join(map(repr, unknown[:10]))}"] if unknown else [])
-        raise ApiError(400, f"{where}: {' and '.join(parts)}; this model's {what} are {', '.join(map(repr, expected[:30]))}"
-                       f"{', ...' if len(expected) > 30 else ''} (see /metadata)")
+        parts = ([f"missing {', '.join(map(repr, missing[:10]))}"] if missing else []) + (
+            [f"unknown {', '.join(map(repr, unknown[:10]))}"] if unknown else []
+        )
+        raise ApiError(
+            400,
+            f"{where}: {' and '.join(parts)}; this model's {what} are {', '.join(map(repr, expected[:30]))}"
+            f"{', ...' if len(expected) > 30 else ''} (see /metadata)",
+        )
 
 
 def example_object(tensors):
-    return "{" + ", ".join(f'"{tensor.name}": ...' for tensor in tensors[:5]) + (", ..." if len(tensors) > 5 else "") + "}"
+    return (
+        "{" + ", ".join(f'"{tensor.name}": ...' for tensor in tensors[:5]) + (", ..." if len(tensors) > 5 else "") + "}"
+    )
 
 
 def fits(shape, expected):
@@ -99,8 +115,11 @@ def convert(where, value, tensor):
         array = array.reshape(expected)
     nested = next((element for element in array.flat if isinstance(element, (list, dict))), None)
     if nested is not None or not fits(array.shape, expected):
-        detail = (f"it is ragged or nested deeper ({json_type(nested)} where a number belongs)" if nested is not None
-                  else f"it has shape {list(array.shape)}")
+        detail = (
+            f"it is ragged or nested deeper ({json_type(nested)} where a number belongs)"
+            if nested is not None
+            else f"it has shape {list(array.shape)}"
+        )
         raise ApiError(400, f"{where}: expected {expected_text(tensor)}; {detail}")
     return elements(where, array, tensor)
 
@@ -112,9 +131,13 @@ def elements(where, array, tensor, integers_only=False):
     for position, element in enumerate(array.flat):
         if type(element) not in (int, float) or (type(element) is float and not math.isfinite(element)):
             shown = repr(element) if type(element) is float else json_type(element)
-            raise ApiError(400, f"{where}: element {position} is {shown}; expected a finite number ({tensor.numpy_dtype})")
+            raise ApiError(
+                400, f"{where}: element {position} is {shown}; expected a finite number ({tensor.numpy_dtype})"
+            )
         if type(element) is float and (integers_only or not floating) and not element.is_integer():
-            raise ApiError(400, f"{where}: element {position} is {element!r}; this input takes integers ({tensor.numpy_dtype})")
+            raise ApiError(
+                400, f"{where}: element {position} is {element!r}; this input takes integers ({tensor.numpy_dtype})"
+            )
     try:
         if floating:
             with np.errstate(over="ignore"):  # (checked on the next line)
@@ -128,7 +151,9 @@ def elements(where, array, tensor, integers_only=False):
             raise OverflowError
         return array.astype(dtype)
     except OverflowError:
-        limits = f"{np.finfo(dtype).max:.3g} in magnitude" if floating else f"{np.iinfo(dtype).min}..{np.iinfo(dtype).max}"
+        limits = (
+            f"{np.finfo(dtype).max:.3g} in magnitude" if floating else f"{np.iinfo(dtype).min}..{np.iinfo(dtype).max}"
+        )
         raise ApiError(400, f"{where}: a value is out of {tensor.numpy_dtype}'s range ({limits})") from None
 
 
@@ -138,5 +163,8 @@ def stack(arrays, what):
         return np.stack(arrays)
     except ValueError:
         shapes = sorted({tuple(array.shape) for array in arrays})
-        raise ApiError(400, f"{what} have different shapes ({', '.join(str(list(shape)) for shape in shapes[:3])}); "
-                       "the instances of one request must agree") from None
+        raise ApiError(
+            400,
+            f"{what} have different shapes ({', '.join(str(list(shape)) for shape in shapes[:3])}); "
+            "the instances of one request must agree",
+        ) from None

@@ -101,9 +101,13 @@ def build_spec(parts, context):
         },
         "paths": {path: operations for part in parts.paths for path, operations in part(context).items()},
         "components": {
-            "schemas": {"Error": object_of(error=STRING),
-                        **{name: schema for part in parts.schemas for name, schema in part(context).items()}},
-            "securitySchemes": {"bearerToken": {"type": "http", "scheme": "bearer", "description": "--api-token-file's token"}},
+            "schemas": {
+                "Error": object_of(error=STRING),
+                **{name: schema for part in parts.schemas for name, schema in part(context).items()},
+            },
+            "securitySchemes": {
+                "bearerToken": {"type": "http", "scheme": "bearer", "description": "--api-token-file's token"}
+            },
         },
     }
     return _with_security_responses(spec)
@@ -113,9 +117,13 @@ def build_spec(parts, context):
 SECURITY_RESPONSES = {
     "any": {"400": "The Host header is not in --allowed-hosts."},
     "api": {"401": "This call needs the API token (Authorization: Bearer), or the token is wrong."},
-    "write": {"403": "A cross-site browser request (Origin, Sec-Fetch-Site), multipart without X-Requested-With, or a write to a --read-only-gallery."},
-    "body": {"415": "The body is not application/json or multipart/form-data, or an image is not a PNG or JPEG "
-             "(:predict, :classify and V2 infer also read a text/plain, form-urlencoded or untyped body as JSON)."},
+    "write": {
+        "403": "A cross-site browser request (Origin, Sec-Fetch-Site), multipart without X-Requested-With, or a write to a --read-only-gallery."
+    },
+    "body": {
+        "415": "The body is not application/json or multipart/form-data, or an image is not a PNG or JPEG "
+        "(:predict, :classify and V2 infer also read a text/plain, form-urlencoded or untyped body as JSON)."
+    },
     "images": {"413": "Images over --max-request-pixels in total, or the body over the upload limit."},
     "enrol": {"507": "The gallery is full: --gallery-max-entries or --gallery-max-mb."},
 }

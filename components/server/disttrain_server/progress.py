@@ -32,7 +32,6 @@ from disttrain_server.shared import run_finder
 bp = Blueprint("progress", __name__)
 
 
-
 def openapi_paths(context):
     """This blueprint's part of /openapi.json (openapi.build_spec): a new dict each time, since the spec's
     builder adds responses to it."""
@@ -41,16 +40,26 @@ def openapi_paths(context):
             "get": {
                 "summary": "The training run in progress: each worker's progress.json (epoch, step, loss, accuracy, examples/s, "
                 "ETA, per-epoch history) and the run's state (none, starting, training, finished).",
-                "responses": {"200": {"description": "The run's progress.", "content": {"application/json": {"schema": {"type": "object"}}}}},
+                "responses": {
+                    "200": {
+                        "description": "The run's progress.",
+                        "content": {"application/json": {"schema": {"type": "object"}}},
+                    }
+                },
             }
         },
         "/progress/report.png": {
             "get": {
                 "summary": "The finished run's plots (the aggregator's report.png).",
                 "responses": {
-                    "200": {"description": "PNG image.", "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}}},
-                    "404": {"description": "The run has no report.png yet.",
-                            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                    "200": {
+                        "description": "PNG image.",
+                        "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+                    },
+                    "404": {
+                        "description": "The run has no report.png yet.",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                    },
                 },
             }
         },
@@ -97,7 +106,9 @@ def progress_json():
     run_dir = run_finder().run_dir()
     body = run_progress(run_dir)
     # the run's dashboard page, and the finished run's analysis.png beside its report.png
-    body["dashboard"], body["analysis"] = run_links(run_dir, body["state"] == "finished") if body["run"] else (None, None)
+    body["dashboard"], body["analysis"] = (
+        run_links(run_dir, body["state"] == "finished") if body["run"] else (None, None)
+    )
     response = current_app.json.response(body)
     response.headers["Cache-Control"] = "no-store"  # always the newest
     return response
@@ -112,4 +123,6 @@ def report_png():
             raise FileNotFoundError  # (a report.png without the marker: the aggregator is still publishing)
         return send_file(os.path.join(final, "report.png"), mimetype="image/png", max_age=0)
     except (FileNotFoundError, IsADirectoryError):
-        raise ApiError(404, "the run has no published report.png yet (the aggregator writes it when it publishes)") from None
+        raise ApiError(
+            404, "the run has no published report.png yet (the aggregator writes it when it publishes)"
+        ) from None

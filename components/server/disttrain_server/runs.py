@@ -19,8 +19,19 @@ from flask import Blueprint, current_app, render_template, send_file, url_for
 
 from disttrain_server.errors import ApiError
 from disttrain_contract.layout import REPORT_FILE
-from disttrain_server.runs_data import (CACHE_KEY, RUN_DIR, SERVED, ReportCache, file_url, is_run_dir, numbered_runs, report_dir,
-                                        report_without_abs_paths, served_name, worker_histories)
+from disttrain_server.runs_data import (
+    CACHE_KEY,
+    RUN_DIR,
+    SERVED,
+    ReportCache,
+    file_url,
+    is_run_dir,
+    numbered_runs,
+    report_dir,
+    report_without_abs_paths,
+    served_name,
+    worker_histories,
+)
 from disttrain_server.shared import runs_dir, served_run_dir
 from disttrain_server.svg import svg_chart
 
@@ -30,32 +41,72 @@ bp = Blueprint("runs", __name__)
 FILES = {REPORT_FILE: "application/json", "report.png": "image/png", "analysis.png": "image/png"}
 MAX_RUNS = 1000  # newest run-N listed; older ones are counted, not read
 MAX_CURVE_WORKERS = 64  # workers whose progress.json the run page draws (one line each)
-STATUS_TEXT = {"finished": "finished", "rejected": "refused by the quality gate", "training": "training",
-               "none": "no report"}
+STATUS_TEXT = {
+    "finished": "finished",
+    "rejected": "refused by the quality gate",
+    "training": "training",
+    "none": "no report",
+}
 
 
 def openapi_paths(context):
     """This blueprint's part of /openapi.json (openapi.build_spec; a new dict each time: the builder adds to it)."""
-    run = {"name": "run", "in": "path", "required": True,
-           "schema": {"type": "string", "pattern": f"^(?:{SERVED}|run-[0-9]+)$"},
-           "description": f"run-N of --runs-dir, or '{SERVED}' (the served model's run)"}
+    run = {
+        "name": "run",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string", "pattern": f"^(?:{SERVED}|run-[0-9]+)$"},
+        "description": f"run-N of --runs-dir, or '{SERVED}' (the served model's run)",
+    }
     html = {"200": {"description": "HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}}}
-    missing = {"description": "No such run (or no such file in it).",
-               "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    missing = {
+        "description": "No such run (or no such file in it).",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+    }
     return {
-        "/runs": {"get": {"summary": "The run dashboard: every run on --runs-dir (or only the served one), newest first, "
-                                     "with its status, strategy, workers and final held-out metric.", "responses": html}},
-        "/runs.json": {"get": {"summary": "The dashboard's rows as JSON.", "responses": {
-            "200": {"description": "The runs.", "content": {"application/json": {"schema": {"type": "object"}}}}}}},
-        "/runs/{run}": {"get": {"summary": "One run: its parameters, per-worker and final held-out metrics, plots and "
-                                           "training curves.", "parameters": [run], "responses": {**html, "404": missing}}},
-        "/runs/{run}/{name}": {"get": {
-            "summary": "One of the run's report files: report.json, report.png or analysis.png.",
-            "parameters": [run, {"name": "name", "in": "path", "required": True,
-                                 "schema": {"type": "string", "enum": sorted(FILES)}}],
-            "responses": {"200": {"description": "The file.", "content": {kind: {"schema": {"type": "string"}}
-                                                                          for kind in sorted(set(FILES.values()))}},
-                          "404": missing}}},
+        "/runs": {
+            "get": {
+                "summary": "The run dashboard: every run on --runs-dir (or only the served one), newest first, "
+                "with its status, strategy, workers and final held-out metric.",
+                "responses": html,
+            }
+        },
+        "/runs.json": {
+            "get": {
+                "summary": "The dashboard's rows as JSON.",
+                "responses": {
+                    "200": {"description": "The runs.", "content": {"application/json": {"schema": {"type": "object"}}}}
+                },
+            }
+        },
+        "/runs/{run}": {
+            "get": {
+                "summary": "One run: its parameters, per-worker and final held-out metrics, plots and training curves.",
+                "parameters": [run],
+                "responses": {**html, "404": missing},
+            }
+        },
+        "/runs/{run}/{name}": {
+            "get": {
+                "summary": "One of the run's report files: report.json, report.png or analysis.png.",
+                "parameters": [
+                    run,
+                    {
+                        "name": "name",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "enum": sorted(FILES)},
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The file.",
+                        "content": {kind: {"schema": {"type": "string"}} for kind in sorted(set(FILES.values()))},
+                    },
+                    "404": missing,
+                },
+            }
+        },
     }
 
 
@@ -67,8 +118,11 @@ def resolve(name):
     if runs and RUN_DIR.fullmatch(name):
         if is_run_dir(runs, name):
             return os.path.join(runs, name)
-    raise ApiError(404, f"no run {name!r} here: a run is '{SERVED}' or a run-N directory of --runs-dir"
-                   + ("" if runs else " (this server has no --runs-dir)"))
+    raise ApiError(
+        404,
+        f"no run {name!r} here: a run is '{SERVED}' or a run-N directory of --runs-dir"
+        + ("" if runs else " (this server has no --runs-dir)"),
+    )
 
 
 def run_row(name, run_dir, served):
@@ -77,8 +131,14 @@ def run_row(name, run_dir, served):
     report = current_app.extensions[CACHE_KEY].get(os.path.join(directory, REPORT_FILE)) if directory else None
     if directory and report is None:
         report = {"error": "unreadable report: report.json went away"}
-    return {"run": name, "status": status, "status_text": STATUS_TEXT[status], "served": served,
-            "url": url_for("runs.run_page", run=name), "report": report}
+    return {
+        "run": name,
+        "status": status,
+        "status_text": STATUS_TEXT[status],
+        "served": served,
+        "url": url_for("runs.run_page", run=name),
+        "report": report,
+    }
 
 
 def list_runs():
@@ -98,22 +158,37 @@ def curves(run_dir):
     {"loss": chart, "accuracy": chart, "test_accuracy": chart, "mae": chart, "test_rmse": chart}, a chart being
     None when no worker has that metric (a regression's workers have the last two instead of the accuracies)."""
     series = worker_histories(run_dir, MAX_CURVE_WORKERS)
-    return {key: svg_chart(series, key, title) for key, title in
-            (("loss", "training loss"), ("accuracy", "training accuracy"), ("test_accuracy", "held-out accuracy"),
-             ("mae", "training MAE"), ("test_rmse", "held-out RMSE"))}
+    return {
+        key: svg_chart(series, key, title)
+        for key, title in (
+            ("loss", "training loss"),
+            ("accuracy", "training accuracy"),
+            ("test_accuracy", "held-out accuracy"),
+            ("mae", "training MAE"),
+            ("test_rmse", "held-out RMSE"),
+        )
+    }
 
 
 def enable_hint():
-    return ("This server has no --runs-dir, so it shows the served run only. Start it with --runs-dir DIR "
-            "(a directory of run-N runs) to list and compare them; the chart does so with server.dashboard.enabled.")
+    return (
+        "This server has no --runs-dir, so it shows the served run only. Start it with --runs-dir DIR "
+        "(a directory of run-N runs) to list and compare them; the chart does so with server.dashboard.enabled."
+    )
 
 
 @bp.get("/runs")
 def runs_page():
     rows, older = list_runs()
     mark_best(rows)
-    return render_template("runs.html", rows=rows, older=older, runs_dir=runs_dir(),
-                           hint=None if runs_dir() else enable_hint(), name=current_app.config["MODEL_NAME"])
+    return render_template(
+        "runs.html",
+        rows=rows,
+        older=older,
+        runs_dir=runs_dir(),
+        hint=None if runs_dir() else enable_hint(),
+        name=current_app.config["MODEL_NAME"],
+    )
 
 
 def mark_best(rows):
@@ -140,9 +215,18 @@ def run_page(run):
     status, directory = report_dir(run_dir)
     report = current_app.extensions[CACHE_KEY].get(os.path.join(directory, REPORT_FILE)) if directory else None
     files = {name: file_url(run, directory, name) for name in FILES} if directory else {}
-    return render_template("run.html", run=run, status=status, status_text=STATUS_TEXT[status], report=report,
-                           served=run in (SERVED, served_name()), files=files, curves=curves(run_dir),
-                           hint=None if runs_dir() else enable_hint(), name=current_app.config["MODEL_NAME"])
+    return render_template(
+        "run.html",
+        run=run,
+        status=status,
+        status_text=STATUS_TEXT[status],
+        report=report,
+        served=run in (SERVED, served_name()),
+        files=files,
+        curves=curves(run_dir),
+        hint=None if runs_dir() else enable_hint(),
+        name=current_app.config["MODEL_NAME"],
+    )
 
 
 @bp.get("/runs/<run>/<name>")
@@ -160,7 +244,9 @@ def run_file(run, name):
         # send_file opens the fixed path read-only; a request's ?v= only defeats stale browser caches
         return send_file(path, mimetype=FILES[name], max_age=0)
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
-        raise ApiError(404, f"run {run!r} has no {name} (the aggregator writes it when it publishes or refuses a model)") from None
+        raise ApiError(
+            404, f"run {run!r} has no {name} (the aggregator writes it when it publishes or refuses a model)"
+        ) from None
 
 
 def init_app(app):

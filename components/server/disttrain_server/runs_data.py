@@ -184,39 +184,67 @@ def summarize(report):
     final_value = number(report.final.get(primary.key))
     if final_value is None:
         raise RecordError(f"{REPORT_FILE}: final.{primary.key} is not a number")
-    rows = [{"name": row.name, "examples": number(row.examples), "metrics": [number(row.get(c.key)) for c in columns]}
-            for row in report.workers[:MAX_WORKERS]]
+    rows = [
+        {"name": row.name, "examples": number(row.examples), "metrics": [number(row.get(c.key)) for c in columns]}
+        for row in report.workers[:MAX_WORKERS]
+    ]
     combine = report.combine or {}
     gate = report.gate or {}
     data = report.data or {}
     parameters = report.training_parameters or {}
     origin = report.parameters_origin or {}
     return {
-        "task": report.task, "strategy": report.strategy, "source": report.source, "seed": report.seed,
-        "split_seed": report.split_seed, "labels": len(report.labels or []),
-        "workers": len(report.workers), "missing_workers": [m.get("worker_index") for m in report.missing_workers or []],
-        "epochs": number(report.epochs), "test_examples": number(report.test_examples),
+        "task": report.task,
+        "strategy": report.strategy,
+        "source": report.source,
+        "seed": report.seed,
+        "split_seed": report.split_seed,
+        "labels": len(report.labels or []),
+        "workers": len(report.workers),
+        "missing_workers": [m.get("worker_index") for m in report.missing_workers or []],
+        "epochs": number(report.epochs),
+        "test_examples": number(report.test_examples),
         "training_wall_time_sec": number(report.training_wall_time_sec),
         "created_at": number(report.created_at),
         "parameters": {str(k): v for k, v in sorted(parameters.items()) if number(v) is not None or isinstance(v, str)},
-        "parameters_from": "the hyper-parameter sweep" + (f" (trial {origin.get('trial')})" if origin.get("trial") is not None else "")
-                           if origin.get("source") == "sweep" else "the trainer's flags" if parameters else None,
+        "parameters_from": "the hyper-parameter sweep"
+        + (f" (trial {origin.get('trial')})" if origin.get("trial") is not None else "")
+        if origin.get("source") == "sweep"
+        else "the trainer's flags"
+        if parameters
+        else None,
         "combine": combine.get("published"),
         "columns": [c.title for c in columns],
-        "metric": columns[0].title, "metric_key": primary.key, "direction": primary.direction,
-        "fraction": primary.unit == "fraction", "problem": report.problem,
+        "metric": columns[0].title,
+        "metric_key": primary.key,
+        "direction": primary.direction,
+        "fraction": primary.unit == "fraction",
+        "problem": report.problem,
         "rows": rows,
-        "final": {"name": report.final_label,
-                  "examples": number(report.final.examples), "metrics": [number(report.final.get(c.key)) for c in columns]},
+        "final": {
+            "name": report.final_label,
+            "examples": number(report.final.examples),
+            "metrics": [number(report.final.get(c.key)) for c in columns],
+        },
         "final_value": final_value,
-        "gate": {"passed": gate.get("passed"), "forced": bool(gate.get("forced")),
-                 "reasons": [str(r) for r in gate.get("reasons") or []]} if gate else None,
+        "gate": {
+            "passed": gate.get("passed"),
+            "forced": bool(gate.get("forced")),
+            "reasons": [str(r) for r in gate.get("reasons") or []],
+        }
+        if gate
+        else None,
         "data_passed": data.get("passed"),
         # a differentially private run's budget, shown beside its accuracy: with a private vocabulary, ε and δ are
         # the total (training plus vocabulary, added), and the parts are shown beside it
-        "privacy": {"epsilon": number(report.privacy.epsilon), "delta": number(report.privacy.delta),
-                    "accountant": str(report.privacy.details.get("accountant") or ""),
-                    **privacy_parts(report.privacy.details)} if report.privacy else None,
+        "privacy": {
+            "epsilon": number(report.privacy.epsilon),
+            "delta": number(report.privacy.delta),
+            "accountant": str(report.privacy.details.get("accountant") or ""),
+            **privacy_parts(report.privacy.details),
+        }
+        if report.privacy
+        else None,
     }
 
 
@@ -225,7 +253,10 @@ def privacy_parts(details):
     training, vocabulary = details.get("training"), details.get("vocabulary")
     if not (isinstance(training, dict) and isinstance(vocabulary, dict)):
         return {}
-    return {"training_epsilon": number(training.get("epsilon")), "vocabulary_epsilon": number(vocabulary.get("epsilon"))}
+    return {
+        "training_epsilon": number(training.get("epsilon")),
+        "vocabulary_epsilon": number(vocabulary.get("epsilon")),
+    }
 
 
 def report_without_abs_paths(path, run_dir):
@@ -259,7 +290,12 @@ def served_name():
     """The served run's name in URLs: its run-N when it is a run of --runs-dir, else SERVED."""
     run_dir, runs = served_run_dir(), runs_dir()
     name = os.path.basename(run_dir)
-    if runs and os.path.dirname(run_dir) == os.path.abspath(runs) and RUN_DIR.fullmatch(name) and os.path.isdir(run_dir):
+    if (
+        runs
+        and os.path.dirname(run_dir) == os.path.abspath(runs)
+        and RUN_DIR.fullmatch(name)
+        and os.path.isdir(run_dir)
+    ):
         return name
     return SERVED
 
@@ -332,4 +368,6 @@ def run_links(run_dir, finished):
         name = os.path.basename(run_dir)
     else:
         return None, None
-    return url_for("runs.run_page", run=name), file_url(name, Workdir(run_dir).final, "analysis.png") if finished else None
+    return url_for("runs.run_page", run=name), file_url(
+        name, Workdir(run_dir).final, "analysis.png"
+    ) if finished else None

@@ -52,8 +52,10 @@ from disttrain_server.errors import ApiError
 
 # The page and its script/style come from this server only; nothing is fetched from outside,
 # and no other site may frame it (clickjacking) or submit forms into it.
-CSP = ("default-src 'self'; img-src 'self' data: blob:; object-src 'none'; base-uri 'none'; "
-       "form-action 'self'; frame-ancestors 'none'")
+CSP = (
+    "default-src 'self'; img-src 'self' data: blob:; object-src 'none'; base-uri 'none'; "
+    "form-action 'self'; frame-ancestors 'none'"
+)
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",  # a JSON error or a thumbnail is never run as a script or page
@@ -123,9 +125,15 @@ def check_not_cross_site():
     site = request.headers.get("Sec-Fetch-Site")
     origin = request.headers.get("Origin")
     if site is not None and site not in SAME_SITE_FETCH:
-        raise ApiError(403, f"cross-site request refused (Sec-Fetch-Site: {site}): this API answers only its own page and non-browser clients")
+        raise ApiError(
+            403,
+            f"cross-site request refused (Sec-Fetch-Site: {site}): this API answers only its own page and non-browser clients",
+        )
     if origin is not None and not same_origin():
-        raise ApiError(403, f"cross-site request refused (Origin: {origin} is not this server): this API answers only its own page and non-browser clients")
+        raise ApiError(
+            403,
+            f"cross-site request refused (Origin: {origin} is not this server): this API answers only its own page and non-browser clients",
+        )
 
 
 def check_body_type():
@@ -142,13 +150,22 @@ def check_body_type():
     if kind not in BODY_TYPES:
         got = f"Content-Type {kind}" if kind else "no Content-Type"
         if prediction:
-            raise ApiError(415, f"request body must be application/json (or JSON sent as text/plain, "
-                           f"application/x-www-form-urlencoded or without a Content-Type), got {got}")
-        raise ApiError(415, f"request body must be application/json or multipart/form-data, got {got} "
-                       "(curl: --json DATA, or -H 'Content-Type: application/json')")
+            raise ApiError(
+                415,
+                f"request body must be application/json (or JSON sent as text/plain, "
+                f"application/x-www-form-urlencoded or without a Content-Type), got {got}",
+            )
+        raise ApiError(
+            415,
+            f"request body must be application/json or multipart/form-data, got {got} "
+            "(curl: --json DATA, or -H 'Content-Type: application/json')",
+        )
     if kind == "multipart/form-data" and CUSTOM_HEADER not in request.headers and not same_origin():
-        raise ApiError(403, f"a multipart/form-data request needs an {CUSTOM_HEADER} header (any value, e.g. curl -H "
-                       f"'{CUSTOM_HEADER}: curl') so that a form on another site cannot send it")
+        raise ApiError(
+            403,
+            f"a multipart/form-data request needs an {CUSTOM_HEADER} header (any value, e.g. curl -H "
+            f"'{CUSTOM_HEADER}: curl') so that a form on another site cannot send it",
+        )
 
 
 def is_api(path):
@@ -163,7 +180,9 @@ def is_gallery_write():
 def is_face_data():
     """The gallery (its list, entries, thumbnails) and face search: enrolled people's names and faces.
     A search answers the names a photo matches, so it reads the gallery like its list does."""
-    return request.path.startswith("/v1/gallery") or (request.path.startswith("/v1/models/") and request.path.endswith(":search"))
+    return request.path.startswith("/v1/gallery") or (
+        request.path.startswith("/v1/models/") and request.path.endswith(":search")
+    )
 
 
 def needs_token():

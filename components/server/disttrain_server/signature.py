@@ -25,15 +25,32 @@ from disttrain_contract.serving import INPUT_NAMES, OUTPUT_NAMES, PREDICT_METHOD
 # numpy dtype names (disttrain.json "inputs") -> TF DataType enum names (TF Serving's JSON) ->
 # the Open Inference Protocol's datatypes.
 TF_DTYPES = {
-    "float16": "DT_HALF", "float32": "DT_FLOAT", "float64": "DT_DOUBLE",
-    "int8": "DT_INT8", "int16": "DT_INT16", "int32": "DT_INT32", "int64": "DT_INT64",
-    "uint8": "DT_UINT8", "uint16": "DT_UINT16", "uint32": "DT_UINT32", "uint64": "DT_UINT64",
+    "float16": "DT_HALF",
+    "float32": "DT_FLOAT",
+    "float64": "DT_DOUBLE",
+    "int8": "DT_INT8",
+    "int16": "DT_INT16",
+    "int32": "DT_INT32",
+    "int64": "DT_INT64",
+    "uint8": "DT_UINT8",
+    "uint16": "DT_UINT16",
+    "uint32": "DT_UINT32",
+    "uint64": "DT_UINT64",
 }
 NUMPY_DTYPES = {tf_name: numpy_name for numpy_name, tf_name in TF_DTYPES.items()}
 V2_DATATYPES = {
-    "DT_STRING": "BYTES", "DT_HALF": "FP16", "DT_FLOAT": "FP32", "DT_DOUBLE": "FP64",
-    "DT_INT8": "INT8", "DT_INT16": "INT16", "DT_INT32": "INT32", "DT_INT64": "INT64",
-    "DT_UINT8": "UINT8", "DT_UINT16": "UINT16", "DT_UINT32": "UINT32", "DT_UINT64": "UINT64",
+    "DT_STRING": "BYTES",
+    "DT_HALF": "FP16",
+    "DT_FLOAT": "FP32",
+    "DT_DOUBLE": "FP64",
+    "DT_INT8": "INT8",
+    "DT_INT16": "INT16",
+    "DT_INT32": "INT32",
+    "DT_INT64": "INT64",
+    "DT_UINT8": "UINT8",
+    "DT_UINT16": "UINT16",
+    "DT_UINT32": "UINT32",
+    "DT_UINT64": "UINT64",
 }
 # A regression's output: one value per instance (TF Serving's Regress answers a float per example).
 REGRESSION_OUTPUT = "value"
@@ -77,8 +94,15 @@ class Tensor:
 def input_tensors(loaded):
     """Every input a request sends, in the model's order: one for the built-in tasks."""
     if loaded.is_numeric:
-        return [Tensor(item["name"], TF_DTYPES[item["dtype"]], (-1, *(-1 if size is None else size for size in item["shape"])),
-                       f"serving_default_{item['name']}:0") for item in loaded.inputs]
+        return [
+            Tensor(
+                item["name"],
+                TF_DTYPES[item["dtype"]],
+                (-1, *(-1 if size is None else size for size in item["shape"])),
+                f"serving_default_{item['name']}:0",
+            )
+            for item in loaded.inputs
+        ]
     return [input_tensor(loaded)]
 
 

@@ -29,15 +29,32 @@ def svg_chart(series, key, title, width=420, height=220):
         y0, y1 = y0 - 0.5, y1 + 0.5
 
     def px(x, y):
-        return (left + (x - x0) / (x1 - x0) * (width - left - right), top + (y1 - y) / (y1 - y0) * (height - top - bottom))
+        return (
+            left + (x - x0) / (x1 - x0) * (width - left - right),
+            top + (y1 - y) / (y1 - y0) * (height - top - bottom),
+        )
 
     y_ticks = [(px(x0, v)[1], f"{v:.3g}") for v in (y0 + (y1 - y0) * i / 4 for i in range(5))]
-    x_ticks = [(px(v, y0)[0], f"{v:g}") for v in sorted({round(x0 + (x1 - x0) * i / 4) for i in range(5)}) if x0 <= v <= x1]
+    x_ticks = [
+        (px(v, y0)[0], f"{v:g}") for v in sorted({round(x0 + (x1 - x0) * i / 4) for i in range(5)}) if x0 <= v <= x1
+    ]
     return {
-        "title": title, "width": width, "height": height, "left": left, "bottom": height - bottom, "right": width - right,
-        "top": top, "y_ticks": y_ticks, "x_ticks": x_ticks,
-        "lines": [{"label": f"worker {index}", "color": COLORS[i % len(COLORS)],
-                   "points": " ".join(f"{a:.1f},{b:.1f}" for a, b in (px(x, y) for x, y in points)),
-                   "dots": [px(x, y) for x, y in points] if len(points) == 1 else []}
-                  for i, (index, points) in enumerate(lines)],
+        "title": title,
+        "width": width,
+        "height": height,
+        "left": left,
+        "bottom": height - bottom,
+        "right": width - right,
+        "top": top,
+        "y_ticks": y_ticks,
+        "x_ticks": x_ticks,
+        "lines": [
+            {
+                "label": f"worker {index}",
+                "color": COLORS[i % len(COLORS)],
+                "points": " ".join(f"{a:.1f},{b:.1f}" for a, b in (px(x, y) for x, y in points)),
+                "dots": [px(x, y) for x, y in points] if len(points) == 1 else [],
+            }
+            for i, (index, points) in enumerate(lines)
+        ],
     }

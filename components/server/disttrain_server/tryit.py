@@ -74,8 +74,11 @@ def held_out_examples(loaded):
     try:
         manifest = Manifest.read(data)
         spec = loaded.input_spec
-        if manifest.task != loaded.task or manifest.input.get("shape") != spec.get("shape") or \
-                manifest.input.get("features") != spec.get("features"):
+        if (
+            manifest.task != loaded.task
+            or manifest.input.get("shape") != spec.get("shape")
+            or manifest.input.get("features") != spec.get("features")
+        ):
             return []
         x = np.load(os.path.join(data, f"{manifest.test.name}.x.npy"), mmap_mode="r", allow_pickle=False)
         y = np.load(os.path.join(data, f"{manifest.test.name}.y.npy"), mmap_mode="r", allow_pickle=False)

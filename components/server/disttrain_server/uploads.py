@@ -18,8 +18,18 @@ PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 JPEG_SIGNATURE = b"\xff\xd8\xff"
 ALLOWED = "PNG or JPEG"
 # Recognised only to name them in the refusal.
-OTHER_FORMATS = {b"GIF87a": "GIF", b"GIF89a": "GIF", b"BM": "BMP", b"II*\x00": "TIFF", b"MM\x00*": "TIFF", b"RIFF": "RIFF/WebP",
-                 b"\x00\x00\x00\x0cjP": "JPEG 2000", b"%PDF": "PDF", b"<svg": "SVG", b"<?xml": "XML/SVG"}
+OTHER_FORMATS = {
+    b"GIF87a": "GIF",
+    b"GIF89a": "GIF",
+    b"BM": "BMP",
+    b"II*\x00": "TIFF",
+    b"MM\x00*": "TIFF",
+    b"RIFF": "RIFF/WebP",
+    b"\x00\x00\x00\x0cjP": "JPEG 2000",
+    b"%PDF": "PDF",
+    b"<svg": "SVG",
+    b"<?xml": "XML/SVG",
+}
 # JPEG start-of-frame markers carry the size: C0-CF except C4 (DHT), C8 (reserved), CC (DAC).
 SOF_MARKERS = set(range(0xC0, 0xD0)) - {0xC4, 0xC8, 0xCC}
 # Markers without a length field: TEM, RST0-7.
@@ -93,5 +103,8 @@ class PixelBudget:
         width, height = image_size(data, kind, where)
         self.used += width * height
         if self.used > self.limit:
-            raise ApiError(413, f"{where}images of this request add up to {self.used:,} pixels (this one {width}x{height}), "
-                           f"more than the {self.limit:,} pixel budget per request (--max-request-pixels)")
+            raise ApiError(
+                413,
+                f"{where}images of this request add up to {self.used:,} pixels (this one {width}x{height}), "
+                f"more than the {self.limit:,} pixel budget per request (--max-request-pixels)",
+            )

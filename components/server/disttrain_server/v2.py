@@ -39,7 +39,17 @@ from disttrain_server import numeric
 from disttrain_server.errors import ApiError, ModelUnavailable, json_type
 from disttrain_server.instances import check_count, read_json_object
 from disttrain_server.model_calls import model_routes, predict_rows, resolve
-from disttrain_server.openapi import BOOLEAN, INTEGER, STRING, array_of, enum_of, json_response, object_of, ref, with_optional
+from disttrain_server.openapi import (
+    BOOLEAN,
+    INTEGER,
+    STRING,
+    array_of,
+    enum_of,
+    json_response,
+    object_of,
+    ref,
+    with_optional,
+)
 from disttrain_server.shared import model_store
 from disttrain_server.signature import OUTPUT_NAMES, V2_DATATYPES, input_tensor, input_tensors, output_tensor
 
@@ -114,8 +124,14 @@ def infer(model_name, version=None):
     if request_id is not None:
         answer["id"] = request_id  # the protocol: an "id" given must be returned
     # The one output, requested or by default ("outputs" absent: every output), row-major.
-    answer["outputs"] = [{"name": out.name, "datatype": out.v2_datatype, "shape": [count, *rows.shape[1:]],
-                          "data": rows.astype(np.float32).ravel().tolist()}]
+    answer["outputs"] = [
+        {
+            "name": out.name,
+            "datatype": out.v2_datatype,
+            "shape": [count, *rows.shape[1:]],
+            "data": rows.astype(np.float32).ravel().tolist(),
+        }
+    ]
     return answer
 
 
@@ -133,7 +149,9 @@ def check_requested_outputs(outputs, output_name):
         if not isinstance(parameters, dict):
             raise ApiError(400, f'outputs[{index}]: "parameters" must be an object, got {json_type(parameters)}')
         if parameters.get("binary_data"):
-            raise ApiError(400, f"outputs[{index}]: binary_data outputs are not supported; this server answers JSON tensors")
+            raise ApiError(
+                400, f"outputs[{index}]: binary_data outputs are not supported; this server answers JSON tensors"
+            )
 
 
 def read_input(inputs, tensor):
@@ -143,7 +161,10 @@ def read_input(inputs, tensor):
     names = [item.get("name") if isinstance(item, dict) else None for item in inputs]
     unknown = [name for name in names if name != tensor.name]
     if unknown:
-        raise ApiError(400, f"unknown input {unknown[0]!r}; this model has one input, {tensor.name!r} ({tensor.v2_datatype} {list(tensor.shape)})")
+        raise ApiError(
+            400,
+            f"unknown input {unknown[0]!r}; this model has one input, {tensor.name!r} ({tensor.v2_datatype} {list(tensor.shape)})",
+        )
     if len(inputs) > 1:
         raise ApiError(400, f"input {tensor.name!r} is given {len(inputs)} times; send it once")
     (item,) = inputs
@@ -151,26 +172,45 @@ def read_input(inputs, tensor):
     if not isinstance(item.get("parameters", {}), (dict, type(None))):
         raise ApiError(400, f'input {tensor.name!r}: "parameters" must be an object')
     rank = max(len(tensor.shape), 2)  # strings may come as [n] or [n, 1]
-    if not isinstance(shape, list) or not 1 <= len(shape) <= rank or not all(type(size) is int and size >= 0 for size in shape):
-        raise ApiError(400, f'input {tensor.name!r}: "shape" must be a list of 1 to {rank} non-negative integers, '
-                       f"batch first (this model: {list(tensor.shape)}), got {shape!r}")
+    if (
+        not isinstance(shape, list)
+        or not 1 <= len(shape) <= rank
+        or not all(type(size) is int and size >= 0 for size in shape)
+    ):
+        raise ApiError(
+            400,
+            f'input {tensor.name!r}: "shape" must be a list of 1 to {rank} non-negative integers, '
+            f"batch first (this model: {list(tensor.shape)}), got {shape!r}",
+        )
     if shape[0] == 0:
         raise ApiError(400, f"input {tensor.name!r}: shape {shape} has no instances; send at least one")
     check_count(shape[0], current_app.config["MAX_INSTANCES"])
     accepted = ["BYTES"] if tensor.dtype == "DT_STRING" else ["UINT8", "BYTES"]
     if datatype not in accepted:
-        raise ApiError(400, f"input {tensor.name!r}: datatype {datatype!r} is not accepted; send {' or '.join(accepted)} (see /v2/models/NAME)")
+        raise ApiError(
+            400,
+            f"input {tensor.name!r}: datatype {datatype!r} is not accepted; send {' or '.join(accepted)} (see /v2/models/NAME)",
+        )
     if not isinstance(data, list):
-        raise ApiError(400, f'input {tensor.name!r}: "data" must be a list (flat or nested, row-major), got {json_type(data)}')
+        raise ApiError(
+            400, f'input {tensor.name!r}: "data" must be a list (flat or nested, row-major), got {json_type(data)}'
+        )
     flat = _flatten(data, len(shape), tensor.name)
     if len(flat) != math.prod(shape):
-        raise ApiError(400, f"input {tensor.name!r}: shape {shape} has {math.prod(shape)} elements but data has {len(flat)}")
+        raise ApiError(
+            400, f"input {tensor.name!r}: shape {shape} has {math.prod(shape)} elements but data has {len(flat)}"
+        )
     if datatype == "BYTES":
         if shape[1:] not in ([], [1]):
-            raise ApiError(400, f"input {tensor.name!r}: BYTES shape must be [n] or [n, 1], one {'text' if tensor.dtype == 'DT_STRING' else 'encoded image'} per instance; got {shape}")
+            raise ApiError(
+                400,
+                f"input {tensor.name!r}: BYTES shape must be [n] or [n, 1], one {'text' if tensor.dtype == 'DT_STRING' else 'encoded image'} per instance; got {shape}",
+            )
         bad = next((i for i, value in enumerate(flat) if not isinstance(value, str)), None)
         if bad is not None:
-            raise ApiError(400, f"input {tensor.name!r}: BYTES element {bad} is a {json_type(flat[bad])}, expected a string")
+            raise ApiError(
+                400, f"input {tensor.name!r}: BYTES element {bad} is a {json_type(flat[bad])}, expected a string"
+            )
         # An image model's BYTES are encoded files, base64 in JSON: TF Serving's {"b64": ...} instances.
         return shape[0], flat if tensor.dtype == "DT_STRING" else [{"b64": value} for value in flat]
     return shape[0], _pixels(flat, shape, tensor)
@@ -196,8 +236,14 @@ def read_numeric_inputs(inputs, tensors):
     names = [item.get("name") if isinstance(item, dict) else None for item in inputs]
     unknown = [name for name in names if not isinstance(name, str) or name not in by_name]
     if unknown:
-        shown = repr(unknown[0]) if isinstance(unknown[0], str) or unknown[0] is None else f"name of type {json_type(unknown[0])}"
-        raise ApiError(400, f"unknown input {shown}; this model's input{'s are' if len(tensors) > 1 else ' is'} {takes}")
+        shown = (
+            repr(unknown[0])
+            if isinstance(unknown[0], str) or unknown[0] is None
+            else f"name of type {json_type(unknown[0])}"
+        )
+        raise ApiError(
+            400, f"unknown input {shown}; this model's input{'s are' if len(tensors) > 1 else ' is'} {takes}"
+        )
     repeated = next((name for name in names if names.count(name) > 1), None)
     if repeated is not None:
         raise ApiError(400, f"input {repeated!r} is given {names.count(repeated)} times; send it once")
@@ -220,14 +266,23 @@ def _numeric_tensor(item, tensor):
         raise ApiError(400, f'input {name!r}: "parameters" must be an object')
     accepted = accepted_datatypes(tensor)
     if datatype not in accepted:
-        raise ApiError(400, f"input {name!r}: datatype {datatype!r} is not accepted; send {accepted[0]}"
-                       + (f" (or {', '.join(accepted[1:])})" if len(accepted) > 1 else "") + " (see /v2/models/NAME)")
+        raise ApiError(
+            400,
+            f"input {name!r}: datatype {datatype!r} is not accepted; send {accepted[0]}"
+            + (f" (or {', '.join(accepted[1:])})" if len(accepted) > 1 else "")
+            + " (see /v2/models/NAME)",
+        )
     if not isinstance(shape, list) or not shape or not all(type(size) is int and size >= 0 for size in shape):
-        raise ApiError(400, f'input {name!r}: "shape" must be a list of non-negative integers, batch first '
-                       f"({list(tensor.shape)}), got {shape!r}")
+        raise ApiError(
+            400,
+            f'input {name!r}: "shape" must be a list of non-negative integers, batch first '
+            f"({list(tensor.shape)}), got {shape!r}",
+        )
     scalar = expected in ((), (1,)) and shape[1:] in ([], [1])
     if not scalar and not numeric.fits(tuple(shape[1:]), expected):
-        raise ApiError(400, f"input {name!r}: shape {shape} does not fit this input's {list(tensor.shape)} ({tensor.describe()})")
+        raise ApiError(
+            400, f"input {name!r}: shape {shape} does not fit this input's {list(tensor.shape)} ({tensor.describe()})"
+        )
     if shape[0] == 0:
         raise ApiError(400, f"input {name!r}: shape {shape} has no instances; send at least one")
     check_count(shape[0], current_app.config["MAX_INSTANCES"])
@@ -238,7 +293,9 @@ def _numeric_tensor(item, tensor):
         raise ApiError(400, f"input {name!r}: shape {shape} has {math.prod(shape)} elements but data has {len(flat)}")
     rows = (shape[0], *expected) if scalar else tuple(shape)
     array = np.asarray(flat, dtype=object).reshape(rows) if flat else np.empty(rows, dtype=object)
-    return shape[0], numeric.elements(f"input {name!r} ({datatype})", array, tensor, integers_only=datatype in INTEGER_DATATYPES)
+    return shape[0], numeric.elements(
+        f"input {name!r} ({datatype})", array, tensor, integers_only=datatype in INTEGER_DATATYPES
+    )
 
 
 def _pixels(flat, shape, tensor):
@@ -281,12 +338,27 @@ V2_SCHEMAS = {
     "V2Live": object_of(live=BOOLEAN),
     "V2Ready": object_of(ready=BOOLEAN),
     "V2ModelReady": object_of(name=STRING, ready=BOOLEAN),
-    "V2ModelMetadata": object_of(name=STRING, versions=array_of(STRING), platform=STRING, inputs=array_of(V2_TENSOR), outputs=array_of(V2_TENSOR)),
+    "V2ModelMetadata": object_of(
+        name=STRING, versions=array_of(STRING), platform=STRING, inputs=array_of(V2_TENSOR), outputs=array_of(V2_TENSOR)
+    ),
     "V2InferRequest": {
         **with_optional(
-            object_of(inputs={"type": "array", "minItems": 1, "maxItems": 1,
-                              "items": with_optional(object_of(name=STRING, shape=array_of({"type": "integer", "minimum": 0}),
-                                                               datatype=enum_of("BYTES", "UINT8"), data=V2_DATA), parameters=V2_PARAMETERS)}),
+            object_of(
+                inputs={
+                    "type": "array",
+                    "minItems": 1,
+                    "maxItems": 1,
+                    "items": with_optional(
+                        object_of(
+                            name=STRING,
+                            shape=array_of({"type": "integer", "minimum": 0}),
+                            datatype=enum_of("BYTES", "UINT8"),
+                            data=V2_DATA,
+                        ),
+                        parameters=V2_PARAMETERS,
+                    ),
+                }
+            ),
             id=STRING,
             parameters=V2_PARAMETERS,
             outputs=array_of(with_optional(object_of(name=STRING), parameters=V2_PARAMETERS)),
@@ -295,7 +367,11 @@ V2_SCHEMAS = {
         "UINT8 [n, height, width, channels] of pixels, or BYTES [n] of base64 PNG/JPEG files, for an image or faces model.",
     },
     "V2InferResponse": with_optional(
-        object_of(model_name=STRING, model_version=STRING, outputs=array_of(object_of(name=STRING, datatype=enum_of("FP32"), shape=array_of(INTEGER), data=V2_DATA))),
+        object_of(
+            model_name=STRING,
+            model_version=STRING,
+            outputs=array_of(object_of(name=STRING, datatype=enum_of("FP32"), shape=array_of(INTEGER), data=V2_DATA)),
+        ),
         id={"type": "string", "description": "The request's id, if it had one."},
     ),
 }
@@ -305,19 +381,34 @@ def openapi_paths(context):
     """This blueprint's part of /openapi.json (openapi.build_spec): KServe's Open Inference Protocol (REST),
     server and model health and metadata, typed-tensor inference."""
     model_name, task, numeric = context.model_name(), context.task, context.numeric
-    version = {"name": "version", "in": "path", "required": True, "schema": {"type": "string"},
-               "description": "The served version (versions in the model metadata); any other is a 404."}
+    version = {
+        "name": "version",
+        "in": "path",
+        "required": True,
+        "schema": {"type": "string"},
+        "description": "The served version (versions in the model metadata); any other is a 404.",
+    }
     not_found = json_response("Unknown model name or version.")
     output = OUTPUT_NAMES.get(task, "probabilities") if task else "probabilities (classifiers) or embedding (faces)"
     if numeric and numeric["regression"]:
         output = "value"
     paths = {
-        "/v2": {"get": {"summary": "Server metadata (Open Inference Protocol).", "responses": {"200": json_response("The server.", ref("V2ServerMetadata"))}}},
-        "/v2/health/live": {"get": {"summary": "Server liveness (V2).", "responses": {"200": json_response("Alive.", ref("V2Live"))}}},
+        "/v2": {
+            "get": {
+                "summary": "Server metadata (Open Inference Protocol).",
+                "responses": {"200": json_response("The server.", ref("V2ServerMetadata"))},
+            }
+        },
+        "/v2/health/live": {
+            "get": {"summary": "Server liveness (V2).", "responses": {"200": json_response("Alive.", ref("V2Live"))}}
+        },
         "/v2/health/ready": {
             "get": {
                 "summary": "Server readiness (V2): the model is loaded.",
-                "responses": {"200": json_response("Ready.", ref("V2Ready")), "503": json_response("No model is loaded.", ref("V2Ready"))},
+                "responses": {
+                    "200": json_response("Ready.", ref("V2Ready")),
+                    "503": json_response("No model is loaded.", ref("V2Ready")),
+                },
             }
         },
     }
@@ -327,14 +418,22 @@ def openapi_paths(context):
             "get": {
                 "summary": "Model metadata (V2): its one input and one output, with datatype and shape.",
                 "parameters": parameters,
-                "responses": {"200": json_response("Metadata.", ref("V2ModelMetadata")), "404": not_found, "503": json_response("No model is loaded.")},
+                "responses": {
+                    "200": json_response("Metadata.", ref("V2ModelMetadata")),
+                    "404": not_found,
+                    "503": json_response("No model is loaded."),
+                },
             }
         }
         paths[prefix + "/ready"] = {
             "get": {
                 "summary": "Model readiness (V2).",
                 "parameters": parameters,
-                "responses": {"200": json_response("Ready.", ref("V2ModelReady")), "404": not_found, "503": json_response("Not loaded.", ref("V2ModelReady"))},
+                "responses": {
+                    "200": json_response("Ready.", ref("V2ModelReady")),
+                    "404": not_found,
+                    "503": json_response("Not loaded.", ref("V2ModelReady")),
+                },
             }
         }
         paths[prefix + "/infer"] = {
@@ -344,11 +443,15 @@ def openapi_paths(context):
                 "requestBody": {"required": True, "content": {"application/json": {"schema": ref("V2InferRequest")}}},
                 "responses": {
                     "200": json_response("The output tensor.", ref("V2InferResponse")),
-                    "400": json_response("Not an inference request for this model: invalid JSON, an unknown input or output name, "
-                                     "a datatype it does not take, a shape that does not fit it or disagrees with the data."),
+                    "400": json_response(
+                        "Not an inference request for this model: invalid JSON, an unknown input or output name, "
+                        "a datatype it does not take, a shape that does not fit it or disagrees with the data."
+                    ),
                     "404": not_found,
                     "413": json_response("Body over the upload limit, or more instances than allowed."),
-                    "422": json_response("An instance this model cannot take: empty or too long text, bad base64, corrupt image."),
+                    "422": json_response(
+                        "An instance this model cannot take: empty or too long text, bad base64, corrupt image."
+                    ),
                     "503": json_response("No model is loaded."),
                 },
             }
@@ -367,13 +470,26 @@ def _v2_numeric_request(numeric):
     """A numeric model's V2 request: each of its inputs once, in any order, a numeric datatype."""
     tensors = numeric["tensors"]
     datatypes = sorted({datatype for tensor in tensors for datatype in accepted_datatypes(tensor)})
-    item = with_optional(object_of(name=enum_of(*(t.name for t in tensors)), shape=array_of({"type": "integer", "minimum": 0}),
-                                   datatype=enum_of(*datatypes), data=V2_DATA), parameters=V2_PARAMETERS)
+    item = with_optional(
+        object_of(
+            name=enum_of(*(t.name for t in tensors)),
+            shape=array_of({"type": "integer", "minimum": 0}),
+            datatype=enum_of(*datatypes),
+            data=V2_DATA,
+        ),
+        parameters=V2_PARAMETERS,
+    )
     schema = V2_SCHEMAS["V2InferRequest"]
-    infer_request = {**schema, "properties": {**schema["properties"], "inputs": {"type": "array", "minItems": len(tensors),
-                                                                                 "maxItems": len(tensors), "items": item}}}
-    infer_request["description"] = ("Each of the model's inputs once (see /v2/models/NAME), shape [n, *its shape] ([n] also for an "
-                                    "input of shape [1]): a float input takes any numeric datatype (cast to its dtype), an integer "
-                                    "input integer datatypes only.")
+    infer_request = {
+        **schema,
+        "properties": {
+            **schema["properties"],
+            "inputs": {"type": "array", "minItems": len(tensors), "maxItems": len(tensors), "items": item},
+        },
+    }
+    infer_request["description"] = (
+        "Each of the model's inputs once (see /v2/models/NAME), shape [n, *its shape] ([n] also for an "
+        "input of shape [1]): a float input takes any numeric datatype (cast to its dtype), an integer "
+        "input integer datatypes only."
+    )
     return infer_request
-

@@ -77,15 +77,23 @@ def index():
     # on the first 401 either way) and whether the gallery takes changes at all.
     config = current_app.config
     token_required_for = config["TOKEN_REQUIRED_FOR"] if config["API_TOKEN"] is not None else ""
-    return render_template("index.html", title=page_title(name, loaded), name=name, model=loaded,
-                           unavailable=unavailable, limits=limits(), token_required_for=token_required_for,
-                           read_only_gallery=config["READ_ONLY_GALLERY"],
-                           token_for_face_reads=config["API_TOKEN"] is not None and (
-                               token_required_for == "all" or not config["PUBLIC_FACE_SEARCH"]),
-                           data=training_data(model_store().path) if loaded else None,
-                           tryit=tryit.form(loaded, config["SHOW_HELDOUT_EXAMPLES"], prefill=token_required_for != "all")
-                           if loaded and loaded.is_numeric else None,
-                           dashboard=url_for("runs.run_page", run=served_name()))
+    return render_template(
+        "index.html",
+        title=page_title(name, loaded),
+        name=name,
+        model=loaded,
+        unavailable=unavailable,
+        limits=limits(),
+        token_required_for=token_required_for,
+        read_only_gallery=config["READ_ONLY_GALLERY"],
+        token_for_face_reads=config["API_TOKEN"] is not None
+        and (token_required_for == "all" or not config["PUBLIC_FACE_SEARCH"]),
+        data=training_data(model_store().path) if loaded else None,
+        tryit=tryit.form(loaded, config["SHOW_HELDOUT_EXAMPLES"], prefill=token_required_for != "all")
+        if loaded and loaded.is_numeric
+        else None,
+        dashboard=url_for("runs.run_page", run=served_name()),
+    )
 
 
 @bp.get("/favicon.ico")
@@ -107,7 +115,9 @@ def openapi_paths(context):
         "/": {
             "get": {
                 "summary": "The web demo page.",
-                "responses": {"200": {"description": "HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}}},
+                "responses": {
+                    "200": {"description": "HTML page.", "content": {"text/html": {"schema": {"type": "string"}}}}
+                },
             }
         },
     }

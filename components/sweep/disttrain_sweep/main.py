@@ -51,7 +51,19 @@ import time
 import warnings
 
 from disttrain_contract.metrics import primary_metric
-from disttrain_contract import ContractError, Workdir, atomic_path, atomic_write_bytes, atomic_write_json, default_workdir, job_completion_index, read_marker, run_cli, wait_for_marker, write_marker
+from disttrain_contract import (
+    ContractError,
+    Workdir,
+    atomic_path,
+    atomic_write_bytes,
+    atomic_write_json,
+    default_workdir,
+    job_completion_index,
+    read_marker,
+    run_cli,
+    wait_for_marker,
+    write_marker,
+)
 from disttrain_contract.layout import worker_dirname
 from disttrain_contract.manifest import Manifest
 from disttrain_contract.ports import free_port_block
@@ -74,39 +86,94 @@ def parse_args(argv=None):
         prog="disttrain-sweep",
         description="Hyper-parameter search with Optuna on the shared working directory (between copier and trainer).",
         epilog="Search space: LOW:HIGH (a range; learning rate on a log scale), A,B,C (a choice) or V (fixed). "
-               "Defaults: text " + "; ".join(f"{k} {v}" for k, v in DEFAULTS["text"].items())
-               + "; image " + "; ".join(f"{k} {v}" for k, v in DEFAULTS["image"].items()) + ".",
+        "Defaults: text "
+        + "; ".join(f"{k} {v}" for k, v in DEFAULTS["text"].items())
+        + "; image "
+        + "; ".join(f"{k} {v}" for k, v in DEFAULTS["image"].items())
+        + ".",
     )
-    p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
+    p.add_argument(
+        "--workdir",
+        default=default_workdir(),
+        help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)",
+    )
     p.add_argument("--data", help="the copier's output (default WORKDIR/data)")
-    p.add_argument("--trials", type=int, default=12, help="trials to finish (complete or pruned) in total, over every process (default 12)")
-    p.add_argument("--process-index", type=int, default=job_completion_index(0),
-                   help="this process's number among the sweep processes: seeds its sampler (default $JOB_COMPLETION_INDEX, else 0)")
+    p.add_argument(
+        "--trials",
+        type=int,
+        default=12,
+        help="trials to finish (complete or pruned) in total, over every process (default 12)",
+    )
+    p.add_argument(
+        "--process-index",
+        type=int,
+        default=job_completion_index(0),
+        help="this process's number among the sweep processes: seeds its sampler (default $JOB_COMPLETION_INDEX, else 0)",
+    )
     for name in DEFAULTS["text"]:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, help="search space (default: per task, below)")
-    p.add_argument("--strategy", choices=SWEPT, default=SWEPT[0],
-                   help="average (default): a trial is one trainer; localsgd: a trial is a group of --trial-workers "
-                        "trainers with local SGD, and the space gains --sync-every")
-    p.add_argument("--trial-workers", type=int, default=2,
-                   help="--strategy localsgd: trainer processes per trial (default 2; the sweep process needs that many cores)")
-    p.add_argument("--sync-every", dest="sync_every",
-                   help=f"--strategy localsgd: search space of H, the steps between two averages (default {SYNC_EVERY_DEFAULT})")
-    p.add_argument("--start", help="the first trial's parameters, NAME=VALUE,... (e.g. a known-bad learning rate to beat)")
-    p.add_argument("--validation-fraction", type=float, default=0.2,
-                   help="share of the training shards' examples the trials are scored on (default 0.2)")
-    p.add_argument("--model-file", metavar="PATH",
-                   help="the trials train this .keras model (the trainer's --model-file; an s3:// URL is downloaded "
-                        "once by each sweep process into WORKDIR/sweep, and its trials read that copy)")
+    p.add_argument(
+        "--strategy",
+        choices=SWEPT,
+        default=SWEPT[0],
+        help="average (default): a trial is one trainer; localsgd: a trial is a group of --trial-workers "
+        "trainers with local SGD, and the space gains --sync-every",
+    )
+    p.add_argument(
+        "--trial-workers",
+        type=int,
+        default=2,
+        help="--strategy localsgd: trainer processes per trial (default 2; the sweep process needs that many cores)",
+    )
+    p.add_argument(
+        "--sync-every",
+        dest="sync_every",
+        help=f"--strategy localsgd: search space of H, the steps between two averages (default {SYNC_EVERY_DEFAULT})",
+    )
+    p.add_argument(
+        "--start", help="the first trial's parameters, NAME=VALUE,... (e.g. a known-bad learning rate to beat)"
+    )
+    p.add_argument(
+        "--validation-fraction",
+        type=float,
+        default=0.2,
+        help="share of the training shards' examples the trials are scored on (default 0.2)",
+    )
+    p.add_argument(
+        "--model-file",
+        metavar="PATH",
+        help="the trials train this .keras model (the trainer's --model-file; an s3:// URL is downloaded "
+        "once by each sweep process into WORKDIR/sweep, and its trials read that copy)",
+    )
     p.add_argument("--model-module", metavar="MODULE[:FUNCTION]", help="the trainer's --model-module, for every trial")
-    p.add_argument("--seed", type=int, default=42, help="seed of the validation split, the trials' initial weights and the sampler (default 42)")
-    p.add_argument("--pruner", choices=("median", "halving", "none"), default="median",
-                   help="stop bad trials early: median (MedianPruner), halving (SuccessiveHalvingPruner) or none (default median)")
-    p.add_argument("--retries", type=int, default=1, help="times a failed trial is run again, as a new trial (default 1)")
-    p.add_argument("--heartbeat", type=float, default=5.0, help="seconds between a running trial's heartbeats (default 5)")
-    p.add_argument("--stale-after", type=float, default=60.0,
-                   help="seconds without a heartbeat after which another process fails the trial and retries it (default 60)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=42,
+        help="seed of the validation split, the trials' initial weights and the sampler (default 42)",
+    )
+    p.add_argument(
+        "--pruner",
+        choices=("median", "halving", "none"),
+        default="median",
+        help="stop bad trials early: median (MedianPruner), halving (SuccessiveHalvingPruner) or none (default median)",
+    )
+    p.add_argument(
+        "--retries", type=int, default=1, help="times a failed trial is run again, as a new trial (default 1)"
+    )
+    p.add_argument(
+        "--heartbeat", type=float, default=5.0, help="seconds between a running trial's heartbeats (default 5)"
+    )
+    p.add_argument(
+        "--stale-after",
+        type=float,
+        default=60.0,
+        help="seconds without a heartbeat after which another process fails the trial and retries it (default 60)",
+    )
     p.add_argument("--threads", type=int, default=1, help="TensorFlow threads of each trial's trainer (default 1)")
-    p.add_argument("--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)")
+    p.add_argument(
+        "--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)"
+    )
     args = p.parse_args(argv)
     if args.trials < 1:
         p.error("--trials must be >= 1")
@@ -129,8 +196,9 @@ def main(argv=None):
     tag = f"sweep[{args.process_index}]"
     wait_for_marker(data_dir, args.wait_timeout, "the copier's dataset")
     manifest = Manifest.read(data_dir)
-    space = build_space(manifest.task, {name: getattr(args, name) for name in (*DEFAULTS["text"], "sync_every")},
-                        args.strategy)
+    space = build_space(
+        manifest.task, {name: getattr(args, name) for name in (*DEFAULTS["text"], "sync_every")}, args.strategy
+    )
     if args.model_file or args.model_module:  # the user's model has no --width or --dropout of ours to search
         space = {name: dim for name, dim in space.items() if name not in ("width", "dropout")}
     start = parse_start(args.start, space)
@@ -143,10 +211,13 @@ def main(argv=None):
     args.local_model_file = local_model_file(args.model_file, sweep_dir) if args.model_file else None
 
     sweep, split_manifest = open_study(args, workdir, data_dir, manifest, space, start, tag)
-    print(f"{tag}: {manifest.task} task, {args.trials} trials in total"
-          + (f" of {args.trial_workers} {args.strategy} workers each" if strategy_of(args.strategy).connected else "")
-          + ", search space "
-          + ", ".join(f"{k} {d.describe()}" for k, d in space.items()), flush=True)
+    print(
+        f"{tag}: {manifest.task} task, {args.trials} trials in total"
+        + (f" of {args.trial_workers} {args.strategy} workers each" if strategy_of(args.strategy).connected else "")
+        + ", search space "
+        + ", ".join(f"{k} {d.describe()}" for k, d in space.items()),
+        flush=True,
+    )
     started = time.monotonic()
     run_trials(sweep)
     write_outputs(sweep.study, space, sweep_dir, split_manifest, manifest, args, tag)
@@ -157,6 +228,7 @@ def main(argv=None):
 @dataclasses.dataclass(frozen=True)
 class Sweep:
     """This process's part of the sweep: the flags, the study and what its trials share."""
+
     args: argparse.Namespace
     workdir: Workdir
     sweep_dir: str
@@ -178,6 +250,7 @@ def open_study(args, workdir, data_dir, manifest, space, start, tag):
     import optuna
     from optuna.storages import JournalStorage, RetryHeartbeatStaleTrialCallback
     from optuna.storages.journal import JournalFileBackend, JournalFileOpenLock
+
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
@@ -187,37 +260,66 @@ def open_study(args, workdir, data_dir, manifest, space, start, tag):
     schedule = JournalFileOpenLock(os.path.join(sweep_dir, "schedule"))
     journal = os.path.join(sweep_dir, "study.journal")
     storage = JournalStorage(JournalFileBackend(journal, lock_obj=JournalFileOpenLock(journal)))
-    pruner = {"median": lambda: optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
-              "halving": lambda: optuna.pruners.SuccessiveHalvingPruner(),
-              "none": lambda: optuna.pruners.NopPruner()}[args.pruner]()
+    pruner = {
+        "median": lambda: optuna.pruners.MedianPruner(n_startup_trials=3, n_warmup_steps=1),
+        "halving": lambda: optuna.pruners.SuccessiveHalvingPruner(),
+        "none": lambda: optuna.pruners.NopPruner(),
+    }[args.pruner]()
     # each process its own sampler stream: the same seed everywhere would propose the same
     # random start-up trials in every process
     sampler = optuna.samplers.TPESampler(seed=args.seed * 1000 + args.process_index, n_startup_trials=4)
-    config = {"task": manifest.task, "space": distribution_sketch(space), "start": start, "trials": args.trials,
-              "validation_fraction": args.validation_fraction, "seed": args.seed, "pruner": args.pruner,
-              "dataset": [s.sha256 for s in manifest.shards]}
+    config = {
+        "task": manifest.task,
+        "space": distribution_sketch(space),
+        "start": start,
+        "trials": args.trials,
+        "validation_fraction": args.validation_fraction,
+        "seed": args.seed,
+        "pruner": args.pruner,
+        "dataset": [s.sha256 for s in manifest.shards],
+    }
     if strategy_of(args.strategy).connected:  # (a study of unconnected trials keeps the config's earlier form)
         config.update(strategy=args.strategy, trial_workers=args.trial_workers)
     if args.metric.name != "accuracy" or args.model_file or args.model_module:  # (likewise)
         config.update(metric=args.metric.name, model_file=args.model_file, model_module=args.model_module)
     with locked(schedule):
-        split_manifest = split.prepare(data_dir, os.path.join(sweep_dir, "data"), args.validation_fraction, args.seed,
-                                       log=lambda line: print(f"{tag}: {line.removeprefix('sweep: ')}", flush=True),
-                                       n_shards=args.trial_workers)
-        study = optuna.create_study(study_name=STUDY_NAME, storage=storage, sampler=sampler,
-                                    direction="maximize" if args.metric.direction == "max" else "minimize",
-                                    pruner=pruner, load_if_exists=True)
+        split_manifest = split.prepare(
+            data_dir,
+            os.path.join(sweep_dir, "data"),
+            args.validation_fraction,
+            args.seed,
+            log=lambda line: print(f"{tag}: {line.removeprefix('sweep: ')}", flush=True),
+            n_shards=args.trial_workers,
+        )
+        study = optuna.create_study(
+            study_name=STUDY_NAME,
+            storage=storage,
+            sampler=sampler,
+            direction="maximize" if args.metric.direction == "max" else "minimize",
+            pruner=pruner,
+            load_if_exists=True,
+        )
         if "config" not in study.user_attrs:
             study.set_user_attr("config", config)
             if start:
-                study.enqueue_trial({k: v for k, v in start.items() if not space[k].fixed},
-                                    user_attrs={"start": True})
+                study.enqueue_trial({k: v for k, v in start.items() if not space[k].fixed}, user_attrs={"start": True})
         elif study.user_attrs["config"] != config:
-            raise ContractError(f"{journal} is a study with other settings ({study.user_attrs['config']}); "
-                                "delete WORKDIR/sweep to start a new sweep, or run with the same flags")
-    sweep = Sweep(args, workdir, sweep_dir, tag, space, study, storage, schedule,
-                  RetryHeartbeatStaleTrialCallback(max_retry=args.retries),
-                  HeartbeatWatch(os.path.join(sweep_dir, "heartbeats"), args.stale_after))
+            raise ContractError(
+                f"{journal} is a study with other settings ({study.user_attrs['config']}); "
+                "delete WORKDIR/sweep to start a new sweep, or run with the same flags"
+            )
+    sweep = Sweep(
+        args,
+        workdir,
+        sweep_dir,
+        tag,
+        space,
+        study,
+        storage,
+        schedule,
+        RetryHeartbeatStaleTrialCallback(max_retry=args.retries),
+        HeartbeatWatch(os.path.join(sweep_dir, "heartbeats"), args.stale_after),
+    )
     return sweep, split_manifest
 
 
@@ -236,14 +338,21 @@ def run_trials(sweep):
             for stale in sweep.beats.stale(trials, running):
                 with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
                     if storage.set_trial_state_values(stale._trial_id, state=optuna.trial.TrialState.FAIL):
-                        print(f"{tag}: trial {stale.number} has had no heartbeat for {args.stale_after:g}s "
-                              "(its process died?): failed, and enqueued again as a new trial", flush=True)
+                        print(
+                            f"{tag}: trial {stale.number} has had no heartbeat for {args.stale_after:g}s "
+                            "(its process died?): failed, and enqueued again as a new trial",
+                            flush=True,
+                        )
                         sweep.retry(study, storage.get_trial(stale._trial_id))
                 trials = study.get_trials(deepcopy=False)
-            count = {s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "PRUNED", "RUNNING", "WAITING", "FAIL")}
+            count = {
+                s: sum(t.state.name == s for t in trials) for s in ("COMPLETE", "PRUNED", "RUNNING", "WAITING", "FAIL")
+            }
             finished = count["COMPLETE"] + count["PRUNED"]
             if count["FAIL"] > args.trials * (args.retries + 1):
-                raise ContractError(f"{count['FAIL']} trials failed (see WORKDIR/sweep/trials/*/trainer.log); giving up")
+                raise ContractError(
+                    f"{count['FAIL']} trials failed (see WORKDIR/sweep/trials/*/trainer.log); giving up"
+                )
             trial = None
             if finished < args.trials and (count["WAITING"] or finished + count["RUNNING"] < args.trials):
                 trial = study.ask()
@@ -261,6 +370,7 @@ def run_trials(sweep):
 class TrialRun:
     """How a trial's trainers ended: the values reported to the pruner (one per evaluated epoch of worker 0),
     whether it pruned them, worker 0's output lines (or the first failed peer's), the group's exit code."""
+
     values: list = dataclasses.field(default_factory=list)
     pruned: bool = False
     lines: list = dataclasses.field(default_factory=list)
@@ -281,8 +391,11 @@ def run_trial(sweep, trial, scheduling):
     trial_dir = os.path.join(sweep.sweep_dir, "trials", f"trial-{trial.number:05d}")
     os.makedirs(trial_dir)  # exist_ok=False: a trial number is run once, by one process
     described = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
-    print(f"{tag}: trial {trial.number} starts ({described})" + (f", a retry of trial {retry_of}" if retry_of is not None else ""),
-          flush=True)
+    print(
+        f"{tag}: trial {trial.number} starts ({described})"
+        + (f", a retry of trial {retry_of}" if retry_of is not None else ""),
+        flush=True,
+    )
     began = time.monotonic()
     run = train_trial(sweep, trial, trial_dir, params)
     seconds = time.monotonic() - began
@@ -304,8 +417,11 @@ def run_trial(sweep, trial, scheduling):
     TELL_SECONDS.append(time.monotonic() - clock)
     sweep.beats.stop(trial.number)
     best = best_so_far(sweep.study)
-    print(f"{tag}: trial {trial.number}: {outcome} in {seconds:.1f}s"
-          + (f" (best so far {best.value:.4f}, trial {best.number})" if best else ""), flush=True)
+    print(
+        f"{tag}: trial {trial.number}: {outcome} in {seconds:.1f}s"
+        + (f" (best so far {best.value:.4f}, trial {best.number})" if best else ""),
+        flush=True,
+    )
 
 
 def trainer_command(sweep, trial_dir, params):
@@ -320,14 +436,26 @@ def trainer_command(sweep, trial_dir, params):
     own = {name: value for name, value in params.items() if name in settings.__dataclass_fields__}
     # a localsgd group over loopback: ports base..base+workers-1 (TF_CONFIG built by the trainer); a port
     # taken by another process in between fails the trial, which is retried (--retries)
-    placement = ({"port": free_port_block(args.trial_workers), "peer_wait": float(int(args.stale_after))}
-                 if args.trial_workers > 1 else {})
+    placement = (
+        {"port": free_port_block(args.trial_workers), "peer_wait": float(int(args.stale_after))}
+        if args.trial_workers > 1
+        else {}
+    )
     config = TrainConfig(
-        workdir=sweep.workdir.root, data=os.path.join(sweep.sweep_dir, "data"), out=trial_dir,
-        workers=args.trial_workers, strategy=args.strategy, strategy_settings=settings(**own), seed=args.seed,
-        threads=args.threads, wait_timeout=0.0, model_file=args.local_model_file if args.model_file else None,
-        model_module=args.model_module or None, **placement,
-        **{name: value for name, value in params.items() if name not in own})
+        workdir=sweep.workdir.root,
+        data=os.path.join(sweep.sweep_dir, "data"),
+        out=trial_dir,
+        workers=args.trial_workers,
+        strategy=args.strategy,
+        strategy_settings=settings(**own),
+        seed=args.seed,
+        threads=args.threads,
+        wait_timeout=0.0,
+        model_file=args.local_model_file if args.model_file else None,
+        model_module=args.model_module or None,
+        **placement,
+        **{name: value for name, value in params.items() if name not in own},
+    )
     env = {k: v for k, v in os.environ.items() if k not in ("TF_CONFIG", "JOB_COMPLETION_INDEX")}
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     return config, env
@@ -346,15 +474,32 @@ def train_trial(sweep, trial, trial_dir, params):
     config, env = trainer_command(sweep, trial_dir, params)
     run = TrialRun()
     epochs = EpochReports(metrics_path(os.path.join(trial_dir, worker_dirname(0))), args.metric)
-    with sweep.beats.beating(trial.number, args.heartbeat), open(os.path.join(trial_dir, "trainer.log"), "w") as log, \
-            contextlib.ExitStack() as peer_logs:
-        peers = [subprocess.Popen(worker_command(config, i), stdout=peer_logs.enter_context(
-                     open(os.path.join(trial_dir, f"trainer-{i}.log"), "w")), stderr=subprocess.STDOUT, env=env,
-                     preexec_fn=die_with_parent) for i in range(1, args.trial_workers)]
-        proc = subprocess.Popen(worker_command(config, 0), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env=env, preexec_fn=die_with_parent)
-        forward = threading.Thread(target=copy_lines, args=(proc.stdout, log, run.lines), name=f"log-{trial.number}",
-                                   daemon=True)
+    with (
+        sweep.beats.beating(trial.number, args.heartbeat),
+        open(os.path.join(trial_dir, "trainer.log"), "w") as log,
+        contextlib.ExitStack() as peer_logs,
+    ):
+        peers = [
+            subprocess.Popen(
+                worker_command(config, i),
+                stdout=peer_logs.enter_context(open(os.path.join(trial_dir, f"trainer-{i}.log"), "w")),
+                stderr=subprocess.STDOUT,
+                env=env,
+                preexec_fn=die_with_parent,
+            )
+            for i in range(1, args.trial_workers)
+        ]
+        proc = subprocess.Popen(
+            worker_command(config, 0),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            preexec_fn=die_with_parent,
+        )
+        forward = threading.Thread(
+            target=copy_lines, args=(proc.stdout, log, run.lines), name=f"log-{trial.number}", daemon=True
+        )
         forward.start()
         try:
             while True:
@@ -365,8 +510,11 @@ def train_trial(sweep, trial, trial_dir, params):
                     trial.report(value, epoch)
                     run.pruned = trial.should_prune()
                     run.optuna_sec += time.monotonic() - clock
-                    print(f"{tag}: trial {trial.number} epoch {epoch}/{params['epochs']}: validation "
-                          f"{args.metric.label} {value:.4f}" + (" -> pruned" if run.pruned else ""), flush=True)
+                    print(
+                        f"{tag}: trial {trial.number} epoch {epoch}/{params['epochs']}: validation "
+                        f"{args.metric.label} {value:.4f}" + (" -> pruned" if run.pruned else ""),
+                        flush=True,
+                    )
                     if run.pruned:
                         for p in (proc, *peers):
                             p.terminate()
@@ -425,8 +573,11 @@ class EpochReports:
         fresh = [record for record in read_epoch_records(self.path) if record.epoch > self.seen]
         if fresh:
             self.seen = fresh[-1].epoch
-        return [(record.epoch, float(f"{record.metrics[self.metric.key]:.4f}")) for record in fresh
-                if self.metric.key in record.metrics]
+        return [
+            (record.epoch, float(f"{record.metrics[self.metric.key]:.4f}"))
+            for record in fresh
+            if self.metric.key in record.metrics
+        ]
 
 
 def tell(sweep, trial, run):
@@ -469,40 +620,72 @@ def write_outputs(study, space, sweep_dir, split_manifest, manifest, args, tag):
     counts = {}
     for t in trials:
         counts[t.state.name.lower()] = counts.get(t.state.name.lower(), 0) + 1
-    atomic_write_json(os.path.join(sweep_dir, "best.json"), {
-        "params": params_of(best, space), "value": best.value, "trial": best.number,
-        "metric": f"validation {args.metric.label} after the last epoch", "direction": args.metric.direction,
-        "task": manifest.task, "source": manifest.source, "trials": counts, "space": distribution_sketch(space),
-        "validation_examples": split_manifest.test.examples, "train_examples": split_manifest.train_examples,
-        "validation_fraction": args.validation_fraction, "seed": args.seed, "pruner": args.pruner,
-        "strategy": args.strategy, "trial_workers": args.trial_workers, "created_at": time.time(),
-    })
+    atomic_write_json(
+        os.path.join(sweep_dir, "best.json"),
+        {
+            "params": params_of(best, space),
+            "value": best.value,
+            "trial": best.number,
+            "metric": f"validation {args.metric.label} after the last epoch",
+            "direction": args.metric.direction,
+            "task": manifest.task,
+            "source": manifest.source,
+            "trials": counts,
+            "space": distribution_sketch(space),
+            "validation_examples": split_manifest.test.examples,
+            "train_examples": split_manifest.train_examples,
+            "validation_fraction": args.validation_fraction,
+            "seed": args.seed,
+            "pruner": args.pruner,
+            "strategy": args.strategy,
+            "trial_workers": args.trial_workers,
+            "created_at": time.time(),
+        },
+    )
     out = io.StringIO()
     writer = csv.writer(out)
-    writer.writerow(["number", "state", "value", *space, "epochs_reported", "trial_sec", "optuna_sec", "retry_of", "process"])
+    writer.writerow(
+        ["number", "state", "value", *space, "epochs_reported", "trial_sec", "optuna_sec", "retry_of", "process"]
+    )
     for t in trials:
         values = {**t.user_attrs, **t.params}
-        writer.writerow([t.number, t.state.name, "" if t.value is None else f"{t.value:.6f}",
-                         *(values.get(name, "") for name in space), len(t.intermediate_values),
-                         f"{t.user_attrs.get('trial_sec', 0):.3f}", f"{t.user_attrs.get('optuna_sec', 0):.4f}",
-                         t.system_attrs.get("failed_trial", ""), t.user_attrs.get("process", "")])
+        writer.writerow(
+            [
+                t.number,
+                t.state.name,
+                "" if t.value is None else f"{t.value:.6f}",
+                *(values.get(name, "") for name in space),
+                len(t.intermediate_values),
+                f"{t.user_attrs.get('trial_sec', 0):.3f}",
+                f"{t.user_attrs.get('optuna_sec', 0):.4f}",
+                t.system_attrs.get("failed_trial", ""),
+                t.user_attrs.get("process", ""),
+            ]
+        )
     atomic_write_bytes(os.path.join(sweep_dir, "trials.csv"), out.getvalue().encode())
     write_plots(study, sweep_dir, tag)
-    write_marker(sweep_dir, "sweep", best_value=best.value, best_trial=best.number, params=params_of(best, space),
-                 trials=counts)
-    print(f"{tag}: best trial {best.number}: validation {args.metric.label} {best.value:.4f} with "
-          + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params_of(best, space).items()),
-          flush=True)
+    write_marker(
+        sweep_dir, "sweep", best_value=best.value, best_trial=best.number, params=params_of(best, space), trials=counts
+    )
+    print(
+        f"{tag}: best trial {best.number}: validation {args.metric.label} {best.value:.4f} with "
+        + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params_of(best, space).items()),
+        flush=True,
+    )
 
 
 def write_plots(study, sweep_dir, tag):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from optuna.visualization import matplotlib as plots
 
-    for name, plot in (("history", plots.plot_optimization_history), ("importances", plots.plot_param_importances),
-                       ("parallel", plots.plot_parallel_coordinate)):
+    for name, plot in (
+        ("history", plots.plot_optimization_history),
+        ("importances", plots.plot_param_importances),
+        ("parallel", plots.plot_parallel_coordinate),
+    ):
         try:
             axes = plot(study)
         except (ValueError, RuntimeError, ZeroDivisionError) as err:  # e.g. importances of fewer than 2 trials

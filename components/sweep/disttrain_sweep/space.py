@@ -18,13 +18,28 @@ from disttrain_contract.strategies import DEFAULT, names_where, strategy_of
 # 5 epochs; image: lr 0.001, 64 hidden units, dropout 0.3, 20 epochs), kept short so a sweep of
 # 8-12 trials fits in minutes on two cores.
 DEFAULTS = {
-    "text": {"learning_rate": "3e-4:3e-2", "batch": "32,64,128", "width": "32,64,128", "dropout": "0:0.6",
-             "epochs": "2:6"},
-    "image": {"learning_rate": "1e-4:1e-2", "batch": "32,64,128", "width": "32,64,128", "dropout": "0:0.5",
-              "epochs": "8:20"},
+    "text": {
+        "learning_rate": "3e-4:3e-2",
+        "batch": "32,64,128",
+        "width": "32,64,128",
+        "dropout": "0:0.6",
+        "epochs": "2:6",
+    },
+    "image": {
+        "learning_rate": "1e-4:1e-2",
+        "batch": "32,64,128",
+        "width": "32,64,128",
+        "dropout": "0:0.5",
+        "epochs": "8:20",
+    },
     # tables and arrays: a few hundred to thousands of rows, an MLP (or the user's own model)
-    "table": {"learning_rate": "1e-4:3e-2", "batch": "16,32,64", "width": "16,32,64,128", "dropout": "0:0.4",
-              "epochs": "10:40"},
+    "table": {
+        "learning_rate": "1e-4:3e-2",
+        "batch": "16,32,64",
+        "width": "16,32,64,128",
+        "dropout": "0:0.4",
+        "epochs": "10:40",
+    },
 }
 DEFAULTS["array"] = DEFAULTS["table"]
 # localsgd's H (--sync-every), searched only by sweeps whose trials are localsgd groups
@@ -96,8 +111,10 @@ def build_space(task, overrides, strategy=DEFAULT):
             defaults[name] = default
         elif overrides.get(name):
             users = names_where(lambda s, name=name: name in (s.sweep_dimensions or ()))
-            raise ContractError(f"--{name.replace('_', '-')} is searched by {' and '.join(users)} trials only: add "
-                                f"--strategy {users[0]}")
+            raise ContractError(
+                f"--{name.replace('_', '-')} is searched by {' and '.join(users)} trials only: add "
+                f"--strategy {users[0]}"
+            )
     return {name: parse_dimension(name, overrides.get(name) or default) for name, default in defaults.items()}
 
 
@@ -127,5 +144,15 @@ def params_of(trial, space):
     return {name: trial.params[name] if name in trial.params else trial.user_attrs[name] for name in space}
 
 
-__all__ = ["PARAMS", "DEFAULTS", "SYNC_EVERY_DEFAULT", "Dimension", "check_value", "parse_dimension", "build_space", "parse_start",
-           "distribution_sketch", "params_of"]
+__all__ = [
+    "PARAMS",
+    "DEFAULTS",
+    "SYNC_EVERY_DEFAULT",
+    "Dimension",
+    "check_value",
+    "parse_dimension",
+    "build_space",
+    "parse_start",
+    "distribution_sketch",
+    "params_of",
+]

@@ -43,8 +43,10 @@ def prepare(data_dir, out_dir, fraction, seed, log=print, n_shards=1):
     if read_marker(out_dir) is not None:
         if read_json(os.path.join(out_dir, "split.json"), None) == wanted:
             return Manifest.read(out_dir)
-        raise ContractError(f"{out_dir} holds a validation split of other shards, fraction, seed or trial workers; "
-                            "delete WORKDIR/sweep to start a new sweep")
+        raise ContractError(
+            f"{out_dir} holds a validation split of other shards, fraction, seed or trial workers; "
+            "delete WORKDIR/sweep to start a new sweep"
+        )
     parts = [read_split(data_dir, source, s) for s in source.shards]
     if source.storage == "jsonl":
         x = [text for part in parts for text in part[0]]
@@ -56,23 +58,39 @@ def prepare(data_dir, out_dir, fraction, seed, log=print, n_shards=1):
         raise ContractError(f"{len(train)} training examples cannot make {n_shards} trial shards")
     with atomic_path(out_dir) as tmp:  # the directory appears whole, or not at all
         os.makedirs(tmp)
-        shards = [write_split(tmp, f"shard-{i:05d}", source.storage, x, y, rows)
-                  for i, rows in enumerate(np.array_split(train, n_shards))]
+        shards = [
+            write_split(tmp, f"shard-{i:05d}", source.storage, x, y, rows)
+            for i, rows in enumerate(np.array_split(train, n_shards))
+        ]
         test = write_split(tmp, VALIDATION_SPLIT, source.storage, x, y, validation)
         vocab = None
         if source.vocab:
             shutil.copyfile(os.path.join(data_dir, source.vocab["file"]), os.path.join(tmp, source.vocab["file"]))
             vocab = source.vocab
-        Manifest(task=source.task, source=f"{source.source} (training shards, validation {fraction:g}, seed {seed})",
-                 seed=source.seed, test_fraction=fraction, labels=source.labels, input=source.input,
-                 storage=source.storage, shards=shards, test=test, vocab=vocab, problem=source.problem,
-                 target=source.target, target_statistics=source.target_statistics).write(tmp)
+        Manifest(
+            task=source.task,
+            source=f"{source.source} (training shards, validation {fraction:g}, seed {seed})",
+            seed=source.seed,
+            test_fraction=fraction,
+            labels=source.labels,
+            input=source.input,
+            storage=source.storage,
+            shards=shards,
+            test=test,
+            vocab=vocab,
+            problem=source.problem,
+            target=source.target,
+            target_statistics=source.target_statistics,
+        ).write(tmp)
         with open(os.path.join(tmp, "split.json"), "w") as fh:
             json.dump(wanted, fh, indent=2, sort_keys=True)
         write_marker(tmp, "sweep-split", train_examples=len(train), validation_examples=len(validation))
-    log(f"sweep: validation split of the training shards: {len(validation)} examples ({fraction:g}, seed {seed}), "
-        f"{len(train)} left to train on" + (f" in {n_shards} shards" if n_shards > 1 else "")
-        + f"; the {source.test.examples} held-out examples are not used")
+    log(
+        f"sweep: validation split of the training shards: {len(validation)} examples ({fraction:g}, seed {seed}), "
+        f"{len(train)} left to train on"
+        + (f" in {n_shards} shards" if n_shards > 1 else "")
+        + f"; the {source.test.examples} held-out examples are not used"
+    )
     return Manifest.read(out_dir)
 
 
@@ -83,6 +101,9 @@ def write_split(directory, name, storage, x, y, rows):
                 fh.write(json.dumps({"text": x[i], "label": int(y[i])}, ensure_ascii=False) + "\n")
     else:
         np.save(os.path.join(directory, f"{name}.x.npy"), x[rows], allow_pickle=False)
-        np.save(os.path.join(directory, f"{name}.y.npy"), y[rows], allow_pickle=False)  # int64 labels or float32 targets
-    return SplitInfo(name, int(len(rows)), {f: sha256_file(os.path.join(directory, f)) for f in split_files(name, storage)})
-
+        np.save(
+            os.path.join(directory, f"{name}.y.npy"), y[rows], allow_pickle=False
+        )  # int64 labels or float32 targets
+    return SplitInfo(
+        name, int(len(rows)), {f: sha256_file(os.path.join(directory, f)) for f in split_files(name, storage)}
+    )

@@ -13,9 +13,13 @@ The names are imported when first used (PEP 562), so that importing a submodule 
 the flag checks) stays free of what training needs.
 """
 
-_PUBLIC = {"TrainConfig": "disttrain_trainer.config", "parse_config": "disttrain_trainer.config",
-           "build_parser": "disttrain_trainer.config", "from_flags": "disttrain_trainer.config",
-           "train": "disttrain_trainer.training"}
+_PUBLIC = {
+    "TrainConfig": "disttrain_trainer.config",
+    "parse_config": "disttrain_trainer.config",
+    "build_parser": "disttrain_trainer.config",
+    "from_flags": "disttrain_trainer.config",
+    "train": "disttrain_trainer.training",
+}
 __all__ = ["TrainConfig", "build_parser", "from_flags", "parse_config", "train"]
 
 

@@ -66,7 +66,9 @@ def ps_task(index, ps, workers):
     if workers < 1:
         raise ValueError(f"--workers must be >= 1, got {workers}")
     if not 0 <= index < 1 + ps + workers:
-        raise ValueError(f"--worker-index must be in 0..{ps + workers} (1 chief + {ps} ps + {workers} workers), got {index}")
+        raise ValueError(
+            f"--worker-index must be in 0..{ps + workers} (1 chief + {ps} ps + {workers} workers), got {index}"
+        )
     if index == 0:
         return "chief", 0
     if index <= ps:
@@ -87,7 +89,7 @@ def build_ps_tf_config(ps, workers, index, pattern, job="", service="", port=123
     addresses = worker_addresses(total, pattern, job, service, port)
     if len(set(addresses)) != total:
         raise ValueError(f"--host-pattern {pattern!r} gives the same address to two tasks: {addresses}")
-    cluster = {"chief": addresses[:1], "ps": addresses[1:1 + ps], "worker": addresses[1 + ps:]}
+    cluster = {"chief": addresses[:1], "ps": addresses[1 : 1 + ps], "worker": addresses[1 + ps :]}
     return {"cluster": cluster, "task": {"type": task_type, "index": task_index}}
 
 
@@ -100,8 +102,14 @@ def parse_ps_tf_config(text):
         task_type, task_index = task["type"], int(task["index"])
     except (ValueError, KeyError, TypeError) as err:
         raise ValueError(f"TF_CONFIG is not valid for parameter-server training: {err}") from None
-    if set(cluster) != {"chief", "ps", "worker"} or chiefs != 1 or ps < 1 or workers < 1 \
-            or task_type not in cluster or not 0 <= task_index < len(cluster[task_type]):
+    if (
+        set(cluster) != {"chief", "ps", "worker"}
+        or chiefs != 1
+        or ps < 1
+        or workers < 1
+        or task_type not in cluster
+        or not 0 <= task_index < len(cluster[task_type])
+    ):
         raise ValueError(f"TF_CONFIG task {task} does not fit a cluster of 1 chief, {ps} ps and {workers} workers")
     return workers, job_index(task_type, task_index, ps), ps
 
@@ -109,6 +117,7 @@ def parse_ps_tf_config(text):
 class Placement(NamedTuple):
     """Where this task is in its group: the workers, its Job index, its TF_CONFIG text (None: a strategy whose
     workers never talk) and the parameter-server tasks (parameterserver; 0 otherwise)."""
+
     workers: int
     index: int
     tf_config: str | None = None
@@ -136,8 +145,11 @@ def configure(config, workers, index, connected):
             workers, index = parse_tf_config(tf_config)
         else:
             pattern = config.host_pattern or default_host_pattern(config.service)
-            built = (build_ps_tf_config(ps, workers, index, pattern, config.job, config.service, config.port) if ps
-                     else build_tf_config(workers, index, pattern, config.job, config.service, config.port))
+            built = (
+                build_ps_tf_config(ps, workers, index, pattern, config.job, config.service, config.port)
+                if ps
+                else build_tf_config(workers, index, pattern, config.job, config.service, config.port)
+            )
             tf_config = json.dumps(built)
             os.environ["TF_CONFIG"] = tf_config
     except ValueError as err:

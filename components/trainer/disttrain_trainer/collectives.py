@@ -19,6 +19,7 @@ import tensorflow as tf
 
 from disttrain_trainer import wire_codecs
 
+
 def join_cluster(heartbeat_timeout):
     """MultiWorkerMirroredStrategy over TF_CONFIG's cluster (creating it waits for every worker), with the
     coordination service's heartbeat timeout set to `heartbeat_timeout` seconds instead of TensorFlow's 10.
@@ -39,11 +40,17 @@ def join_cluster(heartbeat_timeout):
 
     spec = tf.distribute.cluster_resolver.TFConfigClusterResolver().cluster_spec()
     if context.context().coordination_service is None:
-        jobs = [coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
-                for job in ("chief", "worker") if job in spec.jobs]
+        jobs = [
+            coordination_config_pb2.CoordinatedJob(name=job, num_tasks=spec.num_tasks(job))
+            for job in ("chief", "worker")
+            if job in spec.jobs
+        ]
         context.context().configure_coordination_service(
-            service_type="standalone", service_leader=multi_worker_util.coordination_leader(spec),
-            coordinated_jobs=jobs, heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000))
+            service_type="standalone",
+            service_leader=multi_worker_util.coordination_leader(spec),
+            coordinated_jobs=jobs,
+            heartbeat_timeout_in_ms=int(heartbeat_timeout * 1000),
+        )
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
@@ -73,7 +80,8 @@ class Wire:
             summed = self._gather_rows([tensors[i] for i in present])
         elif present:
             summed = tf.distribute.get_replica_context().all_reduce(
-                tf.distribute.ReduceOp.SUM, [self._cast(tensors[i]) for i in present], options=self.options)
+                tf.distribute.ReduceOp.SUM, [self._cast(tensors[i]) for i in present], options=self.options
+            )
         for i, value in zip(present, summed if present else []):
             result[i] = _cast_like(value, tensors[i].dtype)
         return result
@@ -108,28 +116,39 @@ class Wire:
             flat = tf.concat(dense, 0)
             dense_rows = -(-sum(dense_sizes) // width)
             flat = tf.pad(flat, [[0, dense_rows * width - sum(dense_sizes)]])
-            blocks.append(self._tagged(tf.fill([dense_rows], -1), tf.range(dense_rows), tf.reshape(flat, [dense_rows, width])))
+            blocks.append(
+                self._tagged(tf.fill([dense_rows], -1), tf.range(dense_rows), tf.reshape(flat, [dense_rows, width]))
+            )
         for j, s in enumerate(sparse):
             if s is not None:
                 values = tf.pad(self._cast(s.values), [[0, 0], [0, width - int(s.values.shape[-1])]])
                 blocks.append(self._tagged(tf.fill(tf.shape(s.indices), j), tf.cast(s.indices, tf.int32), values))
         rows = tf.distribute.get_replica_context().all_gather(tf.concat(blocks, 0), axis=0, options=self.options)
-        tags = rows[:, :self._tag_columns]
-        tags = tf.bitcast(tags if self.dtype.size == 4 else tf.reshape(tags, [-1, 2, 2]), tf.int32)  # (tensor or -1, row)
-        values = rows[:, self._tag_columns:]
+        tags = rows[:, : self._tag_columns]
+        tags = tf.bitcast(
+            tags if self.dtype.size == 4 else tf.reshape(tags, [-1, 2, 2]), tf.int32
+        )  # (tensor or -1, row)
+        values = rows[:, self._tag_columns :]
         results = []
         dense_parts = []
         if dense:
             is_dense = tf.equal(tags[:, 0], -1)
-            summed = tf.math.unsorted_segment_sum(tf.boolean_mask(values, is_dense), tf.boolean_mask(tags[:, 1], is_dense), dense_rows)
+            summed = tf.math.unsorted_segment_sum(
+                tf.boolean_mask(values, is_dense), tf.boolean_mask(tags[:, 1], is_dense), dense_rows
+            )
             dense_parts = tf.split(tf.reshape(summed, [-1])[: sum(dense_sizes)], dense_sizes)
         for j, (t, s) in enumerate(zip(tensors, sparse)):
             if s is None:
                 results.append(tf.reshape(dense_parts.pop(0), tf.shape(t)))
             else:
                 mine = tf.equal(tags[:, 0], j)
-                results.append(tf.IndexedSlices(tf.boolean_mask(values, mine)[:, : int(s.values.shape[-1])],
-                                                tf.cast(tf.boolean_mask(tags[:, 1], mine), s.indices.dtype), s.dense_shape))
+                results.append(
+                    tf.IndexedSlices(
+                        tf.boolean_mask(values, mine)[:, : int(s.values.shape[-1])],
+                        tf.cast(tf.boolean_mask(tags[:, 1], mine), s.indices.dtype),
+                        s.dense_shape,
+                    )
+                )
         return results
 
     @property
@@ -174,14 +193,26 @@ class SideChannel:
     def sum(self, tensor, instance_key):
         """`tensor` summed over the workers (float16 in float16)."""
         with tf.device(self.device):
-            return tf.raw_ops.CollectiveReduceV2(input=tensor, group_size=self.size, group_key=self.GROUP_KEY,
-                                                 instance_key=instance_key, ordering_token=[], merge_op="Add", final_op="Id")
+            return tf.raw_ops.CollectiveReduceV2(
+                input=tensor,
+                group_size=self.size,
+                group_key=self.GROUP_KEY,
+                instance_key=instance_key,
+                ordering_token=[],
+                merge_op="Add",
+                final_op="Id",
+            )
 
     def gather(self, tensor, instance_key):
         """The workers' tensors (each of the same shape) stacked in worker order: [workers, *shape]."""
         with tf.device(self.device):
-            return tf.raw_ops.CollectiveGatherV2(input=tensor[None], group_size=self.size, group_key=self.GROUP_KEY,
-                                                 instance_key=instance_key, ordering_token=[])
+            return tf.raw_ops.CollectiveGatherV2(
+                input=tensor[None],
+                group_size=self.size,
+                group_key=self.GROUP_KEY,
+                instance_key=instance_key,
+                ordering_token=[],
+            )
 
 
 def _cast_like(value, dtype):

@@ -31,6 +31,7 @@ class TrainConfig:
     """One training run's settings, as the trainer's flags name them (field = the flag's dest; `--help` says
     what each does). `strategy_settings` is the chosen strategy's own part; `params_origin` records where the
     training parameters came from (the flags, or the sweep's best.json) for the model's metadata."""
+
     workdir: str
     data: str | None = None
     out: str | None = None
@@ -72,9 +73,14 @@ class TrainConfig:
         """This configuration with the task's defaults where a flag was not given (--optimizer, --learning-rate,
         --width, --dropout; a private run's own, tasks/text.py)."""
         private = task.private_defaults if privacy.enabled(self) else {}
-        return dataclasses.replace(self, **{name: private.get(name, getattr(task, name))
-                                            for name in ("optimizer", "learning_rate", "width", "dropout")
-                                            if getattr(self, name) is None})
+        return dataclasses.replace(
+            self,
+            **{
+                name: private.get(name, getattr(task, name))
+                for name in ("optimizer", "learning_rate", "width", "dropout")
+                if getattr(self, name) is None
+            },
+        )
 
     def to_argv(self):
         """The trainer's command line for this configuration: every field that is set (not None), and of the
@@ -84,8 +90,11 @@ class TrainConfig:
         argv = []
         parts = [(name, getattr(self, name)) for name in TRAINER_FLAGS]
         settings = self.strategy_settings
-        parts += [(f.name, getattr(settings, f.name)) for f in dataclasses.fields(settings)
-                  if getattr(settings, f.name) != f.default]
+        parts += [
+            (f.name, getattr(settings, f.name))
+            for f in dataclasses.fields(settings)
+            if getattr(settings, f.name) != f.default
+        ]
         for name, value in parts:
             flag = "--" + name.replace("_", "-")
             if value is None or value is False:
@@ -95,7 +104,9 @@ class TrainConfig:
 
 
 # TrainConfig's fields that are flags of their own (the strategy's part and the origin are not)
-TRAINER_FLAGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("strategy_settings", "params_origin"))
+TRAINER_FLAGS = tuple(
+    f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("strategy_settings", "params_origin")
+)
 
 
 def parse_config(argv=None):
@@ -110,8 +121,11 @@ def from_flags(parser, args):
     params, origin = params_file(args)
     flags = argparse.Namespace(**{**vars(args), **params})
     settings = check_flags(parser, flags)
-    return TrainConfig(**{name: getattr(flags, name) for name in TRAINER_FLAGS}, strategy_settings=settings,
-                       params_origin=MappingProxyType(origin))
+    return TrainConfig(
+        **{name: getattr(flags, name) for name in TRAINER_FLAGS},
+        strategy_settings=settings,
+        params_origin=MappingProxyType(origin),
+    )
 
 
 def params_file(args):
@@ -124,12 +138,21 @@ def params_file(args):
     for name in params:
         users = options.users_of(name)  # a strategy's own parameter (sync_every: localsgd's)
         if users is not None and args.strategy not in users:
-            raise ContractError(f"--params-from {path}: {name} was searched by {', '.join(users)} trials, but this "
-                                f"run's --strategy is {args.strategy}: sweep with the strategy you train with")
+            raise ContractError(
+                f"--params-from {path}: {name} was searched by {', '.join(users)} trials, but this "
+                f"run's --strategy is {args.strategy}: sweep with the strategy you train with"
+            )
     best = read_json(path)
-    print("trainer: parameters from " + path + ": " + ", ".join(f"{k}={v:g}" for k, v in sorted(params.items())),
-          flush=True)
-    return params, {"source": "sweep", "file": path, "trial": best.get("trial"), "validation_accuracy": best.get("value")}
+    print(
+        "trainer: parameters from " + path + ": " + ", ".join(f"{k}={v:g}" for k, v in sorted(params.items())),
+        flush=True,
+    )
+    return params, {
+        "source": "sweep",
+        "file": path,
+        "trial": best.get("trial"),
+        "validation_accuracy": best.get("value"),
+    }
 
 
 def build_parser(prog="disttrain-trainer", description="Train one worker on its shard (stage 2 of disttrain)."):
@@ -141,65 +164,127 @@ def build_parser(prog="disttrain-trainer", description="Train one worker on its 
         "otherwise it is built from --workers, --worker-index and --host-pattern ({job}-{index}.{service}:{port} "
         "when --service is set, else 127.0.0.1:{index_port} = base port + index).",
     )
-    p.add_argument("--workdir", default=default_workdir(), help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)")
+    p.add_argument(
+        "--workdir",
+        default=default_workdir(),
+        help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)",
+    )
     p.add_argument("--data", help="the copier's output (default WORKDIR/data)")
     p.add_argument("--out", "--savemodel", dest="out", help="where worker directories go (default WORKDIR/train)")
     options.add_flags(p)  # --strategy and each strategy's own flags (strategies/options.py)
     p.add_argument("--epochs", "--epoch", dest="epochs", type=int, default=5, help="default 5")
     p.add_argument("--batch", type=int, default=64, help="examples per step per worker (default 64)")
-    p.add_argument("--learning-rate", type=float, default=None,
-                   help="the optimizer's learning rate (default: the task's, 0.003 for text, 0.001 otherwise; "
-                        "1.0 for differentially private text training)")
+    p.add_argument(
+        "--learning-rate",
+        type=float,
+        default=None,
+        help="the optimizer's learning rate (default: the task's, 0.003 for text, 0.001 otherwise; "
+        "1.0 for differentially private text training)",
+    )
     p.add_argument("--seed", type=int, default=42, help="seed of the shared initial weights (default 42)")
-    p.add_argument("--optimizer", choices=OPTIMIZERS, default=None,
-                   help="adam (default): Keras' Adam, which updates every embedding row every step; lazyadam: Adam that "
-                        "updates only the embedding rows a batch touched, 3-5x faster text steps "
-                        "(disttrain_trainer/optimizers.py, bench/README.md); sgd: SGD with momentum 0.9, the default of "
-                        "differentially private text training (docs/privacy.md)")
-    p.add_argument("--steps-per-call", type=int, default=32,
-                   help="training steps per compiled call: Python overhead is paid once per call (default 32)")
+    p.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=None,
+        help="adam (default): Keras' Adam, which updates every embedding row every step; lazyadam: Adam that "
+        "updates only the embedding rows a batch touched, 3-5x faster text steps "
+        "(disttrain_trainer/optimizers.py, bench/README.md); sgd: SGD with momentum 0.9, the default of "
+        "differentially private text training (docs/privacy.md)",
+    )
+    p.add_argument(
+        "--steps-per-call",
+        type=int,
+        default=32,
+        help="training steps per compiled call: Python overhead is paid once per call (default 32)",
+    )
     own = p.add_argument_group("your own model (instead of the task's built-in one; contract user_model)")
-    own.add_argument("--model-file", metavar="PATH",
-                     help="a Keras 3 .keras file (model.save()): its weights are every worker's starting point (fresh: "
-                          "training from scratch; trained: fine-tuning), its compiled loss is used; loaded in safe mode "
-                          "(no Lambda layers: register custom layers in a --model-module). An s3://bucket/key is "
-                          "downloaded once into WORKDIR (the AWS_* variables configure the store)")
-    own.add_argument("--model-module", metavar="MODULE[:FUNCTION]",
-                     help="a module on the Python path (a derived image or a mounted directory on PYTHONPATH): its "
-                          "FUNCTION(spec) (default build) returns the keras.Model; with --model-file it is only imported, "
-                          "for the custom layers the file uses. The aggregator and the server need the same module")
-    p.add_argument("--model", choices=IMAGE_MODELS, default="cnn",
-                   help="image task: the small CNN (default) or a keras.applications network trained from scratch")
-    p.add_argument("--image-size", type=int, default=None,
-                   help="--model mobilenetv2/resnet50: resize images to this size inside the model (default: 32 or the image size)")
-    p.add_argument("--width", type=int, default=None,
-                   help="text: embedding width; image (--model cnn), table: hidden units (default 64)")
-    p.add_argument("--dropout", type=float, default=None,
-                   help="the built-in models' dropout rate before the output (default 0.5 text, 0.3 image, 0.1 table)")
-    p.add_argument("--params-from", metavar="BEST_JSON",
-                   help="take learning_rate, batch, epochs, width and dropout from the sweep's WORKDIR/sweep/best.json "
-                        "(they replace those flags); an unknown key or a bad value is an error (exit 2)")
+    own.add_argument(
+        "--model-file",
+        metavar="PATH",
+        help="a Keras 3 .keras file (model.save()): its weights are every worker's starting point (fresh: "
+        "training from scratch; trained: fine-tuning), its compiled loss is used; loaded in safe mode "
+        "(no Lambda layers: register custom layers in a --model-module). An s3://bucket/key is "
+        "downloaded once into WORKDIR (the AWS_* variables configure the store)",
+    )
+    own.add_argument(
+        "--model-module",
+        metavar="MODULE[:FUNCTION]",
+        help="a module on the Python path (a derived image or a mounted directory on PYTHONPATH): its "
+        "FUNCTION(spec) (default build) returns the keras.Model; with --model-file it is only imported, "
+        "for the custom layers the file uses. The aggregator and the server need the same module",
+    )
+    p.add_argument(
+        "--model",
+        choices=IMAGE_MODELS,
+        default="cnn",
+        help="image task: the small CNN (default) or a keras.applications network trained from scratch",
+    )
+    p.add_argument(
+        "--image-size",
+        type=int,
+        default=None,
+        help="--model mobilenetv2/resnet50: resize images to this size inside the model (default: 32 or the image size)",
+    )
+    p.add_argument(
+        "--width",
+        type=int,
+        default=None,
+        help="text: embedding width; image (--model cnn), table: hidden units (default 64)",
+    )
+    p.add_argument(
+        "--dropout",
+        type=float,
+        default=None,
+        help="the built-in models' dropout rate before the output (default 0.5 text, 0.3 image, 0.1 table)",
+    )
+    p.add_argument(
+        "--params-from",
+        metavar="BEST_JSON",
+        help="take learning_rate, batch, epochs, width and dropout from the sweep's WORKDIR/sweep/best.json "
+        "(they replace those flags); an unknown key or a bad value is an error (exit 2)",
+    )
     p.add_argument("--embedding-size", type=int, default=64, help="faces: embedding dimensions (default 64)")
     p.add_argument("--margin", type=float, default=0.2, help="faces: triplet-loss margin (default 0.2)")
     p.add_argument("--views", type=int, default=2, help="faces: views per person in a batch (default 2)")
     p.add_argument("--workers", type=int, default=None, help="number of workers (default: the dataset's shard count)")
-    p.add_argument("--worker-index", type=int, default=job_completion_index(None),
-                   help="this worker's index (default $JOB_COMPLETION_INDEX, else 0)")
+    p.add_argument(
+        "--worker-index",
+        type=int,
+        default=job_completion_index(None),
+        help="this worker's index (default $JOB_COMPLETION_INDEX, else 0)",
+    )
     p.add_argument("--job", default=os.environ.get("DISTTRAIN_JOB", ""), help="on Kubernetes: the Indexed Job's name")
-    p.add_argument("--service", default=os.environ.get("DISTTRAIN_SERVICE", ""), help="on Kubernetes: the headless Service's name")
-    p.add_argument("--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)")
-    p.add_argument("--threads", type=int, default=0,
-                   help="TensorFlow intra- and inter-op threads (default 0 = TensorFlow decides); with 1 and --malloc tuned, "
-                        "glibc's malloc keeps one arena (a multiworker epoch up to 22 %% shorter; MALLOC_ARENA_MAX overrides)")
-    p.add_argument("--malloc", choices=malloc_settings.MODES, default="tuned",
-                   help="tuned (default): glibc's malloc keeps large blocks in its heap instead of mapping and unmapping "
-                        "them every step (mmap threshold 32 MiB, trim threshold 64 MiB: a multiworker text epoch 20 %% shorter), "
-                        "and one arena at --threads 1; the environment's own MALLOC_* or GLIBC_TUNABLES settings win. "
-                        "glibc: glibc's defaults")
-    p.add_argument("--progress-interval", type=float, default=1.0, metavar="SECONDS",
-                   help="rewrite the worker directory's progress.json (epoch, step, loss, examples/s, ETA, the "
-                        "per-epoch history; the server's page shows it live) at most every SECONDS, and at the end "
-                        "of each epoch; 0 = never write it (default 1)")
+    p.add_argument(
+        "--service", default=os.environ.get("DISTTRAIN_SERVICE", ""), help="on Kubernetes: the headless Service's name"
+    )
+    p.add_argument(
+        "--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)"
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="TensorFlow intra- and inter-op threads (default 0 = TensorFlow decides); with 1 and --malloc tuned, "
+        "glibc's malloc keeps one arena (a multiworker epoch up to 22 %% shorter; MALLOC_ARENA_MAX overrides)",
+    )
+    p.add_argument(
+        "--malloc",
+        choices=malloc_settings.MODES,
+        default="tuned",
+        help="tuned (default): glibc's malloc keeps large blocks in its heap instead of mapping and unmapping "
+        "them every step (mmap threshold 32 MiB, trim threshold 64 MiB: a multiworker text epoch 20 %% shorter), "
+        "and one arena at --threads 1; the environment's own MALLOC_* or GLIBC_TUNABLES settings win. "
+        "glibc: glibc's defaults",
+    )
+    p.add_argument(
+        "--progress-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="rewrite the worker directory's progress.json (epoch, step, loss, examples/s, ETA, the "
+        "per-epoch history; the server's page shows it live) at most every SECONDS, and at the end "
+        "of each epoch; 0 = never write it (default 1)",
+    )
     privacy.add_flags(p)
     return p
 

@@ -63,7 +63,10 @@ def poisson_batches(features, labels, sampling_probability, secret_seed):
     count = len(labels)
 
     def draw(step):
-        chosen = tf.random.stateless_uniform([count], seed=tf.stack([tf.constant(secret_seed, tf.int64), step])) < sampling_probability
+        chosen = (
+            tf.random.stateless_uniform([count], seed=tf.stack([tf.constant(secret_seed, tf.int64), step]))
+            < sampling_probability
+        )
         rows = tf.squeeze(tf.where(chosen), axis=1)
         return dense(tf.gather(features, rows)), tf.gather(labels, rows)
 

@@ -50,9 +50,13 @@ class DpGradient:
     def noisy_average(self, total, step):
         """(the clipped sum + this worker's share of the noise) / the expected batch."""
         seeds = tf.random.experimental.stateless_split(
-            tf.stack([tf.constant(self.secret_key, tf.int64), tf.cast(step, tf.int64)]), num=len(total))
-        return [(g + tf.random.stateless_normal(tf.shape(g), seed=seeds[i], stddev=self.noise_std, dtype=g.dtype))
-                / self.expected_batch for i, g in enumerate(total)]
+            tf.stack([tf.constant(self.secret_key, tf.int64), tf.cast(step, tf.int64)]), num=len(total)
+        )
+        return [
+            (g + tf.random.stateless_normal(tf.shape(g), seed=seeds[i], stddev=self.noise_std, dtype=g.dtype))
+            / self.expected_batch
+            for i, g in enumerate(total)
+        ]
 
 
 def per_example_gradients(model, loss_and_hits, x, y, variables):
@@ -62,18 +66,21 @@ def per_example_gradients(model, loss_and_hits, x, y, variables):
     def one(example):
         features, label = example
         with tf.GradientTape() as tape:
-            loss, hits = loss_and_hits(label[None], model(tf.nest.map_structure(lambda t: t[None], features),
-                                                          training=True))
+            loss, hits = loss_and_hits(
+                label[None], model(tf.nest.map_structure(lambda t: t[None], features), training=True)
+            )
             loss = tf.reduce_sum(loss)
         grads = tape.gradient(loss, variables, unconnected_gradients=tf.UnconnectedGradients.ZERO)
         # an embedding's gradient stays its looked-up rows (values, row ids): pfor then stacks [batch, positions,
         # width] rather than a dense [batch, vocabulary, width]
-        return ([(g.values, g.indices) if isinstance(g, tf.IndexedSlices) else g for g in grads], loss,
-                tf.reduce_sum(hits))
+        return (
+            [(g.values, g.indices) if isinstance(g, tf.IndexedSlices) else g for g in grads],
+            loss,
+            tf.reduce_sum(hits),
+        )
 
     grads, losses, hits = tf.vectorized_map(one, (x, y))
-    return ([SparseRows(*g, v.shape[0]) if isinstance(g, tuple) else g for g, v in zip(grads, variables)],
-            losses, hits)
+    return ([SparseRows(*g, v.shape[0]) if isinstance(g, tuple) else g for g, v in zip(grads, variables)], losses, hits)
 
 
 class SparseRows:
@@ -100,9 +107,17 @@ def clipped_sum(per_example, l2_clip):
     per_example = [g if isinstance(g, SparseRows) else tf.convert_to_tensor(g) for g in per_example]
     dense = [g for g in per_example if not isinstance(g, SparseRows)]
     batch = tf.shape(dense[0] if dense else per_example[0].values)[0]
-    squares = tf.add_n([g.squared_norms() if isinstance(g, SparseRows)
-                        else tf.reduce_sum(tf.reshape(tf.square(g), [batch, -1]), axis=1) for g in per_example])
+    squares = tf.add_n(
+        [
+            g.squared_norms()
+            if isinstance(g, SparseRows)
+            else tf.reduce_sum(tf.reshape(tf.square(g), [batch, -1]), axis=1)
+            for g in per_example
+        ]
+    )
     # min(1, C / norm); a zero gradient stays zero (C / max(norm, tiny) > 1)
     scale = tf.minimum(1.0, l2_clip / tf.maximum(tf.sqrt(squares), 1e-12))
-    return [g.scaled_sum(scale) if isinstance(g, SparseRows) else tf.tensordot(tf.cast(scale, g.dtype), g, axes=1)
-            for g in per_example]
+    return [
+        g.scaled_sum(scale) if isinstance(g, SparseRows) else tf.tensordot(tf.cast(scale, g.dtype), g, axes=1)
+        for g in per_example
+    ]

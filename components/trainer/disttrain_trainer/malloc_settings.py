@@ -61,8 +61,9 @@ def user_limit():
 
 def user_thresholds():
     """Whether the environment sets the mmap or the trim threshold itself."""
-    return (any(os.environ.get(name) for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"))
-            or bool({"mmap_threshold", "trim_threshold"} & set(tunables())))
+    return any(os.environ.get(name) for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")) or bool(
+        {"mmap_threshold", "trim_threshold"} & set(tunables())
+    )
 
 
 def glibc():

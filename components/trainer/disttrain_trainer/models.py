@@ -69,7 +69,9 @@ def build_application(inputs, scaled, n_labels, architecture, image_size):
     the artifact still takes the dataset's own image shape."""
     x = keras.layers.Resizing(image_size, image_size, name="resize")(scaled)
     network = {"mobilenetv2": keras.applications.MobileNetV2, "resnet50": keras.applications.ResNet50}[architecture]
-    features = network(weights=None, include_top=False, pooling="avg", input_shape=(image_size, image_size, x.shape[-1]))
+    features = network(
+        weights=None, include_top=False, pooling="avg", input_shape=(image_size, image_size, x.shape[-1])
+    )
     for layer in features.layers:
         # keras.applications' batch norms average their statistics over ~1,000 steps
         # (momentum 0.999); trained from scratch for a few hundred steps, the held-out

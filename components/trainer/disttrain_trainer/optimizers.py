@@ -29,16 +29,20 @@ class LazyAdam(keras.optimizers.Adam):
         rows = gradient.indices
         values = tf.cast(gradient.values, variable.dtype)
         local_step = tf.cast(self.iterations + 1, variable.dtype)
-        alpha = (tf.cast(learning_rate, variable.dtype) * tf.sqrt(1 - tf.pow(tf.cast(self.beta_2, variable.dtype), local_step))
-                 / (1 - tf.pow(tf.cast(self.beta_1, variable.dtype), local_step)))
+        alpha = (
+            tf.cast(learning_rate, variable.dtype)
+            * tf.sqrt(1 - tf.pow(tf.cast(self.beta_2, variable.dtype), local_step))
+            / (1 - tf.pow(tf.cast(self.beta_1, variable.dtype), local_step))
+        )
         m = self._momentums[self._get_variable_index(variable)]
         v = self._velocities[self._get_variable_index(variable)]
         m_rows = self.beta_1 * gather(m, rows) + (1 - self.beta_1) * values
         v_rows = self.beta_2 * gather(v, rows) + (1 - self.beta_2) * tf.square(values)
         self.assign(m, tf.IndexedSlices(m_rows, rows, gradient.dense_shape))
         self.assign(v, tf.IndexedSlices(v_rows, rows, gradient.dense_shape))
-        self.assign_sub(variable, tf.IndexedSlices(alpha * m_rows / (tf.sqrt(v_rows) + self.epsilon), rows,
-                                                  gradient.dense_shape))
+        self.assign_sub(
+            variable, tf.IndexedSlices(alpha * m_rows / (tf.sqrt(v_rows) + self.epsilon), rows, gradient.dense_shape)
+        )
 
 
 def gather(variable, rows):
@@ -61,12 +65,16 @@ SGD_MOMENTUM = 0.9
 # does, and finalize_variable_values at the end; but these, where the strategy (its registry entry's facts) makes
 # them mean something else. (A LossScaleOptimizer is refused by its class: mixed precision's dynamic loss scale.)
 REFUSED_OPTIONS = {
-    "use_ema": (lambda s: s.same_final_weights or s.asynchronous,
-                "each worker's moving average follows its own steps: localsgd's workers would end with different "
-                "weights, and a parameter server's average with the workers' steps in no defined order"),
-    "gradient_accumulation_steps": (lambda s: s.asynchronous,
-                                    "the workers' steps reach the parameter servers asynchronously: the accumulator "
-                                    "would mix their gradients in no defined order"),
+    "use_ema": (
+        lambda s: s.same_final_weights or s.asynchronous,
+        "each worker's moving average follows its own steps: localsgd's workers would end with different "
+        "weights, and a parameter server's average with the workers' steps in no defined order",
+    ),
+    "gradient_accumulation_steps": (
+        lambda s: s.asynchronous,
+        "the workers' steps reach the parameter servers asynchronously: the accumulator "
+        "would mix their gradients in no defined order",
+    ),
 }
 
 
@@ -103,14 +111,18 @@ class Recipe:
         from disttrain_contract.strategies import names_where, strategy_of
 
         if self.class_name == "LossScaleOptimizer":
-            return ("the model was compiled with a LossScaleOptimizer (mixed precision's dynamic loss scale), which "
-                    "disttrain does not train: compile it with the inner optimizer (the trainer trains in float32)")
+            return (
+                "the model was compiled with a LossScaleOptimizer (mixed precision's dynamic loss scale), which "
+                "disttrain does not train: compile it with the inner optimizer (the trainer trains in float32)"
+            )
         for option, (refuses, why) in REFUSED_OPTIONS.items():
             if self.options.get(option) and refuses(strategy_of(strategy)):
                 takes = " or ".join(names_where(lambda s, refuses=refuses: not refuses(s)))
-                return (f"the model's optimizer {self.class_name} sets {option}={self.options[option]!r}, which "
-                        f"--strategy {strategy} cannot honour ({why}): compile it without {option}, or train with "
-                        f"--strategy {takes}")
+                return (
+                    f"the model's optimizer {self.class_name} sets {option}={self.options[option]!r}, which "
+                    f"--strategy {strategy} cannot honour ({why}): compile it without {option}, or train with "
+                    f"--strategy {takes}"
+                )
         return None
 
     def build(self, optimizer=None, learning_rate=None):
@@ -140,8 +152,14 @@ def describe(optimizer):
     else:
         rate_text = f"{float(rate):g}"
     parts = [f"learning_rate {rate_text}"]
-    for option in ("weight_decay", "clipnorm", "clipvalue", "global_clipnorm", "loss_scale_factor",
-                   "gradient_accumulation_steps"):
+    for option in (
+        "weight_decay",
+        "clipnorm",
+        "clipvalue",
+        "global_clipnorm",
+        "loss_scale_factor",
+        "gradient_accumulation_steps",
+    ):
         value = getattr(optimizer, option, None)
         if value:
             parts.append(f"{option} {value:g}" if isinstance(value, float) else f"{option} {value}")

@@ -132,6 +132,7 @@ def _connect(task):
 def _failures(check, tasks, where):
     """[(task, where(task), why)] of the tasks whose check(task) raised; checked in parallel
     (a probe that times out must not hold up the others)."""
+
     def one(task):
         try:
             check(task)
@@ -180,11 +181,18 @@ class watch:
 
     def __enter__(self):
         self.previous = _exit_on_sigquit()
-        payload = {"parent": os.getpid(), "tag": self.tag, "limit": self.deadline.limit,
-                   "elapsed": self.deadline.elapsed(), "signal": "SIGKILL" if self.previous is None else "SIGQUIT",
-                   "peers": [[t.label, t.host, t.port] for t in self.tasks if not t.own]}
+        payload = {
+            "parent": os.getpid(),
+            "tag": self.tag,
+            "limit": self.deadline.limit,
+            "elapsed": self.deadline.elapsed(),
+            "signal": "SIGKILL" if self.previous is None else "SIGQUIT",
+            "peers": [[t.label, t.host, t.port] for t in self.tasks if not t.own],
+        }
         # (on stdin: a group of hundreds of tasks would not fit in one argument)
-        self.child = subprocess.Popen([sys.executable, "-m", "disttrain_trainer.peers"], stdin=subprocess.PIPE, text=True)
+        self.child = subprocess.Popen(
+            [sys.executable, "-m", "disttrain_trainer.peers"], stdin=subprocess.PIPE, text=True
+        )
         self.child.stdin.write(json.dumps(payload))
         self.child.stdin.close()
         return self

@@ -77,10 +77,14 @@ class Probe:
     join_seconds: float = 0.0
     eval_seconds: float = 0.0
     batch_norm: bool = False  # the model has batch normalisation (averaging it far apart is an accuracy risk)
-    batch_norm_bytes: int = 0  # its moving statistics in float32 (localsgd re-estimates and all-reduces them: cost.refreshes)
+    batch_norm_bytes: int = (
+        0  # its moving statistics in float32 (localsgd re-estimates and all-reduces them: cost.refreshes)
+    )
     multiworker_step_seconds: float | None = None  # t_mw (None: not timed)
     trainer_sync_seconds: dict = field(default_factory=dict)  # T_sync: {wire: seconds} of the wires timed
-    parameterserver_epoch_seconds: float | None = None  # T_ps: the trainer's own, 2 workers on this host (None: not timed)
+    parameterserver_epoch_seconds: float | None = (
+        None  # T_ps: the trainer's own, 2 workers on this host (None: not timed)
+    )
     notes: list = field(default_factory=list)
 
     @classmethod
@@ -197,8 +201,9 @@ def predict_all(probe, link, worker_counts, epochs, epochs_to_target=None, outer
     for strategy, workers, options in candidates(worker_counts, outer_optimizers):
         if COST_MODELS[strategy].connected and link is None:
             continue
-        if options.get("sync_at_epoch_end") and options["sync_every"] >= steps_per_epoch(probe.train_examples, workers,
-                                                                                       probe.batch):
+        if options.get("sync_at_epoch_end") and options["sync_every"] >= steps_per_epoch(
+            probe.train_examples, workers, probe.batch
+        ):
             continue
         out.append(predict(probe, link, strategy, workers, options, epochs, epochs_to_target))
     return out
@@ -235,6 +240,7 @@ def recommend(predictions):
     def simplicity(p):
         o = p.options
         return p.model.simplicity, p.workers, p.model.preference(o), cost_of(p)
+
     return min(close, key=simplicity)
 
 
@@ -244,8 +250,10 @@ def reason(choice, predictions, probe, link):
     bounds = [p for p in predictions if p.lower_bound and not p.accuracy_risk and cost_of(p) < cost_of(choice)]
     if bounds and not choice.lower_bound:
         bound = min(bounds, key=cost_of)
-        why += (f"; {bound.label()} ({bound.workers} workers) is predicted faster, but only as a lower bound "
-                f"(its note says what was not probed)")
+        why += (
+            f"; {bound.label()} ({bound.workers} workers) is predicted faster, but only as a lower bound "
+            f"(its note says what was not probed)"
+        )
     return why
 
 
@@ -264,17 +272,36 @@ def table(predictions, choice=None):
     costs per epoch, but need fewer epochs). A row's note is a number in the table and its text below it,
     once: many rows share one (every wire of a DiLoCo H, every rare plain average)."""
     has_target = any(p.time_to_target_seconds is not None for p in predictions)
-    head = ["strategy", "workers", "s/epoch", "compute", "comm.", "sync", "epochs" if has_target else "",
-            "to target" if has_target else "", "note"]
+    head = [
+        "strategy",
+        "workers",
+        "s/epoch",
+        "compute",
+        "comm.",
+        "sync",
+        "epochs" if has_target else "",
+        "to target" if has_target else "",
+        "note",
+    ]
     rows, notes = [], {}
     for p in sorted(predictions, key=lambda p: (cost_of(p), p.model.simplicity)):
         mark = " <-" if p is choice else ""
         number = notes.setdefault(p.note, len(notes) + 1) if p.note else None
-        rows.append([p.label() + mark, str(p.workers), f"{p.seconds_per_epoch:.3f}", f"{p.compute_seconds:.3f}",
-                     f"{p.communication_seconds:.3f}", seconds_text(p.sync_seconds) if p.sync_seconds else "-",
-                     (f"{p.epochs_to_target:.3g}" if p.epochs_to_target is not None else "") if has_target else "",
-                     (seconds_text(p.time_to_target_seconds) if p.time_to_target_seconds is not None else "") if has_target else "",
-                     f"[{number}]" if number else ""])
+        rows.append(
+            [
+                p.label() + mark,
+                str(p.workers),
+                f"{p.seconds_per_epoch:.3f}",
+                f"{p.compute_seconds:.3f}",
+                f"{p.communication_seconds:.3f}",
+                seconds_text(p.sync_seconds) if p.sync_seconds else "-",
+                (f"{p.epochs_to_target:.3g}" if p.epochs_to_target is not None else "") if has_target else "",
+                (seconds_text(p.time_to_target_seconds) if p.time_to_target_seconds is not None else "")
+                if has_target
+                else "",
+                f"[{number}]" if number else "",
+            ]
+        )
     widths = [max(len(r[i]) for r in rows + [head]) for i in range(len(head))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in [head] + rows]
     lines += [f"[{number}] {note}" for note, number in notes.items()]
@@ -317,14 +344,17 @@ class SingleCost(CostModel):
         else:
             why = f"{best} is predicted {100 * (ratio - 1):.0f} % slower"
         if probe.one_host and probe.step_seconds_pair:
-            why += f" (two workers on this host step at {probe.step_seconds_pair * 1000:.1f} ms against " \
-                   f"{probe.step_seconds_alone * 1000:.1f} ms alone)"
+            why += (
+                f" (two workers on this host step at {probe.step_seconds_pair * 1000:.1f} ms against "
+                f"{probe.step_seconds_alone * 1000:.1f} ms alone)"
+            )
         return why
 
 
 # one worker alone, then one cost model per strategy of the registry, in its order (the candidates' order): its
 # package's cost.py, COST_MODEL (no TensorFlow: a strategy's package imports its training code only when asked)
-COST_MODELS = {SINGLE: SingleCost(), **{name: importlib.import_module(f"disttrain_trainer.strategies.{name}.cost").COST_MODEL
-                                        for name in REGISTRY}}
+COST_MODELS = {
+    SINGLE: SingleCost(),
+    **{name: importlib.import_module(f"disttrain_trainer.strategies.{name}.cost").COST_MODEL for name in REGISTRY},
+}
 assert all(model.name == name for name, model in COST_MODELS.items()), "a cost model filed under another's name"
-

@@ -97,8 +97,11 @@ class Notice:
             return  # a second SIGTERM changes nothing: the first one's stop is under way
         self.received_at, self.step_at_signal = self.clock(), self.steps_done
         if self.phase == SETUP:
-            self._leave(EXIT_CODE, f"{self.tag}: SIGTERM with nothing of its own to save (before training, or a task that "
-                                   f"only serves); exiting with code {EXIT_CODE} (to be started again)")
+            self._leave(
+                EXIT_CODE,
+                f"{self.tag}: SIGTERM with nothing of its own to save (before training, or a task that "
+                f"only serves); exiting with code {EXIT_CODE} (to be started again)",
+            )
         elif self.phase == DONE:
             self._leave(0, f"{self.tag}: SIGTERM after the marker: exiting")
         # TRAINING: the loop stops at the next point its strategy allows (train_epoch, agree_to_stop);
@@ -146,8 +149,10 @@ class Notice:
         Its seconds count from when the handler ran, after the compiled call running at the signal."""
         now = self.clock() if now is None else now
         if self.requested:
-            cause = (f"SIGTERM at step {self.step_at_signal}, stopped at step {stop.step} "
-                     f"({stop.step - self.step_at_signal} steps and {now - self.received_at:.1f} s later)")
+            cause = (
+                f"SIGTERM at step {self.step_at_signal}, stopped at step {stop.step} "
+                f"({stop.step - self.step_at_signal} steps and {now - self.received_at:.1f} s later)"
+            )
         else:
             cause = f"a peer had SIGTERM: stopped with the group at step {stop.step}"
         where = f"saved {saved}" if saved else "nothing to save (the last checkpoint holds this state)"

@@ -44,15 +44,22 @@ SUPPORTED_STRATEGIES = names_where(lambda s: not s.asynchronous)
 PARAMETERSERVER_REASON = (
     "--strategy parameterserver does not support differential privacy: its workers apply their steps "
     "asynchronously to shared variables, so the noise cannot be added once per batch of a known sampling "
-    "rate, and its coordinator draws the batches of several shards; use average, multiworker or localsgd")
+    "rate, and its coordinator draws the batches of several shards; use average, multiworker or localsgd"
+)
 
-VOCABULARY_NOT_COVERED = ("the text vocabulary: the copier builds it from the training split and the published model "
-                          "holds it (the copier's --dp-vocab-epsilon and --dp-vocab-delta build a private one)")
-COMPOSITION = ("basic composition: the private vocabulary and DP-SGD run on the same training examples, so their "
-               "ε add and their δ add")
-VOCABULARY_WARNING = ("warning: differentially private training on a text dataset whose vocabulary is not private: "
-                      "the published model holds the training split's words, which ε does not cover; the copier's "
-                      "--dp-vocab-epsilon and --dp-vocab-delta build a private vocabulary")
+VOCABULARY_NOT_COVERED = (
+    "the text vocabulary: the copier builds it from the training split and the published model "
+    "holds it (the copier's --dp-vocab-epsilon and --dp-vocab-delta build a private one)"
+)
+COMPOSITION = (
+    "basic composition: the private vocabulary and DP-SGD run on the same training examples, so their "
+    "ε add and their δ add"
+)
+VOCABULARY_WARNING = (
+    "warning: differentially private training on a text dataset whose vocabulary is not private: "
+    "the published model holds the training split's words, which ε does not cover; the copier's "
+    "--dp-vocab-epsilon and --dp-vocab-delta build a private vocabulary"
+)
 
 # what ε does not cover: computed from the private data, shipped or shown without noise
 NOT_COVERED = (
@@ -72,13 +79,25 @@ def add_flags(parser):
     group = parser.add_argument_group(
         "differential privacy (DP-SGD; all three flags together, or none)",
         "each example's gradient clipped to L2 norm C, Gaussian noise of standard deviation SIGMA*C added once per "
-        "batch, batches Poisson-sampled; ε is computed per epoch and in total (RDP accountant) and reported")
-    group.add_argument("--dp-l2-clip", type=float, default=None, metavar="C",
-                       help="clip each example's gradient to this L2 norm (> 0)")
-    group.add_argument("--dp-noise-multiplier", type=float, default=None, metavar="SIGMA",
-                       help="noise standard deviation as a multiple of the clip norm (> 0)")
-    group.add_argument("--dp-delta", type=float, default=None, metavar="DELTA",
-                       help="the δ of the reported (ε, δ) guarantee (> 0, and below 1/training examples)")
+        "batch, batches Poisson-sampled; ε is computed per epoch and in total (RDP accountant) and reported",
+    )
+    group.add_argument(
+        "--dp-l2-clip", type=float, default=None, metavar="C", help="clip each example's gradient to this L2 norm (> 0)"
+    )
+    group.add_argument(
+        "--dp-noise-multiplier",
+        type=float,
+        default=None,
+        metavar="SIGMA",
+        help="noise standard deviation as a multiple of the clip norm (> 0)",
+    )
+    group.add_argument(
+        "--dp-delta",
+        type=float,
+        default=None,
+        metavar="DELTA",
+        help="the δ of the reported (ε, δ) guarantee (> 0, and below 1/training examples)",
+    )
 
 
 def enabled(args):
@@ -87,14 +106,19 @@ def enabled(args):
 
 def check(args, error):
     """The flags together and positive, and a strategy that supports them (error: parser.error, exit 2)."""
-    given = [f"--dp-{name.replace('_', '-')}" for name in ("l2_clip", "noise_multiplier", "delta")
-             if getattr(args, f"dp_{name}") is not None]
+    given = [
+        f"--dp-{name.replace('_', '-')}"
+        for name in ("l2_clip", "noise_multiplier", "delta")
+        if getattr(args, f"dp_{name}") is not None
+    ]
     if not given:
         return
     if len(given) < 3:
         missing = [f for f in ("--dp-l2-clip", "--dp-noise-multiplier", "--dp-delta") if f not in given]
-        error(f"{' and '.join(given)} without {' and '.join(missing)}: differential privacy needs all three "
-              "(clip norm, noise multiplier, δ)")
+        error(
+            f"{' and '.join(given)} without {' and '.join(missing)}: differential privacy needs all three "
+            "(clip norm, noise multiplier, δ)"
+        )
     for flag in given:
         value = getattr(args, flag[2:].replace("-", "_"))
         if not (value > 0 and math.isfinite(value)):  # (also refuses nan)
@@ -129,7 +153,8 @@ def epsilon(noise_multiplier, sampling_probability, steps, delta):
         return 0.0
     event = dp_accounting.SelfComposedDpEvent(
         dp_accounting.PoissonSampledDpEvent(sampling_probability, dp_accounting.GaussianDpEvent(noise_multiplier)),
-        steps)
+        steps,
+    )
     logging.getLogger("absl").addFilter(_not_a_dropped_order_note)  # (once: a filter already there is not added again)
     accountant = RdpAccountant()
     accountant.compose(event)
@@ -147,8 +172,19 @@ def not_covered(vocabulary):
     return [line for line in NOT_COVERED if line != VOCABULARY_NOT_COVERED or keep_vocabulary]
 
 
-def summary(args, *, q, steps_per_epoch, epochs, epsilon_by_epoch, strategy, workers, training_examples,
-            epoch_examples, vocabulary=None):
+def summary(
+    args,
+    *,
+    q,
+    steps_per_epoch,
+    epochs,
+    epsilon_by_epoch,
+    strategy,
+    workers,
+    training_examples,
+    epoch_examples,
+    vocabulary=None,
+):
     """The report's privacy section: ε, δ, the mechanism's parameters and what the number rests on
     (the reporting advice of "How to DP-fy ML", Ponomareva et al. 2023, section 5.3).
 
@@ -157,17 +193,35 @@ def summary(args, *, q, steps_per_epoch, epochs, epsilon_by_epoch, strategy, wor
     `vocabulary` give the parts; otherwise they are the training's alone."""
     training = {"epsilon": epsilon_by_epoch[-1] if epsilon_by_epoch else 0.0, "delta": args.dp_delta}
     vocab = private_vocabulary(vocabulary)
-    total = training if vocab is None else {"epsilon": training["epsilon"] + vocab["epsilon"],
-                                            "delta": training["delta"] + vocab["delta"]}
+    total = (
+        training
+        if vocab is None
+        else {"epsilon": training["epsilon"] + vocab["epsilon"], "delta": training["delta"] + vocab["delta"]}
+    )
     covered = ["every noisy training step: every checkpoint and worker model as well as the final model"]
     parts = {}
     if vocab is not None:
-        covered.append(f"the text vocabulary ({vocabulary.get('size')} tokens): built by the copier with DP "
-                       "partition selection at the vocabulary's (ε, δ)")
-        parts = {"training": training, "composition": COMPOSITION,
-                 "vocabulary": {key: vocab.get(key) for key in ("epsilon", "delta", "mechanism", "accountant",
-                                                                "max_tokens_per_example", "noise_stddev",
-                                                                "threshold", "released")}}
+        covered.append(
+            f"the text vocabulary ({vocabulary.get('size')} tokens): built by the copier with DP "
+            "partition selection at the vocabulary's (ε, δ)"
+        )
+        parts = {
+            "training": training,
+            "composition": COMPOSITION,
+            "vocabulary": {
+                key: vocab.get(key)
+                for key in (
+                    "epsilon",
+                    "delta",
+                    "mechanism",
+                    "accountant",
+                    "max_tokens_per_example",
+                    "noise_stddev",
+                    "threshold",
+                    "released",
+                )
+            },
+        }
     return {
         **total,
         **parts,
@@ -189,14 +243,14 @@ def summary(args, *, q, steps_per_epoch, epochs, epsilon_by_epoch, strategy, wor
 def assumptions(strategy, workers, training_examples, epoch_examples):
     per_worker = {
         "average": "each worker trains alone on its own shard and the aggregator averages the models: every example "
-                   "is in one shard only, so one example changes one worker's training (parallel composition) and "
-                   "the reported ε is the largest over the workers",
+        "is in one shard only, so one example changes one worker's training (parallel composition) and "
+        "the reported ε is the largest over the workers",
         "localsgd": "each worker takes its own noisy steps on its own shard (the whole noise per step) and the "
-                    "workers average their weights: one example changes one worker's steps, the averaging is "
-                    "post-processing, and the reported ε is the largest over the workers",
+        "workers average their weights: one example changes one worker's steps, the averaging is "
+        "post-processing, and the reported ε is the largest over the workers",
         "multiworker": f"the {workers} workers' clipped sums are added every step, each worker adding a 1/{workers} "
-                       "share of the noise variance, so every global batch carries the whole noise once; the "
-                       "workers and the network between them are trusted (one worker's share alone is less noisy)",
+        "share of the noise variance, so every global batch carries the whole noise once; the "
+        "workers and the network between them are trusted (one worker's share alone is less noisy)",
     }[strategy]
     return [
         f"unit of privacy: one training example (one row of the copier's training split; {training_examples} in "
@@ -232,17 +286,21 @@ def refusal(task_name, model):
     import keras
 
     if task_name == "faces":
-        return ("differential privacy does not support the faces task: its triplet loss mines negatives within the "
-                "batch, so one example's loss depends on the others and clipping each example's gradient does not "
-                "bound one person's influence")
+        return (
+            "differential privacy does not support the faces task: its triplet loss mines negatives within the "
+            "batch, so one example's loss depends on the others and clipping each example's gradient does not "
+            "bound one person's influence"
+        )
     from disttrain_trainer.models import find_layer
 
     layer = find_layer(model, keras.layers.BatchNormalization)
     if layer is not None:
-        return (f"differential privacy does not support the model's batch normalisation (layer {layer.name!r}): "
-                "it normalises each example by statistics of the whole batch, so one example's gradient depends on "
-                "the others and per-example clipping does not bound its influence; use a model without it "
-                "(e.g. --model cnn, or layer or group normalisation in your own)")
+        return (
+            f"differential privacy does not support the model's batch normalisation (layer {layer.name!r}): "
+            "it normalises each example by statistics of the whole batch, so one example's gradient depends on "
+            "the others and per-example clipping does not bound its influence; use a model without it "
+            "(e.g. --model cnn, or layer or group normalisation in your own)"
+        )
     return None
 
 
@@ -250,16 +308,29 @@ class Plan:
     """A private run's parameters, as the trainer uses them: the sampler's q and secret seed, the step's
     DpGradient, and ε after each epoch."""
 
-    def __init__(self, args, *, strategy, workers, synchronous_replicas, training_examples, epoch_examples,
-                 steps_per_epoch, vocabulary=None):
+    def __init__(
+        self,
+        args,
+        *,
+        strategy,
+        workers,
+        synchronous_replicas,
+        training_examples,
+        epoch_examples,
+        steps_per_epoch,
+        vocabulary=None,
+    ):
         from disttrain_contract.errors import ContractError
 
         private_vocab = private_vocabulary(vocabulary)
         # with a private vocabulary the run's δ is the sum of both, and that sum is what must stay below 1/n
         problem = delta_problem(f"--dp-delta {args.dp_delta:g}", args.dp_delta, training_examples)
         if not problem and private_vocab is not None:
-            problem = delta_problem(f"--dp-delta {args.dp_delta:g} plus the private vocabulary's δ {private_vocab['delta']:g}",
-                                    args.dp_delta + private_vocab["delta"], training_examples)
+            problem = delta_problem(
+                f"--dp-delta {args.dp_delta:g} plus the private vocabulary's δ {private_vocab['delta']:g}",
+                args.dp_delta + private_vocab["delta"],
+                training_examples,
+            )
         if problem:
             raise ContractError(problem)
         self.vocabulary = vocabulary  # the manifest's vocab record (text), or None
@@ -283,13 +354,19 @@ class Plan:
     def gradient(self):
         from disttrain_trainer.dp_step import DpGradient
 
-        return DpGradient(self.args.dp_l2_clip, self.args.dp_noise_multiplier, self.synchronous_replicas,
-                          self.args.batch * self.synchronous_replicas, secret_seed())
+        return DpGradient(
+            self.args.dp_l2_clip,
+            self.args.dp_noise_multiplier,
+            self.synchronous_replicas,
+            self.args.batch * self.synchronous_replicas,
+            secret_seed(),
+        )
 
     def epsilon_after(self, epoch):
         if epoch not in self.epsilons:
-            self.epsilons[epoch] = epsilon(self.args.dp_noise_multiplier, self.q, epoch * self.steps_per_epoch,
-                                           self.args.dp_delta)
+            self.epsilons[epoch] = epsilon(
+                self.args.dp_noise_multiplier, self.q, epoch * self.steps_per_epoch, self.args.dp_delta
+            )
         return self.epsilons[epoch]
 
     def run_config(self):
@@ -297,7 +374,15 @@ class Plan:
         return {"dp": [self.args.dp_l2_clip, self.args.dp_noise_multiplier, self.args.dp_delta]}
 
     def summary(self, epochs):
-        return summary(self.args, q=self.q, steps_per_epoch=self.steps_per_epoch, epochs=epochs,
-                       epsilon_by_epoch=[self.epsilon_after(e) for e in range(1, epochs + 1)], strategy=self.strategy,
-                       workers=self.workers, training_examples=self.training_examples,
-                       epoch_examples=self.epoch_examples, vocabulary=self.vocabulary)
+        return summary(
+            self.args,
+            q=self.q,
+            steps_per_epoch=self.steps_per_epoch,
+            epochs=epochs,
+            epsilon_by_epoch=[self.epsilon_after(e) for e in range(1, epochs + 1)],
+            strategy=self.strategy,
+            workers=self.workers,
+            training_examples=self.training_examples,
+            epoch_examples=self.epoch_examples,
+            vocabulary=self.vocabulary,
+        )

@@ -23,8 +23,22 @@ from disttrain_contract.progress import MAX_HISTORY, Progress, history_entry
 class ProgressFile:
     """progress.json of one worker. Used by the training thread only (no locking needed)."""
 
-    def __init__(self, path, interval, *, worker, tag, strategy, epochs, steps_per_epoch, start_epoch=0, history=(),
-                 clock=time.monotonic, wall_clock=time.time, score="accuracy"):
+    def __init__(
+        self,
+        path,
+        interval,
+        *,
+        worker,
+        tag,
+        strategy,
+        epochs,
+        steps_per_epoch,
+        start_epoch=0,
+        history=(),
+        clock=time.monotonic,
+        wall_clock=time.time,
+        score="accuracy",
+    ):
         self.path, self.interval = path, interval
         self.enabled = interval > 0
         self.clock, self.wall_clock = clock, wall_clock
@@ -35,9 +49,17 @@ class ProgressFile:
         self.run_started, self.run_start_step = clock(), done  # this process's pace (a resumed run starts later)
         self.epoch_started = self.run_started
         self.score = score  # the step's second running sum: "accuracy", or "mae" for a regression
-        self.progress = Progress(worker=worker, tag=tag, strategy=strategy, score=score, epoch=start_epoch, epochs=epochs,
-                              steps_per_epoch=steps_per_epoch, global_step=done,
-                              history=[history_entry(record) for record in history][-MAX_HISTORY:])
+        self.progress = Progress(
+            worker=worker,
+            tag=tag,
+            strategy=strategy,
+            score=score,
+            epoch=start_epoch,
+            epochs=epochs,
+            steps_per_epoch=steps_per_epoch,
+            global_step=done,
+            history=[history_entry(record) for record in history][-MAX_HISTORY:],
+        )
 
     # ------------------------------------------------------------------ the trainer's calls
     def start_epoch(self, epoch):
@@ -73,7 +95,11 @@ class ProgressFile:
         """The epoch's record (metrics.json's): into the history, and always written."""
         state = self.progress
         state.history = (state.history + [history_entry(record)])[-MAX_HISTORY:]
-        state.loss, state.score_value, state.examples_per_sec = record["loss"], record[self.score], record["examples_per_sec"]
+        state.loss, state.score_value, state.examples_per_sec = (
+            record["loss"],
+            record[self.score],
+            record["examples_per_sec"],
+        )
         self.flush()
 
     def finish(self, state, error=None):
@@ -97,7 +123,9 @@ class ProgressFile:
         self.progress.writes = self.writes + 1  # (the benchmark and the tests count them)
         try:
             # (no fsync: a second later the file is outdated anyway; the rename alone keeps readers whole)
-            atomic_write_bytes(self.path, json.dumps(self.progress.to_json(), separators=(",", ":")).encode(), fsync=False)
+            atomic_write_bytes(
+                self.path, json.dumps(self.progress.to_json(), separators=(",", ":")).encode(), fsync=False
+            )
             self.writes += 1
         except ContractError as err:
             # The page is a view of the run, not part of it: a full or read-only volume stops the
@@ -115,15 +143,24 @@ class TerminalBar:
         from tqdm import tqdm
 
         self.score = score
-        self.bar = tqdm(total=total, desc=label, unit="step", file=sys.stdout, leave=False, mininterval=0.1,
-                        dynamic_ncols=True, disable=not sys.stdout.isatty())
+        self.bar = tqdm(
+            total=total,
+            desc=label,
+            unit="step",
+            file=sys.stdout,
+            leave=False,
+            mininterval=0.1,
+            dynamic_ncols=True,
+            disable=not sys.stdout.isatty(),
+        )
 
     def update(self, step, sums):
         if self.bar.disable:
             return
         if sums is not None and sums[2] > 0:
-            self.bar.set_postfix({"loss": f"{sums[0] / sums[2]:.4f}", self.score: f"{sums[1] / sums[2]:.4f}"},
-                                 refresh=False)
+            self.bar.set_postfix(
+                {"loss": f"{sums[0] / sums[2]:.4f}", self.score: f"{sums[1] / sums[2]:.4f}"}, refresh=False
+            )
         self.bar.update(step - self.bar.n)
 
     def close(self):

@@ -85,6 +85,8 @@ def skip_keras_gradient_allreduce(optimizer):
     instance must not sum them again (that would double the gradients and pay a
     second collective). There is no public switch for it in Keras 3.15."""
     if not hasattr(optimizer, "_all_reduce_sum_gradients"):
-        raise RuntimeError(f"keras {keras.__version__}: the optimizer has no _all_reduce_sum_gradients to replace; "
-                           "check disttrain_trainer.step against this Keras version")
+        raise RuntimeError(
+            f"keras {keras.__version__}: the optimizer has no _all_reduce_sum_gradients to replace; "
+            "check disttrain_trainer.step against this Keras version"
+        )
     optimizer._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)

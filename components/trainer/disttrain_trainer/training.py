@@ -19,15 +19,30 @@ import json
 import os
 import time
 
-from disttrain_contract import (ContractError, GroupLost, Workdir, atomic_write_json, read_json, read_marker,
-                                wait_for_marker, wait_for_quorum)
+from disttrain_contract import (
+    ContractError,
+    GroupLost,
+    Workdir,
+    atomic_write_json,
+    read_json,
+    read_marker,
+    wait_for_marker,
+    wait_for_quorum,
+)
 from disttrain_contract.artifact import save_model, weights_fingerprint
 from disttrain_contract.evaluation import compiled
 from disttrain_contract.layout import PROGRESS_FILE
 from disttrain_contract.manifest import Manifest, read_split
 from disttrain_contract.report import Privacy
-from disttrain_contract.trainer_records import (EpochRecord, MetricValue, TrainerMarker, metrics_path,
-                                                read_epoch_records, write_epoch_records, write_trainer_marker)
+from disttrain_contract.trainer_records import (
+    EpochRecord,
+    MetricValue,
+    TrainerMarker,
+    metrics_path,
+    read_epoch_records,
+    write_epoch_records,
+    write_trainer_marker,
+)
 from disttrain_contract.tensorflow_import import import_tensorflow
 from disttrain_trainer import malloc_settings, peers, preemption, privacy, strategies
 from disttrain_trainer.progress import ProgressFile, TerminalBar
@@ -56,8 +71,11 @@ def train(config):
     run.notice.done()
     print(f"{run.tag}: done -> {run.worker_dir}", flush=True)
     if run.settings.linger_for_peers:
-        linger_for_peers(run.tag, [run.workdir.worker(i, run.train_dir) for i in range(run.placement.workers)],
-                         run.settings.linger_for_peers)
+        linger_for_peers(
+            run.tag,
+            [run.workdir.worker(i, run.train_dir) for i in range(run.placement.workers)],
+            run.settings.linger_for_peers,
+        )
     return 0
 
 
@@ -83,11 +101,14 @@ class Training:
         # Connected strategies: TF_CONFIG names every task and this one's index (given, or built from the
         # Job's index and the headless Service); TensorFlow connects them when the strategy is created.
         self.chosen = options.REGISTRY[config.strategy]
-        self.placement = placement = self.chosen.configure(config, config.workers or manifest.n_shards,
-                                                           config.worker_index or 0)
+        self.placement = placement = self.chosen.configure(
+            config, config.workers or manifest.n_shards, config.worker_index or 0
+        )
         if placement.workers != manifest.n_shards:
-            raise ContractError(f"{placement.workers} workers but the dataset has {manifest.n_shards} shards; run the "
-                                f"copier with --n-shards {placement.workers}")
+            raise ContractError(
+                f"{placement.workers} workers but the dataset has {manifest.n_shards} shards; run the "
+                f"copier with --n-shards {placement.workers}"
+            )
         self.index = placement.index
         self.worker_dir = self.workdir.worker(placement.index, self.train_dir)
         self.tag = self.chosen.tag(placement)
@@ -141,10 +162,16 @@ class Training:
         self.private = None
         if privacy.enabled(config):  # (a bad δ, faces: one line, exit 2, before any model is built)
             replicas = strategy.tf_strategy.num_replicas_in_sync if strategy.reduce_gradients else 1
-            self.private = privacy.Plan(config, strategy=config.strategy, workers=self.placement.workers,
-                                        training_examples=manifest.train_examples, vocabulary=manifest.vocab,
-                                        epoch_examples=epoch_examples, steps_per_epoch=self.steps_per_epoch,
-                                        synchronous_replicas=replicas)
+            self.private = privacy.Plan(
+                config,
+                strategy=config.strategy,
+                workers=self.placement.workers,
+                training_examples=manifest.train_examples,
+                vocabulary=manifest.vocab,
+                epoch_examples=epoch_examples,
+                steps_per_epoch=self.steps_per_epoch,
+                synchronous_replicas=replicas,
+            )
             if task.name == "faces":
                 raise ContractError(privacy.refusal("faces", None))
             task.private_sampling = self.private.sampling
@@ -154,8 +181,9 @@ class Training:
         the same on every run (seeded), and a resumed run skips the batches its restored epochs already took: it
         sees the data an undisturbed run would, in the same order (tests: a resumed model equals an undisturbed
         one)."""
-        ds = self.task.dataset(self.x_train, self.y_train, self.config.batch,
-                               self.strategy.shuffle_seed(self.config.seed), self.index)
+        ds = self.task.dataset(
+            self.x_train, self.y_train, self.config.batch, self.strategy.shuffle_seed(self.config.seed), self.index
+        )
         return ds.skip(batches_done).prefetch(2)
 
     # ------------------------------------------------------------------ build
@@ -188,10 +216,19 @@ class Training:
         """What a checkpoint must agree on to be resumed (run.json beside the checkpoints)."""
         config, private = self.config, self.private
         return {
-            "strategy": config.strategy, "seed": config.seed, "workers": self.placement.workers, "batch": config.batch,
-            "learning_rate": config.learning_rate, "optimizer": config.optimizer, "init_weights_sha256": self.init_sha,
-            "margin": config.margin, "width": config.width, "dropout": config.dropout,
-            "dataset": [s.sha256 for s in self.manifest.shards], **self.strategy.run_config(), **self.task.run_config(),
+            "strategy": config.strategy,
+            "seed": config.seed,
+            "workers": self.placement.workers,
+            "batch": config.batch,
+            "learning_rate": config.learning_rate,
+            "optimizer": config.optimizer,
+            "init_weights_sha256": self.init_sha,
+            "margin": config.margin,
+            "width": config.width,
+            "dropout": config.dropout,
+            "dataset": [s.sha256 for s in self.manifest.shards],
+            **self.strategy.run_config(),
+            **self.task.run_config(),
             # (only when set: checkpoints of a run without it still resume)
             **({"validation_fraction": self.settings.validation_fraction} if self.settings.validation_fraction else {}),
             **(private.run_config() if private is not None else {}),
@@ -207,19 +244,29 @@ class Training:
         # random-generator state, batch-norm statistics) is listed here, or a resumed run would draw other
         # dropout masks than an undisturbed one.
         self.checkpoint = tf.train.Checkpoint(
-            model=model, optimizer=self.optimizer, epoch=self.epoch_counter,
-            model_state=list(model.non_trainable_variables), epoch_position=self.position.variables,
-            **strategy.checkpoint_state())
-        self.manager = tf.train.CheckpointManager(self.checkpoint, self.write_dir,
-                                                  max_to_keep=strategy.checkpoints_to_keep(self.steps_per_epoch))
-        resume_from = strategy.resume_checkpoint(read_dir, lambda i: strategy.checkpoint_dirs(
-            self.workdir.worker(i, self.train_dir), chief_dir)[0], self.steps_per_epoch)
+            model=model,
+            optimizer=self.optimizer,
+            epoch=self.epoch_counter,
+            model_state=list(model.non_trainable_variables),
+            epoch_position=self.position.variables,
+            **strategy.checkpoint_state(),
+        )
+        self.manager = tf.train.CheckpointManager(
+            self.checkpoint, self.write_dir, max_to_keep=strategy.checkpoints_to_keep(self.steps_per_epoch)
+        )
+        resume_from = strategy.resume_checkpoint(
+            read_dir,
+            lambda i: strategy.checkpoint_dirs(self.workdir.worker(i, self.train_dir), chief_dir)[0],
+            self.steps_per_epoch,
+        )
         if resume_from:
             self.checkpoint.restore(resume_from).expect_partial()
             position = self.position.steps()
             within = f" and {position} steps of epoch {int(self.epoch_counter.numpy()) + 1}" if position else ""
-            print(f"{self.tag}: resumed from {resume_from} after epoch {int(self.epoch_counter.numpy())}{within}",
-                  flush=True)
+            print(
+                f"{self.tag}: resumed from {resume_from} after epoch {int(self.epoch_counter.numpy())}{within}",
+                flush=True,
+            )
         self.start_epoch = int(self.epoch_counter.numpy())
         self.start_step = self.start_epoch * self.steps_per_epoch + self.position.steps()  # SIGTERM's: mid-epoch
         self.metrics_path = metrics_path(self.worker_dir)
@@ -227,9 +274,15 @@ class Training:
 
         from disttrain_trainer.step import make_train_call
 
-        self.train_call = make_train_call(strategy.tf_strategy, model, self.optimizer, self.task.loss_and_score,
-                                          strategy.reduce_gradients, strategy.run_call,
-                                          self.private.gradient() if self.private is not None else None)
+        self.train_call = make_train_call(
+            strategy.tf_strategy,
+            model,
+            self.optimizer,
+            self.task.loss_and_score,
+            strategy.reduce_gradients,
+            strategy.run_call,
+            self.private.gradient() if self.private is not None else None,
+        )
 
     # ------------------------------------------------------------------ epochs
     def begin(self):
@@ -249,12 +302,21 @@ class Training:
             f"{self.tag}: {config.strategy}, {task.describe()} task, {self.manifest.problem}, shard(s) {self.examples} "
             f"examples, {self.steps_per_epoch} steps/epoch x batch {config.batch} x "
             f"{strategy.tf_strategy.num_replicas_in_sync} replica(s), epochs {self.start_epoch + 1}..{config.epochs}, "
-            f"init {self.init_sha[:12]}", flush=True,
+            f"init {self.init_sha[:12]}",
+            flush=True,
         )
         self.progress = ProgressFile(
-            os.path.join(self.worker_dir, PROGRESS_FILE), config.progress_interval, worker=self.index, tag=self.tag,
-            strategy=config.strategy, epochs=config.epochs, steps_per_epoch=self.steps_per_epoch,
-            start_epoch=self.start_epoch, history=[r.to_json() for r in self.history], score=task.score.name)
+            os.path.join(self.worker_dir, PROGRESS_FILE),
+            config.progress_interval,
+            worker=self.index,
+            tag=self.tag,
+            strategy=config.strategy,
+            epochs=config.epochs,
+            steps_per_epoch=self.steps_per_epoch,
+            start_epoch=self.start_epoch,
+            history=[r.to_json() for r in self.history],
+            score=task.score.name,
+        )
         self.iterator = iterator
 
     def epochs(self):
@@ -276,8 +338,17 @@ class Training:
             bar.update(done, sums)
             progress.update(done, sums)
 
-        sums, step = strategy.train_epoch(self.train_call, iterator, step, self.steps_per_epoch, config.steps_per_call,
-                                          on_steps, self.notice, done_before, sums_before)
+        sums, step = strategy.train_epoch(
+            self.train_call,
+            iterator,
+            step,
+            self.steps_per_epoch,
+            config.steps_per_call,
+            on_steps,
+            self.notice,
+            done_before,
+            sums_before,
+        )
         if epoch == config.epochs:
             strategy.finish(step)
         bar.close()
@@ -292,9 +363,16 @@ class Training:
         if self.x_validation is not None:
             validation = task.evaluate(self.inference, self.x_validation, self.y_validation)
             metrics.update({f"validation_{key}": value for key, value in validation.items()})
-        record = EpochRecord(epoch=epoch, loss=loss_sum / seen, examples=int(seen), examples_per_sec=seen / wall,
-                             wall_time_sec=wall, metrics=metrics, **strategy.epoch_facts(),
-                             epsilon=self.private.epsilon_after(epoch) if self.private is not None else None)
+        record = EpochRecord(
+            epoch=epoch,
+            loss=loss_sum / seen,
+            examples=int(seen),
+            examples_per_sec=seen / wall,
+            wall_time_sec=wall,
+            metrics=metrics,
+            **strategy.epoch_facts(),
+            epsilon=self.private.epsilon_after(epoch) if self.private is not None else None,
+        )
         print(epoch_line(self.tag, epoch, config.epochs, record.to_json(), task.score.name), flush=True)
         with self.summaries.as_default(step=epoch):
             for key, value in record.to_json().items():
@@ -323,21 +401,36 @@ class Training:
         model_file = None
         if self.strategy.writes_model:
             model_file = "model.keras"
-            save_model(self.published, os.path.join(self.worker_dir, model_file), {
-                "task": manifest.task, "labels": manifest.labels, "input": manifest.input,
-                "init_weights_sha256": self.init_sha, "strategy": config.strategy, "seed": config.seed,
-                "worker_index": self.index, "workers": self.placement.workers, "epochs": config.epochs,
-                "examples": chosen.model_examples(self.examples, manifest),
-                **task.metadata(self.published),
-                **chosen.model_meta(self.settings),
-                "training_parameters": {"learning_rate": config.learning_rate, "batch": config.batch,
-                                        "epochs": config.epochs, "optimizer": self.optimizer_text,
-                                        # (--width and --dropout shape the built-in models only)
-                                        **({"width": config.width, "dropout": config.dropout}
-                                           if task.model_source == "builtin" else {}),
-                                        **chosen.model_meta(self.settings)},
-                "parameters_origin": dict(config.params_origin),
-            })
+            save_model(
+                self.published,
+                os.path.join(self.worker_dir, model_file),
+                {
+                    "task": manifest.task,
+                    "labels": manifest.labels,
+                    "input": manifest.input,
+                    "init_weights_sha256": self.init_sha,
+                    "strategy": config.strategy,
+                    "seed": config.seed,
+                    "worker_index": self.index,
+                    "workers": self.placement.workers,
+                    "epochs": config.epochs,
+                    "examples": chosen.model_examples(self.examples, manifest),
+                    **task.metadata(self.published),
+                    **chosen.model_meta(self.settings),
+                    "training_parameters": {
+                        "learning_rate": config.learning_rate,
+                        "batch": config.batch,
+                        "epochs": config.epochs,
+                        "optimizer": self.optimizer_text,
+                        # (--width and --dropout shape the built-in models only)
+                        **(
+                            {"width": config.width, "dropout": config.dropout} if task.model_source == "builtin" else {}
+                        ),
+                        **chosen.model_meta(self.settings),
+                    },
+                    "parameters_origin": dict(config.params_origin),
+                },
+            )
         self.write_marker(model_file)
         self.progress.finish("done")
 
@@ -345,27 +438,45 @@ class Training:
         """The marker (disttrain_contract.trainer_records.TrainerMarker): what this worker trained and how it ended."""
         last = self.history[-1].metrics if self.history else {}
         primary, private = self.task.primary, self.private
-        validation = ({"validation_fraction": self.settings.validation_fraction,
-                       "validation_examples": len(self.y_validation),
-                       "validation_accuracy": last.get("validation_accuracy"),
-                       "validation_metric": MetricValue.of(primary, last.get(f"validation_{primary.name}"))}
-                      if self.x_validation is not None else {})
-        write_trainer_marker(self.worker_dir, TrainerMarker(
-            worker_index=self.index, workers=self.placement.workers, strategy=self.config.strategy,
-            epochs=self.config.epochs, init_weights_sha256=self.init_sha, examples=self.examples, model=model_file,
-            final_weights_sha256=weights_fingerprint(self.model.get_weights()), problem=self.manifest.problem,
-            final_test_accuracy=last.get("test_accuracy"), **self.strategy.marker_info(),
-            privacy=Privacy.from_json(private.summary(self.config.epochs)) if private is not None else None,
-            final_test_metric=MetricValue.of(primary, last.get(primary.key)),
-            initial_test_metric=(MetricValue.of(primary, self.initial_metric) if self.initial_metric is not None
-                                 else None),
-            **validation))
+        validation = (
+            {
+                "validation_fraction": self.settings.validation_fraction,
+                "validation_examples": len(self.y_validation),
+                "validation_accuracy": last.get("validation_accuracy"),
+                "validation_metric": MetricValue.of(primary, last.get(f"validation_{primary.name}")),
+            }
+            if self.x_validation is not None
+            else {}
+        )
+        write_trainer_marker(
+            self.worker_dir,
+            TrainerMarker(
+                worker_index=self.index,
+                workers=self.placement.workers,
+                strategy=self.config.strategy,
+                epochs=self.config.epochs,
+                init_weights_sha256=self.init_sha,
+                examples=self.examples,
+                model=model_file,
+                final_weights_sha256=weights_fingerprint(self.model.get_weights()),
+                problem=self.manifest.problem,
+                final_test_accuracy=last.get("test_accuracy"),
+                **self.strategy.marker_info(),
+                privacy=Privacy.from_json(private.summary(self.config.epochs)) if private is not None else None,
+                final_test_metric=MetricValue.of(primary, last.get(primary.key)),
+                initial_test_metric=(
+                    MetricValue.of(primary, self.initial_metric) if self.initial_metric is not None else None
+                ),
+                **validation,
+            ),
+        )
 
     # ------------------------------------------------------------------ the ends that are not success
     def stopped(self, stop):
         """SIGTERM, and the workers agreed where to stop: save there and exit with preemption.EXIT_CODE."""
-        saved = preemption.save(self.checkpoint, self.position, self.write_dir, stop,
-                                time.monotonic() - self.epoch_started, self.start_step)
+        saved = preemption.save(
+            self.checkpoint, self.position, self.write_dir, stop, time.monotonic() - self.epoch_started, self.start_step
+        )
         self.progress.finish("preempted")
         print(self.notice.stopped_line(stop, saved), flush=True)
         self.notice.exit(preemption.EXIT_CODE)
@@ -376,15 +487,20 @@ class Training:
         tf = self.tf
         if self.notice.requested and preemption.lost_peer(err):  # SIGTERM, then the group came apart: not a failure
             self.progress.finish("preempted", error=(str(err) or type(err).__name__)[:500])
-            print(f"{self.tag}: preempted: SIGTERM, then a collective failed (a peer is gone) before the group could "
-                  f"save: the last checkpoint stands; exiting with code {preemption.EXIT_CODE}", flush=True)
+            print(
+                f"{self.tag}: preempted: SIGTERM, then a collective failed (a peer is gone) before the group could "
+                f"save: the last checkpoint stands; exiting with code {preemption.EXIT_CODE}",
+                flush=True,
+            )
             self.notice.exit(preemption.EXIT_CODE)
         self.progress.finish("failed", error=(str(err) or type(err).__name__)[:500])
         # a peer gone mid-collective (kill -9, an eviction, a lost node): one line, no traceback (GroupLost)
         if self.chosen.connected and isinstance(err, (tf.errors.UnavailableError, tf.errors.AbortedError)):
-            raise GroupLost(f"{self.tag}: the group lost a peer mid-run ({type(err).__name__}: "
-                            f"{peers.group_lost_reason(err.message)}); this worker stops too, and started again "
-                            "the group resumes from its last checkpoint") from None
+            raise GroupLost(
+                f"{self.tag}: the group lost a peer mid-run ({type(err).__name__}: "
+                f"{peers.group_lost_reason(err.message)}); this worker stops too, and started again "
+                "the group resumes from its last checkpoint"
+            ) from None
 
 
 def linger_for_peers(tag, worker_dirs, seconds):
@@ -392,12 +508,17 @@ def linger_for_peers(tag, worker_dirs, seconds):
     is there: the quorum of 1 is met at once, and the wait never fails)."""
     pending = [d for d in worker_dirs if read_marker(d) is None]
     if pending:
-        print(f"{tag}: waiting up to {seconds:g}s for {len(pending)} other worker(s) to finish before exiting, so that "
-              "the Job does not stop them", flush=True)
+        print(
+            f"{tag}: waiting up to {seconds:g}s for {len(pending)} other worker(s) to finish before exiting, so that "
+            "the Job does not stop them",
+            flush=True,
+        )
     markers = wait_for_quorum(worker_dirs, seconds, 1, seconds, log=None)
     if None in markers:
-        print(f"{tag}: exiting without worker(s) " + ", ".join(str(i) for i, m in enumerate(markers) if m is None),
-              flush=True)
+        print(
+            f"{tag}: exiting without worker(s) " + ", ".join(str(i) for i, m in enumerate(markers) if m is None),
+            flush=True,
+        )
 
 
 def epoch_line(tag, epoch, epochs, record, score="accuracy"):
@@ -407,8 +528,11 @@ def epoch_line(tag, epoch, epochs, record, score="accuracy"):
     fields = [("loss", record["loss"], ".4f"), (score, record[score], ".4f")]
     # (faces: the harder retrieval's 12 numbers stay in metrics.json; the aggregator's table shows them)
     hard = tuple(f"test_{kind}_" for kind in HARD_QUERIES)
-    fields += [(key, record[key], ".4f") for key in sorted(record)
-               if key.startswith(("test_", "validation_")) and not key.startswith(hard)]
+    fields += [
+        (key, record[key], ".4f")
+        for key in sorted(record)
+        if key.startswith(("test_", "validation_")) and not key.startswith(hard)
+    ]
     fields += [("epsilon", record["epsilon"], ".3f")] if "epsilon" in record else []  # (a private run's ε so far)
     fields += [("examples_per_sec", record["examples_per_sec"], ".0f"), ("seconds", record["wall_time_sec"], ".2f")]
     return f"{tag} epoch {epoch}/{epochs}: " + " ".join(f"{key}={value:{spec}}" for key, value, spec in fields)

@@ -69,8 +69,10 @@ def with_error_feedback(change, residual, encode, decode):
 
 CODECS = {  # lossy wire -> (encode, decode of what encode returns)
     "float16": (float16_encode, float16_decode),
-    **{wire: (lambda flat, wire=wire: block_encode(flat, wire), lambda message: block_decode(*message))
-       for wire in BLOCK_WIRES},
+    **{
+        wire: (lambda flat, wire=wire: block_encode(flat, wire), lambda message: block_decode(*message))
+        for wire in BLOCK_WIRES
+    },
 }
 
 
@@ -88,7 +90,7 @@ def unpack(packed, size, wire):
     """pack's inverse, for a vector of `size` elements: (values as int8, scales)."""
     blocks = blocks_of(size)
     scales = tf.bitcast(packed[:blocks], tf.float32)
-    data = tf.reshape(tf.bitcast(packed[blocks:], tf.int8), [-1])[:_data_bytes(size, wire)]
+    data = tf.reshape(tf.bitcast(packed[blocks:], tf.int8), [-1])[: _data_bytes(size, wire)]
     return (_split_pairs(data, size) if BLOCK_WIRES[wire][1] == 4 else data), scales
 
 

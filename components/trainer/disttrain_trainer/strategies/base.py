@@ -50,10 +50,13 @@ class Base:
 
     def iterator(self, dataset_fn, batches_done):
         """An iterator over the distributed dataset; `dataset_fn(context, batches_done)`."""
-        return iter(self.tf_strategy.distribute_datasets_from_function(lambda context: dataset_fn(context, batches_done)))
+        return iter(
+            self.tf_strategy.distribute_datasets_from_function(lambda context: dataset_fn(context, batches_done))
+        )
 
-    def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0,
-                    sums=None):
+    def train_epoch(
+        self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0, sums=None
+    ):
         """Run one epoch's steps; returns ([loss sum, hits, examples], the step count after it).
         `done`, `sums`: the part of the epoch a restored mid-epoch checkpoint already did. With a
         `notice` (preemption.Notice), the workers ask before each train call whether to stop

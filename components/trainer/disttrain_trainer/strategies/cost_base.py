@@ -57,8 +57,13 @@ def link_of(probe, mbit=None):
             return None
         return Link(f"{mbit:g} Mbit/s", 0.0, 8 / (mbit * 1e6), mbit)
     if mbit is None:
-        name = "loopback" if probe.link_measured == "loopback" else \
-            f"measured {8 / probe.per_byte_seconds / 1e6:,.0f} Mbit/s" if probe.per_byte_seconds > 0 else "measured"
+        name = (
+            "loopback"
+            if probe.link_measured == "loopback"
+            else f"measured {8 / probe.per_byte_seconds / 1e6:,.0f} Mbit/s"
+            if probe.per_byte_seconds > 0
+            else "measured"
+        )
         return Link(name, probe.latency_seconds, probe.per_byte_seconds)
     if mbit <= 0:
         raise ModelError(f"a link of {mbit:g} Mbit/s carries nothing")
@@ -130,6 +135,7 @@ class CostModel:
     `facts`; its package's cost.py), or perfmodel.SINGLE, one worker alone. Each says what its epochs cost, how many
     it needs, how it is written (label, the trainer's flags and the chart's values) and why it is advised;
     perfmodel's decisions compose them and name no strategy."""
+
     name = None
     simplicity = 0  # recommend()'s tie-break: the simpler configuration first (lower)
 
@@ -218,4 +224,3 @@ def seconds_text(value):
 def megabytes_text(nbytes):
     """Bytes as the reasons write them (MB, kB below 100 kB)."""
     return f"{nbytes / 1e6:.1f} MB" if nbytes >= 1e5 else f"{nbytes / 1e3:.0f} kB"
-

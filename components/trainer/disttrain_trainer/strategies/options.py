@@ -47,6 +47,7 @@ class StrategySettings:
     """The chosen strategy's own settings (TrainConfig.strategy_settings), its defaults resolved: one frozen
     dataclass per family of flags below, its fields named as the flags' dests. The field defaults are the
     resolved defaults (TrainConfig.to_argv leaves out a field at its default)."""
+
     # (class attributes, not fields: what a strategy without these flags answers)
     validation_fraction = 0.0
     linger_for_peers = 0.0
@@ -91,6 +92,7 @@ class ParameterServerSettings(StrategySettings):
 class Options:
     """Every strategy: no flags of its own, a model trained on the worker's own examples. What a strategy is
     (whether its tasks talk, how many models it ends with, ...) is its contract entry, `facts`."""
+
     name = None
     title = None  # the --help group of the flags this class introduces
     settings = StrategySettings  # the frozen type of its part of a TrainConfig
@@ -148,16 +150,26 @@ class Average(Options):
 
     @classmethod
     def add_flags(cls, group):
-        group.add_argument("--validation-fraction", type=float, default=0, metavar="FRACTION",
-                           help="average: hold this fraction of the worker's shard out of training (the sweep's seeded "
-                                "carve, disttrain_contract.validation) and record the accuracy on it per epoch in "
-                                "metrics.json and in the marker; the aggregator's --combine best ranks the workers by it, "
-                                "never by the held-out split (default 0: train on the whole shard)")
-        group.add_argument("--linger-for-peers", type=float, default=0, metavar="SECONDS",
-                           help="average: once done, wait up to SECONDS for every other worker's marker before exiting "
-                                "(default 0). For a Kubernetes Job whose success policy counts fewer than all workers "
-                                "(chart value trainer.minWorkers): the Job stops the workers still running once that many "
-                                "pods have exited, and a worker lingering keeps a slower one from being stopped")
+        group.add_argument(
+            "--validation-fraction",
+            type=float,
+            default=0,
+            metavar="FRACTION",
+            help="average: hold this fraction of the worker's shard out of training (the sweep's seeded "
+            "carve, disttrain_contract.validation) and record the accuracy on it per epoch in "
+            "metrics.json and in the marker; the aggregator's --combine best ranks the workers by it, "
+            "never by the held-out split (default 0: train on the whole shard)",
+        )
+        group.add_argument(
+            "--linger-for-peers",
+            type=float,
+            default=0,
+            metavar="SECONDS",
+            help="average: once done, wait up to SECONDS for every other worker's marker before exiting "
+            "(default 0). For a Kubernetes Job whose success policy counts fewer than all workers "
+            "(chart value trainer.minWorkers): the Job stops the workers still running once that many "
+            "pods have exited, and a worker lingering keeps a slower one from being stopped",
+        )
 
     @classmethod
     def check(cls, args, error):
@@ -169,7 +181,9 @@ class Average(Options):
     @classmethod
     def misplaced(cls, args, strategy):
         if args.validation_fraction:
-            return f"--validation-fraction applies to --strategy average, not {strategy} (its workers end with one model)"
+            return (
+                f"--validation-fraction applies to --strategy average, not {strategy} (its workers end with one model)"
+            )
         if args.linger_for_peers:
             return f"--linger-for-peers applies to --strategy average, not {strategy}"
         return None
@@ -177,15 +191,22 @@ class Average(Options):
 
 class Connected(Options):
     """Strategies whose tasks talk: TF_CONFIG names every task (given, or built from these flags)."""
+
     title = "connected strategies (multiworker, localsgd, parameterserver)"
 
     @classmethod
     def add_flags(cls, group):
-        group.add_argument("--host-pattern", help="multiworker, localsgd, parameterserver: address of task i (see below)")
+        group.add_argument(
+            "--host-pattern", help="multiworker, localsgd, parameterserver: address of task i (see below)"
+        )
         group.add_argument("--port", type=int, default=12345, help="multiworker, localsgd: base port (default 12345)")
-        group.add_argument("--peer-wait", type=float, default=600,
-                           help="multiworker, localsgd, parameterserver: seconds to wait for the other tasks (their names to "
-                                "resolve, then them to join) before failing with exit code 3; 0 = no deadline (default 600)")
+        group.add_argument(
+            "--peer-wait",
+            type=float,
+            default=600,
+            help="multiworker, localsgd, parameterserver: seconds to wait for the other tasks (their names to "
+            "resolve, then them to join) before failing with exit code 3; 0 = no deadline (default 600)",
+        )
 
     @classmethod
     def check(cls, args, error):
@@ -198,25 +219,39 @@ class Connected(Options):
 
 class AllReduce(Connected):
     """Connected strategies that all-reduce over MultiWorkerMirroredStrategy's collectives."""
+
     title = "all-reduce strategies (multiworker, localsgd)"
 
     @classmethod
     def add_flags(cls, group):
-        group.add_argument("--allreduce-dtype", choices=ALLREDUCE_DTYPES, default="float32",
-                           help="multiworker, localsgd: dtype of the gradients/weight changes on the wire (default float32). "
-                                "float16 halves the bytes; int8 (localsgd only) quarters them and int4 (localsgd only) "
-                                "takes an eighth: a scale per block of 256 values, sent by all-gather and summed in worker "
-                                "order. localsgd on float16, int8 or int4 always uses error feedback: what the wire rounds off is added to the next sync's change "
-                                "(and checkpointed)")
-        group.add_argument("--allreduce-pack-bytes", type=int, default=0,
-                           help="multiworker, localsgd: split collectives into packs of this size (default 0: one pack)")
-        group.add_argument("--heartbeat-timeout", type=float, default=DEFAULT_HEARTBEAT_TIMEOUT, metavar="SECONDS",
-                           help="multiworker, localsgd: seconds without a worker's heartbeat after which TensorFlow's "
-                                "coordination service fails the group (TensorFlow's own default: 10). Heartbeats share "
-                                "the link with the syncs' bytes: keep this well above the time one sync takes on it (the "
-                                "model's bytes on the wire x 8 / the link's bits per second). A worker that dies fails "
-                                "the group's next collective at once; this bounds how long a stalled worker keeps the "
-                                f"others waiting (default {DEFAULT_HEARTBEAT_TIMEOUT:g})")
+        group.add_argument(
+            "--allreduce-dtype",
+            choices=ALLREDUCE_DTYPES,
+            default="float32",
+            help="multiworker, localsgd: dtype of the gradients/weight changes on the wire (default float32). "
+            "float16 halves the bytes; int8 (localsgd only) quarters them and int4 (localsgd only) "
+            "takes an eighth: a scale per block of 256 values, sent by all-gather and summed in worker "
+            "order. localsgd on float16, int8 or int4 always uses error feedback: what the wire rounds off is added to the next sync's change "
+            "(and checkpointed)",
+        )
+        group.add_argument(
+            "--allreduce-pack-bytes",
+            type=int,
+            default=0,
+            help="multiworker, localsgd: split collectives into packs of this size (default 0: one pack)",
+        )
+        group.add_argument(
+            "--heartbeat-timeout",
+            type=float,
+            default=DEFAULT_HEARTBEAT_TIMEOUT,
+            metavar="SECONDS",
+            help="multiworker, localsgd: seconds without a worker's heartbeat after which TensorFlow's "
+            "coordination service fails the group (TensorFlow's own default: 10). Heartbeats share "
+            "the link with the syncs' bytes: keep this well above the time one sync takes on it (the "
+            "model's bytes on the wire x 8 / the link's bits per second). A worker that dies fails "
+            "the group's next collective at once; this bounds how long a stalled worker keeps the "
+            f"others waiting (default {DEFAULT_HEARTBEAT_TIMEOUT:g})",
+        )
 
     @classmethod
     def check(cls, args, error):
@@ -238,39 +273,68 @@ class LocalSGD(AllReduce):
 
     @classmethod
     def add_flags(cls, group):
-        group.add_argument("--sync-every", type=int, default=None,
-                           help=f"localsgd: optimizer steps between two syncs of the weights (default {DEFAULT_SYNC_EVERY})")
-        group.add_argument("--outer-optimizer", choices=OUTER_OPTIMIZERS, default=None,
-                           help="localsgd: what a sync does with the workers' mean change of the weights since the last "
-                                "sync. none (default): add it, i.e. average the weights; nesterov: take a Nesterov-momentum "
-                                "step along it, scaled by --outer-lr (DiLoCo). Each worker keeps its own inner optimizer "
-                                "state across syncs; batch-norm statistics are averaged either way")
-        group.add_argument("--outer-lr", type=float, default=None,
-                           help=f"localsgd --outer-optimizer nesterov: the outer learning rate (> 0, default {DEFAULT_OUTER_LR})")
-        group.add_argument("--outer-momentum", type=float, default=None,
-                           help=f"localsgd --outer-optimizer nesterov: the outer momentum (>= 0 and < 1, default "
-                                f"{DEFAULT_OUTER_MOMENTUM})")
-        group.add_argument("--outer-overlap", choices=OUTER_OVERLAPS, default=None,
-                           help="localsgd: run each sync's collective beside the next --sync-every inner steps instead of "
-                                "waiting for it, the outer step then one sync late. none (default): wait; delayed: apply "
-                                "the previous sync's mean change (the workers stay identical); eager: with this worker's "
-                                "own new change in place of its stale one (DiLoCo's eager updates; the workers differ "
-                                "by their own changes until the run ends with their average). For slow links, where a "
-                                "sync's collective takes a good part of H steps")
-        group.add_argument("--sync-at-epoch-end", action="store_true", default=None,
-                           help="localsgd: sync at each epoch's end as well, counting --sync-every from each epoch's start, "
-                                "so that each epoch's held-out evaluation and checkpoint are the group's model (the one "
-                                "the run would publish), the same on every worker, not the chief's own model of up to "
-                                "H steps past the last sync. Costs one sync an epoch more where H does not divide the "
-                                "epoch; H of an epoch or more then syncs once an epoch. Not with --outer-overlap")
-        group.add_argument("--sync-batch-norm-batches", type=int, default=None, metavar="N",
-                           help="localsgd, a model with batch normalization: after a sync whose statistics are read (the "
-                                "last sync before an epoch's end, where the held-out evaluation and the checkpoint read "
-                                "them, and the run's last), re-estimate its moving "
-                                "statistics for the synced weights from N batches of the worker's shard (forward passes "
-                                "in training mode, the mean of their batch statistics, averaged over the workers): "
-                                "statistics averaged across workers do not fit weights averaged or moved by the outer "
-                                f"optimizer. 0: keep the averaged statistics (default {DEFAULT_SYNC_BATCH_NORM_BATCHES})")
+        group.add_argument(
+            "--sync-every",
+            type=int,
+            default=None,
+            help=f"localsgd: optimizer steps between two syncs of the weights (default {DEFAULT_SYNC_EVERY})",
+        )
+        group.add_argument(
+            "--outer-optimizer",
+            choices=OUTER_OPTIMIZERS,
+            default=None,
+            help="localsgd: what a sync does with the workers' mean change of the weights since the last "
+            "sync. none (default): add it, i.e. average the weights; nesterov: take a Nesterov-momentum "
+            "step along it, scaled by --outer-lr (DiLoCo). Each worker keeps its own inner optimizer "
+            "state across syncs; batch-norm statistics are averaged either way",
+        )
+        group.add_argument(
+            "--outer-lr",
+            type=float,
+            default=None,
+            help=f"localsgd --outer-optimizer nesterov: the outer learning rate (> 0, default {DEFAULT_OUTER_LR})",
+        )
+        group.add_argument(
+            "--outer-momentum",
+            type=float,
+            default=None,
+            help=f"localsgd --outer-optimizer nesterov: the outer momentum (>= 0 and < 1, default "
+            f"{DEFAULT_OUTER_MOMENTUM})",
+        )
+        group.add_argument(
+            "--outer-overlap",
+            choices=OUTER_OVERLAPS,
+            default=None,
+            help="localsgd: run each sync's collective beside the next --sync-every inner steps instead of "
+            "waiting for it, the outer step then one sync late. none (default): wait; delayed: apply "
+            "the previous sync's mean change (the workers stay identical); eager: with this worker's "
+            "own new change in place of its stale one (DiLoCo's eager updates; the workers differ "
+            "by their own changes until the run ends with their average). For slow links, where a "
+            "sync's collective takes a good part of H steps",
+        )
+        group.add_argument(
+            "--sync-at-epoch-end",
+            action="store_true",
+            default=None,
+            help="localsgd: sync at each epoch's end as well, counting --sync-every from each epoch's start, "
+            "so that each epoch's held-out evaluation and checkpoint are the group's model (the one "
+            "the run would publish), the same on every worker, not the chief's own model of up to "
+            "H steps past the last sync. Costs one sync an epoch more where H does not divide the "
+            "epoch; H of an epoch or more then syncs once an epoch. Not with --outer-overlap",
+        )
+        group.add_argument(
+            "--sync-batch-norm-batches",
+            type=int,
+            default=None,
+            metavar="N",
+            help="localsgd, a model with batch normalization: after a sync whose statistics are read (the "
+            "last sync before an epoch's end, where the held-out evaluation and the checkpoint read "
+            "them, and the run's last), re-estimate its moving "
+            "statistics for the synced weights from N batches of the worker's shard (forward passes "
+            "in training mode, the mean of their batch statistics, averaged over the workers): "
+            "statistics averaged across workers do not fit weights averaged or moved by the outer "
+            f"optimizer. 0: keep the averaged statistics (default {DEFAULT_SYNC_BATCH_NORM_BATCHES})",
+        )
 
     @classmethod
     def check(cls, args, error):
@@ -296,8 +360,10 @@ class LocalSGD(AllReduce):
         if args.sync_at_epoch_end is not None:
             return f"--sync-at-epoch-end applies to --strategy localsgd, not {strategy}"
         if args.allreduce_dtype in BLOCK_WIRES:
-            return (f"--allreduce-dtype {args.allreduce_dtype} applies to --strategy localsgd, not {strategy} "
-                    "(TensorFlow's all-reduce refuses int8; use float16)")
+            return (
+                f"--allreduce-dtype {args.allreduce_dtype} applies to --strategy localsgd, not {strategy} "
+                "(TensorFlow's all-reduce refuses int8; use float16)"
+            )
         return None
 
     def resolve(self, args, error):
@@ -306,8 +372,10 @@ class LocalSGD(AllReduce):
         if args.sync_at_epoch_end and args.outer_overlap not in (None, "none"):
             # (an overlapped sync's outer step lands one sync late, and under eager the workers differ until the end:
             # an epoch's end would still not hold the group's model)
-            error(f"--sync-at-epoch-end does not go with --outer-overlap {args.outer_overlap}: an overlapped sync "
-                  "applies its exchange one sync late, so an epoch's end would not hold the group's model")
+            error(
+                f"--sync-at-epoch-end does not go with --outer-overlap {args.outer_overlap}: an overlapped sync "
+                "applies its exchange one sync late, so an epoch's end would not hold the group's model"
+            )
         given = {name: getattr(args, name) for name in self.settings.__dataclass_fields__}
         return self.settings(**{name: value for name, value in given.items() if value is not None})
 
@@ -322,8 +390,9 @@ def outer_settings(settings):
     with the defaults records (and resumes) what it did before these options existed."""
     differs = {}
     if settings.outer_optimizer != "none":
-        differs.update(outer_optimizer=settings.outer_optimizer, outer_lr=settings.outer_lr,
-                       outer_momentum=settings.outer_momentum)
+        differs.update(
+            outer_optimizer=settings.outer_optimizer, outer_lr=settings.outer_lr, outer_momentum=settings.outer_momentum
+        )
     if settings.allreduce_dtype in LOSSY_WIRES:
         differs["allreduce_dtype"] = settings.allreduce_dtype  # (with error feedback: always, on these wires)
     if settings.outer_overlap != "none":
@@ -340,12 +409,20 @@ class ParameterServer(Connected):
 
     @classmethod
     def add_flags(cls, group):
-        group.add_argument("--ps", type=int, default=None,
-                           help="parameterserver: number of parameter-server tasks (default 1); "
-                                "the group is 1 chief + ps + --workers tasks, Job indexes 0, 1..ps, then the workers")
-        group.add_argument("--serve-timeout", type=float, default=None,
-                           help="parameterserver: seconds a ps or worker task serves waiting for the chief's marker "
-                                "before it gives up and fails (default one week)")
+        group.add_argument(
+            "--ps",
+            type=int,
+            default=None,
+            help="parameterserver: number of parameter-server tasks (default 1); "
+            "the group is 1 chief + ps + --workers tasks, Job indexes 0, 1..ps, then the workers",
+        )
+        group.add_argument(
+            "--serve-timeout",
+            type=float,
+            default=None,
+            help="parameterserver: seconds a ps or worker task serves waiting for the chief's marker "
+            "before it gives up and fails (default one week)",
+        )
 
     @classmethod
     def misplaced(cls, args, strategy):
@@ -397,7 +474,9 @@ def check(args, error):
         if "check" in vars(cls):
             cls.check(args, error)
     for cls in families():
-        message = cls.misplaced(args, args.strategy) if "misplaced" in vars(cls) and not isinstance(chosen, cls) else None
+        message = (
+            cls.misplaced(args, args.strategy) if "misplaced" in vars(cls) and not isinstance(chosen, cls) else None
+        )
         if message:
             error(message)
     return chosen.resolve(args, error)

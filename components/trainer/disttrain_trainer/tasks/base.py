@@ -108,9 +108,15 @@ class Task:
 
     def metadata(self, published):
         """What this task adds to the artifact's disttrain.json."""
-        return {"vocab_sha256": None, "problem": self.problem, "target": self.manifest.target, "head": self.head,
-                "model_source": self.model_source, "inputs": tensor_specs(published.inputs),
-                "outputs": tensor_specs(published.outputs, list(getattr(published, "output_names", None) or []))}
+        return {
+            "vocab_sha256": None,
+            "problem": self.problem,
+            "target": self.manifest.target,
+            "head": self.head,
+            "model_source": self.model_source,
+            "inputs": tensor_specs(published.inputs),
+            "outputs": tensor_specs(published.outputs, list(getattr(published, "output_names", None) or [])),
+        }
 
     def describe(self):
         return self.manifest.task
@@ -119,5 +125,7 @@ class Task:
 def tensor_specs(tensors, names=None):
     """[{"name", "shape" (no batch dimension; None where any size goes), "dtype"}] of Keras tensors."""
     names = names or [t.name.split(":")[0].split("/")[0] for t in tensors]
-    return [{"name": name, "shape": [None if d is None else int(d) for d in t.shape[1:]], "dtype": str(t.dtype)}
-            for name, t in zip(names, tensors)]
+    return [
+        {"name": name, "shape": [None if d is None else int(d) for d in t.shape[1:]], "dtype": str(t.dtype)}
+        for name, t in zip(names, tensors)
+    ]

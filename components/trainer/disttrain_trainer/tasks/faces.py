@@ -17,14 +17,15 @@ class Task(base.Task):
         super().__init__(manifest, config)
         self.views = config.views  # an epoch shows every photo --views times, each time differently augmented
 
-
     def dataset(self, x, y, batch, seed, index):
         # people x augmented views, for in-batch triplet mining
         spec = self.manifest.input
         return tf.data.Dataset.from_generator(
             lambda: view_batches(x, y, batch, self.config.views, self.config.seed + index),
-            output_signature=(tf.TensorSpec([None, spec["height"], spec["width"], spec["channels"]], tf.uint8),
-                              tf.TensorSpec([None], tf.int64)),
+            output_signature=(
+                tf.TensorSpec([None, spec["height"], spec["width"], spec["channels"]], tf.uint8),
+                tf.TensorSpec([None], tf.int64),
+            ),
         )
 
     def build(self):
@@ -42,5 +43,9 @@ class Task(base.Task):
         return evaluate(inference, "faces", x, y, seed=self.manifest.seed)
 
     def metadata(self, published):
-        return {**super().metadata(published), "embedding_size": self.config.embedding_size, "margin": self.config.margin,
-                "face_preprocessing": FACE_PREPROCESSING}
+        return {
+            **super().metadata(published),
+            "embedding_size": self.config.embedding_size,
+            "margin": self.config.margin,
+            "face_preprocessing": FACE_PREPROCESSING,
+        }

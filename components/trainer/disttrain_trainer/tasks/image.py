@@ -12,8 +12,16 @@ class Task(base.Task):
 
     def build(self):
         spec = self.manifest.input
-        return build_image_model(spec["height"], spec["width"], spec["channels"], len(self.manifest.labels),
-                                 self.config.dropout, self.config.model, self.config.image_size, hidden=self.config.width)
+        return build_image_model(
+            spec["height"],
+            spec["width"],
+            spec["channels"],
+            len(self.manifest.labels),
+            self.config.dropout,
+            self.config.model,
+            self.config.image_size,
+            hidden=self.config.width,
+        )
 
     def describe(self):
         return f"image ({self.config.model})"

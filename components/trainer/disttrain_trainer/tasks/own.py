@@ -47,16 +47,22 @@ class Task(base.Task):
     def __init__(self, manifest, config):
         super().__init__(manifest, config)
         if manifest.task == "faces":
-            raise ContractError("--model-file and --model-module train the table, array, image and text tasks; faces "
-                                "trains the built-in embedding with triplet mining")
+            raise ContractError(
+                "--model-file and --model-module train the table, array, image and text tasks; faces "
+                "trains the built-in embedding with triplet mining"
+            )
         self.module = self.function = None
         # an s3:// model file is downloaded once, to the shared volume (the root file system is read-only)
-        self.model_path = local_model_file(config.model_file, Workdir(config.workdir).root) if config.model_file else None
+        self.model_path = (
+            local_model_file(config.model_file, Workdir(config.workdir).root) if config.model_file else None
+        )
         if config.model_module:
             self.module, self.function = import_model_module(config.model_module)
             if not config.model_file and not callable(getattr(self.module, self.function, None)):
-                raise ContractError(f"--model-module {config.model_module}: the module {self.module.__name__} has no "
-                                    f"function {self.function}(spec) that returns the model")
+                raise ContractError(
+                    f"--model-module {config.model_module}: the module {self.module.__name__} has no "
+                    f"function {self.function}(spec) that returns the model"
+                )
         self.model_source = "file" if config.model_file else "module"
         self.spec = ModelSpec.of(manifest)
         probe = self._model()  # checked here, before any peer is joined and anything is written
@@ -79,7 +85,9 @@ class Task(base.Task):
 
     def check_flags(self, config):
         if config.model != "cnn":
-            raise ContractError("--model chooses a built-in image network; it does not apply with --model-file/--model-module")
+            raise ContractError(
+                "--model chooses a built-in image network; it does not apply with --model-file/--model-module"
+            )
         refusal = self.recipe.refusal(config.strategy) if self.recipe is not None else None
         if refusal:
             raise ContractError(refusal)
@@ -92,10 +100,14 @@ class Task(base.Task):
     def optimizer_source(self, config):
         if self.recipe is None:
             return "the model was compiled without one: --optimizer and --learning-rate, or their defaults"
-        replaced = [flag for flag, value in (("--optimizer", config.optimizer), ("--learning-rate", config.learning_rate))
-                    if value is not None]
-        return "the model's compiled optimizer" + (f", {' and '.join(replaced)} in place of what they name"
-                                                    if replaced else "")
+        replaced = [
+            flag
+            for flag, value in (("--optimizer", config.optimizer), ("--learning-rate", config.learning_rate))
+            if value is not None
+        ]
+        return "the model's compiled optimizer" + (
+            f", {' and '.join(replaced)} in place of what they name" if replaced else ""
+        )
 
     # ------------------------------------------------------------------ model
     def _model(self):
@@ -113,8 +125,10 @@ class Task(base.Task):
             if not isinstance(model, keras.Model):
                 raise ContractError(f"--model-module {name}(spec) returned {type(model).__name__}, not a keras.Model")
         if len(model.outputs) != 1:
-            raise ContractError(f"the model has {len(model.outputs)} outputs; disttrain trains a model with one output "
-                                "(class scores or the regression's value)")
+            raise ContractError(
+                f"the model has {len(model.outputs)} outputs; disttrain trains a model with one output "
+                "(class scores or the regression's value)"
+            )
         return model
 
     def build(self):
@@ -143,8 +157,10 @@ class Task(base.Task):
         where = f"the model's output {output.name.split('/')[0]!r} ({units} unit(s), activation {activation})"
         if self.problem == "regression":
             if activation in ("softmax", "sigmoid"):
-                raise ContractError(f"{where} is a classifier's, but the target {self.manifest.target!r} is a regression "
-                                    "target: end the model in Dense(1) with no activation")
+                raise ContractError(
+                    f"{where} is a classifier's, but the target {self.manifest.target!r} is a regression "
+                    "target: end the model in Dense(1) with no activation"
+                )
             if units != 1:
                 raise ContractError(f"{where}: a regression predicts one value per example; end the model in Dense(1)")
             head = "value"
@@ -152,25 +168,33 @@ class Task(base.Task):
             n_labels = len(self.manifest.labels)
             if units == 1:
                 if n_labels > 2:
-                    raise ContractError(f"{where}: the data has {n_labels} labels, more than the output's 1 unit; end "
-                                        f"the model in Dense({n_labels}, activation='softmax')")
+                    raise ContractError(
+                        f"{where}: the data has {n_labels} labels, more than the output's 1 unit; end "
+                        f"the model in Dense({n_labels}, activation='softmax')"
+                    )
                 if activation == "sigmoid":
                     head = "sigmoid"
                 elif activation == "linear" and from_logits:
                     head = "sigmoid_logits"
                 else:
-                    raise ContractError(f"{where}: one output unit classifies two labels only with activation "
-                                        "'sigmoid' (or compiled with BinaryCrossentropy(from_logits=True))")
+                    raise ContractError(
+                        f"{where}: one output unit classifies two labels only with activation "
+                        "'sigmoid' (or compiled with BinaryCrossentropy(from_logits=True))"
+                    )
             else:
                 if units < n_labels:
-                    raise ContractError(f"{where}: the data has {n_labels} labels, more than the output's {units} units")
+                    raise ContractError(
+                        f"{where}: the data has {n_labels} labels, more than the output's {units} units"
+                    )
                 if activation == "softmax":
                     head = "softmax"
                 elif activation == "linear":
                     head = "logits"  # (a model compiled without from_logits=True would train on wrong numbers)
                     if compiled is not None and not from_logits:
-                        raise ContractError(f"{where} outputs logits but was compiled with a loss that expects "
-                                            "probabilities: compile it with from_logits=True or end it in a softmax")
+                        raise ContractError(
+                            f"{where} outputs logits but was compiled with a loss that expects "
+                            "probabilities: compile it with from_logits=True or end it in a softmax"
+                        )
                 else:
                     raise ContractError(f"{where}: a classifier ends in a softmax (or no activation: logits)")
         if compiled is None:
@@ -184,51 +208,67 @@ class Task(base.Task):
         if len(model.inputs) > 1:
             features = list(self.spec.features or [])
             if self.manifest.task != "table":
-                raise ContractError(f"the model has {len(model.inputs)} inputs; a {self.manifest.task} dataset has one "
-                                    f"({data.name} {list(data.shape)} {data.dtype}); several named inputs work for tables")
+                raise ContractError(
+                    f"the model has {len(model.inputs)} inputs; a {self.manifest.task} dataset has one "
+                    f"({data.name} {list(data.shape)} {data.dtype}); several named inputs work for tables"
+                )
             for t in model.inputs:
                 name = t.name.split(":")[0]
                 if name not in features:
-                    raise ContractError(f"the model's input {name!r} is not a column of the table (columns: "
-                                        f"{', '.join(features[:12])}{', ...' if len(features) > 12 else ''}): name each "
-                                        "input after the feature column it takes")
+                    raise ContractError(
+                        f"the model's input {name!r} is not a column of the table (columns: "
+                        f"{', '.join(features[:12])}{', ...' if len(features) > 12 else ''}): name each "
+                        "input after the feature column it takes"
+                    )
                 if tuple(d for d in t.shape[1:]) not in ((), (1,), (None,)):
-                    raise ContractError(f"the model's input {name!r} has shape {list(t.shape[1:])}; an input named "
-                                        "after a column takes one value per example (shape [] or [1])")
-            self.columns = {t.name.split(":")[0]: (features.index(t.name.split(":")[0]), len(t.shape) > 1)
-                            for t in model.inputs}
+                    raise ContractError(
+                        f"the model's input {name!r} has shape {list(t.shape[1:])}; an input named "
+                        "after a column takes one value per example (shape [] or [1])"
+                    )
+            self.columns = {
+                t.name.split(":")[0]: (features.index(t.name.split(":")[0]), len(t.shape) > 1) for t in model.inputs
+            }
             return
         t = model.inputs[0]
         shape = tuple(t.shape[1:])
         model_dtype, data_dtype = str(t.dtype), data.dtype
         fits = len(shape) == len(data.shape) and all(m is None or m == d for m, d in zip(shape, data.shape))
         if not fits:
-            raise ContractError(f"the model's input {t.name.split(':')[0]!r} has shape {list(shape)} and dtype "
-                                f"{model_dtype}, the data's {data.name!r} has shape {list(data.shape)} and dtype "
-                                f"{data_dtype}: make the model's input keras.Input(shape={tuple(data.shape)})")
+            raise ContractError(
+                f"the model's input {t.name.split(':')[0]!r} has shape {list(shape)} and dtype "
+                f"{model_dtype}, the data's {data.name!r} has shape {list(data.shape)} and dtype "
+                f"{data_dtype}: make the model's input keras.Input(shape={tuple(data.shape)})"
+            )
         if not dtype_fits(data_dtype, model_dtype):
-            raise ContractError(f"the model's input {t.name.split(':')[0]!r} has dtype {model_dtype}, the data's "
-                                f"{data.name!r} is {data_dtype} (shape {list(data.shape)}): they do not convert")
+            raise ContractError(
+                f"the model's input {t.name.split(':')[0]!r} has dtype {model_dtype}, the data's "
+                f"{data.name!r} is {data_dtype} (shape {list(data.shape)}): they do not convert"
+            )
 
     # ------------------------------------------------------------------- data
     def model_input(self, x):
         x = super().model_input(x)
         if len(self.input_names) > 1:
-            return {name: (x[:, [j]] if keep_axis else x[:, j]).astype(np.float32)
-                    for name, (j, keep_axis) in self.columns.items()}
+            return {
+                name: (x[:, [j]] if keep_axis else x[:, j]).astype(np.float32)
+                for name, (j, keep_axis) in self.columns.items()
+            }
         if self.dtype != "string" and np.asarray(x).dtype != np.dtype(self.dtype):
             return np.asarray(x).astype(self.dtype)
         return x
 
     def dataset(self, x, y, batch, seed, index):
-        ds = super().dataset(self.model_input(x) if len(self.input_names) == 1 else np.asarray(x, np.float32),
-                             y, batch, seed, index)
+        ds = super().dataset(
+            self.model_input(x) if len(self.input_names) == 1 else np.asarray(x, np.float32), y, batch, seed, index
+        )
         if len(self.input_names) > 1:
             columns = dict(self.columns)
 
             def to_inputs(features, labels):
-                return {name: (features[:, j:j + 1] if keep_axis else features[:, j])
-                        for name, (j, keep_axis) in columns.items()}, labels
+                return {
+                    name: (features[:, j : j + 1] if keep_axis else features[:, j])
+                    for name, (j, keep_axis) in columns.items()
+                }, labels
 
             ds = ds.map(to_inputs)
         return ds
@@ -312,7 +352,11 @@ def dtype_fits(data, model):
 
 def flat(per_example):
     """A loss function's per-example values as [batch] (some return [batch, 1])."""
-    return tf.reshape(per_example, [tf.shape(per_example)[0], -1])[:, 0] if per_example.shape.rank and per_example.shape.rank > 1 else per_example
+    return (
+        tf.reshape(per_example, [tf.shape(per_example)[0], -1])[:, 0]
+        if per_example.shape.rank and per_example.shape.rank > 1
+        else per_example
+    )
 
 
 def file_sha256(path):

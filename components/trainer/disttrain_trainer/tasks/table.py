@@ -43,8 +43,11 @@ class Task(base.Task):
             outputs = keras.layers.Dense(1, name="standardized")(x)
             target = None if private else self.manifest.target_statistics
             if target:  # the layers learn a standardised target; the output is in the target's unit
-                outputs = keras.layers.Rescaling(scale=float(np.sqrt(max(target["variance"], 1e-12))),
-                                                 offset=float(target["mean"]), name="prediction")(outputs)
+                outputs = keras.layers.Rescaling(
+                    scale=float(np.sqrt(max(target["variance"], 1e-12))),
+                    offset=float(target["mean"]),
+                    name="prediction",
+                )(outputs)
         else:
             outputs = keras.layers.Dense(len(self.manifest.labels), activation="softmax", name="probabilities")(x)
         return keras.Model(inputs, outputs, name=f"{self.manifest.task}_mlp")

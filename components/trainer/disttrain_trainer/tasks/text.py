@@ -31,8 +31,9 @@ class Task(base.Task):
         return text_vectorizer(vocabulary, ragged=True)(self.model_input(x_train))
 
     def build(self):
-        return build_text_core(self.vectorizer.vocabulary_size(), len(self.manifest.labels), self.config.width,
-                               self.config.dropout)
+        return build_text_core(
+            self.vectorizer.vocabulary_size(), len(self.manifest.labels), self.config.width, self.config.dropout
+        )
 
     def publish(self, model):
         return with_vectorizer(model, self.vectorizer)

@@ -16,16 +16,23 @@ class AverageCost(CostModel):
 
     def note(self, probe, options, lower_bound):
         if probe.batch_norm:  # the rarest averaging of all
-            return ("one average at the end of a batch-norm model: averaged statistics do not fit averaged weights "
-                    "(averaging every 400 steps took MobileNetV2 to 0.399)"), True
-        return "one average at the end: accuracy as one-shot averaging gives it (check with --validation-fraction)", False
+            return (
+                "one average at the end of a batch-norm model: averaged statistics do not fit averaged weights "
+                "(averaging every 400 steps took MobileNetV2 to 0.399)"
+            ), True
+        return (
+            "one average at the end: accuracy as one-shot averaging gives it (check with --validation-fraction)",
+            False,
+        )
 
     def reason(self, choice, predictions, probe, link, t, where, speed):
         if link is None:
             return f"one average at the end{speed}"
         full_sync = sync_seconds(probe, link, max(choice.workers, 2), "float32")
-        return (f"one average at the end: a sync costs {seconds_text(full_sync)} at {where} against {seconds_text(t)} "
-                f"steps{speed}")
+        return (
+            f"one average at the end: a sync costs {seconds_text(full_sync)} at {where} against {seconds_text(t)} "
+            f"steps{speed}"
+        )
 
 
 COST_MODEL = AverageCost()

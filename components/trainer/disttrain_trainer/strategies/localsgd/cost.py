@@ -43,8 +43,17 @@ S_N, t_N, alpha and the collectives: cost_base's docstring; B, B_bn, T_sync: per
 import math
 
 from disttrain_trainer.strategies.cost_base import (
-    CostModel, ModelError, allreduce_seconds, link_of, megabytes_text, seconds_text, step_seconds, steps_per_epoch,
-    sync_bytes, sync_seconds)
+    CostModel,
+    ModelError,
+    allreduce_seconds,
+    link_of,
+    megabytes_text,
+    seconds_text,
+    step_seconds,
+    steps_per_epoch,
+    sync_bytes,
+    sync_seconds,
+)
 from disttrain_trainer.strategies.localsgd.schedule import statistics_read_after_sync, sync_steps
 
 DEFAULT_SYNC_EVERY = 32  # the trainer's --sync-every default (strategies/options.py)
@@ -139,7 +148,10 @@ def refreshes(steps_per_epoch, every, epochs, at_epoch_end=False):
     schedule.statistics_read_after_sync). One an epoch at H shorter than an epoch; every sync at H of an epoch or more."""
     last, syncs = steps_per_epoch * epochs, sync_steps(every, steps_per_epoch, epochs, at_epoch_end)
     # (each sync's following one is the next in the list; the last is the run's end, which always re-estimates)
-    return sum(statistics_read_after_sync(step, following, steps_per_epoch, last) for step, following in zip(syncs, [*syncs[1:], last]))
+    return sum(
+        statistics_read_after_sync(step, following, steps_per_epoch, last)
+        for step, following in zip(syncs, [*syncs[1:], last])
+    )
 
 
 def refresh_batches(probe, options):
@@ -173,7 +185,9 @@ class LocalSGDCost(CostModel):
         dtype = options.get("allreduce_dtype", "float32")
         exchange, own = sync_exchange_seconds(probe, link, workers, dtype), sync_own_seconds(probe, dtype)
         refresh = refresh_batches(probe, options)
-        local = refresh * FORWARD_SHARE * t + allreduce_seconds(probe.batch_norm_bytes, workers, link) if refresh else 0.0
+        local = (
+            refresh * FORWARD_SHARE * t + allreduce_seconds(probe.batch_norm_bytes, workers, link) if refresh else 0.0
+        )
         at_end = bool(options.get("sync_at_epoch_end"))
         if at_end and overlapped(options):
             raise ModelError("sync_at_epoch_end does not go with outer_overlap (the trainer refuses it)")
@@ -206,23 +220,34 @@ class LocalSGDCost(CostModel):
 
     def plain_note(self, probe, workers, options, epochs_to_target):
         """The note of a DiLoCo row whose epochs_needed counted plain averaging's epochs."""
-        return (f"{outer_steps(probe, workers, options, epochs_to_target):.1f} outer steps before the target: too few "
-                f"for the outer momentum (counted as plain averaging's epochs; a shorter --sync-every gives more)")
+        return (
+            f"{outer_steps(probe, workers, options, epochs_to_target):.1f} outer steps before the target: too few "
+            f"for the outer momentum (counted as plain averaging's epochs; a shorter --sync-every gives more)"
+        )
 
     def preference(self, options):
         # no outer optimizer, then no overlap, then syncs at each epoch's end, then the most frequent syncs
         # (perfmodel.recommend says why); the wire is no tie-break
-        return (self.diloco(options), overlapped(options), not options.get("sync_at_epoch_end"),
-                options.get("sync_every", 0))
+        return (
+            self.diloco(options),
+            overlapped(options),
+            not options.get("sync_at_epoch_end"),
+            options.get("sync_every", 0),
+        )
 
     def note(self, probe, options, lower_bound):
         if (options.get("sync_every") or DEFAULT_SYNC_EVERY) <= PLAIN_SYNC_RISK:
             return None
         if not self.diloco(options):
-            return "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov", True
+            return (
+                "plain averaging this rarely can lose accuracy (MobileNetV2 did): add --outer-optimizer nesterov",
+                True,
+            )
         if probe.batch_norm and not refresh_batches(probe, options):
-            return ("with batch normalisation and --sync-batch-norm-batches 0 an outer step this rare leaves the "
-                    "statistics behind the weights (MobileNetV2 at H=250 scored 0.09-0.65 after each sync)"), True
+            return (
+                "with batch normalisation and --sync-batch-norm-batches 0 an outer step this rare leaves the "
+                "statistics behind the weights (MobileNetV2 at H=250 scored 0.09-0.65 after each sync)"
+            ), True
         return None
 
     def candidates(self, workers, outer_optimizers):
@@ -232,23 +257,51 @@ class LocalSGDCost(CostModel):
                 for outer in outer_optimizers:
                     if outer != "none" and every < DILOCO_MIN_SYNC_EVERY:
                         continue
-                    rows.append((self.name, workers, {"sync_every": every, "allreduce_dtype": dtype, "outer_optimizer": outer}))
+                    rows.append(
+                        (self.name, workers, {"sync_every": every, "allreduce_dtype": dtype, "outer_optimizer": outer})
+                    )
                     if outer != "none":  # DiLoCo with syncs at each epoch's end, and with eager updates (OVERLAPS)
-                        rows.append((self.name, workers, {"sync_every": every, "allreduce_dtype": dtype,
-                                                          "outer_optimizer": outer, "sync_at_epoch_end": True}))
-                        rows += [(self.name, workers, {"sync_every": every, "allreduce_dtype": dtype,
-                                                       "outer_optimizer": outer, "outer_overlap": overlap})
-                                 for overlap in OVERLAPS]
+                        rows.append(
+                            (
+                                self.name,
+                                workers,
+                                {
+                                    "sync_every": every,
+                                    "allreduce_dtype": dtype,
+                                    "outer_optimizer": outer,
+                                    "sync_at_epoch_end": True,
+                                },
+                            )
+                        )
+                        rows += [
+                            (
+                                self.name,
+                                workers,
+                                {
+                                    "sync_every": every,
+                                    "allreduce_dtype": dtype,
+                                    "outer_optimizer": outer,
+                                    "outer_overlap": overlap,
+                                },
+                            )
+                            for overlap in OVERLAPS
+                        ]
         return rows
 
     def run_options(self, args):
-        return {"sync_every": args.sync_every, "allreduce_dtype": args.allreduce_dtype,
-                "outer_optimizer": args.outer_optimizer,
-                **({"sync_at_epoch_end": True} if args.sync_at_epoch_end else {})}
+        return {
+            "sync_every": args.sync_every,
+            "allreduce_dtype": args.allreduce_dtype,
+            "outer_optimizer": args.outer_optimizer,
+            **({"sync_at_epoch_end": True} if args.sync_at_epoch_end else {}),
+        }
 
     def chart_values(self, o):
-        values = {"syncEvery": o["sync_every"], "allreduceDtype": o.get("allreduce_dtype", "float32"),
-                  "outerOptimizer": o.get("outer_optimizer") or "none"}
+        values = {
+            "syncEvery": o["sync_every"],
+            "allreduceDtype": o.get("allreduce_dtype", "float32"),
+            "outerOptimizer": o.get("outer_optimizer") or "none",
+        }
         if overlapped(o):
             values["outerOverlap"] = o["outer_overlap"]
         if o.get("sync_at_epoch_end"):
@@ -260,12 +313,17 @@ class LocalSGDCost(CostModel):
         between = o["sync_every"] * t
         # the sync alone: Prediction.sync_seconds adds a batch-norm re-estimation, which follows one sync an epoch
         cost = sync_cost_seconds(probe, link, choice.workers, o["allreduce_dtype"])
-        at_end = (", and one at each epoch's end, so that every evaluation and checkpoint holds the group's model"
-                  if o.get("sync_at_epoch_end") else "")
-        return (f"each {o['allreduce_dtype']} sync of "
-                f"{megabytes_text(sync_bytes(probe, o['allreduce_dtype']))} costs {seconds_text(cost)} at {where}, "
-                f"{100 * cost / between:.0f} % of the {seconds_text(between)} of steps between two syncs"
-                f"{at_end}{speed}")
+        at_end = (
+            ", and one at each epoch's end, so that every evaluation and checkpoint holds the group's model"
+            if o.get("sync_at_epoch_end")
+            else ""
+        )
+        return (
+            f"each {o['allreduce_dtype']} sync of "
+            f"{megabytes_text(sync_bytes(probe, o['allreduce_dtype']))} costs {seconds_text(cost)} at {where}, "
+            f"{100 * cost / between:.0f} % of the {seconds_text(between)} of steps between two syncs"
+            f"{at_end}{speed}"
+        )
 
 
 COST_MODEL = LocalSGDCost()

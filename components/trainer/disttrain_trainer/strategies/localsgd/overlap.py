@@ -135,4 +135,3 @@ class Background:
         if self.error is not None:
             raise self.error
         return self.value
-

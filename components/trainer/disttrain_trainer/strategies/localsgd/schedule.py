@@ -42,4 +42,3 @@ def statistics_read_after_sync(step, following, steps_per_epoch, last_step):
         return True
     next_end = -(-step // steps_per_epoch) * steps_per_epoch  # (the step itself when it ends an epoch)
     return next_end < min(following, last_step)  # (a sync at that end, or the run's last, re-estimates instead)
-

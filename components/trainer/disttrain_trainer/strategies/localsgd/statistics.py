@@ -54,8 +54,12 @@ class StatisticsRefresh:
         self.statistics = [v for layer in self.norms for v in (layer.moving_mean, layer.moving_variance)]
         # where the statistics sit in the anchor vector (the refresh writes them there too)
         offsets = dict(zip((w.path for w in self.weights), np.cumsum([0, *self.sizes[:-1]])))
-        self.statistics_at = tf.constant(np.concatenate([np.arange(offsets[v.path], offsets[v.path] + int(np.prod(v.shape)))
-                                                         for v in self.statistics])[:, None], tf.int64)
+        self.statistics_at = tf.constant(
+            np.concatenate(
+                [np.arange(offsets[v.path], offsets[v.path] + int(np.prod(v.shape))) for v in self.statistics]
+            )[:, None],
+            tf.int64,
+        )
         self.statistics_wire = Wire("float32")
         self._refresh = tf.function(self._refresh_fn)
 
@@ -88,8 +92,10 @@ class StatisticsRefresh:
             totals = [tf.zeros_like(v.value) for v in variables]
             for i in tf.range(self.refresh_count):
                 start = i * self.refresh_batch
-                self.model(tf.nest.map_structure(lambda x: x[start:start + self.refresh_batch], self.refresh_inputs),  # noqa: B023
-                           training=True)
+                self.model(
+                    tf.nest.map_structure(lambda x: x[start : start + self.refresh_batch], self.refresh_inputs),  # noqa: B023
+                    training=True,
+                )
                 totals = [t + v.value for t, v in zip(totals, variables)]
             return self.statistics_wire.all_reduce_sum([t / self.refresh_count for t in totals])
 

@@ -77,8 +77,12 @@ class Strategy(OverlappedSyncs, StatisticsRefresh, Connected):
     def run_config(self):
         # (a checkpoint resumes only with the same outer state, kept as one vector each: a checkpoint that
         # kept it per weight is refused by name rather than restored into nothing)
-        return {"sync_every": self.every, **self.settings, "sync_state": "one vector",
-                **({"sync_batch_norm_batches": self.batch_norm_batches} if self.norms else {})}
+        return {
+            "sync_every": self.every,
+            **self.settings,
+            "sync_state": "one vector",
+            **({"sync_batch_norm_batches": self.batch_norm_batches} if self.norms else {}),
+        }
 
     def bind(self, model):
         self.model = model
@@ -93,8 +97,11 @@ class Strategy(OverlappedSyncs, StatisticsRefresh, Connected):
         self.outer.bind(self.weights, self.sizes)
         self.sync_wire = SyncWire(self.wire_dtype, sum(self.sizes))
         # what a lossy wire rounded off at the last sync (wire.py: error feedback)
-        self.residual = (tf.Variable(tf.zeros([sum(self.sizes)]), trainable=False, name="wire_residual")
-                         if self.sync_wire.lossy else None)
+        self.residual = (
+            tf.Variable(tf.zeros([sum(self.sizes)]), trainable=False, name="wire_residual")
+            if self.sync_wire.lossy
+            else None
+        )
         self._sync = tf.function(self._sync_fn)
         if self.overlap:
             self.bind_overlap()
@@ -140,12 +147,14 @@ class Strategy(OverlappedSyncs, StatisticsRefresh, Connected):
         """Whether the schedule (next_sync) puts a sync at `step`."""
         return self.next_sync(step - 1) == step
 
-    def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0,
-                    sums=None):
+    def train_epoch(
+        self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0, sums=None
+    ):
         self.notice = notice  # (an overlapped sync agrees on stopping itself: sync)
         self.steps_per_epoch = steps_per_epoch
-        return super().train_epoch(train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice, done,
-                                   sums)
+        return super().train_epoch(
+            train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice, done, sums
+        )
 
     def after_steps(self, step):
         if self.syncs_at(step):
@@ -192,7 +201,8 @@ class Strategy(OverlappedSyncs, StatisticsRefresh, Connected):
             with unoptimized_graphs():  # (never while the exchange runs: the option is the runtime's, see there)
                 synced = self._send(total) if self.overlap else self._sync()
                 if self._refresh is not None and statistics_read_after_sync(
-                        step, self.next_sync(step), self.steps_per_epoch, self.epochs * self.steps_per_epoch):
+                    step, self.next_sync(step), self.steps_per_epoch, self.epochs * self.steps_per_epoch
+                ):
                     synced = self.refresh()  # (the statistics change: the checksum is the refresh's)
             if self.overlap:
                 if self.notice is not None:
@@ -219,7 +229,9 @@ class Strategy(OverlappedSyncs, StatisticsRefresh, Connected):
             # A lossy wire codes the change as one vector too: the codec's ops per tensor made a graph whose
             # tracing and first run took 18 s of MobileNetV2's start-up (its 262 weights; 27 s against plain
             # localsgd's 9, bench/results/time_to_accuracy.json).
-            return self.sync_wire.sum_changes(self.wire, change, None if self.residual is None else self.residual.value())
+            return self.sync_wire.sum_changes(
+                self.wire, change, None if self.residual is None else self.residual.value()
+            )
 
         total, residual = (self.cluster.experimental_local_results(t)[0] for t in self.cluster.run(replica_fn))
         self.outer_step(total / workers)
@@ -246,10 +258,14 @@ class Strategy(OverlappedSyncs, StatisticsRefresh, Connected):
 
     def epoch_facts(self):
         # the checksum of the last sync's weights: every worker's record of an epoch says the same one
-        facts = {"training_metrics_of": "this worker", "last_sync_step": self.synced_at,
-                 "synced_weights_checksum": self.synced_checksum,
-                 # what this epoch's syncs cost this worker (its share of wall_time_sec), to set beside the advisor's
-                 "syncs": self.syncs, "sync_sec": round(self.sync_seconds, 3)}
+        facts = {
+            "training_metrics_of": "this worker",
+            "last_sync_step": self.synced_at,
+            "synced_weights_checksum": self.synced_checksum,
+            # what this epoch's syncs cost this worker (its share of wall_time_sec), to set beside the advisor's
+            "syncs": self.syncs,
+            "sync_sec": round(self.sync_seconds, 3),
+        }
         self.syncs, self.sync_seconds = 0, 0.0
         if self.overlap:  # how much of the exchanges the inner steps did not hide
             facts["sync_wait_sec"], self.waited = round(self.waited, 3), 0.0
@@ -300,12 +316,11 @@ def unoptimized_graphs():
         tf.config.optimizer.set_experimental_options({"disable_meta_optimizer": before})
 
 
-
 def saved_epochs(checkpoint_dir):
     """The epochs a checkpoint directory holds (CheckpointManager's ckpt-<epoch>), oldest first."""
     state = tf.train.get_checkpoint_state(checkpoint_dir)
     if state is None:
         return []
-    return sorted(int(m.group(1)) for path in state.all_model_checkpoint_paths
-                  if (m := re.search(r"ckpt-(\d+)$", path)))
-
+    return sorted(
+        int(m.group(1)) for path in state.all_model_checkpoint_paths if (m := re.search(r"ckpt-(\d+)$", path))
+    )

@@ -57,8 +57,11 @@ class SyncWire:
     def message_variable(self):
         """A variable for a message in its wire form (zeros): what an overlapped sync has in flight."""
         if self.block:
-            return tf.Variable(tf.zeros([wire_codecs.packed_length(self.size, self.dtype)], tf.int32), trainable=False,
-                               name="sync_message")
+            return tf.Variable(
+                tf.zeros([wire_codecs.packed_length(self.size, self.dtype)], tf.int32),
+                trainable=False,
+                name="sync_message",
+            )
         return tf.Variable(tf.zeros([self.size], WIRE_DTYPES[self.dtype]), trainable=False, name="sync_message")
 
     def pack(self, message):

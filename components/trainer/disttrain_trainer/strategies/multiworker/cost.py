@@ -18,8 +18,16 @@ S_N, t_N, alpha and the collectives: cost_base's docstring; t_mw: perfmodel.Prob
 import math
 
 from disttrain_trainer.strategies.cost_base import (
-    WIRE_BYTES, CostModel, ModelError, allgather_seconds, allreduce_seconds, link_of, seconds_text, step_seconds,
-    steps_per_epoch)
+    WIRE_BYTES,
+    CostModel,
+    ModelError,
+    allgather_seconds,
+    allreduce_seconds,
+    link_of,
+    seconds_text,
+    step_seconds,
+    steps_per_epoch,
+)
 
 
 def gradient_seconds(probe, link, workers, dtype="float32"):
@@ -51,7 +59,9 @@ class MultiWorkerCost(CostModel):
         steps = steps_per_epoch(probe.train_examples, workers, probe.batch)
         compute = steps * step_seconds(probe, workers)
         g = gradient_seconds(probe, link, workers, options.get("allreduce_dtype", "float32"))
-        calls = math.ceil(steps / probe.steps_per_call)  # the workers agree whether to stop once per train call of k steps
+        calls = math.ceil(
+            steps / probe.steps_per_call
+        )  # the workers agree whether to stop once per train call of k steps
         comm = steps * (g + multiworker_extra_seconds(probe)) + calls * link.latency_seconds + link.latency_seconds
         return compute + comm, compute, comm, g
 
@@ -60,9 +70,11 @@ class MultiWorkerCost(CostModel):
 
     def note(self, probe, options, lower_bound):
         if lower_bound:
-            return ("a lower bound: no real multiworker step was timed within the probe's budget (a longer "
-                    "--budget-seconds times them), so the collective's own work is not in it; MobileNetV2 took 1.5x "
-                    "this on one host"), False
+            return (
+                "a lower bound: no real multiworker step was timed within the probe's budget (a longer "
+                "--budget-seconds times them), so the collective's own work is not in it; MobileNetV2 took 1.5x "
+                "this on one host"
+            ), False
         return None
 
     def candidates(self, workers, outer_optimizers):
@@ -78,8 +90,10 @@ class MultiWorkerCost(CostModel):
         return {"allreduceDtype": options.get("allreduce_dtype", "float32")}
 
     def reason(self, choice, predictions, probe, link, t, where, speed):
-        return (f"a step's gradient exchange costs {seconds_text(choice.sync_seconds)} "
-                f"at {where} against {seconds_text(t)} of compute{speed}")
+        return (
+            f"a step's gradient exchange costs {seconds_text(choice.sync_seconds)} "
+            f"at {where} against {seconds_text(t)} of compute{speed}"
+        )
 
 
 COST_MODEL = MultiWorkerCost()

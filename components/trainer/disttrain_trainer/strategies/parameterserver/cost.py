@@ -79,9 +79,11 @@ class ParameterServerCost(CostModel):
 
     def note(self, probe, options, lower_bound):
         if lower_bound:
-            return ("a lower bound: the parameter-server runtime's own work per step (remote reads and sends, the "
-                    "optimizer on the server) was not timed within the probe's budget (a longer --budget-seconds times "
-                    "it); a text model took up to 1.5x this on one host"), False
+            return (
+                "a lower bound: the parameter-server runtime's own work per step (remote reads and sends, the "
+                "optimizer on the server) was not timed within the probe's budget (a longer --budget-seconds times "
+                "it); a text model took up to 1.5x this on one host"
+            ), False
         return None
 
     def candidates(self, workers, outer_optimizers):
@@ -91,8 +93,10 @@ class ParameterServerCost(CostModel):
         return {"parameterServers": options.get("ps", 1)}
 
     def reason(self, choice, predictions, probe, link, t, where, speed):
-        return (f"a step's pull and push cost {seconds_text(choice.sync_seconds)} "
-                f"at {where} against {seconds_text(t)} of compute{speed}")
+        return (
+            f"a step's pull and push cost {seconds_text(choice.sync_seconds)} "
+            f"at {where} against {seconds_text(t)} of compute{speed}"
+        )
 
 
 COST_MODEL = ParameterServerCost()

@@ -74,15 +74,25 @@ class Strategy(Base):
         notice.install()  # again: the server's coordination agent installed its own SIGTERM handler; SIGTERM: exit 75
         tag = f"{self.role} {self.task_index} (task {self.index})"  # as main.py's
         print(f"{tag}: serving {cluster.as_dict()} until the chief finishes", flush=True)
-        wait_for_marker(chief_dir, config.strategy_settings.serve_timeout, "the chief's model", poll=1.0,
-                        log=open(os.devnull, "w"))
+        wait_for_marker(
+            chief_dir, config.strategy_settings.serve_timeout, "the chief's model", poll=1.0, log=open(os.devnull, "w")
+        )
         chief = read_trainer_marker(chief_dir)
         if chief.strategy != self.name:
             raise RuntimeError(f"the chief's marker in {chief_dir} is not from parameter-server training: {chief}")
-        write_trainer_marker(own_dir, TrainerMarker(
-            worker_index=self.index, workers=self.workers, strategy=self.name, role=self.role, epochs=chief.epochs,
-            init_weights_sha256=chief.init_weights_sha256, model=None,
-            examples=0 if self.role == "ps" else chief.examples_by_worker[self.task_index]))
+        write_trainer_marker(
+            own_dir,
+            TrainerMarker(
+                worker_index=self.index,
+                workers=self.workers,
+                strategy=self.name,
+                role=self.role,
+                epochs=chief.epochs,
+                init_weights_sha256=chief.init_weights_sha256,
+                model=None,
+                examples=0 if self.role == "ps" else chief.examples_by_worker[self.task_index],
+            ),
+        )
         print(f"{tag}: the chief has finished; exiting", flush=True)
         return 0
 
@@ -97,8 +107,13 @@ class Strategy(Base):
 
     def iterator(self, dataset_fn, batches_done):
         per_worker = batches_done // self.workers  # about: the workers do not take turns exactly
-        return iter(self.coordinator.create_per_worker_dataset(
-            lambda: self.tf_strategy.distribute_datasets_from_function(lambda context: dataset_fn(context, per_worker))))
+        return iter(
+            self.coordinator.create_per_worker_dataset(
+                lambda: self.tf_strategy.distribute_datasets_from_function(
+                    lambda context: dataset_fn(context, per_worker)
+                )
+            )
+        )
 
     # ------------------------------------------------------------------------- steps
     def bind(self, model):
@@ -107,18 +122,23 @@ class Strategy(Base):
 
     def _schedule(self, compiled, iterator, steps):
         if self._scheduled is None:
+
             @tf.function
             def scheduled(iterator, steps):
                 # counted before the steps run: a call lost with its worker and run again counts twice
                 worker = tf.distribute.coordinator.experimental_get_current_worker_index()
-                self.steps_started.assign_add(tf.one_hot(worker, self.workers, dtype=tf.int64) * tf.cast(steps, tf.int64))
+                self.steps_started.assign_add(
+                    tf.one_hot(worker, self.workers, dtype=tf.int64) * tf.cast(steps, tf.int64)
+                )
                 return compiled(iterator, steps)
+
             self._scheduled = scheduled
         self.steps_scheduled += int(steps)
         return self.coordinator.schedule(self._scheduled, args=(iterator, steps))
 
-    def train_epoch(self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0,
-                    sums=None):
+    def train_epoch(
+        self, train_call, iterator, step, steps_per_epoch, steps_per_call, progress, notice=None, done=0, sums=None
+    ):
         """Schedule the whole epoch at once, then wait: the workers take calls as they are free.
         On SIGTERM the chief stops at the next epoch's start: the calls scheduled run on the
         workers whatever the chief does, and it saves no state mid-epoch (so `done` is always 0)."""
@@ -133,7 +153,9 @@ class Strategy(Base):
         # chief is alive (its time and ETA move, its step does not). join() waits in a thread so that
         # this one can say so, and returns the moment the calls are done (no polling delay).
         raised = []
-        joiner = threading.Thread(target=join_into, args=(self.coordinator, raised), name="coordinator-join", daemon=True)
+        joiner = threading.Thread(
+            target=join_into, args=(self.coordinator, raised), name="coordinator-join", daemon=True
+        )
         joiner.start()
         joiner.join(PROGRESS_POLL_SEC)
         while joiner.is_alive():
@@ -152,10 +174,15 @@ class Strategy(Base):
 
     def marker_info(self):
         started = [int(n) for n in self.steps_started.numpy()]
-        return {"role": "chief", "ps": self.ps, "tasks": 1 + self.ps + self.workers,
-                "steps_scheduled": self.steps_scheduled, "steps_started_by_worker": started,
-                "steps_retried": sum(started) - self.steps_scheduled,
-                "examples_by_worker": self.examples_by_worker}
+        return {
+            "role": "chief",
+            "ps": self.ps,
+            "tasks": 1 + self.ps + self.workers,
+            "steps_scheduled": self.steps_scheduled,
+            "steps_started_by_worker": started,
+            "steps_retried": sum(started) - self.steps_scheduled,
+            "examples_by_worker": self.examples_by_worker,
+        }
 
 
 def join_into(coordinator, raised):
