@@ -82,17 +82,11 @@ def test_int4_sends_half_the_bytes_of_int8_and_a_scale_per_block():
 
 def test_the_block_wires_are_the_wire_codecs_ones():
     from disttrain_trainer import wire_codecs
-    from disttrain_trainer.strategies.options import BLOCK_WIRES
+    from disttrain_trainer.strategies.options_base import BLOCK_WIRES
 
     assert cost_base.WIRE_BLOCK == wire_codecs.BLOCK
     assert set(BLOCK_WIRES) == set(wire_codecs.BLOCK_WIRES)
     assert all(cost_base.WIRE_BYTES[wire] == bits / 8 for wire, (_, bits) in wire_codecs.BLOCK_WIRES.items())
-
-
-def test_the_batch_norm_refresh_is_the_trainers_default():
-    from disttrain_trainer.strategies import options
-
-    assert localsgd_cost.REFRESH_BATCHES == options.DEFAULT_SYNC_BATCH_NORM_BATCHES
 
 
 def test_steps_per_epoch_follow_the_shards():

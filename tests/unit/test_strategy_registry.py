@@ -139,11 +139,11 @@ def test_facts_hang_together():
 
 def _trainer_flags_by_strategy():
     """flag -> the strategies whose option classes define it, for the flags not every strategy takes."""
-    from disttrain_trainer.strategies import options
+    from disttrain_trainer.strategies import options, options_base
 
     taken = {}
     for cls in options.families():
-        if cls is options.Connected:  # (addresses, ports, the peers' deadline: every strategy takes them, the
+        if cls is options_base.Connected:  # (addresses, ports, the peers' deadline: every strategy takes them, the
             continue  # registry says, and an unconnected worker ignores them)
         probe = argparse.ArgumentParser(add_help=False)
         cls.add_flags(probe)
@@ -158,7 +158,7 @@ def test_the_trainers_strategy_flags_are_the_registrys_settings():
     """Each flag that the trainer's option classes give to some strategies only is a setting of exactly those in
     the registry, and the other way round: a flag added to one strategy's options must be named in the registry,
     which the chart and the Kubeflow launcher are checked against."""
-    from disttrain_trainer.strategies import options
+    from disttrain_trainer.strategies import options, options_base
 
     assert tuple(options.REGISTRY) == NAMES
     for name, o in options.REGISTRY.items():

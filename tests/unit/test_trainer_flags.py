@@ -8,6 +8,7 @@ import pytest
 
 from disttrain_trainer import parse_config as parse_args
 from disttrain_trainer.strategies import options
+from disttrain_trainer.strategies.localsgd import options as localsgd_options
 from disttrain_trainer.tasks import text as text_task
 
 
@@ -118,7 +119,7 @@ def test_localsgd_outer_flags_default_to_plain_averaging_and_dilocos_values():
         "float32",
     )
     assert args.outer_overlap == "none"
-    assert options.outer_settings(args) == {}  # a default run records (and resumes) what it always did
+    assert localsgd_options.outer_settings(args) == {}  # a default run records (and resumes) what it always did
     args = parse_args(
         [
             "--strategy",
@@ -190,7 +191,7 @@ def test_parameter_server_flags_default_to_one_ps():
 
 
 def test_localsgd_resolves_its_default_sync_every():
-    assert parse_args(["--strategy", "localsgd"]).strategy_settings.sync_every == options.DEFAULT_SYNC_EVERY
+    assert parse_args(["--strategy", "localsgd"]).strategy_settings.sync_every == localsgd_options.DEFAULT_SYNC_EVERY
     assert not hasattr(parse_args([]).strategy_settings, "sync_every")  # (not average's)
 
 
@@ -211,17 +212,18 @@ def test_average_flags_are_refused_elsewhere(argv, message, capsys):
 
 
 def test_every_strategy_is_one_registry_entry_owning_its_flags():
-    """A strategy is its package and its entry in strategies/options.py: the names, the connected ones and
-    whose flag a --params-from key is all come from the entries."""
+    """A strategy is its package (its options, training code and cost model) and its entry in the contract's
+    registry: the names, the connected ones and whose flag a --params-from key is all come from the entries."""
     from disttrain_trainer import strategies
 
-    assert strategies.NAMES == tuple(options.REGISTRY) == ("average", "multiworker", "localsgd", "parameterserver")
-    assert strategies.CONNECTED == ("multiworker", "localsgd", "parameterserver")
+    assert options.NAMES == tuple(options.REGISTRY) == ("average", "multiworker", "localsgd", "parameterserver")
+    assert options.CONNECTED == ("multiworker", "localsgd", "parameterserver")
     assert options.users_of("sync_every") == ["localsgd"]
     assert options.users_of("allreduce_dtype") == ["multiworker", "localsgd"]
     assert options.users_of("learning_rate") is None  # every strategy's
-    for name in options.NAMES:  # each entry has its package: its training code and its cost model
-        for module in ("strategy.py", "cost.py"):
+    for name in options.NAMES:  # each entry has its package: its options, its training code and its cost model
+        assert type(options.REGISTRY[name]).__module__ == f"disttrain_trainer.strategies.{name}.options"
+        for module in ("options.py", "strategy.py", "cost.py"):
             path = os.path.join(os.path.dirname(strategies.__file__), name, module)
             assert os.path.isfile(path), path
     from disttrain_trainer.cluster import Placement
@@ -253,7 +255,7 @@ def test_checkpoints_resume_only_with_the_same_outer_settings(tmp_path):
 
     def config(*argv):
         args = parse_args(["--strategy", "localsgd", *argv]).strategy_settings
-        return {"strategy": "localsgd", "sync_every": args.sync_every, **options.outer_settings(args)}
+        return {"strategy": "localsgd", "sync_every": args.sync_every, **localsgd_options.outer_settings(args)}
 
     diloco = config("--outer-optimizer", "nesterov", "--allreduce-dtype", "int8")
     check_run_config(tmp_path, diloco, write=True)

@@ -38,7 +38,7 @@ from disttrain_trainer import TrainConfig, build_parser, cluster, from_flags, pe
 from disttrain_trainer.strategies import cost_base
 from disttrain_trainer.strategies.localsgd import cost as localsgd_cost
 from disttrain_trainer.strategies.parameterserver import cost as parameterserver_cost
-from disttrain_trainer.strategies.options import AllReduceSettings
+from disttrain_trainer.strategies.options_base import AllReduceSettings
 
 PROBE_WORKER_FLAG = "--probe-worker"
 RELAY_LOCK = threading.Lock()  # one probe worker's line at a time on stderr

@@ -39,7 +39,7 @@ from disttrain_contract.ports import free_port_block
 from disttrain_contract.trainer_records import read_epoch_records
 from disttrain_trainer import TrainConfig
 from disttrain_trainer.strategies import cost_base
-from disttrain_trainer.strategies.options import ParameterServerSettings
+from disttrain_trainer.strategies.parameterserver.options import ParameterServerSettings
 
 WORKERS, PARAMETER_SERVERS = 2, 1
 # Timed until at least two epochs after the first (which traces the step) and STEADY_SECONDS of them (a

@@ -363,7 +363,7 @@ def time_trainer_syncs(args, cluster, model, index, deadline, result, any_worker
     the same for any values)."""
     from disttrain_trainer.cluster import Placement
     from disttrain_trainer.strategies import localsgd
-    from disttrain_trainer.strategies.options import LocalSGDSettings
+    from disttrain_trainer.strategies.localsgd.options import LocalSGDSettings
 
     timed, setup = {}, SYNC_SETUP_SECONDS
     for dtype in SYNC_WIRES:

@@ -54,7 +54,7 @@ def join_cluster(heartbeat_timeout):
     return tf.distribute.MultiWorkerMirroredStrategy()
 
 
-# (not bfloat16: options.ALLREDUCE_DTYPES says why) int8 and int4 (wire_codecs.BLOCK_WIRES, each value held in an int8
+# (not bfloat16: options_base.ALLREDUCE_DTYPES says why) int8 and int4 (wire_codecs.BLOCK_WIRES, each value held in an int8
 # until it is packed): localsgd's syncs only (sum_blocks), never all_reduce_sum.
 WIRE_DTYPES = {"float32": tf.float32, "float16": tf.float16, "int8": tf.int8, "int4": tf.int8}
 

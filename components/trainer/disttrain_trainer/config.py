@@ -1,7 +1,7 @@
 """The trainer's run configuration: every setting of one training run, typed, frozen, parsed once.
 
     config = parse_config(["--strategy", "localsgd", "--sync-every", "50"])
-    config.strategy_settings.sync_every  # 50: the chosen strategy's own part (strategies/options.py)
+    config.strategy_settings.sync_every  # 50: the chosen strategy's own part (strategies/localsgd/options.py)
     parse_config(config.to_argv()) == config  # the command line of a trainer that runs this configuration
 
 Flags become a TrainConfig in one place (`from_flags`): the values checked (one line, exit 2), --params-from's
@@ -21,6 +21,8 @@ from disttrain_contract import ContractError, default_workdir, job_completion_in
 from disttrain_contract.params import read_params_file
 from disttrain_trainer import malloc_settings, privacy
 from disttrain_trainer.strategies import options
+from disttrain_trainer.strategies.average.options import AverageSettings
+from disttrain_trainer.strategies.options_base import StrategySettings
 
 IMAGE_MODELS = ("cnn", "mobilenetv2", "resnet50")  # --model (models.build_image_model)
 OPTIMIZERS = ("lazyadam", "adam", "sgd")  # (adam and lazyadam: the same for dense gradients)
@@ -36,7 +38,7 @@ class TrainConfig:
     data: str | None = None
     out: str | None = None
     strategy: str = "average"
-    strategy_settings: options.StrategySettings = field(default_factory=options.AverageSettings)
+    strategy_settings: StrategySettings = field(default_factory=AverageSettings)
     host_pattern: str | None = None
     port: int = 12345
     peer_wait: float = 600.0

@@ -28,14 +28,13 @@ first asked for (`training_class`); `create` asks for the chosen one.
 
 import importlib
 
-from disttrain_trainer.strategies.options import CONNECTED, NAMES  # noqa: F401  (the strategies' names, in one place)
-
 
 def create(config, placement):
     """The strategy `config` names (a TrainConfig), for this task's `placement` (cluster.Placement)."""
-    if config.strategy not in NAMES:
-        raise ValueError(f"unknown strategy {config.strategy!r}")
-    return importlib.import_module(f"disttrain_trainer.strategies.{config.strategy}").Strategy(config, placement)
+    from disttrain_contract.strategies import strategy_of
+
+    name = strategy_of(config.strategy).name  # (KeyError: not a strategy of the registry)
+    return importlib.import_module(f"disttrain_trainer.strategies.{name}").Strategy(config, placement)
 
 
 def training_class(package):

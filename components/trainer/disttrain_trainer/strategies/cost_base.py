@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass
 
 from disttrain_contract.strategies import STRATEGIES as REGISTRY
-from disttrain_trainer.strategies.options import BLOCK_WIRES
+from disttrain_trainer.strategies.options_base import BLOCK_WIRES
 
 WIRE_BYTES = {"float32": 4, "float16": 2, "int8": 1, "int4": 0.5}
 # weights per float32 scale on the block wires: wire_codecs.BLOCK (kept here so this module needs no

@@ -54,15 +54,15 @@ from disttrain_trainer.strategies.cost_base import (
     sync_bytes,
     sync_seconds,
 )
+from disttrain_trainer.strategies.localsgd.options import DEFAULT_SYNC_BATCH_NORM_BATCHES, DEFAULT_SYNC_EVERY
 from disttrain_trainer.strategies.localsgd.schedule import statistics_read_after_sync, sync_steps
 
-DEFAULT_SYNC_EVERY = 32  # the trainer's --sync-every default (strategies/options.py)
 # localsgd's H: the default, and rarer ones (500: the DiLoCo paper's); the time-to-accuracy benchmark's too
 SYNC_EVERY = (32, 50, 100, 250, 500)
 DILOCO_MIN_SYNC_EVERY = 50  # the outer optimizer's candidates (the module's docstring)
-# batches that re-estimate the batch-norm statistics after a sync: the trainer's --sync-batch-norm-batches
-# default (strategies/options.py; a unit test checks that the two agree), and a forward pass's share of a step
-REFRESH_BATCHES, FORWARD_SHARE = 8, 1 / 3
+# batches that re-estimate the batch-norm statistics after a sync (the trainer's --sync-batch-norm-batches
+# default), and a forward pass's share of a step
+REFRESH_BATCHES, FORWARD_SHARE = DEFAULT_SYNC_BATCH_NORM_BATCHES, 1 / 3
 # localsgd's wires among the candidates (multiworker's: float32 and float16)
 WIRE_DTYPES = ("float32", "float16", "int8", "int4")
 # The share of an overlapped exchange's time on the wire that the inner steps beside it lose (the module's

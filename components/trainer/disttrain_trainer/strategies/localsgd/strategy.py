@@ -42,7 +42,7 @@ import numpy as np
 import tensorflow as tf
 
 from disttrain_trainer import preemption
-from disttrain_trainer.strategies import options
+from disttrain_trainer.strategies.localsgd.options import outer_settings
 from disttrain_trainer.strategies.base import Connected
 from disttrain_trainer.strategies.localsgd.outer import OuterOptimizer
 from disttrain_trainer.strategies.localsgd.overlap import OverlappedSyncs
@@ -63,7 +63,7 @@ class Strategy(OverlappedSyncs, StatisticsRefresh, Connected):
         self.batch_norm_batches = settings.sync_batch_norm_batches
         self.overlap = settings.outer_overlap if settings.outer_overlap != "none" else None
         self.at_epoch_end = settings.sync_at_epoch_end  # (schedule.next_sync: the syncs' schedule)
-        self.settings = options.outer_settings(settings)
+        self.settings = outer_settings(settings)
         self.epochs = config.epochs
         self.steps_per_epoch = None  # (train_epoch: the syncs whose statistics are read depend on it)
         self.synced_at = None

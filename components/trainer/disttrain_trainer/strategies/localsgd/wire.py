@@ -9,7 +9,7 @@ small change, not the weight itself.
                     int8), decoded and summed in worker order (collectives.sum_block_rows)
 Every worker sums the same messages in the same order: the same total on every worker, to the bit.
 
-Error feedback on the lossy wires (float16, int8, int4: options.LOSSY_WIRES): what the wire rounded off this sync
+Error feedback on the lossy wires (float16, int8, int4: options_base.LOSSY_WIRES): what the wire rounded off this sync
 (the residual, r' = change + r - decode(encode(change + r))) is added to the next sync's change, and kept in the
 checkpoints, so the changes sent add up to the changes made, short of the last residual (Seide et al. 2014, "1-Bit
 Stochastic Gradient Descent and its Application to Data-Parallel Distributed Training of Speech DNNs";
@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from disttrain_trainer import wire_codecs
 from disttrain_trainer.collectives import WIRE_DTYPES, sum_block_rows
-from disttrain_trainer.strategies.options import LOSSY_WIRES
+from disttrain_trainer.strategies.options_base import LOSSY_WIRES
 
 
 class SyncWire:
