@@ -158,7 +158,7 @@ def test_the_trainers_strategy_flags_are_the_registrys_settings():
     """Each flag that the trainer's option classes give to some strategies only is a setting of exactly those in
     the registry, and the other way round: a flag added to one strategy's options must be named in the registry,
     which the chart and the Kubeflow launcher are checked against."""
-    from disttrain_trainer.strategies import options, options_base
+    from disttrain_trainer.strategies import options
 
     assert tuple(options.REGISTRY) == NAMES
     for name, o in options.REGISTRY.items():
