@@ -108,7 +108,8 @@ def evaluate(model, task, x, y, seed=0, meta=None, outputs=None, head=None):
     disttrain.json, for a faces model's preprocessing version (None: the trainer's current one) and
     the model's head (how its output is read; `head` overrides it, for the trainer's own model).
     `outputs`: a dict to receive what the figures were computed from, for the aggregator's
-    analysis (so it does not run the model over the split again): "probabilities" [n, classes];
+    analysis (so it does not run the model over the split again): "raw" (the model's output as it
+    answers), "probabilities" [n, classes];
     faces: "people" (the label of each gallery column), "distances" [queries, gallery] and
     "<kind>_distances" for each hard query."""
     if TASKS[task].retrieval:
@@ -119,6 +120,8 @@ def evaluate(model, task, x, y, seed=0, meta=None, outputs=None, head=None):
         )
     head = head or head_of(meta)
     raw = predict(model, x)
+    if outputs is not None:
+        outputs["raw"] = raw
     if head == "value":
         if outputs is not None:
             outputs["predictions"] = raw.reshape(len(raw), -1)[:, 0]

@@ -67,6 +67,8 @@ class Task(base.Task):
         self.spec = ModelSpec.of(manifest)
         probe = self._model()  # checked here, before any peer is joined and anything is written
         self.recipe = Recipe.of(probe)
+        self._compiled_metrics = (probe.get_compile_config() or {}).get("metrics") if probe.compiled else None
+        compiled_metrics(self._compiled_metrics)  # (one that cannot be rebuilt: refused now, not after an epoch)
         self.head_kind, self.loss_fn = self._head_and_loss(probe)
         self.input_names = [t.name.split(":")[0] for t in probe.inputs]
         self._check_inputs(probe)
@@ -290,6 +292,21 @@ class Task(base.Task):
     def evaluate_before_training(self):
         return self.model_source == "file"  # a pre-trained file: what fine-tuning starts from
 
+    def evaluate(self, inference, x, y):
+        """The held-out metrics of every task, and the model's compiled metrics on the same predictions (a
+        compiled AUC as test_auc): each a fresh metric object over the whole split, fed as `fit` feeds it (the
+        labels as the data has them, the model's output as it answers). A compiled metric whose name is one of
+        the task's own (accuracy, loss, rmse, ...) is left to the task's."""
+        from disttrain_contract.evaluation import evaluate
+
+        outputs = {}
+        result = evaluate(inference, self.manifest.task, x, y, seed=self.manifest.seed, head=self.head, outputs=outputs)
+        for metric in compiled_metrics(self._compiled_metrics):
+            if metric.name not in result:
+                metric.update_state(np.asarray(y), outputs["raw"])
+                result[metric.name] = float(keras.ops.convert_to_numpy(metric.result()))
+        return result
+
     # --------------------------------------------------------------- artifacts
     def run_config(self):
         config = {"model_source": self.model_source}
@@ -312,6 +329,30 @@ class Task(base.Task):
     def describe(self):
         source = self.config.model_file or f"{self.module.__name__}.{self.function}"
         return f"{self.manifest.task}, own model {source} ({self.head_kind} head)"
+
+
+def compiled_metrics(configs):
+    """Fresh keras.metrics objects of a model's compiled `metrics` (its compile config's list: names or serialized
+    metrics), None or [] for none. "accuracy" and "acc" are left out: the task reports its accuracy itself (Keras
+    resolves those names against the loss, which a fresh metric cannot)."""
+    if isinstance(configs, dict):  # {output name: metrics}: the one output's
+        configs = list(configs.values())
+    flat = [m for c in configs or () for m in (c if isinstance(c, (list, tuple)) else [c])]
+    metrics = []
+    for config in flat:
+        if config in ("accuracy", "acc"):
+            continue
+        try:
+            metric = keras.metrics.deserialize(config) if isinstance(config, dict) else keras.metrics.get(config)
+        except (ValueError, TypeError) as err:
+            raise ContractError(
+                f"the model's compiled metric {config!r} cannot be rebuilt ({err}); compile it with "
+                "keras.metrics objects or their names"
+            ) from None
+        if not isinstance(metric, keras.metrics.Metric):  # a function ("mae"): its mean over the split
+            metric = keras.metrics.MeanMetricWrapper(metric, name=config if isinstance(config, str) else None)
+        metrics.append(metric)
+    return metrics
 
 
 def default_loss(head):
