@@ -48,8 +48,11 @@ RUNS = [
     Run("digits-average", "digits-average.yaml"),
     Run("digits-multiworker", "digits-multiworker.yaml"),
     Run("digits-localsgd", "digits-localsgd.yaml"),
-    # asynchronous: the workers' steps interleave differently on every run, so a wider margin
-    Run("digits-parameterserver", "digits-parameterserver.yaml", pipeline_tolerance=0.02),
+    # asynchronous: the workers' steps interleave differently on every run, the more so on a busy host, where a
+    # worker's steps are staler: its held-out accuracy measured 0.950-0.989 over runs beside other tests (CI runs
+    # make test-long beside this target), against one `make pipeline` run of its own; 0.05 still fails a broken
+    # run (the other strategies' margin is 0.01; min_accuracy bounds it from below either way)
+    Run("digits-parameterserver", "digits-parameterserver.yaml", pipeline_tolerance=0.05),
     Run(
         "digits-multiworker-kill",
         "digits-multiworker.yaml",
