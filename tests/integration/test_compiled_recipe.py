@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from own_models import classifier, run_own_pipeline, saved, table_statistics, workdir_with
-from stages import free_port_block, start_stage
+from stages import free_port_block, read_report, stage, start_stage
 
 pytestmark = pytest.mark.slow
 
@@ -152,9 +152,10 @@ def test_a_schedule_resumed_from_its_checkpoint_ends_with_the_same_weights(cance
     assert weights(resumed) == weights(straight)
 
 
-def test_the_compiled_metrics_are_reported_every_epoch(cancer_data, tmp_path):
+def test_the_compiled_metrics_are_reported_every_epoch_and_in_the_report(cancer_data, tmp_path):
     """A model compiled with AUC and precision: every epoch's record in metrics.json has test_auc and
-    test_precision, computed on the held-out split, beside the task's own accuracy."""
+    test_precision, computed on the held-out split, beside the task's own accuracy; the aggregator's report has
+    them for every worker's model and the final one."""
     import keras
 
     mean, variance = table_statistics(cancer_data / "manifest.json")
@@ -173,3 +174,7 @@ def test_the_compiled_metrics_are_reported_every_epoch(cancer_data, tmp_path):
         assert 0.5 < record["test_auc"] <= 1.0 and 0.0 <= record["test_precision"] <= 1.0, record
         assert "test_accuracy" in record
     assert records[-1]["test_auc"] > 0.9  # (a trained cancer classifier ranks well; chance is 0.5)
+    stage("aggregator", "--workdir", work, "--expect", 2, "--timeout", 60, "--force")  # (3 epochs: the gate may refuse)
+    report = read_report(work / "final")
+    for row in [*report["workers"], report["final"]]:
+        assert 0.9 < row["test_auc"] <= 1.0 and 0.0 <= row["test_precision"] <= 1.0, row

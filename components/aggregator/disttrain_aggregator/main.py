@@ -58,7 +58,7 @@ from disttrain_contract import (
     wait_for_marker,
     write_marker,
 )
-from disttrain_contract.evaluation import as_model_input, evaluate
+from disttrain_contract.evaluation import as_model_input, compiled_metric_values, evaluate
 from disttrain_contract.metrics import primary_metric
 from disttrain_contract.layout import REPORT_FILE, marker_path
 from disttrain_contract.manifest import Manifest, read_split
@@ -333,8 +333,10 @@ class HeldOut:
         return self.fed[key]
 
     def __call__(self, model, meta, name=None):
-        kept = self.outputs.setdefault(name, {}) if name else None
+        kept = self.outputs.setdefault(name, {}) if name else {}
         measured = evaluate(model, self.manifest.task, self.feed_for(meta), self.y, self.manifest.seed, meta, kept)
+        # a user's model's compiled metrics (its disttrain.json names them), on the same predictions
+        measured.update(compiled_metric_values(meta.get("compiled_metrics"), self.y, kept.get("raw"), skip=measured))
         return {f"test_{key}": value for key, value in measured.items()}
 
 

@@ -18,6 +18,7 @@ Every crop goes through the model's own preprocessing version (faces.preprocess)
 import numpy as np
 
 from disttrain_contract.tasks import TASKS
+from disttrain_contract.errors import ContractError
 
 
 def as_model_input(task, x):
@@ -188,3 +189,43 @@ def retrieval_margin(distances):
         "nearest_wrong_distance": float(wrong.mean()),
         "margin": float(wrong.mean() / max(right.mean(), 1e-9)),
     }
+
+
+def compiled_metrics(configs):
+    """Fresh keras.metrics objects of a model's compiled `metrics` (its compile config's list: names or serialized
+    metrics), None or [] for none. "accuracy" and "acc" are left out: the task reports its accuracy itself (Keras
+    resolves those names against the loss, which a fresh metric cannot)."""
+    if isinstance(configs, dict):  # {output name: metrics}: the one output's
+        configs = list(configs.values())
+    flat = [m for c in configs or () for m in (c if isinstance(c, (list, tuple)) else [c])]
+    import keras
+
+    metrics = []
+    for config in flat:
+        if config in ("accuracy", "acc"):
+            continue
+        try:
+            metric = keras.metrics.deserialize(config) if isinstance(config, dict) else keras.metrics.get(config)
+        except (ValueError, TypeError) as err:
+            raise ContractError(
+                f"the model's compiled metric {config!r} cannot be rebuilt ({err}); compile it with "
+                "keras.metrics objects or their names"
+            ) from None
+        if not isinstance(metric, keras.metrics.Metric):  # a function ("mae"): its mean over the split
+            metric = keras.metrics.MeanMetricWrapper(metric, name=config if isinstance(config, str) else None)
+        metrics.append(metric)
+    return metrics
+
+
+def compiled_metric_values(configs, y, raw, skip=()):
+    """{name: value} of a model's compiled metrics (compiled_metrics) on a split: the labels `y` as the data has
+    them, `raw` the model's output as it answers (evaluate's outputs["raw"]), as `fit` feeds them. A name in
+    `skip` (the task's own metrics) is left out."""
+    import keras
+
+    values = {}
+    for metric in compiled_metrics(configs):
+        if metric.name not in skip:
+            metric.update_state(np.asarray(y), raw)
+            values[metric.name] = float(keras.ops.convert_to_numpy(metric.result()))
+    return values

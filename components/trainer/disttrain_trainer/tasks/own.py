@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from disttrain_contract.errors import ContractError
+from disttrain_contract.evaluation import compiled_metrics
 from disttrain_contract.layout import Workdir
 from disttrain_contract.user_model import ModelSpec, code_info, import_model_module, load_model_file, local_model_file
 from disttrain_trainer.optimizers import Recipe
@@ -297,15 +298,11 @@ class Task(base.Task):
         compiled AUC as test_auc): each a fresh metric object over the whole split, fed as `fit` feeds it (the
         labels as the data has them, the model's output as it answers). A compiled metric whose name is one of
         the task's own (accuracy, loss, rmse, ...) is left to the task's."""
-        from disttrain_contract.evaluation import evaluate
+        from disttrain_contract.evaluation import compiled_metric_values, evaluate
 
         outputs = {}
         result = evaluate(inference, self.manifest.task, x, y, seed=self.manifest.seed, head=self.head, outputs=outputs)
-        for metric in compiled_metrics(self._compiled_metrics):
-            if metric.name not in result:
-                metric.update_state(np.asarray(y), outputs["raw"])
-                result[metric.name] = float(keras.ops.convert_to_numpy(metric.result()))
-        return result
+        return {**result, **compiled_metric_values(self._compiled_metrics, y, outputs["raw"], skip=result)}
 
     # --------------------------------------------------------------- artifacts
     def run_config(self):
@@ -320,6 +317,8 @@ class Task(base.Task):
 
     def metadata(self, published):
         meta = super().metadata(published)
+        if self._compiled_metrics:  # (the aggregator reports them for the final model too)
+            meta["compiled_metrics"] = self._compiled_metrics
         if self.module is not None:
             meta["model_code"] = code_info(self.module, None if self.config.model_file else self.function)
         if self.config.model_file:
@@ -329,30 +328,6 @@ class Task(base.Task):
     def describe(self):
         source = self.config.model_file or f"{self.module.__name__}.{self.function}"
         return f"{self.manifest.task}, own model {source} ({self.head_kind} head)"
-
-
-def compiled_metrics(configs):
-    """Fresh keras.metrics objects of a model's compiled `metrics` (its compile config's list: names or serialized
-    metrics), None or [] for none. "accuracy" and "acc" are left out: the task reports its accuracy itself (Keras
-    resolves those names against the loss, which a fresh metric cannot)."""
-    if isinstance(configs, dict):  # {output name: metrics}: the one output's
-        configs = list(configs.values())
-    flat = [m for c in configs or () for m in (c if isinstance(c, (list, tuple)) else [c])]
-    metrics = []
-    for config in flat:
-        if config in ("accuracy", "acc"):
-            continue
-        try:
-            metric = keras.metrics.deserialize(config) if isinstance(config, dict) else keras.metrics.get(config)
-        except (ValueError, TypeError) as err:
-            raise ContractError(
-                f"the model's compiled metric {config!r} cannot be rebuilt ({err}); compile it with "
-                "keras.metrics objects or their names"
-            ) from None
-        if not isinstance(metric, keras.metrics.Metric):  # a function ("mae"): its mean over the split
-            metric = keras.metrics.MeanMetricWrapper(metric, name=config if isinstance(config, str) else None)
-        metrics.append(metric)
-    return metrics
 
 
 def default_loss(head):
