@@ -140,16 +140,19 @@ def test_a_table_input_named_after_no_column_or_of_two_values_is_refused(tables,
 def test_a_single_input_of_another_dtype_or_shape_is_refused_naming_both_sides(tables, tmp_path):
     data = tables["cancer"]
     line = refusal(data, dense_model(data, 1, "sigmoid", "binary_crossentropy", inputs_dtype="int64"), tmp_path)
-    assert "input 'measurements' takes int64 [30]" in line and "the data's 'features' is float32 [30]" in line, line
+    assert (
+        "input 'measurements' has shape [30] and dtype int64" in line
+        and "'features' has shape [30] and dtype float32" in line
+    ), line
     assert "make it keras.Input(shape=(30,))" in line, line
     inputs = keras.Input((1,), dtype="string", name="review")
     lookup = keras.layers.StringLookup(vocabulary=["a", "b"], output_mode="one_hot")(inputs)
     text = keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(lookup))
     line = refusal(data, text, tmp_path)
-    assert "input 'review' takes string [1]" in line and "'features' is float32 [30]" in line, line
+    assert "input 'review' has shape [1] and dtype string" in line and "'features' has shape [30]" in line, line
     narrow = keras.Input((29,), name="measurements")
     line = refusal(data, keras.Model(narrow, keras.layers.Dense(1, activation="sigmoid")(narrow)), tmp_path)
-    assert "takes float32 [29]" in line and "float32 [30]" in line and "keras.Input(shape=(30,))" in line, line
+    assert "has shape [29]" in line and "has shape [30]" in line and "keras.Input(shape=(30,))" in line, line
 
 
 # ---------------------------------------------------------------- the output follows the compiled loss

@@ -239,7 +239,7 @@ class Task(base.Task):
         if from_logits and activation in ("sigmoid", "softmax"):
             raise ContractError(
                 f"{where} is already a {activation}, and {compiled}, which applies another: compile it with "
-                f"{loss_name}() (from_logits=False), or end the model in {ending(kind, units, True)}"
+                f"{loss_name}() (from_logits=False), or end the model in {ending(kind, units, True)} with no activation"
             )
         if not from_logits and activation is not None and activation != squash:
             logits = f"compile it with {loss_name}(from_logits=True), or " if activation == "linear" else ""
@@ -326,7 +326,10 @@ class Task(base.Task):
         t = model.inputs[0]
         name, shape, model_dtype, data_dtype = t.name.split(":")[0], tuple(t.shape[1:]), str(t.dtype), data.dtype
         fits = len(shape) == len(data.shape) and all(m is None or m == d for m, d in zip(shape, data.shape))
-        sides = f"the model's input {name!r} takes {model_dtype} {list(shape)}, the data's {data.name!r} is {data_dtype} {list(data.shape)}"
+        sides = (
+            f"the model's input {name!r} has shape {list(shape)} and dtype {model_dtype}, the data's {data.name!r} "
+            f"has shape {list(data.shape)} and dtype {data_dtype}"
+        )
         if not fits:
             raise ContractError(f"{sides}: make the model's input keras.Input(shape={tuple(data.shape)})")
         if not dtype_fits(data_dtype, model_dtype):
