@@ -10,27 +10,41 @@ Where the model comes from:
                          imported, for the custom layers the file uses.
 
 What is trained: the model's single output against the labels. The loss is the one the model was
-compiled with, else the problem's: a softmax (or logits) classifier -> sparse categorical
-cross-entropy, one sigmoid unit (or logit) for two labels -> binary cross-entropy, regression ->
-mean squared error. The optimizer is the one the model was compiled with (optimizers.Recipe: its class,
+compiled with, else the problem's. How the output reads (probabilities or logits: the head) is the compiled
+loss's to say: a binary cross-entropy scores one unit (a sigmoid's probability, or a logit with
+from_logits=True), a sparse or categorical one a unit per class (a softmax's probabilities, or logits), and
+an activation inside a custom output layer is fine. The last layer's activation only refuses a sure
+contradiction (a Keras layer that ends in a sigmoid under from_logits=True, a linear one under a loss that
+expects probabilities). A model compiled without a loss, or with one that says nothing of its output, is
+read from its last layer's activation: a softmax (or logits) classifier -> sparse categorical
+cross-entropy, one sigmoid unit (or logit) for two labels -> binary cross-entropy, regression -> mean
+squared error. Before the first step the model runs on a few of the worker's training rows: it must run on
+them, and an output out of the range the head reads (probabilities outside [0, 1] or not summing to 1,
+logits that look like probabilities) is a warning, never a change of head.
+
+The optimizer is the one the model was compiled with (optimizers.Recipe: its class,
 learning rate or schedule, weight decay, clipping, EMA, loss scale factor, gradient accumulation), rebuilt
 by every worker under the strategy's scope with a fresh state; --optimizer and --learning-rate replace only
 what they name. A model compiled without an optimizer trains with the trainer's (Adam, 1e-3 by default).
 
 Everything that can be checked before a step is checked when the task is created, in the trainer's
-own process and before it joins any peer: a file that does not load, a module without the function
-or a function that returns no keras.Model, inputs of another shape or dtype than the data (both
-named), more labels than output units, a regression target with a softmax model. Each is one line
-and exit 2, and nothing has been written.
+own process and before any step: a file that does not load, a module without the function
+or a function that returns no keras.Model, every input against what the data gives it (its name, shape
+and dtype, the model's and the data's both named; a table's several named inputs each against its
+column), more labels than output units, a loss that does not fit the output, a regression target with a
+softmax model; then (prepare) the model on a few training rows. Each is one line and exit 2, and nothing
+has been written, so the next start, with the model fixed, starts afresh.
 """
 
 import hashlib
+import sys
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from disttrain_contract.errors import ContractError
+from disttrain_contract.evaluation import compiled as compiled_inference
 from disttrain_contract.evaluation import compiled_metrics
 from disttrain_contract.layout import Workdir
 from disttrain_contract.user_model import ModelSpec, code_info, import_model_module, load_model_file, local_model_file
@@ -148,65 +162,139 @@ class Task(base.Task):
         return self.head_kind
 
     def _head_and_loss(self, model):
-        """How the output reads (evaluation.HEADS) and the per-example loss function."""
+        """How the output reads (evaluation.HEADS) and the per-example loss function. The compiled loss says
+        whether the output is probabilities or logits (its from_logits); the last layer's activation is read
+        only to refuse a sure contradiction (a Keras layer that visibly ends in another function), and decides
+        only for a model compiled without a loss or with one that says nothing of its output (today's
+        inference). A custom output layer says nothing: whatever its call applies is the loss's to state."""
         output = model.outputs[0]
         units = int(np.prod([d for d in output.shape[1:] if d is not None])) if len(output.shape) > 1 else 1
         activation = output_activation(output)
         compiled = getattr(model, "loss", None) if getattr(model, "compiled", False) else None
         if isinstance(compiled, (dict, list, tuple)):
             raise ContractError("the model was compiled with several losses; disttrain trains one output")
-        loss_config = compiled_loss_config(compiled)
-        from_logits = bool(loss_config.get("from_logits"))
-        where = f"the model's output {output.name.split('/')[0]!r} ({units} unit(s), activation {activation})"
+        layer = output._keras_history[0]
+        what = f"activation {activation}" if activation else f"the custom layer {type(layer).__name__}"
+        where = f"the model's output {layer.name!r} ({units} unit(s), {what})"
+        kind, from_logits, loss_name = loss_reading(compiled)
         if self.problem == "regression":
-            if activation in ("softmax", "sigmoid"):
-                raise ContractError(
-                    f"{where} is a classifier's, but the target {self.manifest.target!r} is a regression "
-                    "target: end the model in Dense(1) with no activation"
-                )
-            if units != 1:
-                raise ContractError(f"{where}: a regression predicts one value per example; end the model in Dense(1)")
-            head = "value"
+            head = self._regression_head(where, activation, units, kind, loss_name)
+        elif kind is None:
+            head = self._head_from_activation(where, activation, units, compiled, compiled_loss_config(compiled))
         else:
-            n_labels = len(self.manifest.labels)
-            if units == 1:
-                if n_labels > 2:
-                    raise ContractError(
-                        f"{where}: the data has {n_labels} labels, more than the output's 1 unit; end "
-                        f"the model in Dense({n_labels}, activation='softmax')"
-                    )
-                if activation == "sigmoid":
-                    head = "sigmoid"
-                elif activation == "linear" and from_logits:
-                    head = "sigmoid_logits"
-                else:
-                    raise ContractError(
-                        f"{where}: one output unit classifies two labels only with activation "
-                        "'sigmoid' (or compiled with BinaryCrossentropy(from_logits=True))"
-                    )
-            else:
-                if units < n_labels:
-                    raise ContractError(
-                        f"{where}: the data has {n_labels} labels, more than the output's {units} units"
-                    )
-                if activation == "softmax":
-                    head = "softmax"
-                elif activation == "linear":
-                    head = "logits"  # (a model compiled without from_logits=True would train on wrong numbers)
-                    if compiled is not None and not from_logits:
-                        raise ContractError(
-                            f"{where} outputs logits but was compiled with a loss that expects "
-                            "probabilities: compile it with from_logits=True or end it in a softmax"
-                        )
-                else:
-                    raise ContractError(f"{where}: a classifier ends in a softmax (or no activation: logits)")
+            head = self._head_from_loss(where, activation, units, kind, from_logits, loss_name)
+        self.head_reason = f"the compiled {loss_name}" if kind else f"the last layer's {what}"
         if compiled is None:
             return head, default_loss(head)
         loss = keras.losses.get(compiled)
         # a Loss object's __call__ reduces over the batch; its call() gives the per-example values
-        return head, (loss.call if isinstance(loss, keras.losses.Loss) else loss)
+        per_example = loss.call if isinstance(loss, keras.losses.Loss) else loss
+        if kind == "categorical":  # (it scores one-hot labels; the data's are class indices)
+            return head, lambda y, out: per_example(tf.one_hot(tf.cast(y, tf.int32), units, dtype=out.dtype), out)
+        return head, per_example
+
+    def _regression_head(self, where, activation, units, kind, loss_name):
+        if activation in ("softmax", "sigmoid"):
+            raise ContractError(
+                f"{where} is a classifier's, but the target {self.manifest.target!r} is a regression "
+                "target: end the model in Dense(1) with no activation"
+            )
+        if units != 1:
+            raise ContractError(f"{where}: a regression predicts one value per example; end the model in Dense(1)")
+        if kind is not None:
+            raise ContractError(
+                f"the model was compiled with {loss_name}, a classifier's loss, but the target "
+                f"{self.manifest.target!r} is a regression target: compile it with loss='mse'"
+            )
+        return "value"
+
+    def _head_from_loss(self, where, activation, units, kind, from_logits, loss_name):
+        """The head the compiled loss says (loss_reading), once the output's units and last layer fit it."""
+        n_labels = len(self.manifest.labels)
+        compiled = f"the model was compiled with {loss_name}{'(from_logits=True)' if from_logits else ''}"
+        if kind == "binary":
+            if n_labels > 2:
+                raise ContractError(
+                    f"{where}: {compiled}, which scores two labels, and the data has {n_labels}: end the model in "
+                    f"Dense({n_labels}, activation='softmax') and compile it with "
+                    "loss='sparse_categorical_crossentropy'"
+                )
+            if units != 1:
+                other = {
+                    "softmax": " or compile it with loss='sparse_categorical_crossentropy'",
+                    "linear": " or compile it with keras.losses.SparseCategoricalCrossentropy(from_logits=True)",
+                }.get(activation, "")
+                raise ContractError(
+                    f"{where}: {compiled}, which scores one unit per example (the probability of "
+                    f"{self.manifest.labels[-1]!r}): end the model in {ending(kind, 1, from_logits)},{other}".rstrip(
+                        ","
+                    )
+                )
+            head = "sigmoid_logits" if from_logits else "sigmoid"
+        else:
+            if units < n_labels:
+                raise ContractError(
+                    f"{where}: the data has {n_labels} labels, more than the output's {units} unit(s); end the "
+                    f"model in {ending(kind, n_labels, from_logits)}"
+                )
+            head = "logits" if from_logits else "softmax"
+        squash = SQUASH[kind]
+        if from_logits and activation in ("sigmoid", "softmax"):
+            raise ContractError(
+                f"{where} is already a {activation}, and {compiled}, which applies another: compile it with "
+                f"{loss_name}() (from_logits=False), or end the model in {ending(kind, units, True)} with no activation"
+            )
+        if not from_logits and activation is not None and activation != squash:
+            logits = f"compile it with {loss_name}(from_logits=True), or " if activation == "linear" else ""
+            raise ContractError(
+                f"{where} outputs {activation} values, but {compiled}, which expects probabilities: "
+                f"{logits}end the model in {ending(kind, units, False)}"
+            )
+        return head
+
+    def _head_from_activation(self, where, activation, units, compiled, loss_config):
+        """Today's inference: the head from the last layer's activation (a custom layer: as if linear), for a
+        model compiled without a loss or with one that says nothing of probabilities or logits."""
+        from_logits = bool(loss_config.get("from_logits"))
+        custom, activation = activation is None, activation or "linear"
+        n_labels = len(self.manifest.labels)
+        if units == 1:
+            if n_labels > 2:
+                raise ContractError(
+                    f"{where}: the data has {n_labels} labels, more than the output's 1 unit; end "
+                    f"the model in Dense({n_labels}, activation='softmax')"
+                )
+            if activation == "sigmoid":
+                return "sigmoid"
+            if activation == "linear" and from_logits:
+                return "sigmoid_logits"
+            if custom:  # (its call may end in a sigmoid: the loss says so)
+                advice = (
+                    "compile it with loss='binary_crossentropy' if the layer ends in a sigmoid, or with "
+                    "keras.losses.BinaryCrossentropy(from_logits=True) if it outputs a logit"
+                )
+            else:
+                advice = "end the model in Dense(1, activation='sigmoid')" + (
+                    ", or compile it with keras.losses.BinaryCrossentropy(from_logits=True)"
+                    if activation == "linear"
+                    else ""
+                )
+            raise ContractError(f"{where}: one output unit classifies two labels with a sigmoid: {advice}")
+        if units < n_labels:
+            raise ContractError(f"{where}: the data has {n_labels} labels, more than the output's {units} units")
+        if activation == "softmax":
+            return "softmax"
+        if activation == "linear":
+            if compiled is not None and not from_logits:  # (it would train on wrong numbers)
+                raise ContractError(
+                    f"{where} outputs logits but was compiled with a loss that expects "
+                    "probabilities: compile it with from_logits=True or end it in a softmax"
+                )
+            return "logits"
+        raise ContractError(f"{where}: a classifier ends in a softmax (or no activation: logits)")
 
     def _check_inputs(self, model):
+        """Every input against what the data gives it: its name (a table's several inputs), shape and dtype."""
         data = self.spec.input
         if len(model.inputs) > 1:
             features = list(self.spec.features or [])
@@ -216,37 +304,61 @@ class Task(base.Task):
                     f"({data.name} {list(data.shape)} {data.dtype}); several named inputs work for tables"
                 )
             for t in model.inputs:
-                name = t.name.split(":")[0]
+                name, shape, dtype = t.name.split(":")[0], tuple(t.shape[1:]), str(t.dtype)
                 if name not in features:
                     raise ContractError(
                         f"the model's input {name!r} is not a column of the table (columns: "
                         f"{', '.join(features[:12])}{', ...' if len(features) > 12 else ''}): name each "
                         "input after the feature column it takes"
                     )
-                if tuple(d for d in t.shape[1:]) not in ((), (1,), (None,)):
+                if shape not in ((), (1,), (None,)):
                     raise ContractError(
-                        f"the model's input {name!r} has shape {list(t.shape[1:])}; an input named "
+                        f"the model's input {name!r} has shape {list(shape)}; an input named "
                         "after a column takes one value per example (shape [] or [1])"
+                    )
+                if not dtype_fits(data.dtype, dtype):
+                    raise ContractError(
+                        f"the model's input {name!r} takes {dtype}, the table's column {name!r} is {data.dtype}: "
+                        f"make it keras.Input(shape={shape if shape != (None,) else (1,)}, name={name!r}) "
+                        f"({data.dtype}; {NUMBERS_ONLY})"
                     )
             self.columns = {
                 t.name.split(":")[0]: (features.index(t.name.split(":")[0]), len(t.shape) > 1) for t in model.inputs
             }
             return
         t = model.inputs[0]
-        shape = tuple(t.shape[1:])
-        model_dtype, data_dtype = str(t.dtype), data.dtype
+        name, shape, model_dtype, data_dtype = t.name.split(":")[0], tuple(t.shape[1:]), str(t.dtype), data.dtype
         fits = len(shape) == len(data.shape) and all(m is None or m == d for m, d in zip(shape, data.shape))
+        sides = (
+            f"the model's input {name!r} has shape {list(shape)} and dtype {model_dtype}, the data's {data.name!r} "
+            f"has shape {list(data.shape)} and dtype {data_dtype}"
+        )
         if not fits:
-            raise ContractError(
-                f"the model's input {t.name.split(':')[0]!r} has shape {list(shape)} and dtype "
-                f"{model_dtype}, the data's {data.name!r} has shape {list(data.shape)} and dtype "
-                f"{data_dtype}: make the model's input keras.Input(shape={tuple(data.shape)})"
-            )
+            raise ContractError(f"{sides}: make the model's input keras.Input(shape={tuple(data.shape)})")
         if not dtype_fits(data_dtype, model_dtype):
+            raise ContractError(f"{sides}: {dtype_advice(data_dtype, data.shape)}")
+
+    def prepare(self, data_dir, x_train):
+        """Before any step, and before anything is written: the model on a few of this worker's training rows. It
+        must run on them as the data gives them; an output out of the range the loss expects is a warning."""
+        self.probe_output(x_train)
+        return super().prepare(data_dir, x_train)
+
+    def probe_output(self, x_train, rows=64):
+        model = self._probe if self._probe is not None else self._model()
+        x = self.model_input(x_train[:rows])
+        try:
+            out = np.asarray(compiled_inference(model)(x), dtype=np.float64)  # (as the step and the evaluation run it)
+        except Exception as err:  # the user's layers may raise anything
+            message = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
             raise ContractError(
-                f"the model's input {t.name.split(':')[0]!r} has dtype {model_dtype}, the data's "
-                f"{data.name!r} is {data_dtype} (shape {list(data.shape)}): they do not convert"
-            )
+                f"the model does not run on {min(rows, len(x_train))} training rows as the data gives them "
+                f"({self.spec.input.name} {list(self.spec.input.shape)} {self.spec.input.dtype}): "
+                f"{type(err).__name__}: {message}"
+            ) from None
+        warning = output_range_warning(self.head_kind, out.reshape(len(out), -1), self.head_reason)
+        if warning:
+            print(f"warning: {warning}", file=sys.stderr, flush=True)
 
     # ------------------------------------------------------------------- data
     def model_input(self, x):
@@ -330,6 +442,42 @@ class Task(base.Task):
         return f"{self.manifest.task}, own model {source} ({self.head_kind} head)"
 
 
+# the compiled losses that say how the output reads: kind ("binary": one unit, the second label's probability or
+# logit; "sparse": one unit per class against class indices; "categorical": the same against one-hot labels, which
+# the trainer makes from its indices) and the class the advice names. Another loss says nothing of the output.
+LOSS_KINDS = {
+    keras.losses.binary_crossentropy: ("binary", "BinaryCrossentropy"),
+    keras.losses.binary_focal_crossentropy: ("binary", "BinaryFocalCrossentropy"),
+    keras.losses.sparse_categorical_crossentropy: ("sparse", "SparseCategoricalCrossentropy"),
+    keras.losses.categorical_crossentropy: ("categorical", "CategoricalCrossentropy"),
+    keras.losses.categorical_focal_crossentropy: ("categorical", "CategoricalFocalCrossentropy"),
+}
+SQUASH = {"binary": "sigmoid", "sparse": "softmax", "categorical": "softmax"}
+NUMBERS_ONLY = (
+    "the copier gives numbers: string and integer inputs (a StringLookup, an IntegerLookup) are not possible yet"
+)
+
+
+def loss_reading(compiled):
+    """(kind, from_logits, "keras.losses.Class") of a compiled loss (LOSS_KINDS); (None, False, None) for no loss or
+    one that says nothing of probabilities or logits."""
+    if compiled is None:
+        return None, False, None
+    try:
+        loss = keras.losses.get(compiled) if isinstance(compiled, (str, dict)) else compiled
+    except (ValueError, TypeError):
+        return None, False, None
+    kind, cls = LOSS_KINDS.get(getattr(loss, "fn", loss), (None, None))
+    if kind is None:
+        return None, False, None
+    return kind, bool(compiled_loss_config(loss).get("from_logits")), f"keras.losses.{cls}"
+
+
+def ending(kind, units, from_logits):
+    """The last layer that fits a loss of `kind` with this from_logits, as the advice names it."""
+    return f"Dense({units})" if from_logits else f"Dense({units}, activation={SQUASH[kind]!r})"
+
+
 def default_loss(head):
     return {
         "softmax": keras.losses.sparse_categorical_crossentropy,
@@ -348,10 +496,18 @@ def compiled_loss_config(loss):
 
 
 def output_activation(output):
-    """The activation that produces a model's output: a Dense's, or an Activation/Softmax layer's."""
+    """The activation that produces a model's output, as its last layer says: a Keras Dense's (or any Keras layer's
+    `activation`), an Activation or Softmax layer's, "linear" for a Keras layer without one; that of a nested
+    functional model's output; None for a layer of the user's own class, whose call may apply anything."""
     layer = output._keras_history[0]
+    if isinstance(layer, keras.Model) and getattr(layer, "outputs", None) and len(layer.outputs) == 1:
+        return output_activation(layer.outputs[0])
+    if not type(layer).__module__.startswith("keras."):
+        return None
     if isinstance(layer, keras.layers.Softmax):
         return "softmax"
+    if isinstance(layer, keras.layers.ReLU):
+        return "relu"
     activation = getattr(layer, "activation", None)
     if activation is None:
         return "linear"
@@ -359,11 +515,45 @@ def output_activation(output):
     return {"softmax_v2": "softmax"}.get(name, name)
 
 
+def output_range_warning(head, out, reads):
+    """A warning when the model's output on a few training rows (out: [rows, units]) is not of the kind the
+    head reads (probabilities or logits), else None. `reads`: why the head is what it is. It never changes the
+    head: a fresh model's outputs may be anything, and the loss says what they are."""
+    low, high, rows = float(out.min()), float(out.max()), len(out)
+    seen = f"on {rows} training rows the model's output ranges over [{low:.3g}, {high:.3g}]"
+    within = low >= 0.0 and high <= 1.0
+    sums = out.sum(axis=1)
+    normalised = within and bool(np.all(np.abs(sums - 1.0) < 1e-3))
+    if head == "sigmoid" and not within:
+        return f"{reads} reads it as a probability, but {seen}: if it is a logit, compile it with from_logits=True"
+    if head == "softmax" and not normalised:
+        return (
+            f"{reads} reads it as probabilities, but {seen} and its rows sum to [{sums.min():.3g}, "
+            f"{sums.max():.3g}]: if they are logits, compile it with from_logits=True"
+        )
+    if (head == "sigmoid_logits" and within) or (head == "logits" and normalised and out.shape[1] > 1):
+        return (
+            f"{reads} reads it as logits (from_logits=True), but {seen}, as probabilities would: if the model "
+            "ends in a sigmoid or softmax, compile it without from_logits=True (applied twice, it trains badly)"
+        )
+    return None
+
+
 def dtype_fits(data, model):
     if data == "string" or model == "string":
         return data == model
     data_kind, model_kind = np.dtype(data).kind, np.dtype(model).kind
     return model_kind in FLOAT_KINDS or (data_kind in "iub" and model_kind in "iu")
+
+
+def dtype_advice(data, shape):
+    """What a single input whose dtype the data's does not convert to should be."""
+    if data == "string":
+        return (
+            f"make it keras.Input(shape={tuple(shape)}, dtype='string') (a TextVectorization layer in the model "
+            "turns the text into numbers)"
+        )
+    return f"make it keras.Input(shape={tuple(shape)}) (float32, the default; {NUMBERS_ONLY})"
 
 
 def flat(per_example):
