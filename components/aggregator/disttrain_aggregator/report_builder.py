@@ -174,7 +174,6 @@ def plot_report(report, histories, path):
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import matplotlib.ticker
 
     from disttrain_contract import atomic_path
 
@@ -188,7 +187,24 @@ def plot_report(report, histories, path):
         + ("" if fraction else f" ({'lower' if primary['direction'] == 'min' else 'higher'} is better)")
     )
     fig, axes = plt.subplots(1, 3 if hard else 2, figsize=(16 if hard else 11, 4))
-    bars, curves = axes[0], axes[1]
+    plot_bars(axes[0], report, key, fraction, ylabel)
+    plot_curves(axes[1], report, histories, key, ylabel)
+    if hard:
+        plot_hard_queries(axes[2], report["final"])
+    data = report.get("data")
+    if data:
+        fig.text(0.01, 0.01, data_line(report, data), fontsize=8, color="#555555")
+        fig.tight_layout(rect=(0, 0.04, 1, 1))
+    else:
+        fig.tight_layout()
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=100)
+    plt.close(fig)
+
+
+def plot_bars(bars, report, key, fraction, ylabel):
+    """The held-out `key` of each worker, each available combine candidate and the final model, with the
+    quality gate's trivial predictor as a dotted line."""
     candidates = [
         (name, c)
         for name, c in (report.get("combine") or {}).get("candidates", {}).items()
@@ -226,7 +242,12 @@ def plot_report(report, histories, path):
     finite = [v for v in values if np.isfinite(v)] + ([floor["reference_value"]] if floor else [])
     bars.set_ylim(0, 1.05 if fraction else 1.15 * max(finite + [1e-9]))
     bars.set_ylabel(ylabel)
-    bars.set_title(
+    bars.set_title(bars_title(report))
+
+
+def bars_title(report):
+    """The task and strategy, the combine mode published, and the privacy guarantee when there is one."""
+    return (
         f"{report['task']} / {report['strategy']}"
         + (f": {report['combine']['published']} published" if report.get("combine") else "")
         + (
@@ -236,6 +257,12 @@ def plot_report(report, histories, path):
             else ""
         )
     )
+
+
+def plot_curves(curves, report, histories, key, ylabel):
+    """Each worker's per-epoch held-out `key` (the epochs it evaluated), with the final model's as a dashed line."""
+    import matplotlib.ticker
+
     for i, history in enumerate(histories):
         evaluated = [e for e in history if key in e.metrics]  # multiworker, localsgd: the chief evaluates
         if evaluated:
@@ -248,27 +275,17 @@ def plot_report(report, histories, path):
     curves.set_ylabel("held-out accuracy" if task_of(report).retrieval else ylabel)
     curves.set_title("training curves")
     curves.legend()
-    if hard:
-        plot_hard_queries(axes[2], report["final"])
-    data = report.get("data")
-    if data:
-        skew = [v for v in (data.get("label_skew") or {}).values() if isinstance(v, (int, float))]
-        fig.text(
-            0.01,
-            0.01,
-            f"data: validation {'passed' if data['passed'] else 'FAILED'}, {len(data['warnings'])} warning(s), "
-            f"{data['leaked_duplicates']} held-out input(s) also in training"
-            + (f", largest label skew {max(skew):.3f} (total-variation distance)" if skew else "")
-            + f"; {report['final']['examples']:,} training / {report['test_examples']:,} held-out examples",
-            fontsize=8,
-            color="#555555",
-        )
-        fig.tight_layout(rect=(0, 0.04, 1, 1))
-    else:
-        fig.tight_layout()
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=100)
-    plt.close(fig)
+
+
+def data_line(report, data):
+    """The copier's data validation in one line, under the plots."""
+    skew = [v for v in (data.get("label_skew") or {}).values() if isinstance(v, (int, float))]
+    return (
+        f"data: validation {'passed' if data['passed'] else 'FAILED'}, {len(data['warnings'])} warning(s), "
+        f"{data['leaked_duplicates']} held-out input(s) also in training"
+        + (f", largest label skew {max(skew):.3f} (total-variation distance)" if skew else "")
+        + f"; {report['final']['examples']:,} training / {report['test_examples']:,} held-out examples"
+    )
 
 
 def plot_hard_queries(axis, final):

@@ -66,6 +66,14 @@ TEST = "test"
 
 
 def parse_args(argv=None):
+    p = build_parser()
+    args = p.parse_args(argv)
+    check_args(p, args)
+    return args
+
+
+def build_parser():
+    """The copier's flags, in --help's order (the epilog: the sources)."""
     p = argparse.ArgumentParser(
         prog="disttrain-copier",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -83,6 +91,16 @@ def parse_args(argv=None):
         "  AWS_SECRET_ACCESS_KEY, AWS_REGION (and AWS_CA_BUNDLE). A table or csv: object is downloaded once beside\n"
         "  the output directory (it is read twice) and removed at the end; npz: and images: stream.\n\n" + SCHEMA_HELP,
     )
+    add_location_flags(p)
+    add_split_flags(p)
+    add_input_flags(p)
+    add_validation_flags(p)
+    private_vocab.add_flags(p)
+    return p
+
+
+def add_location_flags(p):
+    """Where the data comes from, into how many shards it is split, and where they are written."""
     p.add_argument("--source", required=True, help="where the data comes from (see below)")
     p.add_argument(
         "--n-shards",
@@ -98,8 +116,17 @@ def parse_args(argv=None):
         help="shared working directory (default $DISTTRAIN_WORKDIR or ./workdir)",
     )
     p.add_argument("--out", "--savedir", dest="out", help="output directory (default WORKDIR/data)")
+
+
+def add_split_flags(p):
+    """How the examples are divided: the held-out fraction and the split's seed."""
     p.add_argument("--test-fraction", type=float, default=0.2, help="fraction held out for evaluation (default 0.2)")
     p.add_argument("--seed", type=int, default=0, help="seed of the split (default 0)")
+
+
+def add_input_flags(p):
+    """How the source is read (text vocabulary, image size and channels, the task, a table's label, the problem)
+    and where downloaded samples are kept."""
     p.add_argument("--max-tokens", type=int, default=20000, help="text: vocabulary size (default 20000)")
     p.add_argument("--image-size", type=int, default=32, help="images:DIR: resize to SIZE x SIZE (default 32)")
     p.add_argument(
@@ -124,6 +151,10 @@ def parse_args(argv=None):
     p.add_argument(
         "--cache-dir", help="where downloaded samples are kept (default $DISTTRAIN_CACHE or ~/.cache/disttrain)"
     )
+
+
+def add_validation_flags(p):
+    """The data validation's checks and what turns a failed one into a warning."""
     check = p.add_argument_group("data validation (a failed check: exit 2, nothing published)")
     check.add_argument(
         "--allow-duplicates",
@@ -153,8 +184,10 @@ def parse_args(argv=None):
         action="store_false",
         help="do not draw stats.png (stats.json is always written; the plot costs ~0.2-0.5 s a copy)",
     )
-    private_vocab.add_flags(p)
-    args = p.parse_args(argv)
+
+
+def check_args(p, args):
+    """The checks of the flags' values (p.error: one line, exit 2); fills in --label-column's default."""
     if not 0.0 <= args.max_label_skew <= 1.0:
         p.error(f"--max-label-skew must be between 0 and 1, got {args.max_label_skew}")
     if args.n_shards < 1:
@@ -168,7 +201,6 @@ def parse_args(argv=None):
     if args.label_column is None:
         args.label_column = "label"
     private_vocab.check(args, p.error)
-    return args
 
 
 def split_assignments(seed, test_fraction, n_shards, block=1 << 16):

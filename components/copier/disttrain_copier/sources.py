@@ -30,6 +30,7 @@ import subprocess
 import sys
 import zipfile
 import zlib
+from typing import NamedTuple
 
 import numpy as np
 
@@ -351,17 +352,7 @@ def npz_arrays(path, problem="classification"):
 
 
 def _npz_arrays(path, problem):
-    try:
-        source = objectstore.open_input(path)  # (an s3:// zip: its directory by ranged reads)
-        archive = zipfile.ZipFile(source)
-        members = set(archive.namelist())
-    except (zipfile.BadZipFile, OSError) as err:
-        raise ContractError(f"{path} is not a readable .npz file: {err}") from None
-    for needed in ("x.npy", "y.npy"):
-        if needed not in members:
-            raise ContractError(
-                f"{path} has no '{needed[0]}' array (found: {sorted(m.removesuffix('.npy') for m in members)})"
-            )
+    source, archive, members = _open_npz(path)
     y = _small_npy(archive, "y.npy", path)
     label_names = (
         _small_npy(archive, "label_names.npy", path)
@@ -377,6 +368,50 @@ def _npz_arrays(path, problem):
         raise ContractError(f"{path}: x must be [n, ...] with at least one value per example, got shape {x_shape}")
     regression = problem == "regression"
     n = int(x_shape[0])
+    y, names, target = _npz_labels(path, y, n, regression, label_names)
+    x = _x_layout(x_shape, x_dtype, regression)
+
+    def stream():
+        yield from _npz_rows(path, archive, y, x, regression)
+
+    def release():
+        archive.close()
+        source.close()
+
+    return Dataset(
+        "image" if x.image else "array",
+        names,
+        x.spec,
+        n,
+        stream,
+        source_dtype=str(x_dtype),
+        problem=problem,
+        target=target,
+        release=release,
+    )
+
+
+def _open_npz(path):
+    """(the open input, its zip archive, the archive's member names) of an .npz holding x and y; a file that is
+    not one: ContractError."""
+    try:
+        source = objectstore.open_input(path)  # (an s3:// zip: its directory by ranged reads)
+        archive = zipfile.ZipFile(source)
+        members = set(archive.namelist())
+    except (zipfile.BadZipFile, OSError) as err:
+        raise ContractError(f"{path} is not a readable .npz file: {err}") from None
+    for needed in ("x.npy", "y.npy"):
+        if needed not in members:
+            raise ContractError(
+                f"{path} has no '{needed[0]}' array (found: {sorted(m.removesuffix('.npy') for m in members)})"
+            )
+    return source, archive, members
+
+
+def _npz_labels(path, y, n, regression, label_names):
+    """(y as stored, the class names, the target's name) of an npz's y for its n rows: regression, finite float64
+    targets ([n] or [n, 1]); classification, integer class indices >= 0 (floats only if whole numbers, made int64)
+    that label_names (default "0", "1", ...) cover."""
     if regression and y.ndim == 2 and y.shape[1] == 1:
         y = y[:, 0]
     if y.ndim != 1 or y.shape[0] != n or y.dtype.kind not in "iuf":
@@ -389,74 +424,76 @@ def _npz_arrays(path, problem):
             raise ContractError(
                 f"{path}: y[{int(bad[0])}] is {float(y[bad[0]])!r}: a regression target must be a finite number"
             )
-        names, target = [], "y"
-    else:
-        if y.dtype.kind == "f":
-            fractional = np.flatnonzero(~np.isfinite(y) | (y != np.round(y)))
-            if len(fractional):
-                raise ContractError(
-                    f"{path}: y must be [n] integers for classification, got {y.dtype} values such as "
-                    f"{float(y[fractional[0]])!r}: for a numeric target use --problem regression"
-                )
-            y = y.astype(np.int64)
-        n_classes = int(y.max()) + 1 if y.size else 0
-        if y.size and y.min() < 0:
-            raise ContractError(f"{path}: labels must be >= 0")
-        names = [str(i) for i in range(n_classes)]
-        if label_names is not None:
-            names = [str(v) for v in label_names]
-            if len(names) < n_classes:
-                raise ContractError(f"{path}: {len(names)} label_names but labels go up to {n_classes - 1}")
-        target = None
+        return y, [], "y"
+    if y.dtype.kind == "f":
+        fractional = np.flatnonzero(~np.isfinite(y) | (y != np.round(y)))
+        if len(fractional):
+            raise ContractError(
+                f"{path}: y must be [n] integers for classification, got {y.dtype} values such as "
+                f"{float(y[fractional[0]])!r}: for a numeric target use --problem regression"
+            )
+        y = y.astype(np.int64)
+    n_classes = int(y.max()) + 1 if y.size else 0
+    if y.size and y.min() < 0:
+        raise ContractError(f"{path}: labels must be >= 0")
+    names = [str(i) for i in range(n_classes)]
+    if label_names is not None:
+        names = [str(v) for v in label_names]
+        if len(names) < n_classes:
+            raise ContractError(f"{path}: {len(names)} label_names but labels go up to {n_classes - 1}")
+    return y, names, None
+
+
+class _XLayout(NamedTuple):
+    """How an npz's x rows are read and stored: `dtype` in the file, `row_bytes` each there; `image` (stored as
+    uint8 pixels) or an array stored in `store`, the file's dtype in native byte order; `row_shape` as stored."""
+
+    dtype: np.dtype
+    image: bool
+    row_shape: tuple
+    spec: dict  # the manifest's input
+    store: np.dtype | None  # (None for an image)
+    row_bytes: int
+
+
+def _x_layout(x_shape, x_dtype, regression):
     image = not regression and (len(x_shape) == 3 or (len(x_shape) == 4 and x_shape[3] in (1, 3)))
     file_shape = tuple(x_shape[1:])
     if image:
         row_shape = (x_shape[1], x_shape[2], x_shape[3] if len(x_shape) == 4 else 1)
         spec = {"kind": "image", "height": row_shape[0], "width": row_shape[1], "channels": row_shape[2]}
+        store = None
     else:
         row_shape = file_shape or (1,)  # x [n]: one number an example, stored as [n, 1]
         store = x_dtype.newbyteorder("=")
         spec = {"kind": "array", "name": "x", "shape": list(row_shape), "dtype": store.name}
     row_bytes = int(np.prod(file_shape, dtype=np.int64)) * x_dtype.itemsize
+    return _XLayout(x_dtype, image, row_shape, spec, store, row_bytes)
 
-    def stream():
-        try:
-            with _reading(path), archive.open("x.npy") as fh:
-                _read_npy_header(fh)
-                for i, label in enumerate(y):
-                    row = fh.read(row_bytes)
-                    if len(row) != row_bytes:
-                        raise ContractError(f"{path}: x is truncated")
-                    values = np.frombuffer(row, dtype=x_dtype).reshape(row_shape)
-                    if image:
-                        if x_dtype.kind == "f" and values.max(initial=0) <= 1.0:
-                            values = values * 255.0  # float images in [0, 1]
-                        yield np.clip(values, 0, 255).astype(np.uint8), int(label)
-                        continue
-                    if x_dtype.kind == "f" and not np.isfinite(values).all():
-                        raise ContractError(
-                            f"{path}: x[{i}] has a value that is not a finite number "
-                            f"({float(values[~np.isfinite(values)].flat[0])!r}); x must hold finite numbers"
-                        )
-                    yield values.astype(store), (float(label) if regression else int(label))
-        except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:  # a corrupt member shows only when read
-            raise ContractError(f"{path}: x.npy is corrupt: {err}") from None
 
-    def release():
-        archive.close()
-        source.close()
-
-    return Dataset(
-        "image" if image else "array",
-        names,
-        spec,
-        n,
-        stream,
-        source_dtype=str(x_dtype),
-        problem=problem,
-        target=target,
-        release=release,
-    )
+def _npz_rows(path, archive, y, x, regression):
+    """(row, label) of each example, x streamed out of the zip row by row (`x` its _XLayout)."""
+    try:
+        with _reading(path), archive.open("x.npy") as fh:
+            _read_npy_header(fh)
+            for i, label in enumerate(y):
+                row = fh.read(x.row_bytes)
+                if len(row) != x.row_bytes:
+                    raise ContractError(f"{path}: x is truncated")
+                values = np.frombuffer(row, dtype=x.dtype).reshape(x.row_shape)
+                if x.image:
+                    if x.dtype.kind == "f" and values.max(initial=0) <= 1.0:
+                        values = values * 255.0  # float images in [0, 1]
+                    yield np.clip(values, 0, 255).astype(np.uint8), int(label)
+                    continue
+                if x.dtype.kind == "f" and not np.isfinite(values).all():
+                    raise ContractError(
+                        f"{path}: x[{i}] has a value that is not a finite number "
+                        f"({float(values[~np.isfinite(values)].flat[0])!r}); x must hold finite numbers"
+                    )
+                yield values.astype(x.store), (float(label) if regression else int(label))
+    except (zipfile.BadZipFile, zlib.error, EOFError, OSError) as err:  # a corrupt member shows only when read
+        raise ContractError(f"{path}: x.npy is corrupt: {err}") from None
 
 
 def _read_npy_header(fh, version=None):

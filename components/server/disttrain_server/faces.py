@@ -237,109 +237,130 @@ def _photo_body(example, **fields):
 
 
 def openapi_paths(context):
-    """:search and the gallery."""
-    limits, model_name, unknown_model = context.limits, context.model_name(), json_response("Unknown model name.")
-    entry_id = {
+    """:search and the gallery, one function per operation (each makes new dicts: build_spec adds responses)."""
+    upload = _upload_note(context.limits)
+    return {
+        "/v1/models/{model_name}:search": {"post": _search_operation(context.model_name(), upload)},
+        "/v1/gallery": {"get": _gallery_operation(), "post": _enrol_operation(upload)},
+        "/v1/gallery/{entry_id}": {"delete": _delete_operation()},
+        "/v1/gallery/{entry_id}/thumbnail.png": {"get": _thumbnail_operation()},
+    }
+
+
+def _upload_note(limits):
+    """What :search and the enrolment say of the photo they take."""
+    return (
+        "The photo goes through the same face detector as the training photos; the most face-like one is used "
+        f"(eyes found in it, then the detector's confidence). The body may be at most {limits['max_upload_bytes']} bytes."
+    )
+
+
+def _entry_id():
+    """The {entry_id} path parameter."""
+    return {
         "name": "entry_id",
         "in": "path",
         "required": True,
         "schema": STRING,
         "description": "A gallery entry's id.",
     }
-    no_entry = json_response("No gallery entry with this id.")
-    upload = (
-        "The photo goes through the same face detector as the training photos; the most face-like one is used "
-        f"(eyes found in it, then the detector's confidence). The body may be at most {limits['max_upload_bytes']} bytes."
-    )
+
+
+def _search_operation(model_name, upload):
+    """POST /v1/models/{model_name}:search."""
     return {
-        "/v1/models/{model_name}:search": {
-            "post": {
-                "summary": "The enrolled people nearest to the face in a photo (faces models).",
-                "description": f"{upload} The photo is not stored. Matches are sorted by Euclidean distance between embeddings, "
-                "nearest first (the same person is typically below 0.5, different people around 1). An empty gallery answers 200 "
-                "with no matches and a note.",
-                "parameters": [model_name],
-                "requestBody": _photo_body(
-                    {"image": {"b64": "/9j/4AAQSkZJRg..."}, "k": 3},
-                    k={
-                        "type": "integer",
-                        "minimum": 1,
-                        "maximum": 100,
-                        "description": "How many matches (default --top-k).",
-                    },
-                ),
-                "responses": {
-                    "200": json_response(
-                        "The face used and the nearest entries.", {"$ref": "#/components/schemas/SearchResult"}
-                    ),
-                    "400": json_response("Not a search request: no image field, or a body that is not a JSON object."),
-                    "404": unknown_model,
-                    "409": json_response("The served model is not a faces model."),
-                    "413": json_response("Body over the upload limit."),
-                    "422": json_response(
-                        "Unusable content: not base64, not a decodable image, no face found, k out of range."
-                    ),
-                    "503": json_response("No model is loaded."),
-                },
-            }
-        },
-        "/v1/gallery": {
-            "get": {
-                "summary": "The enrolled people, oldest first.",
-                "responses": {"200": json_response("The gallery.", {"$ref": "#/components/schemas/Gallery"})},
+        "summary": "The enrolled people nearest to the face in a photo (faces models).",
+        "description": f"{upload} The photo is not stored. Matches are sorted by Euclidean distance between embeddings, "
+        "nearest first (the same person is typically below 0.5, different people around 1). An empty gallery answers 200 "
+        "with no matches and a note.",
+        "parameters": [model_name],
+        "requestBody": _photo_body(
+            {"image": {"b64": "/9j/4AAQSkZJRg..."}, "k": 3},
+            k={
+                "type": "integer",
+                "minimum": 1,
+                "maximum": 100,
+                "description": "How many matches (default --top-k).",
             },
-            "post": {
-                "summary": "Enrol a person from a photo.",
-                "description": f"{upload} The face is embedded once now (and once per newly published model), never per search.",
-                "requestBody": _photo_body(
-                    {"name": "Ada Lovelace", "image": {"b64": "/9j/4AAQSkZJRg..."}},
-                    name={
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": 100,
-                        "required": True,
-                        "description": "The person's name (1 to 100 characters).",
-                    },
-                ),
-                "responses": {
-                    "201": json_response(
-                        "The new entry; `note` says if the photo had several faces.",
-                        {"$ref": "#/components/schemas/GalleryEntry"},
-                    ),
-                    "400": json_response("No image or no name field, or a body that is not a JSON object."),
-                    "413": json_response("Body over the upload limit."),
-                    "422": json_response(
-                        "Unusable content: an empty or too long name, not base64, not a decodable image, no face found."
-                    ),
-                    "503": json_response("The gallery folder cannot be written."),
-                },
+        ),
+        "responses": {
+            "200": json_response(
+                "The face used and the nearest entries.", {"$ref": "#/components/schemas/SearchResult"}
+            ),
+            "400": json_response("Not a search request: no image field, or a body that is not a JSON object."),
+            "404": json_response("Unknown model name."),
+            "409": json_response("The served model is not a faces model."),
+            "413": json_response("Body over the upload limit."),
+            "422": json_response("Unusable content: not base64, not a decodable image, no face found, k out of range."),
+            "503": json_response("No model is loaded."),
+        },
+    }
+
+
+def _gallery_operation():
+    """GET /v1/gallery."""
+    return {
+        "summary": "The enrolled people, oldest first.",
+        "responses": {"200": json_response("The gallery.", {"$ref": "#/components/schemas/Gallery"})},
+    }
+
+
+def _enrol_operation(upload):
+    """POST /v1/gallery."""
+    return {
+        "summary": "Enrol a person from a photo.",
+        "description": f"{upload} The face is embedded once now (and once per newly published model), never per search.",
+        "requestBody": _photo_body(
+            {"name": "Ada Lovelace", "image": {"b64": "/9j/4AAQSkZJRg..."}},
+            name={
+                "type": "string",
+                "minLength": 1,
+                "maxLength": 100,
+                "required": True,
+                "description": "The person's name (1 to 100 characters).",
             },
+        ),
+        "responses": {
+            "201": json_response(
+                "The new entry; `note` says if the photo had several faces.",
+                {"$ref": "#/components/schemas/GalleryEntry"},
+            ),
+            "400": json_response("No image or no name field, or a body that is not a JSON object."),
+            "413": json_response("Body over the upload limit."),
+            "422": json_response(
+                "Unusable content: an empty or too long name, not base64, not a decodable image, no face found."
+            ),
+            "503": json_response("The gallery folder cannot be written."),
         },
-        "/v1/gallery/{entry_id}": {
-            "delete": {
-                "summary": "Remove an entry (its crop, thumbnail and embeddings).",
-                "parameters": [entry_id],
-                "responses": {
-                    "200": json_response(
-                        "The removed entry.", object_of(deleted={"$ref": "#/components/schemas/GalleryEntry"})
-                    ),
-                    "404": no_entry,
-                    "503": json_response("The gallery folder cannot be written."),
-                },
-            }
+    }
+
+
+def _delete_operation():
+    """DELETE /v1/gallery/{entry_id}."""
+    return {
+        "summary": "Remove an entry (its crop, thumbnail and embeddings).",
+        "parameters": [_entry_id()],
+        "responses": {
+            "200": json_response(
+                "The removed entry.", object_of(deleted={"$ref": "#/components/schemas/GalleryEntry"})
+            ),
+            "404": json_response("No gallery entry with this id."),
+            "503": json_response("The gallery folder cannot be written."),
         },
-        "/v1/gallery/{entry_id}/thumbnail.png": {
-            "get": {
-                "summary": "A small colour picture of the entry's face.",
-                "parameters": [entry_id],
-                "responses": {
-                    "200": {
-                        "description": "PNG image.",
-                        "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
-                    },
-                    "404": no_entry,
-                },
-            }
+    }
+
+
+def _thumbnail_operation():
+    """GET /v1/gallery/{entry_id}/thumbnail.png."""
+    return {
+        "summary": "A small colour picture of the entry's face.",
+        "parameters": [_entry_id()],
+        "responses": {
+            "200": {
+                "description": "PNG image.",
+                "content": {"image/png": {"schema": {"type": "string", "format": "binary"}}},
+            },
+            "404": json_response("No gallery entry with this id."),
         },
     }
 

@@ -82,6 +82,14 @@ TELL_SECONDS = [0.0]
 
 
 def parse_args(argv=None):
+    p = build_parser()
+    args = p.parse_args(argv)
+    check_args(p, args)
+    return args
+
+
+def build_parser():
+    """The sweep's flags, in --help's order (the epilog: the search space's syntax and defaults)."""
     p = argparse.ArgumentParser(
         prog="disttrain-sweep",
         description="Hyper-parameter search with Optuna on the shared working directory (between copier and trainer).",
@@ -92,6 +100,16 @@ def parse_args(argv=None):
         + "; ".join(f"{k} {v}" for k, v in DEFAULTS["image"].items())
         + ".",
     )
+    add_study_flags(p)
+    add_space_flags(p)
+    add_trial_flags(p)
+    add_retry_flags(p)
+    add_process_flags(p)
+    return p
+
+
+def add_study_flags(p):
+    """The study: the working directory, the data, the budget of trials, this process's number."""
     p.add_argument(
         "--workdir",
         default=default_workdir(),
@@ -110,6 +128,10 @@ def parse_args(argv=None):
         default=job_completion_index(0),
         help="this process's number among the sweep processes: seeds its sampler (default $JOB_COMPLETION_INDEX, else 0)",
     )
+
+
+def add_space_flags(p):
+    """The search space: one flag per parameter, the strategy (localsgd adds H), the first trial."""
     for name in DEFAULTS["text"]:
         p.add_argument(f"--{name.replace('_', '-')}", dest=name, help="search space (default: per task, below)")
     p.add_argument(
@@ -133,6 +155,10 @@ def parse_args(argv=None):
     p.add_argument(
         "--start", help="the first trial's parameters, NAME=VALUE,... (e.g. a known-bad learning rate to beat)"
     )
+
+
+def add_trial_flags(p):
+    """What every trial trains on and with: the validation split, the user's model, the seed."""
     p.add_argument(
         "--validation-fraction",
         type=float,
@@ -152,6 +178,10 @@ def parse_args(argv=None):
         default=42,
         help="seed of the validation split, the trials' initial weights and the sampler (default 42)",
     )
+
+
+def add_retry_flags(p):
+    """Trials stopped early (the pruner) or run again (failures, lost heartbeats)."""
     p.add_argument(
         "--pruner",
         choices=("median", "halving", "none"),
@@ -170,11 +200,19 @@ def parse_args(argv=None):
         default=60.0,
         help="seconds without a heartbeat after which another process fails the trial and retries it (default 60)",
     )
+
+
+def add_process_flags(p):
+    """Each trial's trainer threads and the wait for the copier."""
     p.add_argument("--threads", type=int, default=1, help="TensorFlow threads of each trial's trainer (default 1)")
     p.add_argument(
         "--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)"
     )
-    args = p.parse_args(argv)
+
+
+def check_args(p, args):
+    """The checks of the flags' values (p.error: one line, exit 2); one trainer per trial unless the strategy
+    connects several."""
     if args.trials < 1:
         p.error("--trials must be >= 1")
     if args.retries < 0 or args.threads < 0 or args.process_index < 0:
@@ -185,7 +223,6 @@ def parse_args(argv=None):
         p.error(f"--trial-workers must be >= 2 with --strategy {args.strategy} (one worker has nothing to average)")
     if not strategy_of(args.strategy).connected:
         args.trial_workers = 1
-    return args
 
 
 def main(argv=None):

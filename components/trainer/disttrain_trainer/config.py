@@ -166,6 +166,21 @@ def build_parser(prog="disttrain-trainer", description="Train one worker on its 
         "otherwise it is built from --workers, --worker-index and --host-pattern ({job}-{index}.{service}:{port} "
         "when --service is set, else 127.0.0.1:{index_port} = base port + index).",
     )
+    add_location_flags(p)
+    options.add_flags(p)  # --strategy and each strategy's own flags (strategies/options.py)
+    add_training_flags(p)
+    add_own_model_flags(p)
+    add_model_flags(p)
+    add_params_from_flag(p)
+    add_faces_flags(p)
+    add_cluster_flags(p)
+    add_runtime_flags(p)
+    privacy.add_flags(p)
+    return p
+
+
+def add_location_flags(p):
+    """Where the data is read and the workers' directories are written."""
     p.add_argument(
         "--workdir",
         default=default_workdir(),
@@ -173,7 +188,10 @@ def build_parser(prog="disttrain-trainer", description="Train one worker on its 
     )
     p.add_argument("--data", help="the copier's output (default WORKDIR/data)")
     p.add_argument("--out", "--savemodel", dest="out", help="where worker directories go (default WORKDIR/train)")
-    options.add_flags(p)  # --strategy and each strategy's own flags (strategies/options.py)
+
+
+def add_training_flags(p):
+    """The optimisation: epochs, batch, learning rate, seed, optimizer, steps per compiled call."""
     p.add_argument("--epochs", "--epoch", dest="epochs", type=int, default=5, help="default 5")
     p.add_argument("--batch", type=int, default=64, help="examples per step per worker (default 64)")
     p.add_argument(
@@ -199,6 +217,10 @@ def build_parser(prog="disttrain-trainer", description="Train one worker on its 
         default=32,
         help="training steps per compiled call: Python overhead is paid once per call (default 32)",
     )
+
+
+def add_own_model_flags(p):
+    """The user's own model, instead of the task's built-in one (contract user_model)."""
     own = p.add_argument_group("your own model (instead of the task's built-in one; contract user_model)")
     own.add_argument(
         "--model-file",
@@ -215,6 +237,10 @@ def build_parser(prog="disttrain-trainer", description="Train one worker on its 
         "FUNCTION(spec) (default build) returns the keras.Model; with --model-file it is only imported, "
         "for the custom layers the file uses. The aggregator and the server need the same module",
     )
+
+
+def add_model_flags(p):
+    """The built-in models' architecture and size."""
     p.add_argument(
         "--model",
         choices=IMAGE_MODELS,
@@ -239,15 +265,27 @@ def build_parser(prog="disttrain-trainer", description="Train one worker on its 
         default=None,
         help="the built-in models' dropout rate before the output (default 0.5 text, 0.3 image, 0.1 table)",
     )
+
+
+def add_params_from_flag(p):
+    """--params-from: the sweep's best parameters in place of the flags."""
     p.add_argument(
         "--params-from",
         metavar="BEST_JSON",
         help="take learning_rate, batch, epochs, width and dropout from the sweep's WORKDIR/sweep/best.json "
         "(they replace those flags); an unknown key or a bad value is an error (exit 2)",
     )
+
+
+def add_faces_flags(p):
+    """The faces task's embedding and triplet loss."""
     p.add_argument("--embedding-size", type=int, default=64, help="faces: embedding dimensions (default 64)")
     p.add_argument("--margin", type=float, default=0.2, help="faces: triplet-loss margin (default 0.2)")
     p.add_argument("--views", type=int, default=2, help="faces: views per person in a batch (default 2)")
+
+
+def add_cluster_flags(p):
+    """The worker's place in the job (the number of workers, its index, its Kubernetes names) and its wait for the data."""
     p.add_argument("--workers", type=int, default=None, help="number of workers (default: the dataset's shard count)")
     p.add_argument(
         "--worker-index",
@@ -262,6 +300,10 @@ def build_parser(prog="disttrain-trainer", description="Train one worker on its 
     p.add_argument(
         "--wait-timeout", type=float, default=600, help="seconds to wait for the copier's marker (default 600)"
     )
+
+
+def add_runtime_flags(p):
+    """The process: TensorFlow's threads, glibc's malloc, the progress file."""
     p.add_argument(
         "--threads",
         type=int,
@@ -287,8 +329,6 @@ def build_parser(prog="disttrain-trainer", description="Train one worker on its 
         "per-epoch history; the server's page shows it live) at most every SECONDS, and at the end "
         "of each epoch; 0 = never write it (default 1)",
     )
-    privacy.add_flags(p)
-    return p
 
 
 def check_flags(p, args):
