@@ -12,12 +12,14 @@ A user's model whose class overrides keras.Model's train_step or compute_loss (t
 is stepped by its own `train_step((x, y))` instead, inside the same compiled call: where each
 worker steps alone (the registry's steps_alone: average, localsgd), so that nothing is summed
 across workers inside the step. It applies the gradients itself, with `model.optimizer`, which
-is bound here to the trainer's optimizer (the one built from the compiled recipe, restored and
-checkpointed with the run). The model's metrics are reset before each step, so what the step
-returns is that step's: its "loss" and the training score's metric ("accuracy", or "mae" for a
-regression) become the call's sums, weighted by the batch's examples; what it does not return
-is taken from the task's own loss_and_score on the batch, in a forward pass (training=False)
-after the step.
+is the trainer's optimizer (the one built from the compiled recipe, checkpointed with the run)
+while the step is traced: the graph steps with the trainer's optimizer, and the model keeps
+the optimizer it was compiled with, so that its checkpoint and its published file are those of
+any other model (no second copy of the optimizer's state). The model's metrics are reset
+before each step, so what the step returns is that step's: its "loss" and the training score's
+metric ("accuracy", or "mae" for a regression) become the call's sums, weighted by the batch's
+examples; what it does not return is taken from the task's own loss_and_score on the batch, in
+a forward pass (training=False) after the step.
 """
 
 import keras
@@ -47,14 +49,18 @@ def make_train_call(
     if model_step_score is not None:
         if reduce_gradients is not None or private is not None:
             raise ValueError("a model's own train_step runs only where a step is one worker's alone, not private")
-        model.optimizer = optimizer  # what its train_step applies the gradients with: the trainer's
     if reduce_gradients is not None:
         skip_keras_gradient_allreduce(optimizer)
 
     def model_step_fn(x, y):
         for metric in model.metrics:  # (Keras' fit resets them per epoch; here per step: the returns are its own)
             metric.reset_state()
-        logs = model.train_step((x, y))
+        # the trainer's optimizer while the step is traced (the module's docstring says why only then)
+        compiled_with, model.optimizer = getattr(model, "optimizer", None), optimizer
+        try:
+            logs = model.train_step((x, y))
+        finally:
+            model.optimizer = compiled_with
         logs = logs if isinstance(logs, dict) else {}
         examples = tf.cast(tf.shape(y)[0], tf.float32)
         if "loss" not in logs or model_step_score not in logs:

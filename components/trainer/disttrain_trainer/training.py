@@ -240,20 +240,6 @@ class Training:
         chief_dir = self.workdir.worker(0, self.train_dir)
         read_dir, self.write_dir = strategy.checkpoint_dirs(self.worker_dir, chief_dir)
         check_run_config(read_dir, self.run_config(), write=read_dir == self.write_dir)
-        from disttrain_trainer.step import make_train_call
-
-        # (made before the checkpoint: a model's own train_step binds model.optimizer to the trainer's optimizer,
-        # and the checkpoint saves the model with the optimizer it steps with)
-        self.train_call = make_train_call(
-            strategy.tf_strategy,
-            model,
-            self.optimizer,
-            self.task.loss_and_score,
-            strategy.reduce_gradients,
-            strategy.run_call,
-            self.private.gradient() if self.private is not None else None,
-            model_step_score=self.task.score.name if getattr(self.task, "own_step", ()) else None,
-        )
         # The model's weights reach the checkpoint through the optimizer; its other state (the dropout layers'
         # random-generator state, batch-norm statistics) is listed here, or a resumed run would draw other
         # dropout masks than an undisturbed one.
@@ -285,6 +271,20 @@ class Training:
         self.start_step = self.start_epoch * self.steps_per_epoch + self.position.steps()  # SIGTERM's: mid-epoch
         self.metrics_path = metrics_path(self.worker_dir)
         self.history = [r for r in read_epoch_records(self.metrics_path) if r.epoch <= self.start_epoch]
+
+        from disttrain_trainer.step import make_train_call
+
+        self.train_call = make_train_call(
+            strategy.tf_strategy,
+            model,
+            self.optimizer,
+            self.task.loss_and_score,
+            strategy.reduce_gradients,
+            strategy.run_call,
+            self.private.gradient() if self.private is not None else None,
+            # (a user's model whose class has its own train_step or compute_loss: stepped by its train_step)
+            model_step_score=self.task.score.name if getattr(self.task, "own_step", ()) else None,
+        )
 
     # ------------------------------------------------------------------ epochs
     def begin(self):
