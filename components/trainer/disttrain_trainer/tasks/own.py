@@ -75,6 +75,11 @@ class Task(base.Task):
         self.recipe = Recipe.of(probe)
         self.own_step = own_step_methods(probe)  # (train_step, compute_loss): trained through its train_step
         self.model_class = type(probe).__name__
+        if self.own_step and not getattr(probe, "compiled", False):  # (model.fit refuses it too)
+            raise ContractError(
+                f"the model's class {self.model_class} overrides {' and '.join(self.own_step)} but was not "
+                "compiled: compile it (its loss and optimizer), as model.fit needs"
+            )
         self.head_kind, self.loss_fn = self._head_and_loss(probe)
         self.input_names = [t.name.split(":")[0] for t in probe.inputs]
         self._check_inputs(probe)
