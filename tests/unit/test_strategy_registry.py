@@ -131,10 +131,18 @@ def test_facts_hang_together():
         assert not (strategy.model_per_worker and strategy.connected), "a group that talks ends with one model"
         assert not (strategy.all_reduce and strategy.parameter_servers), strategy.name
         assert strategy.connected or not (strategy.all_reduce or strategy.parameter_servers), strategy.name
+        # a step that is one worker's alone runs on its own variables: never on parameter servers
+        assert not (strategy.steps_alone and strategy.parameter_servers), strategy.name
     assert not STRATEGIES[registry.DEFAULT].connected  # a run of one worker is the default strategy's
     assert len({s.flag for s in sum((settings_of(s) for s in STRATEGIES.values()), ())}) == len(
         {(s.flag, s.chart_value) for s in sum((settings_of(s) for s in STRATEGIES.values()), ())}
     )
+
+
+def test_the_strategies_whose_workers_step_alone():
+    """A model's own train_step runs as the step where a step is one worker's: average's workers train alone,
+    localsgd's between syncs (the syncs are outside the step); multiworker all-reduces inside the step."""
+    assert names_where(lambda s: s.steps_alone) == ("average", "localsgd")
 
 
 def _trainer_flags_by_strategy():

@@ -55,6 +55,10 @@ class Strategy:
     # strategy is reproducible to the bit with --threads 1), and DP-SGD's noise cannot be added once per batch of a
     # known sampling rate
     asynchronous: bool = False
+    # a step is this worker's alone: it reads and moves this worker's own weights, with no collective inside it
+    # (a model's own train_step can then be the step); multiworker sums the workers' gradients inside each step,
+    # and parameterserver's steps run on the servers' variables, scheduled by the chief
+    steps_alone: bool = False
     # the flags only this strategy takes (besides those of its family, all_reduce)
     settings: tuple = ()
     # the hyper-parameter sweep's trials can use it (a trial of a connected strategy is a group of --trial-workers
@@ -84,6 +88,7 @@ STRATEGIES = {
             "their models at the end",
             connected=False,
             model_per_worker=True,
+            steps_alone=True,
             settings=(Setting("--validation-fraction", "trainer.validationFraction"), Setting("--linger-for-peers")),
             sweep_dimensions=(),
         ),  # (the chart: aggregator.stragglerWaitSeconds, under a quorum)
@@ -104,6 +109,7 @@ STRATEGIES = {
             promoted_as="chief (local SGD)",
             all_reduce=True,
             same_final_weights=True,
+            steps_alone=True,
             settings=(
                 Setting("--sync-every", "syncEvery"),
                 Setting("--outer-optimizer", "outerOptimizer"),

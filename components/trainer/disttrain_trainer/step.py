@@ -7,22 +7,68 @@ a synchronous step with a sparse gradient, is explained in make_train_call.)
 A strategy plugs in two things: the tf.distribute strategy the step runs under (the
 default one-replica strategy, or MultiWorkerMirroredStrategy) and, for synchronous
 training, how the gradients are summed across workers (collectives.Wire.all_reduce_sum).
+
+A user's model whose class overrides keras.Model's train_step or compute_loss (tasks/own.py)
+is stepped by its own `train_step((x, y))` instead, inside the same compiled call: where each
+worker steps alone (the registry's steps_alone: average, localsgd), so that nothing is summed
+across workers inside the step. It applies the gradients itself, with `model.optimizer`, which
+is the trainer's optimizer (the one built from the compiled recipe, checkpointed with the run)
+while the step is traced: the graph steps with the trainer's optimizer, and the model keeps
+the optimizer it was compiled with, so that its checkpoint and its published file are those of
+any other model (no second copy of the optimizer's state). The model's metrics are reset
+before each step, so what the step returns is that step's: its "loss" and the training score's
+metric ("accuracy", or "mae" for a regression) become the call's sums, weighted by the batch's
+examples; what it does not return is taken from the task's own loss_and_score on the batch, in
+a forward pass (training=False) after the step.
 """
 
 import keras
 import tensorflow as tf
 
 
-def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradients=None, run_call=None, private=None):
+def make_train_call(
+    tf_strategy,
+    model,
+    optimizer,
+    loss_and_hits,
+    reduce_gradients=None,
+    run_call=None,
+    private=None,
+    model_step_score=None,
+):
     """train_call(iterator, steps) -> [loss sum, hits, examples] of this worker over `steps` steps.
 
     run_call(compiled, iterator, steps): how the compiled call runs, if not here and now
     (parameter-server training schedules it on a worker and returns a RemoteValue).
     private: a dp_step.DpGradient for differentially private training (clipped per-example
-    gradients plus noise instead of the batch's gradient); None: the ordinary step."""
+    gradients plus noise instead of the batch's gradient); None: the ordinary step.
+    model_step_score: the name of the training score (metrics.training_score) when the model's
+    own train_step is the step (the task refused every strategy and option it cannot run
+    under: a step of one worker alone, not private); None: the trainer's step."""
     variables = model.trainable_variables
+    if model_step_score is not None:
+        if reduce_gradients is not None or private is not None:
+            raise ValueError("a model's own train_step runs only where a step is one worker's alone, not private")
     if reduce_gradients is not None:
         skip_keras_gradient_allreduce(optimizer)
+
+    def model_step_fn(x, y):
+        for metric in model.metrics:  # (Keras' fit resets them per epoch; here per step: the returns are its own)
+            metric.reset_state()
+        # the trainer's optimizer while the step is traced (the module's docstring says why only then)
+        compiled_with, model.optimizer = getattr(model, "optimizer", None), optimizer
+        try:
+            logs = model.train_step((x, y))
+        finally:
+            model.optimizer = compiled_with
+        logs = logs if isinstance(logs, dict) else {}
+        examples = tf.cast(tf.shape(y)[0], tf.float32)
+        if "loss" not in logs or model_step_score not in logs:
+            per_example, hits = loss_and_hits(y, model(x, training=False))  # (after the step: its weights)
+            taken = {"loss": tf.reduce_mean(per_example), model_step_score: tf.reduce_mean(hits)}
+            logs = {**taken, **logs}
+        loss, score = (tf.reduce_mean(tf.cast(logs[key], tf.float32)) for key in ("loss", model_step_score))
+        return tf.stack([loss * examples, score * examples, examples])
 
     def private_step_fn(x, y):
         grads, loss_sum, hits = private.step(model, loss_and_hits, x, y, variables, optimizer.iterations)
@@ -45,7 +91,8 @@ def make_train_call(tf_strategy, model, optimizer, loss_and_hits, reduce_gradien
         return tf.stack([tf.reduce_sum(per_example), tf.reduce_sum(hits), tf.cast(tf.shape(y)[0], tf.float32)])
 
     def one_step(iterator):
-        per_replica = tf_strategy.run(step_fn if private is None else private_step_fn, args=next(iterator))
+        step = model_step_fn if model_step_score is not None else step_fn if private is None else private_step_fn
+        per_replica = tf_strategy.run(step, args=next(iterator))
         return tf.add_n(tf_strategy.experimental_local_results(per_replica))
 
     # (a private step's gradient is dense: the noise covers every embedding row)

@@ -282,6 +282,8 @@ class Training:
             strategy.reduce_gradients,
             strategy.run_call,
             self.private.gradient() if self.private is not None else None,
+            # (a user's model whose class has its own train_step or compute_loss: stepped by its train_step)
+            model_step_score=self.task.score.name if self.task.own_step else None,
         )
 
     # ------------------------------------------------------------------ epochs

@@ -17,6 +17,7 @@ class Task:
     dropout = 0.3  # --dropout's default (the built-in models that have one)
     width = 64  # --width's default
     model_source = "builtin"
+    own_step = ()  # the keras.Model methods of the step the model overrides (tasks/own.py): trained through them
     views = 1  # examples per epoch = shard examples x views (faces: augmented views of each photo)
     private_sampling = None  # differentially private training: (q, secret seed) of its Poisson sampler (privacy.Plan)
 

@@ -27,6 +27,12 @@ learning rate or schedule, weight decay, clipping, EMA, loss scale factor, gradi
 by every worker under the strategy's scope with a fresh state; --optimizer and --learning-rate replace only
 what they name. A model compiled without an optimizer trains with the trainer's (Adam, 1e-3 by default).
 
+A model whose class overrides keras.Model's `train_step` or `compute_loss` (a registered subclass) is trained
+through its own train_step, as `model.fit` would, inside the trainer's compiled call (step.py): where each worker
+steps alone (the registry's steps_alone: average, localsgd). Under the other strategies a step is not one
+worker's (multiworker sums the gradients inside it, parameterserver runs it on the servers' variables), and the
+model is refused, as it is with differential privacy, whose step clips each example's gradient itself.
+
 Everything that can be checked before a step is checked when the task is created, in the trainer's
 own process and before any step: a file that does not load, a module without the function
 or a function that returns no keras.Model, every input against what the data gives it (its name, shape
@@ -84,6 +90,13 @@ class Task(base.Task):
         self.recipe = Recipe.of(probe)
         self._compiled_metrics = (probe.get_compile_config() or {}).get("metrics") if probe.compiled else None
         compiled_metrics(self._compiled_metrics)  # (one that cannot be rebuilt: refused now, not after an epoch)
+        self.own_step = own_step_methods(probe)  # (train_step, compute_loss): trained through its train_step
+        self.model_class = type(probe).__name__
+        if self.own_step and not getattr(probe, "compiled", False):  # (model.fit refuses it too)
+            raise ContractError(
+                f"the model's class {self.model_class} overrides {' and '.join(self.own_step)} but was not "
+                "compiled: compile it (its loss and optimizer), as model.fit needs"
+            )
         self.head_kind, self.loss_fn = self._head_and_loss(probe)
         self.input_names = [t.name.split(":")[0] for t in probe.inputs]
         self._check_inputs(probe)
@@ -108,6 +121,27 @@ class Task(base.Task):
         refusal = self.recipe.refusal(config.strategy) if self.recipe is not None else None
         if refusal:
             raise ContractError(refusal)
+        if self.own_step:
+            self._check_own_step(config)
+
+    def _check_own_step(self, config):
+        """A model's own train_step runs where a step is one worker's alone, and not with DP-SGD's step."""
+        from disttrain_contract.strategies import names_where, strategy_of
+        from disttrain_trainer import privacy
+
+        overrides = f"the model's class {self.model_class} overrides {' and '.join(self.own_step)}"
+        takes = " or ".join(names_where(lambda s: s.steps_alone))
+        if not strategy_of(config.strategy).steps_alone:
+            raise ContractError(
+                f"{overrides}: disttrain runs a model's own step only where each worker steps alone, and under "
+                f"--strategy {config.strategy} a step is not one worker's: train with --strategy {takes}, or "
+                "without the override"
+            )
+        if privacy.enabled(config):
+            raise ContractError(
+                f"{overrides}, but differential privacy's step computes and clips each example's gradient itself: "
+                "train without --dp-l2-clip, --dp-noise-multiplier and --dp-delta, or without the override"
+            )
 
     def build_optimizer(self, config):
         if self.recipe is None:
@@ -476,6 +510,15 @@ def loss_reading(compiled):
 def ending(kind, units, from_logits):
     """The last layer that fits a loss of `kind` with this from_logits, as the advice names it."""
     return f"Dense({units})" if from_logits else f"Dense({units}, activation={SQUASH[kind]!r})"
+
+
+OWN_STEP_METHODS = ("train_step", "compute_loss")
+
+
+def own_step_methods(model):
+    """The methods of keras.Model's training step that the model's class overrides: those whose definition, found
+    through its MRO, is not keras.Model's own (a Functional or Sequential model overrides neither)."""
+    return tuple(name for name in OWN_STEP_METHODS if getattr(type(model), name) is not getattr(keras.Model, name))
 
 
 def default_loss(head):
