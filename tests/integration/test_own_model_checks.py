@@ -42,16 +42,28 @@ def hidden(data, inputs):
     return keras.layers.Dense(16, activation="relu")(x)
 
 
-def column_model(dtypes, loss="binary_crossentropy"):
-    """One named input per column ({column: dtype}), a StringLookup on a string one, one sigmoid unit."""
+def column_model(dtypes, loss="binary_crossentropy", data=None):
+    """One named input per column ({column: dtype}), a StringLookup on a string one, one sigmoid unit; with `data`
+    (a copied table), each numeric column normalised with its training statistics, as a user would."""
     import keras
 
     inputs = {name: keras.Input((1,), name=name, dtype=dtype) for name, dtype in dtypes.items()}
+    statistics = json.load(open(data / "manifest.json"))["input"] if data is not None else None
+
+    def numeric(name, t):
+        if statistics is None:
+            return t
+        j = statistics["features"].index(name)
+        mean, variance = statistics["statistics"]["mean"][j], statistics["statistics"]["variance"][j]
+        return keras.layers.Normalization(mean=[mean], variance=[variance])(t)
+
     parts = [
-        keras.layers.StringLookup(vocabulary=["a", "b"], output_mode="one_hot")(t) if t.dtype == "string" else t
-        for t in inputs.values()
+        keras.layers.StringLookup(vocabulary=["a", "b"], output_mode="one_hot")(t)
+        if t.dtype == "string"
+        else numeric(name, t)
+        for name, t in inputs.items()
     ]
-    x = keras.layers.Dense(8, activation="relu")(keras.layers.Normalization()(keras.layers.Concatenate()(parts)))
+    x = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()(parts))
     model = keras.Model(inputs, keras.layers.Dense(1, activation="sigmoid")(x))
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=loss)
     return model
@@ -69,8 +81,8 @@ def test_a_string_input_is_one_line_and_the_next_start_with_the_fixed_model_trai
     assert "'mean_texture' takes string" in line and "keras.Input(shape=(1,), name='mean_texture')" in line, line
     assert not (work / "train").exists()
 
-    fixed = saved(column_model({"mean_radius": "float32", "mean_texture": "float32"}), tmp_path / "fixed.keras")
-    result = train(work, "--model-file", fixed, "--epochs", 2, "--workers", 2, "--seed", 5)
+    fixed = column_model({"mean_radius": "float32", "mean_texture": "float32"}, data=cancer_data)
+    result = train(work, "--model-file", saved(fixed, tmp_path / "fixed.keras"), "--epochs", 4, "--workers", 2)
     assert result.returncode == 0, result.stderr
     marker = json.load(open(work / "train" / "worker-00000" / "_SUCCESS"))
     assert marker["final_test_metric"]["value"] > trivial_accuracy(cancer_data), marker
