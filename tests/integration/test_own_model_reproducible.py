@@ -2,10 +2,10 @@
 gives the same final weights (every worker's final_weights_sha256), for a model file whose training draws random
 numbers in four layers (RandomFlip, RandomTranslation, GaussianNoise, Dropout, none of them seeded), as a
 build(spec) module's did before; another --seed gives other weights. The real copier and 2 real trainer processes per run; the runs differ
-only in their --workdir and --port. Each strategy's check is 3 runs of 2 workers, one after the other (85 s for
-localsgd on a busy 2-core host): make test-long. make test runs the same check on one `average` worker, its 3 runs
-at once (26 s): the path where the model loaded at start-up is the one trained, as with localsgd (multiworker
-loads it again under its scope)."""
+only in their --workdir and --port. Each strategy's check is 3 runs of 2 workers, one after the other (localsgd:
+50 s on a 2-core host, 130 s when it is loaded): make test-long. make test runs the same check on one `average`
+worker, its 3 runs at once (12 s, 26 s loaded): the path where the model loaded at start-up is the one trained,
+as with localsgd (multiworker loads it again under its scope)."""
 
 import json
 
