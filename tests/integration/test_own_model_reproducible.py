@@ -1,11 +1,10 @@
 """Reproducible runs (docs/pipeline.md, "Reproducible runs"): the same command on the same data, with --threads 1,
 gives the same final weights (every worker's final_weights_sha256), for a model file whose training draws random
 numbers in four layers (RandomFlip, RandomTranslation, GaussianNoise, Dropout, none of them seeded), as a
-build(spec) module's did before; another --seed gives other weights. The real copier and 2 real trainer processes per run; the runs differ
-only in their --workdir and --port. Each strategy's check is 3 runs of 2 workers, one after the other (localsgd:
-50 s on a 2-core host, 130 s when it is loaded): make test-long. make test runs the same check on one `average`
-worker, its 3 runs at once (12 s, 26 s loaded): the path where the model loaded at start-up is the one trained,
-as with localsgd (multiworker loads it again under its scope)."""
+build(spec) module's did before; another --seed gives other weights. The real copier and 2 real trainer processes
+per run; the runs differ only in their --workdir and --port. Each strategy's check is 3 runs, one after the other:
+localsgd's in make test (28 s on an idle 2-core host, 130 s on a loaded one), average's and multiworker's in make
+test-long. localsgd and average train the model loaded at start-up; multiworker loads it again under its scope."""
 
 import json
 
@@ -27,8 +26,8 @@ def digits_and_model(tmp_path_factory):
     return root / "work" / "data", random_layers_cnn_file(str(root / "model.keras"))
 
 
-def start(data, model, work, strategy, seed, indices):
-    """copier's data -> the trainers `indices` of 2 of `strategy`, one thread each, started."""
+def start(data, model, work, strategy, seed):
+    """copier's data -> 2 trainers of `strategy`, one thread each, started."""
     work = workdir_with(data, work)
     port = free_port_block(WORKERS)
     procs = [
@@ -56,52 +55,34 @@ def start(data, model, work, strategy, seed, indices):
             model,
             log=str(work / f"worker-{i}.log"),
         )
-        for i in indices
+        for i in range(WORKERS)
     ]
-    return work, indices, procs
+    return work, procs
 
 
-def finish(work, indices, procs):
+def finish(work, procs):
     """Once they end: their markers' final_weights_sha256, and the init_weights_sha256 they share."""
-    for i, proc in zip(indices, procs):
+    for i, proc in enumerate(procs):
         if proc.wait(timeout=600) != 0:
             for p in procs:
                 p.kill()
             raise AssertionError(f"trainer {i} failed:\n" + open(work / f"worker-{i}.log").read()[-3000:])
-    markers = [json.load(open(work / "train" / f"worker-{i:05d}" / "_SUCCESS")) for i in indices]
+    markers = [json.load(open(work / "train" / f"worker-{i:05d}" / "_SUCCESS")) for i in range(WORKERS)]
     assert len({m["init_weights_sha256"] for m in markers}) == 1, markers  # the file's weights: every worker's start
     return [m["final_weights_sha256"] for m in markers], markers[0]["init_weights_sha256"]
 
 
-def same_twice_other_with_another_seed(data, model, tmp_path, strategy, indices=range(WORKERS), together=False):
-    """Two runs with --seed SEED and one with SEED + 1; `together`: at the same time (one process each), else one
-    run after the other (a connected group's 2 workers each)."""
+@pytest.mark.parametrize(
+    "strategy",
+    ["localsgd", pytest.param("average", marks=pytest.mark.long), pytest.param("multiworker", marks=pytest.mark.long)],
+)
+def test_a_model_file_with_random_layers_trains_to_the_same_weights_twice(strategy, digits_and_model, tmp_path):
+    data, model = digits_and_model
     runs = [(tmp_path / "first", SEED), (tmp_path / "second", SEED), (tmp_path / "other-seed", SEED + 1)]
-    if together:
-        started = [start(data, model, work, strategy, seed, indices) for work, seed in runs]
-        try:
-            (first, init), (second, _), (other, other_init) = [finish(*run) for run in started]
-        finally:  # (a failed run's partners)
-            for proc in (p for _, _, procs in started for p in procs):
-                if proc.poll() is None:
-                    proc.kill()
-    else:
-        (first, init), (second, _), (other, other_init) = [
-            finish(*start(data, model, work, strategy, seed, indices)) for work, seed in runs
-        ]
+    (first, init), (second, _), (other, other_init) = [
+        finish(*start(data, model, work, strategy, seed)) for work, seed in runs
+    ]
     assert first == second, (first, second)
     assert init not in first  # the weights moved
     assert other_init == init  # the same start (the file's weights) ...
     assert set(other).isdisjoint(first), (first, other)  # ... and other draws: other weights
-
-
-def test_one_worker_trains_a_model_file_with_random_layers_to_the_same_weights_twice(digits_and_model, tmp_path):
-    same_twice_other_with_another_seed(*digits_and_model, tmp_path, "average", indices=(0,), together=True)
-
-
-@pytest.mark.long
-@pytest.mark.parametrize("strategy", ["average", "multiworker", "localsgd"])
-def test_two_workers_train_a_model_file_with_random_layers_to_the_same_weights_twice(
-    strategy, digits_and_model, tmp_path
-):
-    same_twice_other_with_another_seed(*digits_and_model, tmp_path, strategy)
