@@ -7,6 +7,7 @@ and the image and cluster runs.
     wine_csv(path)            its wine table: 13 numeric columns + `label` (3 classes)
     classifier(...), regressor(...)   small Keras models of the kind a notebook builds
     batch_norm_cnn_file(path, blocks) a small convolutional model file with batch normalization, for the 8x8 digits
+    random_layers_cnn_file(path)      one with augmentation, noise and dropout layers (no seeds), for the 8x8 digits
 """
 
 import csv
@@ -121,6 +122,26 @@ def batch_norm_cnn_file(path, blocks=1):
     features = keras.Model(features_in, keras.layers.GlobalAveragePooling2D()(x), name="features")
     outputs = keras.layers.Dense(10, activation="softmax")(features(keras.layers.Rescaling(1 / 16)(inputs)))
     keras.Model(inputs, outputs).save(path)
+    return path
+
+
+def random_layers_cnn_file(path):
+    """A small convolutional model file for the 8x8 digits whose training draws random numbers in four layers:
+    random flips and translations (augmentation), Gaussian noise and dropout, none of them given a seed (as a
+    notebook writes them); returns the path. A file stores the layers' weights, not their generators' state."""
+    import keras
+
+    keras.utils.set_random_seed(11)
+    inputs = keras.Input((8, 8, 1))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    x = keras.layers.RandomFlip("horizontal")(x)
+    x = keras.layers.RandomTranslation(0.125, 0.125)(x)
+    x = keras.layers.GaussianNoise(0.1)(x)
+    x = keras.layers.Conv2D(8, 3, activation="relu")(x)
+    x = keras.layers.Dropout(0.3)(keras.layers.Flatten()(x))
+    model = keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
+    model.save(path)
     return path
 
 

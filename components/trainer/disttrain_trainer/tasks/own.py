@@ -162,10 +162,15 @@ class Task(base.Task):
 
     # ------------------------------------------------------------------ model
     def _model(self):
+        # Every model this task makes starts from --seed: a module's initial weights, and the random layers'
+        # generators of a file or a module (Dropout, GaussianNoise, RandomFlip...: Keras seeds a layer's generator
+        # from Python's random when the layer is made, and a file does not store it). So the probe and a rebuild
+        # under a strategy's scope are the same model, and a run is reproducible ("Reproducible runs" in
+        # docs/pipeline.md).
+        keras.utils.set_random_seed(self.config.seed)
         if self.config.model_file:
             model = load_model_file(self.model_path, compile=True, name=self.config.model_file)
         else:
-            keras.utils.set_random_seed(self.config.seed)
             name = f"{self.module.__name__}.{self.function}"
             try:
                 model = getattr(self.module, self.function)(self.spec)
@@ -185,7 +190,7 @@ class Task(base.Task):
     def build(self):
         """The model to train: the one checked at start-up (a file is read and a module's function run once),
         unless a distribution strategy is in scope, whose variables must be created under it: then built
-        again (the same weights: the file's, or the module's under the same seed)."""
+        again, the same model (_model seeds each: the same weights and the same random layers' generators)."""
         probe, self._probe = self._probe, None
         if probe is not None and not tf.distribute.has_strategy():
             return probe
