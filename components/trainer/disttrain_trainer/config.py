@@ -201,7 +201,13 @@ def add_training_flags(p):
         help="the optimizer's learning rate (default: the task's, 0.003 for text, 0.001 otherwise; "
         "1.0 for differentially private text training)",
     )
-    p.add_argument("--seed", type=int, default=42, help="seed of the shared initial weights (default 42)")
+    p.add_argument(
+        "--seed",
+        type=int,
+        default=42,
+        help="seed of the shared initial weights, the random layers' draws and the batches' order (default 42; "
+        "with --threads 1 the same command trains to the same weights: the docs' Reproducible runs)",
+    )
     p.add_argument(
         "--optimizer",
         choices=OPTIMIZERS,
