@@ -192,8 +192,8 @@ class CostModel:
         """recommend()'s tie-break among its own configurations: a tuple, the preferred one lower."""
         return ()
 
-    def run_options(self, args):
-        """The options of the run the trainer's flags (`args`) describe, in the predictions' terms."""
+    def run_options(self, settings):
+        """The options of the run a TrainConfig's strategy_settings describe, in the predictions' terms."""
         return {}
 
     def chart_values(self, options):

@@ -288,12 +288,12 @@ class LocalSGDCost(CostModel):
                         ]
         return rows
 
-    def run_options(self, args):
+    def run_options(self, settings):
         return {
-            "sync_every": args.sync_every,
-            "allreduce_dtype": args.allreduce_dtype,
-            "outer_optimizer": args.outer_optimizer,
-            **({"sync_at_epoch_end": True} if args.sync_at_epoch_end else {}),
+            "sync_every": settings.sync_every,
+            "allreduce_dtype": settings.allreduce_dtype,
+            "outer_optimizer": settings.outer_optimizer,
+            **({"sync_at_epoch_end": True} if settings.sync_at_epoch_end else {}),
         }
 
     def chart_values(self, o):

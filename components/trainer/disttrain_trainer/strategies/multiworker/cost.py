@@ -83,8 +83,8 @@ class MultiWorkerCost(CostModel):
     def preference(self, options):
         return (-WIRE_BYTES.get(options.get("allreduce_dtype", "float32"), 4),)  # the wider wire (float16 rounds)
 
-    def run_options(self, args):
-        return {"allreduce_dtype": args.allreduce_dtype}
+    def run_options(self, settings):
+        return {"allreduce_dtype": settings.allreduce_dtype}
 
     def chart_values(self, options):
         return {"allreduceDtype": options.get("allreduce_dtype", "float32")}
