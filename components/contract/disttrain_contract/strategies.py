@@ -3,11 +3,11 @@ more than one place, branches on. The stages look a strategy up here (`strategy_
 and read its facts instead of comparing its name; a new strategy is one more entry, plus its package in the
 trainer (`disttrain_trainer.strategies`: its flags' parsing and checks, its training code, its cost model).
 
-    strategy         tasks talk  models      the aggregator          final weights      extra tasks
-    average          no          per worker  combines (--combine)    differ             -
-    multiworker      all-reduce  one         promotes the chief's    the same           -
-    localsgd         all-reduce  one         promotes the chief's    the same (checked) -
-    parameterserver  ps          one         promotes the chief's    on the servers     1 chief + P servers
+    strategy         tasks talk  models      the aggregator          final weights      extra tasks          a step
+    average          no          per worker  combines (--combine)    differ             -                    alone
+    multiworker      all-reduce  one         promotes the chief's    the same           -                    all-reduced
+    localsgd         all-reduce  one         promotes the chief's    the same (checked) -                    alone
+    parameterserver  ps          one         promotes the chief's    on the servers     1 chief + P servers  on the servers
 
 `settings` names each flag that only some strategies take, with the chart value that sets it: the trainer's
 option classes define the flags (tests/unit/test_strategy_registry.py keeps both sides equal), the chart passes
