@@ -124,3 +124,18 @@ def test_fingerprint_sees_shape_dtype_and_values():
     assert weights_fingerprint(base) != weights_fingerprint([np.zeros((3, 2), np.float32)])
     assert weights_fingerprint(base) != weights_fingerprint([np.zeros((2, 3), np.float64)])
     assert weights_fingerprint(base) != weights_fingerprint([np.full((2, 3), 1e-9, np.float32)])
+
+
+def test_a_scalar_weight_is_averaged_like_any_other():
+    """A 0-d variable (a counter a model's own train_step keeps, a learned temperature) is summed too: `total +=`
+    on a numpy scalar rebound the loop's name, and the mean kept the first model's value."""
+    import numpy as np
+
+    from disttrain_aggregator.combine import WeightedSum
+
+    weighted = WeightedSum()
+    weighted.add([np.array(2.0, np.float32), np.ones(2, np.float32)], 1)
+    weighted.add([np.array(4.0, np.float32), np.full(2, 3.0, np.float32)], 3)
+    scalar, vector = weighted.mean()
+    assert scalar.shape == () and scalar.dtype == np.float32 and float(scalar) == 3.5
+    assert vector.tolist() == [2.5, 2.5]

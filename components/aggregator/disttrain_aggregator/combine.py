@@ -58,7 +58,8 @@ class WeightedSum:
         if self.sums is None:
             self.dtypes = [w.dtype for w in weights]
             self.sums = [
-                w.astype(np.float64) * examples if np.issubdtype(w.dtype, np.floating) else w.copy() for w in weights
+                np.asarray(w, np.float64) * examples if np.issubdtype(w.dtype, np.floating) else np.array(w, copy=True)
+                for w in weights
             ]
         else:
             if len(weights) != len(self.sums):
@@ -69,14 +70,16 @@ class WeightedSum:
                         f"weight shapes differ: array {i} is {w.shape}, the first model's is {total.shape}"
                     )
                 if np.issubdtype(total.dtype, np.floating):
-                    total += w.astype(np.float64) * examples
+                    # (assigned, not `total +=`: a 0-d weight, a scalar variable, sums to a numpy scalar, and
+                    # `+=` on the loop's name would rebind the name, not add into the list)
+                    self.sums[i] = total + np.asarray(w, np.float64) * examples
         self.examples += examples
 
     def mean(self):
         if self.sums is None:
             raise ValueError("no model was added")
         return [
-            (total / self.examples).astype(dtype) if np.issubdtype(dtype, np.floating) else total.copy()
+            np.asarray(total / self.examples).astype(dtype) if np.issubdtype(dtype, np.floating) else np.array(total)
             for total, dtype in zip(self.sums, self.dtypes)
         ]
 
