@@ -16,6 +16,7 @@ Every case is long (make test-long): a few minutes each on 2 cores."""
 
 import importlib
 import json
+import re
 import sys
 import textwrap
 import time
@@ -192,7 +193,23 @@ SHAPES = {
     "train_step": Shape(train_step, "cancer_data", "localsgd", epochs=3, module=True),
     "adamw_schedule": Shape(adamw_schedule, "cancer_data", "multiworker", epochs=3),
 }
-CASES = [(name, strategy) for name, shape in SHAPES.items() for strategy in ("average", shape.connected)]
+# A finding in the product, not in the test: the aggregator's WeightedSum leaves a 0-d float weight (the step
+# counter: add_weight(shape=())) at the first worker's value times its share of the examples (12 of 24, 24 on
+# both workers): `w.astype(np.float64) * examples` of a 0-d array is a numpy scalar, not an array, so its
+# `total += ...` rebinds the loop's name and the sum never grows. Strict: it fails once the aggregator is fixed.
+AVERAGED_SCALAR = pytest.mark.xfail(
+    strict=True, reason="combine.WeightedSum does not sum 0-d weights: the average halves the step counter"
+)
+CASES = [
+    pytest.param(
+        name,
+        strategy,
+        id=f"{name}-{strategy}",
+        marks=[AVERAGED_SCALAR] if (name, strategy) == ("train_step", "average") else [],
+    )
+    for name, shape in SHAPES.items()
+    for strategy in ("average", shape.connected)
+]
 
 
 # ---------------------------------------------------------------- what each case checks
@@ -215,6 +232,10 @@ def layout(model):
     )
 
 
+def steps_per_epoch(log):
+    return int(re.search(r"(\d+) steps/epoch", open(log).read()).group(1))
+
+
 def served_predictions(base, x, chunk=32):
     from server.serving import http, predict_url
 
@@ -232,7 +253,7 @@ def label_probabilities(raw):
     return np.concatenate([1 - raw, raw], axis=-1) if raw.shape[-1] == 1 else raw
 
 
-@pytest.mark.parametrize("name, strategy", CASES, ids=[f"{n}-{s}" for n, s in CASES])
+@pytest.mark.parametrize("name, strategy", CASES)
 def test_the_model_trains_is_published_and_is_served_as_built(name, strategy, request, tmp_path, user_code):
     import keras
 
@@ -267,8 +288,6 @@ def test_the_model_trains_is_published_and_is_served_as_built(name, strategy, re
     published = work / "final" / "model.keras"
     model = keras.saving.load_model(str(published), safe_mode=True)
     assert layout(model) == layout(built)
-    if name == "train_step":  # every worker stepped through the model's own train_step
-        assert float(model.own_steps.numpy()) > 0
     if name == "adamw_schedule":  # both workers trained with the compiled recipe; the trainer's file keeps it
         for i in range(2):
             log = open(work / f"worker-{i}.log").read()
@@ -287,4 +306,8 @@ def test_the_model_trains_is_published_and_is_served_as_built(name, strategy, re
         answered = served_predictions(base, x)
     assert answered.shape == expected.shape == (len(x), len(json.load(open(data / "manifest.json"))["labels"]))
     np.testing.assert_allclose(answered, expected, rtol=0, atol=1e-5)
-    print(f"{name} on {strategy}: {time.monotonic() - started:.0f} s")
+    if name == "train_step":  # every step of every worker went through the model's own train_step (last: the xfail)
+        steps = [shape.epochs * steps_per_epoch(work / f"worker-{i}.log") for i in range(2)]
+        assert float(model.own_steps.numpy()) == np.mean(steps), steps  # average's mean, localsgd's synced count
+    accuracy = report["final"]["test_accuracy"]
+    print(f"{name} on {strategy}: {time.monotonic() - started:.0f} s, held-out accuracy {accuracy:.3f}")
