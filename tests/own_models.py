@@ -8,6 +8,7 @@ and the image and cluster runs.
     classifier(...), regressor(...)   small Keras models of the kind a notebook builds
     batch_norm_cnn_file(path, blocks) a small convolutional model file with batch normalization, for the 8x8 digits
     random_layers_cnn_file(path)      one with augmentation, noise and dropout layers (no seeds), for the 8x8 digits
+    digit_image_folders(directory)    scikit-learn's digits as 32x32 RGB PNG files in one folder per label (images:DIR)
 """
 
 import csv
@@ -143,6 +144,23 @@ def random_layers_cnn_file(path):
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy")
     model.save(path)
     return path
+
+
+def digit_image_folders(directory, per_class=30, size=32):
+    """The first `per_class` of each of scikit-learn's 8x8 digits, scaled to 0..255, upscaled to size x size and
+    written as RGB PNG files into DIRECTORY/<label>/<n>.png: a photo folder of the kind `images:DIR` reads.
+    Returns the directory."""
+    import cv2
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    for label in range(10):
+        folder = os.path.join(directory, str(label))
+        os.makedirs(folder, exist_ok=True)
+        for n, pixels in enumerate(digits.images[digits.target == label][:per_class]):
+            grey = cv2.resize((pixels * 255 / 16).astype(np.uint8), (size, size), interpolation=cv2.INTER_LINEAR)
+            assert cv2.imwrite(os.path.join(folder, f"{n:03d}.png"), np.repeat(grey[..., None], 3, axis=-1))
+    return str(directory)
 
 
 # A user's module: a registered custom layer and build(spec). Written into a directory that goes on
