@@ -75,7 +75,11 @@ def test_page_shows_the_training_parameters_and_their_origin(text_client):
     line = re.search(r'<p class="meta" id="training-parameters">(.*?)</p>', page_of(text_client), re.S)
     assert line, "no training parameters on the page"
     text = " ".join(line.group(1).split())
-    assert re.search(r"Trained with batch \d+, dropout 0\.5, epochs \d+, learning_rate 0\.003, width 64", text), text
+    assert re.search(
+        r"Trained with batch \d+, dropout 0\.5, epochs \d+, learning_rate 0\.003, "
+        r"optimizer Adam \(learning_rate 0\.003\), width 64",
+        text,
+    ), text
     assert "the trainer's flags" in text
 
 
