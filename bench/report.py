@@ -581,7 +581,7 @@ def strategy_refactor(doc):
     ]
     c = doc["config"]
     out.append(
-        f"digits in 2 shards, 2 workers (parameterserver: the chief, 1 parameter server and 2 workers), "
+        f"{c.get('source', 'sample:digits')} in 2 shards, 2 workers (parameterserver: the chief, 1 parameter server and 2 workers), "
         f"{c['epochs']} epochs, batch {c['batch']}, `--threads {c['threads']}`, {c['repetitions']} repetition(s) "
         "of each side in turns; worker 0's steady s/epoch and last held-out accuracy; before = the trainer before "
         "the strategy registry (the revision is in the raw file). Goals: s/epoch within 5 %, the same final "
@@ -816,6 +816,7 @@ def tables():
         ("malloc_settings", malloc_settings),
         ("task_interface", task_interface),
         ("strategy_refactor", strategy_refactor),
+        ("strategy_refactor_text", strategy_refactor),
         ("dp_off", dp_off),
         ("dp_utility", dp_utility),
         ("own_model", own_model),
