@@ -26,8 +26,8 @@ import shutil
 import subprocess
 import sys
 
-from common import BIN, ROOT, Bench, command_line, median, reps, start, steady_epoch_sec, tmpdir, wait_measured
-from task_interface import checkout, pythonpath
+from common import BIN, ROOT, Bench, command_line, reps, start, steady_epoch_sec, tmpdir, wait_measured
+from task_interface import checkout, in_turns, pythonpath
 
 sys.path.insert(0, os.path.join(ROOT, "components", "contract"))
 from disttrain_contract.ports import free_port_block  # noqa: E402
@@ -152,29 +152,12 @@ def main():
         ) as bench:
             for name in chosen:
                 processes, flags = STRATEGIES[name]
-                runs = {"before": [], "after": []}
-                for rep in range(repetitions):
-                    sides = (("before", old_tree), ("after", ROOT))
-                    for side, tree in sides if rep % 2 == 0 else sides[::-1]:
-                        out = os.path.join(scratch, f"{name}-{side}-{rep}")
-                        runs[side].append(train_group(tree, data, out, processes, flags, out + ".log", epochs))
-                        shutil.rmtree(out, ignore_errors=True)
-                        print(f"{name} {side} rep {rep}: {runs[side][-1]}", flush=True)
-                before_sec, after_sec = (median([r["epoch_sec"] for r in runs[s]]) for s in ("before", "after"))
-                rows[name] = {
-                    "epoch_sec_before": before_sec,
-                    "epoch_sec_after": after_sec,
-                    "ratio": after_sec / before_sec,
-                    "test_accuracy_before": median([r["test_accuracy"] for r in runs["before"]]),
-                    "test_accuracy_after": median([r["test_accuracy"] for r in runs["after"]]),
-                    "same_weights": all(a["weights"] == b["weights"] for a, b in zip(runs["before"], runs["after"])),
-                    "runs": runs,
-                }
-                print(
-                    f"{name}: s/epoch {before_sec:.3f} -> {after_sec:.3f} ({100 * (after_sec / before_sec - 1):+.1f} %), "
-                    f"accuracy {rows[name]['test_accuracy_before']} -> {rows[name]['test_accuracy_after']}, same "
-                    f"weights: {rows[name]['same_weights']}",
-                    flush=True,
+                rows[name] = in_turns(
+                    name,
+                    repetitions,
+                    old_tree,
+                    scratch,
+                    lambda tree, out: train_group(tree, data, out, processes, flags, out + ".log", epochs),
                 )
                 bench.results = rows
     finally:

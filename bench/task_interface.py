@@ -84,6 +84,36 @@ def train(tree, data_dir, out, epochs, batch, extra, log):
     }
 
 
+def in_turns(label, repetitions, old_tree, scratch, run):
+    """`run(tree, out)` (a dict with epoch_sec, test_accuracy and weights) with the trainer of `old_tree` and of this
+    tree, in turns ABAB... (drift in the machine's speed hits both sides): the row of before/after medians, their
+    ratio and whether the final weights were the same, each run's own dict under "runs"."""
+    runs = {"before": [], "after": []}
+    for rep in range(repetitions):
+        sides = (("before", old_tree), ("after", ROOT))
+        for side, tree in sides if rep % 2 == 0 else sides[::-1]:
+            out = os.path.join(scratch, f"{label}-{side}-{rep}")
+            runs[side].append(run(tree, out))
+            shutil.rmtree(out, ignore_errors=True)
+            print(f"{label} {side} rep {rep}: {runs[side][-1]}", flush=True)
+    before_sec, after_sec = (median([r["epoch_sec"] for r in runs[s]]) for s in ("before", "after"))
+    row = {
+        "epoch_sec_before": before_sec,
+        "epoch_sec_after": after_sec,
+        "ratio": after_sec / before_sec,
+        "test_accuracy_before": median([r["test_accuracy"] for r in runs["before"]]),
+        "test_accuracy_after": median([r["test_accuracy"] for r in runs["after"]]),
+        "same_weights": all(a["weights"] == b["weights"] for a, b in zip(runs["before"], runs["after"])),
+        "runs": runs,
+    }
+    print(
+        f"{label}: s/epoch {before_sec:.3f} -> {after_sec:.3f} ({100 * (after_sec / before_sec - 1):+.1f} %), "
+        f"accuracy {row['test_accuracy_before']} -> {row['test_accuracy_after']}, same weights: {row['same_weights']}",
+        flush=True,
+    )
+    return row
+
+
 def compare(name, before, tasks, purpose):
     """Train each task with the trainer of `before` and of this tree in turns; write results/<name>.json."""
     repetitions = reps(3)
@@ -109,32 +139,12 @@ def compare(name, before, tasks, purpose):
                     check=True,
                     capture_output=True,
                 )
-                runs = {"before": [], "after": []}
-                for rep in range(repetitions):
-                    for side, tree in (
-                        (("before", old_tree), ("after", ROOT))
-                        if rep % 2 == 0
-                        else (("after", ROOT), ("before", old_tree))
-                    ):
-                        out = os.path.join(scratch, f"{task}-{side}-{rep}")
-                        runs[side].append(train(tree, data, out, epochs, batch, extra, out + ".log"))
-                        shutil.rmtree(out, ignore_errors=True)
-                        print(f"{task} {side} rep {rep}: {runs[side][-1]}", flush=True)
-                before_sec, after_sec = (median([r["epoch_sec"] for r in runs[s]]) for s in ("before", "after"))
-                rows[task] = {
-                    "epoch_sec_before": before_sec,
-                    "epoch_sec_after": after_sec,
-                    "ratio": after_sec / before_sec,
-                    "test_accuracy_before": median([r["test_accuracy"] for r in runs["before"]]),
-                    "test_accuracy_after": median([r["test_accuracy"] for r in runs["after"]]),
-                    "same_weights": all(a["weights"] == b["weights"] for a, b in zip(runs["before"], runs["after"])),
-                    "runs": runs,
-                }
-                print(
-                    f"{task}: s/epoch {before_sec:.3f} -> {after_sec:.3f} ({100 * (after_sec / before_sec - 1):+.1f} %), "
-                    f"accuracy {rows[task]['test_accuracy_before']} -> {rows[task]['test_accuracy_after']}, same weights: "
-                    f"{rows[task]['same_weights']}",
-                    flush=True,
+                rows[task] = in_turns(
+                    task,
+                    repetitions,
+                    old_tree,
+                    scratch,
+                    lambda tree, out: train(tree, data, out, epochs, batch, extra, out + ".log"),
                 )
                 bench.results = rows
     finally:
