@@ -235,12 +235,14 @@ def only_error_line(result):
     return errors[0]
 
 
-def run_own_pipeline(work, workers, strategy, *trainer_args, epochs=12, env=None, aggregator_args=()):
-    from stages import free_port_block, read_report, stage, start_stage
+def start_trainers(work, workers, strategy, *trainer_args, epochs=12, env=None):
+    """The group's trainer processes (a parameter-server group: the chief and one server too), batch 32, on ports of
+    their own; worker i logs to WORK/worker-<i>.log."""
+    from stages import free_port_block, start_stage
 
     tasks = workers + (2 if strategy == "parameterserver" else 0)
     port = free_port_block(tasks)
-    procs = [
+    return [
         start_stage(
             "trainer",
             "--workdir",
@@ -264,6 +266,12 @@ def run_own_pipeline(work, workers, strategy, *trainer_args, epochs=12, env=None
         )
         for i in range(tasks)
     ]
+
+
+def run_own_pipeline(work, workers, strategy, *trainer_args, epochs=12, env=None, aggregator_args=()):
+    from stages import read_report, stage
+
+    procs = start_trainers(work, workers, strategy, *trainer_args, epochs=epochs, env=env)
     for i, proc in enumerate(procs):
         if proc.wait(timeout=600) != 0:
             for p in procs:

@@ -12,8 +12,8 @@ import os
 import numpy as np
 import pytest
 
-from own_models import classifier, run_own_pipeline, saved, table_statistics, workdir_with
-from stages import free_port_block, read_report, stage, start_stage
+from own_models import classifier, run_own_pipeline, saved, start_trainers, table_statistics, workdir_with
+from stages import read_report, stage
 
 pytestmark = pytest.mark.slow
 
@@ -32,31 +32,7 @@ def adamw_classifier(cancer_data, **options):
 
 
 def train_group(work, *args, workers=2, strategy="average", epochs=3):
-    port = free_port_block(workers)
-    procs = [
-        start_stage(
-            "trainer",
-            "--workdir",
-            work,
-            "--worker-index",
-            i,
-            "--workers",
-            workers,
-            "--epochs",
-            epochs,
-            "--batch",
-            32,
-            "--strategy",
-            strategy,
-            "--port",
-            port,
-            "--threads",
-            1,
-            *args,
-            log=str(work / f"worker-{i}.log"),
-        )
-        for i in range(workers)
-    ]
+    procs = start_trainers(work, workers, strategy, "--threads", 1, *args, epochs=epochs)
     codes = [p.wait(timeout=600) for p in procs]
     return codes, [open(work / f"worker-{i}.log").read() for i in range(workers)]
 
