@@ -154,3 +154,14 @@ def test_the_compiled_metrics_are_reported_every_epoch_and_in_the_report(cancer_
     report = read_report(work / "final")
     for row in [*report["workers"], report["final"]]:
         assert 0.9 < row["test_auc"] <= 1.0 and 0.0 <= row["test_precision"] <= 1.0, row
+    # the published file is the user's compiled model: Keras compiles it at load with their loss, metrics and
+    # optimizer, and its evaluation gives the report's numbers
+    from disttrain_contract.manifest import Manifest, read_split
+
+    published = keras.models.load_model(work / "final" / "model.keras", safe_mode=True)
+    assert type(published.optimizer).__name__ == "Adam" and published.loss == "binary_crossentropy"
+    manifest = Manifest.read(str(work / "data"))
+    x_test, y_test = read_split(str(work / "data"), manifest, manifest.test)
+    scores = published.evaluate(x_test.astype("float32"), y_test, verbose=0, return_dict=True)
+    assert abs(scores["auc"] - report["final"]["test_auc"]) < 0.01, (scores, report["final"])
+    assert abs(scores["precision"] - report["final"]["test_precision"]) < 1e-6, (scores, report["final"])

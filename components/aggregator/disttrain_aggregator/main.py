@@ -58,6 +58,7 @@ from disttrain_contract import (
     wait_for_marker,
     write_marker,
 )
+from disttrain_contract.artifact import compile_as_saved
 from disttrain_contract.evaluation import as_model_input, compiled_metric_values, evaluate
 from disttrain_contract.metrics import primary_metric
 from disttrain_contract.layout import REPORT_FILE, marker_path
@@ -455,8 +456,10 @@ def evaluate_and_combine(args, manifest, workers, held_out, metric):
         # TensorFlow's long-lived objects, ~0.2 s per model for the same memory)
         gc.collect(1)
 
+    first_file = os.path.join(workers.dirs[0], workers.markers[0].model)
     if not per_worker:
         del weighted_sum
+        compile_published(final, first_file, "chief")
         final_metrics = held_out(final, final_meta, "final")
         return rows, Combined(final, final_meta, final_metrics, {}, None, manifest.train_examples)
     final.set_weights(weighted_sum.mean())  # same architecture, so worker 0's model can carry the average
@@ -474,6 +477,7 @@ def evaluate_and_combine(args, manifest, workers, held_out, metric):
         held_out.feed_for(final_meta),
         metric=metric,
     )
+    compile_published(final, first_file, section["published"])
     # the examples behind the final model: fewer than the data set's when workers were left out
     trained_on = sum(m.examples for m in workers.markers)
     return rows, Combined(final, final_meta, final_metrics, combine_meta, section, trained_on)
@@ -597,6 +601,17 @@ def publish_final(args, places, manifest, metric, workers, result, report, histo
         final_test_metric={"name": metric.name, "value": result.metrics[metric.key], "direction": metric.direction},
     )
     print(f"aggregator: published {places.savefile} (report: {os.path.join(places.final_dir, REPORT_FILE)})")
+
+
+def compile_published(model, worker_file, published):
+    """The published model compiled as the workers' files were (artifact.compile_as_saved: the user's loss,
+    metrics and optimizer config, its state fresh), unless it is the ensemble: a new model around the workers'
+    whose averaged output the file's loss may not fit (probabilities where the loss takes logits)."""
+    if published == "ensemble":
+        return
+    reason = compile_as_saved(model, worker_file)
+    if reason:
+        print(f"aggregator: the published model is saved uncompiled: {worker_file}: {reason}", flush=True)
 
 
 def reject(places, model, meta, report, histories, verdict):

@@ -74,6 +74,33 @@ def load_model(path):
     return model, meta
 
 
+def compile_as_saved(model, path):
+    """Compile `model` as the `.keras` file at `path` was compiled: its loss, metrics and an optimizer of its
+    config (class, learning rate or schedule, weight decay, clipping), deserialized in safe mode, so that a model
+    published from the workers' files is the user's compiled model (`keras.models.load_model` then compiles it).
+
+    The optimizer is not built: its state is not the workers' (each had its own; an average of moments means
+    nothing), it starts over (a schedule from step 0), and the file does not carry zero-filled slots the size of
+    the weights. Keras warns at such a file's load that it skips the optimizer's variables: that is this.
+    Returns None (compiled, or the file was not compiled: nothing to do), or why `model` is left uncompiled (an
+    unreadable configuration, an object Keras cannot rebuild in safe mode); never raises for the file's content."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            config = json.loads(archive.read("config.json")).get("compile_config")
+    except (OSError, KeyError, ValueError, zipfile.BadZipFile) as err:
+        return f"its compile configuration is unreadable ({type(err).__name__}: {err})"
+    if not config:
+        return None
+    import_tensorflow()
+    from keras.saving import deserialize_keras_object
+
+    try:
+        model.compile(**deserialize_keras_object(config, safe_mode=True))
+    except Exception as err:  # what a config can make Keras raise is open-ended, as for load_model
+        return f"Keras cannot rebuild its compile configuration ({type(err).__name__}: {err})"
+    return None
+
+
 def decode_image(data, height, width, channels):
     """Decode encoded image bytes (PNG, JPEG, ...) with OpenCV and resize.
 
