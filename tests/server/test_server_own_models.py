@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from disttrain_contract.artifact import load_model, save_model
 from server import fuzz
 from server.own_models import CANCER_FEATURES, own_outputs, held_out
-from server.serving import error_of, make_client, predict_url
+from server.serving import error_of, make_client, predict_url, publish
 
 from disttrain_server import create_app
 
@@ -334,6 +334,40 @@ def test_a_model_its_disttrain_json_misdescribes_is_not_served(cancer_root, tmp_
         client = make_client(path, tmp_path / "workdir")
         ready = client.get("/readyz")
         assert ready.status_code == 503 and words in ready.get_json()["reason"], (change, ready.get_json())
+
+
+@pytest.mark.parametrize(
+    "change, words",
+    [
+        ({"features": 5}, '"input.features" must be a list of column names, got 5'),
+        ({"features": [1, 2, 3, 4, 5]}, '"input.features" must be a list of column names'),
+        ({"statistics": "x"}, '"input.statistics" must be an object of number lists'),
+        ({"statistics": {"mean": "abc"}}, '"input.statistics.mean" must be a list of numbers'),
+        ({"statistics": {"mean": [1, "2", 3, 4, 5]}}, '"input.statistics.mean" must be a list of numbers'),
+    ],
+)
+def test_a_malformed_input_spec_is_a_recorded_failure_while_the_earlier_model_serves(
+    cancer_root, tmp_path, change, words
+):
+    """An input spec whose features or statistics the page, /metadata and feature-keyed instances
+    cannot read (each answered 500 on every request) is refused at load, with the earlier model
+    answering all three meanwhile."""
+    source = str(cancer_root / "final" / "model.keras")
+    model, meta = load_model(source)
+    client = make_client(source, tmp_path / "workdir", RELOAD_INTERVAL=0)
+    row = {"instances": [dict(zip(CANCER_FEATURES, [14.0, 19.0, 100.0, 0.2, 0.6]))]}
+    before = predictions(client, row)
+    bad = str(tmp_path / "bad.keras")
+    save_model(model, bad, {**meta, "input": {**meta["input"], **change}})
+    publish(bad, tmp_path / "workdir")
+    ready = client.get("/readyz").get_json()
+    assert words in ready["load_failure"]["reason"] and "\n" not in ready["load_failure"]["reason"], ready
+    assert ready["status"] == "ready" and str(tmp_path) not in ready["load_failure"]["reason"]
+    assert client.get("/").status_code == 200 and client.get("/openapi.json").status_code == 200
+    assert client.get("/v1/models/disttrain/metadata").get_json()["metadata"]["disttrain"]["input"]["features"] == (
+        CANCER_FEATURES
+    )
+    assert (predictions(client, row) == before).all()
 
 
 def test_page_offers_a_prefilled_form_per_feature(cancer_client, cancer_root, diabetes_client, counts_client):

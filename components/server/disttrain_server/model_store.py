@@ -368,11 +368,38 @@ def _check_artifact(model, meta, path):
         isinstance(spec.get(k), int) and spec[k] > 0 for k in ("height", "width", "channels")
     ):
         raise ContractError(f"{path}: image input spec needs positive integer height, width and channels")
+    if spec["kind"] in NUMERIC_TASKS:
+        _check_numeric_spec(spec, path)
     outputs = getattr(model, "output_shape", (None,))[-1]
     if meta["task"] in EMBEDDING_TASKS:
         _check_face_model(meta, spec, outputs, path)
         return
     _check_head(model, meta, path)
+
+
+def _check_numeric_spec(spec, path):
+    """A table's or array's "features" is a list of names and its "statistics" a mapping of lists of
+    numbers, or they are absent: the page, /metadata and the feature-keyed instances read them
+    on every request, so a file with others is refused here, once, instead of answering 500 on each."""
+    features = spec.get("features")
+    if features is not None and not (
+        isinstance(features, list) and all(isinstance(name, str) and name for name in features)
+    ):
+        raise ContractError(
+            f'{path}: disttrain.json "input.features" must be a list of column names, got {features!r:.80}'
+        )
+    statistics = spec.get("statistics")
+    if statistics is None:
+        return
+    if not isinstance(statistics, dict):
+        raise ContractError(
+            f'{path}: disttrain.json "input.statistics" must be an object of number lists, got {statistics!r:.80}'
+        )
+    for name, values in statistics.items():
+        if not (isinstance(values, list) and all(type(value) in (int, float) for value in values)):
+            raise ContractError(
+                f'{path}: disttrain.json "input.statistics.{name}" must be a list of numbers, got {values!r:.80}'
+            )
 
 
 def _check_face_model(meta, spec, outputs, path):
