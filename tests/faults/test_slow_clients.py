@@ -2,9 +2,9 @@
 real gunicorn with the chart's 1 worker x 8 threads, a real model), on loopback only.
 
 64 connections send a predict request's header a few bytes at a time (a slowloris) while a client
-sends :predict requests and a prober asks /healthz as the kubelet would (5 s timeout). Rounds with
-and without the trickling connections alternate in one server, so the p99 they are compared on is
-measured side by side on the same busy machine. Without the front, 8 such connections hold all 8
+sends :predict requests and a prober asks /healthz and /readyz in turn as the kubelet would (5 s
+timeout). Rounds with and without the trickling connections alternate in one server, so the p99 they
+are compared on is measured side by side on the same busy machine. Without the front, 8 such connections hold all 8
 threads and every request, the probes included, waits until they give up (docs/operations.md)."""
 
 import json
@@ -108,14 +108,17 @@ def predict_round(url, seconds):
     return results
 
 
-def probe(base, stop, probes):
+def probe(base, stop, probes, paths=("/healthz",)):
+    """Ask each of `paths` in turn, as the kubelet's probes would, until `stop`: [(seconds, status, path)]."""
+    turn = 0
     while not stop.is_set():
+        path, turn = paths[turn % len(paths)], turn + 1
         started = time.monotonic()
         try:
-            status = http("GET", base + "/healthz", timeout=PROBE_TIMEOUT)[0]
+            status = http("GET", base + path, timeout=PROBE_TIMEOUT)[0]
         except Exception as err:  # a timeout is the failure this test is about
             status = repr(err)
-        probes.append((time.monotonic() - started, status))
+        probes.append((time.monotonic() - started, status, path))
         stop.wait(PROBE_EVERY)
 
 
@@ -127,7 +130,8 @@ def test_slow_clients_do_not_starve_predictions_or_probes(served, measure):
         url = base + "/v1/models/disttrain:predict"
         predict_round(url, 2)  # warm-up: the model's first calls trace its graph
         probes, probe_stop = [], threading.Event()
-        prober = threading.Thread(target=probe, args=(base, probe_stop, probes))
+        # the liveness and the readiness probe, both answered by the threads the slow clients would hold
+        prober = threading.Thread(target=probe, args=(base, probe_stop, probes, ("/healthz", "/readyz")))
         prober.start()
         calm, slowed, stats = [], [], {"most_open": 0, "closed_after": []}
         try:
@@ -164,6 +168,7 @@ def test_slow_clients_do_not_starve_predictions_or_probes(served, measure):
         p50_calm_ms=round(float(np.percentile([r[0] for r in calm], 50)) * 1000, 1),
         p50_slowed_ms=round(float(np.percentile([r[0] for r in slowed], 50)) * 1000, 1),
         probes=len(probes),
+        readiness_probes=len([p for p in probes if p[2] == "/readyz"]),
         probe_max_ms=round(max(p[0] for p in probes) * 1000, 1),
         failed_probes=failed_probes[:5],
     )
@@ -200,7 +205,7 @@ def test_without_the_front_eight_slow_clients_stall_the_probes(served):
             stop.set()
             trickler.join(timeout=30)
     assert stats["most_open"] == 8 and not stats["closed_after"], stats  # gunicorn cut none of them
-    assert probes and all(status != 200 for _, status in probes), probes
+    assert probes and all(status != 200 for _, status, _ in probes), probes
 
 
 def nginx_pids(master):
