@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from disttrain_server.front import find_nginx
-from server.serving import NEGATIVE, POSITIVE, http, running_server
+from server.serving import NEGATIVE, POSITIVE, access_log, http, running_server
 from stages import BIN
 
 pytestmark = [
@@ -269,3 +269,63 @@ def test_a_taken_port_is_one_line(served, tmp_path):
         f"error: --front nginx: nginx could not start on 127.0.0.1:{port} (exit 1; its message is above)"
     )
     assert "Address already in use" in out.stderr and "Traceback" not in out.stderr
+
+
+BODY_TIMEOUT = 2  # --body-timeout of the server under test
+SLOW_BODIES = 16  # more than its threads: each would hold one if gunicorn read the bodies
+
+
+def slow_body(port, declared):
+    """A connection that sends a :predict header declaring `declared` bytes of body, then a part of it,
+    and stops: (socket, when its last byte went)."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    s.sendall(
+        b"POST /v1/models/disttrain:predict HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        b"Content-Length: %d\r\n\r\n" % declared + b'{"instances": ['
+    )
+    return s, time.monotonic()
+
+
+def answer_of(s, sent):
+    """Everything the server sends on `s` until it closes it, and how long after `sent` it closed it."""
+    data = b""
+    while chunk := s.recv(65536):
+        data += chunk
+    s.close()
+    return data, time.monotonic() - sent
+
+
+def test_the_front_cuts_stalled_bodies_and_refuses_oversized_ones(served):
+    """Bodies that stop arriving (more connections than gunicorn has threads) are cut at --body-timeout
+    by nginx, which closes the connection, while the threads answer others; gunicorn never sees
+    them. A body declared past --max-upload-mb (plus the front's margin of 2 MB) is refused by nginx
+    before any of it is read, with the server's JSON error."""
+    args = (
+        "--front",
+        "nginx",
+        "--workers",
+        "1",
+        "--threads",
+        "2",
+        "--body-timeout",
+        BODY_TIMEOUT,
+        "--max-upload-mb",
+        1,
+    )
+    with running_server(served, *args) as (base, proc, log):
+        port = int(base.rsplit(":", 1)[1])
+        stalled = [slow_body(port, 4096) for _ in range(SLOW_BODIES)]
+        time.sleep(0.5)
+        assert http("GET", base + "/healthz", timeout=PROBE_TIMEOUT)[0] == 200
+        status, body = http("POST", base + "/v1/models/disttrain:predict", {"instances": [POSITIVE]}, timeout=10)
+        assert status == 200 and len(body["predictions"]) == 1
+        answers = [answer_of(*conn) for conn in stalled]
+        assert all(data == b"" for data, _ in answers), [data[:80] for data, _ in answers]
+        assert all(BODY_TIMEOUT - 0.5 <= after <= BODY_TIMEOUT + 3 for _, after in answers), [a for _, a in answers]
+        data, _ = answer_of(*slow_body(port, 4 * 1024 * 1024))
+        head, _, payload = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413 "), data[:200]
+        assert json.loads(payload) == {"error": "request body too large: the limit is 1 MB"}
+        assert proc.poll() is None, "the server exited"
+    predicts = [line["status"] for line in access_log(log) if line["path"].endswith(":predict")]
+    assert predicts == ["200"], predicts  # gunicorn saw the one whole request only

@@ -67,9 +67,9 @@ http {{
     fastcgi_temp_path {directory}/fastcgi;
     uwsgi_temp_path {directory}/uwsgi;
     scgi_temp_path {directory}/scgi;
-    # the whole header in this time, or 408 and the connection closed
+    # the whole header in this time, or the connection closed (nginx logs 408 and sends nothing)
     client_header_timeout {header_timeout}s;
-    # at most this long between two reads of the body (nginx times the gaps, not the whole body)
+    # at most this long between two reads of the body (nginx times the gaps, not the whole body), or closed likewise
     client_body_timeout {body_timeout}s;
     send_timeout 60s;
     keepalive_timeout {keepalive}s;

@@ -229,14 +229,15 @@ def add_front_flags(p):
         default=10,
         metavar="SECONDS",
         help="with --front nginx: a client "
-        "must send its whole request header within this time, or gets 408 (default 10)",
+        "must send its whole request header within this time, or nginx closes the connection unanswered (default 10)",
     )
     front.add_argument(
         "--body-timeout",
         type=int,
         default=30,
         metavar="SECONDS",
-        help="with --front nginx: longest pause between two reads of a request body, or 408 (default 30)",
+        help="with --front nginx: longest pause between two reads of a request body, past which nginx closes the "
+        "connection unanswered (default 30)",
     )
     front.add_argument(
         "--max-connections",
