@@ -6,6 +6,7 @@ and the image and cluster runs.
     diabetes_csv(path)        its diabetes table: 10 numeric columns + `progression` (a regression target)
     wine_csv(path)            its wine table: 13 numeric columns + `label` (3 classes)
     classifier(...), regressor(...)   small Keras models of the kind a notebook builds
+    adamw_schedule_classifier(data)   the classifier compiled with AdamW + CosineDecay + weight decay + clipnorm
     batch_norm_cnn_file(path, blocks) a small convolutional model file with batch normalization, for the 8x8 digits
     random_layers_cnn_file(path)      one with augmentation, noise and dropout layers (no seeds), for the 8x8 digits
     digit_image_folders(directory)    scikit-learn's digits as 32x32 RGB PNG files in one folder per label (images:DIR)
@@ -88,6 +89,21 @@ def classifier(n_features, mean, variance, head="sigmoid", hidden=16, seed=0, co
     model = keras.Model(inputs, outputs)
     if compile:
         model.compile(optimizer="adam", loss=loss, metrics=["accuracy"])
+    return model
+
+
+def adamw_schedule_classifier(data, **options):
+    """The classifier for a copied table (DATA: its data directory), compiled with AdamW on a CosineDecay
+    schedule (3e-3 over 200 steps), weight decay 0.004 and clipnorm 1, and `options` (more of AdamW's)."""
+    import keras
+
+    mean, variance = table_statistics(os.path.join(data, "manifest.json"))
+    model = classifier(len(mean), mean, variance, compile=False)
+    schedule = keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=200)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.004, clipnorm=1.0, **options),
+        loss="binary_crossentropy",
+    )
     return model
 
 
@@ -207,6 +223,16 @@ def write_user_module(directory, name="tabular_models"):
 
 
 # ---------------------------------------------------------------- running the stages on them
+def copied_table(root, name, write_csv, *copier_args):
+    """ROOT/NAME.csv (ROOT: a pathlib.Path) written by `write_csv` and copied by the real copier into 2 shards;
+    returns the data directory (each test copies it into its own workdir: workdir_with)."""
+    from stages import stage
+
+    csv = write_csv(str(root / f"{name}.csv"))
+    stage("copier", "--source", f"table:{csv}", "--n-shards", 2, "--workdir", root / "work", *copier_args)
+    return root / "work" / "data"
+
+
 def workdir_with(data, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(data, work / "data")

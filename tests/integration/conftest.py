@@ -2,16 +2,12 @@
 
 import pytest
 
-from own_models import breast_cancer_csv, diabetes_csv, wine_csv
-from stages import stage
+from own_models import breast_cancer_csv, copied_table, diabetes_csv, wine_csv
 
 
 def copied(tmp_path_factory, name, write_csv, *copier_args):
     """A table copied once per session into 2 shards; each test copies the data directory into its own workdir."""
-    root = tmp_path_factory.mktemp(name)
-    csv = write_csv(str(root / f"{name}.csv"))
-    stage("copier", "--source", f"table:{csv}", "--n-shards", 2, "--workdir", root / "work", *copier_args)
-    return root / "work" / "data"
+    return copied_table(tmp_path_factory.mktemp(name), name, write_csv, *copier_args)
 
 
 @pytest.fixture(scope="session")

@@ -12,23 +12,18 @@ import os
 import numpy as np
 import pytest
 
-from own_models import classifier, run_own_pipeline, saved, start_trainers, table_statistics, workdir_with
+from own_models import (
+    adamw_schedule_classifier,
+    classifier,
+    run_own_pipeline,
+    saved,
+    start_trainers,
+    table_statistics,
+    workdir_with,
+)
 from stages import read_report, stage
 
 pytestmark = pytest.mark.slow
-
-
-def adamw_classifier(cancer_data, **options):
-    import keras
-
-    mean, variance = table_statistics(cancer_data / "manifest.json")
-    model = classifier(30, mean, variance, compile=False)
-    schedule = keras.optimizers.schedules.CosineDecay(3e-3, decay_steps=200)
-    model.compile(
-        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.004, clipnorm=1.0, **options),
-        loss="binary_crossentropy",
-    )
-    return model
 
 
 def train_group(work, *args, workers=2, strategy="average", epochs=3):
@@ -39,7 +34,7 @@ def train_group(work, *args, workers=2, strategy="average", epochs=3):
 
 def test_the_compiled_adamw_schedule_and_clipnorm_are_what_the_workers_train_with(cancer_data, tmp_path):
     work = workdir_with(cancer_data, tmp_path)
-    path = saved(adamw_classifier(cancer_data), tmp_path / "adamw.keras")
+    path = saved(adamw_schedule_classifier(cancer_data), tmp_path / "adamw.keras")
     codes, logs = train_group(work, "--model-file", path)
     assert codes == [0, 0], logs[0][-2000:]
     from disttrain_contract.artifact import read_meta
@@ -61,7 +56,7 @@ def test_the_compiled_adamw_schedule_and_clipnorm_are_what_the_workers_train_wit
 
 def test_an_option_the_strategy_cannot_honour_is_one_line_and_its_advice_trains(cancer_data, tmp_path):
     work = workdir_with(cancer_data, tmp_path)
-    path = saved(adamw_classifier(cancer_data, use_ema=True), tmp_path / "ema.keras")
+    path = saved(adamw_schedule_classifier(cancer_data, use_ema=True), tmp_path / "ema.keras")
     codes, logs = train_group(work, "--model-file", path, strategy="localsgd", epochs=1)
     assert codes == [2, 2]
     for index, log in enumerate(logs):
@@ -112,7 +107,7 @@ def test_a_regression_model_compiled_with_adam_1e2_reaches_plain_fits_rmse(diabe
 def test_a_schedule_resumed_from_its_checkpoint_ends_with_the_same_weights(cancer_data, tmp_path):
     """Two epochs, then the same run to four resumed from the checkpoint, against four at once: the optimizer's
     iterations (the schedule's position), moments and the weights are restored exactly."""
-    path = saved(adamw_classifier(cancer_data), tmp_path / "adamw.keras")
+    path = saved(adamw_schedule_classifier(cancer_data), tmp_path / "adamw.keras")
     straight = workdir_with(cancer_data, tmp_path / "straight")
     assert train_group(straight, "--model-file", path, epochs=4)[0] == [0, 0]
     resumed = workdir_with(cancer_data, tmp_path / "resumed")
