@@ -10,6 +10,8 @@ and the image and cluster runs.
     batch_norm_cnn_file(path, blocks) a small convolutional model file with batch normalization, for the 8x8 digits
     random_layers_cnn_file(path)      one with augmentation, noise and dropout layers (no seeds), for the 8x8 digits
     digit_image_folders(directory)    scikit-learn's digits as 32x32 RGB PNG files in one folder per label (images:DIR)
+    CONFORMANCE_MODULE, sigmoid_layer, train_step, adamw_schedule, mobilenetv3small, efficientnetb0
+                                      the conformance set's models (the shapes real users bring) and their classes
 """
 
 import csv
@@ -222,6 +224,152 @@ def write_user_module(directory, name="tabular_models"):
     return str(directory)
 
 
+CONFORMANCE_MODULE_NAME = "conformance_models"
+CONFORMANCE_MODULE = textwrap.dedent('''
+    """A user's registered classes: an output layer with its sigmoid inside, and a model with its own step."""
+    import keras
+    import tensorflow as tf
+
+
+    @keras.saving.register_keras_serializable(package="conformance_models")
+    class SharpenedProbability(keras.layers.Layer):
+        """One unit: sigmoid(sharpness * (x . w + b)), the second label's probability; no `activation` attribute."""
+
+        def __init__(self, sharpness=2.0, **kwargs):
+            super().__init__(**kwargs)
+            self.sharpness = sharpness
+
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1], 1), initializer="glorot_uniform", name="w")
+            self.b = self.add_weight(shape=(1,), initializer="zeros", name="b")
+
+        def call(self, x):
+            return tf.sigmoid(self.sharpness * (tf.matmul(x, self.w) + self.b))
+
+        def get_config(self):
+            return {**super().get_config(), "sharpness": self.sharpness}
+
+
+    @keras.saving.register_keras_serializable(package="conformance_models")
+    class ConfidencePenalised(keras.Model):
+        """Its own train_step: the compiled loss minus `beta` times the predictions' mean entropy (a confidence
+        penalty), and a count of the steps it took in a weight."""
+
+        def __init__(self, *args, beta=0.1, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.beta = beta
+            self.own_steps = self.add_weight(shape=(), initializer="zeros", trainable=False, name="own_steps")
+
+        def get_config(self):
+            return {**super().get_config(), "beta": self.beta}
+
+        def train_step(self, data):
+            x, y = data
+            with tf.GradientTape() as tape:
+                y_pred = self(x, training=True)
+                entropy = -tf.reduce_mean(tf.reduce_sum(y_pred * tf.math.log(y_pred + 1e-7), axis=-1))
+                loss = self.compute_loss(x, y, y_pred) - self.beta * entropy
+            gradients = tape.gradient(loss, self.trainable_weights)
+            self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
+            self.own_steps.assign_add(1.0)
+            for metric in self.metrics:
+                if metric.name == "loss":
+                    metric.update_state(loss)
+                else:
+                    metric.update_state(y, y_pred)
+            return {m.name: m.result() for m in self.metrics}
+''')
+
+
+# ---------------------------------------------------------------- the conformance set's models, built as a user builds them
+# The shapes real users bring (tests/integration/test_conformance.py and bench/own_model.py). A table model takes
+# the copied data's directory (its manifest's statistics and width) and a seed (its initial weights); the
+# registered classes are CONFORMANCE_MODULE's, which must be importable (write_conformance_module).
+def write_conformance_module(directory):
+    """CONFORMANCE_MODULE written into `directory` (made if missing) and imported here, its classes registered for
+    building the models and loading the published ones; the environment for the stages, with it on PYTHONPATH."""
+    import importlib
+    import sys
+
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, f"{CONFORMANCE_MODULE_NAME}.py"), "w") as fh:
+        fh.write(CONFORMANCE_MODULE)
+    sys.path.insert(0, str(directory))
+    try:
+        importlib.import_module(CONFORMANCE_MODULE_NAME)
+    finally:
+        sys.path.remove(str(directory))
+    return with_pythonpath(directory)
+
+
+def mobilenetv3small(data=None, seed=None):
+    import keras
+
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    model = keras.applications.MobileNetV3Small(input_shape=(32, 32, 3), weights=None, classes=10)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def efficientnetb0(data=None, seed=None):
+    import keras
+
+    if seed is not None:
+        keras.utils.set_random_seed(seed)
+    model = keras.applications.EfficientNetB0(input_shape=(32, 32, 3), weights=None, classes=10)
+    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def normalised_input(data):
+    """The table's input (as wide as its features) and a hidden layer on its normalised features."""
+    import keras
+
+    mean, variance = table_statistics(os.path.join(data, "manifest.json"))
+    inputs = keras.Input(shape=(len(mean),), name="measurements")
+    x = keras.layers.Normalization(mean=mean, variance=variance)(inputs)
+    return inputs, keras.layers.Dense(16, activation="relu")(x)
+
+
+def sigmoid_layer(data, seed=1):
+    import keras
+    from conformance_models import SharpenedProbability
+
+    keras.utils.set_random_seed(seed)
+    inputs, hidden = normalised_input(data)
+    model = keras.Model(inputs, SharpenedProbability(name="benign")(hidden))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def train_step(data, seed=2):
+    import keras
+    from conformance_models import ConfidencePenalised
+
+    keras.utils.set_random_seed(seed)
+    inputs, hidden = normalised_input(data)
+    model = ConfidencePenalised(inputs, keras.layers.Dense(2, activation="softmax")(hidden), beta=0.05)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
+    return model
+
+
+def adamw_schedule(data, seed=3, decay_steps=60):
+    """Compiled with AdamW(CosineDecay(0.01, decay_steps, alpha=0.1), weight_decay=0.004, clipnorm=1.0)."""
+    import keras
+
+    keras.utils.set_random_seed(seed)
+    inputs, hidden = normalised_input(data)
+    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(hidden))
+    schedule = keras.optimizers.schedules.CosineDecay(0.01, decay_steps=decay_steps, alpha=0.1)
+    model.compile(
+        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.004, clipnorm=1.0),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+    )
+    return model
+
+
 # ---------------------------------------------------------------- running the stages on them
 def copied_table(root, name, write_csv, *copier_args):
     """ROOT/NAME.csv (ROOT: a pathlib.Path) written by `write_csv` and copied by the real copier into 2 shards;
@@ -261,9 +409,9 @@ def only_error_line(result):
     return errors[0]
 
 
-def start_trainers(work, workers, strategy, *trainer_args, epochs=12, env=None):
-    """The group's trainer processes (a parameter-server group: the chief and one server too), batch 32, on ports of
-    their own; worker i logs to WORK/worker-<i>.log."""
+def start_trainers(work, workers, strategy, *trainer_args, epochs=12, env=None, batch=32):
+    """The group's trainer processes (a parameter-server group: the chief and one server too), `batch` examples a
+    step per worker, on ports of their own; worker i logs to WORK/worker-<i>.log."""
     from stages import free_port_block, start_stage
 
     tasks = workers + (2 if strategy == "parameterserver" else 0)
@@ -280,7 +428,7 @@ def start_trainers(work, workers, strategy, *trainer_args, epochs=12, env=None):
             "--epochs",
             epochs,
             "--batch",
-            32,
+            batch,
             "--strategy",
             strategy,
             "--port",
@@ -294,10 +442,10 @@ def start_trainers(work, workers, strategy, *trainer_args, epochs=12, env=None):
     ]
 
 
-def run_own_pipeline(work, workers, strategy, *trainer_args, epochs=12, env=None, aggregator_args=()):
+def run_own_pipeline(work, workers, strategy, *trainer_args, epochs=12, env=None, aggregator_args=(), batch=32):
     from stages import read_report, stage
 
-    procs = start_trainers(work, workers, strategy, *trainer_args, epochs=epochs, env=env)
+    procs = start_trainers(work, workers, strategy, *trainer_args, epochs=epochs, env=env, batch=batch)
     for i, proc in enumerate(procs):
         if proc.wait(timeout=600) != 0:
             for p in procs:

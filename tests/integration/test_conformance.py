@@ -1,5 +1,5 @@
-"""The conformance set: the model shapes real users bring, each built here as a user builds it and saved with
-model.save(), through the real stages: the copier (image folders or a table), 2 trainers on `average` and on a
+"""The conformance set: the model shapes real users bring, each built as a user builds it (own_models.py) and saved
+with model.save(), through the real stages: the copier (image folders or a table), 2 trainers on `average` and on a
 connected strategy, the aggregator, and the server. Each case checks that the shape trains, that the published
 file is the user's model as it was built (its classes, layers and parameters), and that `:predict` answers what
 `model.predict` of the published file answers (loaded with keras.saving.load_model in safe mode, the user's
@@ -14,77 +14,30 @@ enough, must beat the trivial predictor.
 
 Every case is long (make test-long): a few minutes each on 2 cores."""
 
-import importlib
 import json
 import re
-import sys
-import textwrap
 import time
 from dataclasses import dataclass
 
 import numpy as np
 import pytest
 
-from own_models import digit_image_folders, run_own_pipeline, saved, table_statistics, with_pythonpath, workdir_with
+from own_models import (
+    CONFORMANCE_MODULE_NAME,
+    adamw_schedule,
+    digit_image_folders,
+    efficientnetb0,
+    mobilenetv3small,
+    run_own_pipeline,
+    saved,
+    sigmoid_layer,
+    train_step,
+    workdir_with,
+    write_conformance_module,
+)
 from stages import stage
 
 pytestmark = [pytest.mark.slow, pytest.mark.long]
-
-MODULE_NAME = "conformance_models"
-MODULE = textwrap.dedent('''
-    """A user's registered classes: an output layer with its sigmoid inside, and a model with its own step."""
-    import keras
-    import tensorflow as tf
-
-
-    @keras.saving.register_keras_serializable(package="conformance_models")
-    class SharpenedProbability(keras.layers.Layer):
-        """One unit: sigmoid(sharpness * (x . w + b)), the second label's probability; no `activation` attribute."""
-
-        def __init__(self, sharpness=2.0, **kwargs):
-            super().__init__(**kwargs)
-            self.sharpness = sharpness
-
-        def build(self, input_shape):
-            self.w = self.add_weight(shape=(input_shape[-1], 1), initializer="glorot_uniform", name="w")
-            self.b = self.add_weight(shape=(1,), initializer="zeros", name="b")
-
-        def call(self, x):
-            return tf.sigmoid(self.sharpness * (tf.matmul(x, self.w) + self.b))
-
-        def get_config(self):
-            return {**super().get_config(), "sharpness": self.sharpness}
-
-
-    @keras.saving.register_keras_serializable(package="conformance_models")
-    class ConfidencePenalised(keras.Model):
-        """Its own train_step: the compiled loss minus `beta` times the predictions' mean entropy (a confidence
-        penalty), and a count of the steps it took in a weight."""
-
-        def __init__(self, *args, beta=0.1, **kwargs):
-            super().__init__(*args, **kwargs)
-            self.beta = beta
-            self.own_steps = self.add_weight(shape=(), initializer="zeros", trainable=False, name="own_steps")
-
-        def get_config(self):
-            return {**super().get_config(), "beta": self.beta}
-
-        def train_step(self, data):
-            x, y = data
-            with tf.GradientTape() as tape:
-                y_pred = self(x, training=True)
-                entropy = -tf.reduce_mean(tf.reduce_sum(y_pred * tf.math.log(y_pred + 1e-7), axis=-1))
-                loss = self.compute_loss(x, y, y_pred) - self.beta * entropy
-            gradients = tape.gradient(loss, self.trainable_weights)
-            self.optimizer.apply_gradients(zip(gradients, self.trainable_weights))
-            self.own_steps.assign_add(1.0)
-            for metric in self.metrics:
-                if metric.name == "loss":
-                    metric.update_state(loss)
-                else:
-                    metric.update_state(y, y_pred)
-            return {m.name: m.result() for m in self.metrics}
-''')
 
 
 # ---------------------------------------------------------------- the data and the user's code, once per session
@@ -100,79 +53,10 @@ def digit_images_data(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def user_code(tmp_path_factory):
-    """The user's module in a folder of its own, imported here (its classes registered, for building the models
-    and loading the published ones); the stages' environment with the folder on PYTHONPATH."""
-    code = tmp_path_factory.mktemp("user-code")
-    (code / f"{MODULE_NAME}.py").write_text(MODULE)
-    sys.path.insert(0, str(code))
-    try:
-        importlib.import_module(MODULE_NAME)
-    finally:
-        sys.path.remove(str(code))
-    return with_pythonpath(code)
-
-
-# ---------------------------------------------------------------- the models, built as a user builds them
-def mobilenetv3small(data):
-    import keras
-
-    model = keras.applications.MobileNetV3Small(input_shape=(32, 32, 3), weights=None, classes=10)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    return model
-
-
-def efficientnetb0(data):
-    import keras
-
-    model = keras.applications.EfficientNetB0(input_shape=(32, 32, 3), weights=None, classes=10)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    return model
-
-
-def normalised_hidden(data, inputs):
-    import keras
-
-    mean, variance = table_statistics(data / "manifest.json")
-    x = keras.layers.Normalization(mean=mean, variance=variance)(inputs)
-    return keras.layers.Dense(16, activation="relu")(x)
-
-
-def sigmoid_layer(data):
-    import keras
-    from conformance_models import SharpenedProbability
-
-    keras.utils.set_random_seed(1)
-    inputs = keras.Input(shape=(30,), name="measurements")
-    model = keras.Model(inputs, SharpenedProbability(name="benign")(normalised_hidden(data, inputs)))
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="binary_crossentropy", metrics=["accuracy"])
-    return model
-
-
-def train_step(data):
-    import keras
-    from conformance_models import ConfidencePenalised
-
-    keras.utils.set_random_seed(2)
-    inputs = keras.Input(shape=(30,), name="measurements")
-    outputs = keras.layers.Dense(2, activation="softmax")(normalised_hidden(data, inputs))
-    model = ConfidencePenalised(inputs, outputs, beta=0.05)
-    model.compile(optimizer=keras.optimizers.Adam(0.01), loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    return model
-
-
-def adamw_schedule(data):
-    import keras
-
-    keras.utils.set_random_seed(3)
-    inputs = keras.Input(shape=(30,), name="measurements")
-    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(normalised_hidden(data, inputs)))
-    schedule = keras.optimizers.schedules.CosineDecay(0.01, decay_steps=60, alpha=0.1)
-    model.compile(
-        optimizer=keras.optimizers.AdamW(schedule, weight_decay=0.004, clipnorm=1.0),
-        loss="sparse_categorical_crossentropy",
-        metrics=["accuracy"],
-    )
-    return model
+    """The user's module (own_models.CONFORMANCE_MODULE) in a folder of its own, imported here (its classes
+    registered, for building the models and loading the published ones); the stages' environment with the folder
+    on PYTHONPATH."""
+    return write_conformance_module(str(tmp_path_factory.mktemp("user-code")))
 
 
 @dataclass(frozen=True)
@@ -253,7 +137,7 @@ def test_the_model_trains_is_published_and_is_served_as_built(name, strategy, re
     built = shape.build(data)
     path = saved(built, tmp_path / f"{name}.keras")
     work = workdir_with(data, tmp_path)
-    module = ("--model-module", MODULE_NAME) if shape.module else ()
+    module = ("--model-module", CONFORMANCE_MODULE_NAME) if shape.module else ()
     # (--exports none: the exports are tested on their own; here they would cost an EfficientNet case a minute)
     gate = ("--exports", "none") if shape.long_enough else ("--force", "--exports", "none")
     report = run_own_pipeline(
