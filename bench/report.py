@@ -216,7 +216,12 @@ def contention(doc):
 
 def server(doc):
     res = doc["results"]
-    out = [header(doc, "Serving: single-instance `:predict` (`bench/server_bench.py`)")]
+    title = (
+        "Serving behind the front: its cost (`bench/server_bench.py --result server_front`)"
+        if doc.get("benchmark") == "server_front"
+        else "Serving: single-instance `:predict` (`bench/server_bench.py`)"
+    )
+    out = [header(doc, title)]
     out.append(
         f"Loopback, {doc['config']['requests_per_point']} requests or {doc['config']['time_limit_sec']:.0f} s per point, "
         f"median of {doc['config']['repetitions']} repetition(s). disttrain = `disttrain-server` {doc['config']['disttrain_server']}; "
@@ -246,6 +251,9 @@ def server(doc):
             f"{f(r['p50_ms'], 1)} | {f(r['p95_ms'], 1)} | "
             f"{f(r['p99_ms'], 1)} | {r['requests']} ({r['errors']}) | {f(r['client_cpu_sec'], 1)} |"
         )
+    front_cost = front_goal(res["summary"])
+    if front_cost:
+        out.append(front_cost)
     if "call_vs_predict_batch1" not in res:  # a run without the in-process target (--only)
         return "\n".join(out)
     cvp = res["call_vs_predict_batch1"]
@@ -269,6 +277,22 @@ def server(doc):
             f"{f(b['compiled_per_instance_ms'], 3)} | {f(b['compiled_instances_per_sec'], 0)} |"
         )
     return "\n".join(out)
+
+
+def front_goal(summary):
+    """The front's cost at the highest concurrency both were measured at: its requests/s against the server's
+    alone (goal: within 10 %), or None when the run had not both."""
+    by = {(r["target"], r["concurrency"]): r["requests_per_sec"] for r in summary}
+    shared = sorted(c for t, c in by if t == "disttrain-front" and ("disttrain", c) in by)
+    if not shared:
+        return None
+    c = shared[-1]
+    ratio = by[("disttrain-front", c)] / by[("disttrain", c)]
+    verdict = "met" if ratio >= 0.9 else "NOT met"
+    return (
+        f"\nThe front's cost at concurrency {c}: disttrain-front {f(by[('disttrain-front', c)], 1)} requests/s "
+        f"against disttrain's {f(by[('disttrain', c)], 1)}, {100 * (ratio - 1):+.1f} % (goal: within 10 %: {verdict}).\n"
+    )
 
 
 def metrics(doc):
@@ -874,6 +898,7 @@ def tables():
         ("input_pipeline", input_pipeline),
         ("batch_sweep", sweep),
         ("server", server),
+        ("server_front", server),
         ("metrics", metrics),
         ("metrics-same", metrics),
         ("search", search),

@@ -268,6 +268,12 @@ def main():
     p.add_argument(
         "--only", default=",".join(TARGETS), help=f"comma-separated targets (default all: {','.join(TARGETS)})"
     )
+    p.add_argument(
+        "--result",
+        default="server",
+        help="the result's name (default server; the front's cost alone: --only disttrain,disttrain-front "
+        "--concurrency 32 --result server_front)",
+    )
     args = p.parse_args()
     concurrency = tuple(int(c) for c in args.concurrency.split(","))
     only = args.only.split(",")
@@ -292,7 +298,7 @@ def main():
         "instances_per_request": 1,
     }
     procs = []
-    with Bench("server", config) as bench:
+    with Bench(args.result, config) as bench:
         try:
             model = prepare_model(base)
             targets = {}
