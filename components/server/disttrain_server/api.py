@@ -26,7 +26,8 @@ from disttrain_server.openapi import (
     ref,
     with_optional,
 )
-from disttrain_server.runs_data import report_without_abs_paths
+from disttrain_server.heldout import REPORT_HEADERS
+from disttrain_server.runs_data import served_report
 from disttrain_server.shared import OPENAPI_KEY, limits, model_store, served_model, served_run_dir
 from disttrain_server.signature import (
     INPUT_NAMES,
@@ -203,8 +204,8 @@ def classify(model_name, version=None, label=None):
 def report():
     path = os.path.join(os.path.dirname(model_store().path), REPORT_FILE)  # the contract's report.Report
     try:
-        body = report_without_abs_paths(path, served_run_dir())
-        return current_app.response_class(body, mimetype="application/json", headers={"Cache-Control": "no-cache"})
+        body = served_report(path, served_run_dir())
+        return current_app.response_class(body, mimetype="application/json", headers=REPORT_HEADERS)
     except (FileNotFoundError, IsADirectoryError):
         raise ApiError(
             404, "no report.json next to the served model (the aggregator writes one when it publishes)"
@@ -260,7 +261,9 @@ def openapi_paths(context):
         ),
         "/report": {
             "get": {
-                "summary": "The aggregator's report.json (per-worker and final held-out metrics).",
+                "summary": "The aggregator's report.json (per-worker and final held-out metrics), without a "
+                "regression's held-out (actual, predicted) pairs and a face run's people's names unless "
+                "--show-heldout-examples (its 'withheld' object names what is left out).",
                 "responses": {
                     "200": {
                         "description": "The report.",

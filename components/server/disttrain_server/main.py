@@ -291,8 +291,12 @@ def add_security_flags(p):
         action="store_true",
         help="the page of a table or array model "
         "prefills its form with up to 20 held-out rows of the served run's data and their true labels, "
-        "and /metadata gives each feature's training minimum and maximum (single records' values). "
-        "Default: the page prefills the training mean and /metadata gives means and variances only",
+        "and /metadata gives each feature's training minimum and maximum (single records' values); the served "
+        "reports (/report, the dashboard) keep a regression's held-out (actual, predicted) pairs and a face "
+        "run's people's names, and analysis.png, which draws them, is served (the names, being face data, also "
+        "need the API token where it guards face data, as every held-out value does under "
+        "--token-required-for all). Default: the page prefills the training mean, /metadata gives means and "
+        "variances only, and the served reports leave those out (the files on disk keep them)",
     )
     security.add_argument(
         "--read-only-gallery",

@@ -105,9 +105,9 @@ def run_progress(run_dir, now=None):
 def progress_json():
     run_dir = run_finder().run_dir()
     body = run_progress(run_dir)
-    # the run's dashboard page, and the finished run's analysis.png beside its report.png
-    body["dashboard"], body["analysis"] = (
-        run_links(run_dir, body["state"] == "finished") if body["run"] else (None, None)
+    # the run's dashboard page, and the finished run's analysis.png beside its report.png (or why it is left out)
+    body["dashboard"], body["analysis"], body["analysis_withheld"] = (
+        run_links(run_dir, body["state"] == "finished") if body["run"] else (None, None, None)
     )
     response = current_app.json.response(body)
     response.headers["Cache-Control"] = "no-store"  # always the newest

@@ -17,10 +17,13 @@ import os
 
 from flask import Blueprint, current_app, render_template, send_file, url_for
 
+from disttrain_server import heldout
+from disttrain_server.heldout import REPORT_HEADERS
 from disttrain_server.errors import ApiError
 from disttrain_contract.layout import REPORT_FILE
 from disttrain_server.runs_data import (
     CACHE_KEY,
+    analysis_refusal,
     RUN_DIR,
     SERVED,
     ReportCache,
@@ -28,10 +31,11 @@ from disttrain_server.runs_data import (
     is_run_dir,
     numbered_runs,
     report_dir,
-    report_without_abs_paths,
     served_name,
+    served_report,
     worker_histories,
 )
+from disttrain_server.security import Unauthorized
 from disttrain_server.shared import runs_dir, served_run_dir
 from disttrain_server.svg import svg_chart
 
@@ -88,7 +92,10 @@ def openapi_paths(context):
         },
         "/runs/{run}/{name}": {
             "get": {
-                "summary": "One of the run's report files: report.json, report.png or analysis.png.",
+                "summary": "One of the run's report files: report.json, report.png or analysis.png. report.json "
+                "leaves out a regression's held-out (actual, predicted) pairs and a face run's people's names, and "
+                "analysis.png, which draws them, is refused, unless --show-heldout-examples (and, where the token "
+                "rules guard that data, the request's API token); the report's 'withheld' object names what is left out.",
                 "parameters": [
                     run,
                     {
@@ -102,6 +109,15 @@ def openapi_paths(context):
                     "200": {
                         "description": "The file.",
                         "content": {kind: {"schema": {"type": "string"}} for kind in sorted(set(FILES.values()))},
+                    },
+                    "401": {
+                        "description": "analysis.png draws data this request needs the API token for.",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+                    },
+                    "403": {
+                        "description": "analysis.png draws single held-out examples or people by name: "
+                        "served with --show-heldout-examples.",
+                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
                     },
                     "404": missing,
                 },
@@ -215,12 +231,19 @@ def run_page(run):
     status, directory = report_dir(run_dir)
     report = current_app.extensions[CACHE_KEY].get(os.path.join(directory, REPORT_FILE)) if directory else None
     files = {name: file_url(run, directory, name) for name in FILES} if directory else {}
+    # what the served report.json leaves out, and analysis.png if it draws that (a note instead of each)
+    refused = heldout.refusal(heldout.kind_of(report))
+    plot_refused = files.get("analysis.png") and analysis_refusal(directory)
+    if plot_refused:
+        files["analysis.png"] = None
     return render_template(
         "run.html",
         run=run,
         status=status,
         status_text=STATUS_TEXT[status],
         report=report,
+        withheld=refused and refused[1],
+        analysis_withheld=plot_refused and plot_refused[1],
         served=run in (SERVED, served_name()),
         files=files,
         curves=curves(run_dir),
@@ -238,11 +261,17 @@ def run_file(run, name):
     try:
         if not path:
             raise FileNotFoundError
+        refused = name == "analysis.png" and os.path.exists(path) and analysis_refusal(directory)
+        if refused:
+            status, why = refused
+            raise Unauthorized(why, None) if status == 401 else ApiError(status, why)
         if name == REPORT_FILE:  # its paths relative to the run, as /report serves it
-            body = report_without_abs_paths(path, resolve(run))
-            return current_app.response_class(body, mimetype=FILES[name], headers={"Cache-Control": "no-cache"})
+            body = served_report(path, resolve(run))
+            return current_app.response_class(body, mimetype=FILES[name], headers=REPORT_HEADERS)
         # send_file opens the fixed path read-only; a request's ?v= only defeats stale browser caches
-        return send_file(path, mimetype=FILES[name], max_age=0)
+        response = send_file(path, mimetype=FILES[name], max_age=0)
+        response.vary.add("Authorization")
+        return response
     except (FileNotFoundError, IsADirectoryError, NotADirectoryError):
         raise ApiError(
             404, f"run {run!r} has no {name} (the aggregator writes it when it publishes or refuses a model)"

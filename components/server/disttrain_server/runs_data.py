@@ -25,12 +25,13 @@ import re
 import threading
 from collections import OrderedDict
 
-from flask import url_for
+from flask import current_app, url_for
 
 from disttrain_contract.layout import MARKER, PROGRESS_FILE, REPORT_FILE, Workdir
 from disttrain_contract.progress import Progress
 from disttrain_contract.records import RecordError, finite_number
 from disttrain_contract.report import Report
+from disttrain_server import heldout
 from disttrain_server.shared import runs_dir, served_run_dir
 
 CACHE_KEY = "disttrain.reports"
@@ -259,18 +260,21 @@ def privacy_parts(details):
     }
 
 
-def report_without_abs_paths(path, run_dir):
-    """report.json at `path` as the API serves it: every value that is an absolute path (the copier's
-    statistics and plot, say) relative to the run's working directory `run_dir` (data/stats.png), or
-    its file name alone when it lies outside the run; the server's volume layout stays its own.
-    JSON bytes; FileNotFoundError/IsADirectoryError as open() raises them. A file that is not JSON
-    (a report being replaced is renamed into place whole, so this is a damaged one) is served as it is."""
+def served_report(path, run_dir):
+    """report.json at `path` as the server serves it to this request: without what heldout.withheld
+    leaves out (held-out values, people's names: the request's opt-in and token decide), and with every
+    value that is an absolute path (the copier's statistics and plot, say) relative to the run's working
+    directory `run_dir` (data/stats.png), or its file name alone when it lies outside the run; the
+    server's volume layout stays its own. JSON bytes; FileNotFoundError/IsADirectoryError as open()
+    raises them. A file that is not JSON (a report being replaced is renamed into place whole, so this is
+    a damaged one) is served as it is: it has no analysis to leave out."""
     with open(path, "rb") as fh:
         raw = fh.read()
     try:
         report = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         return raw
+    report, _ = heldout.withheld(report)
     root = os.path.abspath(run_dir)
 
     def relative(value):
@@ -358,16 +362,26 @@ def file_url(name, directory, filename):
     return url_for("runs.run_file", run=name, name=filename, v=mtime)
 
 
+def analysis_refusal(directory):
+    """None if this request may have the analysis.png in `directory` (a report's directory); else
+    (status, why), from the report.json beside it (heldout.plot_refusal; its summary, cached)."""
+    summary = current_app.extensions[CACHE_KEY].get(os.path.join(directory, REPORT_FILE))
+    return heldout.plot_refusal(summary)
+
+
 def run_links(run_dir, finished):
-    """For /progress.json: the dashboard URL of the run in `run_dir` and, once finished, its analysis.png's
-    (None, None: the run is neither the served one nor a run-N of --runs-dir)."""
+    """For /progress.json: (the dashboard URL of the run in `run_dir`, once finished its analysis.png's, why
+    that is left out or None). (None, None, None): the run is neither the served one nor a run-N of --runs-dir."""
     run_dir, runs = os.path.abspath(run_dir), runs_dir()
     if run_dir == served_run_dir():
         name = served_name()
     elif runs and os.path.dirname(run_dir) == os.path.abspath(runs) and RUN_DIR.fullmatch(os.path.basename(run_dir)):
         name = os.path.basename(run_dir)
     else:
-        return None, None
-    return url_for("runs.run_page", run=name), file_url(
-        name, Workdir(run_dir).final, "analysis.png"
-    ) if finished else None
+        return None, None, None
+    page, final = url_for("runs.run_page", run=name), Workdir(run_dir).final
+    if not finished:
+        return page, None, None
+    analysis = file_url(name, final, "analysis.png")
+    refused = analysis and analysis_refusal(final)
+    return (page, None, refused[1]) if refused else (page, analysis, None)

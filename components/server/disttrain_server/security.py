@@ -15,6 +15,9 @@ Paths that stay open whatever --token-required-for says, and why:
   /progress.json, /progress/report.png   the run in training and its plots (the page shows them)
   /runs, /runs.json, /runs/*  the run dashboard: the runs' reports and plots (read-only files of a
                             fixed allow-list; the same facts as /report, for every run on --runs-dir)
+                            Their reports leave out single held-out values and people's names, and
+                            analysis.png that draws them, unless the operator's opt-in and, where these
+                            rules guard that data, the request's token say otherwise (heldout.py)
   /metrics                  Prometheus scrapes: counts, latencies, the model's version and the
                             gallery's size, no names, ids or inputs (metrics.py). Like the probes it
                             skips the Host allowlist: Prometheus scrapes pods by IP, which is the Host

@@ -14,6 +14,7 @@
   const reportBox = document.getElementById("progress-report");
   const reportImg = document.getElementById("report-plot");
   const analysisImg = document.getElementById("analysis-plot");
+  const analysisWithheld = document.getElementById("analysis-withheld");
   const dashboardLink = document.getElementById("progress-dashboard");
   const heading = card.querySelector("h2");
 
@@ -171,6 +172,9 @@
     }
     analysisImg.hidden = !data.analysis;
     if (data.analysis && analysisImg.getAttribute("src") !== data.analysis) analysisImg.src = data.analysis;
+    // the server leaves out a plot of single held-out examples or of people by name, and says why
+    analysisWithheld.hidden = !data.analysis_withheld;
+    analysisWithheld.textContent = data.analysis_withheld ? "analysis.png is not shown: " + data.analysis_withheld + "." : "";
   }
 
   // The page was rendered before any model existed: once the run's model is served, load the page again.
