@@ -14,6 +14,7 @@ import os
 import pytest
 
 from disttrain_contract import Workdir
+from disttrain_server import heldout
 from disttrain_server.app import create_app
 from stages import stage
 
@@ -116,9 +117,25 @@ def test_by_default_a_regression_report_has_no_held_out_values_and_says_so(regre
     # the aggregated figures, a slice's bounds say, can equal; a prediction is a float no aggregate hits)
     predictions = {v for p in pairs.values() for v in p["predicted"]}
     assert len(predictions) > 50 and not predictions & numbers(served)
-    # the aggregated figures stay, as the aggregator wrote them
+    # the aggregated figures stay, as the aggregator wrote them, but for the held-out target's smallest and
+    # largest value, the outer bounds of the bins and slices (the inner ones are its quantiles)
+    low, high = min(pairs["final"]["actual"]), max(pairs["final"]["actual"])
     for name, model in disk["analysis"]["models"].items():
-        assert {k: v for k, v in model.items() if k != "points"} == served["analysis"]["models"][name]
+        mine = served["analysis"]["models"][name]
+        assert {k: v for k, v in model.items() if k not in ("points", "predicted_vs_actual", "slices")} == {
+            k: v for k, v in mine.items() if k not in ("predicted_vs_actual", "slices")
+        }
+        for key in ("predicted_vs_actual", "slices"):
+            rows, served_rows = model[key], mine[key]
+            assert len(rows) == len(served_rows) > 1 and rows[0]["min_target"] <= low and rows[-1]["max_target"] >= high
+            assert served_rows[0]["min_target"] is None and served_rows[-1]["max_target"] is None
+            for row, served_row in zip(rows, served_rows):
+                assert {k: v for k, v in row.items() if k not in ("min_target", "max_target", "slice")} == {
+                    k: v for k, v in served_row.items() if k not in ("min_target", "max_target", "slice")
+                }
+            assert [r["max_target"] for r in rows[:-1]] == [r["max_target"] for r in served_rows[:-1]]
+        assert mine["slices"][0]["slice"].startswith("up to ") and mine["slices"][-1]["slice"].startswith("from ")
+    assert FLAG in served["withheld"][heldout.EXTREMES]
     assert served["final"] == disk["final"] and served["analysis"]["compare"] == disk["analysis"]["compare"]
     # the plot of the points is refused, in one line, and the pages say why instead of showing it
     response = analysis_png(c)

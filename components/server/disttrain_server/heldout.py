@@ -8,7 +8,8 @@ points, or one row per person under their name. The files on the volume stay who
 decides what of them a request is given (/report, /runs/<run>/report.json, /runs/<run>/analysis.png
 and the links to it):
 
-  held-out values (a regression's points; VALUES): only with --show-heldout-examples, the switch that
+  held-out values (a regression's points, and the held-out target's smallest and largest value, which bound
+    its lowest and highest bin and slice; VALUES): only with --show-heldout-examples, the switch that
     already hands out held-out rows with their labels; under --token-required-for all, only to a
     request with the API token, as /metadata's per-record min/max are then.
   people's names (a face run's; NAMES): only with --show-heldout-examples, and, as names are face
@@ -95,6 +96,8 @@ def withheld(report):
             if isinstance(model, dict) and field in model:
                 model = {key: value for key, value in model.items() if key != field}
                 left_out[f"analysis.models.*.{field}"] = why
+            if kind == VALUES and isinstance(model, dict):
+                model = without_extremes(model, left_out, why)
             models[name] = model
         out["analysis"] = dict(analysis, models=models)
     if kind == NAMES:
@@ -105,6 +108,32 @@ def withheld(report):
     if left_out:
         out["withheld"] = left_out
     return out, left_out
+
+
+EXTREMES = "analysis.models.*.predicted_vs_actual|slices: the lowest min_target, the highest max_target"
+
+
+def without_extremes(model, left_out, why):
+    """A regression model's analysis without the held-out target's smallest and largest value, which bound
+    its lowest and highest bin and slice (the inner bounds are quantiles, aggregates like the median)."""
+    out = dict(model)
+    for key in ("predicted_vs_actual", "slices"):
+        rows = model.get(key)
+        if not isinstance(rows, list) or not rows or not all(isinstance(row, dict) for row in rows):
+            continue
+        rows = [dict(row) for row in rows]
+        first, last = rows[0], rows[-1]
+        first["min_target"], last["max_target"] = None, None
+        if key == "slices":  # their names say the bounds too ("25 to 87.5")
+            first["slice"] = f"up to {number_text(first.get('max_target'))}"
+            last["slice"] = f"from {number_text(last.get('min_target'))}" if len(rows) > 1 else "all"
+        out[key] = rows
+        left_out[EXTREMES] = why
+    return out
+
+
+def number_text(value):
+    return f"{value:.4g}" if isinstance(value, (int, float)) else "?"
 
 
 def without_label_counts(data, left_out, why):
