@@ -9,6 +9,10 @@ No path from the request reaches the filesystem unchecked: a run name must be "s
 ^run-[0-9]+$ (runs_data.RUN_DIR) and name a directory of --runs-dir, a file must be one of FILES, and
 the report's directory is chosen by runs_data.report_dir, not by the request; anything else is a 404.
 
+What of a report is served is heldout's to say: report.json without a regression's held-out values or
+a face run's people's names, and in place of an analysis.png that draws them a note on the page and a
+403 (401: it takes the token) for the file, unless the operator opted in.
+
 Shared by request threads: the ReportCache in app.extensions (runs_data, locked); everything else is
 read from the files on each request.
 """
@@ -23,10 +27,10 @@ from disttrain_server.errors import ApiError
 from disttrain_contract.layout import REPORT_FILE
 from disttrain_server.runs_data import (
     CACHE_KEY,
-    analysis_refusal,
     RUN_DIR,
     SERVED,
     ReportCache,
+    analysis_refusal,
     file_url,
     is_run_dir,
     numbered_runs,
