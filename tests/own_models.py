@@ -302,24 +302,23 @@ def write_conformance_module(directory):
     return with_pythonpath(directory)
 
 
-def mobilenetv3small(data=None, seed=None):
+def keras_application(name, seed=None):
+    """keras.applications.<name> as a user takes it: 32x32 RGB, weights=None, 10 classes, compiled with Adam."""
     import keras
 
     if seed is not None:
         keras.utils.set_random_seed(seed)
-    model = keras.applications.MobileNetV3Small(input_shape=(32, 32, 3), weights=None, classes=10)
+    model = getattr(keras.applications, name)(input_shape=(32, 32, 3), weights=None, classes=10)
     model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
     return model
+
+
+def mobilenetv3small(data=None, seed=None):
+    return keras_application("MobileNetV3Small", seed)
 
 
 def efficientnetb0(data=None, seed=None):
-    import keras
-
-    if seed is not None:
-        keras.utils.set_random_seed(seed)
-    model = keras.applications.EfficientNetB0(input_shape=(32, 32, 3), weights=None, classes=10)
-    model.compile(optimizer="adam", loss="sparse_categorical_crossentropy", metrics=["accuracy"])
-    return model
+    return keras_application("EfficientNetB0", seed)
 
 
 def normalised_input(data):
