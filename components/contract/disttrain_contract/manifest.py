@@ -1,11 +1,12 @@
 """The dataset the copier hands to the trainers: manifest.json plus shard files.
 
-Two storage formats, chosen by the task:
+Three storage formats, chosen by the task:
   * "jsonl" (text): one {"text": str, "label": int} object per line;
   * "npy" (every other task): NAME.x.npy and NAME.y.npy. x: images uint8 [n, h, w, c]; a table's
     numeric feature columns float32 [n, features]; an array source's own shape and dtype. y: int64
     label indices [n] (classification), or float32 targets [n] (regression).
-Both are read without pickle (np.load(allow_pickle=False), json).
+  * "parquet" (typed_table): NAME.parquet, the raw typed columns with nulls (typed_table.py), and NAME.y.npy.
+All are read without pickle (np.load(allow_pickle=False), json).
 
 The tasks (the kinds of input, and so which built-in model and evaluation apply):
   text   strings; input {"kind": "text"}
@@ -49,6 +50,8 @@ def split_files(name, storage):
     """File names that make up one split (a shard or the test split)."""
     if storage == "jsonl":
         return [f"{name}.jsonl"]
+    if storage == "parquet":
+        return [f"{name}.parquet", f"{name}.y.npy"]
     return [f"{name}.x.npy", f"{name}.y.npy"]
 
 
@@ -161,7 +164,8 @@ def verify_split(data_dir, split):
 
 
 def read_split(data_dir, manifest, split, verify=True):
-    """Load one split into memory: (x, y). Text x is a list of str."""
+    """Load one split into memory: (x, y). Text x is a list of str; a typed table's a dict of columns
+    (typed_table.read_columns)."""
     if verify:
         verify_split(data_dir, split)
     try:
@@ -171,12 +175,18 @@ def read_split(data_dir, manifest, split, verify=True):
                 texts.append(text)
                 labels.append(label)
             x, y = texts, np.asarray(labels, dtype=np.int64)
+        elif manifest.storage == "parquet":
+            from disttrain_contract.typed_table import TableSpec, read_columns
+
+            x = read_columns(os.path.join(data_dir, f"{split.name}.parquet"), TableSpec.from_json(manifest.input))
+            y = np.load(os.path.join(data_dir, f"{split.name}.y.npy"), allow_pickle=False)
         else:
             x = np.load(os.path.join(data_dir, f"{split.name}.x.npy"), allow_pickle=False)
             y = np.load(os.path.join(data_dir, f"{split.name}.y.npy"), allow_pickle=False)
     except (OSError, ValueError, KeyError) as err:
         raise ContractError(f"cannot read split {split.name!r} in {data_dir}: {err}") from None
-    if len(x) != split.examples or len(y) != split.examples:
+    rows = len(next(iter(x.values()))) if isinstance(x, dict) else len(x)
+    if rows != split.examples or len(y) != split.examples:
         raise ContractError(f"split {split.name!r} has {len(y)} examples, the manifest says {split.examples}")
     return x, y
 

@@ -9,6 +9,7 @@ is one more entry.
     faces  image  npy      face (uint8 crops)    embedding      retrieval   person    -   face preprocessing
     table  table  npy      the model's own inputs               prediction  example   -   feature columns
     array  array  npy      the model's own inputs               prediction  example   -
+    typed_table table parquet the table's columns, raw          prediction  example   -   typed columns
 
 What a model's problem decides (classification or regression: the metric, the head) is the
 manifest's `problem` and metrics.primary_metric, not a task's.
@@ -31,7 +32,8 @@ class Task:
     name: str
     # the manifest input's "kind" and the copier's --schema "input".kind: text, image (faces too), table, array
     kind: str
-    # manifest.split_files: "jsonl" (one {"text", "label"} object per line) or "npy" (NAME.x.npy, NAME.y.npy)
+    # manifest.split_files: "jsonl" (one {"text", "label"} object per line), "npy" (NAME.x.npy, NAME.y.npy) or
+    # "parquet" (NAME.parquet, the typed columns; NAME.y.npy)
     storage: str
     # the built-in model's served input (serving.INPUT_NAMES) and its dtype; None: the model's own inputs
     # (its disttrain.json `inputs`), whatever its source
@@ -127,6 +129,9 @@ TASKS = {
         ),
         Task("table", kind="table", storage="npy", numeric=True, feature_inputs=True),
         Task("array", kind="array", storage="npy", numeric=True),
+        # a table with text, booleans or missing values, stored raw (typed_table.py); the model takes its
+        # columns by name, through its own lookups or disttrain's preprocessing block
+        Task("typed_table", kind="table", storage="parquet", feature_inputs=True),
     )
 }
 
