@@ -51,7 +51,7 @@ GATE_VARIABLES := MAX_DROP_VS_BEST_WORKER MAX_REGRESSION MIN_GAIN_VS_TRIVIAL MAX
 GATE := $(foreach v,$(GATE_VARIABLES),$(v)=$($(v)))
 
 # every one of these is in `make help` (tests/unit/test_makefile.py checks it)
-.PHONY: help lint venv venv-kserve venv-kserve-storage venv-kfp kfp-pipeline docs docs-venv docs-gen demo demo-s3 pipeline sweep test test-long test-faults front-deps test-images test-cluster images push bench bench-quick browser-deps clean
+.PHONY: help lint venv venv-kserve venv-kserve-storage venv-kfp kfp-pipeline docs docs-venv docs-gen demo demo-s3 pipeline sweep test test-long test-faults test-load front-deps test-images test-cluster images push bench bench-quick browser-deps clean
 
 help:
 	@echo "make demo     copier -> $(WORKERS) trainers -> aggregator -> server on http://127.0.0.1:$(PORT)/"
@@ -78,7 +78,8 @@ help:
 	@echo "make lint         ruff format --check and ruff check over every Python file (ruff.toml); quick, run first by CI"
 	@echo "make test         unit, integration, resume, faces, server, browser, chart (11-14 min on 2 cores; not the targets below)"
 	@echo "make test-long    longer real-training integration tests (sweeps, multi-model runs) kept out of make test's 15-minute budget"
-	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, 10k-request API fuzz, full disk, slow clients (installs nginx-light)"
+	@echo "make test-faults  fault injection: kill -9 trainers, kill gunicorn workers, API fuzz, full disk, slow clients (installs nginx-light)"
+	@echo "make test-load    the server under load: 10,000 concurrent requests per endpoint, each answer the serial one"
 	@echo "make test-images  build the five images and run the pipeline with docker run only (starts dockerd)"
 	@echo "make test-cluster run the chart's helm template output with the images as a cluster would (starts dockerd)"
 	@echo "make images       build disttrain-{copier,trainer,aggregator,server}:$(TAG)"
@@ -183,15 +184,21 @@ browser-deps:
 # tests/images runs only under `make test-images`, tests/cluster's Docker runs only under
 # `make test-cluster`; the fault tests only under `make test-faults`.
 test: venv venv-kserve venv-kserve-storage venv-kfp browser-deps
-	$(BIN)/python -m pytest tests -q -m "not faults and not long" --durations=20
+	$(BIN)/python -m pytest tests -q -m "not faults and not long and not load" --durations=20
 
 # Real-training integration tests too long for make test's ~15-minute budget on 2 cores.
 # pytest exits 5 when no test carries the marker: that is an empty target, not a failure.
+# LONG_TESTS (default: all of tests/) and LONG_ARGS narrow it: CI runs two parts of it, one in each of its chains.
+LONG_TESTS ?= tests
 test-long: venv venv-kserve
-	$(BIN)/python -m pytest tests -q -m long --durations=10 || [ $$? -eq 5 ]
+	$(BIN)/python -m pytest $(LONG_TESTS) -q -m long --durations=10 $(LONG_ARGS) || [ $$? -eq 5 ]
 
 test-faults: venv front-deps
 	$(BIN)/python -m pytest tests/faults -q -m faults --durations=10
+
+# The server's load goals: 10,000 concurrent requests per endpoint, every answer the serial one (make test sends 320).
+test-load: venv
+	$(BIN)/python -m pytest tests/faults -q -m load --durations=10
 
 # Debian's nginx-light (Debian 13 dropped it: its nginx is that build): the server's front (--front nginx), which the slow-client fault test runs for real.
 # Its service is kept from starting on install (policy-rc.d 101): only the server starts nginx, on its own port.

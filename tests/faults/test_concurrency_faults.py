@@ -2,8 +2,8 @@
 answer equal to the serial one: issue 16's goal. The same checks as tests/server/test_server_concurrency.py
 (which sends 320 per endpoint in `make test`); here each enrolment is deleted again so the gallery stays small.
 
-Both run under `make test-faults` (load, no fault injected): there they even out CI's two chains of targets, since
-the images share one TensorFlow runtime and build in half the time (docs/development.md, "CI")."""
+Both run under `make test-load` (load, no fault injected), which CI does not run: together about 10 minutes on a
+slow 2-core host, for the same checks `make test` makes with 320 requests per endpoint (docs/development.md)."""
 
 import pytest
 
@@ -13,7 +13,7 @@ from server.test_server_concurrency import serve_faces, serve_text_and_images
 TOTAL = 10_000
 
 
-@pytest.mark.faults
+@pytest.mark.load
 def test_ten_thousand_concurrent_predicts_and_metadata(tmp_path_factory, tmp_path):
     import numpy as np
 
@@ -23,6 +23,6 @@ def test_ten_thousand_concurrent_predicts_and_metadata(tmp_path_factory, tmp_pat
     serve_text_and_images(text, worker_model(digits), digits_test, tmp_path, TOTAL)
 
 
-@pytest.mark.faults
+@pytest.mark.load
 def test_ten_thousand_concurrent_searches_metadata_and_enrolments(tmp_path_factory, tmp_path):
     serve_faces(faces_model(tmp_path_factory), tmp_path, TOTAL, delete_enrolments=True)

@@ -15,11 +15,11 @@ from disttrain_contract.tasks import PROBLEMS, TASKS, Task, task_of
 
 
 def test_every_manifest_task_has_one_entry_named_like_it():
-    assert tuple(TASKS) == manifest.TASKS == ("text", "image", "faces", "table", "array")
+    assert tuple(TASKS) == manifest.TASKS == ("text", "image", "faces", "table", "array", "typed_table")
     for name, task in TASKS.items():
         assert isinstance(task, Task) and task.name == name
         assert task.kind in ("text", "image", "table", "array")
-        assert task.storage in ("jsonl", "npy")
+        assert task.storage in ("jsonl", "npy", "parquet")
         assert set(task.problems) <= set(PROBLEMS) and task.problems
 
 
@@ -42,8 +42,9 @@ def test_the_served_names_are_the_registrys():
     assert serving.INPUT_NAMES == {"text": "text", "image": "image", "faces": "face"}
     assert serving.OUTPUT_NAMES == {"text": "probabilities", "image": "probabilities", "faces": "embedding"}
     for name, task in TASKS.items():
-        # a built-in served input has a dtype and an output; a numeric task's model brings its own
-        assert (task.input_name is None) == (task.input_dtype is None) == (task.output_name is None) == task.numeric
+        # a built-in served input has a dtype and an output; a numeric or typed table's model brings its own
+        own_inputs = task.numeric or task.feature_inputs
+        assert (task.input_name is None) == (task.input_dtype is None) == (task.output_name is None) == own_inputs
         assert serving.INPUT_NAMES.get(name) == task.input_name
         assert serving.OUTPUT_NAMES.get(name) == task.output_name
 
@@ -54,7 +55,8 @@ def test_the_facts_the_stages_branch_on():
     assert [n for n, t in TASKS.items() if t.vocabulary] == ["text"]
     assert [n for n, t in TASKS.items() if t.input_dtype == "string"] == ["text"]
     assert [n for n, t in TASKS.items() if t.bytes_signature] == ["image"]
-    assert [n for n, t in TASKS.items() if t.feature_inputs] == ["table"]
+    assert [n for n, t in TASKS.items() if t.feature_inputs] == ["table", "typed_table"]
+    assert [n for n, t in TASKS.items() if t.storage == "parquet"] == ["typed_table"]
     for fact in ("retrieval", "split_by_person", "face_preprocessing"):
         assert [n for n, t in TASKS.items() if getattr(t, fact)] == ["faces"], fact
     assert [n for n, t in TASKS.items() if "regression" not in t.problems] == ["faces"]
@@ -66,6 +68,7 @@ def test_the_facts_the_stages_branch_on():
         "faces": "image",
         "table": "table",
         "array": "array",
+        "typed_table": "table",
     }
 
 
