@@ -349,6 +349,8 @@ class ColumnScan:
 
         if self.type == "string" and self.fixed is None:
             return  # inferred text: nothing more to learn in the scan (the validation counts its values)
+        if self.fixed is None and self.type in (None, "integer", "float") and self._numbers_fast(values, first_row):
+            return
         missing = pc.is_in(values, value_set=self.scan.na_set)
         if values.null_count:
             missing = pc.fill_null(missing, True)
@@ -368,6 +370,30 @@ class ColumnScan:
             self._check_forced(values, rows)
         else:
             self._infer(values, rows)
+
+    def _numbers_fast(self, values, first_row):
+        """The common case without a lookup per cell: every cell of the batch casts to the column's number
+        type as it is (an empty cell or NA would not). A float cast's NaN are its missing values ("NaN").
+        False: the general path must look (missing spellings, spaces, a wider type)."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        if values.null_count:
+            return False
+        kind = self.type or "integer"
+        try:
+            numbers = values.cast(pa.int64() if kind == "integer" else pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return False
+        if kind == "float":
+            nan = pc.is_nan(numbers).to_numpy(zero_copy_only=False)
+            self.missing += int(nan.sum())
+            ok = _finite(numbers) | nan
+            self._bad(values, ok, lambda p: first_row + p, INF_WHY, into=self.non_finite)
+            if nan.all():
+                return True
+        self.type = kind
+        return True
 
     def _bad(self, values, ok, rows, why, into=None):
         """Record the values where `ok` (numpy bool) is False."""
@@ -441,10 +467,15 @@ class ColumnScan:
                 f"{self.scan.path}: column {self.name!r} has Parquet type {values.type}, which a table column cannot "
                 f"hold (one of {', '.join(TYPES)}): convert it, or drop it with --drop-columns {self.name}"
             )
-        if kind == "string" or (self.forced and self.forced != kind):
+        numeric_to_numeric = self.forced in ("float", "integer") and kind != "string"
+        if kind == "string" or (self.forced and self.forced != kind and not numeric_to_numeric):
             if self.fixed is None:
                 self.fixed = "string"
             return self.add_text(values.cast(pa.string()), first_row)
+        if self.forced == "integer" and kind == "float":  # a whole number each, or a bad cell
+            numbers = values.cast(pa.float64())
+            whole = pc.fill_null(pc.or_kleene(pc.equal(pc.floor(numbers), numbers), pc.is_nan(numbers)), True)
+            self._bad(numbers, whole.to_numpy(zero_copy_only=False), lambda p: first_row + p, "not a whole number")
         missing = values.null_count
         if kind == "float":
             numbers = values.cast(pa.float64())
@@ -454,7 +485,7 @@ class ColumnScan:
             self._bad(numbers, ok, lambda p: first_row + p, INF_WHY)
         self.missing += missing
         if len(values) > missing:
-            self.type = kind
+            self.type = self.forced or kind
 
 
 def _finite(numbers):
@@ -545,21 +576,25 @@ class Scan:
         import pyarrow.compute as pc
 
         text = pa.types.is_string(labels.type) or pa.types.is_large_string(labels.type)
-        if text:
+        unique = pc.unique(labels)
+        if text and not labels.null_count and not pc.any(pc.is_in(unique, value_set=self.na_set)).as_py():
+            missing = np.zeros(len(labels), dtype=bool)  # (looked up among the distinct values only)
+        elif text:
             missing = pc.fill_null(pc.is_in(labels, value_set=self.na_set), True)
         elif pa.types.is_floating(labels.type):
             missing = pc.fill_null(pc.is_nan(labels), True)
         else:
             missing = pc.is_null(labels)
-        missing = missing.to_numpy(zero_copy_only=False)
+        missing = missing if isinstance(missing, np.ndarray) else missing.to_numpy(zero_copy_only=False)
         rows = lambda positions: first_row + positions  # noqa: E731
         if missing.any():
             self._bad_labels(labels, ~missing, rows, "a missing value: a row needs its label")
             where = np.flatnonzero(~missing)
             labels = labels.filter(pa.array(~missing))
             rows = lambda positions: first_row + where[positions]  # noqa: E731
+            unique = pc.unique(labels)
         if not self.regression:
-            for value in set(pc.unique(labels).to_pylist()) - self.classes:
+            for value in set(unique.to_pylist()) - self.classes:
                 if class_name(value) is None:  # its first row in the batch: a bad cell
                     first = pc.index(labels, pa.scalar(value, labels.type)).as_py()
                     self.bad.add(

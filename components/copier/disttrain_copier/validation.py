@@ -532,10 +532,13 @@ class Validator:
 
     def _leakage(self):
         test_hashes = np.asarray(self.splits[TEST].hashes, dtype=np.uint64)
+        # the held-out hashes sorted once, each shard looked up in chunks: memory one copy of the held-out
+        # hashes and a chunk (np.isin would sort shard and held-out hashes together, ~3 copies of both)
+        sorted_test = np.sort(test_hashes)
         count, example, per_shard = 0, None, {}
         for name in self.names:
             hashes = np.asarray(self.splits[name].hashes, dtype=np.uint64)
-            leaked = np.flatnonzero(np.isin(hashes, test_hashes))
+            leaked = np.flatnonzero(_found_in(hashes, sorted_test))
             per_shard[name] = int(len(leaked))
             count += len(leaked)
             if example is None and len(leaked):
@@ -709,6 +712,19 @@ class Validator:
             + (", ..." if len(self.labels) > 10 else "")
             + "}"
         )
+
+
+def _found_in(values, sorted_values, chunk=1 << 20):
+    """Whether each of `values` occurs in `sorted_values` (ascending), as a boolean array; `chunk` values at
+    a time."""
+    out = np.zeros(len(values), dtype=bool)
+    if not len(sorted_values):
+        return out
+    for start in range(0, len(values), chunk):
+        part = values[start : start + chunk]
+        at = np.minimum(np.searchsorted(sorted_values, part), len(sorted_values) - 1)
+        out[start : start + chunk] = sorted_values[at] == part
+    return out
 
 
 def _brief(names, limit=6):
