@@ -29,9 +29,11 @@ def write_csv(path, header, rows):
     return str(path)
 
 
-def copy(tmp_path, source, *args, check=True):
+def copy(tmp_path, source, *args, check=True, plot=False):
     out = tmp_path / "data"
-    result = stage("copier", "--source", source, "--out", out, "--no-stats-plot", *args, check=check)
+    result = stage(
+        "copier", "--source", source, "--out", out, *(() if plot else ("--no-stats-plot",)), *args, check=check
+    )
     return str(out), (Manifest.read(str(out)) if result.returncode == 0 else None), result
 
 
@@ -66,7 +68,7 @@ def _penguin_rows():
 def test_penguins_is_a_typed_table_with_training_statistics(tmp_path):
     header, rows = _penguin_rows()
     assert len(rows) == 344 and sum("NA" in r for r in rows) == 11
-    out, manifest, result = copy(tmp_path, f"table:{PENGUINS}", "--label-column", "species", "--n-shards", 2)
+    out, manifest, result = copy(tmp_path, f"table:{PENGUINS}", "--label-column", "species", "--n-shards", 2, plot=True)
     assert manifest.task == "typed_table" and manifest.storage == "parquet"
     assert manifest.labels == ["Adelie", "Chinstrap", "Gentoo"]
     spec = TableSpec.from_json(manifest.input)
@@ -110,6 +112,7 @@ def test_penguins_is_a_typed_table_with_training_statistics(tmp_path):
     assert stats["splits"]["test"]["columns"]["sex"]["missing"] == tables["test"].column("sex").null_count
     assert manifest.validation["passed"] and "missing_skew" in manifest.validation["checks"]
     assert "task typed_table, 7 features, 3 labels (Adelie, Chinstrap, Gentoo)" in result.stdout
+    assert open(os.path.join(out, "stats.png"), "rb").read(8) == b"\x89PNG\r\n\x1a\n"
     # the trainer reads the shards through the contract: one [n, 1] input per column of its dtype
     x, y = read_split(out, manifest, manifest.shards[0])
     assert x["island"].dtype == object and x["flipper_length_mm"].dtype == np.float32 and x["year"].dtype == np.int64
@@ -406,3 +409,58 @@ def test_copier_memory_is_a_batch_plus_bytes_per_row(tmp_path):
     assert peak_mb < size / 2**20  # far below the file: nothing holds it whole
     manifest = Manifest.read(str(tmp_path / "data"))
     assert manifest.task == "typed_table" and manifest.train_examples + manifest.test.examples == rows
+
+
+def _timestamps(d):
+    pq.write_table(
+        pa.table({"when": pa.array(range(10), pa.timestamp("s")), "label": [i % 2 for i in range(10)]}), d / "t.parquet"
+    )
+    return [f"table:{d / 't.parquet'}"]
+
+
+REFUSED = {
+    # name: (make the source in dir d -> copier arguments, the one error line's expected text)
+    "parquet timestamp column": (
+        _timestamps,
+        "column 'when' has Parquet type timestamp[s], which a table column cannot",
+    ),
+    "column of missing values only": (
+        lambda d: [f"table:{write_csv(d / 'e.csv', ['a', 'b', 'label'], [[i, 'NA', i % 2] for i in range(9)])}"],
+        "column 'b' has no value in any row (every cell is missing): drop it with --drop-columns b",
+    ),
+    "unknown dropped column": (
+        lambda d: [
+            f"table:{write_csv(d / 'u.csv', ['a', 'label'], [[i, i % 2] for i in range(9)])}",
+            "--drop-columns",
+            "nope",
+        ],
+        "--drop-columns names ['nope'], not in the table; its columns are ['a', 'label']",
+    ),
+    "missing label": (
+        lambda d: [f"table:{write_csv(d / 'l.csv', ['a', 'label'], [[1, 'x'], [2, 'NA'], [3, 'y'], [4, 'x']])}"],
+        "the label column 'label': data row 2 has 'NA', a missing value: a row needs its label",
+    ),
+    "column types syntax": (
+        lambda d: ["table:x.csv", "--column-types", "age"],
+        "--column-types: 'age' is not NAME=TYPE",
+    ),
+    "column type unknown": (
+        lambda d: ["table:x.csv", "--column-types", "age=text"],
+        "--column-types: 'age=text': unknown type 'text'; one of float, integer, boolean, string",
+    ),
+    "na values of an npz": (
+        lambda d: ["npz:x.npz", "--na-values", "?"],
+        "--na-values applies to --source table:PATH only",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(REFUSED))
+def test_refused_tables_one_line_exit_2_nothing_published(tmp_path, case):
+    make, message = REFUSED[case]
+    source, *args = make(tmp_path)
+    result = stage("copier", "--source", source, *args, "--out", tmp_path / "data", check=False)
+    lines = [line for line in result.stderr.splitlines() if not line.startswith(("usage:", " "))]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert message in lines[0], result.stderr
+    assert not os.path.exists(tmp_path / "data")

@@ -15,14 +15,14 @@ the copier from the training shards only.
 What a model is given (`Column.dtype`, the same in training, in the exports and in serving): a column of
 shape [n, 1] per feature, named as the column.
 
-    column type  no missing value in the dataset  a missing value (in any split)
-    float        float32                          float32, missing as NaN
-    integer      int64                            float32, missing as NaN
-    boolean      int64 (0, 1)                     float32 (0., 1.), missing as NaN
-    string       string, missing as ""            string, missing as ""
+    column type  no missing value in training    a missing value in training
+    float        float32                         float32, missing as NaN
+    integer      int64                           float32, missing as NaN
+    boolean      int64 (0, 1)                    float32 (0., 1.), missing as NaN
+    string       string, missing as ""           string, missing as ""
 
-(The copier asks about every split, the held-out one too: an integer column whose only missing values
-are held out must still take them, so it is float32. Its statistics are the training shards' only.)
+("In training": the copier asks about every split, the held-out one too, so that a column whose only
+missing values are held out still takes them; its statistics are the training shards' only.)
 
 A string column's vocabulary never holds "": an empty cell is a missing value (the copier's
 `--na-values` spellings too), so "" always means "missing" to a lookup. A value the spec's dtype cannot
@@ -178,9 +178,7 @@ def _number(column, v):
     if v is None or (isinstance(v, str) and v == ""):
         if column.dtype == "float32":
             return math.nan
-        raise ContractError(
-            f"{column.name}: a value is required (the column had no missing value in the data the model was trained on)"
-        )
+        raise ContractError(f"{column.name}: a value is required (the column had no missing value in training)")
     if isinstance(v, bool):
         if column.type != "boolean":
             raise ContractError(f"{column.name}: expected a number, got {_short(v)}")

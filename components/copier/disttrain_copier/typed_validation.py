@@ -210,13 +210,8 @@ class TypedStats:
             split = self.splits[name][column]
             entry = {"missing": split.missing, "missing_share": round(split.missing / max(split.rows, 1), 6)}
             if kind != "string":
-                moments = FeatureMoments.to_json(split.moments.moments())
-                entry.update(
-                    {
-                        k: (v[0] if moments else None)
-                        for k, v in (moments or dict.fromkeys(("mean", "variance", "min", "max"), [None])).items()
-                    }
-                )
+                moments = FeatureMoments.to_json(split.moments.moments()) or {}
+                entry.update({k: (moments[k][0] if moments else None) for k in ("mean", "variance", "min", "max")})
             elif name == self.test:
                 entry["distinct"] = len(self.test_values[column])
                 entry["unseen"] = sum(1 for v in self.test_values[column] if v not in self.train_values[column])
