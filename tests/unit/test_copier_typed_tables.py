@@ -218,8 +218,8 @@ def test_a_numeric_table_stays_the_table_task(tmp_path):
 
 def test_every_missing_spelling_in_csv(tmp_path):
     cells = ["", "NA", "NaN", "nan", "?", "1.5", "2.5", "3.5"] * 5
-    rows = [[v, ["a", "NA", "b", ""][i % 4], i % 2] for i, v in enumerate(cells)]
-    path = write_csv(tmp_path / "m.csv", ["x", "s", "label"], rows)
+    rows = [[i, v, ["a", "NA", "b", ""][i % 4], i % 2] for i, v in enumerate(cells)]  # (i: no two rows alike)
+    path = write_csv(tmp_path / "m.csv", ["i", "x", "s", "label"], rows)
     out, manifest, _ = copy(tmp_path, f"table:{path}", "--na-values", "NA,?")
     every = pa.concat_tables(shard_tables(out, manifest).values())
     assert every.column("x").null_count == 25 and every.column("s").null_count == 20
@@ -293,19 +293,19 @@ def test_every_bad_cell_is_reported_one_line_each(tmp_path):
 
 
 def test_an_id_column_is_refused_naming_the_flag_that_fixes_it(tmp_path):
-    rows = [[f"user-{i}", i % 7, ["a", "b"][i % 2]] for i in range(60)]
-    path = write_csv(tmp_path / "ids.csv", ["user", "visits", "label"], rows)
+    rows = [[f"user-{i}", i % 7, i / 8, ["a", "b"][i % 2]] for i in range(60)]
+    path = write_csv(tmp_path / "ids.csv", ["user", "visits", "spent", "label"], rows)
     _, _, result = copy(tmp_path, f"table:{path}", "--max-categories", "20", check=False)
     assert result.returncode == 2 and len(result.stderr.splitlines()) == 1, result.stderr
     assert "column 'user' has more than 20 distinct values in the training rows" in result.stderr
     assert "--drop-columns user" in result.stderr and not os.path.exists(tmp_path / "data")
     out, manifest, _ = copy(tmp_path, f"table:{path}", "--max-categories", "20", "--drop-columns", "user")
-    assert manifest.task == "table" and manifest.input["features"] == ["visits"]
+    assert manifest.task == "table" and manifest.input["features"] == ["visits", "spent"]
 
 
 def test_categories_below_the_minimum_count_are_out_of_vocabulary(tmp_path):
-    rows = [[["a", "a", "a", "b", "b", f"rare{i}"][i % 6], i % 2] for i in range(120)]
-    path = write_csv(tmp_path / "c.csv", ["kind", "label"], rows)
+    rows = [[i, ["a", "a", "a", "b", "b", f"rare{i}"][i % 6], i % 2] for i in range(120)]
+    path = write_csv(tmp_path / "c.csv", ["i", "kind", "label"], rows)
     out, manifest, _ = copy(tmp_path, f"table:{path}", "--min-category-count", "2")
     column = TableSpec.from_json(manifest.input).column("kind")
     assert column.vocabulary == ("a", "b")
@@ -338,7 +338,9 @@ def test_typed_checks_unseen_category_missing_skew_and_type_change(tmp_path):
     atlantis = sum(1 for i in held_out if i % 3 == 0)
     assert checks["unseen_category"]["status"] == "warning"
     assert f"'city': 1 value(s), 'Atlantis' ({atlantis} rows)" in checks["unseen_category"]["message"]
-    assert checks["unseen_category"]["columns"] == {"city": {"values": 1, "rows": atlantis}}
+    assert checks["unseen_category"]["columns"]["city"] == {"values": 1, "rows": atlantis}
+    # size is text now, a distinct value a row: every held-out one is new
+    assert checks["unseen_category"]["columns"]["size"] == {"values": len(held_out), "rows": len(held_out)}
     assert checks["missing_skew"]["status"] == "warning"
     assert checks["type_change"]["status"] == "warning" and checks["type_change"]["changes"] == [
         {"column": "size", "from": "number", "row": 301, "value": "big300"}
@@ -422,7 +424,7 @@ REFUSED = {
     # name: (make the source in dir d -> copier arguments, the one error line's expected text)
     "parquet timestamp column": (
         _timestamps,
-        "column 'when' has Parquet type timestamp[s], which a table column cannot",
+        "column 'when' has Parquet type timestamp[ms], which a table column cannot",
     ),
     "column of missing values only": (
         lambda d: [f"table:{write_csv(d / 'e.csv', ['a', 'b', 'label'], [[i, 'NA', i % 2] for i in range(9)])}"],

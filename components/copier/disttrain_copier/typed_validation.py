@@ -92,7 +92,7 @@ def row_hashes(x):
                 column = _text_hashes(values)
             else:
                 column = values.cast(pa.float64()).to_numpy(zero_copy_only=False).view(np.uint64)
-        h = _mix(h ^ (column + _GOLDEN * np.uint64(j + 1)))
+        h = _mix(h ^ (column + np.uint64((int(_GOLDEN) * (j + 1)) & 0xFFFFFFFFFFFFFFFF)))
     return h
 
 
