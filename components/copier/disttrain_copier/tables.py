@@ -68,6 +68,7 @@ ALWAYS_MISSING = ("", "NaN", "nan", "NAN")
 DEFAULT_NA_VALUES = ("NA",)
 TRUE_WORDS, FALSE_WORDS = ("true", "True", "TRUE"), ("false", "False", "FALSE")
 BAD_PER_COLUMN = 3
+PROBE = 1000  # values of a batch a cast is tried on first (_casts)
 # the widening order of inferred types: a column is the first of these its values all read as
 INTEGER_RE = r"^\s*[+-]?[0-9]+\s*$"
 NUMBER_RE = r"^\s*[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?\s*$|^\s*[+-]?(inf|infinity)\s*$"
@@ -381,8 +382,11 @@ class ColumnScan:
         if values.null_count:
             return False
         kind = self.type or "integer"
+        target = pa.int64() if kind == "integer" else pa.float64()
+        if not _casts(values, target):
+            return False
         try:
-            numbers = values.cast(pa.int64() if kind == "integer" else pa.float64())
+            numbers = values.cast(target)
         except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
             return False
         if kind == "float":
@@ -526,14 +530,29 @@ def _parses(values, kind):
     target = pa.int64() if kind == "integer" else pa.float64()
     if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
         return values.cast(target)
+    for candidate in (values, None):
+        if candidate is None:
+            candidate = pc.utf8_trim_whitespace(values)
+        if not _casts(candidate, target):
+            continue
+        try:
+            return candidate.cast(target)
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            pass
+    return None
+
+
+def _casts(values, target, sample=PROBE):
+    """Whether the first `sample` values cast to `target`: a failing cast of a whole batch costs ~25x a
+    successful one (measured: 0.135 s against 0.005 s for 440,000 values), so a column of text is found out
+    on a sample first."""
+    import pyarrow as pa
+
     try:
-        return values.cast(target)
+        values.slice(0, sample).cast(target)
+        return True
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        pass
-    try:
-        return pc.utf8_trim_whitespace(values).cast(target)
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
-        return None
+        return False
 
 
 def _take(values, positions):

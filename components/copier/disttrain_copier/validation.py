@@ -33,6 +33,7 @@ temporary directory, so nothing is published and the previous dataset stays as i
 import array
 import hashlib
 import json
+import math
 import os
 
 import numpy as np
@@ -295,7 +296,7 @@ class SplitStats:
         else:
             out["label_counts"] = dict(zip(labels, self.label_counts.tolist()))
         # inputs equal to an earlier one of the same split (not leakage, but worth knowing)
-        out["repeated_inputs"] = int(len(hashes) - len(np.unique(hashes)))
+        out["repeated_inputs"] = _repeated(hashes)
         if self.kind == "text":
             out["text_length_tokens"] = (
                 ({k: float(np.quantile(values, q)) for k, q in QUANTILES.items()} | {"mean": float(values.mean())})
@@ -314,6 +315,13 @@ class SplitStats:
             out["pixel_mean"], out["pixel_std"] = mean, float(np.sqrt(variance))
             out["constant_inputs"] = len(self.constant)
         return out
+
+
+def _repeated(hashes):
+    """How many of `hashes` equal an earlier one: by a sorted copy (numpy's unique hashes them, ~10x slower
+    on millions of uint64)."""
+    ordered = np.sort(hashes)
+    return int(np.count_nonzero(ordered[1:] == ordered[:-1])) if len(ordered) else 0
 
 
 def target_summary(values):
@@ -715,15 +723,28 @@ class Validator:
 
 
 def _found_in(values, sorted_values, chunk=1 << 20):
-    """Whether each of `values` occurs in `sorted_values` (ascending), as a boolean array; `chunk` values at
-    a time."""
+    """Whether each of `values` (uint64 hashes) occurs in `sorted_values` (ascending), as a boolean array,
+    `chunk` values at a time. A bitmap of the sorted values' top bits (~16 bits a value, at most 32 MB) rules
+    out almost every value first (a false candidate 1 time in ~16): only the candidates are looked up by
+    binary search, whose random reads into millions of values would cost ~5x the bitmap's."""
     out = np.zeros(len(values), dtype=bool)
     if not len(sorted_values):
         return out
+    bits = int(min(28, max(16, math.ceil(math.log2(16 * len(sorted_values))))))
+    shift = np.uint64(64 - bits)
+    bitmap = np.zeros(1 << (bits - 3), dtype=np.uint8)
+    top = sorted_values >> shift
+    np.bitwise_or.at(bitmap, (top >> np.uint64(3)).astype(np.int64), (1 << (top & np.uint64(7))).astype(np.uint8))
     for start in range(0, len(values), chunk):
         part = values[start : start + chunk]
-        at = np.minimum(np.searchsorted(sorted_values, part), len(sorted_values) - 1)
-        out[start : start + chunk] = sorted_values[at] == part
+        top = part >> shift
+        maybe = np.flatnonzero(
+            (bitmap[(top >> np.uint64(3)).astype(np.int64)] >> (top & np.uint64(7)).astype(np.uint8)) & 1
+        )
+        if len(maybe):
+            candidates = part[maybe]
+            at = np.minimum(np.searchsorted(sorted_values, candidates), len(sorted_values) - 1)
+            out[start + maybe] = sorted_values[at] == candidates
     return out
 
 
