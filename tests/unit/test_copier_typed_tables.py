@@ -383,9 +383,10 @@ def _write_big_csv(path, megabytes, seed=0):
     return os.path.getsize(path), start
 
 
-# what the copier holds besides a batch (tables.py, validation.py): 8 bytes of hash a row, and ~3x that
-# while the leakage check sorts them; the rest is the interpreter, pyarrow and numpy, and two CSV blocks
-BASE_MB, PER_ROW_BYTES = 400, 32
+# docs/tables.md's bound: the interpreter and its libraries (~170 MB) with pyarrow's CSV blocks in flight
+# (~12 of 2 MB, as text and as typed columns), and 16 bytes a row: the data validation's 8-byte row hash, and
+# the copies the leakage check makes while it compares them (measured: 363 MB on 300 MB, 8.1 million rows)
+BASE_MB, PER_ROW_BYTES = 350, 16
 
 
 @pytest.mark.long
@@ -408,7 +409,6 @@ def test_copier_memory_is_a_batch_plus_bytes_per_row(tmp_path):
     peak_mb = int(open(tmp_path / "rss").read().split()[-1]) / 1024
     bound = BASE_MB + rows * PER_ROW_BYTES / 2**20
     assert peak_mb < bound, f"peak RSS {peak_mb:.0f} MB on {size / 2**20:.0f} MB ({rows} rows), bound {bound:.0f} MB"
-    assert peak_mb < size / 2**20  # far below the file: nothing holds it whole
     manifest = Manifest.read(str(tmp_path / "data"))
     assert manifest.task == "typed_table" and manifest.train_examples + manifest.test.examples == rows
 
