@@ -466,3 +466,36 @@ def test_refused_tables_one_line_exit_2_nothing_published(tmp_path, case):
     assert result.returncode == 2 and len(lines) == 1, result.stderr
     assert message in lines[0], result.stderr
     assert not os.path.exists(tmp_path / "data")
+
+
+def test_penguins_as_parquet_is_the_same_typed_dataset(tmp_path):
+    import pyarrow.csv as pacsv
+
+    table = pacsv.read_csv(PENGUINS, convert_options=pacsv.ConvertOptions(null_values=["NA"], strings_can_be_null=True))
+    pq.write_table(table, tmp_path / "penguins.parquet")
+    results = []
+    for fmt, path in (("csv", PENGUINS), ("parquet", tmp_path / "penguins.parquet")):
+        (tmp_path / fmt).mkdir()
+        out, manifest, _ = copy(tmp_path / fmt, f"table:{path}", "--label-column", "species")
+        results.append((manifest.input, {n: t for n, t in shard_tables(out, manifest).items()}, manifest.labels))
+    (csv_input, csv_tables, csv_labels), (pq_input, pq_tables, pq_labels) = results
+    assert csv_input == pq_input and csv_labels == pq_labels
+    assert all(csv_tables[n].equals(pq_tables[n]) for n in csv_tables)
+
+
+def test_penguins_regression_target_and_a_missing_target(tmp_path):
+    (tmp_path / "year").mkdir()
+    out, manifest, _ = copy(tmp_path / "year", f"table:{PENGUINS}", "--label-column", "year", "--problem", "regression")
+    assert manifest.task == "typed_table" and manifest.problem == "regression" and manifest.target == "year"
+    assert TableSpec.from_json(manifest.input).column("species").vocabulary == ("Adelie", "Gentoo", "Chinstrap")
+    train_y = np.concatenate([read_split(out, manifest, s)[1] for s in manifest.shards])
+    assert train_y.dtype == np.float32 and manifest.target_statistics["mean"] == pytest.approx(train_y.mean())
+    (tmp_path / "mass").mkdir()
+    _, _, refused = copy(
+        tmp_path / "mass", f"table:{PENGUINS}", "--label-column", "body_mass_g", "--problem", "regression", check=False
+    )
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert [line.strip() for line in refused.stderr.splitlines()[1:]] == [
+        "the target column 'body_mass_g': data row 4 has 'NA', a missing value: a row needs its label",
+        "the target column 'body_mass_g': data row 272 has 'NA', a missing value: a row needs its label",
+    ]
