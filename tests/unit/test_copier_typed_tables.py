@@ -442,6 +442,14 @@ REFUSED = {
         lambda d: [f"table:{write_csv(d / 'l.csv', ['a', 'label'], [[1, 'x'], [2, 'NA'], [3, 'y'], [4, 'x']])}"],
         "the label column 'label': data row 2 has 'NA', a missing value: a row needs its label",
     ),
+    "a number column with one word": (
+        lambda d: [
+            "table:" + write_csv(d / "w.csv", ["a", "label"], [["oops" if i == 49 else i, i % 2] for i in range(60)]),
+            "--max-categories",
+            "20",
+        ],
+        "(it holds numbers before data row 50, which has 'oops': --column-types a=float reports such cells instead)",
+    ),
     "column types syntax": (
         lambda d: ["table:x.csv", "--column-types", "age"],
         "--column-types: 'age' is not NAME=TYPE",

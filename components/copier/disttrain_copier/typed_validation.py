@@ -148,11 +148,21 @@ class TypedStats:
             for value, count in pairs:
                 counter[value] += count
             if len(counter) > self.info.options.max_categories:
-                raise IdColumn(
-                    f"{self.info.path}: column {column!r} has more than {self.info.options.max_categories} "
-                    "distinct values in the training rows: an ID or free-text column, not a category; leave it "
-                    f"out with --drop-columns {column}, or raise --max-categories if it is a category"
-                )
+                raise IdColumn(self._id_column(column))
+
+    def _id_column(self, column):
+        change = next((c for c in self.info.changes if c["column"] == column), None)
+        turned = (
+            f" (it holds numbers before data row {change['row']}, which has {change['value']!r}: "
+            f"--column-types {column}=float reports such cells instead)"
+            if change and change["from"] != "boolean"
+            else ""
+        )
+        return (
+            f"{self.info.path}: column {column!r} has more than {self.info.options.max_categories} distinct values "
+            "in the training rows: an ID or free-text column, not a category; leave it out with --drop-columns "
+            f"{column}, or raise --max-categories if it is a category{turned}"
+        )
 
     def _count_held_out(self, column, pairs):
         counter = self.test_values[column]
