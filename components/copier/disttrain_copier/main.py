@@ -30,6 +30,7 @@ that enough examples share, so that the published model holds no word of one exa
 
 import argparse
 import collections
+import concurrent.futures
 import itertools
 import json
 import os
@@ -422,6 +423,7 @@ class ParquetShards:
     directory; each file complete (closed and synced) before the directory is renamed into place."""
 
     storage = "parquet"
+    WRITES_IN_FLIGHT = 6
 
     def __init__(self, out_dir, sizes, spec, regression=False):
         import pyarrow as pa
@@ -442,13 +444,24 @@ class ParquetShards:
             self.paths.append(x_path)
         self.sizes = dict(sizes)
         self.counts = collections.Counter()
+        self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="parquet-shards")
+        self.pending = collections.deque()
 
     def add_batch(self, name, x, y):
-        self.writers[name].write_batch(x)
+        # written by one background thread (pyarrow's writer releases the GIL: the encoding overlaps the
+        # next batch's reading), in order; at most WRITES_IN_FLIGHT batches wait, which bounds the memory
+        self.pending.append(self.thread.submit(self.writers[name].write_batch, x))
+        if len(self.pending) > self.WRITES_IN_FLIGHT:
+            self.pending.popleft().result()
         self.y_files[name].write(np.ascontiguousarray(y, dtype=self.y_dtype).tobytes())
         self.counts[name] += len(y)
 
     def close(self):
+        try:
+            while self.pending:
+                self.pending.popleft().result()
+        finally:
+            self.thread.shutdown(wait=True, cancel_futures=True)
         for writer in self.writers.values():
             writer.close()
         for path in self.paths:
@@ -635,23 +648,38 @@ def _write_batches(dataset, codes, shards, validator, names):
     the validator, by the destinations `codes` gives for their positions. Returns the number of examples."""
     progress = Progress(dataset.examples)
     splits = [(TEST, -1), *((name, i) for i, name in enumerate(names))]
+    # the validator's work on a batch (hashes, statistics) runs in one background thread, in batch order,
+    # beside the next batch's reading and writing (numpy and pyarrow release the GIL); at most 2 batches wait
+    thread, pending = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="validation"), collections.deque()
     try:
         for x, y in dataset.batches():
             where = codes.take(len(y))
-            hashes = validator.hashes(x)  # once for the batch, not once a split
+            parts = []
             for name, code in splits:
                 mask = where == code
-                if not mask.any():
-                    continue
-                part = x.filter(mask) if hasattr(x, "filter") else x[mask]
-                shards.add_batch(name, part, y[mask])
-                validator.add_batch(name, part, y[mask], hashes[mask])
+                if mask.any():
+                    part = x.filter(mask) if hasattr(x, "filter") else x[mask]
+                    shards.add_batch(name, part, y[mask])
+                    parts.append((name, part, y[mask], mask))
+            pending.append(thread.submit(_validate_batch, validator, x, parts))
+            if len(pending) > 2:
+                pending.popleft().result()
             progress.step(len(y))
+        while pending:
+            pending.popleft().result()
     finally:
+        thread.shutdown(wait=True, cancel_futures=True)
         shards.close()
     shards.check_complete()
     progress.report()
     return progress.count
+
+
+def _validate_batch(validator, x, parts):
+    """One batch to the validator: its row hashes once, then each split's part (name, rows, y, mask)."""
+    hashes = validator.hashes(x)
+    for name, part, y, mask in parts:
+        validator.add_batch(name, part, y, hashes[mask])
 
 
 def _validate(tmp, shards, validator, stats_plot):
