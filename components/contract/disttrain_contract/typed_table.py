@@ -21,6 +21,9 @@ shape [n, 1] per feature, named as the column.
     boolean      int64 (0, 1)                    float32 (0., 1.), missing as NaN
     string       string, missing as ""           string, missing as ""
 
+("In training": the copier asks about every split, the held-out one too, so that a column whose only
+missing values are held out still takes them; its statistics are the training shards' only.)
+
 A string column's vocabulary never holds "": an empty cell is a missing value (the copier's
 `--na-values` spellings too), so "" always means "missing" to a lookup. A value the spec's dtype cannot
 hold (text in a number column, a null in an int64 column) is refused by `column_array`, naming the

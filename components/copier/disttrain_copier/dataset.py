@@ -7,7 +7,7 @@ from typing import Callable, Iterator, Optional
 
 @dataclasses.dataclass
 class Dataset:
-    task: str  # "text" | "image" | "faces" | "table" | "array"
+    task: str  # "text" | "image" | "faces" | "table" | "array" | "typed_table"
     labels: list
     input: dict
     examples: Optional[int]
@@ -19,6 +19,10 @@ class Dataset:
     problem: str = "classification"  # or "regression": labels is [] and y holds float targets
     target: Optional[str] = None  # regression: the target's name (a table's label column; npz: "y")
     release: Optional[Callable[[], None]] = None  # removes what reading the source left behind (a spooled object)
+    # a table: (x, y) batches instead of single examples (the copier then has no per-example loop): x float32
+    # [m, features] (task table) or a pyarrow RecordBatch of the typed columns (typed_table); y [m]
+    batches: Optional[Callable[[], Iterator[tuple]]] = None
+    table: Optional[object] = None  # a table's tables.TableInfo: column types, missing cells, options
 
     def close(self):
         if self.release is not None:

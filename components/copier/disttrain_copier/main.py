@@ -10,8 +10,9 @@ and their sizes differ by at most one. The whole output directory is built
 under a temporary name and renamed into place with its _SUCCESS marker inside,
 so a trainer never sees a half-written dataset.
 
-Own data: --source table:PATH (a CSV, TSV or Parquet file of numeric feature columns and a label
-column, --label-column) or npz:PATH (any numeric x); --problem regression makes the label a numeric
+Own data: --source table:PATH (a CSV, TSV or Parquet file of feature columns and a label column,
+--label-column: numbers only are the task table; text columns or missing values the task typed_table,
+tables.py) or npz:PATH (any numeric x); --problem regression makes the label a numeric
 target. Every PATH (and images:DIR) may be an s3://bucket/key (DIR: a prefix) in an S3 or
 S3-compatible store, configured by the standard AWS_* variables (sources.py says how it is read). The manifest then records the task (table, array), the problem, the target and, for the
 model's normalisation, each feature's statistics over the training shards.
@@ -29,6 +30,7 @@ that enough examples share, so that the published model holds no word of one exa
 
 import argparse
 import collections
+import concurrent.futures
 import itertools
 import json
 import os
@@ -50,10 +52,13 @@ from disttrain_contract import (
 from disttrain_contract.manifest import VOCAB, Manifest, SplitInfo, shard_name, split_files, tokenize
 from disttrain_contract.privacy import delta_problem
 from disttrain_contract.tasks import task_of
+from disttrain_contract.typed_table import is_typed
 from disttrain_copier import private_vocab
 from disttrain_copier.sources import open_source
+from disttrain_copier.tables import DEFAULT_MAX_CATEGORIES, DEFAULT_NA_VALUES, TableOptions, parse_column_types
 from disttrain_copier.validation import (
     DEFAULT_MAX_LABEL_SKEW,
+    DEFAULT_MAX_MISSING_SKEW,
     SCHEMA_HELP,
     STATS,
     STATS_PLOT,
@@ -80,8 +85,9 @@ def build_parser():
         description="Split a dataset into N disjoint shards plus a held-out test split (stage 1 of disttrain).",
         epilog="Sources: sample:movie-reviews, sample:digits, csv:PATH (text,label columns), images:DIR (one sub-folder per class), "
         "keras:imdb (downloads), keras:imdb=DIR (local imdb.npz + imdb_word_index.json), and your own numeric data:\n"
-        "  table:PATH  a .csv, .tsv, .parquet or .pq file: every column but --label-column is a numeric feature\n"
-        "              (stored float32 [n, features]); task table\n"
+        "  table:PATH  a .csv, .tsv, .parquet or .pq file: every column but --label-column is a feature; numbers\n"
+        "              only: task table (stored float32 [n, features]); with text columns or missing values: task\n"
+        "              typed_table (the raw typed columns, NAME.parquet; see the table:PATH flags)\n"
         "  npz:PATH    arrays x [n, ...] (any numeric dtype) and y [n] (optional label_names): image-shaped x\n"
         "              ([n,h,w] or [n,h,w,1|3]) is an image task as before (uint8 pixels); any other x, and any\n"
         "              x with --problem regression, is task array (x kept in its own dtype and shape)\n"
@@ -151,6 +157,41 @@ def add_input_flags(p):
     p.add_argument(
         "--cache-dir", help="where downloaded samples are kept (default $DISTTRAIN_CACHE or ~/.cache/disttrain)"
     )
+    add_table_flags(p)
+
+
+def add_table_flags(p):
+    """How a table:PATH's columns are read: their types, missing values, the categories of text columns."""
+    table = p.add_argument_group("table:PATH columns (types, missing values, categories)")
+    table.add_argument(
+        "--column-types",
+        metavar="NAME=TYPE,...",
+        help="set columns' types instead of inferring them: float, integer, boolean or string (a value that "
+        "does not read as its column's type is an error); a string column makes the table a typed table",
+    )
+    table.add_argument(
+        "--na-values",
+        metavar="TEXT,...",
+        help="the spellings of a missing value, besides an empty cell, NaN and a Parquet null (default NA; "
+        "--na-values '' for none: then a category spelled NA is a value)",
+    )
+    table.add_argument(
+        "--drop-columns", metavar="NAME,...", help="columns to leave out (not features), e.g. an ID column"
+    )
+    table.add_argument(
+        "--max-categories",
+        type=int,
+        default=DEFAULT_MAX_CATEGORIES,
+        help="the most distinct values a text column may have in the training rows; a column with more is an "
+        f"ID or free text, not a category, and is refused: --drop-columns it (default {DEFAULT_MAX_CATEGORIES})",
+    )
+    table.add_argument(
+        "--min-category-count",
+        type=int,
+        default=1,
+        help="a text column's vocabulary holds the values seen in at least this many training rows; rarer "
+        "ones are out of vocabulary, as values never seen are (default 1: every value seen)",
+    )
 
 
 def add_validation_flags(p):
@@ -177,6 +218,17 @@ def add_validation_flags(p):
         help="a class with no example in a shard or in the held-out split is a warning "
         "(regression: skipped, there are no classes)",
     )
+    check.add_argument(
+        "--max-missing-skew",
+        type=float,
+        default=DEFAULT_MAX_MISSING_SKEW,
+        help="typed tables: the largest difference between a split's share of missing values in a column "
+        f"and the training rows' share (0..1, default {DEFAULT_MAX_MISSING_SKEW:g}; a difference within 4 "
+        "standard errors of sampling passes too)",
+    )
+    check.add_argument(
+        "--allow-missing-skew", action="store_true", help="a split beyond --max-missing-skew is a warning"
+    )
     check.add_argument("--schema", metavar="FILE", help="JSON file the data must satisfy (format below)")
     check.add_argument(
         "--no-stats-plot",
@@ -200,7 +252,25 @@ def check_args(p, args):
         p.error("--label-column applies to --source table:PATH only (npz:PATH takes its labels from y)")
     if args.label_column is None:
         args.label_column = "label"
+    if not 0.0 <= args.max_missing_skew <= 1.0:
+        p.error(f"--max-missing-skew must be between 0 and 1, got {args.max_missing_skew}")
+    if args.max_categories < 1 or args.min_category_count < 1:
+        p.error("--max-categories and --min-category-count must be positive")
+    given = [f for f in ("column_types", "na_values", "drop_columns") if getattr(args, f) is not None]
+    if given and not args.source.startswith("table:"):
+        p.error(f"--{given[0].replace('_', '-')} applies to --source table:PATH only")
+    try:
+        args.column_types = parse_column_types(args.column_types)
+    except ContractError as err:
+        p.error(str(err))
+    args.na_values = DEFAULT_NA_VALUES if args.na_values is None else tuple(_listed(args.na_values))
+    args.drop_columns = tuple(_listed(args.drop_columns or ""))
     private_vocab.check(args, p.error)
+
+
+def _listed(text):
+    """A comma list of names or spellings, stripped, the empty ones left out."""
+    return [v.strip() for v in text.split(",") if v.strip()]
 
 
 def split_assignments(seed, test_fraction, n_shards, block=1 << 16):
@@ -219,13 +289,44 @@ def split_assignments(seed, test_fraction, n_shards, block=1 << 16):
                 next_shard = (next_shard + 1) % n_shards
 
 
+class SplitCodes:
+    """split_assignments' destinations, the same sequence, as numpy arrays of any length (`take`): the
+    batch path's split, without a Python step per example. In each block of draws the k-th training
+    position goes to shard (first + k - 1) mod n_shards, `first` being where the previous block left off."""
+
+    def __init__(self, seed, test_fraction, n_shards, block=1 << 16):
+        self.rng, self.test_fraction, self.n_shards, self.block = (
+            np.random.default_rng(seed),
+            test_fraction,
+            n_shards,
+            block,
+        )
+        self.next_shard, self.pending = 0, np.empty(0, dtype=np.int64)
+
+    def _draw(self):
+        is_test = self.rng.random(self.block) < self.test_fraction
+        train = np.cumsum(~is_test)
+        codes = np.where(is_test, -1, (self.next_shard + train - 1) % self.n_shards)
+        self.next_shard = int((self.next_shard + train[-1]) % self.n_shards)
+        return codes
+
+    def take(self, n):
+        parts, have = [self.pending], len(self.pending)
+        while have < n:
+            parts.append(self._draw())
+            have += len(parts[-1])
+        codes = np.concatenate(parts) if len(parts) > 1 else parts[0]
+        self.pending = codes[n:]
+        return codes[:n]
+
+
 class Progress:
     def __init__(self, total, every=2.0):
         self.total, self.every, self.count = total, every, 0
         self.start = self.last = time.monotonic()
 
-    def step(self):
-        self.count += 1
+    def step(self, n=1):
+        self.count += n
         now = time.monotonic()
         if now - self.last >= self.every:
             self.last = now
@@ -295,6 +396,13 @@ class ArrayShards:
         y_file.write(np.asarray(y, dtype=self.y_dtype).tobytes())
         self.counts[name] += 1
 
+    def add_batch(self, name, x, y):
+        """Rows x [m, ...] and their y [m] at once (the batch path)."""
+        x_file, y_file = self.files[name]
+        x_file.write(np.ascontiguousarray(x, dtype=self.x_dtype).tobytes())
+        y_file.write(np.ascontiguousarray(y, dtype=self.y_dtype).tobytes())
+        self.counts[name] += len(y)
+
     def close(self):
         for handles in self.files.values():
             for fh in handles:
@@ -307,6 +415,68 @@ class ArrayShards:
         short = {name: (self.counts[name], n) for name, n in self.sizes.items() if self.counts[name] != n}
         if short:
             raise ContractError(f"the source yielded a different number of examples than announced: {short}")
+
+
+class ParquetShards:
+    """A typed table's splits: NAME.parquet (the typed columns with nulls, one row group a batch written)
+    and NAME.y.npy (its header first, rows appended, as ArrayShards' y), in the copier's temporary
+    directory; each file complete (closed and synced) before the directory is renamed into place."""
+
+    storage = "parquet"
+    WRITES_IN_FLIGHT = 6
+
+    def __init__(self, out_dir, sizes, spec, regression=False):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from disttrain_copier.tables import ARROW_TYPES
+
+        self.schema = pa.schema([(c["name"], pa.type_for_alias(ARROW_TYPES[c["type"]])) for c in spec["columns"]])
+        self.y_dtype = np.dtype(np.float32 if regression else np.int64)
+        self.paths, self.writers, self.y_files = [], {}, {}
+        # dictionary pages for text columns (categories: small), plain numbers; LZ4: measured on a 100 MB
+        # mixed table, 0.36 s and 33 MB against snappy with dictionaries everywhere 0.49 s and 35 MB
+        text = [c["name"] for c in spec["columns"] if c["type"] == "string"]
+        for name, n in sizes.items():
+            x_path, y_path = (os.path.join(out_dir, f) for f in split_files(name, self.storage))
+            self.writers[name] = pq.ParquetWriter(x_path, self.schema, compression="lz4", use_dictionary=text)
+            self.y_files[name] = ArrayShards._open(y_path, self.y_dtype, (n,))
+            self.paths.append(x_path)
+        self.sizes = dict(sizes)
+        self.counts = collections.Counter()
+        self.thread = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="parquet-shards")
+        self.pending = collections.deque()
+
+    def add_batch(self, name, x, y):
+        # written by one background thread (pyarrow's writer releases the GIL: the encoding overlaps the
+        # next batch's reading), in order; at most WRITES_IN_FLIGHT batches wait, which bounds the memory
+        self.pending.append(self.thread.submit(self.writers[name].write_batch, x))
+        if len(self.pending) > self.WRITES_IN_FLIGHT:
+            self.pending.popleft().result()
+        self.y_files[name].write(np.ascontiguousarray(y, dtype=self.y_dtype).tobytes())
+        self.counts[name] += len(y)
+
+    def close(self):
+        try:
+            while self.pending:
+                self.pending.popleft().result()
+        finally:
+            self.thread.shutdown(wait=True, cancel_futures=True)
+        for writer in self.writers.values():
+            writer.close()
+        for path in self.paths:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        for fh in self.y_files.values():
+            fh.flush()
+            os.fsync(fh.fileno())
+            fh.close()
+
+    def check_complete(self):
+        ArrayShards.check_complete(self)
 
 
 def copy(args):
@@ -322,6 +492,7 @@ def copy(args):
         label_column=args.label_column,
         problem=args.problem,
         spool_dir=os.path.dirname(os.path.abspath(out_dir)),
+        table_options=table_options(args, schema),
     )
     try:
         return _copy(args, schema, dataset, out_dir)
@@ -329,12 +500,24 @@ def copy(args):
         dataset.close()
 
 
+def table_options(args, schema):
+    """How a table:PATH is read (tables.TableOptions): the table flags and the --schema file's column types."""
+    return TableOptions(
+        column_types=dict(args.column_types),
+        schema_types=dict((schema or {}).get("column_types") or {}),
+        na_values=tuple(args.na_values),
+        drop_columns=tuple(args.drop_columns),
+        max_categories=args.max_categories,
+        min_category_count=args.min_category_count,
+    )
+
+
 def _copy(args, schema, dataset, out_dir):
     for where, reason in dataset.skipped:
         print(f"copier: skipped {where}: {reason}", file=sys.stderr)
     task = task_of(dataset)
     names = [shard_name(i) for i in range(args.n_shards)]
-    selection = _private_selection(args, task)
+    selection = _private_selection(args, task, dataset)
     with atomic_path(out_dir) as tmp:
         os.makedirs(tmp)
         shards = _open_shards(tmp, args, task, dataset, names)
@@ -352,10 +535,19 @@ def _copy(args, schema, dataset, out_dir):
             known_duplicates=dataset.known_duplicates,
             problem=dataset.problem,
             target=dataset.target,
+            table=dataset.table,
+            max_missing_skew=args.max_missing_skew,
+            allow_missing_skew=args.allow_missing_skew,
         )
-        token_counts, examples = _write_splits(
-            dataset, split_destinations(args, task, dataset, names), shards, validator, task.vocabulary, selection
-        )
+        if dataset.batches is not None:
+            token_counts = collections.Counter()
+            examples = _write_batches(
+                dataset, SplitCodes(args.seed, args.test_fraction, args.n_shards), shards, validator, names
+            )
+        else:
+            token_counts, examples = _write_splits(
+                dataset, split_destinations(args, task, dataset, names), shards, validator, task.vocabulary, selection
+            )
         _check_sizes(shards.counts, names)
         stats = _validate(tmp, shards, validator, args.stats_plot)
         vocab = _write_vocabulary(
@@ -367,11 +559,20 @@ def _copy(args, schema, dataset, out_dir):
     return out_dir, manifest
 
 
-def _private_selection(args, task):
+def _private_selection(args, task, dataset):
     """The differentially private vocabulary's selection (private_vocab.Selection), None without
-    --dp-vocab-epsilon; ContractError for a task without a vocabulary."""
+    --dp-vocab-epsilon; ContractError for a task without a vocabulary, and for a table's text columns."""
     if not private_vocab.enabled(args):
         return None
+    text_columns = [n for n, t in (dataset.table.types.items() if dataset.table else ()) if t == "string"]
+    if text_columns:
+        # each text column's vocabulary would be one more private selection (one value an example, its own
+        # ε share): not built; its categories would be published exactly as counted
+        raise ContractError(
+            f"--dp-vocab-epsilon: a private vocabulary is built for text sources only, not for the text columns "
+            f"{text_columns} of {args.source}, whose categories the model would hold as seen in training: leave "
+            "them out (--drop-columns) or copy without --dp-vocab-epsilon"
+        )
     if not task.vocabulary:
         raise ContractError(
             f"--dp-vocab-epsilon applies to text sources only: {args.source} holds {task.name} "
@@ -400,10 +601,21 @@ def _open_shards(tmp, args, task, dataset, names):
     if task.storage == TextShards.storage:
         return TextShards(tmp, names + [TEST])
     sizes = collections.Counter({name: 0 for name in names + [TEST]})
-    for name in itertools.islice(split_destinations(args, task, dataset, names), dataset.examples):
-        sizes[name] += 1
+    if task.split_by_person:
+        for name in itertools.islice(split_destinations(args, task, dataset, names), dataset.examples):
+            sizes[name] += 1
+    else:  # the same destinations, counted a block at a time
+        codes, left = SplitCodes(args.seed, args.test_fraction, args.n_shards), dataset.examples
+        while left:
+            counts = np.bincount(codes.take(min(left, 1 << 20)) + 1, minlength=len(names) + 1)
+            for code, count in enumerate(counts.tolist()):
+                sizes[TEST if code == 0 else names[code - 1]] += count
+            left -= min(left, 1 << 20)
     _check_sizes(sizes, names)
-    return ArrayShards(tmp, sizes, dataset.input, numeric=task.numeric, regression=dataset.problem == "regression")
+    regression = dataset.problem == "regression"
+    if task.storage == ParquetShards.storage:
+        return ParquetShards(tmp, sizes, dataset.input, regression=regression)
+    return ArrayShards(tmp, sizes, dataset.input, numeric=task.numeric, regression=regression)
 
 
 def _write_splits(dataset, destinations, shards, validator, vocabulary, selection):
@@ -429,6 +641,45 @@ def _write_splits(dataset, destinations, shards, validator, vocabulary, selectio
         shards.check_complete()
     progress.report()
     return token_counts, progress.count
+
+
+def _write_batches(dataset, codes, shards, validator, names):
+    """Stream a table's batches once (no step per example): each batch's rows to their splits' files and to
+    the validator, by the destinations `codes` gives for their positions. Returns the number of examples."""
+    progress = Progress(dataset.examples)
+    splits = [(TEST, -1), *((name, i) for i, name in enumerate(names))]
+    # the validator's work on a batch (hashes, statistics) runs in one background thread, in batch order,
+    # beside the next batch's reading and writing (numpy and pyarrow release the GIL); at most 2 batches wait
+    thread, pending = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="validation"), collections.deque()
+    try:
+        for x, y in dataset.batches():
+            where = codes.take(len(y))
+            parts = []
+            for name, code in splits:
+                mask = where == code
+                if mask.any():
+                    part = x.filter(mask) if hasattr(x, "filter") else x[mask]
+                    shards.add_batch(name, part, y[mask])
+                    parts.append((name, part, y[mask], mask))
+            pending.append(thread.submit(_validate_batch, validator, x, parts))
+            if len(pending) > 2:
+                pending.popleft().result()
+            progress.step(len(y))
+        while pending:
+            pending.popleft().result()
+    finally:
+        thread.shutdown(wait=True, cancel_futures=True)
+        shards.close()
+    shards.check_complete()
+    progress.report()
+    return progress.count
+
+
+def _validate_batch(validator, x, parts):
+    """One batch to the validator: its row hashes once, then each split's part (name, rows, y, mask)."""
+    hashes = validator.hashes(x)
+    for name, part, y, mask in parts:
+        validator.add_batch(name, part, y, hashes[mask])
 
 
 def _validate(tmp, shards, validator, stats_plot):
@@ -471,6 +722,8 @@ def _manifest(args, dataset, task, tmp, shards, names, validator, stats, vocab):
     input_spec = dict(dataset.input)
     if task.numeric:  # what a model's Normalization needs: the training shards' statistics
         input_spec["statistics"] = validator.feature_statistics()
+    if is_typed(input_spec):  # the columns' types and statistics (typed_table.TableSpec), the training shards'
+        input_spec = validator.table_spec().to_json()
     return Manifest(
         task=dataset.task,
         source=args.source,

@@ -57,6 +57,7 @@ def open_source(
     label_column="label",
     problem="classification",
     spool_dir=None,
+    table_options=None,
 ):
     """The Dataset of --source `spec`. spool_dir: where an s3:// table or CSV is downloaded once (the
     output volume; see the module docstring); the caller closes the Dataset, which removes it."""
@@ -73,11 +74,13 @@ def open_source(
         )
     if kind == "table" and objectstore.is_url(arg):
         check_table_extension(arg)  # before the download
-        return _spooled(arg, spool_dir, lambda local: table(arg, label_column, problem, local=local))
+        return _spooled(
+            arg, spool_dir, lambda local: table(arg, label_column, problem, local=local, options=table_options)
+        )
     if kind == "csv" and objectstore.is_url(arg):
         return _spooled(arg, spool_dir, lambda local: csv_text(arg, local=local))
     if kind == "table":
-        return table(_existing(arg, spec), label_column, problem)
+        return table(_existing(arg, spec), label_column, problem, options=table_options)
     if kind == "sample" and arg == "movie-reviews":
         return movie_reviews(cache_dir or default_cache_dir())
     if kind == "sample" and arg == "digits":

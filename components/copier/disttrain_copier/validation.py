@@ -33,14 +33,17 @@ temporary directory, so nothing is published and the previous dataset stays as i
 import array
 import hashlib
 import json
+import math
 import os
 
 import numpy as np
 
 from disttrain_contract import ContractError
 from disttrain_contract.atomic import atomic_write_json, read_json
-from disttrain_contract.manifest import iter_split_text
+from disttrain_contract.manifest import iter_split_text, split_files
 from disttrain_contract.tasks import TASKS
+from disttrain_contract.typed_table import TYPES
+from disttrain_copier.typed_validation import DEFAULT_MAX_MISSING_SKEW, TypedStats, row_hashes
 
 STATS = "stats.json"
 STATS_PLOT = "stats.png"
@@ -73,10 +76,13 @@ SCHEMA_HELP = """\
   "input": {"kind": "text"}                    or {"kind": "image", "shape": [H, W, C], "dtype": "uint8"}
                                                (dtype: the source's, e.g. float32 for an npz:PATH of floats;
                                                "str" for text), {"kind": "table", "shape": [N_FEATURES]}
-                                               (dtype: always float32, the values as stored) or
+                                               (dtype: float32, or "typed" for a typed table) or
                                                {"kind": "array", "shape": [...per example], "dtype": "float64"}
   "features": ["age", "bmi"]                   table: exactly these feature columns, in this order
                                                (the label column not included)
+  "column_types": {"island": "string"}         table: these columns' types (float, integer, boolean,
+                                               string), as --column-types sets them: every value must
+                                               read as its column's type
   "text_length": {"min": 1, "max": 400}        text: every input's length in tokens (words after
                                                lower-casing and stripping punctuation), both ends optional
 A schema cannot yet bound feature values or a regression target's range.
@@ -93,7 +99,7 @@ def read_schema(path):
         raise ContractError(f"--schema {path} does not exist")
     if not isinstance(schema, dict):
         raise ContractError(f"--schema {path} must be a JSON object\n{SCHEMA_HELP}")
-    unknown = sorted(set(schema) - {"labels", "input", "features", "text_length"})
+    unknown = sorted(set(schema) - {"labels", "input", "features", "text_length", "column_types"})
     if unknown:
         raise ContractError(f"--schema {path}: unknown key(s) {unknown}\n{SCHEMA_HELP}")
     labels = schema.get("labels")
@@ -102,6 +108,11 @@ def read_schema(path):
     features = schema.get("features")
     if features is not None and (not isinstance(features, list) or not all(isinstance(v, str) for v in features)):
         raise ContractError(f"--schema {path}: \"features\" must be a list of column names (strings)")
+    types = schema.get("column_types")
+    if types is not None and (
+        not isinstance(types, dict) or not all(isinstance(k, str) and v in TYPES for k, v in types.items())
+    ):
+        raise ContractError(f"--schema {path}: \"column_types\" must map column names to one of {', '.join(TYPES)}")
     spec = schema.get("input")
     if spec is not None:
         if not isinstance(spec, dict) or spec.get("kind") not in SCHEMA_KINDS or set(spec) - {"kind", "shape", "dtype"}:
@@ -265,6 +276,17 @@ class SplitStats:
             if size and levels.max() == size:  # every pixel the same
                 self.constant.append(index)
 
+    def add_batch(self, x, y, hashes):
+        """Rows at once (a table's batch path): x [m, features] (numeric) or a typed RecordBatch (its
+        columns' statistics are the Validator's TypedStats), y [m], their row hashes [m]."""
+        if self.regression:
+            self.values.frombytes(np.ascontiguousarray(y, dtype=np.float64).tobytes())
+        else:
+            self.label_counts += np.bincount(np.asarray(y, dtype=np.int64), minlength=len(self.label_counts))
+        self.hashes.frombytes(np.ascontiguousarray(hashes, dtype=np.uint64).tobytes())
+        if self.kind == "numeric":
+            self.features.add(x)
+
     def to_json(self, labels):
         values = np.asarray(self.values, dtype=np.float64)
         hashes = np.asarray(self.hashes, dtype=np.uint64)
@@ -274,7 +296,7 @@ class SplitStats:
         else:
             out["label_counts"] = dict(zip(labels, self.label_counts.tolist()))
         # inputs equal to an earlier one of the same split (not leakage, but worth knowing)
-        out["repeated_inputs"] = int(len(hashes) - len(np.unique(hashes)))
+        out["repeated_inputs"] = _repeated(hashes)
         if self.kind == "text":
             out["text_length_tokens"] = (
                 ({k: float(np.quantile(values, q)) for k, q in QUANTILES.items()} | {"mean": float(values.mean())})
@@ -284,6 +306,8 @@ class SplitStats:
             out["empty_inputs"] = len(self.empty)
         elif self.kind == "numeric":
             out["feature_statistics"] = FeatureMoments.to_json(self.features.moments())
+        elif self.kind == "typed":
+            pass  # its columns: the Validator adds TypedStats.split_json
         else:
             total = int(self.pixel_levels.sum())
             mean = float(self.pixel_levels @ LEVELS) / total if total else 0.0
@@ -291,6 +315,13 @@ class SplitStats:
             out["pixel_mean"], out["pixel_std"] = mean, float(np.sqrt(variance))
             out["constant_inputs"] = len(self.constant)
         return out
+
+
+def _repeated(hashes):
+    """How many of `hashes` equal an earlier one: by a sorted copy (numpy's unique hashes them, ~10x slower
+    on millions of uint64)."""
+    ordered = np.sort(hashes)
+    return int(np.count_nonzero(ordered[1:] == ordered[:-1])) if len(ordered) else 0
 
 
 def target_summary(values):
@@ -340,6 +371,9 @@ class Validator:
         known_duplicates=None,
         problem="classification",
         target=None,
+        table=None,
+        max_missing_skew=DEFAULT_MAX_MISSING_SKEW,
+        allow_missing_skew=False,
     ):
         self.task, self.labels, self.input_spec = task, list(labels), dict(input_spec)
         self.problem, self.target = problem, target
@@ -348,7 +382,10 @@ class Validator:
         self.kind = TASKS[task].kind
         self.source_dtype = source_dtype or ("str" if self.kind == "text" else "uint8")
         self.names = list(names)  # the shards, in order
-        split_kind = "numeric" if self.kind in NUMERIC_KINDS else self.kind
+        # a typed table (tables.TableInfo with typed columns): its columns' statistics are TypedStats'
+        self.typed = TypedStats(table, names, TEST) if table is not None and table.typed else None
+        self.max_missing_skew, self.allow_missing_skew = max_missing_skew, allow_missing_skew
+        split_kind = "typed" if self.typed else "numeric" if self.kind in NUMERIC_KINDS else self.kind
         self.splits = {name: SplitStats(len(self.labels), split_kind, self.regression) for name in self.names + [TEST]}
         self.allow_duplicates, self.max_label_skew = allow_duplicates, max_label_skew
         self.allow_label_skew, self.allow_missing_classes = allow_label_skew, allow_missing_classes
@@ -359,6 +396,21 @@ class Validator:
 
     def add(self, name, x, y, tokens=None):
         self.splits[name].add(x, y, tokens)
+
+    @staticmethod
+    def hashes(x):
+        """The row hashes of a table batch (typed_validation.row_hashes), for add_batch."""
+        return row_hashes(x)
+
+    def add_batch(self, name, x, y, hashes=None):
+        """A table batch's rows of split `name` at once; `hashes`: theirs (row_hashes), computed here if None."""
+        self.splits[name].add_batch(x, y, row_hashes(x) if hashes is None else hashes)
+        if self.typed:
+            self.typed.add(name, x)
+
+    def table_spec(self):
+        """A typed table's TableSpec: its columns' types and training statistics (the manifest's input)."""
+        return self.typed.spec()
 
     def values(self):
         """Per split, every example's length in tokens (text), mean pixel (images) or regression target
@@ -378,8 +430,8 @@ class Validator:
 
     def feature_statistics(self):
         """The training shards' per-feature statistics (the manifest's input["statistics"]); None for
-        text and images."""
-        if self.kind not in NUMERIC_KINDS:
+        text, images and typed tables."""
+        if self.kind not in NUMERIC_KINDS or self.typed:
             return None
         return FeatureMoments.to_json(FeatureMoments.merge(self.splits[n].features.moments() for n in self.names))
 
@@ -409,7 +461,11 @@ class Validator:
             measure = (
                 "total-variation distance of the split's label distribution from the training distribution (all shards)"
             )
-        if self.kind in NUMERIC_KINDS:
+        if self.typed:
+            train["columns"] = self.table_spec().to_json()["columns"]
+            for name in splits:
+                splits[name]["columns"] = self.typed.split_json(name)
+        elif self.kind in NUMERIC_KINDS:
             train["feature_statistics"] = self.feature_statistics()
         faces = TASKS[self.task].split_by_person
         skew = {name: round(tv_distance(histograms[name], train_counts), 6) for name in self.names + [TEST]}
@@ -425,6 +481,8 @@ class Validator:
             else self._missing_class(),
             "schema": self._schema() if self.schema is not None else self._skip("no --schema given"),
         }
+        if self.typed:
+            results.update(self._typed_checks())
         failed = [f"{name}: {r['message']}" for name, r in results.items() if r["status"] == "failed"]
         warnings = [f"{name}: {r['message']}" for name, r in results.items() if r["status"] == "warning"]
         validation = {
@@ -443,6 +501,8 @@ class Validator:
             "label_skew": {"measure": measure, "distance": skew},
             "validation": validation,
         }
+        if self.typed:
+            stats["typed"] = True
         if self.kind in NUMERIC_KINDS:
             # a table's column names; an array's features are the elements of its last axis
             stats["features"] = self.input_spec.get("features") or [
@@ -458,6 +518,15 @@ class Validator:
             )
         return stats
 
+    def _typed_checks(self):
+        """A typed table's own checks (typed_validation.py): unseen categories, missing-value skew, type changes."""
+        problem, details = self.typed.missing_skew(self.max_missing_skew)
+        return {
+            "unseen_category": self.typed.unseen_category(),
+            "missing_skew": self._result(problem, self.allow_missing_skew, "--allow-missing-skew", details),
+            "type_change": self.typed.type_change(),
+        }
+
     @staticmethod
     def _skip(reason):
         return {"status": "skipped", "message": reason}
@@ -471,10 +540,13 @@ class Validator:
 
     def _leakage(self):
         test_hashes = np.asarray(self.splits[TEST].hashes, dtype=np.uint64)
+        # the held-out hashes sorted once, each shard looked up in chunks: memory one copy of the held-out
+        # hashes and a chunk (np.isin would sort shard and held-out hashes together, ~3 copies of both)
+        sorted_test = np.sort(test_hashes)
         count, example, per_shard = 0, None, {}
         for name in self.names:
             hashes = np.asarray(self.splits[name].hashes, dtype=np.uint64)
-            leaked = np.flatnonzero(np.isin(hashes, test_hashes))
+            leaked = np.flatnonzero(_found_in(hashes, sorted_test))
             per_shard[name] = int(len(leaked))
             count += len(leaked)
             if example is None and len(leaked):
@@ -581,7 +653,7 @@ class Validator:
             violations.append(f"the inputs are {self.kind}, the schema expects {spec['kind']}")
         elif self.kind in ("image", *NUMERIC_KINDS) and spec.get("shape"):
             shape = (
-                list(self.input_spec["shape"])
+                list(self.input_spec.get("shape") or [len(self.input_spec["features"])])
                 if self.kind in NUMERIC_KINDS
                 else [self.input_spec["height"], self.input_spec["width"], self.input_spec["channels"]]
             )
@@ -637,7 +709,7 @@ class Validator:
             for i, (text, _) in enumerate(iter_split_text(os.path.join(self.data_dir, f"{name}.jsonl"))):
                 if i == index:
                     return json.dumps(text if len(text) <= 80 else text[:77] + "...", ensure_ascii=False)
-        return f"row {index} of {name}.x.npy"
+        return f"row {index} of {split_files(name, self.storage)[0]}"
 
     def _histogram(self, name):
         counts = self.splits[name].label_counts if name else sum(self.splits[n].label_counts for n in self.names)
@@ -648,6 +720,32 @@ class Validator:
             + (", ..." if len(self.labels) > 10 else "")
             + "}"
         )
+
+
+def _found_in(values, sorted_values, chunk=1 << 20):
+    """Whether each of `values` (uint64 hashes) occurs in `sorted_values` (ascending), as a boolean array,
+    `chunk` values at a time. A bitmap of the sorted values' top bits (~16 bits a value, at most 32 MB) rules
+    out almost every value first (a false candidate 1 time in ~16): only the candidates are looked up by
+    binary search, whose random reads into millions of values would cost ~5x the bitmap's."""
+    out = np.zeros(len(values), dtype=bool)
+    if not len(sorted_values):
+        return out
+    bits = int(min(28, max(16, math.ceil(math.log2(16 * len(sorted_values))))))
+    shift = np.uint64(64 - bits)
+    bitmap = np.zeros(1 << (bits - 3), dtype=np.uint8)
+    top = sorted_values >> shift
+    np.bitwise_or.at(bitmap, (top >> np.uint64(3)).astype(np.int64), (1 << (top & np.uint64(7))).astype(np.uint8))
+    for start in range(0, len(values), chunk):
+        part = values[start : start + chunk]
+        top = part >> shift
+        maybe = np.flatnonzero(
+            (bitmap[(top >> np.uint64(3)).astype(np.int64)] >> (top & np.uint64(7)).astype(np.uint8)) & 1
+        )
+        if len(maybe):
+            candidates = part[maybe]
+            at = np.minimum(np.searchsorted(sorted_values, candidates), len(sorted_values) - 1)
+            out[start + maybe] = sorted_values[at] == candidates
+    return out
 
 
 def _brief(names, limit=6):
@@ -685,6 +783,8 @@ def plot_stats(stats, values, path):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if stats.get("typed"):
+        return plot_typed(stats, values, path, plt)
     if stats["kind"] in NUMERIC_KINDS:
         return plot_numeric(stats, values, path, plt)
     names = list(stats["splits"])
@@ -813,6 +913,31 @@ def plot_numeric(stats, values, path, plt):
             ax.set_xlabel("feature (table column or last-axis element), in order")
             ax.legend(fontsize="x-small")
     _finish(fig, stats, path, plt, tight=not few)
+
+
+def plot_typed(stats, values, path, plt):
+    """A typed table: the labels per split (or the target's histogram per split), and each column's share
+    of missing values per split (the missing_skew check's numbers)."""
+    names = list(stats["splits"])
+    columns = stats["features"]
+    fig, (first, missing) = plt.subplots(1, 2, figsize=(12, 4.2))
+    if stats.get("problem") == "regression":
+        _target_histograms(first, stats, values, names)
+    else:
+        _label_bars(first, stats, names)
+    width = 0.8 / len(names)
+    positions = np.arange(len(columns))
+    for i, name in enumerate(names):
+        shares = [stats["splits"][name]["columns"][c]["missing_share"] for c in columns]
+        missing.bar(positions + i * width, shares, width, label=name)
+    if len(columns) <= 20:
+        missing.set_xticks(positions + 0.4 - width / 2, columns, rotation=45, ha="right", fontsize="small")
+    else:
+        missing.set_xlabel(f"{len(columns)} columns, in order")
+    missing.set_ylabel("share of the split's rows missing")
+    missing.set_title("missing values per column and split")
+    missing.legend(fontsize="x-small")
+    _finish(fig, stats, path, plt)
 
 
 def _target_histograms(ax, stats, values, names):
