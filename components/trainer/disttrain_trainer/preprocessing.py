@@ -24,6 +24,8 @@ It is built of Keras' own layers and ops, so the published model loads in safe m
 with no module of disttrain's registered.
 """
 
+import re
+
 import keras
 import numpy as np
 
@@ -42,13 +44,15 @@ def block(table):
     """The preprocessing block: a keras.Model from the raw columns (raw_inputs) to the float32 vector of
     width typed_table.encoded_width(table) (the module docstring's layout)."""
     inputs = raw_inputs(table)
-    parts = []
-    for column in table.columns:
-        x = inputs[column.name]
+    parts, tags = [], set()
+    for i, column in enumerate(table.columns):
+        x, tag = inputs[column.name], layer_name(column.name)
+        tag = tag if tag not in tags else f"{tag}_{i}"  # ("a b" and "a_b": one name each)
+        tags.add(tag)
         if column.numeric:
-            parts += numeric_parts(column, x)
+            parts += numeric_parts(column, x, tag)
         else:
-            parts.append(string_part(column, x))
+            parts.append(string_part(column, x, tag))
     vector = parts[0] if len(parts) == 1 else keras.layers.Concatenate(name="concatenate")(parts)
     model = keras.Model(inputs, vector, name=BLOCK_NAME)
     if model.weights:  # (the docstring's invariant: averaging and resume rely on it)
@@ -56,34 +60,39 @@ def block(table):
     return model
 
 
-def numeric_parts(column, x):
+def numeric_parts(column, x, tag):
     """[z] or [z, missing indicator] of a numeric column's [n, 1] input."""
     if column.dtype != "float32":
         x = keras.ops.cast(x, "float32")
     mean = float(column.mean) if column.mean is not None else 0.0  # (no value present in training: none to impute)
     variance = float(column.variance) if column.variance is not None else 1.0
-    normalize = keras.layers.Normalization(mean=[mean], variance=[variance], name=f"{column.name}_normalize")
+    normalize = keras.layers.Normalization(mean=[mean], variance=[variance], name=f"{tag}_normalize")
     if not column.missing and column.dtype != "float32":
         return [normalize(x)]  # an int64 column has no NaN to impute
     missing = keras.ops.isnan(x)
-    z = keras.ops.where(missing, 0.0, normalize(keras.ops.where(missing, mean, x)))
+    z = normalize(keras.ops.where(missing, mean, x))  # (mean - mean) / std: exactly 0
     return [z, keras.ops.cast(missing, "float32")] if column.missing else [z]
 
 
-def string_part(column, x):
+def string_part(column, x, tag):
     """The one-hot of a string column's [n, 1] input (slot 0 out of vocabulary; missing's own slot last)."""
     vocabulary = list(column.vocabulary) + ([""] if column.missing else [])
     if not vocabulary:
         # every training value was rare: all are out of vocabulary, the one slot. StringLookup refuses an empty
         # vocabulary, so it is given a token no cell holds (NUL) and its slot is dropped.
         lookup = keras.layers.StringLookup(
-            vocabulary=["\x00"], num_oov_indices=1, output_mode="one_hot", name=f"{column.name}_lookup"
+            vocabulary=["\x00"], num_oov_indices=1, output_mode="one_hot", name=f"{tag}_lookup"
         )
         return keras.ops.reshape(lookup(x), (-1, 2))[:, :1]
     lookup = keras.layers.StringLookup(
-        vocabulary=vocabulary, num_oov_indices=1, output_mode="one_hot", name=f"{column.name}_lookup"
+        vocabulary=vocabulary, num_oov_indices=1, output_mode="one_hot", name=f"{tag}_lookup"
     )
     return keras.ops.reshape(lookup(x), (-1, len(vocabulary) + 1))
+
+
+def layer_name(column_name):
+    """A column's name as part of a layer's (Keras refuses a "/" in one)."""
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", column_name)
 
 
 def with_block(table, core):

@@ -1,0 +1,147 @@
+"""Training on a typed table (task typed_table), both ways, with 2 workers of each strategy, through trainers ->
+aggregator (the dataset written as the copier writes one: tests/typed_table_data.py, shared by every test):
+
+  columns  a --model-module whose named inputs are the table's columns (its own StringLookup, Embedding,
+           Normalization, built from build(spec)'s spec.table);
+  block    a --model-file that takes one float vector: disttrain's preprocessing block is put in front of it;
+  built-in no model given: the block + the built-in MLP.
+
+Each run must score well above the majority class on the held-out split, its published exports take raw rows
+(the SavedModel's serving signature: one input per column, its predictions those of final/model.keras to
+1e-5), and its disttrain.json's input is the table's spec.
+"""
+
+import json
+import os
+import shutil
+import zipfile
+
+import numpy as np
+import pytest
+
+from disttrain_contract.manifest import Manifest, read_split
+from disttrain_contract.typed_table import TableSpec, encoded_width
+from own_models import only_error_line, run_own_pipeline, saved, train, with_pythonpath
+from typed_table_data import one_vector_model, write_raw_columns_module, write_typed_table
+
+pytestmark = pytest.mark.slow
+
+EPOCHS = 8
+# the held-out majority class scores ~0.6 on this table (tests/typed_table_data.py); a model that reads the
+# columns ~0.8
+MARGIN = 0.08
+MODULE = "typed_raw_columns"
+
+
+@pytest.fixture(scope="module")
+def typed_data(tmp_path_factory):
+    root = tmp_path_factory.mktemp("typed_table")
+    write_typed_table(str(root / "data"), n_shards=2)
+    write_raw_columns_module(str(root / "code"))
+    return root
+
+
+def workdir(typed_data, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(typed_data / "data", work / "data")
+    return work
+
+
+def way_args(way, typed_data, tmp_path):
+    """(trainer args, aggregator args, environment) of a way of taking the columns."""
+    if way == "columns":
+        env = with_pythonpath(typed_data / "code")
+        return ("--model-module", MODULE), ("--model-module", MODULE), env
+    if way == "block":
+        spec = TableSpec.from_json(Manifest.read(str(typed_data / "data")).input)
+        path = saved(one_vector_model(encoded_width(spec)), tmp_path / "one_vector.keras")
+        return ("--model-file", path), (), None
+    return (), (), None
+
+
+def majority(work):
+    manifest = Manifest.read(str(work / "data"))
+    _, y = read_split(str(work / "data"), manifest, manifest.test)
+    return max(np.mean(y == 0), np.mean(y == 1))
+
+
+def check_published(work, report):
+    """disttrain.json's input is the spec; the SavedModel's signature takes the raw columns and answers as
+    final/model.keras does; the exports record what they are (TFLite: skipped for the string columns)."""
+    import tensorflow as tf
+
+    from disttrain_contract.artifact import load_model
+    from disttrain_contract.serving import SIGNATURE_NAME
+
+    final = work / "final"
+    manifest = Manifest.read(str(work / "data"))
+    with zipfile.ZipFile(final / "model.keras") as archive:
+        meta = json.loads(archive.read("disttrain.json"))
+    assert meta["input"] == manifest.input and meta["input"]["typed"] is True
+    spec = TableSpec.from_json(manifest.input)
+    assert [i["name"] for i in meta["inputs"]] == spec.names  # (every model here takes every column)
+    model, _ = load_model(str(final / "model.keras"))
+    x, _ = read_split(str(work / "data"), manifest, manifest.test)
+    x = {i["name"]: x[i["name"]] for i in meta["inputs"]}
+    keras_out = np.asarray(model(x, training=False))
+    saved = report["exports"]["saved_model"]
+    signature = saved["signatures"][SIGNATURE_NAME]
+    assert {name: spec_["dtype"] for name, spec_ in signature["inputs"].items()} == {
+        i["name"]: {"string": "DT_STRING", "float32": "DT_FLOAT", "int64": "DT_INT64"}[i["dtype"]]
+        for i in meta["inputs"]
+    }
+    loaded = tf.saved_model.load(str(final / saved["path"])).signatures[SIGNATURE_NAME]
+    out_name = next(iter(signature["outputs"]))
+    served = loaded(**{name: tf.constant(value) for name, value in x.items()})[out_name].numpy()
+    np.testing.assert_allclose(served, keras_out, atol=1e-5)
+    assert "skipped" in report["exports"]["tflite"] and "string" in report["exports"]["tflite"]["skipped"]
+
+
+STRATEGIES = ("average", "multiworker", "localsgd")
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+@pytest.mark.parametrize("way", ("columns", "block"))
+def test_both_ways_with_two_workers(way, strategy, typed_data, tmp_path):
+    work = workdir(typed_data, tmp_path)
+    trainer_args, aggregator_args, env = way_args(way, typed_data, tmp_path)
+    report = run_own_pipeline(
+        work, 2, strategy, *trainer_args, epochs=EPOCHS, env=env, aggregator_args=aggregator_args, batch=32
+    )
+    accuracy = report["final"]["test_accuracy"]
+    assert accuracy > majority(work) + MARGIN, (way, strategy, accuracy, majority(work))
+    check_published(work, report)
+
+
+def test_the_built_in_model_is_the_block_and_an_mlp(typed_data, tmp_path):
+    work = workdir(typed_data, tmp_path)
+    report = run_own_pipeline(work, 2, "average", epochs=EPOCHS, batch=32)
+    assert report["final"]["test_accuracy"] > majority(work) + MARGIN, report["final"]
+    check_published(work, report)
+    with zipfile.ZipFile(work / "final" / "model.keras") as archive:
+        meta = json.loads(archive.read("disttrain.json"))
+    assert meta["preprocessing"]["way"] == "block" and meta["model_source"] == "builtin"
+
+
+def test_a_model_input_of_the_wrong_dtype_is_one_line(typed_data, tmp_path):
+    import keras
+
+    work = workdir(typed_data, tmp_path)
+    spec = TableSpec.from_json(Manifest.read(str(work / "data")).input)
+    inputs = {c.name: keras.Input(shape=(1,), dtype=c.dtype, name=c.name) for c in spec.columns if c.numeric}
+    inputs["member"] = keras.Input(shape=(1,), dtype="int64", name="member")  # it has missing values: float32
+    x = keras.layers.Concatenate()([keras.ops.cast(v, "float32") for v in inputs.values()])
+    model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax")(x))
+    result = train(work, "--model-file", saved(model, tmp_path / "bad.keras"), "--epochs", 1)
+    assert result.returncode == 2
+    line = only_error_line(result)
+    assert "'member'" in line and "dtype='float32'" in line, line
+    assert not os.path.exists(work / "train" / "worker-00000" / "model.keras")
+
+
+def test_a_one_vector_model_of_the_wrong_width_is_told_the_width(typed_data, tmp_path):
+    work = workdir(typed_data, tmp_path)
+    width = encoded_width(TableSpec.from_json(Manifest.read(str(work / "data")).input))
+    result = train(work, "--model-file", saved(one_vector_model(width + 3), tmp_path / "wide.keras"), "--epochs", 1)
+    assert result.returncode == 2
+    assert f"keras.Input(shape=({width},))" in only_error_line(result)
