@@ -154,3 +154,24 @@ def test_inputs_that_are_not_columns_are_refused():
     model = keras.Model([a, b], keras.layers.Dense(2)(keras.layers.Concatenate()([a, b])))
     with pytest.raises(ContractError, match="'weight' name no column of the table"):
         typed.check_inputs(model, SPEC)
+
+
+def test_batches_of_columns_take_each_row_whole():
+    """A typed table's batches (data.shuffled_batches on a dict of columns): every column's row i is one example's,
+    and a split's rows are taken and joined together (take_rows, concat_rows)."""
+    from disttrain_trainer.data import concat_rows, shuffled_batches, take_rows
+
+    n = 40
+    x = {
+        "number": np.arange(n, dtype=np.float32).reshape(-1, 1),
+        "text": np.asarray([f"row{i}" for i in range(n)], dtype=object).reshape(-1, 1),
+    }
+    y = np.arange(n, dtype=np.int64)
+    features, labels = next(iter(shuffled_batches(x, y, 16, seed=3)))
+    numbers, texts = features["number"].numpy()[:, 0], features["text"].numpy()[:, 0]
+    assert sorted(set(labels.numpy())) != list(range(16))  # (shuffled)
+    assert [f"row{int(v)}".encode() for v in numbers] == list(texts) and list(numbers.astype(int)) == list(labels)
+    halves = [take_rows(x, np.arange(0, 10)), take_rows(x, np.arange(10, 15))]
+    joined = concat_rows(halves)
+    np.testing.assert_array_equal(joined["number"][:, 0], np.arange(15))
+    assert list(joined["text"][:, 0]) == [f"row{i}" for i in range(15)]

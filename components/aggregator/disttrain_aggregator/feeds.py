@@ -72,7 +72,10 @@ def typed_columns(specs, x):
             )
         shape, dtype = list(spec.get("shape") or []), spec.get("dtype") or "float32"
         column = x[name] if shape else x[name][:, 0]
-        out[name] = column if dtype == "string" else column.astype(dtype)
+        try:
+            out[name] = column if dtype == "string" else column.astype(dtype)
+        except TypeError:  # a dtype numpy has no name for (bfloat16): the model casts float32 itself
+            out[name] = column.astype("float32")
     return out
 
 

@@ -79,9 +79,10 @@ def string_part(column, x, tag):
     vocabulary = list(column.vocabulary) + ([""] if column.missing else [])
     if not vocabulary:
         # every training value was rare: all are out of vocabulary, the one slot. StringLookup refuses an empty
-        # vocabulary, so it is given a token no cell holds (NUL) and its slot is dropped.
+        # vocabulary, so it is given a token no cell holds (it starts with NUL; numpy strips a trailing one) and
+        # its slot is dropped.
         lookup = keras.layers.StringLookup(
-            vocabulary=["\x00"], num_oov_indices=1, output_mode="one_hot", name=f"{tag}_lookup"
+            vocabulary=["\x00(none)"], num_oov_indices=1, output_mode="one_hot", name=f"{tag}_lookup"
         )
         return keras.ops.reshape(lookup(x), (-1, 2))[:, :1]
     lookup = keras.layers.StringLookup(
