@@ -96,7 +96,7 @@ def column_spec(name, values):
 
 
 def table_spec(values):
-    return TableSpec(columns=tuple(column_spec(name, values[name]) for name in TYPES))
+    return TableSpec(columns=tuple(column_spec(name, values[name]) for name in TYPES if name in values))
 
 
 ARROW_TYPES = {"float": "float64", "integer": "int64", "boolean": "bool", "string": "string"}
@@ -107,7 +107,7 @@ def write_split(data_dir, name, values, labels):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    table = pa.table({c: pa.array(values[c], type=pa.type_for_alias(ARROW_TYPES[TYPES[c]])) for c in TYPES})
+    table = pa.table({c: pa.array(v, type=pa.type_for_alias(ARROW_TYPES[TYPES[c]])) for c, v in values.items()})
     files = {f"{name}.parquet": None, f"{name}.y.npy": None}
     pq.write_table(table, os.path.join(data_dir, f"{name}.parquet"))
     np.save(os.path.join(data_dir, f"{name}.y.npy"), labels)
@@ -120,10 +120,12 @@ def rows_of(values, index):
     return {name: [column[i] for i in index] for name, column in values.items()}
 
 
-def write_typed_table(data_dir, n_shards=2, rows=2400, seed=0, test_fraction=0.2, missing=MISSING):
-    """The whole dataset directory; returns (its Manifest, the test split's (values, labels))."""
+def write_typed_table(data_dir, n_shards=2, rows=2400, seed=0, test_fraction=0.2, missing=MISSING, columns=None):
+    """The whole dataset directory (`columns`: the names of those it holds, in TYPES' order; default all);
+    returns (its Manifest, the test split's (values, labels))."""
     os.makedirs(data_dir, exist_ok=True)
     values, labels = generate(rows, seed, missing)
+    values = {name: values[name] for name in TYPES if columns is None or name in columns}
     order = np.random.default_rng(seed + 1).permutation(rows)
     n_test = int(round(rows * test_fraction))
     test, train = order[:n_test], order[n_test:]

@@ -174,6 +174,20 @@ def test_the_built_in_model_is_the_block_and_an_mlp(typed_data, tmp_path):
     assert meta["preprocessing"]["way"] == "block" and meta["model_source"] == "builtin"
 
 
+def test_a_table_of_numbers_with_missing_values_gets_a_tflite_model(tmp_path):
+    """No text column: the block is numbers only (NaN imputation, indicators, normalisation), and the published
+    model converts to TFLite's builtin ops, its held-out accuracy within a point of the Keras model's."""
+    work = tmp_path / "work"
+    write_typed_table(str(work / "data"), n_shards=2, columns=("age", "income", "visits", "children", "member"))
+    report = run_own_pipeline(work, 2, "average", epochs=EPOCHS, batch=32)
+    assert report["final"]["test_accuracy"] > majority(work) + 0.05, report["final"]
+    lite = report["exports"]["tflite"]
+    assert "skipped" not in lite and lite["builtin_ops_only"], lite
+    assert abs(lite["accuracy_points_vs_keras"]) <= 1.0 and lite["max_abs_diff_vs_keras"] < 1e-4, lite
+    assert {i["name"] for i in lite["inputs"]} == {"age", "income", "visits", "children", "member"}
+    assert (work / "final" / "model.tflite").is_file()
+
+
 def test_a_model_input_of_the_wrong_dtype_is_one_line(typed_data, tmp_path):
     import keras
 
