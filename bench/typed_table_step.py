@@ -10,8 +10,8 @@ call, batch 64, Adam):
              (preprocessing.encode, timed apart), then the same step on its vectors;
   in_step    the block inside the model, on batches of the raw columns (strings, NaN): what the trainer would
              pay had it put the block in every step.
-Reported: steady ms per step (the median of REPEATS timed calls, after a warm-up call that traces) and the
-one-off encode seconds. Goal: encoded within 10 % of numeric.
+Reported: steady ms per step (the median of REPEATS timed repeats of each, in turns, after a warm-up call that traces) and the
+one-off encode seconds, timed in turns. Goal: encoded within 10 % of numeric.
 
     .venv/bin/python bench/typed_table_step.py [--steps 320] [--json out.json]
 """
@@ -34,15 +34,19 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def timed_ms_per_step(train_call, iterator, steps, per_call=32):
-    train_call(iterator, per_call)  # (traces)
-    samples = []
+def timed_ms_per_step(runs, steps, per_call=32):
+    """{name: median ms per step} of runs {name: (train_call, iterator)}, timed in turns (one repeat of each per
+    round), so a change in the machine's load hits every one alike."""
+    for train_call, iterator in runs.values():
+        train_call(iterator, per_call)  # (traces)
+    samples = {name: [] for name in runs}
     for _ in range(REPEATS):
-        started = time.perf_counter()
-        for _ in range(steps // per_call):
-            train_call(iterator, per_call)
-        samples.append((time.perf_counter() - started) * 1000 / steps)
-    return statistics.median(samples)
+        for name, (train_call, iterator) in runs.items():
+            started = time.perf_counter()
+            for _ in range(steps // per_call):
+                train_call(iterator, per_call)
+            samples[name].append((time.perf_counter() - started) * 1000 / steps)
+    return {name: statistics.median(values) for name, values in samples.items()}
 
 
 def main(argv=None):
@@ -80,23 +84,26 @@ def main(argv=None):
         per_example = keras.losses.sparse_categorical_crossentropy(y, out)
         return per_example, tf.cast(tf.equal(tf.argmax(out, axis=-1), y), tf.float32)
 
-    def measure(model, x):
+    def run(model, x):
         optimizer = keras.optimizers.Adam(1e-3)
         optimizer.build(model.trainable_variables)
         call = make_train_call(tf.distribute.get_strategy(), model, optimizer, loss_and_hits)
-        iterator = iter(shuffled_batches(x, labels, 64, 0).prefetch(2))
-        return timed_ms_per_step(call, iterator, args.steps)
+        return call, iter(shuffled_batches(x, labels, 64, 0).prefetch(2))
 
     rng = np.random.default_rng(1)
     numeric = rng.normal(size=vectors.shape).astype(np.float32)  # (the numeric path's data: the same shape)
+    runs = {
+        "numeric": run(mlp(), numeric),
+        "encoded": run(mlp(), vectors),
+        "in_step": run(preprocessing.with_block(table, mlp()), columns),
+    }
+    timed = timed_ms_per_step(runs, args.steps)
     results = {
         "columns": len(table.columns),
         "width": width,
         "rows": len(labels),
         "encode_sec": round(encode_sec, 4),
-        "numeric_ms_per_step": measure(mlp(), numeric),
-        "encoded_ms_per_step": measure(mlp(), vectors),
-        "in_step_ms_per_step": measure(preprocessing.with_block(table, mlp()), columns),
+        **{f"{name}_ms_per_step": ms for name, ms in timed.items()},
     }
     results["encoded_vs_numeric"] = results["encoded_ms_per_step"] / results["numeric_ms_per_step"] - 1
     results["in_step_vs_numeric"] = results["in_step_ms_per_step"] / results["numeric_ms_per_step"] - 1
