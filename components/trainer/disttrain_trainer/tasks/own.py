@@ -522,8 +522,8 @@ LOSS_KINDS = {
 }
 SQUASH = {"binary": "sigmoid", "sparse": "softmax", "categorical": "softmax"}
 NUMBERS_ONLY = (
-    "this table's columns are all numbers, given as float32: string and integer inputs take a typed table, which "
-    "the copier makes of a table with text, booleans or missing values"
+    "this table's columns are all numbers, given as float32: string and integer inputs (a StringLookup, an "
+    "IntegerLookup) take a typed table, which the copier makes of a table with text, booleans or missing values"
 )
 
 
