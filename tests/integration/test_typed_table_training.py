@@ -143,7 +143,12 @@ def plain_fit(way, typed_data, tmp_path):
     return FITTED[way]
 
 
-STRATEGIES = ("average", "multiworker", "localsgd")
+# average in `make test`; the connected groups (whose runs start and join a cluster) in `make test-long`
+STRATEGIES = (
+    "average",
+    pytest.param("multiworker", marks=pytest.mark.long),
+    pytest.param("localsgd", marks=pytest.mark.long),
+)
 GOAL_POINTS = (
     3.0  # (the goal is 1 point; on 480 held-out rows 1 point is 5 examples: a tolerance of the run-to-run spread)
 )
@@ -166,8 +171,13 @@ def test_both_ways_with_two_workers(way, strategy, typed_data, tmp_path):
 
 def test_the_built_in_model_is_the_block_and_an_mlp(typed_data, tmp_path):
     work = workdir(typed_data, tmp_path)
-    report = run_own_pipeline(work, 2, "average", epochs=EPOCHS, batch=32)
+    # (a validation carve of each shard's columns: the best worker is a candidate beside the average and the
+    # ensemble, all three evaluated on the held-out columns)
+    report = run_own_pipeline(work, 2, "average", "--validation-fraction", 0.1, epochs=EPOCHS, batch=32)
     assert report["final"]["test_accuracy"] > majority(work) + MARGIN, report["final"]
+    candidates = report["combine"]["candidates"]
+    assert candidates["best"]["validation_examples"] > 0 and candidates["ensemble"]["forward_passes"] == 2
+    assert candidates["ensemble"]["test_accuracy"] > majority(work) + MARGIN, candidates
     check_published(work, report)
     with zipfile.ZipFile(work / "final" / "model.keras") as archive:
         meta = json.loads(archive.read("disttrain.json"))
