@@ -238,3 +238,23 @@ def test_both_ways_with_parameter_servers(way, typed_data, tmp_path):
     assert accuracy > majority(work) + MARGIN, (way, accuracy, majority(work))
     assert 100 * (fit - accuracy) <= GOAL_POINTS, (way, accuracy, fit)
     check_published(work, report)
+
+
+def test_a_resumed_raw_columns_worker_ends_with_the_weights_of_an_undisturbed_run(typed_data, tmp_path):
+    """The checkpoint of a model with its own lookups (StringLookup tables, an Embedding) holds all it needs: a
+    worker stopped after epoch 1 and started again ends with exactly the weights of one that ran through."""
+    from disttrain_contract.artifact import load_model
+
+    env = with_pythonpath(typed_data / "code")
+    weights = {}
+    for name, runs in (("undisturbed", (3,)), ("resumed", (1, 3))):
+        work = workdir(typed_data, tmp_path / name)
+        for epochs in runs:
+            result = train(work, "--model-module", MODULE, "--workers", 2, "--epochs", epochs, "--threads", 1, env=env)
+            assert result.returncode == 0, result.stderr[-2000:]
+        if name == "resumed":
+            assert "after epoch 1" in result.stdout
+        weights[name] = load_model(str(work / "train" / "worker-00000" / "model.keras"))[0].get_weights()
+    assert len(weights["resumed"]) == len(weights["undisturbed"])
+    for a, b in zip(weights["resumed"], weights["undisturbed"]):
+        np.testing.assert_array_equal(a, b)
