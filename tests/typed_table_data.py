@@ -40,8 +40,9 @@ ISLANDS = (("Biscoe", 0.45, 1.6), ("Dream", 0.35, -1.2), ("Torgersen", 0.195, 0.
 COLOURS = ("red", "green", "blue", "black", "white", "grey")
 
 
-def generate(rows, seed=0, missing=MISSING):
-    """({column: list of Python values, None where missing}, labels int64 [rows])."""
+def generate(rows, seed=0, missing=MISSING, problem="classification"):
+    """({column: list of Python values, None where missing}, labels int64 [rows]); a regression's labels are the
+    target "score", float32: 10 x the label's logit plus normal noise (standard deviation 3)."""
     rng = np.random.default_rng(seed)
     age = rng.normal(40, 12, rows)
     income = rng.lognormal(10, 0.5, rows)
@@ -56,6 +57,8 @@ def generate(rows, seed=0, missing=MISSING):
         0.07 * (age - 40) + 1.4 * member + np.asarray(effects)[island] + 0.35 * (visits - 3) + 1.5 * holes["age"] - 0.9
     )
     labels = (rng.random(rows) < 1 / (1 + np.exp(-2.0 * logit))).astype(np.int64)
+    if problem == "regression":
+        labels = (10 * logit + rng.normal(0, 3, rows)).astype(np.float32)
     values = {
         "age": age.tolist(),
         "income": income.tolist(),
@@ -116,15 +119,24 @@ def write_split(data_dir, name, values, labels):
     return SplitInfo(name=name, examples=len(labels), sha256=files)
 
 
+def regression_target(targets):
+    """The manifest's target and its training statistics (a regression)."""
+    t = np.asarray(targets, dtype=np.float64)
+    statistics = {"mean": float(t.mean()), "variance": float(t.var()), "min": float(t.min()), "max": float(t.max())}
+    return {"target": "score", "target_statistics": statistics}
+
+
 def rows_of(values, index):
     return {name: [column[i] for i in index] for name, column in values.items()}
 
 
-def write_typed_table(data_dir, n_shards=2, rows=2400, seed=0, test_fraction=0.2, missing=MISSING, columns=None):
+def write_typed_table(
+    data_dir, n_shards=2, rows=2400, seed=0, test_fraction=0.2, missing=MISSING, columns=None, problem="classification"
+):
     """The whole dataset directory (`columns`: the names of those it holds, in TYPES' order; default all);
     returns (its Manifest, the test split's (values, labels))."""
     os.makedirs(data_dir, exist_ok=True)
-    values, labels = generate(rows, seed, missing)
+    values, labels = generate(rows, seed, missing, problem)
     values = {name: values[name] for name in TYPES if columns is None or name in columns}
     order = np.random.default_rng(seed + 1).permutation(rows)
     n_test = int(round(rows * test_fraction))
@@ -141,11 +153,13 @@ def write_typed_table(data_dir, n_shards=2, rows=2400, seed=0, test_fraction=0.2
         source="generated:typed_table_data",
         seed=seed,
         test_fraction=test_fraction,
-        labels=list(LABELS),
+        labels=list(LABELS) if problem == "classification" else [],
         input=spec.to_json(),
         storage="parquet",
         shards=shards,
         test=test_info,
+        problem=problem,
+        **(regression_target(labels[train]) if problem == "regression" else {}),
     )
     manifest.write(data_dir)
     write_marker(data_dir, "copier", n_shards=n_shards, examples=rows)
