@@ -20,7 +20,12 @@ against our server works against TF Serving on the SavedModel):
     sigmoid), "logits" (logits, sigmoid_logits), "predictions" (value: regression)
     (a faces model, own or not, keeps the faces signature: its crops are preprocessed in the graph)
 The model.tflite is serving_default's function. For an own model it is skipped, with the reason in
-the report and the log, when it cannot be one (string inputs; ops without a TFLite builtin), and only it.
+the report and the log, when it cannot be one (string inputs; ops without a TFLite builtin), and only it. A typed
+table's model (task typed_table) whose columns are all numbers converts, its preprocessing block too (NaN
+imputation, normalisation); one with a text column is skipped: its StringLookup's table converts to TFLite's
+builtin hash-table ops, but the variables cannot then be frozen beside it (convert_variables_to_constants_v2
+fails on the table's handle), and converted with its variables the interpreter's outputs were wrong (the same
+for every row: measured with TF 2.21).
 
 Version: TF Serving loads only numeric version directories and serves the highest. <version> is the
 publish time in whole seconds, or one more than the highest version present when that is larger (two
@@ -551,9 +556,10 @@ def stage_tflite(staged, model, task, meta, inputs, held_out, keras_value, metri
     strings = [name for name, dtype, _ in inputs.specs if inputs.own and dtype == tf.string]
     if strings:
         staged.report["tflite"] = {
-            "skipped": f"the model's input(s) {', '.join(strings)} are strings, and TFLite has no "
-            "builtin string ops (no Flex delegate in the tensorflow package since "
-            "TF 2.20); the SavedModel serves it"
+            "skipped": f"the model's input(s) {', '.join(strings)} are strings: a string lookup's table (a "
+            "StringLookup's) converts to TFLite's builtin hash-table ops, but then the weights cannot be frozen "
+            "into constants beside it, and unfrozen the interpreter answers wrongly; other string ops need the "
+            "Flex delegate, which the tensorflow package lacks since TF 2.20; the SavedModel serves it"
         }
         return
     t0 = time.perf_counter()

@@ -5,7 +5,8 @@ of strings). A model with several named inputs (its disttrain.json's `inputs` ha
 entry: a Keras dict of named inputs) takes a dict: for a table, each input is named after a feature
 column (manifest input "features") and takes that column, shaped [n, 1] or [n] as the input's
 recorded shape says ([1] or []), in the input's dtype. Any other multi-input model has no rule for
-splitting the dataset's x, and is refused in one line.
+splitting the dataset's x, and is refused in one line. A typed table's split is already a dict of its columns
+(typed_table.read_columns): each input takes the column of its name.
 """
 
 import numpy as np
@@ -23,6 +24,8 @@ def input_specs(meta):
 def feed(task, manifest_input, meta, x):
     """x (the held-out split, after evaluation.as_model_input) as the model of `meta` takes it."""
     specs = input_specs(meta)
+    if isinstance(x, dict):  # a typed table's columns: each input takes its own, by name
+        return typed_columns(specs, x)
     if len(specs) <= 1:
         return x
     names = [spec.get("name") for spec in specs]
@@ -50,6 +53,29 @@ def feed(task, manifest_input, meta, x):
             )
         dtype = spec.get("dtype") or "float32"
         out[spec["name"]] = column.reshape(-1, 1).astype(dtype) if shape else column.astype(dtype)
+    return out
+
+
+def typed_columns(specs, x):
+    """A typed table's held-out columns ({name: [n, 1] array}, typed_table.read_columns) as a model with these
+    recorded inputs takes them: each its column, [n, 1] or [n] as its shape says, in its dtype (text stays an
+    array of str)."""
+    if not specs:
+        return x
+    out = {}
+    for spec in specs:
+        name = spec.get("name")
+        if name not in x:
+            raise ContractError(
+                f"the model's input {name!r} names no column of the dataset ({', '.join(x)}): a typed table "
+                "model's named inputs are its columns"
+            )
+        shape, dtype = list(spec.get("shape") or []), spec.get("dtype") or "float32"
+        column = x[name] if shape else x[name][:, 0]
+        try:
+            out[name] = column if dtype == "string" else column.astype(dtype)
+        except TypeError:  # a dtype numpy has no name for (bfloat16): the model casts float32 itself
+            out[name] = column.astype("float32")
     return out
 
 

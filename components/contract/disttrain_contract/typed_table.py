@@ -146,6 +146,22 @@ class TableSpec:
         return cls(columns=columns)
 
 
+def encoded_width(spec):
+    """The width of the one numeric vector disttrain's preprocessing block makes of a row of `spec`
+    (the trainer's disttrain_trainer/preprocessing.py builds it, in this layout):
+
+        every numeric column   1, its value imputed (the training mean) and standardised
+        a numeric column with missing values in training    + 1, its missing indicator (1. missing, 0. not)
+        every string column    1 + len(vocabulary): a one-hot of the out-of-vocabulary slot, then the vocabulary
+        a string column with missing values in training     + 1, the missing value's own slot
+
+    The build(spec) of a --model-module is told it as spec.input.shape."""
+    width = 0
+    for column in spec.columns:
+        width += (1 if column.numeric else 1 + len(column.vocabulary)) + (1 if column.missing else 0)
+    return width
+
+
 def is_typed(input_spec):
     """Whether a manifest's (or disttrain.json's) input describes a typed table."""
     return isinstance(input_spec, dict) and input_spec.get("kind") == "table" and bool(input_spec.get("typed"))

@@ -259,6 +259,11 @@ class ModelSpec:
     statistics: Optional[dict] = None  # table/array: {"mean", "variance", "min", "max"}: numpy arrays over the
     # training shards, per element of the last axis (keras.layers.Normalization(mean=..., variance=...))
     target_statistics: Optional[dict] = None  # regression: the target's {"mean", "variance", "min", "max"}
+    # a typed table (task typed_table): its typed_table.TableSpec, each column's name, type, model dtype and
+    # training statistics or vocabulary (for the model's own StringLookup(vocabulary=...) and
+    # Normalization(mean=..., variance=...)); `input` is then the one numeric vector disttrain's preprocessing
+    # block makes of a row (typed_table.encoded_width), for a model that takes that instead of the columns
+    table: Optional[object] = None
 
     @property
     def n_outputs(self):
@@ -269,9 +274,14 @@ class ModelSpec:
     def of(cls, manifest):
         import numpy as np
 
+        from disttrain_contract.typed_table import TableSpec, encoded_width, is_typed
+
         spec = manifest.input
         kind = spec.get("kind", manifest.task)
-        if kind == "text":
+        table = TableSpec.from_json(spec) if is_typed(spec) else None
+        if table is not None:  # the preprocessing block's vector (a raw-columns model reads `table`)
+            shape, dtype, name = (encoded_width(table),), "float32", "features"
+        elif kind == "text":
             shape, dtype, name = (1,), "string", "text"
         elif kind == "image":
             shape, dtype, name = (spec["height"], spec["width"], spec["channels"]), "uint8", "image"
@@ -288,4 +298,5 @@ class ModelSpec:
             features=tuple(spec["features"]) if spec.get("features") else None,
             statistics={k: np.asarray(v, dtype=np.float32) for k, v in stats.items()} if stats else None,
             target_statistics=dict(manifest.target_statistics) if manifest.target_statistics else None,
+            table=table,
         )

@@ -136,22 +136,23 @@ class Training:
         import numpy as np
 
         from disttrain_trainer import tasks
+        from disttrain_trainer.data import concat_rows, take_rows
 
         manifest, strategy = self.manifest, self.strategy
         self.task, self.config = task, config = tasks.create(manifest, self.config)
         task.check(config)
         shards = strategy.train_shards(manifest)  # one; parameterserver's chief: every worker's
         parts = [read_split(self.data_dir, manifest, s) for s in shards]
-        x_train, y_train = (np.concatenate(a) if len(parts) > 1 else a[0] for a in zip(*parts))
+        x_train = concat_rows([x for x, _ in parts])  # (a typed table's: a dict of columns)
+        y_train = np.concatenate([y for _, y in parts]) if len(parts) > 1 else parts[0][1]
         self.examples = sum(s.examples for s in shards)
         self.x_validation = self.y_validation = None
         if self.settings.validation_fraction:  # average only: a carve of this worker's own shard
             from disttrain_contract.validation import carve
 
             kept, held = carve(len(y_train), self.settings.validation_fraction, config.seed)
-            pick = (lambda x, rows: [x[i] for i in rows]) if isinstance(x_train, list) else (lambda x, rows: x[rows])
-            self.x_validation, self.y_validation = task.model_input(pick(x_train, held)), y_train[held]
-            x_train, y_train, self.examples = pick(x_train, kept), y_train[kept], len(kept)
+            self.x_validation, self.y_validation = task.model_input(take_rows(x_train, held)), y_train[held]
+            x_train, y_train, self.examples = take_rows(x_train, kept), y_train[kept], len(kept)
         x_test, self.y_test = read_split(self.data_dir, manifest, manifest.test)
         # the held-out split goes through the published model once, here, not in every step (text: token
         # ids; the published model has the vectorizer in front)

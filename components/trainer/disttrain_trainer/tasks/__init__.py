@@ -4,6 +4,7 @@
   image   pixels: the small CNN or a keras.applications network (--model)
   faces   face crops: an embedding trained with in-batch triplet mining
   table   numeric feature columns (and `array`, numeric arrays of any shape): a small MLP
+  typed_table  a table of typed columns (text, booleans, missing values): the preprocessing block + table's MLP
   own     the user's model (--model-file, --model-module) on any of these inputs but faces
 
 A task owns what differs between them: its flags' defaults and checks, how its data becomes the
@@ -14,7 +15,14 @@ task with a strategy (strategies/). Importing this package does not import Tenso
 
 import importlib
 
-BUILTIN = {"text": "text", "image": "image", "faces": "faces", "table": "table", "array": "table"}
+BUILTIN = {
+    "text": "text",
+    "image": "image",
+    "faces": "faces",
+    "table": "table",
+    "array": "table",
+    "typed_table": "typed_table",
+}
 
 
 def task_class(manifest, config):

@@ -55,7 +55,7 @@ from disttrain_contract.evaluation import compiled_metrics
 from disttrain_contract.layout import Workdir
 from disttrain_contract.user_model import ModelSpec, code_info, import_model_module, load_model_file, local_model_file
 from disttrain_trainer.optimizers import Recipe
-from disttrain_trainer.tasks import base
+from disttrain_trainer.tasks import base, typed
 
 # string and numeric inputs never mix; numeric data goes into a float input of any width (cast in the
 # input pipeline), and into an integer input only from integers
@@ -86,6 +86,8 @@ class Task(base.Task):
                 )
         self.model_source = "file" if config.model_file else "module"
         self.spec = ModelSpec.of(manifest)
+        self.table = self.spec.table  # a typed table's TableSpec (tasks/typed.py: raw columns, or the block)
+        self.typed_inputs = None  # its raw-columns model's {input: (dtype, keep_axis)}; None: the block in front
         probe = self._model()  # checked here, before any peer is joined and anything is written
         self.recipe = Recipe.of(probe)
         self._compiled_metrics = (probe.get_compile_config() or {}).get("metrics") if probe.compiled else None
@@ -118,6 +120,8 @@ class Task(base.Task):
             raise ContractError(
                 "--model chooses a built-in image network; it does not apply with --model-file/--model-module"
             )
+        if self.table is not None:
+            typed.check_flags(config, self.typed_inputs is not None)
         refusal = self.recipe.refusal(config.strategy) if self.recipe is not None else None
         if refusal:
             raise ContractError(refusal)
@@ -334,6 +338,9 @@ class Task(base.Task):
 
     def _check_inputs(self, model):
         """Every input against what the data gives it: its name (a table's several inputs), shape and dtype."""
+        if self.table is not None:  # a typed table: raw columns, or one vector for the block (tasks/typed.py)
+            self.typed_inputs = typed.check_inputs(model, self.table)
+            return
         data = self.spec.input
         if len(model.inputs) > 1:
             features = list(self.spec.features or [])
@@ -380,20 +387,25 @@ class Task(base.Task):
     def prepare(self, data_dir, x_train):
         """Before any step, and before anything is written: the model on a few of this worker's training rows. It
         must run on them as the data gives them; an output out of the range the loss expects is a warning."""
+        if self.table is not None:  # the columns as the trained model takes them (the block's vectors: once)
+            x_train = typed.training_input(x_train, self.table, self.typed_inputs)
         self.probe_output(x_train)
-        return super().prepare(data_dir, x_train)
+        return x_train if self.table is not None else super().prepare(data_dir, x_train)
 
     def probe_output(self, x_train, rows=64):
         model = self._probe if self._probe is not None else self._model()
-        x = self.model_input(x_train[:rows])
+        if self.table is not None:  # (prepare made them the trained model's input)
+            x, given = typed.first_rows(x_train, rows), typed.describe_input(self.table, self.typed_inputs)
+        else:
+            x = self.model_input(x_train[:rows])
+            given = f"{self.spec.input.name} {list(self.spec.input.shape)} {self.spec.input.dtype}"
         try:
             out = np.asarray(compiled_inference(model)(x), dtype=np.float64)  # (as the step and the evaluation run it)
         except Exception as err:  # the user's layers may raise anything
             message = str(err).strip().splitlines()[0][:300] if str(err).strip() else ""
             raise ContractError(
-                f"the model does not run on {min(rows, len(x_train))} training rows as the data gives them "
-                f"({self.spec.input.name} {list(self.spec.input.shape)} {self.spec.input.dtype}): "
-                f"{type(err).__name__}: {message}"
+                f"the model does not run on {min(rows, len(out_rows(x)))} training rows as the data gives them "
+                f"({given}): {type(err).__name__}: {message}"
             ) from None
         warning = output_range_warning(self.head_kind, out.reshape(len(out), -1), self.head_reason)
         if warning:
@@ -402,6 +414,8 @@ class Task(base.Task):
     # ------------------------------------------------------------------- data
     def model_input(self, x):
         x = super().model_input(x)
+        if self.table is not None:  # as the published model takes the columns
+            return typed.published_input(x, self.table, self.typed_inputs)
         if len(self.input_names) > 1:
             return {
                 name: (x[:, [j]] if keep_axis else x[:, j]).astype(np.float32)
@@ -412,6 +426,8 @@ class Task(base.Task):
         return x
 
     def dataset(self, x, y, batch, seed, index):
+        if self.table is not None:  # (prepare made x what the trained model takes)
+            return super().dataset(x, y, batch, seed, index)
         ds = super().dataset(
             self.model_input(x) if len(self.input_names) == 1 else np.asarray(x, np.float32), y, batch, seed, index
         )
@@ -444,6 +460,14 @@ class Task(base.Task):
     def evaluate_before_training(self):
         return self.model_source == "file"  # a pre-trained file: what fine-tuning starts from
 
+    def publish(self, model):
+        """A one-vector model on a typed table is published behind the preprocessing block: raw columns in."""
+        if self.table is not None and self.typed_inputs is None:
+            from disttrain_trainer.preprocessing import with_block
+
+            return with_block(self.table, model)
+        return model
+
     def evaluate(self, inference, x, y):
         """The held-out metrics of every task, and the model's compiled metrics on the same predictions (a
         compiled AUC as test_auc): each a fresh metric object over the whole split, fed as `fit` feeds it (the
@@ -474,11 +498,16 @@ class Task(base.Task):
             meta["model_code"] = code_info(self.module, None if self.config.model_file else self.function)
         if self.config.model_file:
             meta["model_file_sha256"] = file_sha256(self.model_path)
+        if self.table is not None:
+            meta["preprocessing"] = typed.preprocessing_meta(self.table, self.typed_inputs)
         return meta
 
     def describe(self):
         source = self.config.model_file or f"{self.module.__name__}.{self.function}"
-        return f"{self.manifest.task}, own model {source} ({self.head_kind} head)"
+        way = ""
+        if self.table is not None:
+            way = ", raw columns" if self.typed_inputs is not None else ", behind the preprocessing block"
+        return f"{self.manifest.task}, own model {source} ({self.head_kind} head{way})"
 
 
 # the compiled losses that say how the output reads: kind ("binary": one unit, the second label's probability or
@@ -493,7 +522,8 @@ LOSS_KINDS = {
 }
 SQUASH = {"binary": "sigmoid", "sparse": "softmax", "categorical": "softmax"}
 NUMBERS_ONLY = (
-    "the copier gives numbers: string and integer inputs (a StringLookup, an IntegerLookup) are not possible yet"
+    "this table's columns are all numbers, given as float32: string and integer inputs (a StringLookup, an "
+    "IntegerLookup) take a typed table, which the copier makes of a table with text, booleans or missing values"
 )
 
 
@@ -602,6 +632,11 @@ def dtype_advice(data, shape):
             "turns the text into numbers)"
         )
     return f"make it keras.Input(shape={tuple(shape)}) (float32, the default; {NUMBERS_ONLY})"
+
+
+def out_rows(x):
+    """x's rows (an array's, or a dict of arrays' first)."""
+    return next(iter(x.values())) if isinstance(x, dict) else x
 
 
 def flat(per_example):

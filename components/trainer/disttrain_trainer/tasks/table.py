@@ -36,6 +36,10 @@ class Task(base.Task):
             x = norm(x)
         if len(spec["shape"]) > 1:
             x = keras.layers.Flatten(name="flatten")(x)
+        return self.mlp(inputs, x, private)
+
+    def mlp(self, inputs, x, private):
+        """The hidden layers and the head on `x` (the inputs, normalised): the model."""
         for i in range(2):
             x = keras.layers.Dense(self.config.width, activation="relu", name=f"hidden{i}")(x)
         x = keras.layers.Dropout(self.config.dropout, name="dropout")(x)
