@@ -2,7 +2,7 @@
 of every table batch (the leakage check's).
 
 Per split and column, as batches stream by: rows and missing cells; a number, integer or boolean column's
-count, mean, population variance, min and max over its present values (validation.FeatureMoments, booleans
+count, mean, population variance, min and max over its present values (moments.FeatureMoments, booleans
 as 0/1); a text column's value counts, in the training rows (all shards together: the vocabulary) and in the
 held-out rows. Counting is bounded: a text column with more than --max-categories distinct training values
 is an ID or free-text column, not a category, and is refused at once (`IdColumn`); the held-out counts keep
@@ -36,6 +36,7 @@ import numpy as np
 
 from disttrain_contract import ContractError
 from disttrain_contract.typed_table import Column, TableSpec, model_dtype
+from disttrain_copier.moments import FeatureMoments
 
 DEFAULT_MAX_MISSING_SKEW = 0.1
 MISSING_SKEW_SIGMAS = 4.0
@@ -104,8 +105,6 @@ class ColumnSplit:
     """One column in one split: rows, missing cells, and (numeric) the moments of the present values."""
 
     def __init__(self, numeric):
-        from disttrain_copier.validation import FeatureMoments
-
         self.rows, self.missing = 0, 0
         self.moments = FeatureMoments() if numeric else None
 
@@ -179,8 +178,6 @@ class TypedStats:
 
     def spec(self):
         """The TableSpec: every column's type, model dtype and training statistics."""
-        from disttrain_copier.validation import FeatureMoments
-
         options, columns = self.info.options, []
         for name, kind in self.types.items():
             train = self._train(name)
@@ -213,8 +210,6 @@ class TypedStats:
 
     def split_json(self, name):
         """stats.json's columns of one split: missing cells, and numbers' moments or text's distinct values."""
-        from disttrain_copier.validation import FeatureMoments
-
         out = {}
         for column, kind in self.types.items():
             split = self.splits[name][column]
