@@ -367,11 +367,11 @@ def test_kserve_sdk_on_raw_rows_against_gunicorn(homes_root, expected, tmp_path)
     assert "every check passed" in done.stdout
 
 
-def test_a_model_that_takes_one_column_is_served(homes_root, tmp_path):
+def test_a_model_that_takes_one_column_is_served(tmp_path):
     """One column: the request is still an object of the columns (never the bare value)."""
-    import keras
-
     from disttrain_contract.typed_table import TableSpec
+
+    keras = own_models._keras()
 
     spec = TableSpec(columns=(own_models.homes_spec().column("city"),))
     city = keras.Input((1,), name="city", dtype="string")

@@ -661,7 +661,9 @@ def _predict_operation(requests, parameters):
         "description": "TF Serving's Predict. Row form: {\"instances\": [...]} answers {\"predictions\": [...]}; columnar form: "
         "{\"inputs\": [...]} or {\"inputs\": {\"<input name>\": [...]}} answers {\"outputs\": [...]}. Row instances may be "
         "keyed by the input name ({\"<input name>\": value}). Text models take strings; image models take {\"b64\": ...} "
-        "(an encoded image file) or pixel arrays [height][width][channels] (or [height][width] for one channel). "
+        "(an encoded image file) or pixel arrays [height][width][channels] (or [height][width] for one channel); "
+        "a typed table's model rows of its columns ({\"<column>\": value, ...}, null for a missing value) or one list "
+        "per column. "
         f"The request body may be at most {requests.limits['max_upload_bytes']} bytes.",
         "parameters": parameters,
         "requestBody": {
