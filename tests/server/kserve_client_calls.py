@@ -8,12 +8,14 @@ images do not have. The SDK only talks HTTP to the server, so it needs nothing e
     .venv-kserve/bin/python kserve_client_calls.py image BASE_URL DIGITS.npy
     .venv-kserve/bin/python kserve_client_calls.py table BASE_URL X.npy EXPECTED.npy          (one input "features")
     .venv-kserve/bin/python kserve_client_calls.py two-inputs BASE_URL X.npy EXPECTED.npy     (inputs "age" and "bmi")
+    .venv-kserve/bin/python kserve_client_calls.py typed-table BASE_URL CASES.json             (rows, columns, expected)
 
 Exit status 0 when every check passed; an AssertionError's traceback otherwise (a test's output).
 """
 
 import asyncio
 import base64
+import json
 import sys
 
 import httpx
@@ -167,17 +169,56 @@ async def two_inputs_calls(base, x, expected):
         await v2.close()
 
 
+def typed_tensors(columns, rows=None):
+    """One InferInput per column of the typed table (`columns`: {name: values}, the first `rows` of them):
+    BYTES for the text, INT64 for the rooms, FP32 for the rest with NaN for a missing value."""
+    tensors = []
+    for name, values in columns.items():
+        values = values[:rows]
+        datatype = {"city": "BYTES", "rooms": "INT64"}.get(name, "FP32")
+        dtype = {"BYTES": object, "INT64": np.int64, "FP32": np.float32}[datatype]
+        tensor = InferInput(name, [len(values), 1], datatype)
+        # (None is NaN in a float32 array; the SDK's orjson sends NaN as null)
+        tensor.set_data_from_numpy(np.array(values, dtype=dtype).reshape(-1, 1), binary_data=False)
+        tensors.append(tensor)
+    return tensors
+
+
+async def typed_table_calls(base, rows, columns, expected):
+    """A typed table's model (server.own_models.homes): V1 raw rows with strings and nulls, and V2 with one
+    tensor per column (typed_tensors); a null where a value is required is the server's 400 naming it."""
+    v1, v2 = clients()
+    expected = np.array(expected)
+    try:
+        answer = np.array((await v1.infer(base, {"instances": rows}, model_name=MODEL))["predictions"])
+        np.testing.assert_allclose(answer, expected, atol=1e-5)
+        request = InferRequest(model_name=MODEL, infer_inputs=typed_tensors(columns), request_id="typed")
+        response = await v2.infer(base, request, model_name=MODEL)
+        np.testing.assert_allclose(only_output(response, "probabilities", list(expected.shape)), expected, atol=1e-5)
+        tensors = [t for t in typed_tensors(columns, rows=1) if t.name != "rooms"]
+        tensors.append(InferInput("rooms", [1], "INT64", data=[None]))
+        request = InferRequest(model_name=MODEL, infer_inputs=tensors, request_id="null")
+        await expect_refusal(v2.infer(base, request, model_name=MODEL), 400, "column rooms: a value is required")
+    finally:
+        await v1.close()
+        await v2.close()
+
+
 def main(argv):
     task, base = argv[0], argv[1]
     if task == "text":
         asyncio.run(text_model_calls(base, argv[2], argv[3]))
     elif task == "image":
         asyncio.run(image_model_calls(base, np.load(argv[2], allow_pickle=False)))
+    elif task == "typed-table":
+        with open(argv[2]) as fh:
+            cases = json.load(fh)
+        asyncio.run(typed_table_calls(base, cases["rows"], cases["columns"], cases["expected"]))
     elif task in ("table", "two-inputs"):
         calls = table_model_calls if task == "table" else two_inputs_calls
         asyncio.run(calls(base, np.load(argv[2], allow_pickle=False), np.load(argv[3], allow_pickle=False)))
     else:
-        sys.exit(f"unknown task {task!r}: text, image, table or two-inputs")
+        sys.exit(f"unknown task {task!r}: text, image, table, two-inputs or typed-table")
     print(f"kserve SDK {task} calls: every check passed")
 
 

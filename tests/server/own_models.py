@@ -10,6 +10,9 @@ tests/server and tests/browser; each model is built once per test session (a few
     two_inputs table classification with two named inputs, age and bmi ([1] each), logits (head "logits")
     counts     array classification, int64 [2, 3] arrays, softmax over 3 labels
     custom     table regression through a layer of the user's own module (ownlayers.Scale), model_code recorded
+    homes      typed table classifier (task typed_table) built like keras-io's structured-data examples: one named
+               input per column (string, float32, int64) through StringLookup, IntegerLookup, Discretization and
+               Normalization inside the model; its disttrain.json input is the TableSpec (HOMES_SPEC)
 """
 
 import importlib
@@ -354,3 +357,97 @@ def own_outputs(root, x):
     model, meta = load_model(os.path.join(root, "final", "model.keras"))
     raw = predict(model, x)
     return raw.reshape(len(raw), -1)[:, 0] if meta["head"] == "value" else probabilities(raw, meta["head"])
+
+
+# The typed table of `homes`: its columns as the copier describes them (typed_table.TableSpec.to_json()).
+HOMES_LABELS = ["stays", "moves"]
+HOMES_CITIES = ["paris", "lyon", "nice"]
+
+
+def homes_spec():
+    from disttrain_contract.typed_table import Column, TableSpec
+
+    return TableSpec(
+        columns=(
+            # text, with missing values ("" to the lookup: out of vocabulary)
+            Column("city", "string", "string", missing=12, vocabulary=tuple(HOMES_CITIES), counts=(120, 90, 78)),
+            # an integer column with missing values: float32, NaN for missing (Discretization puts NaN in its top bin)
+            Column("age", "integer", "float32", missing=9, mean=44.0, variance=150.0, min=18.0, max=80.0),
+            # a float column without missing values: still float32; the model has no way to take NaN here
+            Column("income", "float", "float32", mean=52.0, variance=400.0, min=5.0, max=140.0),
+            # an integer column without missing values: int64, a value required
+            Column("rooms", "integer", "int64", mean=3.1, variance=1.4, min=1.0, max=6.0),
+            # a boolean with missing values: float32 0., 1., NaN
+            Column("owner", "boolean", "float32", missing=20, mean=0.55, variance=0.25, min=0.0, max=1.0),
+        )
+    )
+
+
+def homes_columns(rng, n):
+    """n training rows as the model's inputs ({column: [n, 1] array of its dtype}) and their labels."""
+    city = rng.choice(HOMES_CITIES + [""], n, p=[0.4, 0.3, 0.25, 0.05])
+    age = rng.integers(18, 81, n).astype(np.float32)
+    age[rng.random(n) < 0.05] = np.nan
+    income = rng.normal(52, 20, n).clip(5, 140).astype(np.float32)
+    rooms = rng.integers(1, 7, n).astype(np.int64)
+    owner = (rng.random(n) < 0.55).astype(np.float32)
+    owner[rng.random(n) < 0.07] = np.nan
+    score = (city == "paris") * 1.0 - (np.nan_to_num(age, nan=44) - 44) / 15 + (income - 52) / 20 - (owner == 1) * 1.0
+    x = {
+        "city": city.astype(object).reshape(-1, 1),
+        "age": age.reshape(-1, 1),
+        "income": income.reshape(-1, 1),
+        "rooms": rooms.reshape(-1, 1),
+        "owner": owner.reshape(-1, 1),
+    }
+    return x, (score + rng.normal(0, 0.5, n) > 0).astype(np.int64)
+
+
+def homes(tmp_path_factory):
+    """Workdir of a typed table classifier over HOMES_SPEC (softmax over HOMES_LABELS), published with its
+    TableSpec as disttrain.json's input and one {"name", "shape": [1], "dtype"} input per column."""
+
+    def build(root):
+        keras = _keras()
+        import tensorflow as tf
+
+        spec = homes_spec()
+        c = {column.name: column for column in spec.columns}
+        inputs = {column.name: keras.Input((1,), name=column.name, dtype=column.dtype) for column in spec.columns}
+        encoded = [
+            keras.layers.StringLookup(vocabulary=HOMES_CITIES, output_mode="one_hot", name="city_lookup")(
+                inputs["city"]
+            ),
+            keras.layers.Discretization(bin_boundaries=[30.0, 45.0, 60.0], output_mode="one_hot", name="age_bins")(
+                inputs["age"]
+            ),
+            keras.layers.Normalization(mean=c["income"].mean, variance=c["income"].variance, name="income_norm")(
+                inputs["income"]
+            ),
+            keras.layers.IntegerLookup(vocabulary=[1, 2, 3, 4, 5, 6], output_mode="one_hot", name="rooms_lookup")(
+                inputs["rooms"]
+            ),
+            keras.layers.Discretization(bin_boundaries=[0.5], output_mode="one_hot", name="owner_bins")(
+                inputs["owner"]
+            ),
+        ]
+        hidden = keras.layers.Dense(8, activation="relu")(keras.layers.Concatenate()(encoded))
+        model = keras.Model(inputs, keras.layers.Dense(2, activation="softmax", name="probabilities")(hidden))
+        model.compile(optimizer=keras.optimizers.Adam(0.05), loss="sparse_categorical_crossentropy")
+        x, y = homes_columns(np.random.default_rng(5), 300)
+        train = tf.data.Dataset.from_tensor_slices(({k: tf.constant(v) for k, v in x.items()}, y)).batch(32)
+        model.fit(train, epochs=10, verbose=0)
+        publish_own(
+            root,
+            model,
+            meta_of(
+                "typed_table",
+                spec.to_json(),
+                HOMES_LABELS,
+                "softmax",
+                [{"name": column.name, "shape": [1], "dtype": column.dtype} for column in spec.columns],
+                [{"name": "probabilities", "shape": [2]}],
+            ),
+        )
+
+    return _cached(tmp_path_factory, "homes", build)

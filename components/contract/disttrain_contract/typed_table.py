@@ -26,8 +26,8 @@ missing values are held out still takes them; its statistics are the training sh
 
 A string column's vocabulary never holds "": an empty cell is a missing value (the copier's
 `--na-values` spellings too), so "" always means "missing" to a lookup. A value the spec's dtype cannot
-hold (text in a number column, a null in an int64 column) is refused by `column_array`, naming the
-column: the server's 4xx for a bad instance.
+hold (text in a number column, a null in an int64 column, a number beyond int64's or float32's range) is
+refused by `column_array`, naming the column: the server's 4xx for a bad instance.
 
 Importing this module imports neither TensorFlow nor pyarrow (the server reads the spec without them);
 `read_columns` imports pyarrow.
@@ -43,6 +43,8 @@ from disttrain_contract.records import Fields, RecordError
 
 TYPES = ("float", "integer", "boolean", "string")
 DTYPES = ("float32", "int64", "string")
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+FLOAT32_MAX = float(np.finfo(np.float32).max)  # a larger number would be infinity as float32
 
 
 def model_dtype(column_type, has_missing):
@@ -207,17 +209,25 @@ def _number(column, v):
             v = float(text)
         except ValueError:
             raise ContractError(f"{column.name}: expected a number, got {_short(v)}") from None
-    if not isinstance(v, (int, float)) or not math.isfinite(v):
+    if not isinstance(v, (int, float)) or (isinstance(v, float) and not math.isfinite(v)):
         raise ContractError(f"{column.name}: expected a finite number, got {_short(v)}")
+    if column.type == "boolean" and v not in (0, 1):
+        raise ContractError(f"{column.name}: expected true, false, 0 or 1, got {_short(v)}")
     if column.dtype == "int64":
-        if float(v) != int(v):
+        if isinstance(v, float) and not v.is_integer():
             raise ContractError(f"{column.name}: expected a whole number, got {_short(v)}")
+        if not INT64_MIN <= int(v) <= INT64_MAX:
+            raise ContractError(f"{column.name}: {_short(v)} is out of int64's range")
         return int(v)
+    if abs(v) > FLOAT32_MAX:  # (an int of any size compares exactly; float() of a huge one would raise)
+        raise ContractError(f"{column.name}: {_short(v)} is out of float32's range")
     return float(v)
 
 
 def _number_text(v):
-    return str(int(v)) if float(v).is_integer() else repr(float(v))
+    if isinstance(v, int):
+        return str(v)  # (exact at any size; float() of a huge int would raise)
+    return str(int(v)) if v.is_integer() else repr(v)
 
 
 def _short(v, limit=40):

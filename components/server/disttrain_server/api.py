@@ -9,6 +9,8 @@ from werkzeug.routing import BaseConverter
 
 from disttrain_contract.layout import REPORT_FILE, whole_number
 from disttrain_contract.tasks import TASKS
+from disttrain_contract.typed_table import is_typed
+from disttrain_server import typed
 from disttrain_server.errors import ApiError, ModelUnavailable
 from disttrain_server.instances import read_classify, read_predict
 from disttrain_server.model_calls import check_version, model_routes, predict_rows, resolve
@@ -134,11 +136,16 @@ ROW_STATISTICS = ("min", "max")
 
 
 def described_input(spec):
-    """The model's input as /metadata describes it: its statistics without ROW_STATISTICS by default."""
-    statistics = spec.get("statistics")
-    if not statistics or current_app.config["SHOW_HELDOUT_EXAMPLES"]:
+    """The model's input as /metadata describes it: its statistics without ROW_STATISTICS by default
+    (a typed table's: each column's)."""
+    if current_app.config["SHOW_HELDOUT_EXAMPLES"]:
         return spec
-    return {**spec, "statistics": {k: v for k, v in statistics.items() if k not in ROW_STATISTICS}}
+    statistics, columns = spec.get("statistics"), spec.get("columns")
+    if statistics:
+        spec = {**spec, "statistics": {k: v for k, v in statistics.items() if k not in ROW_STATISTICS}}
+    if is_typed(spec) and isinstance(columns, list):
+        spec = {**spec, "columns": [{k: v for k, v in c.items() if k not in ROW_STATISTICS} for c in columns]}
+    return spec
 
 
 @model_routes(bp, MODEL_PATHS, "/metadata", "GET")
@@ -152,7 +159,7 @@ def model_metadata(model_name, version=None, label=None):
         "input": described_input(loaded.input_spec),
         "limits": limits(),
     }
-    if loaded.is_numeric:
+    if loaded.own_inputs:
         # classification (probabilities over labels) or regression (one value of target per instance)
         ours.update(problem=loaded.meta.get("problem", "classification"), target=loaded.target)
     if loaded.is_faces:
@@ -170,7 +177,9 @@ def predict(model_name, version=None, label=None):
     # Read the body ourselves instead of request.get_json(): its errors are HTML-ish
     # prose and it insists on a Content-Type, which TF Serving clients do not always send.
     names = [tensor.name for tensor in input_tensors(loaded)]
-    instances, columnar = read_predict(request.get_data(cache=False), names, current_app.config["MAX_INSTANCES"])
+    instances, columnar = read_predict(
+        request.get_data(cache=False), names, current_app.config["MAX_INSTANCES"], objects=loaded.is_typed
+    )
     rows = predict_rows(loaded, instances).tolist()
     # TF Serving: a row request ("instances") answers "predictions", a columnar one ("inputs") "outputs".
     return {"outputs": rows} if columnar else {"predictions": rows}
@@ -194,7 +203,8 @@ def classify(model_name, version=None, label=None):
         request.get_data(cache=False),
         input_tensor(loaded).name,
         current_app.config["MAX_INSTANCES"],
-        objects=loaded.is_numeric,
+        objects=loaded.own_inputs,
+        whole=loaded.is_typed,
     )
     rows = predict_rows(loaded, instances).tolist()
     return {"result": [[[label, score] for label, score in zip(loaded.labels, row)] for row in rows]}
@@ -218,11 +228,12 @@ def openapi():
     try:
         loaded = model_store().get()
         input_spec, task = loaded.input_spec, loaded.task
-        if loaded.is_numeric:
+        if loaded.own_inputs:
             numeric = {
                 "tensors": input_tensors(loaded),
                 "features": loaded.features,
                 "regression": loaded.is_regression,
+                "table": loaded.table,  # a typed table's TableSpec, or None
             }
     except ModelUnavailable:
         input_spec, task = None, None  # describe both instance kinds until we know which one applies
@@ -373,9 +384,38 @@ def _instance(context):
         variants.append(_text_instance(context.limits["max_text_chars"]))
     if kind in ("image", None):
         variants.extend(_image_instances(context.input_spec if kind == "image" else None))
-    if numeric:
+    if numeric and numeric["table"]:
+        variants = [_typed_instance(numeric["table"], context.limits["max_text_chars"])]
+    elif numeric:
         variants = [_numeric_instance(numeric)]
     return variants[0] if len(variants) == 1 else {"anyOf": variants}
+
+
+def _typed_instance(table, max_chars):
+    """A row of a typed table's model: an object of every column (typed.py)."""
+    return closed(object_of(**{column.name: _column_value(column, max_chars) for column in table.columns}))
+
+
+def _column_value(column, max_chars):
+    """One column's value: text, a number, an integer or a boolean; nullable where a value may be missing."""
+    missing = column.dtype != "int64"
+    if column.type == "string":
+        seen = ", ".join(column.vocabulary[:10]) + (", ..." if len(column.vocabulary) > 10 else "")
+        return {
+            "type": "string",
+            "maxLength": max_chars,
+            "nullable": True,
+            "description": 'Text; null or "" for a missing value.' + (f" Seen in training: {seen}." if seen else ""),
+        }
+    if column.type == "boolean":
+        return {
+            "anyOf": [
+                {"type": "boolean", "nullable": missing},
+                {"type": "integer", "minimum": 0, "maximum": 1, "nullable": missing},
+            ]
+        }
+    schema = {"type": "integer" if column.dtype == "int64" else "number", "nullable": missing}
+    return {**schema, "description": "A number; null for a missing value." if missing else "A number (required)."}
 
 
 def _text_instance(max_chars):
@@ -513,7 +553,8 @@ def _model_requests(limits, instance, kind, task, numeric):
         names = [tensor.name for tensor in numeric["tensors"]]
     else:
         names = [INPUT_NAMES[task]] if task else sorted(set(INPUT_NAMES.values()))
-    several_inputs = bool(numeric) and len(names) > 1
+    # a typed table's rows are objects of its columns, however many
+    several_inputs = bool(numeric) and (len(names) > 1 or numeric["table"] is not None)
     if getattr(TASKS.get(task), "retrieval", False):
         predict_summary = "Embeddings of face crops (faces models)."
         predict_200 = (
@@ -526,7 +567,9 @@ def _model_requests(limits, instance, kind, task, numeric):
         predict_summary = "Class probabilities for a batch of instances."
         predict_200 = "One row of probabilities per instance, in label order (see metadata)."
     example_instance = "a wonderful, moving film" if kind != "image" else {"b64": "iVBORw0KGgo..."}
-    if numeric:
+    if numeric and numeric["table"]:
+        example_instance = typed.typical_row(numeric["table"])
+    elif numeric:
         example_instance = _numeric_example(numeric)
     signature = {
         "type": "string",
@@ -558,7 +601,7 @@ def _instance_schemas(max_instances, instance, names, numeric, several_inputs):
 
     if several_inputs:
         # several named inputs: rows are objects of them (`instance`), columns one list per input
-        values = {tensor.name: listed(_numeric_value(tensor)) for tensor in numeric["tensors"]}
+        values = {n: listed(instance["properties"][n]) for n in names}
         classify_example = closed(object_of(**{n: instance["properties"][n] for n in names}))
         return listed(instance), closed(object_of(**values)), classify_example
     # A row instance may be keyed by the input name; the columnar form may be an object keyed by it.
@@ -618,7 +661,9 @@ def _predict_operation(requests, parameters):
         "description": "TF Serving's Predict. Row form: {\"instances\": [...]} answers {\"predictions\": [...]}; columnar form: "
         "{\"inputs\": [...]} or {\"inputs\": {\"<input name>\": [...]}} answers {\"outputs\": [...]}. Row instances may be "
         "keyed by the input name ({\"<input name>\": value}). Text models take strings; image models take {\"b64\": ...} "
-        "(an encoded image file) or pixel arrays [height][width][channels] (or [height][width] for one channel). "
+        "(an encoded image file) or pixel arrays [height][width][channels] (or [height][width] for one channel); "
+        "a typed table's model rows of its columns ({\"<column>\": value, ...}, null for a missing value) or one list "
+        "per column. "
         f"The request body may be at most {requests.limits['max_upload_bytes']} bytes.",
         "parameters": parameters,
         "requestBody": {
@@ -654,7 +699,10 @@ def _predict_operation(requests, parameters):
                 "Not a predict request: empty or invalid JSON, not an object, no instance list, empty list, "
                 "an unknown signature_name, a columnar object not keyed by the input name; for a numeric "
                 "(table, array) model also an instance that does not fit its inputs: a missing or unknown "
-                "input or feature, a wrong shape, a value that is not a finite number of the input's dtype."
+                "input or feature, a wrong shape, a value that is not a finite number of the input's dtype; "
+                "for a typed table's model a missing or unknown column, a value its column cannot take "
+                "(text in a number column, null where the column had no missing value), or an instance "
+                "the model answers NaN for."
             ),
             "404": json_response(NOT_FOUND),
             "413": json_response("Body over the upload limit, or more instances than allowed."),

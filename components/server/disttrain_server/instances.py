@@ -57,12 +57,13 @@ def check_count(count, max_instances):
         raise ApiError(413, f"too many instances: {count}, at most {max_instances} per request (--max-instances)")
 
 
-def read_predict(body, input_name, max_instances):
+def read_predict(body, input_name, max_instances, objects=False):
     """(instances, columnar) from a raw :predict body (bytes): the instance list, and whether the
     request used the columnar "inputs" form (whose answer is {"outputs": ...}). `input_name`: the
-    model's input, or a list of its several inputs' names."""
+    model's input, or a list of its several inputs' names. `objects`: rows are objects of the named
+    inputs even for a model of one (a typed table's columns, typed.to_batch checks them)."""
     if not isinstance(input_name, str):
-        if len(input_name) > 1:
+        if len(input_name) > 1 or objects:
             return _read_predict_inputs(body, list(input_name), max_instances)
         (input_name,) = input_name
     payload = read_json_object(body, '{"instances": [...]}')
@@ -129,11 +130,12 @@ def _read_predict_inputs(body, names, max_instances):
     return instances, False
 
 
-def read_classify(body, input_name, max_instances, objects=False):
+def read_classify(body, input_name, max_instances, objects=False, whole=False):
     """The instances of a raw :classify body (bytes): TF Serving's {"examples": [{"<input name>": value}, ...]},
     with an optional "context" of features shared by every example. `objects`: a numeric model's
     examples (several inputs, or a table's features by name) pass as whole objects, for numeric.to_batch
-    to check; `input_name` is then its first input's."""
+    to check; `input_name` is then its first input's. `whole`: every example passes as its whole object
+    (a typed table's row of columns, for typed.to_batch)."""
     example = f'{{"examples": [{{"{input_name}": ...}}]}}'
     payload = read_json_object(body, example)
     check_signature(payload)
@@ -157,7 +159,7 @@ def read_classify(body, input_name, max_instances, objects=False):
                 f"example {index}: features {sorted(shared)} are also in \"context\" (TF Serving: a feature is in one or the other)",
             )
         features = {**context, **features}
-        if objects and set(features) != {input_name}:
+        if whole or (objects and set(features) != {input_name}):
             instances.append(features)
             continue
         if set(features) != {input_name}:

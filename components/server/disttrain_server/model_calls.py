@@ -5,7 +5,7 @@ blueprints, which import it and never each other."""
 from flask import current_app
 
 from disttrain_contract.layout import whole_number
-from disttrain_server import numeric
+from disttrain_server import numeric, typed
 from disttrain_server.errors import ApiError
 from disttrain_server.instances import to_batch
 from disttrain_server.shared import served_model
@@ -55,6 +55,8 @@ def predict_rows(loaded, instances):
     """Model outputs (float64 numpy [n, width]) for a list of request instances: the one batch path
     of every API (TF Serving :predict and :classify, KServe V2 infer), through the micro-batcher."""
     config = current_app.config
+    if loaded.is_typed:
+        return typed.predict(loaded, typed.to_batch(instances, loaded.table, config["MAX_TEXT_CHARS"]))
     if loaded.is_numeric:
         batch = numeric.to_batch(instances, input_tensors(loaded), loaded.features)
     else:

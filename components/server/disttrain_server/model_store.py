@@ -20,6 +20,9 @@ A user's own model (tasks table and array; docs/formats.md) takes the
 numeric inputs its disttrain.json lists ("inputs": one, or several named ones)
 and answers through its "head": a classifier's raw output becomes class
 probabilities (evaluation.probabilities), a regression's one value per instance.
+A typed table's model (task typed_table) takes one [n, 1] input per column of the
+TableSpec its disttrain.json's input is (typed_table.py), of the column's dtype
+(string, float32 or int64), and answers the same way.
 
 A model's one input (text, image) is fed in the dtype the model declares: an image request's
 pixels are uint8 0..255 (decoded files, pixel arrays), which the trainer feeds a float input as
@@ -35,6 +38,7 @@ file is not loaded again until it changes, and a model loaded earlier keeps serv
 
 import dataclasses
 import logging
+import math
 import os
 import threading
 import time
@@ -46,6 +50,8 @@ from disttrain_contract import ContractError
 from disttrain_contract.artifact import load_model, read_meta
 from disttrain_contract.evaluation import HEADS, call_in_chunks, head_of, probabilities
 from disttrain_contract.manifest import NUMERIC_TASKS
+from disttrain_contract.tasks import TASKS
+from disttrain_contract.typed_table import is_typed
 from disttrain_contract.user_model import archive_config, check_archive_classes, check_code_matches, import_model_module
 from disttrain_server.batching import MicroBatcher
 from disttrain_server.errors import ModelUnavailable
@@ -58,7 +64,9 @@ INPUT_KINDS = ("text", "image") + NUMERIC_TASKS
 # and a user's own models of numeric inputs (classifiers or regressions).
 CLASSIFIER_TASKS = ("text", "image")
 EMBEDDING_TASKS = ("faces",)
-SERVED_TASKS = CLASSIFIER_TASKS + EMBEDDING_TASKS + NUMERIC_TASKS
+# The tasks whose model takes its own named inputs (its disttrain.json "inputs"): tables, arrays, typed tables.
+OWN_INPUT_TASKS = tuple(name for name, task in TASKS.items() if task.input_name is None)
+SERVED_TASKS = CLASSIFIER_TASKS + EMBEDDING_TASKS + OWN_INPUT_TASKS
 CLASSIFIER_HEADS = tuple(head for head in HEADS if head not in ("value", "embedding"))  # (embedding: the faces task's)
 SIGMOID_HEADS = ("sigmoid", "sigmoid_logits")
 REASON_CHARS = 500  # a 503 reason is one line of at most this many characters (Keras' messages can be pages)
@@ -91,7 +99,8 @@ class LoadedModel:
     key: tuple  # (st_ino, st_mtime_ns, st_size) of the file it was loaded from
     serve: object = None  # batch -> float64 outputs: the compiled model (see compiled_call)
     batcher: object = None  # the MicroBatcher in front of it, if batching is on
-    inputs: tuple = ()  # numeric tasks: the model's inputs, [{"name", "shape", "dtype"}] (see numeric_inputs)
+    inputs: tuple = ()  # own-input tasks: the model's inputs, [{"name", "shape", "dtype"}] (see numeric_inputs)
+    table: object = None  # a typed table's model: the TableSpec of its input (typed.spec_of)
 
     @property
     def version(self):
@@ -110,6 +119,16 @@ class LoadedModel:
     def is_numeric(self):
         """A table or array model (a user's own, or the built-in MLP): numeric inputs named by its disttrain.json."""
         return self.task in NUMERIC_TASKS
+
+    @property
+    def is_typed(self):
+        """A typed table's model: one [n, 1] input per column of its TableSpec (`table`), raw values."""
+        return self.table is not None
+
+    @property
+    def own_inputs(self):
+        """A user's own model of the inputs its disttrain.json names: numeric (tables, arrays) or a typed table's columns."""
+        return self.is_numeric or self.is_typed
 
     @property
     def is_regression(self):
@@ -237,8 +256,11 @@ def _numeric_graph(model, inputs):
 def numeric_inputs(model, meta, path):
     """A table or array model's inputs, [{"name", "shape" (per example, None = any size), "dtype"}]:
     disttrain.json's "inputs" (the trainer writes them for every model), checked against the Keras
-    model's own; without them, the model's (one input: named as the input spec says)."""
-    from disttrain_server.signature import TF_DTYPES
+    model's own; without them, the model's (one input: named as the input spec says). A typed table's
+    inputs may be strings too (its text columns)."""
+    from disttrain_server.signature import TF_DTYPES, TYPED_DTYPES
+
+    dtypes = TYPED_DTYPES if is_typed(meta["input"]) else TF_DTYPES
 
     ours = [(tensor.name, list(tensor.shape[1:]), str(tensor.dtype)) for tensor in model.inputs]
     declared = meta.get("inputs")
@@ -267,12 +289,12 @@ def numeric_inputs(model, meta, path):
     unsupported = [
         f"{item['name']} ({str(item.get('dtype'))[:40]})"
         for item in declared
-        if not isinstance(item.get("dtype"), str) or item["dtype"] not in TF_DTYPES
+        if not isinstance(item.get("dtype"), str) or item["dtype"] not in dtypes
     ]  # (a list is unhashable)
     if unsupported:
         raise ContractError(
-            f"{path}: inputs of a type this server cannot take: {', '.join(unsupported)}; it serves numeric "
-            f"inputs ({', '.join(TF_DTYPES)})"
+            f"{path}: inputs of a type this server cannot take: {', '.join(unsupported)}; it serves "
+            f"inputs of {', '.join(dtypes)}"
         )
     if len(declared) != len(ours):
         raise ContractError(
@@ -358,9 +380,9 @@ def _check_artifact(model, meta, path):
         raise ContractError(
             f"{path}: task {meta.get('task')!r} is not served; this server serves the tasks {', '.join(SERVED_TASKS)}"
         )
-    if meta["task"] != "faces" and meta.get("problem") == "regression" and meta["task"] not in NUMERIC_TASKS:
+    if meta["task"] != "faces" and meta.get("problem") == "regression" and meta["task"] not in OWN_INPUT_TASKS:
         raise ContractError(
-            f"{path}: a {meta['task']} regression is not served; regressions are served for the tasks {', '.join(NUMERIC_TASKS)}"
+            f"{path}: a {meta['task']} regression is not served; regressions are served for the tasks {', '.join(OWN_INPUT_TASKS)}"
         )
     if not isinstance(spec, dict) or spec.get("kind") not in INPUT_KINDS:
         raise ContractError(f"{path}: disttrain.json has no usable input spec (kind must be one of {INPUT_KINDS})")
@@ -370,6 +392,8 @@ def _check_artifact(model, meta, path):
         raise ContractError(f"{path}: image input spec needs positive integer height, width and channels")
     if spec["kind"] in NUMERIC_TASKS:
         _check_numeric_spec(spec, path)
+    if is_typed(spec):
+        _table_of(spec, path)
     outputs = getattr(model, "output_shape", (None,))[-1]
     if meta["task"] in EMBEDDING_TASKS:
         _check_face_model(meta, spec, outputs, path)
@@ -402,6 +426,36 @@ def _check_numeric_spec(spec, path):
             )
 
 
+def _table_of(spec, path):
+    """The TableSpec of a typed table's input, or a ContractError naming the file and the field."""
+    from disttrain_server.typed import spec_of
+
+    try:
+        return spec_of(spec)
+    except ContractError as err:
+        raise ContractError(f"{path}: {err}") from None
+
+
+def check_typed_inputs(inputs, table, path):
+    """A typed table's model takes one input per column, named as the column, of shape [1] and the column's
+    dtype (typed_table's module docstring): what the server feeds it, so refused at load otherwise."""
+    by_name = {item["name"]: item for item in inputs}
+    missing = [name for name in table.names if name not in by_name]
+    unknown = [item["name"] for item in inputs if item["name"] not in table.names]
+    if missing or unknown:
+        raise ContractError(
+            f"{path}: a typed table's model takes one input per column ({', '.join(table.names[:20])}); "
+            f"its inputs differ: missing {missing[:10]}, not a column {unknown[:10]}"
+        )
+    for column in table.columns:
+        item = by_name[column.name]
+        if item["shape"] != [1] or item["dtype"] != column.dtype:
+            raise ContractError(
+                f"{path}: input {column.name!r} is {item['dtype']} {item['shape']}; its column "
+                f"({column.type}) is fed as {column.dtype} [1]"
+            )
+
+
 def _check_face_model(meta, spec, outputs, path):
     """The gallery crops faces with disttrain_contract.faces, so the model must take exactly those crops."""
     from disttrain_contract.faces import FACE_SIZE, preprocessing_of
@@ -423,13 +477,20 @@ def _check_face_model(meta, spec, outputs, path):
 
 def self_test(loaded):
     """Raise ContractError unless the model answers one synthetic instance built from its signature
-    (zeros of each input's dtype and shape, sizes left open taken as 1; text: a placeholder string)
-    through LoadedModel.predict, with finite outputs of the announced shape."""
+    (zeros of each input's dtype and shape, sizes left open taken as 1; text: a placeholder string; a
+    typed table: typed.typical_row, its columns' training means and most frequent values) through
+    LoadedModel.predict, with finite outputs of the announced shape."""
     from disttrain_contract.evaluation import as_model_input
     from disttrain_server.signature import input_tensors, output_tensor
 
     tensors = input_tensors(loaded)
-    if tensors[0].dtype == "DT_STRING" and not loaded.is_numeric:
+    probe = "one instance of zeros shaped as its signature"
+    if loaded.is_typed:
+        from disttrain_server import typed
+
+        probe = "one row of its columns' typical values"
+        batch = typed.model_batch(typed.to_batch([typed.typical_row(loaded.table)], loaded.table, math.inf))
+    elif tensors[0].dtype == "DT_STRING" and not loaded.is_numeric:
         batch = as_model_input("text", [SELF_TEST_TEXT])
     else:
         arrays = {
@@ -445,17 +506,14 @@ def self_test(loaded):
         outputs = np.asarray(loaded.predict(batch))
     except Exception as err:  # noqa: BLE001 -- any error of the model's call is the reason it is not ready
         raise ContractError(
-            f"the model does not answer its self-test (one instance of zeros shaped as its signature): "
-            f"{type(err).__name__}: {_one_line(str(err))}"
+            f"the model does not answer its self-test ({probe}): {type(err).__name__}: {_one_line(str(err))}"
         ) from None
     if list(outputs.shape) != expected:
         raise ContractError(
             f"the model's self-test answered shape {list(outputs.shape)}, its signature announces {expected}"
         )
     if not np.isfinite(outputs).all():
-        raise ContractError(
-            "the model's self-test (one instance of zeros shaped as its signature) answered non-finite values (NaN or infinity)"
-        )
+        raise ContractError(f"the model's self-test ({probe}) answered non-finite values (NaN or infinity)")
 
 
 class ModelStore:
@@ -562,7 +620,10 @@ class ModelStore:
         """The LoadedModel of the file (whose stat is `key`), self-tested; raises why it cannot be served."""
         model, meta, inputs = self._load()
         serve = compiled_call(model, inputs, finish_outputs(meta))
-        loaded = LoadedModel(model=model, meta=meta, path=self.path, key=key, serve=serve, inputs=tuple(inputs or ()))
+        table = _table_of(meta["input"], self.path) if is_typed(meta["input"]) else None
+        loaded = LoadedModel(
+            model=model, meta=meta, path=self.path, key=key, serve=serve, inputs=tuple(inputs or ()), table=table
+        )
         self_test(loaded)  # before the observer counts calls: the self-test is not a request
         if self.observer:
             serve = self.observer.count_instances(serve)  # every model call: batched, direct and the gallery's
@@ -588,5 +649,7 @@ class ModelStore:
             raise ContractError(str(err).replace(f"--model-file {self.path}", self.public_name)) from None
         model, meta = load_model(self.path)
         _check_artifact(model, meta, self.path)
-        inputs = numeric_inputs(model, meta, self.path) if meta["task"] in NUMERIC_TASKS else None
+        inputs = numeric_inputs(model, meta, self.path) if meta["task"] in OWN_INPUT_TASKS else None
+        if is_typed(meta["input"]):
+            check_typed_inputs(inputs, _table_of(meta["input"], self.path), self.path)
         return model, meta, inputs

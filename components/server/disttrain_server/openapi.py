@@ -6,7 +6,8 @@ the document's order (Parts), and build_spec joins them per request. Built per r
 live limits and, when a model is loaded, its input kind, so the schema a fuzzer reads is the one
 the server enforces: instance schemas for a text model accept only strings, for an image model
 only {"b64": ...} objects or pixel arrays, for a numeric model (table, array) numbers nested as its
-inputs' shapes (or objects of its named inputs, or of a table's features).
+inputs' shapes (or objects of its named inputs, or of a table's features), for a typed table's model
+objects of its columns (text, numbers, booleans, null where a value may be missing).
 """
 
 from dataclasses import dataclass
@@ -52,7 +53,8 @@ def json_response(description, schema=ERROR):
 class Context:
     """What one /openapi.json describes: the served model's name, the limits, and the loaded model's
     `input_spec` and `task` (None: no model yet, so both instance kinds are described); `numeric`: a
-    loaded table or array model's {"tensors" (signature.input_tensors), "features", "regression"}."""
+    loaded table, array or typed table model's {"tensors" (signature.input_tensors), "features",
+    "regression", "table" (a typed table's TableSpec, else None)}."""
 
     name: str
     limits: dict  # max_instances, max_text_chars, max_upload_bytes, max_request_pixels (shared.limits)

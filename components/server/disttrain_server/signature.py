@@ -15,6 +15,10 @@ per-example shape, numpy dtype), one or several (a dict of named inputs), numeri
 the server answers, not the raw Keras output: a classifier's "probabilities" over the labels (its
 head -- logits, one sigmoid unit -- turned into probabilities), a regression's "value", one float
 per instance.
+
+A typed table's model (typed_table.TableSpec) has one input per column, named as the column, of
+shape [-1, 1] and the column's dtype: DT_STRING (BYTES) for a text column, DT_FLOAT (FP32) or
+DT_INT64 (INT64) for the others.
 """
 
 from dataclasses import dataclass
@@ -38,6 +42,8 @@ TF_DTYPES = {
     "uint64": "DT_UINT64",
 }
 NUMPY_DTYPES = {tf_name: numpy_name for numpy_name, tf_name in TF_DTYPES.items()}
+# A typed table's inputs (typed_table.DTYPES): its text columns are strings.
+TYPED_DTYPES = {"string": "DT_STRING", "float32": TF_DTYPES["float32"], "int64": TF_DTYPES["int64"]}
 V2_DATATYPES = {
     "DT_STRING": "BYTES",
     "DT_HALF": "FP16",
@@ -93,11 +99,11 @@ class Tensor:
 
 def input_tensors(loaded):
     """Every input a request sends, in the model's order: one for the built-in tasks."""
-    if loaded.is_numeric:
+    if loaded.own_inputs:
         return [
             Tensor(
                 item["name"],
-                TF_DTYPES[item["dtype"]],
+                TYPED_DTYPES[item["dtype"]] if loaded.is_typed else TF_DTYPES[item["dtype"]],
                 (-1, *(-1 if size is None else size for size in item["shape"])),
                 f"serving_default_{item['name']}:0",
             )
@@ -109,7 +115,7 @@ def input_tensors(loaded):
 def input_tensor(loaded):
     """What a request sends: strings for a text model, uint8 pixels for an image or faces model
     (an own model's first input: see input_tensors)."""
-    if loaded.is_numeric:
+    if loaded.own_inputs:
         return input_tensors(loaded)[0]
     name = INPUT_NAMES[loaded.task]
     spec = loaded.input_spec

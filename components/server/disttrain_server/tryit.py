@@ -13,6 +13,15 @@ manifest's sha256 (read_split would read and hash the whole split on every page 
 examples to try, not evaluation data. When the data is gone, or is not the served model's (other
 features or shape: a newer copier run), the fields hold the training mean from the model's input
 statistics instead, and the page says so.
+
+A typed table's model gets one field per column (typed_form): a <select> of its vocabulary for a text
+column, with an empty choice (a missing value); false/true for a boolean column; a number field for the
+others, which may be left empty where the column allows a missing value (dtype float32: sent as null).
+A <select> rather than free text with a <datalist>: the model's lookup takes every value outside the
+vocabulary as the same out-of-vocabulary value, so the vocabulary and "missing" are every choice the
+model tells apart, and a typo cannot pass for one (a text column without a vocabulary gets a text
+field). Prefilled with typed.typical_row (no held-out row: its shards are Parquet, which the server
+does not read).
 """
 
 import math
@@ -21,6 +30,7 @@ import os
 import numpy as np
 
 from disttrain_contract import ContractError, Manifest
+from disttrain_server import typed
 
 MAX_FIELDS = 16  # an array input with more elements gets one JSON box instead of a field each
 MAX_EXAMPLES = 20
@@ -33,6 +43,8 @@ def form(loaded, show_heldout=False, prefill=True):
     Held-out rows only with show_heldout; otherwise (and when the rows are not at hand) the mean;
     nothing with prefill False (the page of a server whose every API call needs the token: the
     statistics are the model's metadata, which the token guards)."""
+    if loaded.is_typed:
+        return typed_form(loaded.table, prefill)
     inputs = [_input(item, loaded, len(loaded.inputs)) for item in loaded.inputs]
     if not prefill:
         return {"inputs": inputs, "examples": [], "source": None}
@@ -142,3 +154,42 @@ def _mean_example(loaded):
         row = np.rint(row)
     values = _split_row(row, loaded)
     return {"values": values, "truth": None} if values else None
+
+
+def typed_form(table, prefill=True):
+    """form() of a typed table's model: one field per column, {"id", "label", "index": 0, "control":
+    "number" (with "integer", "optional"), "text" or "choice" (with "choices" [{"value", "label"}], and
+    "boolean" for a boolean column's)};
+    the example's values are the fields' texts ("" for missing)."""
+    inputs = [
+        {"name": column.name, "shape": [1], "fields": [_typed_field(column, position)]}
+        for position, column in enumerate(table.columns)
+    ]
+    if not prefill:
+        return {"inputs": inputs, "examples": [], "source": None}
+    row = typed.typical_row(table)
+    values = {name: [_field_text(value)] for name, value in row.items()}
+    return {"inputs": inputs, "examples": [{"values": values, "truth": None}], "source": "typical"}
+
+
+def _typed_field(column, position):
+    field = {"id": f"column-{position}", "label": column.name, "index": 0}
+    optional = column.dtype != "int64"
+    if column.type == "boolean":
+        choices = [{"value": "false", "label": "false"}, {"value": "true", "label": "true"}]
+        missing = [{"value": "", "label": "(missing)"}] if optional else []
+        return {**field, "control": "choice", "boolean": True, "choices": missing + choices}
+    if column.type == "string":
+        if not column.vocabulary:
+            return {**field, "control": "text"}
+        choices = [{"value": "", "label": "(missing)"}] + [{"value": v, "label": v} for v in column.vocabulary]
+        return {**field, "control": "choice", "choices": choices}
+    return {**field, "control": "number", "integer": column.type == "integer", "optional": optional}
+
+
+def _field_text(value):
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)

@@ -22,7 +22,16 @@ A numeric model (tables, arrays: a user's own model) takes its own inputs, each 
                                       [] or [1] also takes [n] and [n, 1]
 
 and gets "probabilities" FP32 [n, labels] (classifiers, whatever their head) or "value" FP32 [n]
-(regressions). The instances go through
+(regressions). A typed table's model (typed.py) takes one tensor per column, named as the column:
+
+    text columns                      BYTES [n] or [n, 1]; "" (or null) is a missing value
+    number columns                    FP32 [n] or [n, 1] (a float column: any float or integer datatype,
+                                      NaN or null a missing value where the column allows one); INT64
+                                      (any integer datatype) for an integer column without missing values
+    boolean columns                   BOOL too (true, false), besides the number datatypes
+
+every value converted by typed_table.column_array, a bad one a 400 naming the input and the instance.
+The instances go through
 the same checks, limits and batch path as /v1 (model_calls.predict_rows); errors are {"error": "..."}:
 400 for a request that does not fit the model's tensors (unknown input or output name, wrong
 datatype, shape and data disagreeing), 413 and 422 as in /v1. Tensor data in binary form (the
@@ -35,7 +44,7 @@ from importlib.metadata import version as package_version
 import numpy as np
 from flask import Blueprint, current_app, request
 
-from disttrain_server import numeric
+from disttrain_server import numeric, typed
 from disttrain_server.errors import ApiError, ModelUnavailable, json_type
 from disttrain_server.instances import check_count, read_json_object
 from disttrain_server.model_calls import model_routes, predict_rows, resolve
@@ -114,7 +123,10 @@ def infer(model_name, version=None):
         raise ApiError(400, f'"parameters" must be an object, got {json_type(payload["parameters"])}')
     out = output_tensor(loaded)
     check_requested_outputs(payload.get("outputs"), out.name)
-    if loaded.is_numeric:
+    if loaded.is_typed:
+        count, batch = read_typed_inputs(payload.get("inputs"), input_tensors(loaded), loaded.table)
+        rows = typed.predict(loaded, batch)
+    elif loaded.is_numeric:
         count, batch = read_numeric_inputs(payload.get("inputs"), input_tensors(loaded))
         rows = loaded.predict(batch)
     else:
@@ -227,8 +239,10 @@ def accepted_datatypes(tensor):
     return [own] + [datatype for datatype in others if datatype != own]
 
 
-def read_numeric_inputs(inputs, tensors):
-    """(n, batch) for a numeric model: one tensor per input (numeric.to_batch's batch: an array, or a dict by name)."""
+def read_numeric_inputs(inputs, tensors, read_tensor=None):
+    """(n, batch) for a numeric model: one tensor per input (numeric.to_batch's batch: an array, or a dict by name).
+    `read_tensor(item, tensor)` -> (n, array) reads one of them (None: _numeric_tensor); with it the batch is
+    always the dict."""
     if not isinstance(inputs, list) or not inputs:
         raise ApiError(400, f'"inputs" must be a non-empty list of tensors like {EXAMPLE}, got {json_type(inputs)}')
     by_name = {tensor.name: tensor for tensor in tensors}
@@ -253,10 +267,86 @@ def read_numeric_inputs(inputs, tensors):
     arrays, counts = {}, {}
     for item in inputs:
         tensor = by_name[item["name"]]
-        counts[tensor.name], arrays[tensor.name] = _numeric_tensor(item, tensor)
+        counts[tensor.name], arrays[tensor.name] = (read_tensor or _numeric_tensor)(item, tensor)
     if len(set(counts.values())) > 1:
         raise ApiError(400, f"the inputs' first dimensions differ ({counts}); every input has one row per instance")
-    return counts[tensors[0].name], arrays[tensors[0].name] if len(tensors) == 1 else arrays
+    return counts[tensors[0].name], arrays[tensors[0].name] if len(tensors) == 1 and not read_tensor else arrays
+
+
+def typed_datatypes(column):
+    """What a typed table's column takes: BYTES for text; a number column its own datatype first, then
+    any integer datatype (and any float one for a float32 column); BOOL too for a boolean column."""
+    if column.dtype == "string":
+        return ["BYTES"]
+    own = "FP32" if column.dtype == "float32" else "INT64"
+    others = FLOAT_DATATYPES + INTEGER_DATATYPES if own == "FP32" else INTEGER_DATATYPES
+    return [own] + [d for d in others if d != own] + (["BOOL"] if column.type == "boolean" else [])
+
+
+def read_typed_inputs(inputs, tensors, table):
+    """(n, {column name: [n, 1] array}) for a typed table's model: one tensor per column, [n] or [n, 1].
+
+    V2 has no null: a missing value is "" in a BYTES tensor, and NaN in a float tensor (JSON's NaN token,
+    which Python's reader takes) for a column that allows one (dtype float32); JSON null is taken as
+    missing too. Each value goes through typed.column_input (typed_table.column_array)."""
+    max_chars = current_app.config["MAX_TEXT_CHARS"]
+    return read_numeric_inputs(
+        inputs, tensors, lambda item, tensor: _typed_tensor(item, table.column(tensor.name), max_chars)
+    )
+
+
+def _typed_tensor(item, column, max_chars):
+    name, datatype, shape, data = column.name, item.get("datatype"), item.get("shape"), item.get("data")
+    if not isinstance(item.get("parameters", {}), (dict, type(None))):
+        raise ApiError(400, f'input {name!r}: "parameters" must be an object')
+    accepted = typed_datatypes(column)
+    if datatype not in accepted:
+        raise ApiError(
+            400,
+            f"input {name!r}: datatype {datatype!r} is not accepted; send {accepted[0]}"
+            + (f" (or {', '.join(accepted[1:])})" if len(accepted) > 1 else "")
+            + " (see /v2/models/NAME)",
+        )
+    if (
+        not isinstance(shape, list)
+        or not 1 <= len(shape) <= 2
+        or not all(type(size) is int and size >= 0 for size in shape)
+        or shape[1:] not in ([], [1])
+    ):
+        raise ApiError(400, f'input {name!r}: "shape" must be [n] or [n, 1], one value per instance; got {shape!r}')
+    if shape[0] == 0:
+        raise ApiError(400, f"input {name!r}: shape {shape} has no instances; send at least one")
+    check_count(shape[0], current_app.config["MAX_INSTANCES"])
+    if not isinstance(data, list):
+        raise ApiError(400, f'input {name!r}: "data" must be a list (flat or nested, row-major), got {json_type(data)}')
+    flat = _flatten(data, len(shape), name)
+    if len(flat) != shape[0]:
+        raise ApiError(400, f"input {name!r}: shape {shape} has {shape[0]} elements but data has {len(flat)}")
+    values = [_typed_element(name, datatype, index, value) for index, value in enumerate(flat)]
+    return shape[0], typed.column_input(column, values, max_chars, f"input {name!r}: instance {{}}")
+
+
+def _typed_element(name, datatype, index, value):
+    """One element of a typed table's tensor as column_array's JSON value (None: missing), checked against
+    its datatype: BYTES strings, BOOL booleans, integer datatypes integers, float datatypes numbers."""
+    if value is None:
+        return None
+    fits = {
+        "BYTES": isinstance(value, str),
+        "BOOL": isinstance(value, bool),
+    }.get(datatype)
+    if fits is None:
+        kinds = (int,) if datatype in INTEGER_DATATYPES else (int, float)
+        fits = isinstance(value, kinds) and not isinstance(value, bool)
+    if not fits:
+        expected = {"BYTES": "a string", "BOOL": "true or false"}.get(
+            datatype, "an integer" if datatype in INTEGER_DATATYPES else "a number"
+        )
+        shown = repr(value) if isinstance(value, float) else json_type(value)
+        raise ApiError(400, f"input {name!r} ({datatype}): instance {index}: expected {expected}, got {shown}")
+    if isinstance(value, float) and math.isnan(value):
+        return None  # V2's missing value in a float tensor (column_array refuses it where none may be missing)
+    return value
 
 
 def _numeric_tensor(item, tensor):
@@ -468,8 +558,11 @@ def openapi_schemas(context):
 
 def _v2_numeric_request(numeric):
     """A numeric model's V2 request: each of its inputs once, in any order, a numeric datatype."""
-    tensors = numeric["tensors"]
-    datatypes = sorted({datatype for tensor in tensors for datatype in accepted_datatypes(tensor)})
+    tensors, table = numeric["tensors"], numeric.get("table")
+    if table:
+        datatypes = sorted({datatype for column in table.columns for datatype in typed_datatypes(column)})
+    else:
+        datatypes = sorted({datatype for tensor in tensors for datatype in accepted_datatypes(tensor)})
     item = with_optional(
         object_of(
             name=enum_of(*(t.name for t in tensors)),
@@ -492,4 +585,11 @@ def _v2_numeric_request(numeric):
         "input of shape [1]): a float input takes any numeric datatype (cast to its dtype), an integer "
         "input integer datatypes only."
     )
+    if table:
+        infer_request["description"] = (
+            "One tensor per column of the table, named as the column (see /v2/models/NAME), shape [n] or "
+            "[n, 1]: BYTES for a text column (\"\" for a missing value), a number datatype for the others "
+            "(a float column takes any, NaN for a missing value; an integer column integer datatypes), BOOL "
+            "for a boolean column too."
+        )
     return infer_request

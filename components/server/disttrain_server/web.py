@@ -38,8 +38,9 @@ def page_title(name, model):
     """'disttrain · text classifier'; the model's --model-name too when it is not the default,
     which is also the product's name and read 'disttrain · disttrain'."""
     parts = ["disttrain"] if name == "disttrain" else ["disttrain", name]
-    if model and model.is_numeric:
-        parts.append(f"{model.task} {'regression' if model.is_regression else 'classifier'}")
+    if model and model.own_inputs:
+        # (the input's kind: a typed table's model is a table classifier too)
+        parts.append(f"{model.input_spec['kind']} {'regression' if model.is_regression else 'classifier'}")
     else:
         parts.append(TASK_TITLES.get(model.task, f"{model.task} model") if model else "no model yet")
     return " · ".join(parts)
@@ -90,7 +91,7 @@ def index():
         and (token_required_for == "all" or not config["PUBLIC_FACE_SEARCH"]),
         data=training_data(model_store().path) if loaded else None,
         tryit=tryit.form(loaded, config["SHOW_HELDOUT_EXAMPLES"], prefill=token_required_for != "all")
-        if loaded and loaded.is_numeric
+        if loaded and loaded.own_inputs
         else None,
         dashboard=url_for("runs.run_page", run=served_name()),
     )

@@ -1,5 +1,7 @@
 // The try-it form of a table or array model: the fields (or JSON boxes) become one instance of
 // POST /v1/models/NAME:predict, and the answer is shown as class probabilities or the predicted value.
+// A typed table's form (data-typed) has one field per column, and its instance is an object of the
+// columns: a choice's value, a text, a number, or null for an empty field where the column allows it.
 (function () {
   "use strict";
 
@@ -12,6 +14,7 @@
   const inputs = JSON.parse(card.dataset.inputs);
   const examples = JSON.parse(card.dataset.examples);
   const regression = card.dataset.problem === "regression";
+  const typed = card.dataset.typed === "true";
   const target = card.dataset.target || "value";
   const button = document.getElementById("predict");
   const exampleButton = document.getElementById("example");
@@ -37,7 +40,9 @@
   }
 
   function fieldsOf(input) {
-    return Array.from(card.querySelectorAll('input[data-input]')).filter((f) => f.dataset.input === input.name);
+    return Array.from(card.querySelectorAll("input[data-input], select[data-input]")).filter(
+      (f) => f.dataset.input === input.name
+    );
   }
 
   function boxOf(input) {
@@ -59,9 +64,33 @@
     if (source) note.textContent = "Prefilled with " + source + (example.truth ? " (its true " + example.truth + ")" : "") + ".";
   }
 
+  // One column's field as its JSON value (typed tables): null for an empty field where a value may be missing.
+  function columnValue(input) {
+    const spec = input.fields[0];
+    const field = fieldsOf(input)[0];
+    if (spec.control === "choice") {
+      if (field.value === "") return null;
+      return spec.boolean ? field.value === "true" : field.value; // (a text column may hold "true")
+    }
+    if (spec.control === "text") return field.value === "" ? null : field.value;
+    const text = field.value.trim();
+    // (a number field holding what is not a number reads "", but says so: never sent as missing)
+    if (field.validity.badInput || (text !== "" && !Number.isFinite(Number(text))))
+      throw new Error("enter a number for " + spec.label);
+    if (text === "") {
+      if (spec.optional) return null;
+      throw new Error("enter a number for " + spec.label + " (this column has no missing values)");
+    }
+    return Number(text);
+  }
+
   // The form as one instance: the value of the model's one input, or an object of its named inputs.
   function instance() {
     const values = {};
+    if (typed) {
+      for (const input of inputs) values[input.name] = columnValue(input);
+      return values;
+    }
     for (const input of inputs) {
       if (input.box) {
         try {
