@@ -57,14 +57,14 @@ def split_instance(index, instance, tensors, features=()):
                 f"instance {index}: this model has {len(names)} inputs; send an object with each of them, "
                 f"{example_object(tensors)}, got {json_type(instance)}",
             )
-        _check_keys(f"instance {index}", instance, names, "inputs")
+        check_keys(f"instance {index}", instance, names, "inputs")
         return {name: instance[name] for name in names}
     (tensor,) = tensors
     if isinstance(instance, dict):
         if set(instance) == {tensor.name}:
             return {tensor.name: instance[tensor.name]}
         if features and tensor.example_shape == (len(features),):
-            _check_keys(f"instance {index}", instance, features, "features")
+            check_keys(f"instance {index}", instance, features, "features")
             return {tensor.name: [instance[feature] for feature in features]}
         raise ApiError(
             400,
@@ -74,12 +74,14 @@ def split_instance(index, instance, tensors, features=()):
     return {tensor.name: instance}
 
 
-def _check_keys(where, given, expected, what):
+def check_keys(where, given, expected, what, each=""):
+    """400 naming the missing and the unknown keys of an instance (or a request's tensors) among `expected`,
+    the model's `what` ("inputs", "features", "columns"); `each` names one of them in the message ("column ")."""
     missing = [name for name in expected if name not in given]
     unknown = sorted(set(given) - set(expected))
     if missing or unknown:
-        parts = ([f"missing {', '.join(map(repr, missing[:10]))}"] if missing else []) + (
-            [f"unknown {', '.join(map(repr, unknown[:10]))}"] if unknown else []
+        parts = ([f"missing {each}{', '.join(map(repr, missing[:10]))}"] if missing else []) + (
+            [f"unknown {each}{', '.join(map(repr, unknown[:10]))}"] if unknown else []
         )
         raise ApiError(
             400,

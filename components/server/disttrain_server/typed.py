@@ -27,6 +27,7 @@ import numpy as np
 from disttrain_contract import ContractError
 from disttrain_contract.typed_table import TableSpec, column_array
 from disttrain_server.errors import ApiError, json_type
+from disttrain_server.numeric import check_keys
 
 
 def spec_of(input_spec):
@@ -48,7 +49,7 @@ def to_batch(instances, spec, max_text_chars):
                 f"instance {index}: this model takes a table row, an object of its columns like "
                 f"{example_object(spec)}; got {json_type(instance)}",
             )
-        check_columns(f"instance {index}", instance, names)
+        check_keys(f"instance {index}", instance, names, "columns", each="column ")
     return {
         column.name: column_input(
             column, [_unwrapped(instance[column.name]) for instance in instances], max_text_chars, "instance {}"
@@ -66,21 +67,6 @@ def predict(loaded, batch):
     """The model's answers (float64 [n, width], or [n] for a regression) for a to_batch dict, each finite
     (check_outputs)."""
     return check_outputs(loaded.predict(model_batch(batch)), batch, loaded.table)
-
-
-def check_columns(where, given, names):
-    """400 naming the missing and the unknown columns of an instance (or a request's tensors)."""
-    missing = [name for name in names if name not in given]
-    unknown = sorted(set(given) - set(names))
-    if missing or unknown:
-        parts = ([f"missing column {', '.join(map(repr, missing[:10]))}"] if missing else []) + (
-            [f"unknown column {', '.join(map(repr, unknown[:10]))}"] if unknown else []
-        )
-        raise ApiError(
-            400,
-            f"{where}: {' and '.join(parts)}; this model's columns are {', '.join(map(repr, names[:30]))}"
-            f"{', ...' if len(names) > 30 else ''} (see /metadata)",
-        )
 
 
 def _unwrapped(value):

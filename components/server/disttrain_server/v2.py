@@ -295,11 +295,11 @@ def read_typed_inputs(inputs, tensors, table):
     )
 
 
-def _typed_tensor(item, column, max_chars):
-    name, datatype, shape, data = column.name, item.get("datatype"), item.get("shape"), item.get("data")
+def _check_datatype(item, name, accepted):
+    """A tensor's "parameters" (an object, if given) and its datatype, one of `accepted` (the first the model's own)."""
     if not isinstance(item.get("parameters", {}), (dict, type(None))):
         raise ApiError(400, f'input {name!r}: "parameters" must be an object')
-    accepted = typed_datatypes(column)
+    datatype = item.get("datatype")
     if datatype not in accepted:
         raise ApiError(
             400,
@@ -307,6 +307,25 @@ def _typed_tensor(item, column, max_chars):
             + (f" (or {', '.join(accepted[1:])})" if len(accepted) > 1 else "")
             + " (see /v2/models/NAME)",
         )
+
+
+def _tensor_data(name, shape, data):
+    """A tensor's data, flattened, once its shape (batch first) is checked: at least one instance, within the
+    instance limit, and as many elements as the shape holds."""
+    if shape[0] == 0:
+        raise ApiError(400, f"input {name!r}: shape {shape} has no instances; send at least one")
+    check_count(shape[0], current_app.config["MAX_INSTANCES"])
+    if not isinstance(data, list):
+        raise ApiError(400, f'input {name!r}: "data" must be a list (flat or nested, row-major), got {json_type(data)}')
+    flat = _flatten(data, len(shape), name)
+    if len(flat) != math.prod(shape):
+        raise ApiError(400, f"input {name!r}: shape {shape} has {math.prod(shape)} elements but data has {len(flat)}")
+    return flat
+
+
+def _typed_tensor(item, column, max_chars):
+    name, datatype, shape, data = column.name, item.get("datatype"), item.get("shape"), item.get("data")
+    _check_datatype(item, name, typed_datatypes(column))
     if (
         not isinstance(shape, list)
         or not 1 <= len(shape) <= 2
@@ -314,14 +333,7 @@ def _typed_tensor(item, column, max_chars):
         or shape[1:] not in ([], [1])
     ):
         raise ApiError(400, f'input {name!r}: "shape" must be [n] or [n, 1], one value per instance; got {shape!r}')
-    if shape[0] == 0:
-        raise ApiError(400, f"input {name!r}: shape {shape} has no instances; send at least one")
-    check_count(shape[0], current_app.config["MAX_INSTANCES"])
-    if not isinstance(data, list):
-        raise ApiError(400, f'input {name!r}: "data" must be a list (flat or nested, row-major), got {json_type(data)}')
-    flat = _flatten(data, len(shape), name)
-    if len(flat) != shape[0]:
-        raise ApiError(400, f"input {name!r}: shape {shape} has {shape[0]} elements but data has {len(flat)}")
+    flat = _tensor_data(name, shape, data)
     values = [_typed_element(name, datatype, index, value) for index, value in enumerate(flat)]
     return shape[0], typed.column_input(column, values, max_chars, f"input {name!r}: instance {{}}")
 
@@ -352,16 +364,7 @@ def _typed_element(name, datatype, index, value):
 def _numeric_tensor(item, tensor):
     name, expected = tensor.name, tensor.example_shape
     datatype, shape, data = item.get("datatype"), item.get("shape"), item.get("data")
-    if not isinstance(item.get("parameters", {}), (dict, type(None))):
-        raise ApiError(400, f'input {name!r}: "parameters" must be an object')
-    accepted = accepted_datatypes(tensor)
-    if datatype not in accepted:
-        raise ApiError(
-            400,
-            f"input {name!r}: datatype {datatype!r} is not accepted; send {accepted[0]}"
-            + (f" (or {', '.join(accepted[1:])})" if len(accepted) > 1 else "")
-            + " (see /v2/models/NAME)",
-        )
+    _check_datatype(item, name, accepted_datatypes(tensor))
     if not isinstance(shape, list) or not shape or not all(type(size) is int and size >= 0 for size in shape):
         raise ApiError(
             400,
@@ -373,14 +376,7 @@ def _numeric_tensor(item, tensor):
         raise ApiError(
             400, f"input {name!r}: shape {shape} does not fit this input's {list(tensor.shape)} ({tensor.describe()})"
         )
-    if shape[0] == 0:
-        raise ApiError(400, f"input {name!r}: shape {shape} has no instances; send at least one")
-    check_count(shape[0], current_app.config["MAX_INSTANCES"])
-    if not isinstance(data, list):
-        raise ApiError(400, f'input {name!r}: "data" must be a list (flat or nested, row-major), got {json_type(data)}')
-    flat = _flatten(data, len(shape), name)
-    if len(flat) != math.prod(shape):
-        raise ApiError(400, f"input {name!r}: shape {shape} has {math.prod(shape)} elements but data has {len(flat)}")
+    flat = _tensor_data(name, shape, data)
     rows = (shape[0], *expected) if scalar else tuple(shape)
     array = np.asarray(flat, dtype=object).reshape(rows) if flat else np.empty(rows, dtype=object)
     return shape[0], numeric.elements(
